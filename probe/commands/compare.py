@@ -1,0 +1,16 @@
+"""`probe compare`: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+
+from probe.errors import ProbeError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("compare", help="(not built yet)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise ProbeError("'probe compare' is not built yet in this version")

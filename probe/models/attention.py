@@ -1,0 +1,126 @@
+"""The attention layer every PE model uses: TransformerLens' ``Attention`` with the PE's own term.
+
+Same parameters (W_Q, W_K, W_V, W_O, ...), same hook points (``hook_q``, ``hook_k``, ``hook_v``,
+``hook_attn_scores``, ``hook_pattern``, ``hook_z``, ``hook_result``), plus ``hook_pos_bias``
+[head, query, key] for PEs that add a term to the logits (T5, ALiBi), so it can be read and
+patched. ``hook_attn_scores`` holds the logits after the bias and the causal mask, as in
+TransformerLens.
+
+Fast path: while nothing hooks ``hook_attn_scores`` or ``hook_pattern``, the layer runs
+``torch.nn.functional.scaled_dot_product_attention`` with the bias as an additive mask (the
+flash kernel where there is no bias). Any hook on those points, which ``run_with_cache`` adds
+too, switches the layer back to the explicit path; both give the same result.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from transformer_lens.components import Attention
+from transformer_lens.config.hooked_transformer_config import HookedTransformerConfig
+from transformer_lens.hook_points import HookPoint
+
+from probe.models.positional import PositionalEncoding
+
+
+def _hooked(point: HookPoint) -> bool:
+    return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
+                or getattr(point, "_backward_pre_hooks", None))
+
+
+def _global_hooks() -> bool:
+    module = torch.nn.modules.module
+    return bool(module._global_forward_hooks or module._global_forward_pre_hooks
+                or module._global_backward_hooks)
+
+
+class PEAttention(Attention):
+    """Causal multi-head attention whose logits get the positional term of ``pe``."""
+
+    fast_path: bool = True
+
+    def __init__(self, cfg: HookedTransformerConfig, layer: int, pe: PositionalEncoding):
+        super().__init__(cfg, "global", layer)
+        object.__setattr__(self, "_pe", pe)  # shared with the model; not a submodule of this layer
+        if pe.adds_bias:
+            self.hook_pos_bias = HookPoint()  # [head, query, key]
+
+    def uses_fast_path(self) -> bool:
+        return (
+            self.fast_path
+            and not _hooked(self.hook_attn_scores)
+            and not _hooked(self.hook_pattern)
+            and not _global_hooks()
+        )
+
+    def forward(  # type: ignore[override]
+        self,
+        query_input: torch.Tensor,
+        key_input: torch.Tensor,
+        value_input: torch.Tensor,
+        past_kv_cache_entry=None,
+        additive_attention_mask: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        position_bias: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        q, k, v = self.calculate_qkv_matrices(query_input, key_input, value_input)  # [batch, pos, head, d_head]
+        offset = 0
+        if past_kv_cache_entry is not None:
+            offset = past_kv_cache_entry.past_keys.size(1)
+            k, v = past_kv_cache_entry.append(k, v)  # [batch, key, head, d_head]
+        if self._pe.rotates:
+            q = self.hook_rot_q(self.apply_rotary(q, offset))
+            k = self.hook_rot_k(self.apply_rotary(k, 0))
+        query_len, key_len = q.size(1), k.size(1)
+
+        mask = self._additive_mask(query_len, key_len, offset, q, attention_mask, additive_attention_mask)
+        if self.uses_fast_path():
+            z = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                attn_mask=None if mask is None else mask.to(q.dtype),
+                is_causal=mask is None and query_len > 1,
+                scale=1.0 / self.attn_scale,
+            )  # [batch, head, query, d_head]
+            z = self.hook_z(z.transpose(1, 2))  # [batch, query, head, d_head]
+        else:
+            scores = self.calculate_attention_scores(q, k)  # [batch, head, query, key]
+            if mask is None:
+                mask = self._causal_mask(query_len, key_len, offset, q.device, scores.dtype)
+            scores = self.hook_attn_scores(scores + mask)
+            pattern = torch.softmax(scores, dim=-1)
+            pattern = torch.nan_to_num(pattern, nan=0.0)  # rows with every key masked
+            pattern = self.hook_pattern(pattern)  # [batch, head, query, key]
+            z = self.calculate_z_scores(v, pattern.to(v.dtype))  # [batch, query, head, d_head]
+        return self._project(z)
+
+    def _causal_mask(self, query_len: int, key_len: int, offset: int, device, dtype) -> torch.Tensor:
+        query = torch.arange(offset, offset + query_len, device=device)[:, None]
+        key = torch.arange(key_len, device=device)[None, :]
+        zero = torch.zeros((), device=device, dtype=dtype)
+        return torch.where(key <= query, zero, torch.tensor(float("-inf"), device=device, dtype=dtype))  # [query, key]
+
+    def _additive_mask(self, query_len, key_len, offset, q, attention_mask, additive_attention_mask):
+        """[batch or 1, head or 1, query, key] bias + causal mask, or None for a plain causal layer."""
+        if not (self._pe.adds_bias or attention_mask is not None or additive_attention_mask is not None):
+            return None
+        mask = self._causal_mask(query_len, key_len, offset, q.device, torch.float32)[None, None]
+        if self._pe.adds_bias:
+            bias = self._pe.bias(self.layer_id, query_len, key_len, offset, q.device)  # [head, query, key]
+            mask = mask + self.hook_pos_bias(bias).float()[None]
+        if attention_mask is not None:  # [batch, key]: 0 marks padding keys
+            keep = attention_mask.to(q.device).bool()[:, None, None, :]
+            mask = mask.masked_fill(~keep, float("-inf"))
+        if additive_attention_mask is not None:
+            mask = mask + additive_attention_mask.float()
+        return mask
+
+    def _project(self, z: torch.Tensor) -> torch.Tensor:
+        """[batch, pos, head, d_head] -> [batch, pos, d_model] through W_O (per head if hooked)."""
+        if self.cfg.use_attn_result:
+            result = self.hook_result(torch.einsum("bphd,hdm->bphm", z, self.W_O))  # [batch, pos, head, d_model]
+            return result.sum(dim=2) + self.b_O
+        batch, pos = z.shape[:2]
+        w = self.W_O.reshape(self.cfg.n_heads * self.cfg.d_head, self.cfg.d_model)
+        return z.reshape(batch, pos, -1) @ w + self.b_O

@@ -1,0 +1,107 @@
+"""Model configuration: one dataclass, the presets, and how overrides resolve.
+
+Everything a checkpoint needs to rebuild a model lives in :class:`ModelConfig`, which maps to a
+``transformer_lens.HookedTransformerConfig`` plus the PE's own fields. Presets follow the
+paper's released code (a T5 decoder stack without cross-attention, Appendix D.2) where
+TransformerLens allows; see ``PRESETS`` for the deviations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from probe.errors import ProbeError
+
+PE_KINDS: tuple[str, ...] = ("nope", "ape", "t5", "alibi", "rotary")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer with one positional encoding (``pe``).
+
+    ``attn_scale=False`` leaves logits undivided by sqrt(d_head), as T5 does (it folds the scale
+    into the initialisation, ``init="t5"``). ``bias=False`` freezes TransformerLens' bias vectors
+    at zero, which is T5's bias-free linear layers. ``tie_embeddings`` ties W_U to W_E^T and scales
+    the final residual by d_model^-0.5 first, as T5 does. ``dropout`` is used only by the training
+    loop (through hooks), never by a built or loaded model.
+    """
+
+    pe: str
+    d_vocab: int
+    n_layers: int = 2
+    d_model: int = 128
+    n_heads: int = 4
+    d_head: int = 32
+    d_mlp: int = 512
+    n_ctx: int = 1024
+    act_fn: str = "relu"
+    attn_scale: bool = True
+    bias: bool = False
+    tie_embeddings: bool = True
+    init: str = "t5"
+    dropout: float = 0.0
+    seed: int = 0
+    # T5 relative bias (Section B.2): B buckets, max distance D, one table shared by all layers.
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    t5_shared: bool = True
+    # Rotary: rotary_dim=None rotates the whole head (the paper's code rotates d_head / 4).
+    rotary_dim: int | None = None
+    rotary_base: float = 10000.0
+    # Sinusoidal APE base (Eq. ape_sinusoidal: omega_i = 1 / base^(2i/d)).
+    ape_base: float = 10000.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.pe not in PE_KINDS:
+            raise ProbeError(f"unknown positional encoding {self.pe!r}; choose one of {', '.join(PE_KINDS)}")
+        if self.d_vocab < 1:
+            raise ProbeError(f"d_vocab must be positive, got {self.d_vocab}")
+        if self.init not in ("t5", "gpt2"):
+            raise ProbeError(f"unknown init {self.init!r}; choose 't5' or 'gpt2'")
+        rotary_dim = self.resolved_rotary_dim
+        if self.pe == "rotary" and (rotary_dim % 2 or not 0 < rotary_dim <= self.d_head):
+            raise ProbeError(f"rotary_dim must be even and in (0, d_head={self.d_head}], got {rotary_dim}")
+
+    @property
+    def resolved_rotary_dim(self) -> int:
+        return self.d_head if self.rotary_dim is None else self.rotary_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ProbeError(f"unknown model config field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+
+# Sizes. `tiny` trains on a 2-core CPU in a minute or two; `base` is the paper's (Table
+# tab:hyperparam, HuggingFace "base": 12 layers, d_model 768, 12 heads, d_ff 3072).
+# Deviations of `base` from the released code, all TransformerLens-imposed or vocabulary-driven:
+# - word-level vocabulary instead of T5's 32K SentencePiece one (~85M weights, not ~107M);
+# - the released code's rotary rotates d_head / 4 dimensions: set rotary_dim=16 to match
+#   (the default rotates the whole head, the usual RoPE);
+# - dropout 0.1 is applied by the training loop through hooks on attention/MLP outputs.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2"),
+    "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2"),
+    "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
+}
+
+
+def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0, **overrides: Any) -> ModelConfig:
+    """The preset's fields, then the overrides: ``resolve_config("t5", vocab_size=40, n_layers=1)``."""
+    if preset not in PRESETS:
+        raise ProbeError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ProbeError(f"unknown model option(s): {', '.join(unknown)}")
+    values = {**PRESETS[preset], **overrides}
+    return ModelConfig(pe=pe, d_vocab=vocab_size, seed=seed, **values)

@@ -1,0 +1,168 @@
+"""``PETransformer``: a ``transformer_lens.HookedTransformer`` whose positional encoding is chosen by name.
+
+Everything TransformerLens users rely on keeps working (``run_with_cache``, ``run_with_hooks``,
+``blocks.{l}.attn.hook_pattern`` [batch, head, query, key], ``hook_attn_scores``, the W_Q ... W_U
+properties). What changes: TransformerLens' learned position table is removed; ``model.pe``
+holds the PE (``probe.models.positional``); every layer's attention is a ``PEAttention``; APE's
+vectors pass through ``hook_pos_embed``; with ``tie_embeddings`` the unembedding is W_E^T applied
+to the final residual scaled by d_model^-0.5 (T5, and the paper's released code).
+
+Positions are absolute indices 0 .. T-1 of the token tensor: batch with right padding (causal
+attention never lets a real position see the padding after it).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from probe.errors import ProbeError
+from probe.models.attention import PEAttention
+from probe.models.config import ModelConfig
+from probe.models.registry import make_positional_encoding
+
+
+class TiedUnembed(nn.Module):
+    """logits = (d_model^-0.5 * residual) @ W_E^T: T5's tied output layer."""
+
+    def __init__(self, embed: nn.Module, d_model: int, d_vocab: int):
+        super().__init__()
+        object.__setattr__(self, "_embed", embed)  # the embedding owns W_E; not registered twice
+        self.scale = d_model**-0.5
+        self.register_buffer("b_U", torch.zeros(d_vocab), persistent=False)
+
+    @property
+    def W_U(self) -> torch.Tensor:  # [d_model, d_vocab]
+        return self.scale * self._embed.W_E.T
+
+    def forward(self, residual: torch.Tensor) -> torch.Tensor:
+        return residual @ self.W_U  # [batch, pos, d_vocab]
+
+
+def hooked_config(config: ModelConfig) -> HookedTransformerConfig:
+    return HookedTransformerConfig(
+        n_layers=config.n_layers,
+        d_model=config.d_model,
+        n_ctx=config.n_ctx,
+        d_head=config.d_head,
+        n_heads=config.n_heads,
+        d_mlp=config.d_mlp,
+        d_vocab=config.d_vocab,
+        d_vocab_out=config.d_vocab,
+        act_fn=config.act_fn,
+        normalization_type="RMS",
+        positional_embedding_type=config.pe,
+        rotary_dim=config.resolved_rotary_dim if config.pe == "rotary" else None,
+        rotary_base=config.rotary_base,
+        use_attn_scale=config.attn_scale,
+        default_prepend_bos=False,
+        init_weights=False,
+        seed=None,
+        device="cpu",
+        model_name=f"probe-{config.pe}",
+    )
+
+
+class PETransformer(HookedTransformer):
+    """A decoder-only transformer with one positional encoding; see the module docstring."""
+
+    def __init__(self, config: ModelConfig, device: str | torch.device = "cpu"):
+        with warnings.catch_warnings():  # TransformerLens 3.x flags HookedTransformer for 4.0
+            warnings.simplefilter("ignore", DeprecationWarning)
+            super().__init__(hooked_config(config), move_to_device=False)
+        self.config = config
+        if hasattr(self, "pos_embed"):
+            del self.pos_embed  # TransformerLens' learned table: never part of our PEs
+        if hasattr(self, "hook_pos_embed") and config.pe != "ape":
+            del self.hook_pos_embed
+        self.pe = make_positional_encoding(config)
+        for layer, block in enumerate(self.blocks):
+            block.attn = PEAttention(self.cfg, layer, self.pe)
+        if config.tie_embeddings:
+            self.unembed = TiedUnembed(self.embed, config.d_model, config.d_vocab)
+        self._initialise()
+        if not config.bias:
+            for name, param in self.named_parameters():
+                if name.rsplit(".", 1)[-1].startswith("b_"):
+                    param.requires_grad_(False)
+        self.setup()
+        if torch.device(device).type != "cpu":
+            self.to(device, print_details=False)
+
+    def _initialise(self) -> None:
+        """Seeded from ``config.seed`` with a private generator (the global RNG is untouched).
+
+        ``t5``: T5's scheme, which stands in for the 1/sqrt(d_head) logit scale it omits; ``gpt2``:
+        TransformerLens' N(0, 0.8 / sqrt(d_model)) for every weight matrix.
+        """
+        c = self.config
+        generator = torch.Generator().manual_seed(c.seed)
+        gpt2 = 0.8 / math.sqrt(c.d_model)
+        t5 = {
+            "W_E": 1.0,
+            "W_Q": (c.d_model * c.d_head) ** -0.5,
+            "W_K": c.d_model**-0.5,
+            "W_V": c.d_model**-0.5,
+            "W_O": (c.n_heads * c.d_head) ** -0.5,
+            "W_in": c.d_model**-0.5,
+            "W_out": c.d_mlp**-0.5,
+            "W_U": c.d_model**-0.5,
+            "relative_attention_bias": c.d_model**-0.5,
+        }
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf.startswith("b_") or leaf == "w":  # biases 0, norm gains 1: as constructed
+                    continue
+                std = t5.get(leaf, gpt2) if c.init == "t5" else gpt2
+                param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * std)
+
+    # TransformerLens hands the embedding to get_residual; the PE decides what to add.
+    def get_residual(self, embed, pos_offset, prepend_bos=None, attention_mask=None, tokens=None,
+                     return_shortformer_pos_embed=True, device=None):
+        residual = embed
+        if self.pe.adds_embedding:
+            positions = torch.arange(pos_offset, pos_offset + embed.size(1), device=embed.device)
+            pos_embed = self.pe.embedding(positions, embed.dtype).expand(embed.size(0), -1, -1)
+            residual = embed + self.hook_pos_embed(pos_embed)  # [batch, pos, d_model]
+        return (residual, None) if return_shortformer_pos_embed else residual
+
+    def move_model_modules_to_device(self):
+        nn.Module.to(self, self.cfg.device)
+
+    def forward(self, input: Any, *args: Any, **kwargs: Any):  # type: ignore[override]
+        """TransformerLens' forward, after checking the length against ``n_ctx``."""
+        past = kwargs.get("past_kv_cache", args[9] if len(args) > 9 else None)
+        if isinstance(input, torch.Tensor):
+            new = input.shape[0] if input.dim() == 1 else input.shape[1]
+            offset = past[0].past_keys.size(1) if past is not None else 0
+            if offset + new > self.cfg.n_ctx:
+                raise ProbeError(
+                    f"sequence of {offset + new} positions is longer than this model's context "
+                    f"(n_ctx={self.cfg.n_ctx}); rebuild it with n_ctx={offset + new} or more"
+                )
+        self.pe.begin_forward()
+        return super().forward(input, *args, **kwargs)
+
+    def set_fast_attention(self, enabled: bool) -> None:
+        """Allow (default) or forbid the scaled_dot_product_attention path in every layer."""
+        for block in self.blocks:
+            block.attn.fast_path = enabled
+
+
+def build_model(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0,
+                device: str | torch.device = "cpu", **overrides: Any) -> PETransformer:
+    """A fresh model: ``build_model("t5", vocab_size=40, preset="tiny", n_layers=1)``.
+
+    ``preset`` is ``tiny``, ``small`` or ``base`` (``probe.models.config.PRESETS``); any field of
+    ``ModelConfig`` can be overridden. The same seed gives the same weights.
+    """
+    from probe.models.config import resolve_config
+
+    config = resolve_config(pe, vocab_size=vocab_size, preset=preset, seed=seed, **overrides)
+    return PETransformer(config, device=device)
