@@ -1,0 +1,168 @@
+"""Distances between two models' attention heads and layers (Section 4.2, Eq. similarity).
+
+D_AT(P, Q) = 1/T · Σ_t JSD(P_t ‖ Q_t) compares two heads over a sequence; D^(l)(A, B) is the
+minimum of D_AT over all head pairs (P, Q) ∈ A_l × B_l of layer l.
+
+Aggregation over examples, as the paper does it (its released code, then its figure):
+D^(l) is computed per example — each example its own minimum over head pairs — and the
+figure averages that over the examples of a length bucket (and over layers for the
+"average over layers" panel). `layer_distances` returns the per-example values; average
+(and bootstrap, `probe.metrics.bootstrap_ci`) over the example dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from probe.errors import ProbeError
+from probe.metrics.jsd import Metric, check_metric, jsd, kl_terms
+
+
+class LayerDistances(NamedTuple):
+    """D^(l)(A, B) per layer, the head pair attaining it, and D_AT for every head pair."""
+
+    per_layer: Tensor  # [..., layer]
+    head_pairs: Tensor  # [..., layer, 2]: (head of A, head of B), int64
+    pairwise: Tensor  # [..., layer, head_A, head_B]
+
+
+def query_weights(lengths: Tensor | None, batch_shape: torch.Size, n_positions: int,
+                  device: torch.device, dtype: torch.dtype) -> Tensor:
+    """Weight of each query position in the mean over positions: 1/length on real tokens, 0 on padding.
+
+    `lengths` (true lengths of right-padded sequences) has the shape of a leading part of
+    `batch_shape`; the result broadcasts against [*batch_shape, n_positions].
+    """
+    positions = torch.arange(n_positions, device=device)  # [query]
+    if lengths is None:
+        return torch.full((n_positions,), 1.0 / n_positions, device=device, dtype=dtype)
+    lengths = torch.as_tensor(lengths, device=device)
+    if tuple(lengths.shape) != tuple(batch_shape[: lengths.dim()]):
+        raise ProbeError(f"lengths has shape {tuple(lengths.shape)}; expected the leading "
+                         f"dimensions of the patterns' batch shape {tuple(batch_shape)}")
+    if lengths.numel() and (lengths.min() < 1 or lengths.max() > n_positions):
+        raise ProbeError(f"lengths must lie in [1, {n_positions}] (the padded sequence length)")
+    lengths = lengths.reshape(*lengths.shape, *[1] * (len(batch_shape) - lengths.dim()), 1)
+    return (positions < lengths).to(dtype) / lengths.to(dtype)  # [*lengths.shape, 1.., query]
+
+
+def head_distance(P: Tensor, Q: Tensor, lengths: Tensor | None = None,
+                  metric: Metric = "jsd") -> Tensor:
+    """D_AT(P, Q): mean over query positions t of JSD(P_t ‖ Q_t), keys ≤ t (Section 4.2).
+
+    P, Q: [..., query, key] causal patterns (broadcasting). With `lengths` (true lengths of
+    right-padded sequences, shaped like the leading batch dimensions) the mean runs over each
+    sequence's real positions only. metric="reference-code": see `probe.metrics.jsd`.
+    """
+    rows = jsd(P, Q, dim=-1, metric=metric)  # [..., query]
+    weights = query_weights(lengths, rows.shape[:-1], rows.shape[-1], rows.device, rows.dtype)
+    return torch.where(weights > 0, rows * weights, 0.0).sum(-1)
+
+
+def layer_distances(A: Tensor, B: Tensor, lengths: Tensor | None = None,
+                    metric: Metric = "jsd", chunk_elements: int | None = None) -> LayerDistances:
+    """D^(l)(A, B) = min over all head pairs (P, Q) ∈ A_l × B_l of D_AT(P, Q) (Eq. similarity).
+
+    A: [..., layer, head_A, query, key] and B: [..., layer, head_B, query, key], the same leading
+    (example) dimensions, layers and length; lengths: true lengths of right-padded examples,
+    shaped like the leading dimensions. Work is done in blocks of about `chunk_elements`
+    pair-entries (default 2^22 on CPU, 2^27 elsewhere) so memory stays bounded at any length.
+
+    metric="reference-code" reproduces the paper's released code (`attention_kl_analyzer.py`):
+    its ½·(KL(M‖P) + KL(M‖Q)) form, and only the head pairs that code visits,
+    `itertools.combinations(range(n_heads), 2)` as (head of the compared model, head of NoPE),
+    i.e. head_B < head_A with A the NoPE model. `pairwise` still holds every pair.
+    """
+    check_metric(metric)
+    if A.dim() < 4 or B.dim() != A.dim():
+        raise ProbeError(f"patterns must be [..., layer, head, query, key] with the same number of "
+                         f"dimensions; got {tuple(A.shape)} and {tuple(B.shape)}")
+    if A.shape[:-3] != B.shape[:-3]:
+        raise ProbeError(f"A has {A.shape[-4]} layers and B has {B.shape[-4]} (batch "
+                         f"{tuple(A.shape[:-4])} vs {tuple(B.shape[:-4])}): the layerwise distance "
+                         f"needs the same examples and models of the same depth")
+    if A.shape[-2:] != B.shape[-2:] or A.shape[-1] != A.shape[-2]:
+        raise ProbeError(f"patterns must be square [query, key] maps of the same length; got "
+                         f"{tuple(A.shape[-2:])} and {tuple(B.shape[-2:])}")
+    heads_a, heads_b, n_positions = A.shape[-3], B.shape[-3], A.shape[-1]
+    if metric == "reference-code" and heads_a < 2:
+        raise ProbeError("metric 'reference-code' visits head pairs head_B < head_A only: "
+                         "it needs at least 2 heads")
+    dtype = torch.promote_types(A.dtype, B.dtype)
+    if not dtype.is_floating_point:
+        raise ProbeError(f"attention patterns must be floating point, got {dtype}")
+
+    rows, cols = torch.tril_indices(n_positions, n_positions, device=A.device)
+    a = A.to(dtype)[..., rows, cols]  # [..., layer, head_A, entry]: the causal entries (key ≤ query)
+    b = B.to(dtype)[..., rows, cols]  # [..., layer, head_B, entry]
+    weights = query_weights(lengths, A.shape[:-3], n_positions, A.device, dtype)[..., rows]
+    if lengths is not None:  # padded query rows may hold anything; zero them
+        a = a.masked_fill(weights[..., None, :] == 0, 0.0)
+        b = b.masked_fill(weights[..., None, :] == 0, 0.0)
+
+    batch_shape = A.shape[:-3]  # [..., layer]
+    weight_table = weights.reshape(-1, weights.shape[-1])  # [weight row, entry]
+    weight_index = torch.arange(weight_table.shape[0], device=A.device).reshape(
+        weights.shape[:-1]).expand(batch_shape).reshape(-1)  # [n]: weight row of each (example, layer)
+    budget = chunk_elements or (2**22 if A.device.type == "cpu" else 2**27)
+    pairwise = _pair_sums(a.reshape(-1, heads_a, a.shape[-1]), b.reshape(-1, heads_b, b.shape[-1]),
+                          weight_table, weight_index, metric, budget)
+    pairwise = pairwise.reshape(*batch_shape, heads_a, heads_b)  # [..., layer, head_A, head_B]
+    if metric == "jsd":
+        # JSD = ½Σp·log p + ½Σq·log q − Σm·log m and, with s = p + q, Σm·log m = ½Σs·log s − ½·ln 2·Σs:
+        # only Σ s·log s needs both heads at once (`_pair_sums`); the rest is reduced once per head.
+        own_a = _own_terms(a, weights)  # [..., layer, head_A]
+        own_b = _own_terms(b, weights)  # [..., layer, head_B]
+        pairwise = (own_a[..., :, None] + own_b[..., None, :] - 0.5 * pairwise).clamp_min(0.0)
+
+    visited = pairwise
+    if metric == "reference-code":
+        below = torch.ones(heads_a, heads_b, dtype=torch.bool, device=A.device).tril(-1)
+        visited = pairwise.masked_fill(~below, math.inf)
+    per_layer, flat = visited.flatten(-2).min(-1)  # [..., layer]
+    head_pairs = torch.stack([flat // heads_b, flat % heads_b], dim=-1)
+    return LayerDistances(per_layer, head_pairs, pairwise)
+
+
+def _own_terms(x: Tensor, weights: Tensor) -> Tensor:
+    """Σ_entries weight · (½·x·log x + ½·ln 2·x) for each head; x: [..., layer, head, entry]."""
+    terms = 0.5 * torch.xlogy(x, x) + 0.5 * math.log(2.0) * x
+    return (terms * weights[..., None, :]).sum(-1)
+
+
+def _pair_sums(a: Tensor, b: Tensor, weight_table: Tensor, weight_index: Tensor,
+               metric: Metric, budget: int) -> Tensor:
+    """Σ_entries weight · pair term for every head pair, block by block: s·log s (s = p + q) for
+    the JSD, the whole ½·(KL(M‖P) + KL(M‖Q)) summand for the reference code.
+
+    a: [n, head_A, entry], b: [n, head_B, entry]; returns [n, head_A, head_B].
+    """
+    n, heads_a, entries = a.shape
+    heads_b = b.shape[1]
+    out = a.new_empty(n, heads_a, heads_b)  # [n, head_A, head_B]
+    for n0, n1, a0, a1 in _blocks(n, heads_a, heads_b * entries, budget):
+        w = weight_table[weight_index[n0:n1], :, None]  # [block, entry, 1]
+        p = a[n0:n1, a0:a1, None, :]  # [block, head_A', 1, entry]
+        q = b[n0:n1, None, :, :]  # [block, 1, head_B, entry]
+        if metric == "jsd":
+            terms = p + q
+            torch.xlogy(terms, terms, out=terms)
+        else:
+            m = 0.5 * (p + q)
+            terms = 0.5 * (kl_terms(m, p) + kl_terms(m, q))
+        block = torch.bmm(terms.reshape(n1 - n0, -1, entries), w)  # [block, head_A' · head_B, 1]
+        out[n0:n1, a0:a1] = block.reshape(n1 - n0, a1 - a0, heads_b)
+    return out
+
+
+def _blocks(n: int, heads_a: int, pair_entries: int, budget: int) -> list[tuple[int, int, int, int]]:
+    """(n0, n1, a0, a1) slices of [n, head_A] whose pairs with every head of B hold ≤ budget entries."""
+    if heads_a * pair_entries <= budget:
+        step = budget // (heads_a * pair_entries)
+        return [(n0, min(n0 + step, n), 0, heads_a) for n0 in range(0, n, step)]
+    step = max(1, budget // pair_entries)
+    return [(i, i + 1, a0, min(a0 + step, heads_a)) for i in range(n) for a0 in range(0, heads_a, step)]

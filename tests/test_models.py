@@ -1,0 +1,237 @@
+"""The five PE models against independent oracles: the paper's examples, HuggingFace
+transformers' T5 and BLOOM code, the defining property of each encoding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import probe
+from probe.errors import ProbeError
+from probe.models import alibi_slopes, build_model, sinusoidal_embedding, t5_relative_bucket
+
+VOCAB = 23
+
+# Section B.2: bucket(n) for n = 0..9 with B = 5, D = 6 (first column of the paper's matrix).
+PAPER_BUCKETS = [0, 1, 2, 3, 3, 4, 4, 4, 4, 4]
+
+
+def test_pe_kinds_are_the_papers_five():
+    assert probe.PE_KINDS == ("nope", "ape", "t5", "alibi", "rotary")
+
+
+@pytest.mark.parametrize("pe", probe.PE_KINDS)
+def test_every_pe_is_a_hooked_transformer_with_working_hooks(pe):
+    from transformer_lens import HookedTransformer
+
+    model = build_model(pe, vocab_size=VOCAB, n_layers=2)
+    assert isinstance(model, HookedTransformer)
+    tokens = torch.randint(0, VOCAB, (3, 9))
+    logits, cache = model.run_with_cache(tokens)
+    assert torch.allclose(logits, model(tokens), atol=1e-5)
+    pattern = cache["blocks.1.attn.hook_pattern"]
+    assert pattern.shape == (3, model.cfg.n_heads, 9, 9)
+    assert torch.allclose(pattern.sum(-1), torch.ones(3, model.cfg.n_heads, 9))
+    assert torch.all(pattern.triu(1) == 0)
+    assert cache["blocks.0.attn.hook_attn_scores"].shape == (3, model.cfg.n_heads, 9, 9)
+    if pe in ("t5", "alibi"):
+        assert cache["blocks.0.attn.hook_pos_bias"].shape == (model.cfg.n_heads, 9, 9)
+    if pe == "ape":
+        assert cache["hook_pos_embed"].shape == (3, 9, model.cfg.d_model)
+
+
+def test_paper_bucket_matrix():
+    distances = torch.arange(10)[:, None] - torch.arange(10)[None, :]
+    expected = torch.tensor([[PAPER_BUCKETS[max(i - j, 0)] for j in range(10)] for i in range(10)])
+    assert torch.equal(t5_relative_bucket(distances.clamp(min=0), 5, 6), expected)
+
+
+@pytest.mark.parametrize("buckets,max_distance", [(32, 128), (5, 6), (16, 64), (64, 256), (8, 20)])
+def test_bucket_matches_transformers_t5(buckets, max_distance):
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    n = torch.arange(0, 1001)
+    # transformers takes memory - query = -(query - key) and bidirectional=False for a decoder.
+    reference = T5Attention._relative_position_bucket(-n, bidirectional=False, num_buckets=buckets, max_distance=max_distance)
+    assert torch.equal(t5_relative_bucket(n, buckets, max_distance), reference)
+
+
+def test_alibi_slopes_paper_and_bloom():
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+    for heads in (1, 3, 4, 6, 12, 16, 20, 24):
+        # BLOOM's alibi tensor at key position 1 is exactly the slope of each head.
+        bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float64)[:, 0, 1]
+        assert torch.allclose(alibi_slopes(heads), bloom), heads
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    model = build_model("alibi", vocab_size=VOCAB, n_heads=8, d_head=16)
+    _, cache = model.run_with_cache(torch.randint(0, VOCAB, (1, 7)))
+    bias = cache["blocks.0.attn.hook_pos_bias"]
+    for h in range(8):
+        for t in range(7):
+            for i in range(t + 1):
+                assert bias[h, t, i].item() == pytest.approx(-(2.0 ** -(h + 1)) * (t - i))
+
+
+def test_sinusoid_values_against_formula():
+    d = 16
+    values = sinusoidal_embedding(torch.arange(50), d)
+    for j in (0, 1, 7, 49):
+        for i in range(d // 2):
+            omega = 1 / 10000 ** (2 * i / d)
+            assert values[j, 2 * i].item() == pytest.approx(math.sin(omega * j), abs=1e-12)
+            assert values[j, 2 * i + 1].item() == pytest.approx(math.cos(omega * j), abs=1e-12)
+
+
+def _layer0_scores(model, tokens):
+    _, cache = model.run_with_cache(tokens)
+    return cache["blocks.0.attn.hook_attn_scores"][0]  # [head, query, key]
+
+
+@pytest.mark.parametrize("pe,invariant", [("nope", True), ("t5", True), ("alibi", True), ("rotary", True), ("ape", False)])
+def test_shift_invariance_of_relative_encodings(pe, invariant):
+    """Layer-0 logits among a block of tokens are unchanged when the block moves right (relative
+    PEs), and change for APE."""
+    model = build_model(pe, vocab_size=VOCAB, seed=1).double()
+    torch.manual_seed(0)
+    block = torch.randint(0, VOCAB, (1, 10))
+    shifted = torch.cat([torch.randint(0, VOCAB, (1, 13)), block], dim=1)
+    a = _layer0_scores(model, block)
+    b = _layer0_scores(model, shifted)[:, 13:, 13:]
+    # 1e-5: TransformerLens keeps the rotary sin/cos tables in float32 even in a float64 model.
+    close = torch.allclose(a, b, atol=1e-5)
+    assert close == invariant
+    if not invariant:
+        lower = torch.tril(torch.ones(10, 10, dtype=torch.bool))
+        assert (a - b)[:, lower].abs().max() > 1e-2
+
+
+def test_rotary_dot_product_depends_on_distance_only():
+    model = build_model("rotary", vocab_size=VOCAB, rotary_dim=16).double()
+    attn = model.blocks[0].attn
+    torch.manual_seed(0)
+    q = torch.randn(1, 1, 1, model.cfg.d_head, dtype=torch.float64).expand(1, 40, 1, -1)
+    k = torch.randn(1, 1, 1, model.cfg.d_head, dtype=torch.float64).expand(1, 40, 1, -1)
+    rq, rk = attn.apply_rotary(q.contiguous()), attn.apply_rotary(k.contiguous())
+    dots = torch.einsum("d,id->i", rq[0, 30, 0], rk[0, :, 0])  # query at 30, keys 0..39
+    dots_later = torch.einsum("d,id->i", rq[0, 35, 0], rk[0, :, 0])
+    assert torch.allclose(dots[:31], dots_later[5:36], atol=1e-10)
+    assert not torch.allclose(dots[:31], dots[5:36], atol=1e-3)
+
+
+def test_nope_one_layer_last_position_is_permutation_invariant():
+    """Without PE, attention is a set operation: permuting the earlier tokens leaves the last
+    position's output unchanged."""
+    model = build_model("nope", vocab_size=VOCAB, n_layers=1).double()
+    tokens = torch.randint(0, VOCAB, (1, 12))
+    permuted = torch.cat([tokens[:, :-1][:, torch.randperm(11)], tokens[:, -1:]], dim=1)
+    assert torch.allclose(model(tokens)[0, -1], model(permuted)[0, -1], atol=1e-10)
+    ape = build_model("ape", vocab_size=VOCAB, n_layers=1).double()
+    assert not torch.allclose(ape(tokens)[0, -1], ape(permuted)[0, -1], atol=1e-6)
+
+
+def test_nope_has_no_positional_parameter_or_buffer():
+    model = build_model("nope", vocab_size=VOCAB)
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    assert not [n for n in names if "pos" in n or "rotary" in n or "alibi" in n or "relative" in n]
+
+
+@pytest.mark.parametrize("pe", probe.PE_KINDS)
+def test_long_inputs_run_and_too_long_refuses(pe):
+    model = build_model(pe, vocab_size=VOCAB, n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+    assert model.cfg.n_ctx >= 1024
+    with torch.no_grad():
+        logits = model(torch.randint(0, VOCAB, (1, 1024)))
+    assert torch.isfinite(logits).all()
+    with pytest.raises(ProbeError, match="longer than this model's context"):
+        model(torch.randint(0, VOCAB, (1, 1025)))
+
+
+@pytest.mark.parametrize("pe", probe.PE_KINDS)
+def test_fast_path_equals_hooked_path(pe):
+    """Logits and gradients agree between scaled_dot_product_attention and the explicit path."""
+    model = build_model(pe, vocab_size=VOCAB, seed=3).double()
+    tokens = torch.randint(0, VOCAB, (2, 15))
+    results = []
+    for fast in (True, False):
+        model.zero_grad()
+        model.set_fast_attention(fast)
+        assert model.blocks[0].attn.uses_fast_path() == fast
+        logits = model(tokens)
+        logits.pow(2).mean().backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-10)
+    for g_fast, g_slow in zip(results[0][1], results[1][1]):
+        assert torch.allclose(g_fast, g_slow, atol=1e-10)
+
+
+def test_hooks_switch_off_the_fast_path():
+    model = build_model("t5", vocab_size=VOCAB)
+    tokens = torch.randint(0, VOCAB, (1, 6))
+    seen = []
+    model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda x, hook: seen.append(x))])
+    assert len(seen) == 1 and seen[0].shape == (1, model.cfg.n_heads, 6, 6)
+    assert model.blocks[0].attn.uses_fast_path()  # hooks removed again afterwards
+
+
+def test_patching_the_position_bias_changes_the_output():
+    model = build_model("t5", vocab_size=VOCAB)
+    tokens = torch.randint(0, VOCAB, (1, 6))
+    clean = model(tokens)
+    patched = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pos_bias", lambda x, hook: x * 0 + 5.0 * torch.arange(6.0))])
+    assert not torch.allclose(clean, patched)
+
+
+def test_t5_table_is_shared_or_per_layer():
+    shared = build_model("t5", vocab_size=VOCAB, n_layers=3)
+    assert shared.pe.relative_attention_bias.shape == (1, 32, shared.cfg.n_heads)
+    _, cache = shared.run_with_cache(torch.randint(0, VOCAB, (1, 8)))
+    assert torch.equal(cache["blocks.0.attn.hook_pos_bias"], cache["blocks.2.attn.hook_pos_bias"])
+    per_layer = build_model("t5", vocab_size=VOCAB, n_layers=3, t5_shared=False)
+    assert per_layer.pe.relative_attention_bias.shape == (3, 32, per_layer.cfg.n_heads)
+
+
+def test_kv_cache_matches_full_forward():
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    for pe in probe.PE_KINDS:
+        model = build_model(pe, vocab_size=VOCAB).double()
+        tokens = torch.randint(0, VOCAB, (2, 10))
+        full = model(tokens)
+        cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, 2)
+        ones = torch.ones(2, 6, dtype=torch.long)
+        first = model(tokens[:, :6], past_kv_cache=cache, attention_mask=ones)
+        steps = [first]
+        for t in range(6, 10):
+            steps.append(model(tokens[:, t : t + 1], past_kv_cache=cache, attention_mask=torch.ones(2, 1, dtype=torch.long)))
+        assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-9), pe
+
+
+def test_presets_and_overrides():
+    base = build_model("nope", vocab_size=100, preset="base")
+    assert (base.cfg.n_layers, base.cfg.d_model, base.cfg.n_heads, base.cfg.d_mlp) == (12, 768, 12, 3072)
+    assert build_model("nope", vocab_size=VOCAB, n_layers=1).cfg.n_layers == 1
+    assert build_model("nope", vocab_size=VOCAB, preset="small").cfg.n_layers == 4
+
+
+def test_same_seed_same_weights():
+    a, b = build_model("t5", vocab_size=VOCAB, seed=4), build_model("t5", vocab_size=VOCAB, seed=4)
+    c = build_model("t5", vocab_size=VOCAB, seed=5)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.W_E, c.W_E)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(pe="learned2"), "unknown positional encoding"),
+    (dict(pe="nope", preset="huge"), "unknown preset"),
+    (dict(pe="nope", n_layerz=3), "unknown model option"),
+])
+def test_bad_model_requests(bad, match):
+    pe = bad.pop("pe")
+    with pytest.raises(ProbeError, match=match):
+        build_model(pe, vocab_size=VOCAB, **bad)
