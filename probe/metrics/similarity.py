@@ -70,7 +70,7 @@ def layer_distances(A: Tensor, B: Tensor, lengths: Tensor | None = None,
     A: [..., layer, head_A, query, key] and B: [..., layer, head_B, query, key], the same leading
     (example) dimensions, layers and length; lengths: true lengths of right-padded examples,
     shaped like the leading dimensions. Work is done in blocks of about `chunk_elements`
-    pair-entries (default 2^22 on CPU, 2^27 elsewhere) so memory stays bounded at any length.
+    pair-entries (default 2^18 on CPU, cache-sized; 2^27 elsewhere) so memory stays bounded at any length.
 
     metric="reference-code" reproduces the paper's released code (`attention_kl_analyzer.py`):
     its ½·(KL(M‖P) + KL(M‖Q)) form, and only the head pairs that code visits,
@@ -108,7 +108,7 @@ def layer_distances(A: Tensor, B: Tensor, lengths: Tensor | None = None,
     weight_table = weights.reshape(-1, weights.shape[-1])  # [weight row, entry]
     weight_index = torch.arange(weight_table.shape[0], device=A.device).reshape(
         weights.shape[:-1]).expand(batch_shape).reshape(-1)  # [n]: weight row of each (example, layer)
-    budget = chunk_elements or (2**22 if A.device.type == "cpu" else 2**27)
+    budget = chunk_elements or (2**18 if A.device.type == "cpu" else 2**27)
     pairwise = _pair_sums(a.reshape(-1, heads_a, a.shape[-1]), b.reshape(-1, heads_b, b.shape[-1]),
                           weight_table, weight_index, metric, budget)
     pairwise = pairwise.reshape(*batch_shape, heads_a, heads_b)  # [..., layer, head_A, head_B]
@@ -139,23 +139,28 @@ def _pair_sums(a: Tensor, b: Tensor, weight_table: Tensor, weight_index: Tensor,
     """Σ_entries weight · pair term for every head pair, block by block: s·log s (s = p + q) for
     the JSD, the whole ½·(KL(M‖P) + KL(M‖Q)) summand for the reference code.
 
-    a: [n, head_A, entry], b: [n, head_B, entry]; returns [n, head_A, head_B].
+    a: [n, head_A, entry], b: [n, head_B, entry]; returns [n, head_A, head_B]. The JSD path reuses
+    two block-sized buffers, so on CPU a block stays in cache through add, log and multiply.
     """
     n, heads_a, entries = a.shape
     heads_b = b.shape[1]
+    blocks = _blocks(n, heads_a, heads_b * entries, budget)
+    size = max((n1 - n0) * (a1 - a0) for n0, n1, a0, a1 in blocks) * heads_b * entries
+    sums, logs = a.new_empty(size), a.new_empty(size)
+    tiny = torch.finfo(a.dtype).tiny  # s·log max(s, tiny) is s·log s, and 0 at s = 0
     out = a.new_empty(n, heads_a, heads_b)  # [n, head_A, head_B]
-    for n0, n1, a0, a1 in _blocks(n, heads_a, heads_b * entries, budget):
-        w = weight_table[weight_index[n0:n1], :, None]  # [block, entry, 1]
+    for n0, n1, a0, a1 in blocks:
         p = a[n0:n1, a0:a1, None, :]  # [block, head_A', 1, entry]
         q = b[n0:n1, None, :, :]  # [block, 1, head_B, entry]
+        shape = (n1 - n0, a1 - a0, heads_b, entries)
         if metric == "jsd":
-            terms = p + q
-            torch.xlogy(terms, terms, out=terms)
+            s = torch.add(p, q, out=sums[: math.prod(shape)].view(shape))
+            terms = torch.clamp(s, min=tiny, out=logs[: s.numel()].view(shape)).log_().mul_(s)
         else:
             m = 0.5 * (p + q)
             terms = 0.5 * (kl_terms(m, p) + kl_terms(m, q))
-        block = torch.bmm(terms.reshape(n1 - n0, -1, entries), w)  # [block, head_A' · head_B, 1]
-        out[n0:n1, a0:a1] = block.reshape(n1 - n0, a1 - a0, heads_b)
+        w = weight_table[weight_index[n0:n1], :, None]  # [block, entry, 1]
+        out[n0:n1, a0:a1] = torch.bmm(terms.reshape(n1 - n0, -1, entries), w).view(shape[:3])
     return out
 
 

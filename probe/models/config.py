@@ -37,6 +37,7 @@ class ModelConfig:
     d_mlp: int = 512
     n_ctx: int = 1024
     act_fn: str = "relu"
+    normalization: str | None = "RMS"
     attn_scale: bool = True
     bias: bool = False
     tie_embeddings: bool = True
@@ -59,6 +60,8 @@ class ModelConfig:
             raise ProbeError(f"unknown positional encoding {self.pe!r}; choose one of {', '.join(PE_KINDS)}")
         if self.d_vocab < 1:
             raise ProbeError(f"d_vocab must be positive, got {self.d_vocab}")
+        if self.normalization not in ("RMS", "LN", None):
+            raise ProbeError(f"unknown normalization {self.normalization!r}; choose 'RMS', 'LN' or None")
         if self.init not in ("t5", "gpt2"):
             raise ProbeError(f"unknown init {self.init!r}; choose 't5' or 'gpt2'")
         rotary_dim = self.resolved_rotary_dim

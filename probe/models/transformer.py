@@ -55,7 +55,7 @@ def hooked_config(config: ModelConfig) -> HookedTransformerConfig:
         d_vocab=config.d_vocab,
         d_vocab_out=config.d_vocab,
         act_fn=config.act_fn,
-        normalization_type="RMS",
+        normalization_type=config.normalization,
         positional_embedding_type=config.pe,
         rotary_dim=config.resolved_rotary_dim if config.pe == "rotary" else None,
         rotary_base=config.rotary_base,
