@@ -1,16 +1,99 @@
-"""`probe eval`: not built yet."""
+"""`probe eval`: exact-match accuracy per length bucket for trained runs (Figure showcase)."""
 
 from __future__ import annotations
 
 import argparse
 
-from probe.errors import ProbeError
+from probe.commands.common import add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("eval", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "eval", help="exact-match accuracy by length bucket (length generalization)",
+        description="Greedy exact match per length bucket on held-out IID examples and the test split "
+        "(seen and unseen lengths). Writes eval.json into each run folder, a plotly figure of accuracy "
+        "against length, and the mean rank of each PE when several tasks were evaluated.",
+    )
+    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
+    parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
+    parser.add_argument("--scratchpad", metavar="FORMAT", help="scratchpad format of the runs to evaluate")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="task options of the runs to evaluate (as given to `probe train`)")
+    parser.add_argument("--n", type=int, help="test examples (default: the whole test split of the task)")
+    parser.add_argument("--valid", type=int, default=500, metavar="N", help="IID held-out examples (default 500)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--out", metavar="DIR", help="where the figure goes (default: the task folder)")
+    add_checkpoints(parser)
+    add_device(parser)
+    add_json(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise ProbeError("'probe eval' is not built yet in this version")
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from probe.commands.tasks import parse_options
+    from probe.errors import ProbeError
+    from probe.evaluation import evaluate_run, mean_ranks
+    from probe.plots import PE_NAMES, accuracy_by_length, write_figure
+    from probe.runs import Run, find_runs, task_folder_name
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.train import resolve_device
+
+    device = resolve_device(args.device)
+    out = console(stderr=args.json)
+    if args.runs:
+        runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
+    else:
+        runs = []
+        options = parse_options(args.option, args.scratchpad)
+        for task in args.task or ["scan"]:
+            found, broken = find_runs(args.checkpoints, task, options)
+            for path, why in broken:
+                out.print(f"[yellow]skipping {path}: {why}[/yellow]")
+            runs += found
+        if not runs:
+            tasks = ", ".join(task_folder_name(t, options) for t in args.task or ["scan"])
+            raise ProbeError(f"no runs of {tasks} under {args.checkpoints}; train them first with `probe train`")
+    reports = []
+    with out.status("evaluating") as status:
+        for r in runs:
+            status.update(f"evaluating {r.label}")
+            reports.append(evaluate_run(r, n_test=args.n, n_valid=args.valid, device=device, batch_size=args.batch_size))
+
+    table = Table(title="probe eval: exact match (greedy)")
+    for column in ("run", "IID (seen lengths)", "OOD (unseen lengths)", "buckets"):
+        table.add_column(column)
+    for report in reports:
+        table.add_row(report["label"], f"{100 * report['iid_accuracy']:.1f}%",
+                      "-" if report["ood_accuracy"] is None else f"{100 * report['ood_accuracy']:.1f}%",
+                      " ".join(f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*") for b in report["buckets"]))
+    out.print(table)
+    out.print("[dim]buckets: length:accuracy%, * = unseen length[/dim]")
+
+    by_task: dict[str, list[dict]] = {}
+    for report in reports:
+        by_task.setdefault(report["task_folder"], []).append(report)
+    figures = []
+    for task_folder, task_reports in by_task.items():
+        curves = [{"label": f"{PE_NAMES.get(r['pe'], r['pe'])} (seed {r['seed']})", "pe": r["pe"], "dashed": r["seed"] != 0,
+                   "lengths": [b["length"] for b in r["buckets"]], "accuracy": [b["accuracy"] for b in r["buckets"]]}
+                  for r in task_reports]
+        seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
+        figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length")
+        target = Path(args.out) if args.out else Path(args.checkpoints) / task_folder
+        figures += [str(p) for p in write_figure(figure, target / "eval_accuracy")]
+    ranks = mean_ranks(reports)
+    if ranks:
+        rank_table = Table(title="mean rank of each PE by OOD accuracy (1 = best; Figure teaser)")
+        rank_table.add_column("PE")
+        rank_table.add_column("mean rank", justify="right")
+        for pe, rank in ranks.items():
+            rank_table.add_row(PE_NAMES.get(pe, pe), f"{rank:.2f}")
+        out.print(rank_table)
+    out.print("figures: " + ", ".join(figures))
+    if args.json:
+        print_json({"runs": reports, "mean_rank": ranks, "figures": figures})
+    return 0

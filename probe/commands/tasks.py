@@ -1,16 +1,176 @@
-"""`probe tasks`: not built yet."""
+"""`probe tasks`: list the tasks with their options and scratchpad formats, or show a task's examples.
+
+``probe tasks`` lists; ``probe tasks show TASK`` prints examples of a split (source, target,
+length bucket) exactly as a model sees them, or exports them as JSONL with ``--jsonl FILE|-``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any
 
 from probe.errors import ProbeError
 
+SHOWN = 5
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("tasks", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "tasks",
+        help="list the paper's tasks, or show a task's examples",
+        description="List the ten tasks with their options and scratchpad formats (Section 3, Appendix D.1, "
+        "Section 5), or show the examples of one task's split with 'probe tasks show TASK'.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the list as JSON")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    show = actions.add_parser(
+        "show",
+        help="print or export examples of a task",
+        description="Print examples of a task's split (source, target, length bucket, seen or unseen length), "
+        "or export them as JSONL.",
+    )
+    show.add_argument("task", metavar="TASK", help="task name (see 'probe tasks')")
+    show.add_argument("--split", default="train", help="train, valid or test (default: train)")
+    show.add_argument("--n", type=int, default=None, help=f"number of examples (default: {SHOWN} printed; "
+                      "with --jsonl the whole split, or the task's default size for generated tasks)")
+    show.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    show.add_argument("--scratchpad", metavar="FMT", default=None,
+                      help="scratchpad format: none, full, empty, or components like I+C+O")
+    show.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                      help="a task option, e.g. variant=count or train_length=8 (repeatable)")
+    show.add_argument("--jsonl", metavar="FILE", default=None, help="write the examples as JSON lines to FILE ('-': stdout)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise ProbeError("'probe tasks' is not built yet in this version")
+    if getattr(args, "action", None) == "show":
+        return show(args)
+    return list_tasks(args.json)
+
+
+def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
+    """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ProbeError(f"option {pair!r} is not KEY=VALUE (e.g. variant=count)")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    if scratchpad is not None:
+        options["scratchpad"] = scratchpad
+    return options
+
+
+def catalog() -> dict[str, Any]:
+    from probe.tasks import TASKS, scratchpad
+    from probe.tasks.base import ScratchpadTask
+
+    return {
+        "tasks": {
+            name: {
+                "summary": cls.summary,
+                "length_bucket": cls.length_unit,
+                "scratchpad": issubclass(cls, ScratchpadTask),
+                "options": {
+                    key: {
+                        "default": option.default,
+                        "shown": option.shown or (option.default if isinstance(option.default, str) else json.dumps(option.default)),
+                        "accepts": option.accepts,
+                        "help": option.help,
+                    }
+                    for key, option in cls.OPTIONS.items()
+                },
+            }
+            for name, cls in TASKS.items()
+        },
+        "scratchpad_formats": list(scratchpad.FORMATS),
+        "scratchpad_components": scratchpad.COMPONENT_NAMES,
+    }
+
+
+def list_tasks(as_json: bool) -> int:
+    info = catalog()
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Tasks (probe tasks show TASK [-o KEY=VALUE] prints examples)", show_lines=True)
+    for column in ("task", "what", "λ counts", "options: default (accepted)"):
+        table.add_column(column, overflow="fold")
+    for name, task in info["tasks"].items():
+        options = "\n".join(
+            f"{key}: {option['shown']}" + ("" if option["accepts"] == "a positive integer" else f" ({option['accepts']})")
+            for key, option in task["options"].items()
+            if key != "scratchpad"
+        )
+        if task["scratchpad"]:
+            options += "\nscratchpad: none (formats below)"
+        table.add_row(name, task["summary"], task["length_bucket"], options)
+    console = Console()
+    console.print(table)
+    components = ", ".join(f"{key} = {name}" for key, name in info["scratchpad_components"].items())
+    with_scratchpad = ", ".join(name for name, task in info["tasks"].items() if task["scratchpad"])
+    console.print(f"Scratchpad formats ({with_scratchpad}; {components}; train_length defaults to 8 with one):")
+    console.print("  " + ", ".join(info["scratchpad_formats"]) + "; none = no scratchpad", soft_wrap=True)
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    from probe.tasks import Tokenizer, get
+
+    task = get(args.task, **parse_options(args.option, args.scratchpad))
+    n = args.n if args.n is not None or args.jsonl else SHOWN
+    examples = task.examples(args.split, n=n, seed=args.seed)
+    if args.jsonl:
+        lines = [
+            json.dumps({"task": task.name, "split": args.split, "source": ex.source, "target": ex.target,
+                        "length": ex.length, "seen": task.is_seen(ex.length)})
+            for ex in examples
+        ]
+        write_lines(args.jsonl, lines)
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table
+
+    tokenizer = Tokenizer.for_task(task)
+    table = Table(title=f"{task!r} · {args.split} · seed {args.seed}", show_lines=True)
+    for column in ("λ", "seen", "tokens", "source", "target"):
+        table.add_column(column, overflow="fold")
+    for ex in examples:
+        ids, _ = tokenizer.encode_example(ex)
+        table.add_row(str(ex.length), "yes" if task.is_seen(ex.length) else "no", str(len(ids)), ex.source, ex.target)
+    console = Console()
+    console.print(table)
+    console.print(f"λ = {task.length_unit}; seen lengths: λ <= {task.train_length}; vocabulary: {len(tokenizer)} tokens "
+                  "(with <bos>, <pad>, <eos>, <sep>); tokens = <bos> source <sep> target <eos>")
+    return 0
+
+
+def write_lines(path: str, lines: list[str]) -> None:
+    """Writes ``lines`` to ``path`` atomically (``-``: stdout)."""
+    text = "".join(line + "\n" for line in lines)
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    temporary = None
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".tmp-", suffix=".jsonl", delete=False) as handle:
+            temporary = handle.name
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary and os.path.exists(temporary):
+            os.remove(temporary)
+        raise ProbeError(f"cannot write {path}: {error.strerror or error}") from None
+    print(f"wrote {len(lines)} examples to {path}", file=sys.stderr)

@@ -1,0 +1,70 @@
+"""Examples -> token tensors -> length-bucketed batches, deterministic and resumable.
+
+Sequences are ``<bos> source <sep> target <eos>``, right-padded. The training objective (Section
+3) is log p(y | x): only the target tokens and ``<eos>`` are scored. Batches group examples of
+similar length (little padding, so little wasted compute), in an order that depends only on the
+seed and the epoch, so a resumed run sees exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from probe.tasks import Example, Tokenizer
+
+
+@dataclass
+class EncodedSet:
+    """[n, max_len] right-padded ids, each row's length and the index of its first target token."""
+
+    tokens: torch.Tensor  # [n, max_len] long
+    lengths: torch.Tensor  # [n]
+    target_start: torch.Tensor  # [n]
+
+    def __len__(self) -> int:
+        return self.tokens.size(0)
+
+    def batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens [batch, pos] trimmed to the longest row, and the loss mask [batch, pos - 1] that
+        marks which next-token predictions are target tokens."""
+        width = int(self.lengths[index].max())
+        tokens = self.tokens[index, :width]
+        position = torch.arange(1, width)[None, :]  # position of each predicted token
+        mask = (position >= self.target_start[index, None]) & (position < self.lengths[index, None])
+        return tokens, mask
+
+
+def encode(examples: Sequence[Example], tokenizer: Tokenizer) -> EncodedSet:
+    rows, starts = zip(*(tokenizer.encode_example(example) for example in examples))
+    lengths = torch.tensor([len(row) for row in rows])
+    tokens = torch.full((len(rows), int(lengths.max())), tokenizer.pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    return EncodedSet(tokens, lengths, torch.tensor(starts))
+
+
+def epoch_batches(data: EncodedSet, batch_size: int, seed: int, epoch: int, pool: int = 32) -> list[torch.Tensor]:
+    """The batches of one epoch: shuffle, sort pools of ``pool`` batches by length, cut, shuffle
+    the batch order. Depends only on (seed, epoch)."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(len(data), generator=generator)
+    batches = []
+    chunk = batch_size * pool
+    for start in range(0, len(order), chunk):
+        part = order[start : start + chunk]
+        part = part[torch.argsort(data.lengths[part], stable=True)]
+        batches.extend(part.split(batch_size))
+    shuffle = torch.randperm(len(batches), generator=generator)
+    return [batches[i] for i in shuffle.tolist()]
+
+
+def batch_stream(data: EncodedSet, batch_size: int, seed: int, epoch: int = 0, position: int = 0) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """Endless (epoch, position, index) stream, starting at ``(epoch, position)``."""
+    while True:
+        batches = epoch_batches(data, batch_size, seed, epoch)
+        for i in range(position, len(batches)):
+            yield epoch, i, batches[i]
+        epoch, position = epoch + 1, 0

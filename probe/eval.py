@@ -1,0 +1,102 @@
+"""Exact-match accuracy with greedy decoding, per length bucket (Section 3: length generalization).
+
+Decoding reuses keys and values (TransformerLens' KV cache): the prompt runs once, then one token
+per step. Examples are grouped by prompt length, so no batch needs padding and every position
+index is the one the model would see alone. A prediction is correct when the generated tokens up
+to ``<eos>`` equal the gold target; decoding stops one token after the longest gold target.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+from probe.errors import ProbeError
+from probe.tasks import Example, Tokenizer
+
+
+@dataclass
+class EvalResult:
+    """Per-example outcomes; ``by_length`` aggregates them into the paper's buckets."""
+
+    lengths: list[int]
+    correct: list[bool]
+    predictions: list[str] = field(default_factory=list)
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.correct) / len(self.correct) if self.correct else float("nan")
+
+    def by_length(self) -> dict[int, tuple[int, int]]:
+        """length -> (examples, correct)."""
+        table: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for length, ok in zip(self.lengths, self.correct):
+            table[length][0] += 1
+            table[length][1] += int(ok)
+        return {length: (n, k) for length, (n, k) in sorted(table.items())}
+
+
+@torch.no_grad()
+def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_id: int, use_cache: bool = True) -> torch.Tensor:
+    """[batch, prompt] (equal lengths) -> [batch, <= max_new] generated ids, ``pad_id`` after <eos>."""
+    batch, length = prompts.shape
+    if length + max_new - 1 > model.cfg.n_ctx:
+        raise ProbeError(
+            f"decoding needs {length + max_new - 1} positions but the model's context is n_ctx={model.cfg.n_ctx}"
+        )
+    device = prompts.device
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch) if use_cache else None
+    mask = torch.ones(batch, length, dtype=torch.long, device=device)
+    logits = model(prompts, past_kv_cache=cache, attention_mask=mask) if use_cache else model(prompts)
+    sequence = prompts
+    generated = []
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    one = torch.ones(batch, 1, dtype=torch.long, device=device)
+    for step in range(max_new):
+        token = logits[:, -1].argmax(-1)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        generated.append(token)
+        finished |= token == eos_id
+        if step == max_new - 1 or bool(finished.all()):
+            break
+        if use_cache:
+            logits = model(token[:, None], past_kv_cache=cache, attention_mask=one)
+        else:
+            sequence = torch.cat([sequence, token[:, None]], dim=1)
+            logits = model(sequence)
+    return torch.stack(generated, dim=1)
+
+
+def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], *, device: torch.device | str = "cpu",
+                      batch_size: int = 256, use_cache: bool = True, keep_predictions: bool = False) -> EvalResult:
+    """Greedy exact match of ``model`` on ``examples`` (same order in the result)."""
+    device = torch.device(device)
+    model.eval()
+    prompts = [tokenizer.encode_prompt(e.source) for e in examples]
+    targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, prompt in enumerate(prompts):
+        groups[len(prompt)].append(i)
+    correct = [False] * len(examples)
+    predictions = [""] * len(examples)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    with autocast:
+        for indices in groups.values():
+            for start in range(0, len(indices), batch_size):
+                chunk = indices[start : start + batch_size]
+                batch = torch.tensor([prompts[i] for i in chunk], device=device)
+                longest = max(len(targets[i]) for i in chunk)
+                out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache).cpu()
+                for row, i in enumerate(chunk):
+                    gold = targets[i]
+                    produced = out[row, : len(gold)].tolist()
+                    correct[i] = produced == gold
+                    if keep_predictions:
+                        ids = out[row].tolist()
+                        end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
+                        predictions[i] = tokenizer.decode(ids[:end])
+    return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])

@@ -1,0 +1,56 @@
+"""Length-generalization reports: a run's accuracy per bucket (eval.json), and PE ranks across tasks."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from probe.eval import evaluate_examples
+from probe.models.checkpoint import atomic_write_json, load_checkpoint
+from probe.runs import Run
+from probe.tasks import Tokenizer, get as get_task
+
+EVAL = "eval.json"
+
+
+def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, device: torch.device | str = "cpu",
+                 batch_size: int = 256, write: bool = True) -> dict[str, Any]:
+    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json."""
+    model = load_checkpoint(run.path, device=device)
+    meta = model.metadata
+    task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
+    tokenizer = Tokenizer.from_dict(meta["tokenizer"])
+    examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
+    result = evaluate_examples(model, tokenizer, examples, device=device, batch_size=batch_size)
+    buckets = [{"length": length, "n": n, "correct": k, "accuracy": k / n, "seen": task.is_seen(length)}
+               for length, (n, k) in result.by_length().items()]
+    seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
+    unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]
+    report = {
+        "label": run.label, "path": str(run.path), "task": task.name, "task_folder": run.path.parent.parent.name,
+        "task_options": task.options, "pe": meta["pe"], "seed": meta["model"]["seed"],
+        "n_examples": len(examples), "iid_accuracy": sum(seen) / len(seen) if seen else float("nan"),
+        "ood_accuracy": sum(unseen) / len(unseen) if unseen else None, "buckets": buckets,
+    }
+    if write:
+        atomic_write_json(run.path / EVAL, report)
+    return report
+
+
+def mean_ranks(reports: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Mean rank of each PE over tasks (scenarios), by OOD accuracy averaged over seeds; ties share
+    the average rank (Figure teaser). Empty unless at least two PEs were evaluated on some task."""
+    from probe.metrics import mean_rank
+
+    table: dict[str, dict[str, list[float]]] = {}
+    for r in reports:
+        if r["ood_accuracy"] is not None:
+            table.setdefault(r["task_folder"], {}).setdefault(r["pe"], []).append(r["ood_accuracy"])
+    pes = sorted({pe for scores in table.values() for pe in scores})
+    tasks = [t for t, scores in table.items() if set(scores) == set(pes)]
+    if len(pes) < 2 or not tasks:
+        return {}
+    scores = torch.tensor([[sum(table[t][pe]) / len(table[t][pe]) for pe in pes] for t in tasks])  # [task, pe]
+    ranks = mean_rank(scores, higher_is_better=True)
+    return dict(sorted(zip(pes, ranks.tolist()), key=lambda item: item[1]))

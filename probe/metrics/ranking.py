@@ -1,0 +1,50 @@
+"""Mean rank of methods across scenarios (Section 3, Figures teaser and mrr-per-category).
+
+The paper ranks the positional encodings "for all tasks and scenarios" and averages, after
+HELM. A scenario is a column of scores: in the released notebook, one (task, split, seed,
+scratchpad format) with its overall test accuracy.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from probe.errors import ProbeError
+
+
+def average_ranks(scores: Tensor, higher_is_better: bool = True) -> Tensor:
+    """Rank of each method within each scenario, 1 = best, tied methods sharing the mean of their ranks.
+
+    scores: [..., method] → ranks [..., method] (float).
+    """
+    if torch.isnan(scores).any():
+        raise ProbeError("scores contain NaN: every method needs a score in every scenario")
+    s = scores if higher_is_better else -scores
+    beaten_by = (s[..., None, :] > s[..., :, None]).sum(-1)  # [..., method]: methods strictly better
+    tied = (s[..., None, :] == s[..., :, None]).sum(-1)  # [..., method]: itself included
+    return beaten_by + (tied + 1) / 2
+
+
+def mean_rank(scores: Tensor, higher_is_better: bool = True) -> Tensor:
+    """Mean over scenarios of each method's average rank (lower is better).
+
+    scores: [scenario, method] (any number of leading scenario dimensions) → [method].
+    """
+    ranks = average_ranks(scores, higher_is_better)
+    return ranks.reshape(-1, ranks.shape[-1]).mean(0)
+
+
+def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool = True) -> Tensor:
+    """What the released notebook plots under the label "Mean Rank" (`compute_mean_reciprocal_rank`):
+    the mean over scenarios of 1/rank, ties broken by method order (pandas' method="first"),
+    so higher is better. scores: [scenario, method] → [method].
+    """
+    if torch.isnan(scores).any():
+        raise ProbeError("scores contain NaN: every method needs a score in every scenario")
+    s = scores if higher_is_better else -scores
+    order = torch.arange(s.shape[-1], device=s.device)
+    ahead = (s[..., None, :] > s[..., :, None]) | (
+        (s[..., None, :] == s[..., :, None]) & (order < order[:, None]))  # [..., method, other]
+    reciprocal = 1.0 / (ahead.sum(-1) + 1)  # [..., method]
+    return reciprocal.reshape(-1, s.shape[-1]).mean(0)

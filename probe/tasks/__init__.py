@@ -1,0 +1,41 @@
+"""The paper's ten tasks (Section 3, Table tab:dataset-examples, Appendix D.1), chosen by name.
+
+``get(name, **options)`` builds one; ``task.examples(split, n, seed)`` gives its examples, each
+with its length bucket λ; ``Tokenizer.for_task(task)`` gives its word-level tokenizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from probe.errors import ProbeError
+from probe.tasks.addition import Addition
+from probe.tasks.base import SPLITS, Example, ScratchpadTask, Task
+from probe.tasks.copy import Copy
+from probe.tasks.lego import Lego
+from probe.tasks.parity import Parity
+from probe.tasks.pcfg import Pcfg
+from probe.tasks.polynomial import Polynomial
+from probe.tasks.reverse import Reverse
+from probe.tasks.scan import Scan
+from probe.tasks.scratchpad import FORMATS
+from probe.tasks.sorting import Sorting
+from probe.tasks.summation import Summation
+from probe.tasks.tokenizer import Tokenizer
+
+TASKS: dict[str, type[Task]] = {
+    cls.name: cls for cls in (Copy, Reverse, Addition, Polynomial, Sorting, Summation, Parity, Lego, Scan, Pcfg)
+}
+SCRATCHPAD_TASKS = tuple(name for name, cls in TASKS.items() if issubclass(cls, ScratchpadTask))
+
+
+def get(name: str, **options: Any) -> Task:
+    """The task ``name`` with ``options`` (an unknown name or option raises ProbeError)."""
+    try:
+        cls = TASKS[name]
+    except KeyError:
+        raise ProbeError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
+    return cls(**options)
+
+
+__all__ = ["FORMATS", "SCRATCHPAD_TASKS", "SPLITS", "TASKS", "Example", "Task", "Tokenizer", "get"]

@@ -1,0 +1,237 @@
+"""The task interface (Section 3): examples with a length bucket λ, split at a threshold L.
+
+Generated tasks (Section 3, Appendix D.1) draw λ ~ U(1, L) for train and valid and
+λ ~ U(1, 2L) for test, then the instance from the task's generative process. Finite datasets
+(SCAN, PCFG) keep their length split: train is the side with λ <= L, test the other side, and
+valid an IID holdout carved deterministically out of the train side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, ClassVar, Sequence
+
+from probe.errors import ProbeError
+from probe.tasks import scratchpad
+from probe.tasks.scratchpad import Step
+from probe.tasks.tokenizer import vocabulary_of
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One instance: the input text, the output text, and its length bucket λ."""
+
+    source: str
+    target: str
+    length: int
+
+
+@dataclass(frozen=True)
+class Option:
+    """A task option: its default, what a user may pass, a parser that normalises or raises."""
+
+    default: Any
+    accepts: str
+    parse: Callable[[Any], Any]
+    help: str
+    shown: str | None = None
+    """How listings show the default, where it is not the value itself."""
+
+
+def positive_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(value)
+    return value
+
+
+def fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(value)
+    return float(value)
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(value)
+    return value
+
+
+def one_of(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(value)
+        return value
+
+    return parse
+
+
+def train_length_option(default: int | None, help: str, shown: str | None = None) -> Option:
+    return Option(default, "a positive integer", positive_int, help, shown)
+
+
+def valid_fraction_option() -> Option:
+    return Option(
+        0.1, "a number in [0, 1)", fraction, "share of the train side held out as valid (0: train is the whole train side)"
+    )
+
+
+class Task(ABC):
+    """A task: ``examples(split, n, seed)``, ``vocabulary()``, ``is_seen(length)``.
+
+    ``options`` holds every option resolved to its value, so ``get(task.name, **task.options)``
+    rebuilds the same task.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    length_unit: ClassVar[str]
+    OPTIONS: ClassVar[dict[str, Option]]
+
+    def __init__(self, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            accepted = ", ".join(self.OPTIONS) or "none"
+            raise ProbeError(f"task {self.name!r} has no option {unknown[0]!r}; its options: {accepted}")
+        resolved = {}
+        for key, option in self.OPTIONS.items():
+            if key not in options:
+                resolved[key] = option.default
+                continue
+            try:
+                resolved[key] = option.parse(options[key])
+            except (ValueError, TypeError):
+                raise ProbeError(
+                    f"task {self.name!r}: {key}={options[key]!r} is not accepted; {key} takes {option.accepts}"
+                ) from None
+        self.options: dict[str, Any] = resolved
+        self.train_length: int = resolved["train_length"]
+
+    def __repr__(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+    @abstractmethod
+    def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
+        """Examples of ``split`` ("train", "valid" or "test"); the same arguments give the same list."""
+
+    @abstractmethod
+    def vocabulary(self) -> list[str]:
+        """Every token that can appear in a source or target, listed from the task's alphabet."""
+
+    def is_seen(self, length: int) -> bool:
+        """Whether length bucket ``length`` is among the training lengths (λ <= L)."""
+        return length <= self.train_length
+
+
+def check_request(split: str, n: int | None) -> None:
+    if split not in SPLITS:
+        raise ProbeError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0):
+        raise ProbeError(f"the number of examples must be a non-negative integer, not {n!r}")
+
+
+class GeneratedTask(Task):
+    """A task sampled on the spot: λ ~ U(1, L) for train and valid, λ ~ U(1, 2L) for test.
+
+    Each split draws from its own seed stream, so valid is fresh IID samples, not train's.
+    ``n=None`` gives ``DEFAULT_SIZES[split]`` examples (D.1 uses 100K/15%/10K; ours are smaller
+    because a small model trains on them on a CPU).
+    """
+
+    DEFAULT_SIZES: ClassVar[dict[str, int]] = {"train": 10_000, "valid": 1_000, "test": 2_000}
+
+    def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
+        check_request(split, n)
+        rng = random.Random(f"{self.name}/{split}/{seed}")
+        longest = 2 * self.train_length if split == "test" else self.train_length
+        count = self.DEFAULT_SIZES[split] if n is None else int(n)
+        return [self.sample(rng, rng.randint(1, longest)) for _ in range(count)]
+
+    @abstractmethod
+    def sample(self, rng: random.Random, length: int) -> Example:
+        """One example of length bucket ``length`` drawn with ``rng``."""
+
+
+class ScratchpadTask(GeneratedTask):
+    """A generated task that can write its answer after a scratchpad (Section 5).
+
+    L defaults to 20, and to 8 with a scratchpad, as in the paper (after Nye et al., 2021).
+    """
+
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "train_length": train_length_option(None, "threshold L on the length bucket", "20, or 8 with a scratchpad"),
+        "scratchpad": Option(None, scratchpad.ACCEPTS, scratchpad.parse_format, "scratchpad format (Section 5)", "none"),
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if self.train_length is None:
+            self.train_length = 8 if self.scratchpad else 20
+            self.options["train_length"] = self.train_length
+
+    @property
+    def scratchpad(self) -> str | None:
+        return self.options["scratchpad"]
+
+    def target(self, steps: Callable[[], Sequence[Step]], answer: str) -> str:
+        """``answer``, after the scratchpad of ``steps()`` when a format is set (steps built lazily)."""
+        return scratchpad.render(steps() if self.scratchpad else (), answer, self.scratchpad)
+
+    def vocabulary(self) -> list[str]:
+        texts = self.alphabet()
+        if self.scratchpad:
+            texts += [scratchpad.TEMPLATE, *self.scratchpad_alphabet()]
+        return vocabulary_of(*texts)
+
+    @abstractmethod
+    def alphabet(self) -> list[str]:
+        """Texts holding every word of the task's sources and answers (symbols, numbers, templates)."""
+
+    @abstractmethod
+    def scratchpad_alphabet(self) -> list[str]:
+        """Texts holding every word its scratchpad steps can write."""
+
+
+def in_holdout(source: str, fraction: float) -> bool:
+    """A stable pseudo-random choice of about ``fraction`` of all sources (independent of the run)."""
+    digest = hashlib.blake2b(source.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
+class FiniteTask(Task):
+    """A fixed dataset with a length split: train = λ <= L, test = λ > L; valid is held out of train.
+
+    ``n=None`` returns the whole split in the dataset's order; ``n`` draws that many without
+    replacement. With ``valid_fraction=0`` train is exactly the length split's training side.
+    """
+
+    @abstractmethod
+    def dataset(self) -> Sequence[Example]:
+        """Every example of the dataset, in a fixed order."""
+
+    @cached_property
+    def _splits(self) -> dict[str, list[Example]]:
+        splits: dict[str, list[Example]] = {split: [] for split in SPLITS}
+        for example in self.dataset():
+            if not self.is_seen(example.length):
+                splits["test"].append(example)
+            elif in_holdout(example.source, self.options["valid_fraction"]):
+                splits["valid"].append(example)
+            else:
+                splits["train"].append(example)
+        return splits
+
+    def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
+        check_request(split, n)
+        pool = self._splits[split]
+        if n is None:
+            return list(pool)
+        if n > len(pool):
+            raise ProbeError(f"{self.name} {split} has {len(pool)} examples; cannot draw {n}")
+        return random.Random(f"{self.name}/{split}/{seed}").sample(pool, n)

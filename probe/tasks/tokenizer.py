@@ -1,0 +1,127 @@
+"""Word-level tokenizer: one id per word of a task's alphabet, plus bos, pad, eos and sep.
+
+Words are whitespace-separated. Punctuation glued to the end of a word ("5." in "The answer is
+5 5 6 4 3.") becomes a token of its own marked ``##`` ("5", "##."), so "3 ." and "3." stay
+distinct and ``decode(encode(text)) == text`` for every single-spaced text.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    from probe.tasks.base import Example, Task
+
+SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
+GLUED = "##"
+PUNCTUATION = ".,:;?"
+
+
+def split_words(text: str) -> list[str]:
+    """Whitespace words, with trailing punctuation split off as ``##``-marked tokens."""
+    tokens: list[str] = []
+    for word in text.split():
+        glued: list[str] = []
+        while len(word) > 1 and word[-1] in PUNCTUATION:
+            glued.append(GLUED + word[-1])
+            word = word[:-1]
+        tokens.append(word)
+        tokens.extend(reversed(glued))
+    return tokens
+
+
+def join_words(tokens: Iterable[str]) -> str:
+    """Inverse of :func:`split_words`."""
+    text = ""
+    for token in tokens:
+        if token.startswith(GLUED) and len(token) > len(GLUED):
+            text += token[len(GLUED):]
+        else:
+            text += (" " if text else "") + token
+    return text
+
+
+def vocabulary_of(*texts: str) -> list[str]:
+    """The sorted set of tokens in ``texts``: how tasks list their vocabulary from their alphabet."""
+    return sorted({token for text in texts for token in split_words(text)})
+
+
+class Tokenizer:
+    """Maps words to ids: ``<bos>``=0, ``<pad>``=1, ``<eos>``=2, ``<sep>``=3, then ``words`` in order."""
+
+    def __init__(self, words: Sequence[str]) -> None:
+        words = list(dict.fromkeys(words))
+        clash = [word for word in words if word in SPECIALS]
+        if clash:
+            raise ProbeError(f"tokenizer words may not include the special tokens {clash}")
+        self._vocab = [*SPECIALS, *words]
+        self._ids = {word: i for i, word in enumerate(self._vocab) if i >= len(SPECIALS)}
+
+    @classmethod
+    def for_task(cls, task: Task) -> Tokenizer:
+        return cls(task.vocabulary())
+
+    @property
+    def vocab(self) -> list[str]:
+        return list(self._vocab)
+
+    @property
+    def bos_id(self) -> int:
+        return 0
+
+    @property
+    def pad_id(self) -> int:
+        return 1
+
+    @property
+    def eos_id(self) -> int:
+        return 2
+
+    @property
+    def sep_id(self) -> int:
+        return 3
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+    def encode(self, text: str) -> list[int]:
+        tokens = split_words(text)
+        try:
+            return [self._ids[token] for token in tokens]
+        except KeyError:
+            pass
+        unknown = [token for token in dict.fromkeys(tokens) if token not in self._ids]
+        raise ProbeError(
+            f"unknown word(s) {', '.join(map(repr, unknown[:10]))}"
+            f"{' ...' if len(unknown) > 10 else ''} (not in this task's {len(self) - len(SPECIALS)}-word vocabulary)"
+        )
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Maps ids back to text, skipping special tokens (it stops at nothing)."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < len(self._vocab)]
+        if bad:
+            raise ProbeError(f"token id(s) {bad[:10]} outside this vocabulary of {len(self._vocab)}")
+        return join_words(self._vocab[i] for i in ids if i >= len(SPECIALS))
+
+    def encode_prompt(self, source: str) -> list[int]:
+        """``[bos] + source + [sep]``: what a model is given to continue."""
+        return [self.bos_id, *self.encode(source), self.sep_id]
+
+    def encode_example(self, example: Example) -> tuple[list[int], int]:
+        """``[bos] + source + [sep] + target + [eos]`` and the index where the target starts."""
+        prompt = self.encode_prompt(example.source)
+        return [*prompt, *self.encode(example.target), self.eos_id], len(prompt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "word", "specials": list(SPECIALS), "words": self._vocab[len(SPECIALS):]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
+        if not isinstance(data, dict) or data.get("kind") != "word" or not isinstance(data.get("words"), list):
+            raise ProbeError("not a word-level tokenizer description (expected kind 'word' and a 'words' list)")
+        if data.get("specials", list(SPECIALS)) != list(SPECIALS):
+            raise ProbeError(f"tokenizer specials {data.get('specials')} differ from {list(SPECIALS)}")
+        return cls([str(word) for word in data["words"]])

@@ -1,0 +1,388 @@
+"""Numerical checks of Theorems 1 and 2 (Appendix C) on the constructed NoPE weights, and of
+NoPE layers that reproduce a relative bias (ALiBi, a T5 head). The CLI (`probe theorem`) and the
+explorer's Theorems page both call these.
+
+Every check runs the model's forward pass (TransformerLens hooks) on random token sequences that
+start with ``<bos>`` and compares what the hooks hold with what the paper says they hold. A
+claim passes when its max absolute error is within a tolerance of a few units of rounding
+(``eps`` of the dtype) times the magnitudes involved; :data:`TOLERANCES` states and justifies
+each one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+
+from probe.errors import ProbeError
+from probe.models.constructions import (BOS_ID, POS, Content, alibi_match_model, alibi_target, bias_match_model,
+                                        random_content, t5_head_target, theorem_model)
+from probe.models.transformer import PETransformer
+
+SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
+
+# (claim, statement, where it is read)
+CLAIMS: tuple[tuple[str, str, str], ...] = (
+    ("embedding", "H(0) dims 1-3 = (1, [x = <bos>], 0)  (Eq. word_embedding)", "hook_embed"),
+    ("t1_pattern", "Theorem 1 head attends 1/t to every key <= t  (Eq. abs_attention_prob)",
+     "blocks.0.attn.hook_pattern"),
+    ("t1_output", "its output, dims 1-3 = (0, 0, 1/t)  (Eq. abs_output2)", "blocks.0.hook_attn_out"),
+    ("t1_mlp", "after the MLP, dims 1-3 = (1, [x = <bos>], t)  (Eq. rel_hidden_state_1)",
+     "blocks.0.hook_resid_post"),
+    ("t2_logits", "layers >= 2: <q_t, k_i> = f_cnt(q_t, k_i) - (t - i), i <= t  (Eq. rel_attention_dot_product)",
+     "blocks.l.attn.hook_attn_scores"),
+    ("t2_kept", "dims 1-3 are never overwritten: still (1, [x = <bos>], t) at the end  (Theorem 2)",
+     "blocks.-1.hook_resid_post"),
+)
+
+TOLERANCES: dict[str, str] = {
+    "embedding": "0: the embedding is a table lookup, copied exactly",
+    "t1_pattern": "4 eps: equal logits give exp(0) = 1 each, an exact integer sum t, one rounded division",
+    "t1_output": "4 eps: one nonzero value times 1/t, then one nonzero W_O entry (values <= 1)",
+    "t1_mlp": "2 eps T^1.5: t <= T is a sum of t - 1 positive ReLU terms; blocked summation error grows "
+              "like sqrt(n) eps times the total (the worst-case n eps bound, T^2 eps, would hide bugs)",
+    "t2_logits": "2 x the t1_mlp tolerance (t and i each carry the MLP's error) + 2 d_head eps (2T + C), "
+                 "C = max sum_j |q_j k_j| over the content components: rounding of the dot product",
+    "t2_kept": "the t1_mlp tolerance: later layers add exact zeros to dims 1-3",
+}
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """One claim checked in one dtype: the max absolute error over every length and position."""
+
+    claim: str
+    statement: str
+    hook: str
+    dtype: str
+    max_error: float
+    tolerance: float
+    worst_length: int  # sequence length (tokens, <bos> included) where the max error occurred
+    worst_position: int  # 1-based query position t there
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.max_error <= self.tolerance)  # NaN fails
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """A NoPE layer against the target PE's head on the same tokens (Section 4.2's JSD, natural log)."""
+
+    target: str
+    dtype: str
+    max_length: int
+    n_sequences: int
+    max_jsd: float  # over every sequence and query row
+    mean_jsd: float
+    max_logit_error: float  # |NoPE logits − target logits|, keys <= t
+    tolerance: float  # on the logits; the JSD must be <= tolerance ** 2
+    position_dims: int  # residual dims the NoPE model spends on the position code
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.max_logit_error <= self.tolerance and self.max_jsd <= self.tolerance**2)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    dtypes = {"float32": torch.float32, "float64": torch.float64}
+    if name not in dtypes:
+        raise ProbeError(f"unknown dtype {name!r}; choose float32 or float64")
+    return dtypes[name]
+
+
+def random_tokens(vocab_size: int, length: int, generator: torch.Generator, batch: int = 1) -> torch.Tensor:
+    """[batch, length] token ids: ``<bos>`` then ids drawn uniformly from 1 .. vocab_size - 1."""
+    body = torch.randint(1, vocab_size, (batch, length - 1), generator=generator)
+    return torch.cat([torch.full((batch, 1), BOS_ID, dtype=torch.long), body], dim=1)
+
+
+def _positions(length: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.arange(1, length + 1, dtype=dtype)  # 1-based t
+
+
+def _content_logits(model: PETransformer, resid: torch.Tensor, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """f_cnt for one head, computed apart from the position: the head's components 3 .. h (Eq.
+    rel_query / rel_key's arbitrary rows) on the residual without index 2. Returns [query, key]
+    f_cnt and the matching sum_j |q_j k_j| (the magnitude its rounding scales with)."""
+    attn = model.blocks[layer].attn
+    keep = [d for d in range(model.cfg.d_model) if d != POS]
+    q = resid[:, keep] @ attn.W_Q[head][keep, 2:] + attn.b_Q[head, 2:]  # [query, h - 2]
+    k = resid[:, keep] @ attn.W_K[head][keep, 2:] + attn.b_K[head, 2:]  # [key, h - 2]
+    return q @ k.T, q.abs() @ k.abs().T
+
+
+class _Worst:
+    """Running max absolute error of one claim and where it happened."""
+
+    def __init__(self) -> None:
+        self.error, self.length, self.position = 0.0, 0, 0
+
+    def update(self, errors: torch.Tensor, length: int) -> None:
+        """errors: [query, ...] absolute errors for one sequence of ``length`` tokens."""
+        per_position = errors.reshape(errors.shape[0], -1).amax(dim=1)
+        value, index = per_position.max(dim=0)
+        if not value.item() <= self.error:  # also records NaN
+            self.error, self.length, self.position = value.item(), length, index.item() + 1
+
+
+@torch.no_grad()
+def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.float64, seed: int = 0, *,
+                    model: PETransformer | None = None, lengths: Iterable[int] | None = None,
+                    progress: Callable[[int], None] | None = None) -> list[ClaimResult]:
+    """Check every claim of Theorems 1 and 2 on random sequences of every length 1 .. ``max_length``.
+
+    ``model``: a construction to check (default: :func:`theorem_model` with ``seed`` in ``dtype``);
+    its own dtype is used. ``progress(n)`` is called after each length.
+    """
+    if model is None:
+        model = theorem_model(max_length, seed=seed, dtype=parse_dtype(dtype))
+    else:
+        max_length = min(max_length, model.cfg.n_ctx)
+    dtype = model.W_E.dtype
+    eps = torch.finfo(dtype).eps
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    lengths = list(range(1, max_length + 1)) if lengths is None else list(lengths)
+    generator = torch.Generator().manual_seed(seed)
+    worst = {claim: _Worst() for claim, _, _ in CLAIMS}
+    content_size = 0.0
+    last = f"blocks.{n_layers - 1}.hook_resid_post"
+    names = {"hook_embed", "blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out", "blocks.0.hook_resid_post", last,
+             *(f"blocks.{l}.attn.hook_attn_scores" for l in range(1, n_layers)),
+             *(f"blocks.{l}.hook_resid_pre" for l in range(1, n_layers))}
+    for length in lengths:
+        tokens = random_tokens(model.cfg.d_vocab, length, generator)
+        _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+        t = _positions(length, dtype)
+        bos = (tokens[0] == BOS_ID).to(dtype)
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        positions = torch.stack([torch.ones_like(t), bos, t], dim=1)  # [pos, 3]: (1, [bos], t)
+
+        embedding = torch.stack([torch.ones_like(t), bos, torch.zeros_like(t)], dim=1)
+        worst["embedding"].update((cache["hook_embed"][0, :, :3] - embedding).abs(), length)
+        uniform = causal.to(dtype) / t[:, None]  # [query, key]
+        worst["t1_pattern"].update((cache["blocks.0.attn.hook_pattern"][0, 0] - uniform).abs(), length)
+        output = torch.stack([torch.zeros_like(t), torch.zeros_like(t), 1.0 / t], dim=1)
+        worst["t1_output"].update((cache["blocks.0.hook_attn_out"][0, :, :3] - output).abs(), length)
+        worst["t1_mlp"].update((cache["blocks.0.hook_resid_post"][0, :, :3] - positions).abs(), length)
+        worst["t2_kept"].update((cache[last][0, :, :3] - positions).abs(), length)
+
+        relative = -(t[:, None] - t[None, :])  # [query, key]: −(t − i)
+        for layer in range(1, n_layers):
+            resid = cache[f"blocks.{layer}.hook_resid_pre"][0]
+            scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][0] * model.blocks[layer].attn.attn_scale
+            errors = torch.zeros(length, length, dtype=dtype)
+            for head in range(n_heads):
+                content, size = _content_logits(model, resid, layer, head)
+                error = (scores[head] - (content + relative)).abs()
+                errors = torch.maximum(errors, torch.where(causal, error, torch.zeros_like(error)))
+                content_size = max(content_size, size[causal].max().item())
+            worst["t2_logits"].update(errors, length)
+        if progress is not None:
+            progress(length)
+
+    mlp = 2 * eps * max_length**1.5
+    d_head = model.cfg.d_head
+    tolerance = {"embedding": 0.0, "t1_pattern": 4 * eps, "t1_output": 4 * eps, "t1_mlp": mlp,
+                 "t2_logits": 2 * mlp + 2 * d_head * eps * (2 * max_length + content_size), "t2_kept": mlp}
+    return [ClaimResult(claim, statement, hook, str(dtype).removeprefix("torch."), worst[claim].error,
+                        tolerance[claim], worst[claim].length, worst[claim].position)
+            for claim, statement, hook in CLAIMS]
+
+
+# ---------------------------------------------------------------------------------------------
+# Beyond the paper: a NoPE layer against ALiBi / a T5 head.
+
+
+@dataclass
+class Match:
+    """A target head (a one-layer ALiBi or T5 model) and the NoPE model built to reproduce it.
+
+    ``position_error(eps)``: how far rounding may move the NoPE model's relative term (see
+    :func:`match_alibi`, :func:`match_t5`); ``position_dims``: residual dims spent on a position code.
+    """
+
+    name: str
+    target: PETransformer
+    nope: PETransformer
+    position_dims: int
+    position_error: Callable[[float], float]
+    bias_rounding: float  # max |f_rel − fl32(f_rel)|: the target adds its bias in float32
+
+
+def match_alibi(slope: float = 0.5, max_length: int = 512, seed: int = 0, dtype: torch.dtype | str = torch.float64,
+                content: Content | None = None) -> Match:
+    """ALiBi with ``slope`` (rounded to float32, as ALiBi's bias reaches the logits) on random content.
+
+    The NoPE relative term is slope · (i − t) with t and i from the first MLP, each within
+    2 eps T^1.5 (the t1_mlp tolerance): it may move by 2 · slope · that.
+    """
+    if not math.isfinite(slope):
+        raise ProbeError(f"--slope must be a finite number, got {slope}")
+    dtype = parse_dtype(dtype)
+    slope = float(np.float32(slope))
+    content = random_content(seed=seed) if content is None else content
+    target = alibi_target(content, slope, max_length, seed, dtype)
+    nope = alibi_match_model(content, slope, max_length, seed, dtype)
+    bias = -slope * np.arange(max_length, dtype=np.float64)
+    return Match(f"alibi slope={slope:g}", target, nope, 0,
+                 lambda eps: 2 * abs(slope) * 2 * eps * max_length**1.5, _float32_rounding(bias))
+
+
+def match_t5(source: PETransformer, layer: int = 0, head: int = 0, max_length: int = 512, seed: int = 0,
+             dtype: torch.dtype | str = torch.float64, name: str = "t5") -> Match:
+    """Head ``head`` of layer ``layer`` of a ``t5`` model (e.g. a trained checkpoint).
+
+    The NoPE relative term is code(t) · (bias^T code(i)); code feature j carries a rounding error
+    of about 3 eps j past its knot (three hinge terms of size ~j that cancel), so each side sums to
+    about eps T^1.5 max|b| (random signs); we allow 4 eps T^1.5 max|b|.
+    """
+    dtype = parse_dtype(dtype)
+    target, content = t5_head_target(source, layer, head, max_length, dtype)
+    with torch.no_grad():
+        bias = target.pe.bias(0, max_length, max_length, 0, torch.device("cpu"))[0].double()  # [query, key]
+    nope = bias_match_model(content, bias.numpy(), seed, dtype)
+    size = bias.tril().abs().max().item()
+    return Match(f"{name} layer {layer} head {head}", target, nope, max_length,
+                 lambda eps: 4 * eps * max_length**1.5 * size, _float32_rounding(bias.numpy()))
+
+
+def _float32_rounding(values: np.ndarray) -> float:
+    return float(np.abs(values - values.astype(np.float32)).max())
+
+
+def random_t5_source(vocab_size: int = 16, seed: int = 0) -> PETransformer:
+    """A one-layer ``t5`` model with a random N(0, 1) bias table: the default when no checkpoint is given."""
+    from probe.models.transformer import build_model
+
+    model = build_model("t5", vocab_size=vocab_size, n_layers=1, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        table = model.pe.relative_attention_bias
+        table.copy_(torch.randn(table.shape, generator=generator))
+    return model
+
+
+def _jsd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    from probe.metrics.jsd import jsd
+
+    return jsd(p, q)
+
+
+@torch.no_grad()
+def verify_match(match: Match, max_length: int | None = None, n_sequences: int = 4, seed: int = 0) -> MatchResult:
+    """Run the NoPE model and the target on the same ``n_sequences`` random sequences of
+    ``max_length`` tokens (causal: every query position, so every shorter length, is covered) and
+    compare layer 2's head with the target's head: logits, and the JSD of the patterns (float64).
+
+    Logit tolerance: the match's position error, plus 2 d_head eps sum_j |q_j k_j| for the rounding
+    of each side's dot product (twice the first-order bound), plus the float32 rounding of the
+    target's bias (its additive mask is float32 in every dtype; zero for dyadic slopes and tables
+    that are float32 already).
+    """
+    nope, target = match.nope, match.target
+    max_length = max_length or nope.cfg.n_ctx
+    dtype = nope.W_E.dtype
+    tokens = random_tokens(nope.cfg.d_vocab, max_length, torch.Generator().manual_seed(seed), n_sequences)
+    ours_names = ("blocks.1.attn.hook_attn_scores", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_q",
+                  "blocks.1.attn.hook_k")
+    theirs_names = ("blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern")
+    _, ours = nope.run_with_cache(tokens, names_filter=lambda name: name in ours_names)
+    _, theirs = target.run_with_cache(tokens, names_filter=lambda name: name in theirs_names)
+    causal = torch.ones(max_length, max_length, dtype=torch.bool).tril()
+    logits, reference = ours[ours_names[0]][:, 0], theirs[theirs_names[0]][:, 0]  # [batch, query, key]
+    logit_error = torch.where(causal, (logits - reference).abs(), 0.0).max().item()
+    divergence = _jsd(ours[ours_names[1]][:, 0].double(), theirs[theirs_names[1]][:, 0].double())  # [batch, query]
+    q, k = ours[ours_names[2]][:, :, 0].abs(), ours[ours_names[3]][:, :, 0].abs()  # [batch, pos, d_head]
+    size = (q @ k.transpose(1, 2)).max().item()
+    eps = torch.finfo(dtype).eps
+    tolerance = match.position_error(eps) + 2 * nope.cfg.d_head * eps * size + match.bias_rounding
+    return MatchResult(match.name, str(dtype).removeprefix("torch."), max_length, n_sequences,
+                       divergence.max().item(), divergence.mean().item(), logit_error, tolerance, match.position_dims)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data for the explorer's Theorems page.
+
+
+def construction_weights(model: PETransformer) -> dict[str, np.ndarray]:
+    """The constructed matrices in the paper's orientation (W_Q, W_K, W_V: h x d; W_O: d x h; W_E: d x V),
+    cut to what the proofs specify: dims 1-3 of W_E, head 1 of layer 1, head 1 of layer 2."""
+    a0, a1, mlp = model.blocks[0].attn, model.blocks[1].attn, model.blocks[0].mlp
+    as_numpy = lambda x: x.detach().double().numpy()  # noqa: E731
+    return {
+        "W_E (dims 1-3)": as_numpy(model.W_E[:, :3].T),
+        "layer 1 head 1 W_K": as_numpy(a0.W_K[0].T),
+        "layer 1 head 1 W_V": as_numpy(a0.W_V[0].T),
+        "layer 1 head 1 W_O": as_numpy(a0.W_O[0].T),
+        "layer 1 MLP W_1 (dims 1, 3)": as_numpy(mlp.W_in[[0, POS]]),
+        "layer 1 MLP W_2 (to dim 3)": as_numpy(mlp.W_out[:, POS]),
+        "layer 2 head 1 W_Q": as_numpy(a1.W_Q[0].T),
+        "layer 2 head 1 W_K": as_numpy(a1.W_K[0].T),
+    }
+
+
+@torch.no_grad()
+def residual_positions(model: PETransformer, length: int = 64, seed: int = 0) -> dict[str, np.ndarray]:
+    """Residual dims 1-3 across positions t = 1 .. length: after the embedding, after the Theorem 1
+    head (1/t in dim 3), after the first MLP (t in dim 3). Each [length, 3]; ``t`` is [length]."""
+    tokens = random_tokens(model.cfg.d_vocab, length, torch.Generator().manual_seed(seed))
+    names = ("blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid", "blocks.0.hook_resid_post")
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    out = {"t": np.arange(1, length + 1)}
+    for key, name in zip(("embedding", "attention", "mlp"), names):
+        out[key] = cache[name][0, :, :3].double().numpy()
+    return out
+
+
+@torch.no_grad()
+def relative_logits(model: PETransformer, length: int = 64, seed: int = 0, layer: int = 1, head: int = 0) -> dict[str, np.ndarray]:
+    """Layer ``layer``'s logits for one head, its content term f_cnt, their difference and the
+    paper's −(t − i). [length, length] each, NaN above the diagonal (masked keys)."""
+    tokens = random_tokens(model.cfg.d_vocab, length, torch.Generator().manual_seed(seed))
+    names = (f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_attn_scores")
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    logits = cache[names[1]][0, head].double() * model.blocks[layer].attn.attn_scale
+    content, _ = _content_logits(model, cache[names[0]][0], layer, head)
+    t = np.arange(1, length + 1)
+    mask = np.tril(np.ones((length, length), dtype=bool))
+    masked = lambda x: np.where(mask, x, np.nan)  # noqa: E731
+    return {"t": t, "logits": masked(logits.numpy()), "content": masked(content.double().numpy()),
+            "relative": masked(logits.numpy() - content.double().numpy()),
+            "expected": masked(-(t[:, None] - t[None, :]).astype(np.float64))}
+
+
+@torch.no_grad()
+def mlp_response(model: PETransformer, points: int = 2001) -> dict[str, np.ndarray]:
+    """The first MLP as a function of x = 1/t alone (dim 1 = 1, dim 3 = x): what it leaves in dim 3,
+    x + MLP(x), on a fine grid and at the knots x = 1/t, beside the target 1/x."""
+    T = model.cfg.n_ctx
+    x = np.concatenate([np.linspace(1.0 / T, 1.0, points), 1.0 / np.arange(1, T + 1)])
+    resid = torch.zeros(len(x), model.cfg.d_model, dtype=model.W_E.dtype)
+    resid[:, 0] = 1.0
+    resid[:, POS] = torch.from_numpy(x)
+    value = (resid[:, POS] + model.blocks[0].mlp(resid[None])[0, :, POS]).double().numpy()
+    return {"x": x[:points], "value": value[:points], "knots": x[points:], "at_knots": value[points:],
+            "target_at_knots": np.arange(1, T + 1, dtype=np.float64)}
+
+
+def vocabulary(vocab_size: int) -> list[str]:
+    """Token names for a construction's vocabulary: the four specials (``<bos>`` = 0), then w4, w5, ..."""
+    return [*SPECIALS, *(f"w{i}" for i in range(len(SPECIALS), vocab_size))][:vocab_size]
+
+
+def tokenizer_dict(vocab: list[str]) -> dict:
+    """The word-level tokenizer description other commands read (``probe.tasks.Tokenizer.from_dict``)."""
+    return {"kind": "word", "specials": list(SPECIALS), "words": vocab[len(SPECIALS):]}

@@ -1,0 +1,340 @@
+"""Training (Section 3, Appendix D.2): AdamW, polynomial decay after a linear warm-up, loss on
+the output tokens only, checkpoints that survive a kill and resume to the same weights.
+
+A run lives in its run folder (``probe.runs.run_dir``). While it trains, ``train_state.safetensors``
+(weights, optimizer moments, RNG, data position, all in one atomically replaced file) is written
+every ``checkpoint_every`` steps; the published checkpoint (``model.safetensors`` + ``config.json``)
+is written at the end, when the IID accuracy is known. ``metrics.jsonl`` gets one line per log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from probe.data import EncodedSet, batch_stream, encode
+from probe.errors import ProbeError
+from probe.models.checkpoint import CONFIG, atomic_write, read_checkpoint_config, save_checkpoint
+from probe.models.config import PRESETS, resolve_config
+from probe.models.transformer import PETransformer
+from probe.tasks import Tokenizer, get as get_task
+
+STATE = "train_state.safetensors"
+METRICS = "metrics.jsonl"
+
+# Per-preset recipe. `base` is the paper's (Table tab:hyperparam: lr 3e-5, 40K steps, dropout 0.1);
+# smaller models train well with a larger peak rate and far fewer steps.
+RECIPES: dict[str, dict[str, Any]] = {
+    "tiny": dict(steps=2000, lr=3e-3, dropout=0.0),
+    "small": dict(steps=6000, lr=1e-3, dropout=0.0),
+    "base": dict(steps=40_000, lr=3e-5, dropout=0.1),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a run's weights (and nothing that does not)."""
+
+    task: str = "scan"
+    pe: str = "nope"
+    seed: int = 0
+    preset: str = "tiny"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    steps: int | None = None
+    lr: float | None = None
+    dropout: float | None = None
+    batch_size: int = 64
+    weight_decay: float = 0.05
+    warmup: float = 0.06
+    lr_end: float = 0.0
+    decay_power: float = 1.0
+    grad_clip: float = 1.0
+    checkpoint_every: int = 500
+    log_every: int = 50
+    eval_examples: int = 1000
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ProbeError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        recipe = RECIPES[self.preset]
+        self.steps = recipe["steps"] if self.steps is None else self.steps
+        self.lr = recipe["lr"] if self.lr is None else self.lr
+        self.dropout = recipe["dropout"] if self.dropout is None else self.dropout
+        if self.steps < 1:
+            raise ProbeError(f"--steps must be at least 1, got {self.steps}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up over ``warmup`` x steps, then polynomial decay to ``lr_end`` (HuggingFace's
+    ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses)."""
+    warmup = max(1, round(config.warmup * config.steps))
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    remaining = 1 - (step - warmup) / max(1, config.steps - warmup)
+    return config.lr_end + (config.lr - config.lr_end) * remaining**config.decay_power
+
+
+def target_loss(model: PETransformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the target tokens (and <eos>) given everything before them."""
+    logits = model(tokens)[:, :-1]  # [batch, pos - 1, vocab]
+    losses = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
+    mask = mask.flatten().to(losses.dtype)
+    return (losses * mask).sum() / mask.sum()
+
+
+def add_dropout_hooks(model: PETransformer, p: float) -> list:
+    """Dropout on the embeddings and on every attention and MLP output while ``model.training``:
+    TransformerLens has no dropout, and a built or loaded model must stay deterministic."""
+    if p <= 0:
+        return []
+    handles = []
+
+    def dropout(tensor, hook):
+        return F.dropout(tensor, p, training=model.training)
+
+    names = ["hook_embed"] + [f"blocks.{l}.hook_{part}_out" for l in range(model.cfg.n_layers) for part in ("attn", "mlp")]
+    for name in names:
+        handles.append(model.mod_dict[name].register_forward_hook(lambda module, inputs, output: dropout(output, module)))
+    return handles
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ProbeError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ProbeError(f"device {device!r} requested but no CUDA GPU is available here")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ProbeError(f"device {device!r} does not exist (this machine has {torch.cuda.device_count()} GPU(s))")
+    if resolved.type not in ("cpu", "cuda"):
+        raise ProbeError(f"unsupported device {device!r}; use cpu or cuda")
+    return resolved
+
+
+@dataclass
+class RunResult:
+    path: Path
+    config: TrainConfig
+    status: str  # "trained", "resumed", "skipped"
+    steps: int
+    seconds: float
+    final_loss: float | None
+    iid_accuracy: float | None
+    steps_per_second: float | None = None
+
+
+class Trainer:
+    """One run: build or resume, train, publish. ``on_step(step, loss, tokens_per_s)`` reports progress."""
+
+    def __init__(self, config: TrainConfig, run_path: Path, device: torch.device):
+        self.config = config
+        self.path = Path(run_path)
+        self.device = device
+        self.task = get_task(config.task, **config.task_options)
+        self.tokenizer = Tokenizer.for_task(self.task)
+        model_config = resolve_config(config.pe, vocab_size=len(self.tokenizer), preset=config.preset,
+                                      seed=config.seed, dropout=config.dropout, **config.model)
+        self.model = PETransformer(model_config, device=device)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=config.lr, betas=(0.9, 0.999), eps=1e-8, fused=device.type == "cuda",
+        )
+        self.step, self.epoch, self.position = 0, 0, 0
+
+    # -- resumable state: one file, replaced atomically ---------------------------------------
+    def save_state(self) -> None:
+        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
+        optim = self.optimizer.state_dict()
+        for index, state in optim["state"].items():
+            for key, value in state.items():
+                tensors[f"optim.{index}.{key}"] = value.detach().cpu().reshape(-1) if value.dim() == 0 else value.detach().cpu().contiguous()
+        tensors["rng.torch"] = torch.get_rng_state()
+        if self.device.type == "cuda":
+            tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
+        meta = {"step": self.step, "epoch": self.epoch, "position": self.position,
+                "train_config": self.config.to_dict()}
+        atomic_write(self.path / STATE, lambda tmp: save_file(tensors, str(tmp), metadata={"probe": json.dumps(meta)}))
+
+    def load_state(self) -> bool:
+        path = self.path / STATE
+        if not path.is_file():
+            return False
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt") as handle:
+                meta = json.loads(handle.metadata()["probe"])
+            tensors = load_file(str(path))
+        except Exception as error:  # a damaged state file: say so rather than train over it silently
+            raise ProbeError(f"cannot resume from {path} ({error}); delete it or pass --force to start over") from None
+        if meta["train_config"] != self.config.to_dict():
+            raise ProbeError(f"{path} was written by a run with other settings; pass --force to start over")
+        self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        optim = self.optimizer.state_dict()
+        for index in range(sum(len(g["params"]) for g in optim["param_groups"])):
+            keys = [k for k in tensors if k.startswith(f"optim.{index}.")]
+            if keys:
+                optim["state"][index] = {}
+                for key in keys:
+                    name = key.split(".", 2)[2]
+                    value = tensors[key]
+                    optim["state"][index][name] = value.reshape(()) if name == "step" else value.to(self.device)
+        self.optimizer.load_state_dict(optim)
+        torch.set_rng_state(tensors["rng.torch"])
+        if "rng.cuda" in tensors and self.device.type == "cuda":
+            torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
+        self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
+        return True
+
+    # -- the loop -----------------------------------------------------------------------------
+    def train(self, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
+        """Train to ``config.steps``; returns (last logged loss, seconds spent)."""
+        config = self.config
+        data = encode(self.task.examples("train", seed=config.seed), self.tokenizer)
+        stream = batch_stream(data, config.batch_size, config.seed, self.epoch, self.position)
+        handles = add_dropout_hooks(self.model, config.dropout)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else _null()
+        self.model.train()
+        if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
+            torch.manual_seed(config.seed)
+        updating = False
+        started, window_start, window_tokens, loss_sum, loss_n, last_loss = time.perf_counter(), time.perf_counter(), 0, 0.0, 0, float("nan")
+        try:
+            while self.step < config.steps:
+                epoch, position, index = next(stream)
+                tokens, mask = data.batch(index)
+                tokens, mask = tokens.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = learning_rate(self.step, config)
+                with autocast:
+                    loss = target_loss(self.model, tokens, mask)
+                if not torch.isfinite(loss):
+                    raise ProbeError(
+                        f"loss became {loss.item()} at step {self.step} of {self.path}; the last good state "
+                        f"(step {self._saved_step()}) is kept — lower --lr or change the seed"
+                    )
+                updating = True  # weights and counters change together; never save in between
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+                self.optimizer.step()
+                self.step += 1
+                self.epoch, self.position = epoch, position + 1
+                updating = False
+                loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+                window_tokens += tokens.numel()
+                if self.step % config.log_every == 0 or self.step == config.steps:
+                    elapsed = time.perf_counter() - window_start
+                    last_loss = loss_sum / loss_n
+                    tokens_per_s = window_tokens / max(elapsed, 1e-9)
+                    self._log({"step": self.step, "loss": last_loss, "lr": learning_rate(self.step - 1, config),
+                               "tokens_per_s": tokens_per_s, "time": time.time()})
+                    if on_step:
+                        on_step(self.step, last_loss, tokens_per_s)
+                    window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
+                if self.step % config.checkpoint_every == 0 and self.step < config.steps:
+                    self.save_state()
+        except KeyboardInterrupt:
+            if not updating and self.step > self._saved_step():
+                self.save_state()  # Ctrl-C: keep every finished step
+            raise
+        finally:
+            for handle in handles:
+                handle.remove()
+            self.model.eval()
+        return last_loss, time.perf_counter() - started
+
+    def _saved_step(self) -> int:
+        path = self.path / STATE
+        if not path.is_file():
+            return 0
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as handle:
+            return json.loads(handle.metadata()["probe"])["step"]
+
+    def _log(self, record: dict[str, Any]) -> None:
+        with open(self.path / METRICS, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def publish(self, metrics: dict[str, Any]) -> None:
+        """Write the finished model (the checkpoint other commands read) and drop the resume state."""
+        save_checkpoint(
+            self.model, self.path,
+            task={"name": self.config.task, "options": self.task.options},
+            tokenizer=self.tokenizer.to_dict(),
+            training={**self.config.to_dict(), "complete": True, "steps_done": self.step},
+            metrics=metrics,
+        )
+        (self.path / STATE).unlink(missing_ok=True)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def is_complete(path: Path) -> bool:
+    if not (path / CONFIG).is_file():
+        return False
+    try:
+        return bool(read_checkpoint_config(path).get("training", {}).get("complete"))
+    except ProbeError:
+        return False
+
+
+def train_run(config: TrainConfig, run_path: Path, device: torch.device, *, force: bool = False,
+              on_step: Callable[[int, float, float], None] | None = None,
+              on_start: Callable[[int, int], None] | None = None) -> RunResult:
+    """Train one run to completion (resuming if it can); skip it if already complete."""
+    from probe.eval import evaluate_examples
+
+    run_path = Path(run_path)
+    if is_complete(run_path) and not force:
+        metrics = read_checkpoint_config(run_path).get("metrics", {})
+        return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"), metrics.get("iid_accuracy"))
+    try:
+        run_path.mkdir(parents=True, exist_ok=True)
+        probe_file = run_path / ".write-test"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as error:
+        raise ProbeError(f"cannot write to {run_path}: {error.strerror}") from None
+    if force:
+        for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
+            (run_path / name).unlink(missing_ok=True)
+    trainer = Trainer(config, run_path, device)
+    resumed = trainer.load_state()
+    if on_start:
+        on_start(trainer.step, config.steps)
+    start_step = trainer.step
+    loss, seconds = trainer.train(on_step)
+    valid = trainer.task.examples("valid", n=config.eval_examples, seed=config.seed)
+    iid = evaluate_examples(trainer.model, trainer.tokenizer, valid, device=device).accuracy
+    steps_per_second = (trainer.step - start_step) / seconds if seconds > 0 else None
+    trainer.publish({"final_loss": loss, "iid_accuracy": iid, "train_seconds": seconds,
+                     "steps_per_second": steps_per_second})
+    return RunResult(run_path, config, "resumed" if resumed else "trained", trainer.step, seconds, loss, iid, steps_per_second)

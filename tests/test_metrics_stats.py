@@ -1,0 +1,64 @@
+"""Mean rank across scenarios and the bootstrap interval."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import rankdata
+
+from probe.errors import ProbeError
+from probe.metrics import average_ranks, bootstrap_ci, mean_rank, mean_reciprocal_rank_reference_code
+
+
+def test_average_ranks_share_ties():
+    scores = torch.tensor([[0.9, 0.9, 0.5, 0.1], [0.2, 0.7, 0.7, 0.7]])
+    assert average_ranks(scores).tolist() == [[1.5, 1.5, 3.0, 4.0], [4.0, 2.0, 2.0, 2.0]]
+    lower_better = average_ranks(scores, higher_is_better=False)
+    assert lower_better.tolist() == [[3.5, 3.5, 2.0, 1.0], [1.0, 3.0, 3.0, 3.0]]
+    assert mean_rank(scores).tolist() == [2.75, 1.75, 2.5, 3.0]
+
+
+def test_average_ranks_match_scipy_rankdata():
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 4, (30, 6), generator=gen).double()  # many ties
+    want = torch.from_numpy(rankdata(-scores.numpy(), method="average", axis=1))
+    assert torch.equal(average_ranks(scores).double(), want)
+    assert torch.allclose(mean_rank(scores.reshape(5, 6, 6)).double(), want.mean(0))
+
+
+def test_reference_code_mean_reciprocal_rank_breaks_ties_by_order():
+    scores = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.5, 1.0]])
+    # ranks (ties by order): [1, 2, 3] and [3, 2, 1]
+    want = [(1 + 1 / 3) / 2, 0.5, (1 / 3 + 1) / 2]
+    assert mean_reciprocal_rank_reference_code(scores).tolist() == pytest.approx(want)
+
+
+def test_missing_scores_are_one_clear_error():
+    with pytest.raises(ProbeError, match="NaN"):
+        mean_rank(torch.tensor([[1.0, float("nan")]]))
+
+
+def test_bootstrap_interval_contains_the_mean_and_is_seeded():
+    gen = torch.Generator().manual_seed(0)
+    values = torch.rand(40, 3, generator=gen, dtype=torch.float64)  # [example, layer]
+    ci = bootstrap_ci(values, seed=7)
+    assert torch.equal(ci.mean, values.mean(0))
+    assert (ci.low < ci.mean).all() and (ci.mean < ci.high).all()
+    again = bootstrap_ci(values, seed=7)
+    assert torch.equal(again.low, ci.low) and torch.equal(again.high, ci.high)
+    assert not torch.equal(bootstrap_ci(values, seed=8).low, ci.low)
+
+
+def test_bootstrap_matches_resampling_by_indexing():
+    gen = torch.Generator().manual_seed(1)
+    values = torch.randn(25, 2, generator=gen, dtype=torch.float64)
+    ci = bootstrap_ci(values, n_resamples=500, confidence=0.9, seed=3)
+    draws = torch.randint(25, (500, 25), generator=torch.Generator().manual_seed(3))  # the same draws
+    means = values[draws].mean(1)  # [resample, 2]
+    torch.testing.assert_close(ci.low, torch.quantile(means, 0.05, dim=0))
+    torch.testing.assert_close(ci.high, torch.quantile(means, 0.95, dim=0))
+
+
+def test_bootstrap_of_a_constant_collapses():
+    ci = bootstrap_ci(torch.full((10,), 0.25))
+    assert float(ci.low) == pytest.approx(0.25) and float(ci.high) == pytest.approx(0.25)

@@ -1,0 +1,135 @@
+"""`probe train` / `probe eval`: learning, resuming to identical weights, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.models import load_checkpoint
+from probe.train import STATE, TrainConfig, learning_rate, train_run
+
+CPU = torch.device("cpu")
+
+
+def _config(**overrides) -> TrainConfig:
+    values = dict(task="reverse", pe="t5", steps=24, batch_size=8, checkpoint_every=10, log_every=1,
+                  eval_examples=16, task_options={"train_length": 4},
+                  model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64))
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def _weights(path):
+    return load_checkpoint(path).state_dict()
+
+
+def test_schedule_warms_up_then_decays():
+    config = TrainConfig(steps=100, lr=1.0, warmup=0.1)
+    rates = [learning_rate(step, config) for step in range(100)]
+    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(rates[9:], rates[10:])) and rates[-1] < 0.02
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_interrupted_run_resumes_to_the_same_weights(tmp_path, dropout):
+    whole = train_run(_config(dropout=dropout), tmp_path / "whole", CPU)
+    assert whole.status == "trained"
+
+    def interrupt(step, loss, speed):
+        if step == 17:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(_config(dropout=dropout), tmp_path / "split", CPU, on_step=interrupt)
+    assert (tmp_path / "split" / STATE).is_file() and not (tmp_path / "split" / "config.json").exists()
+    resumed = train_run(_config(dropout=dropout), tmp_path / "split", CPU)
+    assert resumed.status == "resumed"
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_killed_run_resumes_from_the_last_periodic_state(tmp_path):
+    """A crash that cannot save (not Ctrl-C) loses the steps after the last periodic state only."""
+    train_run(_config(), tmp_path / "whole", CPU)
+
+    def crash(step, loss, speed):
+        if step == 15:
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        train_run(_config(), tmp_path / "split", CPU, on_step=crash)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "split" / STATE), "pt") as handle:
+        assert json.loads(handle.metadata()["probe"])["step"] == 10
+    train_run(_config(), tmp_path / "split", CPU)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_finished_run_is_skipped_unless_forced(tmp_path):
+    first = train_run(_config(steps=5), tmp_path / "r", CPU)
+    again = train_run(_config(steps=5), tmp_path / "r", CPU)
+    assert (first.status, again.status) == ("trained", "skipped")
+    assert train_run(_config(steps=5), tmp_path / "r", CPU, force=True).status == "trained"
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_state(tmp_path, monkeypatch):
+    import probe.train as train
+
+    real = train.target_loss
+    calls = {"n": 0}
+
+    def poisoned(model, tokens, mask):
+        calls["n"] += 1
+        loss = real(model, tokens, mask)
+        return loss * float("nan") if calls["n"] == 13 else loss
+
+    monkeypatch.setattr(train, "target_loss", poisoned)
+    with pytest.raises(ProbeError, match="loss became nan at step 12.*step 10"):
+        train_run(_config(), tmp_path / "r", CPU)
+    assert (tmp_path / "r" / STATE).is_file()
+
+
+def test_a_tiny_model_learns_and_probe_eval_measures_it(tmp_path, capsys):
+    """reverse with L = 4 on a 1-layer model: >= 95% exact match on seen lengths within seconds."""
+    root = tmp_path / "ck"
+    code = main(["train", "--task", "reverse", "-o", "train_length=4", "--pe", "t5", "--steps", "600",
+                 "--lr", "3e-3", "--checkpoints", str(root), "--json"])
+    assert code == 0
+    capsys.readouterr()
+    assert main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--n", "200", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    run = report["runs"][0]
+    assert run["iid_accuracy"] >= 0.95, run
+    assert {b["seen"] for b in run["buckets"]} == {True, False}
+    assert (root / "reverse+train_length=4" / "t5" / "seed0" / "eval.json").is_file()
+    assert (root / "reverse+train_length=4" / "eval_accuracy.html").is_file()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "--task", "sudoku"], "unknown task"),
+    (["train", "--pe", "wavelet"], "unknown positional encoding"),
+    (["train", "--preset", "huge", "--pe", "nope"], "unknown preset"),
+    (["train", "--device", "cuda:7", "--pe", "nope"], "cuda"),
+    (["train", "--pe", "nope", "--steps", "0"], "--steps"),
+    (["eval", "--task", "copy"], "no runs of copy"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    if torch.cuda.is_available() and "cuda:7" in argv:
+        pytest.skip("this machine has a GPU; the check is for one without")
+    code = main([*argv, "--checkpoints", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_unwritable_checkpoint_folder(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    code = main(["train", "--pe", "nope", "--steps", "1", "--checkpoints", str(blocker)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot" in err and len(err.splitlines()) == 1, err
