@@ -113,15 +113,20 @@ def _positions(length: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.arange(1, length + 1, dtype=dtype)  # 1-based t
 
 
-def _content_logits(model: PETransformer, resid: torch.Tensor, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """f_cnt for one head, computed apart from the position: the head's components 3 .. h (Eq.
-    rel_query / rel_key's arbitrary rows) on the residual without index 2. Returns [query, key]
-    f_cnt and the matching sum_j |q_j k_j| (the magnitude its rounding scales with)."""
+def _content_logits(model: PETransformer, resid: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """f_cnt of every head of ``layer``, computed apart from the position: the heads' components
+    3 .. h (the arbitrary rows of Eq. rel_query / rel_key) on the residual without index 2.
+
+    resid: [pos, d_model]. Returns f_cnt [head, query, key] and, per head, sum_j max|q_j| max|k_j|
+    [head] (a bound on sum_j |q_j k_j|, the magnitude the dot product's rounding scales with).
+    """
     attn = model.blocks[layer].attn
     keep = [d for d in range(model.cfg.d_model) if d != POS]
-    q = resid[:, keep] @ attn.W_Q[head][keep, 2:] + attn.b_Q[head, 2:]  # [query, h - 2]
-    k = resid[:, keep] @ attn.W_K[head][keep, 2:] + attn.b_K[head, 2:]  # [key, h - 2]
-    return q @ k.T, q.abs() @ k.abs().T
+    resid = resid[:, keep]
+    q = resid @ attn.W_Q[:, keep, 2:] + attn.b_Q[:, None, 2:]  # [head, pos, h - 2]
+    k = resid @ attn.W_K[:, keep, 2:] + attn.b_K[:, None, 2:]
+    size = (q.abs().amax(dim=1) * k.abs().amax(dim=1)).sum(dim=-1)
+    return q @ k.transpose(1, 2), size  # [head, query, key], [head]
 
 
 class _Worst:
@@ -131,9 +136,8 @@ class _Worst:
         self.error, self.length, self.position = 0.0, 0, 0
 
     def update(self, errors: torch.Tensor, length: int) -> None:
-        """errors: [query, ...] absolute errors for one sequence of ``length`` tokens."""
-        per_position = errors.reshape(errors.shape[0], -1).amax(dim=1)
-        value, index = per_position.max(dim=0)
+        """errors: [query] max absolute error at each position of one sequence of ``length`` tokens."""
+        value, index = errors.max(dim=0)
         if not value.item() <= self.error:  # also records NaN
             self.error, self.length, self.position = value.item(), length, index.item() + 1
 
@@ -142,10 +146,10 @@ class _Worst:
 def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.float64, seed: int = 0, *,
                     model: PETransformer | None = None, lengths: Iterable[int] | None = None,
                     progress: Callable[[int], None] | None = None) -> list[ClaimResult]:
-    """Check every claim of Theorems 1 and 2 on random sequences of every length 1 .. ``max_length``.
+    """Check every claim of Theorems 1 and 2 on a random sequence of each length 1 .. ``max_length``.
 
     ``model``: a construction to check (default: :func:`theorem_model` with ``seed`` in ``dtype``);
-    its own dtype is used. ``progress(n)`` is called after each length.
+    its own dtype is used. ``progress(length)`` is called after each length.
     """
     if model is None:
         model = theorem_model(max_length, seed=seed, dtype=parse_dtype(dtype))
@@ -153,7 +157,7 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
         max_length = min(max_length, model.cfg.n_ctx)
     dtype = model.W_E.dtype
     eps = torch.finfo(dtype).eps
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    n_layers = model.cfg.n_layers
     lengths = list(range(1, max_length + 1)) if lengths is None else list(lengths)
     generator = torch.Generator().manual_seed(seed)
     worst = {claim: _Worst() for claim, _, _ in CLAIMS}
@@ -162,41 +166,38 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
     names = {"hook_embed", "blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out", "blocks.0.hook_resid_post", last,
              *(f"blocks.{l}.attn.hook_attn_scores" for l in range(1, n_layers)),
              *(f"blocks.{l}.hook_resid_pre" for l in range(1, n_layers))}
+    T = max(lengths)
+    t_all = _positions(T, dtype)
+    causal_all = torch.ones(T, T, dtype=torch.bool).tril()  # [query, key]
+    uniform_all = causal_all.to(dtype) / t_all[:, None]  # Eq. abs_attention_prob
+    relative_all = t_all[None, :] - t_all[:, None]  # −(t − i)
     for length in lengths:
         tokens = random_tokens(model.cfg.d_vocab, length, generator)
         _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
-        t = _positions(length, dtype)
-        bos = (tokens[0] == BOS_ID).to(dtype)
-        causal = torch.ones(length, length, dtype=torch.bool).tril()
-        positions = torch.stack([torch.ones_like(t), bos, t], dim=1)  # [pos, 3]: (1, [bos], t)
+        t, causal = t_all[:length], causal_all[:length, :length]
+        one, bos, zero = torch.ones_like(t), (tokens[0] == BOS_ID).to(dtype), torch.zeros_like(t)
+        positions = torch.stack([one, bos, t], dim=1)  # [pos, 3]: Eq. rel_hidden_state_1
 
-        embedding = torch.stack([torch.ones_like(t), bos, torch.zeros_like(t)], dim=1)
-        worst["embedding"].update((cache["hook_embed"][0, :, :3] - embedding).abs(), length)
-        uniform = causal.to(dtype) / t[:, None]  # [query, key]
-        worst["t1_pattern"].update((cache["blocks.0.attn.hook_pattern"][0, 0] - uniform).abs(), length)
-        output = torch.stack([torch.zeros_like(t), torch.zeros_like(t), 1.0 / t], dim=1)
-        worst["t1_output"].update((cache["blocks.0.hook_attn_out"][0, :, :3] - output).abs(), length)
-        worst["t1_mlp"].update((cache["blocks.0.hook_resid_post"][0, :, :3] - positions).abs(), length)
-        worst["t2_kept"].update((cache[last][0, :, :3] - positions).abs(), length)
+        def check(claim: str, value: torch.Tensor, expected: torch.Tensor) -> None:
+            worst[claim].update((value - expected).abs().flatten(1).amax(dim=1), length)
 
-        relative = -(t[:, None] - t[None, :])  # [query, key]: −(t − i)
+        check("embedding", cache["hook_embed"][0, :, :3], torch.stack([one, bos, zero], dim=1))
+        check("t1_pattern", cache["blocks.0.attn.hook_pattern"][0, 0], uniform_all[:length, :length])
+        check("t1_output", cache["blocks.0.hook_attn_out"][0, :, :3], torch.stack([zero, zero, 1.0 / t], dim=1))
+        check("t1_mlp", cache["blocks.0.hook_resid_post"][0, :, :3], positions)
+        check("t2_kept", cache[last][0, :, :3], positions)
         for layer in range(1, n_layers):
-            resid = cache[f"blocks.{layer}.hook_resid_pre"][0]
+            content, size = _content_logits(model, cache[f"blocks.{layer}.hook_resid_pre"][0], layer)
             scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][0] * model.blocks[layer].attn.attn_scale
-            errors = torch.zeros(length, length, dtype=dtype)
-            for head in range(n_heads):
-                content, size = _content_logits(model, resid, layer, head)
-                error = (scores[head] - (content + relative)).abs()
-                errors = torch.maximum(errors, torch.where(causal, error, torch.zeros_like(error)))
-                content_size = max(content_size, size[causal].max().item())
-            worst["t2_logits"].update(errors, length)
+            error = torch.where(causal, scores - content - relative_all[:length, :length], 0.0).abs()
+            worst["t2_logits"].update(error.amax(dim=(0, 2)), length)  # [head, query, key] -> [query]
+            content_size = max(content_size, size.max().item())
         if progress is not None:
             progress(length)
 
-    mlp = 2 * eps * max_length**1.5
-    d_head = model.cfg.d_head
+    mlp = 2 * eps * T**1.5
     tolerance = {"embedding": 0.0, "t1_pattern": 4 * eps, "t1_output": 4 * eps, "t1_mlp": mlp,
-                 "t2_logits": 2 * mlp + 2 * d_head * eps * (2 * max_length + content_size), "t2_kept": mlp}
+                 "t2_logits": 2 * mlp + 2 * model.cfg.d_head * eps * (2 * T + content_size), "t2_kept": mlp}
     return [ClaimResult(claim, statement, hook, str(dtype).removeprefix("torch."), worst[claim].error,
                         tolerance[claim], worst[claim].length, worst[claim].position)
             for claim, statement, hook in CLAIMS]
@@ -355,7 +356,7 @@ def relative_logits(model: PETransformer, length: int = 64, seed: int = 0, layer
     names = (f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_attn_scores")
     _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
     logits = cache[names[1]][0, head].double() * model.blocks[layer].attn.attn_scale
-    content, _ = _content_logits(model, cache[names[0]][0], layer, head)
+    content = _content_logits(model, cache[names[0]][0], layer)[0][head]
     t = np.arange(1, length + 1)
     mask = np.tril(np.ones((length, length), dtype=bool))
     masked = lambda x: np.where(mask, x, np.nan)  # noqa: E731

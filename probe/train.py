@@ -156,7 +156,8 @@ class Trainer:
         no_decay = [p for p in params if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=config.lr, betas=(0.9, 0.999), eps=1e-8, fused=device.type == "cuda",
+            lr=config.lr, betas=(0.9, 0.999), eps=1e-8,
+            **({"fused": True} if device.type == "cuda" else {"foreach": True}),
         )
         self.step, self.epoch, self.position = 0, 0, 0
 

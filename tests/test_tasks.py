@@ -251,7 +251,8 @@ def test_train_length_defaults():
 def test_scratchpad_format_names():
     assert len(FORMATS) == len(set(FORMATS)) == 32
     assert "full" in FORMATS and "empty" in FORMATS and "I+C+O" in FORMATS
-    for typed, canonical in [("i+c+o", "I+C+O"), ("O+I+C", "I+C+O"), ("I+C+O+V+R", "full"), ("FULL", "full"), ("Empty", "empty")]:
+    cases = [("i+c+o", "I+C+O"), ("O+I+C", "I+C+O"), ("I+C+O+V+R", "full"), ("FULL", "full"), ("Empty", "empty")]
+    for typed, canonical in cases:
         assert get("parity", scratchpad=typed).options["scratchpad"] == canonical
     assert get("parity", scratchpad="none").options["scratchpad"] is None
 
@@ -323,14 +324,22 @@ def test_the_papers_examples():
             "Evaluate x = 3 in ( 3 x ** 0 + 1 x ** 1 + 1 x ** 2 ) % 10 ?",
             "The answer is 5.",
         ),
-        (get("sorting").example_for(list("31415")), "Sort the following numbers: 3 1 4 1 5 ?", "The answer is 1 1 3 4 5."),
+        (
+            get("sorting").example_for(list("31415")),
+            "Sort the following numbers: 3 1 4 1 5 ?",
+            "The answer is 1 1 3 4 5.",
+        ),
         (
             get("sorting", variant="multi-digit").example_for([31, 41, 59, 126, 533]),
             "Sort the following numbers: 3 1, 4 1, 5 9, 1 2 6, 5 3 3 ?",
             "The answer is 3 1, 4 1, 5 9, 1 2 6, 5 3 3.",
         ),
         (get("summation").example_for([1, 2, 3, 4, 7]), "Compute: ( 1 + 2 + 3 + 4 + 7 ) % 10 ?", "The answer is 7."),
-        (get("parity").example_for([1, 0, 0, 1, 1]), "Is the number of 1's even in [ 1 0 0 1 1 ] ?", "The answer is No."),
+        (
+            get("parity").example_for([1, 0, 0, 1, 1]),
+            "Is the number of 1's even in [ 1 0 0 1 1 ] ?",
+            "The answer is No.",
+        ),
         (
             get("lego").example_for(list("abcd"), [-1, 1, 1, 1], 2, [0, 1, 2, 3]),
             "If a = -1; b = -a; c = +b; d = +c. Then what is c?",
@@ -350,7 +359,9 @@ def test_the_papers_examples():
 # --- splits and determinism -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, options", [*GENERATED, ("addition", {"scratchpad": "full"}), ("copy", {"train_length": 5})])
+@pytest.mark.parametrize(
+    "name, options", [*GENERATED, ("addition", {"scratchpad": "full"}), ("copy", {"train_length": 5})]
+)
 def test_length_splits(name, options):
     task = get(name, **options)
     big = 2 * task.train_length
@@ -434,7 +445,9 @@ def test_scan_command_set_and_length_split():
     commands = [ex.source for ex in train + test]
     assert len(commands) == len(set(commands)) == 20_910
     verbs = ["walk", "look", "run", "jump"]
-    phrases = verbs + [f"{v} {m}{d}" for v in verbs + ["turn"] for m in ("", "opposite ", "around ") for d in ("left", "right")]
+    phrases = verbs + [
+        f"{v} {m}{d}" for v in verbs + ["turn"] for m in ("", "opposite ", "around ") for d in ("left", "right")
+    ]
     simple = [f"{p}{r}" for p in phrases for r in ("", " twice", " thrice")]
     expected = set(simple) | {f"{a} {c} {b}" for a in simple for b in simple for c in ("and", "after")}
     assert set(commands) == expected

@@ -48,7 +48,13 @@ def test_every_example_round_trips(name, options):
 
 
 def test_glued_punctuation_is_reversible():
-    texts = ["The answer is 5 5 6 4 3.", "Which is equal to 3 .", "If a = -1; b = -a. Then what is b?", "3 1, 4 1 , 5", "5.."]
+    texts = [
+        "The answer is 5 5 6 4 3.",
+        "Which is equal to 3 .",
+        "If a = -1; b = -a. Then what is b?",
+        "3 1, 4 1 , 5",
+        "5..",
+    ]
     for text in texts:
         assert join_words(split_words(text)) == text
     assert split_words("is 3.") == ["is", "3", "##."] and split_words("3 .") == ["3", "."]

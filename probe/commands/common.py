@@ -7,11 +7,10 @@ import json
 import sys
 from typing import Any
 
-from probe.runs import DEFAULT_CHECKPOINTS
 
 
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoints", metavar="DIR", default=str(DEFAULT_CHECKPOINTS),
+    parser.add_argument("--checkpoints", metavar="DIR", default="checkpoints",
                         help="root folder of the runs (default: checkpoints/)")
 
 

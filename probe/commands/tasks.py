@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="scratchpad format: none, full, empty, or components like I+C+O")
     show.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                       help="a task option, e.g. variant=count or train_length=8 (repeatable)")
-    show.add_argument("--jsonl", metavar="FILE", default=None, help="write the examples as JSON lines to FILE ('-': stdout)")
+    show.add_argument("--jsonl", metavar="FILE", default=None,
+                      help="write the examples as JSON lines to FILE ('-': stdout)")
     parser.set_defaults(func=run)
 
 
@@ -81,7 +82,7 @@ def catalog() -> dict[str, Any]:
                 "options": {
                     key: {
                         "default": option.default,
-                        "shown": option.shown or (option.default if isinstance(option.default, str) else json.dumps(option.default)),
+                        "shown": option.shown or shown(option.default),
                         "accepts": option.accepts,
                         "help": option.help,
                     }
@@ -95,6 +96,10 @@ def catalog() -> dict[str, Any]:
     }
 
 
+def shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def list_tasks(as_json: bool) -> int:
     info = catalog()
     if as_json:
@@ -103,12 +108,14 @@ def list_tasks(as_json: bool) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from probe.tasks.base import POSITIVE_INTEGER
+
     table = Table(title="Tasks (probe tasks show TASK [-o KEY=VALUE] prints examples)", show_lines=True)
     for column in ("task", "what", "λ counts", "options: default (accepted)"):
         table.add_column(column, overflow="fold")
     for name, task in info["tasks"].items():
         options = "\n".join(
-            f"{key}: {option['shown']}" + ("" if option["accepts"] == "a positive integer" else f" ({option['accepts']})")
+            f"{key}: {option['shown']}" + ("" if option["accepts"] == POSITIVE_INTEGER else f" ({option['accepts']})")
             for key, option in task["options"].items()
             if key != "scratchpad"
         )
@@ -151,8 +158,10 @@ def show(args: argparse.Namespace) -> int:
         table.add_row(str(ex.length), "yes" if task.is_seen(ex.length) else "no", str(len(ids)), ex.source, ex.target)
     console = Console()
     console.print(table)
-    console.print(f"λ = {task.length_unit}; seen lengths: λ <= {task.train_length}; vocabulary: {len(tokenizer)} tokens "
-                  "(with <bos>, <pad>, <eos>, <sep>); tokens = <bos> source <sep> target <eos>")
+    console.print(
+        f"λ = {task.length_unit}; seen lengths: λ <= {task.train_length}; vocabulary: {len(tokenizer)} tokens "
+        "(with <bos>, <pad>, <eos>, <sep>); tokens = <bos> source <sep> target <eos>"
+    )
     return 0
 
 

@@ -72,14 +72,16 @@ def one_of(*choices: str) -> Callable[[Any], str]:
     return parse
 
 
+POSITIVE_INTEGER = "a positive integer"
+
+
 def train_length_option(default: int | None, help: str, shown: str | None = None) -> Option:
-    return Option(default, "a positive integer", positive_int, help, shown)
+    return Option(default, POSITIVE_INTEGER, positive_int, help, shown)
 
 
 def valid_fraction_option() -> Option:
-    return Option(
-        0.1, "a number in [0, 1)", fraction, "share of the train side held out as valid (0: train is the whole train side)"
-    )
+    help = "share of the train side held out as valid (0: train is the whole train side)"
+    return Option(0.1, "a number in [0, 1)", fraction, help)
 
 
 class Task(ABC):
@@ -166,7 +168,9 @@ class ScratchpadTask(GeneratedTask):
 
     OPTIONS: ClassVar[dict[str, Option]] = {
         "train_length": train_length_option(None, "threshold L on the length bucket", "20, or 8 with a scratchpad"),
-        "scratchpad": Option(None, scratchpad.ACCEPTS, scratchpad.parse_format, "scratchpad format (Section 5)", "none"),
+        "scratchpad": Option(
+            None, scratchpad.ACCEPTS, scratchpad.parse_format, "scratchpad format (Section 5)", "none"
+        ),
     }
 
     def __init__(self, **options: Any) -> None:

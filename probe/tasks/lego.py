@@ -36,7 +36,8 @@ class Lego(ScratchpadTask):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         if 2 * self.train_length > len(VARIABLES):
-            raise ProbeError(f"lego has {len(VARIABLES)} variables, so train_length can be at most {len(VARIABLES) // 2}")
+            most = len(VARIABLES) // 2
+            raise ProbeError(f"lego has {len(VARIABLES)} variables, so train_length can be at most {most}")
 
     def sample(self, rng: random.Random, length: int) -> Example:
         names = rng.sample(VARIABLES, length)

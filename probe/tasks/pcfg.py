@@ -19,7 +19,15 @@ import random
 from functools import cache
 from typing import Callable, ClassVar
 
-from probe.tasks.base import Example, FiniteTask, Option, positive_int, train_length_option, valid_fraction_option
+from probe.tasks.base import (
+    POSITIVE_INTEGER,
+    Example,
+    FiniteTask,
+    Option,
+    positive_int,
+    train_length_option,
+    valid_fraction_option,
+)
 from probe.tasks.tokenizer import vocabulary_of
 
 Letters = list[str]
@@ -87,7 +95,7 @@ class Pcfg(FiniteTask):
     OPTIONS: ClassVar[dict[str, Option]] = {
         "train_length": train_length_option(8, "train on inputs with at most this many functions"),
         "valid_fraction": valid_fraction_option(),
-        "size_per_length": Option(1000, "a positive integer", positive_int, "distinct inputs per number of functions"),
+        "size_per_length": Option(1000, POSITIVE_INTEGER, positive_int, "distinct inputs per number of functions"),
     }
 
     def dataset(self) -> tuple[Example, ...]:

@@ -59,7 +59,7 @@ class Scan(FiniteTask):
     summary = "SCAN commands to actions, length split (Lake & Baroni, 2018)"
     length_unit = "output actions"
     OPTIONS: ClassVar[dict[str, Option]] = {
-        "train_length": train_length_option(22, "train on commands with at most this many actions (22: the length split)"),
+        "train_length": train_length_option(22, "train on commands with at most this many actions (length split: 22)"),
         "valid_fraction": valid_fraction_option(),
     }
 
@@ -67,4 +67,5 @@ class Scan(FiniteTask):
         return commands()
 
     def vocabulary(self) -> list[str]:
-        return vocabulary_of(*PRIMITIVES, "turn opposite around", *TURNS, *REPEATS, *CONNECTIVES, *PRIMITIVES.values(), *TURNS.values())
+        words = [*PRIMITIVES, "turn opposite around", *TURNS, *REPEATS, *CONNECTIVES]
+        return vocabulary_of(*words, *PRIMITIVES.values(), *TURNS.values())

@@ -1,0 +1,119 @@
+"""What every page of the explorer shares: the checkpoint folder, the runs in it, cached models.
+
+Pages call ``probe.*`` for everything they show; this module only caches those calls and
+offers the widgets that pick a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from probe.errors import ProbeError
+from probe.plots import PE_NAMES
+from probe.runs import DEFAULT_CHECKPOINTS, Run, find_runs
+
+CHECKPOINTS_ENV = "PROBE_CHECKPOINTS"
+TRAIN_HINT = "`probe train` makes them (every PE on the default task, a few minutes on a laptop CPU)"
+
+
+def checkpoints_root() -> Path:
+    """The folder `probe app --checkpoints` named (``PROBE_CHECKPOINTS``), default ``checkpoints/``."""
+    return Path(os.environ.get(CHECKPOINTS_ENV) or DEFAULT_CHECKPOINTS)
+
+
+def runs() -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Every run under the checkpoint folder, and the broken entries with why (rescanned each rerun)."""
+    return find_runs(checkpoints_root())
+
+
+def task_folder(run: Run) -> str:
+    """``scan`` or ``addition+scratchpad=full``: the task folder a run belongs to."""
+    return run.path.parent.parent.name
+
+
+def pe_name(pe: str) -> str:
+    return PE_NAMES.get(pe, pe)
+
+
+def run_title(run: Run) -> str:
+    return f"{task_folder(run)} · {pe_name(run.pe)} · seed {run.seed}"
+
+
+def stamp(run: Run) -> float:
+    """Changes when the run is re-published, so cached models and analyses follow."""
+    try:
+        return (run.path / "model.safetensors").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+@st.cache_resource(show_spinner="Loading checkpoint…", max_entries=16)
+def _load(path: str, version: float):
+    from probe.models import load_checkpoint
+
+    return load_checkpoint(path)
+
+
+def load_model(run: Run):
+    """The run's model (cached); a ProbeError says what is wrong with the checkpoint."""
+    return _load(str(run.path), stamp(run))
+
+
+def tokenizer_of(model):
+    from probe.tasks import Tokenizer
+
+    return Tokenizer.from_dict(model.metadata["tokenizer"])
+
+
+def read_eval(run: Run) -> dict[str, Any] | None:
+    """The run's ``eval.json`` (written by `probe eval`), or None if it has none or it is unreadable."""
+    from probe.evaluation import EVAL
+
+    try:
+        return json.loads((run.path / EVAL).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def show_broken(broken: list[tuple[Path, str]]) -> None:
+    for path, why in broken:
+        st.error(f"Broken checkpoint entry `{path}`: {why}", icon=":material/error:")
+
+
+def require_runs() -> tuple[list[Run], list[tuple[Path, str]]] | None:
+    """The runs, or None after saying that there are none and which command makes them."""
+    found, broken = runs()
+    show_broken(broken)
+    if not found:
+        st.info(f"No checkpoints under `{checkpoints_root()}`. {TRAIN_HINT}; then `probe eval` measures "
+                "their accuracy. The **Theorems** page needs none.", icon=":material/info:")
+        return None
+    return found, broken
+
+
+def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None) -> Run:
+    """A select box over ``choices``, preselecting the first run of ``default_pe`` (seed 0 first)."""
+    by_path = {str(r.path): r for r in choices}
+    paths = list(by_path)
+    index = 0
+    if default_pe is not None:
+        ranked = sorted(range(len(choices)), key=lambda i: (choices[i].pe != default_pe, choices[i].seed))
+        index = ranked[0] if choices[ranked[0]].pe == default_pe else 0
+    chosen = st.selectbox(label, paths, index=index, format_func=lambda p: run_title(by_path[p]), key=key)
+    return by_path[chosen]
+
+
+def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | None = None) -> str:
+    folders = sorted({task_folder(r) for r in found})
+    index = folders.index(preferred) if preferred in folders else 0
+    return st.selectbox("Task", folders, index=index, key=key,
+                        help="the task folder under the checkpoint folder (task and its options)")
+
+
+def error_line(error: ProbeError | Exception) -> None:
+    st.error(str(error), icon=":material/error:")
