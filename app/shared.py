@@ -27,12 +27,34 @@ def checkpoints_root() -> Path:
 
 
 def runs() -> tuple[list[Run], list[tuple[Path, str]]]:
-    """Every run under the checkpoint folder, and the broken entries with why (rescanned each rerun)."""
-    return find_runs(checkpoints_root())
+    """Every run under the checkpoint folder, and the broken entries with why (rescanned each rerun).
+
+    A config.json that parses but does not say what a run is (its PE, its seed) counts as broken too.
+    """
+    found, broken = find_runs(checkpoints_root())
+    usable = []
+    for run in found:
+        try:
+            if isinstance(run.pe, str) and isinstance(run.seed, int) and isinstance(run.config.get("training", {}), dict):
+                usable.append(run)
+                continue
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass
+        broken.append((run.path, f"{run.path / 'config.json'} does not describe a probe run (its pe, seed or training "
+                                 "entry is missing or malformed)"))
+    return usable, broken
+
+
+def has_task(run: Run) -> bool:
+    """Trained on a task (by `probe train`), as opposed to a construction `probe theorem --export` wrote."""
+    task = run.config.get("task")
+    return isinstance(task, dict) and "name" in task and "tokenizer" in run.config
 
 
 def task_folder(run: Run) -> str:
-    """``scan`` or ``addition+scratchpad=full``: the task folder a run belongs to."""
+    """``scan`` or ``addition+scratchpad=full``: the task folder a run belongs to (or its construction)."""
+    if not has_task(run):
+        return f"construction: {run.config.get('construction', run.path.name)}"
     return run.path.parent.parent.name
 
 
@@ -41,6 +63,8 @@ def pe_name(pe: str) -> str:
 
 
 def run_title(run: Run) -> str:
+    if not has_task(run):
+        return f"{task_folder(run)} · {run.path}"
     return f"{task_folder(run)} · {pe_name(run.pe)} · seed {run.seed}"
 
 
@@ -52,8 +76,8 @@ def stamp(run: Run) -> float:
         return 0.0
 
 
-@st.cache_resource(show_spinner="Loading checkpoint…", max_entries=16)
-def _load(path: str, version: float):
+@st.cache_resource(show_spinner="Loading checkpoint…", max_entries=4)
+def cached_model(path: str, version: float):
     from probe.models import load_checkpoint
 
     return load_checkpoint(path)
@@ -61,7 +85,7 @@ def _load(path: str, version: float):
 
 def load_model(run: Run):
     """The run's model (cached); a ProbeError says what is wrong with the checkpoint."""
-    return _load(str(run.path), stamp(run))
+    return cached_model(str(run.path), stamp(run))
 
 
 def tokenizer_of(model):
@@ -71,24 +95,38 @@ def tokenizer_of(model):
 
 
 def read_eval(run: Run) -> dict[str, Any] | None:
-    """The run's ``eval.json`` (written by `probe eval`), or None if it has none or it is unreadable."""
+    """The run's ``eval.json`` (written by `probe eval`), or None if it has none or it is unreadable
+    (then `probe eval` rewrites it)."""
     from probe.evaluation import EVAL
 
     try:
-        return json.loads((run.path / EVAL).read_text())
-    except (OSError, ValueError):
-        return None
+        report = json.loads((run.path / EVAL).read_text())
+        buckets = report["buckets"]
+        if all(isinstance(b["length"], (int, float)) and isinstance(b["accuracy"], (int, float))
+               and isinstance(b["seen"], bool) for b in buckets):
+            return report
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
 
 
 def show_broken(broken: list[tuple[Path, str]]) -> None:
     for path, why in broken:
-        st.error(f"Broken checkpoint entry `{path}`: {why}", icon=":material/error:")
+        where = "" if str(path) in why else f" `{path}`"
+        st.error(f"Broken checkpoint entry{where}: {why}", icon=":material/error:")
 
 
-def require_runs() -> tuple[list[Run], list[tuple[Path, str]]] | None:
-    """The runs, or None after saying that there are none and which command makes them."""
+def require_runs(trained: bool = False) -> tuple[list[Run], list[tuple[Path, str]]] | None:
+    """The runs (only those trained on a task, with ``trained``), or None after saying that there
+    are none and which command makes them."""
     found, broken = runs()
     show_broken(broken)
+    if trained and found and not any(has_task(r) for r in found):
+        st.info(f"No run under `{checkpoints_root()}` was trained on a task (only constructions or bare models). "
+                f"{TRAIN_HINT}.", icon=":material/info:")
+        return None
+    if trained:
+        found = [r for r in found if has_task(r)]
     if not found:
         st.info(f"No checkpoints under `{checkpoints_root()}`. {TRAIN_HINT}; then `probe eval` measures "
                 "their accuracy. The **Theorems** page needs none.", icon=":material/info:")
@@ -96,14 +134,17 @@ def require_runs() -> tuple[list[Run], list[tuple[Path, str]]] | None:
     return found, broken
 
 
-def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None) -> Run:
-    """A select box over ``choices``, preselecting the first run of ``default_pe`` (seed 0 first)."""
+def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None,
+             other_than: Run | None = None) -> Run:
+    """A select box over ``choices``, preselecting a trained run of ``default_pe`` (lowest seed first)
+    that is not ``other_than``."""
     by_path = {str(r.path): r for r in choices}
     paths = list(by_path)
     index = 0
     if default_pe is not None:
-        ranked = sorted(range(len(choices)), key=lambda i: (choices[i].pe != default_pe, choices[i].seed))
-        index = ranked[0] if choices[ranked[0]].pe == default_pe else 0
+        index = min(range(len(choices)), key=lambda i: (
+            not has_task(choices[i]), other_than is not None and choices[i].path == other_than.path,
+            choices[i].pe != default_pe, choices[i].seed))
     chosen = st.selectbox(label, paths, index=index, format_func=lambda p: run_title(by_path[p]), key=key)
     return by_path[chosen]
 

@@ -70,20 +70,21 @@ def _batches(sizes: Sequence[int], per_position_bytes: int, batch_size: int,
 
 
 def collect_patterns(model, tokenizer: Tokenizer, examples: Sequence[Example], *, batch_size: int = 16,
-                     device: str | torch.device = "cpu", to_cpu: bool = True,
+                     device: str | torch.device | None = None, to_cpu: bool = True,
                      max_bytes: int = 2**30) -> Iterator[PatternBatch]:
     """Attention maps of ``model`` on each example's gold input + output, batch by batch, in order.
 
     Yields :class:`PatternBatch` es of up to ``batch_size`` examples (fewer where a batch's maps
     would pass ``max_bytes``: long scratchpad sequences), right-padded to the batch's longest
-    example. Runs on ``device`` (the model is moved there if it is elsewhere); maps come back as
-    float32 on the CPU, or stay on ``device`` with ``to_cpu=False``. An example longer than the
-    model's context (``n_ctx``) raises ProbeError.
+    example. Runs on ``device`` (default: where the model is; a model elsewhere is moved there);
+    maps come back as float32 on the CPU, or stay on the device with ``to_cpu=False``. An example
+    longer than the model's context (``n_ctx``) raises ProbeError.
     """
     if batch_size < 1:
         raise ProbeError(f"batch size must be positive, got {batch_size}")
-    device = torch.device(device)
-    if next(model.parameters()).device != device:
+    here = next(model.parameters()).device
+    device = here if device is None else torch.device(device)
+    if device != here:
         model.to(device, print_details=False)
     encoded = [tokenizer.encode_example(example) for example in examples]
     sizes = [len(ids) for ids, _ in encoded]

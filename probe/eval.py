@@ -3,7 +3,9 @@
 Decoding reuses keys and values (TransformerLens' KV cache): the prompt runs once, then one token
 per step. Examples are grouped by prompt length, so no batch needs padding and every position
 index is the one the model would see alone. A prediction is correct when the generated tokens up
-to ``<eos>`` equal the gold target; decoding stops one token after the longest gold target.
+to ``<eos>`` equal the gold target (with ``answer_only``, when the text after the scratchpad equals
+the gold answer, as the paper scores scratchpad tasks); decoding stops one token after the longest
+gold target.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from probe.errors import ProbeError
 from probe.tasks import Example, Tokenizer
+from probe.tasks.scratchpad import final_answer
 
 
 @dataclass
@@ -72,7 +75,8 @@ def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_i
 
 
 def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], *, device: torch.device | str = "cpu",
-                      batch_size: int = 256, use_cache: bool = True, keep_predictions: bool = False) -> EvalResult:
+                      batch_size: int = 256, use_cache: bool = True, keep_predictions: bool = False,
+                      answer_only: bool = False) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result)."""
     device = torch.device(device)
     model.eval()
@@ -92,11 +96,12 @@ def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], 
                 longest = max(len(targets[i]) for i in chunk)
                 out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache).cpu()
                 for row, i in enumerate(chunk):
-                    gold = targets[i]
-                    produced = out[row, : len(gold)].tolist()
-                    correct[i] = produced == gold
-                    if keep_predictions:
-                        ids = out[row].tolist()
+                    ids = out[row].tolist()
+                    if answer_only or keep_predictions:
                         end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
                         predictions[i] = tokenizer.decode(ids[:end])
+                    if answer_only:
+                        correct[i] = tokenizer.eos_id in ids and final_answer(predictions[i]) == final_answer(examples[i].target)
+                    else:
+                        correct[i] = ids[: len(targets[i])] == targets[i]
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])

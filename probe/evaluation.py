@@ -22,7 +22,8 @@ def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, dev
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
-    result = evaluate_examples(model, tokenizer, examples, device=device, batch_size=batch_size)
+    result = evaluate_examples(model, tokenizer, examples, device=device, batch_size=batch_size,
+                               answer_only=bool(task.options.get("scratchpad")))
     buckets = [{"length": length, "n": n, "correct": k, "accuracy": k / n, "seen": task.is_seen(length)}
                for length, (n, k) in result.by_length().items()]
     seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]

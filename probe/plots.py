@@ -47,3 +47,132 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
     figure.update_layout(title=title, xaxis_title="length bucket λ", yaxis_title="exact match (%)",
                          yaxis_range=[-2, 102], template="plotly_white", legend_title="model")
     return figure
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def layer_distance_figure(curves: Sequence[Mapping[str, Any]], title: str, metric_label: str = "D^(l) (JSD)"):
+    """Figure similarity_per_layer: distance per layer (left) and averaged over layers (right).
+
+    ``curves``: dicts with ``label``, ``pe``, per-layer ``mean``, ``low``, ``high`` (bootstrap
+    interval), ``average`` = [mean, low, high], and ``dashed`` (the NoPE' seed baseline).
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, column_widths=[0.7, 0.3], horizontal_spacing=0.1,
+                           subplot_titles=("distance per layer", "average over layers"))
+    for curve in curves:
+        color, name = pe_color(curve["pe"]), curve["label"]
+        layers = list(range(len(curve["mean"])))
+        dash = "dash" if curve.get("dashed") else "solid"
+        figure.add_trace(go.Scatter(
+            x=layers + layers[::-1], y=list(curve["high"]) + list(curve["low"])[::-1], mode="lines", fill="toself",
+            fillcolor=_rgba(color, 0.15), line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=name,
+        ), row=1, col=1)
+        figure.add_trace(go.Scatter(
+            x=layers, y=list(curve["mean"]), mode="lines+markers", name=name, legendgroup=name,
+            line=dict(color=color, dash=dash),
+            customdata=list(zip(curve["low"], curve["high"])),
+            hovertemplate="layer %{x}<br>%{y:.4f} [%{customdata[0]:.4f}, %{customdata[1]:.4f}]<extra>" + name + "</extra>",
+        ), row=1, col=1)
+        mean, low, high = curve["average"]
+        figure.add_trace(go.Bar(
+            x=[name], y=[mean], marker=dict(color=color, pattern_shape="/" if curve.get("dashed") else ""),
+            error_y=dict(type="data", symmetric=False, array=[high - mean], arrayminus=[mean - low]),
+            showlegend=False, legendgroup=name,
+            hovertemplate=f"{mean:.4f} [{low:.4f}, {high:.4f}]<extra>{name}</extra>",
+        ), row=1, col=2)
+    figure.update_xaxes(title_text="layer", dtick=1, row=1, col=1)
+    figure.update_yaxes(title_text=metric_label, rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(rangemode="tozero", row=1, col=2)
+    figure.update_layout(title=title, template="plotly_white", legend_title="compared with")
+    return figure
+
+
+def head_matrix_figure(matrix, argmin: Sequence[int], title: str, labels: tuple[str, str] = ("A", "B")):
+    """Heatmap of D_AT for every head pair of one layer ([head_A, head_B]), the arg-min pair circled."""
+    import plotly.graph_objects as go
+
+    values = [[float(v) for v in row] for row in (matrix.tolist() if hasattr(matrix, "tolist") else matrix)]
+    figure = go.Figure(go.Heatmap(
+        z=values, colorscale="Viridis_r", colorbar=dict(title="D_AT"),
+        hovertemplate=f"{labels[1]} head %{{x}}<br>{labels[0]} head %{{y}}<br>D_AT %{{z:.4f}}<extra></extra>",
+    ))
+    row, col = int(argmin[0]), int(argmin[1])
+    figure.add_trace(go.Scatter(x=[col], y=[row], mode="markers", showlegend=False, hoverinfo="skip",
+                                marker=dict(symbol="circle-open", size=22, color="red", line=dict(width=3))))
+    figure.update_xaxes(title_text=f"{labels[1]} head", dtick=1)
+    figure.update_yaxes(title_text=f"{labels[0]} head", dtick=1, autorange="reversed")
+    figure.update_layout(title=f"{title} (min at {labels[0]} head {row}, {labels[1]} head {col})",
+                         template="plotly_white")
+    return figure
+
+
+WEIGHTING_TITLES = {"argmax": "attended key (arg-max)", "attention": "attention-weighted"}
+
+
+def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str):
+    """Figure attended_distance: the distribution of d̄ per PE, overlaid, one panel per weighting.
+
+    ``series``: dicts with ``label``, ``pe`` and ``histograms`` = {weighting: {``edges``, ``mass``,
+    ``bimodality``}}.
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    weightings = list(dict.fromkeys(w for s in series for w in s["histograms"]))
+    figure = make_subplots(rows=1, cols=max(1, len(weightings)), shared_yaxes=True,
+                           subplot_titles=[WEIGHTING_TITLES.get(w, w) for w in weightings])
+    for s in series:
+        color = pe_color(s["pe"])
+        for col, weighting in enumerate(weightings, start=1):
+            h = s["histograms"].get(weighting)
+            if h is None:
+                continue
+            edges, mass = list(h["edges"]), list(h["mass"])
+            figure.add_trace(go.Scatter(
+                x=edges, y=mass + mass[-1:], mode="lines", line=dict(color=color, shape="hv", width=2),
+                fill="tozeroy", fillcolor=_rgba(color, 0.08), name=s["label"], legendgroup=s["label"],
+                showlegend=col == 1,
+                hovertemplate="d̄ from %{x:.2f}<br>mass %{y:.3f}<extra>" + s["label"]
+                + f" (bimodality {h.get('bimodality', float('nan')):.3f})</extra>",
+            ), row=1, col=col)
+        for col in range(1, len(weightings) + 1):
+            figure.update_xaxes(title_text="normalized distance d̄", range=[0, 1], row=1, col=col)
+    figure.update_yaxes(title_text="fraction of attention", row=1, col=1)
+    figure.update_layout(title=title, template="plotly_white", legend_title="positional encoding")
+    return figure
+
+
+def attention_heatmaps(tokens: Sequence[str], patterns, layer: int, title: str | None = None):
+    """One heatmap per head of ``layer``: queries down, keys across, tokens on the axes, values on hover.
+
+    ``patterns``: [layer, head, query, key] (or [head, query, key] for the layer itself).
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    maps = patterns[layer] if patterns.dim() == 4 else patterns  # [head, query, key]
+    n_heads, n = maps.shape[0], len(tokens)
+    cols = min(n_heads, 4)
+    rows = -(-n_heads // cols)
+    figure = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(n_heads)],
+                           horizontal_spacing=0.04, vertical_spacing=0.08)
+    labels = [f"{i}: {token}" for i, token in enumerate(tokens)]
+    hover = [[(labels[q], labels[k]) for k in range(n)] for q in range(n)]
+    for head in range(n_heads):
+        figure.add_trace(go.Heatmap(
+            z=maps[head].tolist(), zmin=0, zmax=1, colorscale="Blues", showscale=head == 0, customdata=hover,
+            hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>p %{z:.3f}<extra>head " + str(head) + "</extra>",
+        ), row=head // cols + 1, col=head % cols + 1)
+    axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=list(tokens), tickfont=dict(size=8))
+    figure.update_xaxes(**axis, tickangle=-90)
+    figure.update_yaxes(**axis, autorange="reversed")
+    size = max(250, min(500, 10 * n + 100))  # pixels per head
+    figure.update_layout(title=title or f"attention, layer {layer}", template="plotly_white",
+                         height=size * rows + 80, width=size * cols)
+    return figure

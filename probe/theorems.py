@@ -12,6 +12,7 @@ each one.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
@@ -24,6 +25,9 @@ from probe.models.constructions import (BOS_ID, POS, Content, alibi_match_model,
 from probe.models.transformer import PETransformer
 
 SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
+# Logits within tol move a softmax by a JSD of at most ~tol^2 / 8; the JSD itself is computed in
+# float64 from p log(p / m) with p ~ m, whose rounding alone leaves ~eps64 per row.
+JSD_FLOOR = 16 * float(np.finfo(np.float64).eps)
 
 # (claim, statement, where it is read)
 CLAIMS: tuple[tuple[str, str, str], ...] = (
@@ -34,21 +38,39 @@ CLAIMS: tuple[tuple[str, str, str], ...] = (
     ("t1_mlp", "after the MLP, dims 1-3 = (1, [x = <bos>], t)  (Eq. rel_hidden_state_1)",
      "blocks.0.hook_resid_post"),
     ("t2_logits", "layers >= 2: <q_t, k_i> = f_cnt(q_t, k_i) - (t - i), i <= t  (Eq. rel_attention_dot_product)",
-     "blocks.l.attn.hook_attn_scores"),
+     "blocks.<l>.attn.hook_attn_scores, every l >= 1"),
     ("t2_kept", "dims 1-3 are never overwritten: still (1, [x = <bos>], t) at the end  (Theorem 2)",
-     "blocks.-1.hook_resid_post"),
+     "blocks.<last>.hook_resid_post"),
 )
 
 TOLERANCES: dict[str, str] = {
     "embedding": "0: the embedding is a table lookup, copied exactly",
     "t1_pattern": "4 eps: equal logits give exp(0) = 1 each, an exact integer sum t, one rounded division",
     "t1_output": "4 eps: one nonzero value times 1/t, then one nonzero W_O entry (values <= 1)",
-    "t1_mlp": "2 eps T^1.5: t <= T is a sum of t - 1 positive ReLU terms; blocked summation error grows "
-              "like sqrt(n) eps times the total (the worst-case n eps bound, T^2 eps, would hide bugs)",
+    "t1_mlp": "4 eps T^1.5: t <= T is a sum of t - 1 positive ReLU terms (each < 3); rounding errors of a "
+              "sum of n terms random-walk to ~sqrt(n) eps times its size, eps T^1.5, and we allow 4x that "
+              "(the worst-case bound, about T^2 eps / 2, is 2.8x looser still at T = 512)",
     "t2_logits": "2 x the t1_mlp tolerance (t and i each carry the MLP's error) + 2 d_head eps (2T + C), "
                  "C = max sum_j |q_j k_j| over the content components: rounding of the dot product",
     "t2_kept": "the t1_mlp tolerance: later layers add exact zeros to dims 1-3",
 }
+
+
+@contextmanager
+def _one_thread():
+    """The checks are thousands of small tensor ops, where intra-op threads only add barriers (on a
+    busy machine each barrier waits for a time slice: 10-30x slower). The setting is restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def mlp_tolerance(eps: float, max_length: int) -> float:
+    """How far rounding may move the t that the first MLP writes (see ``TOLERANCES["t1_mlp"]``)."""
+    return 4 * eps * max_length**1.5
 
 
 @dataclass(frozen=True)
@@ -83,12 +105,12 @@ class MatchResult:
     max_jsd: float  # over every sequence and query row
     mean_jsd: float
     max_logit_error: float  # |NoPE logits − target logits|, keys <= t
-    tolerance: float  # on the logits; the JSD must be <= tolerance ** 2
+    tolerance: float  # on the logits; the JSD must be <= tolerance ** 2 + JSD_FLOOR
     position_dims: int  # residual dims the NoPE model spends on the position code
 
     @property
     def passed(self) -> bool:
-        return bool(self.max_logit_error <= self.tolerance and self.max_jsd <= self.tolerance**2)
+        return bool(self.max_logit_error <= self.tolerance and self.max_jsd <= self.tolerance**2 + JSD_FLOOR)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "passed": self.passed}
@@ -142,6 +164,7 @@ class _Worst:
             self.error, self.length, self.position = value.item(), length, index.item() + 1
 
 
+@_one_thread()
 @torch.no_grad()
 def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.float64, seed: int = 0, *,
                     model: PETransformer | None = None, lengths: Iterable[int] | None = None,
@@ -195,7 +218,7 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
         if progress is not None:
             progress(length)
 
-    mlp = 2 * eps * T**1.5
+    mlp = mlp_tolerance(eps, T)
     tolerance = {"embedding": 0.0, "t1_pattern": 4 * eps, "t1_output": 4 * eps, "t1_mlp": mlp,
                  "t2_logits": 2 * mlp + 2 * model.cfg.d_head * eps * (2 * T + content_size), "t2_kept": mlp}
     return [ClaimResult(claim, statement, hook, str(dtype).removeprefix("torch."), worst[claim].error,
@@ -220,15 +243,15 @@ class Match:
     nope: PETransformer
     position_dims: int
     position_error: Callable[[float], float]
-    bias_rounding: float  # max |f_rel − fl32(f_rel)|: the target adds its bias in float32
+    bias_rounding: float  # bound on |f_rel − fl32(f_rel)|: the target adds its bias in float32
 
 
 def match_alibi(slope: float = 0.5, max_length: int = 512, seed: int = 0, dtype: torch.dtype | str = torch.float64,
                 content: Content | None = None) -> Match:
     """ALiBi with ``slope`` (rounded to float32, as ALiBi's bias reaches the logits) on random content.
 
-    The NoPE relative term is slope · (i − t) with t and i from the first MLP, each within
-    2 eps T^1.5 (the t1_mlp tolerance): it may move by 2 · slope · that.
+    The NoPE relative term is slope · (i − t) with t and i from the first MLP, each within the
+    t1_mlp tolerance: it may move by 2 · slope · that.
     """
     if not math.isfinite(slope):
         raise ProbeError(f"--slope must be a finite number, got {slope}")
@@ -239,7 +262,7 @@ def match_alibi(slope: float = 0.5, max_length: int = 512, seed: int = 0, dtype:
     nope = alibi_match_model(content, slope, max_length, seed, dtype)
     bias = -slope * np.arange(max_length, dtype=np.float64)
     return Match(f"alibi slope={slope:g}", target, nope, 0,
-                 lambda eps: 2 * abs(slope) * 2 * eps * max_length**1.5, _float32_rounding(bias))
+                 lambda eps: 2 * abs(slope) * mlp_tolerance(eps, max_length), _float32_rounding(bias))
 
 
 def match_t5(source: PETransformer, layer: int = 0, head: int = 0, max_length: int = 512, seed: int = 0,
@@ -261,7 +284,11 @@ def match_t5(source: PETransformer, layer: int = 0, head: int = 0, max_length: i
 
 
 def _float32_rounding(values: np.ndarray) -> float:
-    return float(np.abs(values - values.astype(np.float32)).max())
+    """0 if ``values`` are float32 numbers already (dyadic slopes, stored T5 tables), else one float32
+    rounding of the largest: eps32 max|values| (the target adds its bias in float32)."""
+    if np.array_equal(values, values.astype(np.float32)):
+        return 0.0
+    return float(np.finfo(np.float32).eps * np.abs(values).max())
 
 
 def random_t5_source(vocab_size: int = 16, seed: int = 0) -> PETransformer:
@@ -282,6 +309,7 @@ def _jsd(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return jsd(p, q)
 
 
+@_one_thread()
 @torch.no_grad()
 def verify_match(match: Match, max_length: int | None = None, n_sequences: int = 4, seed: int = 0) -> MatchResult:
     """Run the NoPE model and the target on the same ``n_sequences`` random sequences of
@@ -349,7 +377,8 @@ def residual_positions(model: PETransformer, length: int = 64, seed: int = 0) ->
 
 
 @torch.no_grad()
-def relative_logits(model: PETransformer, length: int = 64, seed: int = 0, layer: int = 1, head: int = 0) -> dict[str, np.ndarray]:
+def relative_logits(model: PETransformer, length: int = 64, seed: int = 0, layer: int = 1,
+                    head: int = 0) -> dict[str, np.ndarray]:
     """Layer ``layer``'s logits for one head, its content term f_cnt, their difference and the
     paper's −(t − i). [length, length] each, NaN above the diagonal (masked keys)."""
     tokens = random_tokens(model.cfg.d_vocab, length, torch.Generator().manual_seed(seed))

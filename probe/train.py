@@ -334,7 +334,8 @@ def train_run(config: TrainConfig, run_path: Path, device: torch.device, *, forc
     start_step = trainer.step
     loss, seconds = trainer.train(on_step)
     valid = trainer.task.examples("valid", n=config.eval_examples, seed=config.seed)
-    iid = evaluate_examples(trainer.model, trainer.tokenizer, valid, device=device).accuracy
+    iid = evaluate_examples(trainer.model, trainer.tokenizer, valid, device=device,
+                            answer_only=bool(trainer.task.options.get("scratchpad"))).accuracy
     steps_per_second = (trainer.step - start_step) / seconds if seconds > 0 else None
     trainer.publish({"final_loss": loss, "iid_accuracy": iid, "train_seconds": seconds,
                      "steps_per_second": steps_per_second})

@@ -17,12 +17,12 @@ if found is not None:
     reports = {str(r.path): shared.read_eval(r) for r in runs}
 
     def percent(value) -> str:
-        return "–" if value is None else f"{100 * value:.1f}%"
+        return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "–"
 
     rows = []
     for r in runs:
-        training, report = r.config.get("training", {}), reports[str(r.path)]
-        iid = report["iid_accuracy"] if report else r.config.get("metrics", {}).get("iid_accuracy")
+        training, metrics, report = r.config.get("training", {}), r.config.get("metrics"), reports[str(r.path)]
+        iid = report.get("iid_accuracy") if report else metrics.get("iid_accuracy") if isinstance(metrics, dict) else None
         rows.append({
             "task": shared.task_folder(r), "PE": shared.pe_name(r.pe), "seed": r.seed,
             "preset": training.get("preset", "–"), "steps": training.get("steps_done", training.get("steps")),
@@ -34,8 +34,10 @@ if found is not None:
                "before it, IID is the accuracy measured at the end of training).")
 
     st.subheader("Exact match against length")
-    folders = sorted({shared.task_folder(r) for r in runs})
-    for folder, tab in zip(folders, st.tabs(folders)):
+    folders = sorted({shared.task_folder(r) for r in runs if shared.has_task(r)})
+    if not folders:
+        st.info("No run here was trained on a task; `probe train` makes some.", icon=":material/info:")
+    for folder, tab in zip(folders, st.tabs(folders) if folders else []):
         with tab:
             members = [r for r in runs if shared.task_folder(r) == folder]
             evaluated = [(r, reports[str(r.path)]) for r in members if reports[str(r.path)]]
@@ -54,13 +56,16 @@ if found is not None:
                         "or evaluate them here.", icon=":material/info:")
                 if st.button(f"Evaluate {len(missing)} run(s) now", key=f"evaluate-{folder}"):
                     from probe.evaluation import evaluate_run
+                    from probe.train import resolve_device
 
-                    progress = st.progress(0.0, text="evaluating")
+                    progress, failed = st.progress(0.0, text="evaluating"), False
                     for i, r in enumerate(missing):
                         progress.progress(i / len(missing), text=f"evaluating {r.label} ({i + 1}/{len(missing)})")
                         try:
-                            evaluate_run(r)
+                            evaluate_run(r, device=resolve_device("auto"))
                         except ProbeError as error:
-                            shared.error_line(error)
+                            st.error(f"Cannot evaluate {r.path}: {error}", icon=":material/error:")
+                            failed = True
                     progress.empty()
-                    st.rerun()
+                    if not failed:
+                        st.rerun()

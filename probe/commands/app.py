@@ -54,7 +54,7 @@ def streamlit_command(script, port: int) -> list[str]:
 
     return [sys.executable, "-m", "streamlit", "run", str(script),
             "--server.address", HOST, "--server.port", str(port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false"]
+            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
 
 
 def run(args: argparse.Namespace) -> int:

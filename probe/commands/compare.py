@@ -1,16 +1,178 @@
-"""`probe compare`: not built yet."""
+"""`probe compare A [B ...]`: layerwise min-head distance between runs' attention (Section 4.2, Figure
+similarity_per_layer), per length bucket, with NoPE vs NoPE' as the seed baseline."""
 
 from __future__ import annotations
 
 import argparse
 
-from probe.errors import ProbeError
+from probe.commands.common import add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("compare", help="(not built yet)")
+    parser = subparsers.add_parser(
+        "compare", help="layerwise attention distance between runs (NoPE vs T5, ALiBi, ...)",
+        description="D^(l)(A, B) = min over head pairs of the mean JSD between their attention rows (Eq. "
+        "similarity), per layer and length bucket, on up to --n-per-bucket examples of every bucket "
+        "(gold input + output), with 95% bootstrap intervals. A and B are PE names (runs of --task and "
+        "--seed under --checkpoints) or run folders; 'probe compare nope' compares NoPE with every "
+        "other PE found. Adds A vs A' (another seed of A, NoPE' for NoPE) when that run exists. Writes "
+        "JSON, CSV and a plotly figure under --out.",
+    )
+    parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs to compare it with")
+    parser.add_argument("--task", default="scan", help="task of the runs named by PE (default scan)")
+    parser.add_argument("--scratchpad", metavar="FORMAT", help="scratchpad format of the runs (as given to `probe train`)")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="task option of the runs (as given to `probe train`)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the runs named by PE (default 0)")
+    parser.add_argument("--metric", default="jsd", choices=("jsd", "reference-code"),
+                        help="jsd: the paper's definition (default); reference-code: the released code's "
+                        "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only")
+    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)")
+    parser.add_argument("--lengths", default="all", choices=("all", "seen", "unseen"), help="which length buckets (default all)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip A vs A' (another seed of A)")
+    parser.add_argument("--detail", action="store_true", help="print every comparison's layer × bucket table")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: <checkpoints>/<task>/compare/)")
+    add_checkpoints(parser)
+    add_device(parser)
+    add_json(parser)
     parser.set_defaults(func=run)
 
 
+def _short(info) -> str:
+    return info.pe + ("" if info.seed == 0 else f"{info.seed}")
+
+
+def _ci(stats) -> str:
+    return f"{float(stats.mean):.4f} [{float(stats.low):.4f}, {float(stats.high):.4f}]"
+
+
+def summary_table(report):
+    from rich.table import Table
+
+    first = report.results[0]
+    n_buckets = len(first.buckets)
+    table = Table(title=f"D^(l)({report.a.label}, ·) on {report.task_folder} ({first.metric}): mean over "
+                  f"{first.overall.n_examples} examples in {n_buckets} length buckets, 95% bootstrap CI")
+    table.add_column("compared with")
+    for layer in range(first.n_layers):
+        table.add_column(f"L{layer}", justify="right")
+    table.add_column("average over layers", justify="right")
+    for result in report.results:
+        stats = result.overall
+        style = "dim" if result is report.baseline else None
+        table.add_row(result.label, *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()), _ci(stats.average), style=style)
+    return table
+
+
+def bucket_table(report):
+    from rich.table import Table
+
+    table = Table(title="average over layers, per length bucket (* = unseen length; v = from the valid split)")
+    table.add_column("λ", justify="right")
+    table.add_column("n", justify="right")
+    for result in report.results:
+        table.add_column(result.label, justify="right")
+    first = report.results[0]
+    for i, bucket in enumerate(first.buckets):
+        mark = ("" if bucket.seen else "*") + ("v" if bucket.split == "valid" else "")
+        table.add_row(f"{bucket.length}{mark}", str(bucket.n_examples),
+                      *(f"{float(r.buckets[i].average.mean):.4f}" for r in report.results))
+    return table
+
+
+def detail_table(result):
+    from rich.table import Table
+
+    table = Table(title=f"D^(l)({result.a.label}, {result.label}) per layer and length bucket (* = unseen length)")
+    table.add_column("λ", justify="right")
+    table.add_column("n", justify="right")
+    for layer in range(result.n_layers):
+        table.add_column(f"L{layer}", justify="right")
+    table.add_column("average [95% CI]", justify="right")
+    for stats in [*result.buckets, result.overall]:
+        name = "all" if stats.length is None else f"{stats.length}{'' if stats.seen else '*'}"
+        table.add_row(name, str(stats.n_examples), *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()),
+                      _ci(stats.average), end_section=stats.length is None or stats is result.buckets[-1])
+    return table
+
+
+def write_outputs(report, out_dir, metric: str) -> list[str]:
+    """JSON, CSV and the per-layer figure; returns the paths written."""
+    import csv
+    import io
+    import json
+    from pathlib import Path
+
+    from probe.models.checkpoint import atomic_write
+    from probe.plots import layer_distance_figure, write_figure
+
+    out_dir = Path(out_dir)
+    stem = f"{_short(report.a)}_vs_{'+'.join(_short(r.b) for r in report.comparisons)}"
+    stem += "" if metric == "jsd" else f"_{metric}"
+    data = report.to_json()
+    atomic_write(out_dir / f"{stem}.json", lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
+    rows = report.to_rows()
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(out_dir / f"{stem}.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
+    label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
+    figure = layer_distance_figure(report.curves(), f"{report.a.label} vs other PEs on {report.task_folder}", label)
+    written = [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
+    written += write_figure(figure, out_dir / f"{stem}_layers")
+    return [str(p) for p in written]
+
+
 def run(args: argparse.Namespace) -> int:
-    raise ProbeError("'probe compare' is not built yet in this version")
+    from pathlib import Path
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from probe.analysis import compare_report
+    from probe.commands.tasks import parse_options
+    from probe.errors import ProbeError
+    from probe.runs import train_command
+    from probe.train import resolve_device
+
+    if args.batch_size < 1:
+        raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    device = resolve_device(args.device)
+    options = parse_options(args.option, args.scratchpad)
+    out = console(stderr=args.json)
+    columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("left"), TimeRemainingColumn())
+    progress = Progress(*columns, console=out, transient=True)
+    bar = progress.add_task("comparing", total=None)
+
+    def on_progress(what: str, done: int, total: int) -> None:
+        progress.start()  # only once the runs are found and checked: errors stay one clean line
+        progress.update(bar, description=what, completed=done, total=total)
+
+    try:
+        report = compare_report(args.runs[0], args.runs[1:], root=args.checkpoints, task=args.task, seed=args.seed,
+                                options=options, n_per_bucket=args.n_per_bucket, metric=args.metric, device=device,
+                                baseline=not args.no_baseline, batch_size=args.batch_size, lengths=args.lengths,
+                                progress=on_progress)
+    finally:
+        progress.stop()
+    out.print(summary_table(report))
+    if args.detail or len(report.comparisons) == 1:
+        for result in report.results:
+            out.print(detail_table(result))
+    else:
+        out.print(bucket_table(report))
+    if report.baseline is None and not args.no_baseline:
+        command = train_command(args.task, options, args.checkpoints, pe=report.a.pe, seed=1)
+        out.print(f"[dim]no other seed of {report.a.label} found, so no {report.a.label}' baseline "
+                  f"(make one with: {command})[/dim]")
+    skipped = sum(r.skipped for r in report.results)
+    if skipped:
+        out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
+    out_dir = Path(args.out) if args.out else Path(args.checkpoints) / report.task_folder / "compare"
+    files = write_outputs(report, out_dir, args.metric)
+    out.print("wrote: " + ", ".join(files))
+    if args.json:
+        print_json({**report.to_json(), "files": files})
+    return 0

@@ -37,8 +37,17 @@ class ALiBi(PositionalEncoding):
 
     def __init__(self, config: ModelConfig):
         super().__init__(config)
-        self.register_buffer("slopes", alibi_slopes(config.n_heads).float(), persistent=False)
+        self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)  # float64: exact
+
+        self._memo: dict[tuple, torch.Tensor] = {}
+
+    def begin_forward(self) -> None:
+        self._memo.clear()
 
     def bias(self, layer: int, query_len: int, key_len: int, offset: int, device: torch.device) -> torch.Tensor:
-        distance = relative_positions(query_len, key_len, offset, device)  # [query, key]
-        return -self.slopes.to(device)[:, None, None] * distance[None]  # [head, query, key]
+        """Computed once per forward pass (in float64, so slope x distance is exact) for all layers."""
+        key = (query_len, key_len, offset, device)
+        if key not in self._memo:
+            distance = relative_positions(query_len, key_len, offset, device)  # [query, key]
+            self._memo[key] = -self.slopes.to(device)[:, None, None] * distance[None]  # [head, query, key]
+        return self._memo[key]

@@ -105,15 +105,17 @@ class PEAttention(Attention):
         """[batch or 1, head or 1, query, key] bias + causal mask, or None for a plain causal layer."""
         if not (self._pe.adds_bias or attention_mask is not None or additive_attention_mask is not None):
             return None
-        mask = self._causal_mask(query_len, key_len, offset, q.device, torch.float32)[None, None]
+        # float32 (float64 for a float64 model): a bf16 bias would round ALiBi's slope x distance.
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        mask = self._causal_mask(query_len, key_len, offset, q.device, dtype)[None, None]
         if self._pe.adds_bias:
             bias = self._pe.bias(self.layer_id, query_len, key_len, offset, q.device)  # [head, query, key]
-            mask = mask + self.hook_pos_bias(bias).float()[None]
+            mask = mask + self.hook_pos_bias(bias).to(dtype)[None]
         if attention_mask is not None:  # [batch, key]: 0 marks padding keys
             keep = attention_mask.to(q.device).bool()[:, None, None, :]
             mask = mask.masked_fill(~keep, float("-inf"))
         if additive_attention_mask is not None:
-            mask = mask + additive_attention_mask.float()
+            mask = mask + additive_attention_mask.to(dtype)
         return mask
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:

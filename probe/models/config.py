@@ -91,9 +91,12 @@ class ModelConfig:
 # - the released code's rotary rotates d_head / 4 dimensions: set rotary_dim=16 to match
 #   (the default rotates the whole head, the usual RoPE);
 # - dropout 0.1 is applied by the training loop through hooks on attention/MLP outputs.
+# `tiny` and `small` use TransformerLens' usual recipe (1/sqrt(d_head) logit scale, N(0, 0.8/sqrt(d))
+# weights, an untied unembedding): T5's tied, d_model^-0.5-scaled output assumes N(0, 1)
+# embeddings, and with small ones it caps the logits and slows training several-fold.
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2"),
-    "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2"),
+    "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False),
+    "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False),
     "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
 }
 

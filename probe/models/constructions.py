@@ -20,9 +20,9 @@ for t > k), plus one constant unit ReLU(1) = 1. A sum Σ c_k ReLU(1/k − x) is 
 consecutive knots 1/(k+1), 1/k, its slope there is −(c_1 + ... + c_k), so choosing
 c_k = σ_{k−1} − σ_k from the chord slopes σ_k of the target makes it the piecewise-linear
 interpolant through (1/t, u(t)), t = 1 .. T_max: exact at every knot in exact arithmetic. In
-floating point the input is fl(1/t), the knot is fl(1/k), so unit t is exactly 0 at t and every
-other active unit contributes a positive, well-scaled term (for u(t) = t − 1/t, c_1 = 3 and
-c_k = 2k: integers, exact in any dtype).
+floating point the input is fl(1/t), the knot is fl(1/k), so unit t is exactly 0 at t, and for
+u(t) = t − 1/t (:func:`position_mlp`: c_1 = 3, c_k = 2k, integers, exact in every dtype) every
+active unit adds a positive term of size < 3: no cancellation. Width: T_max units.
 """
 
 from __future__ import annotations
@@ -69,6 +69,17 @@ def position_values(max_length: int) -> np.ndarray:
     return t - 1.0 / t
 
 
+def position_mlp(max_length: int) -> np.ndarray:
+    """[T] output weights of :func:`interpolation_mlp` for :func:`position_values`, in closed form.
+
+    The chord slope of u(t) = t − 1/t between x = 1/(k+1) and 1/k is −(k(k+1) + 1), so
+    c_1 = 3, c_k = 2k (k >= 2), and the constant unit carries u(1) = 0: integers, exact in every
+    dtype (computing them from the values in floating point would round them).
+    """
+    k = np.arange(1, max_length, dtype=np.float64)
+    return np.append(np.where(k == 1, 3.0, 2.0 * k), 0.0)
+
+
 def _zeros(model: PETransformer) -> Weights:
     return {name: np.zeros(tuple(p.shape)) for name, p in model.state_dict().items() if p.dim() > 0 and p.numel()}
 
@@ -83,14 +94,14 @@ def _load(model: PETransformer, weights: Weights, dtype: torch.dtype) -> PETrans
     return model.eval()
 
 
-def _theorem1_layer(w: Weights, rng: np.random.Generator, mlp_values: np.ndarray, mlp_columns: list[int],
-                    d_model: int, random_heads: bool) -> None:
+def _theorem1_layer(w: Weights, rng: np.random.Generator, d_model: int, random_heads: bool,
+                    code: np.ndarray | None = None, code_columns: list[int] | None = None) -> None:
     """Layer 1 (``blocks.0``): head 0 of Eq. abs_key_value / abs_output, the interpolation MLP.
 
     Head 0's W_Q is arbitrary (random); its keys read index 0 (all ones, Eq. abs_key), its value
     reads index 1 (the ``<bos>`` flag) and W_O writes it to index 2. Other heads are random
-    (``random_heads``) or zero, and never write indices 0-2. ``mlp_values[t - 1, c]`` is added to
-    residual index ``mlp_columns[c]`` at position t.
+    (``random_heads``) or zero, and never write indices 0-2. The MLP adds t − 1/t to index 2 and,
+    if given, ``code[t - 1, c]`` to residual index ``code_columns[c]`` at position t.
     """
     W_Q, W_K, W_V, W_O = (w[f"blocks.0.attn.{n}"] for n in ("W_Q", "W_K", "W_V", "W_O"))
     n_heads, _, d_head = W_Q.shape
@@ -106,15 +117,18 @@ def _theorem1_layer(w: Weights, rng: np.random.Generator, mlp_values: np.ndarray
     W_V[0, BOS, 0] = 1.0  # W_V's first row is e_2
     W_O[0] = 0.0
     W_O[0, 0, POS] = 1.0  # Eq. abs_output: W_O's third row is e_1
-    w_one, w_x, w_out = interpolation_mlp(mlp_values)
     W_in, W_out = w["blocks.0.mlp.W_in"], w["blocks.0.mlp.W_out"]
-    W_in[ONE, : len(w_one)] = w_one
-    W_in[POS, : len(w_x)] = w_x
-    W_out[: len(w_out), mlp_columns] = w_out
+    T = W_in.shape[1]
+    w_one, w_x, _ = interpolation_mlp(np.zeros(T))
+    W_in[ONE], W_in[POS] = w_one, w_x
+    W_out[:, POS] = position_mlp(T)
+    if code is not None:
+        W_out[:, code_columns] = interpolation_mlp(code)[2]
 
 
 def theorem_model(max_length: int = 512, *, vocab_size: int = 16, d_model: int = 32, n_heads: int = 2,
-                  d_head: int = 8, n_layers: int = 2, seed: int = 0, dtype: torch.dtype = torch.float32) -> PETransformer:
+                  d_head: int = 8, n_layers: int = 2, seed: int = 0,
+                  dtype: torch.dtype = torch.float32) -> PETransformer:
     """The NoPE model of Theorems 1 and 2, valid for sequences of up to ``max_length`` tokens.
 
     Layer 1: Theorem 1 (head 0 writes 1/t to index 2, the MLP turns it into t); layers 2 ..
@@ -126,7 +140,8 @@ def theorem_model(max_length: int = 512, *, vocab_size: int = 16, d_model: int =
     if max_length < 2:
         raise ProbeError(f"max_length must be at least 2, got {max_length}")
     if vocab_size < 2 or d_model < 4 or d_head < 2 or n_heads < 1 or n_layers < 2:
-        raise ProbeError("the construction needs vocab_size >= 2, d_model >= 4, d_head >= 2, n_heads >= 1, n_layers >= 2")
+        raise ProbeError("the construction needs vocab_size >= 2, d_model >= 4, d_head >= 2, n_heads >= 1 "
+                         "and n_layers >= 2")
     model = build_model("nope", vocab_size=vocab_size, seed=seed, n_layers=n_layers, d_model=d_model,
                         n_heads=n_heads, d_head=d_head, d_mlp=max_length, n_ctx=max_length, **CONSTRUCTION_OPTIONS)
     rng = np.random.default_rng(seed)
@@ -135,7 +150,7 @@ def theorem_model(max_length: int = 512, *, vocab_size: int = 16, d_model: int =
     W_E[:, ONE] = 1.0
     W_E[BOS_ID, BOS] = 1.0
     W_E[:, 3:] = rng.normal(size=(vocab_size, d_model - 3))
-    _theorem1_layer(w, rng, position_values(max_length), [POS], d_model, random_heads=True)
+    _theorem1_layer(w, rng, d_model, random_heads=True)
     scale = 1.0 / np.sqrt(d_model)
     for layer in range(1, n_layers):
         p = f"blocks.{layer}"
@@ -277,7 +292,7 @@ def alibi_match_model(content: Content, slope: float, max_length: int = 512, see
     """NoPE model whose layer-2 head computes ``content`` − slope (t − i): Theorem 2 with the position
     components scaled by the slope (q = [slope, −slope t, ...], k = [i, 1, ...])."""
     model, w, first = _match_skeleton(content, max_length, 0, 2, seed)
-    _theorem1_layer(w, np.random.default_rng(seed), position_values(max_length), [POS], model.cfg.d_model, False)
+    _theorem1_layer(w, np.random.default_rng(seed), model.cfg.d_model, False)
     W_Q, W_K = w["blocks.1.attn.W_Q"][0], w["blocks.1.attn.W_K"][0]
     W_Q[ONE, 0], W_Q[POS, 1] = slope, -slope
     W_K[POS, 0], W_K[ONE, 1] = 1.0, 1.0
@@ -285,7 +300,8 @@ def alibi_match_model(content: Content, slope: float, max_length: int = 512, see
     return _load(model, w, dtype)
 
 
-def bias_match_model(content: Content, bias: np.ndarray, seed: int = 0, dtype: torch.dtype = torch.float32) -> PETransformer:
+def bias_match_model(content: Content, bias: np.ndarray, seed: int = 0,
+                     dtype: torch.dtype = torch.float32) -> PETransformer:
     """NoPE model whose layer-2 head computes ``content`` + bias[t, i] for any causal bias matrix.
 
     bias: [T, T], query t, key i (0-based); only i <= t matters. The first MLP writes a one-hot
@@ -300,9 +316,7 @@ def bias_match_model(content: Content, bias: np.ndarray, seed: int = 0, dtype: t
     if bias.shape != (T, T):
         raise ProbeError(f"bias must be a square [query, key] matrix, got shape {bias.shape}")
     model, w, first = _match_skeleton(content, T, T, T, seed)
-    code = np.eye(T)  # [t - 1, code index]
-    values = np.hstack([position_values(T)[:, None], code])
-    _theorem1_layer(w, np.random.default_rng(seed), values, [POS, *range(3, 3 + T)], model.cfg.d_model, False)
+    _theorem1_layer(w, np.random.default_rng(seed), model.cfg.d_model, False, np.eye(T), list(range(3, 3 + T)))
     W_Q, W_K = w["blocks.1.attn.W_Q"][0], w["blocks.1.attn.W_K"][0]
     W_Q[3:first, :T] = np.eye(T)
     W_K[3:first, :T] = bias.T

@@ -3,7 +3,8 @@
 Everything TransformerLens users rely on keeps working (``run_with_cache``, ``run_with_hooks``,
 ``blocks.{l}.attn.hook_pattern`` [batch, head, query, key], ``hook_attn_scores``, the W_Q ... W_U
 properties). What changes: TransformerLens' learned position table is removed; ``model.pe``
-holds the PE (``probe.models.positional``); every layer's attention is a ``PEAttention``; APE's
+holds the PE (``probe.models.positional``); every block is a ``PEBlock`` (``ln1`` computed once for
+Q, K and V) and its attention a ``PEAttention``; APE's
 vectors pass through ``hook_pos_embed``; with ``tie_embeddings`` the unembedding is W_E^T applied
 to the final residual scaled by d_model^-0.5 (T5, and the paper's released code).
 
@@ -20,9 +21,12 @@ from typing import Any
 import torch
 from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens.components import TransformerBlock
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 
 from probe.errors import ProbeError
-from probe.models.attention import PEAttention
+from probe.models.attention import PEAttention, _global_hooks, _hooked
 from probe.models.config import ModelConfig
 from probe.models.registry import make_positional_encoding
 
@@ -42,6 +46,43 @@ class TiedUnembed(nn.Module):
 
     def forward(self, residual: torch.Tensor) -> torch.Tensor:
         return residual @ self.W_U  # [batch, pos, d_vocab]
+
+
+class PEBlock(TransformerBlock):
+    """TransformerLens' pre-norm block, with the residual normalised once for Q, K and V.
+
+    TransformerLens applies ``ln1`` to the same residual three times (once each for the query,
+    key and value inputs) and adds 0.0 to two of them: a fifth of a training step's operators at
+    ``tiny``. Here ``ln1`` runs once and feeds all three. Same values, same hook points firing in
+    the same order; whenever the difference could be seen (a hook on ``ln1``'s hook points, which
+    ``run_with_cache`` adds too, a global hook, or a config that splits the attention inputs),
+    TransformerLens' own forward runs instead.
+    """
+
+    def streamlined(self, shortformer_pos_embed: torch.Tensor | None) -> bool:
+        cfg = self.cfg
+        return (
+            shortformer_pos_embed is None
+            and not (cfg.use_attn_in or cfg.use_split_qkv_input or cfg.use_normalization_before_and_after
+                     or cfg.attn_only or cfg.parallel_attn_mlp or cfg.use_hook_mlp_in)
+            and cfg.original_architecture not in POST_NORM_ARCHITECTURES
+            and not any(_hooked(point) for point in self.ln1.modules() if isinstance(point, HookPoint))
+            and not _global_hooks()
+        )
+
+    def forward(self, resid_pre, shortformer_pos_embed=None, past_kv_cache_entry=None, attention_mask=None):
+        if not self.streamlined(shortformer_pos_embed):
+            return super().forward(resid_pre, shortformer_pos_embed, past_kv_cache_entry, attention_mask)
+        resid_pre = self.hook_resid_pre(resid_pre)  # [batch, pos, d_model]
+        normalized = self.ln1(resid_pre)
+        attn_out = self.hook_attn_out(self.attn(
+            query_input=normalized, key_input=normalized, value_input=normalized,
+            past_kv_cache_entry=past_kv_cache_entry, attention_mask=attention_mask,
+        ))  # [batch, pos, d_model]
+        if resid_pre.device != attn_out.device:
+            resid_pre = resid_pre.to(attn_out.device)
+        resid_mid = self.hook_resid_mid(resid_pre + attn_out)  # [batch, pos, d_model]
+        return self.hook_resid_post(resid_mid + self.apply_mlp(self.ln2(resid_mid)))  # [batch, pos, d_model]
 
 
 def hooked_config(config: ModelConfig) -> HookedTransformerConfig:
@@ -81,6 +122,7 @@ class PETransformer(HookedTransformer):
         if hasattr(self, "hook_pos_embed") and config.pe != "ape":
             del self.hook_pos_embed
         self.pe = make_positional_encoding(config)
+        self.blocks = nn.ModuleList(PEBlock(self.cfg, layer) for layer in range(config.n_layers))
         for layer, block in enumerate(self.blocks):
             block.attn = PEAttention(self.cfg, layer, self.pe)
         if config.tie_embeddings:

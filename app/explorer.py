@@ -1,0 +1,36 @@
+"""The probe explorer: `probe app` runs this with Streamlit (`streamlit run app/explorer.py` works too).
+
+Five pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
+Attention, Compare (`probe compare`), Distances (`probe distances`), Theorems (`probe theorem`).
+The checkpoint folder comes from ``PROBE_CHECKPOINTS`` (default ``checkpoints/``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import streamlit as st
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the pages import `shared` from here, under `streamlit run` and AppTest alike
+    sys.path.insert(0, str(HERE))
+
+import shared  # noqa: E402
+
+st.set_page_config(page_title="probe explorer", page_icon=":material/insights:", layout="wide")
+
+PAGES = [
+    st.Page(HERE / "views" / "models.py", title="Models", icon=":material/table_chart:", url_path="models", default=True),
+    st.Page(HERE / "views" / "attention.py", title="Attention", icon=":material/grid_on:", url_path="attention"),
+    st.Page(HERE / "views" / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page(HERE / "views" / "distances.py", title="Distances", icon=":material/bar_chart:", url_path="distances"),
+    st.Page(HERE / "views" / "theorems.py", title="Theorems", icon=":material/function:", url_path="theorems"),
+]
+
+page = st.navigation(PAGES)
+with st.sidebar:
+    st.caption(f"Checkpoints: `{shared.checkpoints_root()}`")
+    st.caption("Positional encoding and length generalization (Kazemnejad et al., NeurIPS 2023). "
+               "Every view here is also a `probe` command.")
+page.run()

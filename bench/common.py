@@ -1,0 +1,174 @@
+"""What every benchmark in bench/ shares: flags, the machine, interleaved timing, the SCAN training
+batch and training step, and the JSON writer (bench/results/<name>_<device>.json).
+
+Shared machines are noisy, so variants are never timed one after the other: each repeat times
+every variant once, in an order rotated by one per repeat (A B C, B C A, C A B, ...), and ratios
+are taken per repeat (variants timed seconds apart see the same load), then the median.
+On CPU the primary clock is the process's CPU time (``time.process_time``): other jobs on the
+box stretch wall time by however long they hold the cores, but barely move the CPU time a step
+needs. Wall time is recorded beside it. On CUDA the clock is wall time after a synchronize.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from probe.data import encode
+from probe.tasks import Tokenizer, get as get_task
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def add_common_args(parser: argparse.ArgumentParser, repeats: int) -> None:
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (default 1: two threads on a loaded 2-core box stall)")
+    parser.add_argument("--repeats", type=int, default=repeats, help="interleaved rounds; medians over these")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def setup(args: argparse.Namespace) -> torch.device:
+    """Threads and device from the flags; exits with one line if CUDA is asked for but absent."""
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: no CUDA device is visible to torch; use --device cpu")
+    return device
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine(device: torch.device) -> dict[str, object]:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    info: dict[str, object] = {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+                               "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0],
+                               "torch": torch.__version__}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def clock(device: torch.device) -> str:
+    """The clock ratios are taken on: ``cpu`` (process CPU time) on CPU, ``wall`` on CUDA."""
+    return "wall" if device.type == "cuda" else "cpu"
+
+
+def time_once(fn: Callable[[], object], calls: int, device: torch.device) -> tuple[float, float]:
+    """(wall, process CPU) seconds per call of ``fn`` over ``calls`` back-to-back calls."""
+    sync(device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return (time.perf_counter() - wall) / calls, (time.process_time() - cpu) / calls
+
+
+def interleave(variants: dict[str, Callable[[], object]], *, repeats: int, calls: int, warmup: int,
+               device: torch.device, progress: bool = True) -> dict[str, dict[str, list[float]]]:
+    """{"wall" | "cpu": {name: [seconds per call, one per repeat]}}, the variants interleaved in
+    rotated order."""
+    names = list(variants)
+    for name in names:
+        for _ in range(warmup):
+            variants[name]()
+    sync(device)
+    runs: dict[str, dict[str, list[float]]] = {"wall": {n: [] for n in names}, "cpu": {n: [] for n in names}}
+    primary = clock(device)
+    for r in range(repeats):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            wall, cpu = time_once(variants[name], calls, device)
+            runs["wall"][name].append(wall)
+            runs["cpu"][name].append(cpu)
+        if progress:
+            line = "  ".join(f"{n} {runs[primary][n][-1] * 1e3:.1f}" for n in names)
+            print(f"  repeat {r + 1}/{repeats} ({primary} ms): {line}", flush=True)
+    return runs
+
+
+def medians(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(r) for name, r in runs.items()}
+
+
+def paired_ratio(runs: dict[str, list[float]], name: str, baseline: str) -> dict[str, object]:
+    """Median of the per-repeat ratios name / baseline, with the spread and the ratio of medians."""
+    ratios = [a / b for a, b in zip(runs[name], runs[baseline])]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "ratio_of_medians": statistics.median(runs[name]) / statistics.median(runs[baseline]),
+            "per_repeat": ratios}
+
+
+def scan_batch(batch: int, length: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``batch`` SCAN training sequences of exactly ``length`` tokens (<bos> source <sep> target
+    <eos>), the loss mask over next-token predictions, and the vocabulary size."""
+    task = get_task("scan")
+    tokenizer = Tokenizer.for_task(task)
+    data = encode(task.examples("train", seed=seed), tokenizer)
+    rows = (data.lengths == length).nonzero().flatten()
+    if len(rows) == 0:
+        sys.exit(f"--length {length}: no SCAN training sequence has that many tokens "
+                 f"(they have {int(data.lengths.min())} to {int(data.lengths.max())})")
+    generator = torch.Generator().manual_seed(seed)
+    index = rows[torch.randint(len(rows), (batch,), generator=generator)]
+    tokens, mask = data.batch(index)
+    return tokens.to(device), mask.to(device), len(tokenizer)
+
+
+def make_optimizer(model: torch.nn.Module, device: torch.device, lr: float = 1e-4) -> torch.optim.AdamW:
+    """AdamW as ``probe.train.Trainer`` builds it: decay on matrices only, fused on CUDA."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.05},
+         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+        lr=lr, betas=(0.9, 0.999), eps=1e-8,
+        **({"fused": True} if device.type == "cuda" else {"foreach": True}),
+    )
+
+
+def training_step(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor,
+                  device: torch.device) -> Callable[[], None]:
+    """One step as ``probe.train.Trainer`` takes it: target-token loss (bf16 autocast on CUDA),
+    backward, gradient clipping at 1.0, AdamW. No dropout (the ``base`` recipe adds 0.1 through hooks)."""
+    from probe.train import target_loss
+
+    optimizer = make_optimizer(model, device)
+    model.train()
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = target_loss(model, tokens, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+def write_json(name: str, device: torch.device, payload: dict) -> Path:
+    """Atomically write bench/results/<name>_<device type>.json."""
+    path = RESULTS / f"{name}_{device.type}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+        json.dump(payload, handle, indent=2)
+    os.replace(handle.name, path)
+    return path

@@ -1,0 +1,225 @@
+"""The explorer (app/explorer.py) under Streamlit's AppTest, and `probe app`'s own checks.
+
+Every page runs without an exception on tiny checkpoints made here (two NoPE seeds, T5, a
+folder whose config.json is broken, a run whose weights are corrupt) and on an empty folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from probe.cli import main
+from probe.commands import app as app_command
+
+EXPLORER = Path(__file__).resolve().parent.parent / "app" / "explorer.py"
+PAGES = ("models", "attention", "compare", "distances", "theorems")
+FAST = {"n": "2", "per_bucket": "2"}  # query parameters: 2 examples per length bucket on Compare and Distances
+TIMEOUT = 120
+TASK_OPTIONS = {"train_length": 4}
+FOLDER = "reverse+train_length=4"
+
+
+def make_checkpoints(root: Path) -> Path:
+    """Runs of reverse with L = 4 (short sequences, quick to train and read): NoPE seeds 0 and 1, T5
+    seed 0 (the seed-0 runs with eval.json); broken entries: a config.json that is not JSON, one that
+    is JSON but no run, a run whose weights are corrupt; and an exported construction (no task)."""
+    from probe.evaluation import evaluate_run
+    from probe.runs import find_runs, run_dir
+    from probe.train import TrainConfig, train_run
+
+    tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+    for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):
+        config = TrainConfig(task="reverse", pe=pe, seed=seed, task_options=TASK_OPTIONS, steps=3, batch_size=16,
+                             model=tiny, eval_examples=4)
+        train_run(config, run_dir(root, "reverse", pe, seed, TASK_OPTIONS), torch.device("cpu"))
+    runs, _ = find_runs(root)
+    for run in runs:
+        if run.seed == 0:
+            evaluate_run(run, n_test=4, n_valid=4)
+    broken = run_dir(root, "reverse", "alibi", 0, TASK_OPTIONS)
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{not json")
+    stranger = run_dir(root, "reverse", "ape", 0, TASK_OPTIONS)  # valid JSON, but not a probe run
+    stranger.mkdir(parents=True)
+    (stranger / "config.json").write_text(json.dumps({"model": {"seed": "zero"}}))
+    corrupt = run_dir(root, "reverse", "rotary", 0, TASK_OPTIONS)
+    shutil.copytree(run_dir(root, "reverse", "nope", 0, TASK_OPTIONS), corrupt)
+    config = json.loads((corrupt / "config.json").read_text())
+    config["pe"] = config["model"]["pe"] = "rotary"
+    (corrupt / "config.json").write_text(json.dumps(config))
+    (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
+    (corrupt / "eval.json").unlink()
+    export_construction(root / "constructions")
+    return root
+
+
+def export_construction(directory: Path) -> Path:
+    """The Theorem 1 / 2 model as `probe theorem --export` writes it: a tokenizer, no task."""
+    from probe import theorems
+    from probe.models import save_checkpoint
+    from probe.models.constructions import theorem_model
+
+    model = theorem_model(16)
+    vocab = theorems.vocabulary(model.cfg.d_vocab)
+    return save_checkpoint(model, directory / "theorem", construction="theorem1+2", max_length=16,
+                           vocabulary=vocab, tokenizer=theorems.tokenizer_dict(vocab))
+
+
+_MADE: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> Path:
+    """Made once per session, also for test_app_browser.py (which imports this fixture: a fixture
+    imported into a second module is a second session fixture, hence the module-level memo)."""
+    if "root" not in _MADE:
+        _MADE["root"] = make_checkpoints(tmp_path_factory.mktemp("checkpoints"))
+    return _MADE["root"]
+
+
+def run_page(page: str, root: Path, monkeypatch, **query):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("PROBE_CHECKPOINTS", str(root))
+    at = AppTest.from_file(str(EXPLORER), default_timeout=TIMEOUT)
+    at.query_params.update({**FAST, **query})
+    at.run()
+    if page != "models":
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(elements) -> str:
+    return "\n".join(str(e.value) for e in elements)
+
+
+def charts(at) -> int:
+    return len(at.get("plotly_chart"))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
+    at = run_page(page, checkpoints, monkeypatch)
+    assert charts(at) >= 1
+    if page != "theorems":  # a broken folder is named on every page that reads checkpoints; the rest works
+        assert "Broken checkpoint entry" in texts(at.error)
+        assert "alibi" in texts(at.error) and "ape" in texts(at.error)
+    if page == "models":
+        assert len(at.dataframe) == 1
+        assert "probe eval" in texts(at.info)  # nope seed 1 has no eval.json yet
+    if page == "compare":  # NoPE vs T5 by default, NoPE' as the baseline
+        assert at.selectbox(key="compare-a").value.endswith("nope/seed0")
+        assert at.selectbox(key="compare-b").value.endswith("t5/seed0")
+        assert charts(at) == 1 + 2  # per-layer figure, head matrices of B and of the baseline
+    if page == "distances":  # the corrupt rotary run is left out, with an error naming it; the rest works
+        assert "Left out" in texts(at.error) and "rotary" in texts(at.error)
+    if page == "theorems":
+        assert "Every claim holds" in texts(at.success)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_without_checkpoints(page, tmp_path, monkeypatch):
+    at = run_page(page, tmp_path, monkeypatch)
+    if page == "theorems":
+        assert charts(at) >= 1 and "Every claim holds" in texts(at.success)
+    else:
+        assert "probe train" in texts(at.info) and charts(at) == 0
+
+
+def test_models_page_evaluates_runs_that_have_no_eval_json(checkpoints, tmp_path, monkeypatch):
+    for pe, seed in (("nope", 1), ("rotary", 0)):  # a copy: the other tests keep their runs unevaluated
+        shutil.copytree(checkpoints / FOLDER / pe / f"seed{seed}", tmp_path / FOLDER / pe / f"seed{seed}")
+    at = run_page("models", tmp_path, monkeypatch)
+    assert charts(at) == 0
+    at.button(key=f"evaluate-{FOLDER}").click().run()
+    assert not at.exception and "Cannot evaluate" in texts(at.error) and "rotary" in texts(at.error)
+    assert (tmp_path / FOLDER / "nope" / "seed1" / "eval.json").is_file()
+    at.run()
+    assert not at.exception and charts(at) == 1
+
+
+def test_attention_reports_a_corrupt_checkpoint_and_goes_on(checkpoints, monkeypatch):
+    at = run_page("attention", checkpoints, monkeypatch)
+    at.selectbox(key="attention-run").set_value(str(checkpoints / FOLDER / "rotary" / "seed0")).run()
+    assert not at.exception and "Cannot open" in texts(at.error) and charts(at) == 0
+    at.selectbox(key="attention-run").set_value(str(checkpoints / FOLDER / "t5" / "seed0")).run()
+    assert not at.exception and charts(at) == 2  # one figure per layer
+
+
+def test_attention_on_an_exported_construction_takes_typed_examples(checkpoints, monkeypatch):
+    at = run_page("attention", checkpoints, monkeypatch)
+    at.selectbox(key="attention-run").set_value(str(checkpoints / "constructions" / "theorem")).run()
+    assert not at.exception and at.radio(key="attention-mode").options == ["typed"]
+    at.text_input(key="attention-input").input("w4 w5 w6")
+    at.text_input(key="attention-output").input("w7").run()
+    assert not at.exception and charts(at) == 2
+
+
+def test_attention_typed_example_names_unknown_words(checkpoints, monkeypatch):
+    at = run_page("attention", checkpoints, monkeypatch)
+    at.radio(key="attention-mode").set_value("typed").run()
+    at.text_input(key="attention-input").input("Reverse the following words: w1 florp w2 zzz .").run()
+    assert not at.exception
+    message = texts(at.error)
+    assert "unknown word" in message and "'florp'" in message and "'zzz'" in message and "'w1'" not in message
+    at.text_input(key="attention-input").input("Reverse the following words: w1 w2 .")
+    at.text_input(key="attention-output").input("w2 w1").run()
+    assert not at.exception and "unknown word" not in texts(at.error) and charts(at) == 2
+
+
+def test_compare_head_matrix_follows_layer_and_bucket(checkpoints, monkeypatch):
+    at = run_page("compare", checkpoints, monkeypatch)
+    at.selectbox(key="layer").set_value(1).run()
+    longest = int(at.select_slider(key="bucket").options[-1].split()[0])  # options read "12 (unseen)"
+    at.select_slider(key="bucket").set_value(longest).run()
+    assert not at.exception and charts(at) == 3
+
+
+def test_probe_app_fails_in_one_line_without_the_explorer(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(app_command, "explorer_script", lambda: tmp_path / "app" / "explorer.py")
+    assert main(["app", "--checkpoints", str(tmp_path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "explorer is missing" in error and "explorer.py" in error
+
+
+def test_probe_app_finds_the_explorer_of_this_checkout():
+    assert app_command.explorer_script() == EXPLORER and EXPLORER.is_file()
+
+
+def test_probe_app_rejects_a_bad_port(tmp_path, capsys):
+    import socket
+
+    assert main(["app", "--port", "70000", "--checkpoints", str(tmp_path)]) == 2
+    assert "--port" in capsys.readouterr().err
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["app", "--port", str(port), "--checkpoints", str(tmp_path)]) == 2
+        assert "in use" in capsys.readouterr().err
+
+
+def test_probe_app_starts_streamlit_on_localhost(tmp_path, monkeypatch):
+    started = {}
+
+    class Process:
+        def __init__(self, command, env):
+            started.update(command=command, env=env)
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr("subprocess.Popen", Process)
+    assert main(["app", "--port", "8765", "--checkpoints", str(tmp_path)]) == 0
+    command = started["command"]
+    assert command[1:4] == ["-m", "streamlit", "run"] and command[4] == str(EXPLORER)
+    settings = dict(zip(command[5::2], command[6::2]))
+    assert settings == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
+                        "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}
+    assert started["env"]["PROBE_CHECKPOINTS"] == str(tmp_path.resolve())

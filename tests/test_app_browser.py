@@ -1,0 +1,115 @@
+"""The explorer in a real browser: `probe app` on a free localhost port, every page opened in headless
+Chromium (Debian's /usr/bin/chromium, driven by Playwright), each waited on until a plotly chart has
+rendered, then screenshotted (into a temporary folder, and into artifacts/screenshots/ when the
+environment variable PROBE_SCREENSHOTS is set)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from test_app import checkpoints  # noqa: F401  (the session's tiny checkpoints, made once)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+# (page, path and query): 2 examples per length bucket keep Compare and Distances quick
+PAGES = (("models", ""), ("attention", "attention"), ("compare", "compare?n=2"),
+         ("distances", "distances?per_bucket=2"), ("theorems", "theorems"))
+START_TIMEOUT = 90
+SCROLL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight,
+    ...[...document.querySelectorAll('*')].filter(e => e.scrollHeight > e.clientHeight + 1
+        && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).map(e => e.scrollHeight))"""
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (Debian's "
+                                "`apt-get install chromium`; .ci/run installs it)")
+PAGE_TIMEOUT = 90_000  # ms
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"`probe app` exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"`probe app` did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
+
+
+@pytest.fixture
+def served(checkpoints, tmp_path):  # noqa: F811
+    port = free_port()
+    log = tmp_path / "probe-app.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen([sys.executable, "-m", "probe.cli", "app", "--port", str(port),
+                                    "--checkpoints", str(checkpoints)],
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(process, url, log)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # `probe app` and the streamlit server it started
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_every_page_renders_a_plotly_chart_in_chromium(served, tmp_path):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install -e '.[test]'")
+
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            for name, path in PAGES:
+                page.goto(f"{served}/{path}")
+                page.wait_for_selector(".js-plotly-plot .plot-container", state="visible", timeout=PAGE_TIMEOUT)
+                page.wait_for_function(  # the script has finished and every chart on the page has drawn
+                    """() => !document.querySelector('[data-testid="stStatusWidget"]')
+                             && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+                                .every(chart => chart.querySelector('.js-plotly-plot .plot-container'))""",
+                    timeout=PAGE_TIMEOUT)
+                assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: a Python exception"
+                # Streamlit scrolls inside its main container, so a "full page" is one viewport: grow the
+                # viewport to the content's height instead (capped) and shoot that.
+                height = page.evaluate(SCROLL_HEIGHT)
+                page.set_viewport_size({"width": 1400, "height": max(1000, min(height + 40, 12_000))})
+                page.wait_for_timeout(500)  # plotly re-lays out its charts on resize
+                page.screenshot(path=str(shots / f"{name}.png"))
+                page.set_viewport_size({"width": 1400, "height": 1000})
+        finally:
+            browser.close()
+
+    saved = sorted(p.name for p in shots.iterdir())
+    assert saved == sorted(f"{name}.png" for name, _ in PAGES)
+    if os.environ.get("PROBE_SCREENSHOTS"):
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        for shot in shots.iterdir():
+            shutil.copy(shot, ARTIFACTS / shot.name)

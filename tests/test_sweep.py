@@ -1,0 +1,163 @@
+"""`probe sweep`: grids, bad input, and a Ray sweep that equals `train_run` one by one, survives a
+killed worker, and starts nothing when rerun. One local Ray instance (2 CPUs) for the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from probe import sweep
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.models import load_checkpoint
+from probe.train import TrainConfig, train_run
+
+TINY = {"task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "steps": 100, "batch_size": 16,
+        "checkpoint_every": 20, "log_every": 5, "eval_examples": 16, "eval_n": 32, "eval_valid": 16,
+        "options": {"train_length": 4}, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64},
+        "name": "tiny"}
+
+
+def test_paper_grid_covers_sections_3_and_5(tmp_path):
+    runs = sweep.expand_grid(sweep.load_grid("paper"), tmp_path)
+    assert len(runs) == len({r.path for r in runs}) == 1035
+    assert {r.config.pe for r in runs} == {"nope", "t5", "alibi", "rotary", "ape"}
+    assert {r.config.seed for r in runs} == {0, 1, 2} and {r.config.preset for r in runs} == {"base"}
+    folders = {r.path.parent.parent.name for r in runs}
+    assert len(folders) == 16 + 53
+    assert "addition+scratchpad=full" in folders and "sorting+scratchpad=I+C+O+R+variant=multi-digit" in folders
+    assert "copy+variant=count-2x" in folders and "addition+train_length=8" in folders and "scan" in folders
+
+
+def test_flags_default_is_probe_trains_default_and_scratchpad_only_where_it_exists(tmp_path):
+    runs = sweep.expand_grid(sweep.grid_from_flags(), tmp_path)
+    assert [(r.config.pe, r.config.seed) for r in runs][-1] == ("nope", 1) and len(runs) == 6
+    grid = sweep.grid_from_flags(tasks=["scan", "addition"], pes=["nope"], scratchpads=["none", "full"])
+    assert sorted(r.label for r in sweep.expand_grid(grid, tmp_path)) == [
+        "addition+scratchpad=full/nope/seed0", "addition/nope/seed0", "scan/nope/seed0"]
+
+
+@pytest.mark.parametrize("grid, message", [
+    ({"task": "nosuch"}, "unknown task"),
+    ({"pe": "nosuch"}, "unknown positional encoding"),
+    ({"task": "copy", "options": {"variant": "nosuch"}}, "variant"),
+    ({"steps": [1, 2]}, "must be one value"),
+    ({"colour": "red"}, "unknown key"),
+    ({"model": {"n_layerz": 1}}, "unknown model option"),
+    ({"pe": "nope", "block": [{"steps": 5}, {"steps": 6}]}, "share the folder"),
+])
+def test_bad_grids_fail_before_anything_runs(tmp_path, grid, message):
+    with pytest.raises(ProbeError, match=message):
+        sweep.expand_grid(grid, tmp_path)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--grid", "nosuch"], "unknown grid"),
+    (["--pe", "nosuch"], "unknown positional encoding"),
+    (["--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
+    (["--address", "ray://127.0.0.1:1"], "cannot reach a Ray cluster"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    assert main(["sweep", "--checkpoints", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_dry_run_counts_and_prices_the_grid(tmp_path, capsys):
+    grid = tmp_path / "tiny.toml"
+    grid.write_text(_toml(TINY))
+    assert main(["sweep", "--grid", str(grid), "--checkpoints", str(tmp_path / "ck"), "--dry-run", "--json",
+                 "--tokens-per-second", "1000"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["count"] == 4 and plan["states"]["new"] == 4
+    assert all(r["estimated_seconds"] > 0 for r in plan["runs"]) and not (tmp_path / "ck").exists()
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    cluster = sweep.connect(None, num_cpus=2)
+    yield cluster
+    ray.shutdown()
+
+
+def test_too_many_gpus_per_run_is_refused(ray_local, tmp_path, capsys):
+    grid = tmp_path / "tiny.toml"
+    grid.write_text(_toml(TINY))
+    assert main(["sweep", "--grid", str(grid), "--checkpoints", str(tmp_path), "--gpus-per-run", "2"]) == 2
+    assert "more than any node" in capsys.readouterr().err
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+
+
+def test_sweep_equals_one_by_one_survives_a_killed_worker_and_reruns_nothing(ray_local, tmp_path):
+    runs = sweep.expand_grid(TINY, tmp_path / "sweep")
+    manifest = sweep.Manifest(tmp_path / "sweep" / "sweep-tiny.json", "tiny", runs)
+    pids: dict[str, int] = {}
+    running: set[str] = set()
+    most_at_once, killed = 0, []
+
+    def on_event(event):
+        nonlocal most_at_once
+        label = event.get("label")
+        if event["kind"] == "start":
+            pids[label] = event["node"]["pid"]
+            running.add(label)
+            most_at_once = max(most_at_once, len(running))
+        elif event["kind"] == "finish":
+            running.discard(label)
+        elif event["kind"] == "step" and not killed and 40 <= event["step"] < event["total"] - 20:
+            killed.append(label)  # kill the worker process mid-run, after a checkpoint was written
+            running.discard(label)
+            os.kill(pids[label], signal.SIGKILL)
+
+    sweep.execute(runs, manifest, cpus_per_run=1, max_retries=3, on_event=on_event)
+    entries = {e["label"]: e for e in json.loads(manifest.path.read_text())["runs"]}
+    assert [e["state"] for e in entries.values()] == ["done"] * 4, entries
+    assert killed and entries[killed[0]]["attempts"] == 2 and entries[killed[0]]["status"] == "resumed"
+    assert entries[killed[0]]["history"][0]["node"]["pid"] != entries[killed[0]]["node"]["pid"]
+    assert most_at_once == 2  # two CPUs, one per run: two at a time
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # what a worker asking for one CPU trains with
+    try:
+        for run in runs:
+            alone = train_run(TrainConfig(**run.config.to_dict()), tmp_path / "alone" / run.label, torch.device("cpu"))
+            assert alone.status == "trained"
+            ours, theirs = load_checkpoint(run.path).state_dict(), load_checkpoint(alone.path).state_dict()
+            assert ours.keys() == theirs.keys()
+            assert all(torch.equal(ours[k], theirs[k]) for k in ours), run.label
+    finally:
+        torch.set_num_threads(threads)
+
+    events = []
+    again = sweep.Manifest(manifest.path, "tiny", runs)
+    sweep.execute(runs, again, cpus_per_run=1, on_event=events.append)
+    assert [e["kind"] for e in events] == ["plan"] and events[0]["todo"] == []
+    assert again.counts()["done"] == 4 and again.entries[killed[0]]["attempts"] == 2
+
+    summary = sweep.report(runs)
+    assert summary["evaluated"] == 4 and {row["pe"] for row in summary["aggregate"]} == {"nope", "t5"}
+    assert set(summary["mean_rank"]["all tasks"]) == {"nope", "t5"}
+
+
+def _toml(grid: dict) -> str:
+    def value(v):
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return json.dumps(v)
+
+    return "\n".join(f"{k} = {value(v)}" for k, v in grid.items()) + "\n"
+
+
+def test_a_failed_run_is_recorded_and_the_others_finish(ray_local, tmp_path):
+    grid = {**TINY, "pe": "nope", "block": [{"seed": 3}, {"seed": 4, "lr": 1e12}]}  # the second diverges
+    runs = sweep.expand_grid(grid, tmp_path)
+    manifest = sweep.execute(runs, sweep.Manifest(tmp_path / "m.json", "fail", runs), cpus_per_run=1)
+    good, bad = (manifest.entries[r.label] for r in runs)
+    assert good["state"] == "done" and bad["state"] == "failed" and bad["attempts"] == 1
+    assert "loss became" in bad["error"] and json.loads((tmp_path / "m.json").read_text())["counts"]["failed"] == 1
