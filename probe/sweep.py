@@ -38,14 +38,13 @@ import os
 import socket
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from probe.errors import ProbeError
-from probe.runs import run_dir, task_folder_name
+from probe.runs import run_dir
 
 GRID_DIR = "grids"
 LIST_KEYS = ("task", "pe", "seed", "scratchpad")
@@ -95,6 +94,10 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
         if not shipped.is_file():
             raise ProbeError(f"unknown grid {name_or_path!r}; give a .toml file or one of {', '.join(named_grids())}")
         text = shipped.read_text()
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the `sweep` extra installs tomli
+        import tomli as tomllib
     try:
         grid = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -524,15 +527,24 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
                                        retry_exceptions=False)
     threads = max(1, int(cpus_per_run))
     refs = {task.remote(run.to_dict(), device, threads, evaluate, log): run for run in todo}
+    running = {run.label for run in todo}
+
+    def attempt(label: str, node: dict[str, Any], started: float) -> None:
+        """Count an attempt once, whether its start event or its result is seen first."""
+        entry = manifest.entries[label]
+        if not any(a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history", [])):
+            manifest.update(label, write=False, attempts=entry.get("attempts", 0) + 1,
+                            history=[*entry.get("history", []), {"node": node, "started": started}])
 
     def drain() -> None:
         for event in ray.get(log.drain.remote()):
             label = event["label"]
             if event["kind"] == "start":
-                entry = manifest.entries[label]
-                attempt = {"node": event["node"], "started": event["time"]}
-                manifest.update(label, state="running", attempts=entry.get("attempts", 0) + 1, node=event["node"],
-                                started=event["time"], error=None, history=[*entry.get("history", []), attempt])
+                attempt(label, event["node"], event["time"])
+            if label not in running:
+                continue  # late news of a run whose result is already in
+            if event["kind"] == "start":
+                manifest.update(label, state="running", node=event["node"], started=event["time"], error=None)
             if on_event:
                 on_event(event)
 
@@ -542,13 +554,14 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
             drain()
             for ref in ready:
                 run = refs.pop(ref)
+                running.discard(run.label)
                 try:
                     result = ray.get(ref)
+                    attempt(run.label, result["node"], result["started"])
                 except RayError as error:  # the worker died more often than max_retries allows
                     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
                     result = {"state": "failed", "error": f"{type(error).__name__}: {first}", "finished": time.time()}
-                drain()
-                entry = manifest.update(run.label, **{k: v for k, v in result.items() if k != "pid"})
+                entry = manifest.update(run.label, **result)
                 if on_event:
                     on_event({"kind": "finish", "label": run.label, "entry": entry})
     except KeyboardInterrupt:

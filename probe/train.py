@@ -298,6 +298,17 @@ class _null:
         return False
 
 
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` if needed and make sure files can be written in it (or raise ProbeError)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe_file = folder / ".write-test"
+        probe_file.write_text("")
+        probe_file.unlink()
+    except OSError as error:
+        raise ProbeError(f"cannot write to {folder}: {error.strerror}") from None
+
+
 def is_complete(path: Path) -> bool:
     if not (path / CONFIG).is_file():
         return False
@@ -317,13 +328,7 @@ def train_run(config: TrainConfig, run_path: Path, device: torch.device, *, forc
     if is_complete(run_path) and not force:
         metrics = read_checkpoint_config(run_path).get("metrics", {})
         return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"), metrics.get("iid_accuracy"))
-    try:
-        run_path.mkdir(parents=True, exist_ok=True)
-        probe_file = run_path / ".write-test"
-        probe_file.write_text("")
-        probe_file.unlink()
-    except OSError as error:
-        raise ProbeError(f"cannot write to {run_path}: {error.strerror}") from None
+    check_writable(run_path)
     if force:
         for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
             (run_path / name).unlink(missing_ok=True)

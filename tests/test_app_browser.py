@@ -5,6 +5,7 @@ environment variable PROBE_SCREENSHOTS is set)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -27,12 +28,13 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 PAGES = (("models", ""), ("attention", "attention"), ("compare", "compare?n=2"),
          ("distances", "distances?per_bucket=2"), ("theorems", "theorems"))
 START_TIMEOUT = 90
+PAGE_TIMEOUT = 90_000  # ms
 SCROLL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight,
     ...[...document.querySelectorAll('*')].filter(e => e.scrollHeight > e.clientHeight + 1
         && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).map(e => e.scrollHeight))"""
+
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (Debian's "
                                 "`apt-get install chromium`; .ci/run installs it)")
-PAGE_TIMEOUT = 90_000  # ms
 
 
 def free_port() -> int:
@@ -55,13 +57,14 @@ def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
     pytest.fail(f"`probe app` did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
 
 
-@pytest.fixture
-def served(checkpoints, tmp_path):  # noqa: F811
+@contextlib.contextmanager
+def serve(root: Path, tmp_path: Path):
+    """`probe app --port P --checkpoints root` running; yields its URL, stops it (and streamlit) after."""
     port = free_port()
     log = tmp_path / "probe-app.log"
     with open(log, "w") as out:
         process = subprocess.Popen([sys.executable, "-m", "probe.cli", "app", "--port", str(port),
-                                    "--checkpoints", str(checkpoints)],
+                                    "--checkpoints", str(root)],
                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -76,15 +79,15 @@ def served(checkpoints, tmp_path):  # noqa: F811
             process.wait()
 
 
-def test_every_page_renders_a_plotly_chart_in_chromium(served, tmp_path):
+def test_every_page_renders_a_plotly_chart_in_chromium(checkpoints, tmp_path):  # noqa: F811
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("playwright is not installed: pip install -e '.[test]'")
+        pytest.fail("playwright is not installed: pip install -e '.[test]'", pytrace=False)
 
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    with sync_playwright() as playwright:
+    with serve(checkpoints, tmp_path) as served, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -125,3 +125,11 @@ def test_bimodality_coefficient_reference_points():
     repeated = torch.tensor([0.1, 0.1, 0.1, 0.4, 0.9, 0.9])
     want = float(bimodality_coefficient(repeated))
     assert float(bimodality_coefficient(values, weights)) == pytest.approx(want)
+
+
+def test_histogram_puts_exact_fractions_in_their_own_bin():
+    from probe.metrics import histogram
+
+    for dtype in (torch.float32, torch.float64):
+        values = torch.tensor([k / 20 for k in range(20)], dtype=dtype)  # one value on each left edge
+        assert torch.equal(histogram(values, bins=20).mass, torch.full((20,), 1 / 20, dtype=dtype))

@@ -214,7 +214,6 @@ def dry_run(runs: list, name: str, args: argparse.Namespace, out) -> int:
 
 def execute(runs: list, name: str, path, args: argparse.Namespace, out) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.table import Table
 
     from probe import sweep
 

@@ -27,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="task option, e.g. -o variant=count -o train_length=8 (see `probe tasks`)")
     parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -51,12 +53,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
-    import torch
-
     from probe.commands.tasks import parse_options
     from probe.runs import run_dir
     from probe.tasks import get as get_task
-    from probe.train import TrainConfig, resolve_device, train_run
+    from probe.parallel import RunFailure, default_jobs, train_parallel
+    from probe.train import RunResult, TrainConfig, check_writable, resolve_device, train_run
 
     runs = planned_runs(args)
     device = resolve_device(args.device)
@@ -67,40 +68,61 @@ def run(args: argparse.Namespace) -> int:
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
                            steps=args.steps, lr=args.lr, batch_size=args.batch_size,
                            checkpoint_every=args.checkpoint_every) for pe, seed in runs]
-    if device.type == "cpu":
-        torch.set_num_threads(max(1, torch.get_num_threads()))
+    paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options) for c in configs]
+    if args.jobs is not None and args.jobs < 1:
+        raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
+    jobs = args.jobs or default_jobs(len(configs), device.type)
+    for path in paths:
+        check_writable(path)
     out = console(stderr=args.json)
-    results = []
-    columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+    columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"),
                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=out, transient=False) as progress:
-        for config in configs:
-            path = run_dir(args.checkpoints, config.task, config.pe, config.seed, config.task_options)
-            label = f"{path.parent.parent.name}/{config.pe}/seed{config.seed}"
-            bar = progress.add_task(label, total=config.steps, loss="-", speed="-")
+        bars = {str(path): progress.add_task(f"{path.parent.parent.name}/{c.pe}/seed{c.seed}", total=c.steps,
+                                             loss="-", speed="-", start=False)
+                for c, path in zip(configs, paths)}
 
-            def on_start(step, total, bar=bar):
+        def on_event(path, kind, step, loss, speed):
+            bar = bars[path]
+            if kind == "start":
+                progress.start_task(bar)
                 progress.update(bar, completed=step)
+            else:
+                progress.update(bar, completed=step, loss=f"{loss:.4f}", speed=f"{speed:,.0f}")
 
-            def on_step(step, loss, tokens_per_s, bar=bar):
-                progress.update(bar, completed=step, loss=f"{loss:.4f}", speed=f"{tokens_per_s:,.0f}")
-
-            result = train_run(config, path, device, force=args.force, on_step=on_step, on_start=on_start)
-            progress.update(bar, completed=config.steps, description=f"{label} ({result.status})")
-            results.append(result)
+        if jobs > 1:
+            results = train_parallel(list(zip(configs, paths)), str(device), jobs=jobs, force=args.force, on_event=on_event)
+        else:
+            results = [train_run(c, path, device, force=args.force,
+                                 on_start=lambda step, total, p=str(path): on_event(p, "start", step, None, None),
+                                 on_step=lambda step, loss, speed, p=str(path): on_event(p, "step", step, loss, speed))
+                       for c, path in zip(configs, paths)]
+        for result in results:
+            bar = bars[str(result.path)]
+            status = result.status if isinstance(result, RunResult) else "failed"
+            progress.update(bar, completed=result.config.steps if status != "failed" else None,
+                            description=f"{progress.tasks[bar].description} ({status})")
 
     table = Table(title=f"probe train: {args.task}, preset {args.preset}")
     for column in ("run", "status", "steps", "seconds", "steps/s", "final loss", "IID exact match"):
         table.add_column(column, justify="right" if column not in ("run", "status") else "left")
     for r in results:
+        if isinstance(r, RunFailure):
+            table.add_row(str(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
+            continue
         table.add_row(str(r.path), r.status, str(r.steps), f"{r.seconds:.0f}",
                       "-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
                       "-" if r.final_loss is None else f"{r.final_loss:.4f}",
                       "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")
     out.print(table)
+    failures = [r for r in results if isinstance(r, RunFailure)]
+    for failure in failures:
+        out.print(f"[red]{failure.path}: {failure.error}[/red]")
     if args.json:
-        print_json([{"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": r.status,
+        print_json([{"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": "failed", "error": r.error}
+                    if isinstance(r, RunFailure) else
+                    {"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": r.status,
                      "steps": r.steps, "seconds": r.seconds, "steps_per_second": r.steps_per_second,
                      "final_loss": r.final_loss, "iid_accuracy": r.iid_accuracy} for r in results])
-    return 0
+    return 1 if failures else 0

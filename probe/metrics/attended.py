@@ -95,7 +95,10 @@ def histogram(values: Tensor, weights: Tensor | None = None, bins: int = 20,
     """Weighted histogram on any device: bins [e_i, e_i+1), the last one closed (numpy's rule);
     values outside `range` are dropped; `mass` is normalized to sum to 1."""
     weights = torch.ones_like(values) if weights is None else weights.to(values.dtype)
-    edges = torch.linspace(range[0], range[1], bins + 1, device=values.device, dtype=values.dtype)
+    # lo + (hi - lo) * i / bins rounds each edge once (linspace's can land just past k/bins, which
+    # would drop a distance of exactly k/bins into the bin below).
+    steps = torch.arange(bins + 1, device=values.device, dtype=values.dtype)
+    edges = range[0] + (range[1] - range[0]) * steps / bins
     index = (torch.bucketize(values, edges, right=True) - 1).clamp_max(bins - 1)  # value == hi: last bin
     inside = (values >= range[0]) & (values <= range[1])
     mass = torch.zeros(bins, device=values.device, dtype=values.dtype)
