@@ -3,8 +3,10 @@
     python bench/plain_decoder.py [--device cuda] [--preset tiny|small|base] [--pes nope t5]
 
 ``PlainDecoder`` is the nanoGPT-style reference: the same layers, d_model, heads, d_head, d_mlp,
-pre-norm RMSNorm, ReLU MLP, no biases, tied embeddings with the final residual scaled by
-d_model^-0.5, the same logit scale, no positional encoding (NoPE's architecture exactly), built on
+pre-norm RMSNorm, ReLU MLP, no biases, the same logit scale, the same output layer (tied to the
+embedding with the final residual scaled by d_model^-0.5 where the preset ties them, as ``base``
+does; a separate unembedding where it does not, as ``tiny`` and ``small`` do), no positional
+encoding (NoPE's architecture exactly), built on
 ``torch.nn.functional.scaled_dot_product_attention`` with one fused QKV projection and no hook
 points. Both take the same training step on the same SCAN batch, interleaved in one run; the
 ratio is probe tokens/s / plain tokens/s per repeat, median over repeats. Writes
@@ -59,7 +61,7 @@ class PlainDecoder(nn.Module):
         self.embed = nn.Embedding(c.d_vocab, c.d_model)
         self.blocks = nn.ModuleList(Block(c, eps) for _ in range(c.n_layers))
         self.ln_final = nn.Parameter(torch.ones(c.d_model))
-        self.out_scale = c.d_model**-0.5
+        self.unembed = None if c.tie_embeddings else nn.Linear(c.d_model, c.d_vocab, bias=False)
         generator = torch.Generator().manual_seed(c.seed)
         with torch.no_grad():
             for param in self.parameters():
@@ -71,8 +73,9 @@ class PlainDecoder(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = F.rms_norm(x, (x.size(-1),), self.ln_final, self.eps)
-        return F.linear(self.out_scale * x, self.embed.weight)  # [batch, pos, vocab]
-
+        if self.unembed is None:  # tied, as T5
+            return F.linear(x.size(-1) ** -0.5 * x, self.embed.weight)  # [batch, pos, vocab]
+        return self.unembed(x)  # [batch, pos, vocab]
 
     @torch.no_grad()
     def load_from(self, model: nn.Module) -> "PlainDecoder":
@@ -88,6 +91,8 @@ class PlainDecoder(nn.Module):
             mine.ln1.copy_(theirs.ln1.w)
             mine.ln2.copy_(theirs.ln2.w)
         self.ln_final.copy_(model.ln_final.w)
+        if self.unembed is not None:
+            self.unembed.weight.copy_(model.W_U.T)
         return self
 
 

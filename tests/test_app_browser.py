@@ -29,6 +29,9 @@ PAGES = (("models", ""), ("attention", "attention"), ("compare", "compare?n=2"),
          ("distances", "distances?per_bucket=2"), ("theorems", "theorems"))
 START_TIMEOUT = 90
 PAGE_TIMEOUT = 90_000  # ms
+SETTLED = """() => !document.querySelector('[data-testid="stSpinner"], [data-testid="stSkeleton"]')
+    && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
+        .every(chart => chart.querySelector('.js-plotly-plot .plot-container'))"""
 SCROLL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight,
     ...[...document.querySelectorAll('*')].filter(e => e.scrollHeight > e.clientHeight + 1
         && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).map(e => e.scrollHeight))"""
@@ -94,11 +97,9 @@ def test_every_page_renders_a_plotly_chart_in_chromium(checkpoints, tmp_path):  
             for name, path in PAGES:
                 page.goto(f"{served}/{path}")
                 page.wait_for_selector(".js-plotly-plot .plot-container", state="visible", timeout=PAGE_TIMEOUT)
-                page.wait_for_function(  # the script has finished and every chart on the page has drawn
-                    """() => !document.querySelector('[data-testid="stStatusWidget"]')
-                             && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
-                                .every(chart => chart.querySelector('.js-plotly-plot .plot-container'))""",
-                    timeout=PAGE_TIMEOUT)
+                for _ in range(2):  # settled twice, half a second apart: the script has finished, every chart drawn
+                    page.wait_for_timeout(500)
+                    page.wait_for_function(SETTLED, timeout=PAGE_TIMEOUT)
                 assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: a Python exception"
                 # Streamlit scrolls inside its main container, so a "full page" is one viewport: grow the
                 # viewport to the content's height instead (capped) and shoot that.

@@ -7,7 +7,6 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-import shared
 from probe import theorems
 from probe.models.constructions import theorem_model
 

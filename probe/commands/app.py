@@ -43,6 +43,7 @@ def check_port(port: int) -> None:
     if not 1 <= port <= 65535:
         raise ProbeError(f"--port must be in 1..65535, got {port}")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
         try:
             sock.bind((HOST, port))
         except OSError:

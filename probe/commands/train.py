@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--preset", default="tiny", help="model size: tiny, small or base (default tiny)")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, help="examples per step (default: the preset's recipe)")
     parser.add_argument("--scratchpad", metavar="FORMAT", help="scratchpad format (see `probe tasks`)")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help="task option, e.g. -o variant=count -o train_length=8 (see `probe tasks`)")
@@ -63,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     task_options = parse_options(args.option, args.scratchpad)
     get_task(args.task, **task_options)  # validate before any run
-    if args.batch_size < 1:
-        raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
                            steps=args.steps, lr=args.lr, batch_size=args.batch_size,
                            checkpoint_every=args.checkpoint_every) for pe, seed in runs]
