@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from probe.errors import ProbeError
+
 
 
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
@@ -31,3 +33,26 @@ def console(stderr: bool = False):
     from rich.console import Console
 
     return Console(stderr=stderr)
+
+
+def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:
+    """``--scratchpad FORMAT`` and repeatable ``-o KEY=VALUE``: the options that name a task's runs."""
+    parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)")
+
+
+def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
+    """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ProbeError(f"option {pair!r} is not KEY=VALUE (e.g. variant=count)")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    if scratchpad is not None:
+        options["scratchpad"] = scratchpad
+    return options

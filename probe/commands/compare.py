@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,9 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs to compare it with")
     parser.add_argument("--task", default="scan", help="task of the runs named by PE (default scan)")
-    parser.add_argument("--scratchpad", metavar="FORMAT", help="scratchpad format of the runs (as given to `probe train`)")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="task option of the runs (as given to `probe train`)")
+    add_task_options(parser, "of the runs (as given to `probe train`)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs named by PE (default 0)")
     parser.add_argument("--metric", default="jsd", choices=("jsd", "reference-code"),
                         help="jsd: the paper's definition (default); reference-code: the released code's "
@@ -131,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from probe.analysis import compare_report
-    from probe.commands.tasks import parse_options
     from probe.errors import ProbeError
     from probe.runs import train_command
     from probe.train import resolve_device

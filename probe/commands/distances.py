@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import parse_options, add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +55,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.analysis import attended_distance_report, task_runs
-    from probe.commands.tasks import parse_options
     from probe.errors import ProbeError
     from probe.models.checkpoint import atomic_write, read_checkpoint_config
     from probe.plots import attended_distance_figure, write_figure

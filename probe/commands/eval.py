@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,9 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
     parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
-    parser.add_argument("--scratchpad", metavar="FORMAT", help="scratchpad format of the runs to evaluate")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="task options of the runs to evaluate (as given to `probe train`)")
+    add_task_options(parser, "of the runs to evaluate (as given to `probe train`)")
     parser.add_argument("--n", type=int, help="test examples (default: the whole test split of the task)")
     parser.add_argument("--valid", type=int, default=500, metavar="N", help="IID held-out examples (default 500)")
     parser.add_argument("--batch-size", type=int, default=256)
@@ -34,7 +32,6 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    from probe.commands.tasks import parse_options
     from probe.errors import ProbeError
     from probe.evaluation import evaluate_run, mean_ranks
     from probe.plots import PE_NAMES, accuracy_by_length, write_figure

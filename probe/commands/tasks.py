@@ -13,6 +13,7 @@ import sys
 import tempfile
 from typing import Any
 
+from probe.commands.common import parse_options
 from probe.errors import ProbeError
 
 SHOWN = 5
@@ -51,22 +52,6 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "action", None) == "show":
         return show(args)
     return list_tasks(args.json)
-
-
-def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ProbeError(f"option {pair!r} is not KEY=VALUE (e.g. variant=count)")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    if scratchpad is not None:
-        options["scratchpad"] = scratchpad
-    return options
 
 
 def catalog() -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
 from probe.errors import ProbeError
 
 
@@ -22,9 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
     parser.add_argument("--batch-size", type=int, help="examples per step (default: the preset's recipe)")
-    parser.add_argument("--scratchpad", metavar="FORMAT", help="scratchpad format (see `probe tasks`)")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="task option, e.g. -o variant=count -o train_length=8 (see `probe tasks`)")
+    add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
     parser.add_argument("--jobs", type=int, metavar="N",
@@ -53,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
-    from probe.commands.tasks import parse_options
     from probe.runs import run_dir
     from probe.tasks import get as get_task
     from probe.parallel import RunFailure, default_jobs, train_parallel
