@@ -7,8 +7,10 @@ Builds one model per PE at the preset and times the same training step on the sa
 backward, gradient clipping, AdamW, as ``probe.train.Trainer`` takes it. Every PE is timed with
 its attention on the fast path (scaled_dot_product_attention) and forced onto the explicit,
 hooked path (``set_fast_attention(False)``), all variants interleaved in one run. Ratios are per
-repeat, median over repeats. With ``--profile``, torch.profiler's top operators of each PE's step
-and of the plain decoder's (bench/plain_decoder.py) go into the JSON as well.
+repeat, median over repeats. With ``--tl-block`` each PE is also timed with TransformerLens' own
+block forward (``ln1`` three times per layer) instead of ``PEBlock``'s (once): the before and after
+of that change. With ``--profile``, torch.profiler's top operators of each PE's step and of the
+plain decoder's (bench/plain_decoder.py) go into the JSON as well.
 Writes bench/results/pe_overhead_<preset>_<device>.json.
 """
 
@@ -33,9 +35,16 @@ TARGETS = {"t5": 1.15, "alibi": 1.05, "rotary": 1.15}  # issue 8: at most this x
 PAPER_STEPS = 40_000  # the paper's training run (Table tab:hyperparam)
 
 
-def on_path(model, fast: bool, step: Callable[[], None]) -> Callable[[], None]:
+def on_path(model, fast: bool, step: Callable[[], None], tl_block: bool = False) -> Callable[[], None]:
+    """``step`` with the attention fast path allowed or not, in PEBlock's or TransformerLens' block."""
+
     def run() -> None:
         model.set_fast_attention(fast)
+        for block in model.blocks:
+            if tl_block:
+                block.streamlined = lambda shortformer_pos_embed: False
+            else:
+                block.__dict__.pop("streamlined", None)
         step()
 
     return run
@@ -56,6 +65,7 @@ def top_ops(step: Callable[[], None], device: torch.device, steps: int, rows: in
     return {
         "sorted_by": key,
         "total_self_ms_per_step": total / 1e3 / steps,
+        "aten_ops_per_step": sum(e.count for e in events if e.key.startswith("aten::")) / steps,
         "ops": [{"op": e.key, "self_ms_per_step": getattr(e, key) / 1e3 / steps,
                  "share": getattr(e, key) / total, "calls_per_step": e.count / steps} for e in ops],
     }
@@ -71,6 +81,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None,
                         help="timed steps per variant per repeat (default 10; 1 for base on CPU)")
     parser.add_argument("--no-hooked", action="store_true", help="time the fast path only")
+    parser.add_argument("--tl-block", action="store_true",
+                        help="also time each PE in TransformerLens' block forward (before PEBlock)")
     parser.add_argument("--profile", action="store_true", help="add torch.profiler's top operators per PE")
     parser.add_argument("--profile-steps", type=int, default=5)
     args = parser.parse_args()
@@ -86,6 +98,8 @@ def main() -> int:
     variants = {pe: on_path(models[pe], True, steps_of[pe]) for pe in args.pes}
     if not args.no_hooked:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
+    if args.tl_block:
+        variants.update({f"{pe}/tl_block": on_path(models[pe], True, steps_of[pe], tl_block=True) for pe in args.pes})
     print(f"{args.preset}: {len(variants)} variants, {steps} step(s) each per repeat, {args.repeats} repeats", flush=True)
     timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=1, device=device)
     runs = timings[clock(device)]
@@ -123,6 +137,7 @@ def main() -> int:
         "vs_nope_wall": {pe: paired_ratio(timings["wall"], pe, "nope")["median"] for pe in vs_nope},
         "hooked_over_fast": hooked_vs_fast,
         "hooked_over_fast_wall": {pe: paired_ratio(timings["wall"], f"{pe}/hooked", pe)["median"] for pe in hooked_vs_fast},
+        "pe_block_over_tl_block": {pe: paired_ratio(runs, pe, f"{pe}/tl_block") for pe in args.pes if args.tl_block},
     }
     if args.profile:
         print(f"profiling {args.profile_steps} steps per PE ...", flush=True)
@@ -130,21 +145,24 @@ def main() -> int:
         profiled = {pe: top_ops(variants[pe], device, args.profile_steps, 15) for pe in args.pes}
         if not args.no_hooked:
             profiled["nope/hooked"] = top_ops(variants["nope/hooked"], device, args.profile_steps, 15)
+        if args.tl_block:
+            profiled["nope/tl_block"] = top_ops(variants["nope/tl_block"], device, args.profile_steps, 15)
         profiled["plain"] = top_ops(training_step(plain, tokens, mask, device), device, args.profile_steps, 15)
         payload["profile"] = profiled
     path = write_json(f"pe_overhead_{args.preset}", device, payload)
 
-    print(f"\n{'PE':>7} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'hooked (ms)':>12} {'hooked/fast':>12}")
+    print(f"\n{'PE':>7} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'hooked/fast':>12} {'PEBlock/TL block':>17}")
     for pe in args.pes:
         ratio = vs_nope[pe]["median"] if pe in vs_nope else 1.0
         target = f"<={TARGETS[pe]:.2f}" if pe in TARGETS else ""
-        hooked = (f"{step_s[pe + '/hooked'] * 1e3:>12.1f} {hooked_vs_fast[pe]['median']:>12.3f}"
-                  if pe in hooked_vs_fast else "")
-        print(f"{pe:>7} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {hooked}")
+        hooked = f"{hooked_vs_fast[pe]['median']:.3f}" if pe in hooked_vs_fast else ""
+        block = f"{payload['pe_block_over_tl_block'][pe]['median']:.3f}" if args.tl_block else ""
+        print(f"{pe:>7} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {hooked:>12} {block:>17}")
     if args.profile:
         for name, prof in payload["profile"].items():
             top = ", ".join(f"{op['op']} {op['share']:.0%}" for op in prof["ops"][:5])
-            print(f"profile {name:>11}: {prof['total_self_ms_per_step']:.1f} ms/step; {top}")
+            print(f"profile {name:>13}: {prof['total_self_ms_per_step']:.1f} ms/step, "
+                  f"{prof['aten_ops_per_step']:.0f} aten ops/step; {top}")
     print(f"wrote {path}")
     return 0
 

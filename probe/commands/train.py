@@ -47,6 +47,11 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     return runs
 
 
+def label(path) -> str:
+    """``scan/nope/seed0``: a run folder relative to its checkpoints root."""
+    return "/".join(path.parts[-3:])
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
@@ -99,14 +104,14 @@ def run(args: argparse.Namespace) -> int:
             progress.update(bar, completed=result.config.steps if status != "failed" else None,
                             description=f"{progress.tasks[bar].description} ({status})")
 
-    table = Table(title=f"probe train: {args.task}, preset {args.preset}")
+    table = Table(title=f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})")
     for column in ("run", "status", "steps", "seconds", "steps/s", "final loss", "IID exact match"):
         table.add_column(column, justify="right" if column not in ("run", "status") else "left")
     for r in results:
         if isinstance(r, RunFailure):
-            table.add_row(str(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
+            table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
             continue
-        table.add_row(str(r.path), r.status, str(r.steps), f"{r.seconds:.0f}",
+        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}",
                       "-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
                       "-" if r.final_loss is None else f"{r.final_loss:.4f}",
                       "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")
