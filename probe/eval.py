@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from probe.data import EncodedSet, batch_stream, encode
+from probe.data import batch_stream, encode
 from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, atomic_write, read_checkpoint_config, save_checkpoint
 from probe.models.config import PRESETS, resolve_config

@@ -56,3 +56,21 @@ def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
     if scratchpad is not None:
         options["scratchpad"] = scratchpad
     return options
+
+
+def write_json_and_csv(out_dir, stem: str, data: Any, rows: list[dict[str, Any]]) -> list:
+    """``<stem>.json`` and ``<stem>.csv`` under ``out_dir``, each written atomically; their paths."""
+    import csv
+    import io
+    from pathlib import Path
+
+    from probe.models.checkpoint import atomic_write, atomic_write_json
+
+    out_dir = Path(out_dir)
+    atomic_write_json(out_dir / f"{stem}.json", data)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write(out_dir / f"{stem}.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
+    return [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]

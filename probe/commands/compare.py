@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import write_json_and_csv, add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -97,28 +97,16 @@ def detail_table(result):
 
 def write_outputs(report, out_dir, metric: str) -> list[str]:
     """JSON, CSV and the per-layer figure; returns the paths written."""
-    import csv
-    import io
-    import json
     from pathlib import Path
 
-    from probe.models.checkpoint import atomic_write
     from probe.plots import layer_distance_figure, write_figure
 
     out_dir = Path(out_dir)
     stem = f"{_short(report.a)}_vs_{'+'.join(_short(r.b) for r in report.comparisons)}"
     stem += "" if metric == "jsd" else f"_{metric}"
-    data = report.to_json()
-    atomic_write(out_dir / f"{stem}.json", lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-    rows = report.to_rows()
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write(out_dir / f"{stem}.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
+    written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
     label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
     figure = layer_distance_figure(report.curves(), f"{report.a.label} vs other PEs on {report.task_folder}", label)
-    written = [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
     written += write_figure(figure, out_dir / f"{stem}_layers")
     return [str(p) for p in written]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import parse_options, add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import write_json_and_csv, parse_options, add_checkpoints, add_device, add_json, console, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,9 +46,6 @@ def _mass(stats, low: float, high: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    import csv
-    import io
-    import json
     from pathlib import Path
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -56,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.analysis import attended_distance_report, task_runs
     from probe.errors import ProbeError
-    from probe.models.checkpoint import atomic_write, read_checkpoint_config
+    from probe.models.checkpoint import read_checkpoint_config
     from probe.plots import attended_distance_figure, write_figure
     from probe.runs import Run, task_folder_name
     from probe.tasks import SCRATCHPAD_TASKS, TASKS
@@ -114,15 +111,8 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path(args.checkpoints) / folder / "distances"
     stem = "attended_distance" + ("" if args.normalization == "text" else "_reference-code")
     data = report.to_json()
-    atomic_write(out_dir / f"{stem}.json", lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n"))
-    rows = report.to_rows()
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write(out_dir / f"{stem}.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
+    files = [str(p) for p in write_json_and_csv(out_dir, stem, data, report.to_rows())]
     figure = attended_distance_figure(report.series(), f"Normalized attended distance on {folder}, all layers and heads")
-    files = [str(out_dir / f"{stem}.json"), str(out_dir / f"{stem}.csv")]
     files += [str(p) for p in write_figure(figure, out_dir / stem)]
     out.print("wrote: " + ", ".join(files))
     if args.json:
