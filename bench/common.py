@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from probe.data import encode
 from probe.tasks import Tokenizer, get as get_task
@@ -30,12 +31,22 @@ from probe.tasks import Tokenizer, get as get_task
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def add_common_args(parser: argparse.ArgumentParser, repeats: int) -> None:
+def add_common_args(parser: argparse.ArgumentParser, repeats: int | None) -> None:
+    """--device, --threads, --repeats (``None``: chosen by ``training_repeats``) and --seed."""
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: two threads on a loaded 2-core box stall)")
-    parser.add_argument("--repeats", type=int, default=repeats, help="interleaved rounds; medians over these")
+    parser.add_argument("--repeats", type=int, default=repeats,
+                        help=f"interleaved rounds; medians over these (default {repeats or '40; 3 for base on CPU'})")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def training_repeats(args: argparse.Namespace, device: torch.device) -> tuple[int, int]:
+    """(repeats, steps per variant per repeat) for training-step benchmarks: one step per turn, so a
+    round over the variants lasts seconds and each ratio compares steps taken under the same load;
+    many rounds, except for ``base`` on a CPU, where one step takes seconds on its own."""
+    slow = args.preset == "base" and device.type == "cpu"
+    return args.repeats or (3 if slow else 40), args.steps or 1
 
 
 def setup(args: argparse.Namespace) -> torch.device:
@@ -115,6 +126,28 @@ def paired_ratio(runs: dict[str, list[float]], name: str, baseline: str) -> dict
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
             "ratio_of_medians": statistics.median(runs[name]) / statistics.median(runs[baseline]),
             "per_repeat": ratios}
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels = self.views = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.is_view:
+            self.views += 1
+        else:
+            self.kernels += 1
+        return func(*args, **(kwargs or {}))
+
+
+def dispatched_ops(fn: Callable[[], object]) -> dict[str, int]:
+    """Operators one call of ``fn`` dispatches below autograd (forward, backward, optimizer):
+    ``kernels`` compute (on a GPU each is a launch), ``views`` only reshape. Independent of the
+    batch size, so a device-independent measure of per-step host overhead."""
+    with _OpCounter() as counter:
+        fn()
+    return {"kernels": counter.kernels, "views": counter.views}
 
 
 def scan_batch(batch: int, length: int, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common import (add_common_args, clock, interleave, machine, medians, paired_ratio, scan_batch, setup,
-                    training_step, write_json)
+from common import (add_common_args, clock, dispatched_ops, interleave, machine, medians, paired_ratio, scan_batch,
+                    setup, training_repeats, training_step, write_json)
 from plain_decoder import PlainDecoder
 
 from probe.models import build_model
@@ -73,13 +73,12 @@ def top_ops(step: Callable[[], None], device: torch.device, steps: int, rows: in
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(parser, repeats=7)
+    add_common_args(parser, repeats=None)
     parser.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
     parser.add_argument("--pes", nargs="+", default=list(PE_KINDS), choices=PE_KINDS)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed steps per variant per repeat (default 10; 1 for base on CPU)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default 1)")
     parser.add_argument("--no-hooked", action="store_true", help="time the fast path only")
     parser.add_argument("--tl-block", action="store_true",
                         help="also time each PE in TransformerLens' block forward (before PEBlock)")
@@ -89,7 +88,7 @@ def main() -> int:
     device = setup(args)
     if "nope" not in args.pes:
         args.pes = ["nope", *args.pes]
-    steps = args.steps or (1 if args.preset == "base" and device.type == "cpu" else 10)
+    args.repeats, steps = training_repeats(args, device)
     tokens, mask, vocab = scan_batch(args.batch, args.length, args.seed, device)
     load_before = os.getloadavg()
 
@@ -101,7 +100,9 @@ def main() -> int:
     if args.tl_block:
         variants.update({f"{pe}/tl_block": on_path(models[pe], True, steps_of[pe], tl_block=True) for pe in args.pes})
     print(f"{args.preset}: {len(variants)} variants, {steps} step(s) each per repeat, {args.repeats} repeats", flush=True)
-    timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=1, device=device)
+    warmup = 3 if device.type == "cuda" else 1  # CUDA: allocator, cuBLAS heuristics, autocast caches
+    timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=warmup, device=device)
+    ops = {name: dispatched_ops(run) for name, run in variants.items()}  # one more step each, in steady state
     runs = timings[clock(device)]
 
     step_s = medians(runs)
@@ -122,7 +123,7 @@ def main() -> int:
         "length": args.length,
         "steps_per_repeat": steps,
         "clock": clock(device),
-        "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after one warm-up step "
+        "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after {warmup} warm-up step(s) "
                   f"per variant; step_s and ratios on the {clock(device)} clock (process CPU time on CPU, wall "
                   "on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
         "step_s": step_s,
@@ -132,6 +133,8 @@ def main() -> int:
         "projected_hours_for_40k_steps": {name: PAPER_STEPS * s / 3600 for name, s in step_s.items()},
         "steps_per_s_wall": {name: 1 / s for name, s in wall_step_s.items()},
         "projected_hours_for_40k_steps_wall": {name: PAPER_STEPS * s / 3600 for name, s in wall_step_s.items()},
+        "dispatched_ops_per_step": ops,
+        "kernels_vs_nope": {name: ops[name]["kernels"] / ops["nope"]["kernels"] for name in ops},
         "targets_vs_nope": TARGETS,
         "vs_nope": vs_nope,
         "vs_nope_wall": {pe: paired_ratio(timings["wall"], pe, "nope")["median"] for pe in vs_nope},
@@ -151,13 +154,13 @@ def main() -> int:
         payload["profile"] = profiled
     path = write_json(f"pe_overhead_{args.preset}", device, payload)
 
-    print(f"\n{'PE':>7} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'hooked/fast':>12} {'PEBlock/TL block':>17}")
+    print(f"\n{'PE':>7} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'kernels':>8} {'hooked/fast':>12} {'PEBlock/TL block':>17}")
     for pe in args.pes:
         ratio = vs_nope[pe]["median"] if pe in vs_nope else 1.0
         target = f"<={TARGETS[pe]:.2f}" if pe in TARGETS else ""
         hooked = f"{hooked_vs_fast[pe]['median']:.3f}" if pe in hooked_vs_fast else ""
         block = f"{payload['pe_block_over_tl_block'][pe]['median']:.3f}" if args.tl_block else ""
-        print(f"{pe:>7} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {hooked:>12} {block:>17}")
+        print(f"{pe:>7} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {ops[pe]['kernels']:>8} {hooked:>12} {block:>17}")
     if args.profile:
         for name, prof in payload["profile"].items():
             top = ", ".join(f"{op['op']} {op['share']:.0%}" for op in prof["ops"][:5])

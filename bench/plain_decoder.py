@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import (add_common_args, clock, interleave, machine, medians, paired_ratio, scan_batch, setup,
-                    training_step, write_json)
+from common import (add_common_args, clock, dispatched_ops, interleave, machine, medians, paired_ratio, scan_batch,
+                    setup, training_repeats, training_step, write_json)
 
 from probe.models import build_model
 from probe.models.config import PE_KINDS, ModelConfig, resolve_config
@@ -102,17 +102,16 @@ def trainable(model: nn.Module) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(parser, repeats=5)
+    add_common_args(parser, repeats=None)
     parser.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
     parser.add_argument("--pes", nargs="+", default=["nope"], choices=PE_KINDS,
                         help="probe models to compare with the plain decoder (default nope: the same architecture)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed steps per variant per repeat (default 10; 1 for base on CPU)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default 1)")
     args = parser.parse_args()
     device = setup(args)
-    steps = args.steps or (1 if args.preset == "base" and device.type == "cpu" else 10)
+    args.repeats, steps = training_repeats(args, device)
     tokens, mask, vocab = scan_batch(args.batch, args.length, args.seed, device)
     load_before = os.getloadavg()
 
@@ -128,7 +127,9 @@ def main() -> int:
     variants = {"plain": training_step(plain, tokens, mask, device)}
     variants.update({pe: training_step(model, tokens, mask, device) for pe, model in models.items()})
     print(f"{args.preset}: {len(variants)} variants, {steps} step(s) each per repeat, {args.repeats} repeats", flush=True)
-    timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=1, device=device)
+    warmup = 3 if device.type == "cuda" else 1  # CUDA: allocator, cuBLAS heuristics, autocast caches
+    timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=warmup, device=device)
+    ops = {name: dispatched_ops(run) for name, run in variants.items()}  # one more step each, in steady state
     runs = timings[clock(device)]
     step_s = medians(runs)
     ratios = {pe: _inverse(paired_ratio(runs, pe, "plain")) for pe in models}
@@ -149,13 +150,15 @@ def main() -> int:
         "trainable_weights": trainable(plain),
         "max_abs_logit_diff_vs_nope_same_weights": same_function,
         "clock": clock(device),
-        "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after one warm-up step; "
+        "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after {warmup} warm-up step(s) per variant; "
                   f"step_s, tokens_per_s and ratios on the {clock(device)} clock (process CPU time on CPU, "
                   "wall on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
         "step_s": step_s,
         "wall_step_s": medians(timings["wall"]),
         "runs_s": timings,
         "tokens_per_s": {name: tokens.numel() / seconds for name, seconds in step_s.items()},
+        "dispatched_ops_per_step": ops,
+        "plain_over_probe_kernels": {pe: ops["plain"]["kernels"] / ops[pe]["kernels"] for pe in models},
         "target": "probe/plain tokens/s >= 0.8 at base on an H100",
         # probe tokens/s over plain tokens/s = plain step time over probe step time
         "probe_over_plain_tokens_per_s": ratios,
@@ -163,10 +166,10 @@ def main() -> int:
                                                for pe in models},
     }
     path = write_json(f"plain_decoder_{args.preset}", device, payload)
-    print(f"\n{'model':>6} {'step (ms)':>10} {'tokens/s':>10} {'probe/plain':>12}")
+    print(f"\n{'model':>6} {'step (ms)':>10} {'tokens/s':>10} {'probe/plain':>12} {'kernels':>8}")
     for name, seconds in step_s.items():
         ratio = format(ratios[name]["median"], ".3f") if name in ratios else ""
-        print(f"{name:>6} {seconds * 1e3:>10.1f} {payload['tokens_per_s'][name]:>10.0f} {ratio:>12}")
+        print(f"{name:>6} {seconds * 1e3:>10.1f} {payload['tokens_per_s'][name]:>10.0f} {ratio:>12} {ops[name]['kernels']:>8}")
     print(f"wrote {path}")
     return 0
 
