@@ -203,5 +203,6 @@ def write_json(name: str, device: torch.device, payload: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
         json.dump(payload, handle, indent=2)
+    os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it 0600
     os.replace(handle.name, path)
     return path
