@@ -63,7 +63,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def machine(device: torch.device) -> dict[str, object]:
+def machine(device: torch.device | str) -> dict[str, object]:
+    """The machine a benchmark ran on, for its JSON."""
+    device = torch.device(device)
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as cpuinfo:

@@ -14,31 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import machine
+
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def machine(device: str) -> dict[str, object]:
-    import torch
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    info: dict[str, object] = {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-                               "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-                               "python": sys.version.split()[0]}
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
 
 
 def main() -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from pathlib import Path
 import torch
 
 from probe.metrics import jsd, layer_distances
+
+from common import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -69,20 +70,6 @@ def time_loop(A: torch.Tensor, B: torch.Tensor,
                 if time.perf_counter() - start > budget_s:
                     return time.perf_counter() - start, done
     return time.perf_counter() - start, done
-
-
-def machine(device: str) -> dict[str, object]:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    info: dict[str, object] = {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-                               "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0]}
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return info
 
 
 def write_json(path: Path, payload: dict) -> None:
