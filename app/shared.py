@@ -6,7 +6,6 @@ offers the widgets that pick a run.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -95,19 +94,10 @@ def tokenizer_of(model):
 
 
 def read_eval(run: Run) -> dict[str, Any] | None:
-    """The run's ``eval.json`` (written by `probe eval`), or None if it has none or it is unreadable
-    (then `probe eval` rewrites it)."""
-    from probe.evaluation import EVAL
+    """The run's ``eval.json`` (written by `probe eval`), or None if it has none or it is unreadable."""
+    from probe.evaluation import read_eval as read
 
-    try:
-        report = json.loads((run.path / EVAL).read_text())
-        buckets = report["buckets"]
-        if all(isinstance(b["length"], (int, float)) and isinstance(b["accuracy"], (int, float))
-               and isinstance(b["seen"], bool) for b in buckets):
-            return report
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
+    return read(run.path)
 
 
 def show_broken(broken: list[tuple[Path, str]]) -> None:

@@ -35,7 +35,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", help="runs at a time (default: 1 2 on CPU, 1 2 4 8 on CUDA)")
     parser.add_argument("--runs", type=int, default=4, help="runs per concurrency level (default 4)")
     parser.add_argument("--task", default="scan")
-    parser.add_argument("--steps", type=int, default=100, help="training steps per run (default 100; tiny's recipe is 2000)")
+    parser.add_argument("--steps", type=int, default=100, help="training steps per run (default 100; tiny's recipe is 4000)")
     parser.add_argument("--eval-n", type=int, default=64, help="test examples evaluated per run (default 64)")
     args = parser.parse_args()
     levels = args.concurrency or ([1, 2] if args.device == "cpu" else [1, 2, 4, 8])

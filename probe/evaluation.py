@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -37,6 +39,19 @@ def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, dev
     if write:
         atomic_write_json(run.path / EVAL, report)
     return report
+
+
+def read_eval(folder: str | Path) -> dict[str, Any] | None:
+    """A run folder's eval.json as :func:`evaluate_run` wrote it, or None when it is missing,
+    unreadable or not such a report (then ``probe eval`` rewrites it)."""
+    try:
+        report = json.loads((Path(folder) / EVAL).read_text())
+        ok = isinstance(report, dict) and {"task", "task_folder", "pe", "seed", "iid_accuracy", "ood_accuracy"} <= report.keys()
+        ok = ok and all(isinstance(b["length"], (int, float)) and isinstance(b["accuracy"], (int, float))
+                        and isinstance(b["seen"], bool) for b in report["buckets"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return report if ok else None
 
 
 def mean_ranks(reports: Sequence[dict[str, Any]]) -> dict[str, float]:

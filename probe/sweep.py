@@ -31,6 +31,7 @@ are :class:`probe.train.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import json
 import math
@@ -450,11 +451,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
         if address not in (None, "", "local", "auto"):
             _check_reachable(address)
         if address and address.startswith("ray://"):
-            try:
-                import grpc  # noqa: F401  (the Ray client's transport)
-            except ImportError:
+            if importlib.util.find_spec("grpc") is None:  # the Ray client's transport
                 raise ProbeError("ray:// addresses need the Ray client: pip install 'ray[client]' "
-                                 "(or run probe sweep on a cluster node with --address auto)") from None
+                                 "(or run probe sweep on a cluster node with --address auto)")
         kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         if address in (None, "", "local"):
             kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=200 * 2**20)
@@ -584,14 +583,47 @@ def report(runs: Sequence[SweepRun]) -> dict[str, Any]:
     """The paper's aggregate over the runs' eval.json files: accuracy against length per task and
     PE (mean over seeds; Figure showcase) and each PE's mean rank overall and per category of
     tasks (Figures teaser and mrr-per-category)."""
-    from probe.evaluation import EVAL, mean_ranks
+    return aggregate({run.label: run.path for run in runs})
+
+
+def find_manifests(root: str | Path) -> list[Path]:
+    """The sweep manifests (``sweep-NAME.json``) in a checkpoints root, by name."""
+    return sorted(p for p in Path(root).glob("sweep-*.json") if p.is_file())
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """A manifest as :class:`Manifest` wrote it (ProbeError if it is not one)."""
+    path = Path(path)
+    try:
+        manifest = json.loads(path.read_text())
+        if not all(isinstance(e["label"], str) for e in manifest["runs"]):
+            raise TypeError
+    except OSError as error:
+        raise ProbeError(f"cannot read sweep manifest {path}: {error.strerror}") from None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ProbeError(f"{path} is not a sweep manifest (corrupt JSON or no list of runs)") from None
+    return manifest
+
+
+def manifest_report(path: str | Path) -> dict[str, Any]:
+    """:func:`report` of the runs a manifest lists. Run folders are found from the labels, relative
+    to the manifest's folder (the checkpoints root), so a sweep's folder can be moved or copied
+    from a cluster and still be read."""
+    path = Path(path)
+    return aggregate({e["label"]: path.parent / e["label"] for e in read_manifest(path)["runs"]})
+
+
+def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
+    """:func:`report` of run folders by label; a run without a readable eval.json counts as missing."""
+    from probe.evaluation import mean_ranks, read_eval
 
     evaluated, missing = [], []
-    for run in runs:
-        try:
-            evaluated.append(json.loads((run.path / EVAL).read_text()))
-        except (OSError, json.JSONDecodeError):
-            missing.append(run.label)
+    for label, folder in runs.items():
+        result = read_eval(folder)
+        if result is None:
+            missing.append(label)
+        else:
+            evaluated.append(result)
     curves: dict[str, dict[str, dict[str, Any]]] = {}
     for r in evaluated:
         curve = curves.setdefault(r["task_folder"], {}).setdefault(
@@ -603,11 +635,11 @@ def report(runs: Sequence[SweepRun]) -> dict[str, Any]:
         for bucket in r["buckets"]:
             curve["by_length"].setdefault(bucket["length"], []).append(bucket["accuracy"])
             curve["seen"][bucket["length"]] = bucket["seen"]
-    aggregate = []
+    rows = []
     for folder, by_pe in curves.items():
         for pe, c in by_pe.items():
             lengths = sorted(c["by_length"])
-            aggregate.append({
+            rows.append({
                 "task_folder": folder, "pe": pe, "seeds": sorted(c["seeds"]),
                 "iid_accuracy": _mean(c["iid"]), "ood_accuracy": _mean(c["ood"]) if c["ood"] else None,
                 "lengths": lengths, "accuracy": [_mean(c["by_length"][n]) for n in lengths],
@@ -618,7 +650,7 @@ def report(runs: Sequence[SweepRun]) -> dict[str, Any]:
         groups.setdefault(category(r["task"], r.get("task_options", {})), []).append(r)
     ranks = {"all tasks": mean_ranks([r for r in evaluated if not r.get("task_options", {}).get("scratchpad")])}
     ranks.update({name: mean_ranks(group) for name, group in groups.items()})
-    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": aggregate,
+    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows,
             "mean_rank": {name: value for name, value in ranks.items() if value}}
 
 
@@ -627,13 +659,23 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def report_figures(summary: dict[str, Any], out: str | Path) -> list[Path]:
-    """Accuracy against length per task (one line per PE) and the mean-rank bars per category."""
+    """Write :func:`report_figure_objects` under ``out`` (HTML, and PNG where kaleido can)."""
+    from probe.plots import write_figure
+
+    written: list[Path] = []
+    for name, figure in report_figure_objects(summary).items():
+        written += write_figure(figure, Path(out) / name)
+    return written
+
+
+def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
+    """{file stem: plotly figure}: accuracy against length per task (one line per PE, mean over
+    seeds) as ``accuracy_<task folder>``, and the mean-rank bars per category as ``mean_rank``."""
     import plotly.graph_objects as go
 
-    from probe.plots import PE_NAMES, accuracy_by_length, pe_color, write_figure
+    from probe.plots import PE_NAMES, accuracy_by_length, pe_color
 
-    out = Path(out)
-    written: list[Path] = []
+    figures: dict[str, Any] = {}
     by_folder: dict[str, list[dict[str, Any]]] = {}
     for row in summary["aggregate"]:
         by_folder.setdefault(row["task_folder"], []).append(row)
@@ -641,9 +683,8 @@ def report_figures(summary: dict[str, Any], out: str | Path) -> list[Path]:
         curves = [{"label": f"{PE_NAMES.get(r['pe'], r['pe'])} ({len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)})",
                    "pe": r["pe"], "lengths": r["lengths"], "accuracy": r["accuracy"]} for r in rows]
         seen = [n for r in rows for n, s in zip(r["lengths"], r["seen"]) if s]
-        figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
-                                    f"{folder}: exact match by length (mean over seeds)")
-        written += write_figure(figure, out / f"accuracy_{folder}")
+        figures[f"accuracy_{folder}"] = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
+                                                           f"{folder}: exact match by length (mean over seeds)")
     if summary["mean_rank"]:
         figure = go.Figure()
         pes = sorted({pe for ranks in summary["mean_rank"].values() for pe in ranks})
@@ -653,5 +694,5 @@ def report_figures(summary: dict[str, Any], out: str | Path) -> list[Path]:
                                     name=PE_NAMES.get(pe, pe), marker_color=pe_color(pe)))
         figure.update_layout(title="mean rank of each PE by OOD accuracy (1 = best; Figures teaser, mrr-per-category)",
                              yaxis_title="mean rank", barmode="group", template="plotly_white")
-        written += write_figure(figure, out / "mean_rank")
-    return written
+        figures["mean_rank"] = figure
+    return figures

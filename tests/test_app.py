@@ -223,3 +223,32 @@ def test_probe_app_starts_streamlit_on_localhost(tmp_path, monkeypatch):
     assert settings == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
                         "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}
     assert started["env"]["PROBE_CHECKPOINTS"] == str(tmp_path.resolve())
+
+
+def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path, monkeypatch):
+    from probe import sweep
+
+    grid = {"name": "mine", "task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "options": TASK_OPTIONS}
+    runs = sweep.expand_grid(grid, tmp_path)
+    sweep.Manifest(sweep.manifest_path(tmp_path, "mine"), "mine", runs).write()
+    for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):  # t5 seed 1 never ran; nope seed 1 has no eval.json
+        shutil.copytree(checkpoints / FOLDER / pe / f"seed{seed}", tmp_path / FOLDER / pe / f"seed{seed}")
+    (tmp_path / "sweep-broken.json").write_text("{not json")
+    at = run_page("models", tmp_path, monkeypatch)
+    assert at.selectbox(key="sweep").options == ["broken", "mine"]
+    at.selectbox(key="sweep").set_value(tmp_path / "sweep-mine.json").run()
+    assert not at.exception and "2 of 4 runs evaluated" in texts(at.markdown)
+    evals = {pe: json.loads((tmp_path / FOLDER / pe / "seed0" / "eval.json").read_text()) for pe in ("nope", "t5")}
+    assert len(at.dataframe) == 3  # the runs, then the sweep's aggregate and mean ranks
+    table = at.dataframe[1].value
+    names = {"nope": "NoPE", "t5": "T5's Relative Bias"}
+    assert list(table["PE"]) == list(names.values()) and list(table["seeds"]) == [1, 1]
+    assert list(table["OOD accuracy"]) == [f"{100 * evals[pe]['ood_accuracy']:.1f}%" for pe in ("nope", "t5")]
+    ood = {pe: evals[pe]["ood_accuracy"] for pe in evals}  # one task: the better OOD accuracy ranks 1, a tie 1.5
+    expected = {names[pe]: 1.5 if ood["nope"] == ood["t5"] else 1 + (ood[pe] < max(ood.values())) for pe in ood}
+    ranks = at.dataframe[2].value
+    assert {pe: float(ranks[pe].iloc[0]) for pe in expected} == expected
+    assert charts(at) == 1 + 2  # the Models chart, then the sweep's accuracy by length and mean ranks
+    assert "2 run(s) of this sweep have no eval.json" in texts(at.info)
+    at.selectbox(key="sweep").set_value(tmp_path / "sweep-broken.json").run()
+    assert not at.exception and "not a sweep manifest" in texts(at.error)

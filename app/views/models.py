@@ -1,4 +1,5 @@
-"""Models: the checkpoints found, and exact match against length per PE (as `probe eval`)."""
+"""Models: the checkpoints found, exact match against length per PE (as `probe eval`), and the
+report of any sweep in the folder (as `probe sweep --report`)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ import streamlit as st
 import shared
 from probe.errors import ProbeError
 from probe.plots import accuracy_by_length
+from probe.sweep import find_manifests, manifest_report, read_manifest, report_figure_objects
 
 st.header("Models")
 st.caption(f"Checkpoints under `{shared.checkpoints_root()}`")
+
+
+def percent(value) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "–"
+
 
 found = shared.require_runs()
 if found is not None:
     runs, _ = found
     reports = {str(r.path): shared.read_eval(r) for r in runs}
-
-    def percent(value) -> str:
-        return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "–"
 
     rows = []
     for r in runs:
@@ -69,3 +73,30 @@ if found is not None:
                     progress.empty()
                     if not failed:
                         st.rerun()
+
+manifests = find_manifests(shared.checkpoints_root())
+if manifests:
+    st.subheader("Sweep report")
+    st.caption("What `probe sweep --report` prints for a sweep whose manifest is in this folder: exact match per "
+               "task and PE (mean over seeds) and each PE's mean rank by OOD accuracy (Figures teaser, "
+               "mrr-per-category).")
+    chosen = st.selectbox("Sweep", manifests, format_func=lambda p: p.stem.removeprefix("sweep-"), key="sweep")
+    try:
+        manifest, summary = read_manifest(chosen), manifest_report(chosen)
+    except ProbeError as error:
+        shared.error_line(error)
+    else:
+        counts = manifest.get("counts", {})
+        st.markdown(f"**{summary['evaluated']} of {summary['runs']} runs evaluated**; states: "
+                    + ", ".join(f"{state} {n}" for state, n in counts.items() if n) + ".")
+        st.dataframe([{"task": row["task_folder"], "PE": shared.pe_name(row["pe"]), "seeds": len(row["seeds"]),
+                       "IID accuracy": percent(row["iid_accuracy"]), "OOD accuracy": percent(row["ood_accuracy"])}
+                      for row in summary["aggregate"]], hide_index=True)
+        if summary["mean_rank"]:
+            st.dataframe([{"tasks": group, **{shared.pe_name(pe): round(rank, 2) for pe, rank in ranks.items()}}
+                          for group, ranks in summary["mean_rank"].items()], hide_index=True)
+        for name, figure in report_figure_objects(summary).items():
+            st.plotly_chart(figure, key=f"sweep-{name}")
+        if summary["missing"]:
+            st.info(f"{len(summary['missing'])} run(s) of this sweep have no eval.json yet (`probe sweep` evaluates "
+                    "them when it runs them).", icon=":material/info:")

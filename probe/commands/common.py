@@ -30,9 +30,16 @@ def print_json(data: Any) -> None:
 
 
 def console(stderr: bool = False):
+    """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80), so logs keep
+    whole run names and progress fields."""
+    import os
+
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    out = Console(stderr=stderr)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = 120
+    return out
 
 
 def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
 
     table = Table(title=f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})")
     for column in ("run", "status", "steps", "seconds", "steps/s", "final loss", "IID exact match"):
-        table.add_column(column, justify="right" if column not in ("run", "status") else "left")
+        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
     for r in results:
         if isinstance(r, RunFailure):
             table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
