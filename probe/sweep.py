@@ -192,8 +192,8 @@ def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | 
                     seeds: Sequence[int] | None = None, scratchpads: Sequence[str] | None = None,
                     options: dict[str, list[Any]] | None = None, model: dict[str, Any] | None = None,
                     **train: Any) -> dict[str, Any]:
-    """The grid that command-line flags describe (repeated flags become lists). With no task, PE or
-    seed given: ``probe train``'s default set (every PE on SCAN, plus NoPE seed 1)."""
+    """The grid that command-line flags describe (repeated flags become lists). With no PE or seed
+    given, as ``probe train``: every PE at seed 0 plus NoPE seed 1 (NoPE') on each task."""
     block: dict[str, Any] = {"name": "sweep", "task": list(tasks or ["scan"])}
     if pes:
         block["pe"] = list(pes)
@@ -205,9 +205,9 @@ def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | 
     if model:
         block["model"] = dict(model)
     block.update({k: v for k, v in train.items() if v is not None})
-    if not tasks and not pes and not seeds:
-        top = {k: v for k, v in block.items() if k not in LIST_KEYS}
-        return {**top, "block": [{"task": "scan", "seed": 0}, {"task": "scan", "pe": "nope", "seed": 1}]}
+    if not pes and not seeds:
+        top = {k: v for k, v in block.items() if k != "seed"}
+        return {**top, "block": [{"seed": 0}, {"pe": "nope", "seed": 1}]}
     return block
 
 

@@ -36,6 +36,8 @@ def test_paper_grid_covers_sections_3_and_5(tmp_path):
 def test_flags_default_is_probe_trains_default_and_scratchpad_only_where_it_exists(tmp_path):
     runs = sweep.expand_grid(sweep.grid_from_flags(), tmp_path)
     assert [(r.config.pe, r.config.seed) for r in runs][-1] == ("nope", 1) and len(runs) == 6
+    both = sweep.expand_grid(sweep.grid_from_flags(tasks=["scan", "copy"]), tmp_path)  # as `probe train --task`
+    assert len(both) == 12 and {"copy/nope/seed1", "scan/nope/seed1", "copy/ape/seed0"} <= {r.label for r in both}
     grid = sweep.grid_from_flags(tasks=["scan", "addition"], pes=["nope"], scratchpads=["none", "full"])
     assert sorted(r.label for r in sweep.expand_grid(grid, tmp_path)) == [
         "addition+scratchpad=full/nope/seed0", "addition/nope/seed0", "scan/nope/seed0"]
