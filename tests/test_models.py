@@ -170,6 +170,27 @@ def test_fast_path_equals_hooked_path(pe):
         assert torch.allclose(g_fast, g_slow, atol=1e-10)
 
 
+def test_bf16_autocast_does_not_round_the_alibi_bias(monkeypatch):
+    """Under bf16 autocast the fast path hands SDPA the bias in float32: at distance 500 the last
+    head's slope (2^-8) is below bf16's spacing, so a bf16 mask would merge neighbouring keys."""
+    import probe.models.attention as attention
+
+    model = build_model("alibi", vocab_size=VOCAB, seed=0)  # 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8
+    seen = []
+    real = attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: seen.append(kwargs["attn_mask"]) or real(*args, **kwargs))
+    length = 600
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(torch.randint(0, VOCAB, (1, length)))
+    assert torch.isfinite(logits).all() and len(seen) == model.cfg.n_layers
+    distance = (torch.arange(length)[:, None] - torch.arange(length)[None, :]).double()  # [query, key]
+    slopes = torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8], dtype=torch.float64)
+    expected = torch.where(distance >= 0, -slopes[:, None, None] * distance, -torch.inf).float()  # [head, query, key]
+    for mask in seen:
+        assert mask.dtype == torch.float32 and torch.equal(mask[0], expected)
+
+
 def test_hooks_switch_off_the_fast_path():
     model = build_model("t5", vocab_size=VOCAB)
     tokens = torch.randint(0, VOCAB, (1, 6))

@@ -77,13 +77,16 @@ class PEAttention(Attention):
 
         mask = self._additive_mask(query_len, key_len, offset, q, attention_mask, additive_attention_mask)
         if self.uses_fast_path():
+            # SDPA wants the mask in q's dtype; under bf16 autocast that would round the bias (ALiBi's
+            # slope x distance loses adjacent keys' differences), so a biased layer attends in the
+            # mask's float32 instead, as the hooked path's float32 scores do.
+            inputs = (q, k, v) if mask is None else (q.to(mask.dtype), k.to(mask.dtype), v.to(mask.dtype))
             z = F.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                attn_mask=None if mask is None else mask.to(q.dtype),
+                *(t.transpose(1, 2) for t in inputs), attn_mask=mask,
                 is_causal=mask is None and query_len > 1,
                 scale=1.0 / self.attn_scale,
             )  # [batch, head, query, d_head]
-            z = self.hook_z(z.transpose(1, 2))  # [batch, query, head, d_head]
+            z = self.hook_z(z.transpose(1, 2).to(q.dtype))  # [batch, query, head, d_head]
         else:
             scores = self.calculate_attention_scores(q, k)  # [batch, head, query, key]
             if mask is None:
