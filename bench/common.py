@@ -80,6 +80,13 @@ def machine(device: torch.device | str) -> dict[str, object]:
     return info
 
 
+def header(benchmark: str, what: str, device: torch.device | str, load_before: tuple[float, float, float]) -> dict:
+    """The fields every result JSON opens with: which benchmark, what it times, the command line,
+    the machine, and the load average before and after (the box is shared)."""
+    return {"benchmark": benchmark, "what": what, "command": "python " + " ".join(sys.argv), "device": str(device),
+            "machine": machine(device), "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()}}
+
+
 def clock(device: torch.device) -> str:
     """The clock ratios are taken on: ``cpu`` (process CPU time) on CPU, ``wall`` on CUDA."""
     return "wall" if device.type == "cuda" else "cpu"
@@ -199,9 +206,9 @@ def training_step(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tens
     return step
 
 
-def write_json(name: str, device: torch.device, payload: dict) -> Path:
+def write_json(name: str, device: torch.device | str, payload: dict) -> Path:
     """Atomically write bench/results/<name>_<device type>.json."""
-    path = RESULTS / f"{name}_{device.type}.json"
+    path = RESULTS / f"{name}_{torch.device(device).type}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
         json.dump(payload, handle, indent=2)

@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import machine
+from common import header, write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> int:
@@ -82,11 +81,7 @@ def main() -> int:
     model_config = json.loads((Path(report.a.path) / "config.json").read_text())["model"]
     timings = dict(report.timings)
     payload = {
-        "benchmark": "compare",
-        "what": "probe compare nope: NoPE vs every other PE and the NoPE' seed baseline, stage by stage",
-        "device": args.device,
-        "machine": machine(args.device),
-        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
+        **header("compare", "probe compare nope: NoPE vs every other PE and the NoPE' seed baseline, stage by stage", args.device, load_before),
         "checkpoints": str(Path(args.checkpoints).resolve()),
         "task_folder": report.task_folder,
         "model": {k: model_config[k] for k in ("n_layers", "n_heads", "d_model", "d_head")},
@@ -100,11 +95,7 @@ def main() -> int:
         "per_layer": {r.label: r.overall.per_layer.mean.tolist() for r in report.results},
         "average": {r.label: float(r.overall.average.mean) for r in report.results},
     }
-    path = RESULTS / f"compare_{torch.device(args.device).type}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(payload, handle, indent=2)
-    os.replace(handle.name, path)
+    path = write_json("compare", args.device, payload)
 
     print(f"{len(report.results)} comparisons × {first.overall.n_examples} examples ({len(first.buckets)} buckets), "
           f"{payload['model']['n_layers']} layers × {payload['model']['n_heads']} heads")

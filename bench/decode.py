@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import torch
 
-from common import add_common_args, clock, interleave, machine, medians, paired_ratio, setup, write_json
+from common import add_common_args, clock, interleave, header, medians, paired_ratio, setup, write_json
 
 from probe.eval import greedy_decode
 from probe.models import build_model
@@ -95,14 +95,9 @@ def main() -> int:
             "same_tokens_with_and_without_cache": same,
         })
     payload = {
-        "benchmark": "decode",
-        "what": "probe.eval.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
+        **header("decode", "probe.eval.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
                 "KV cache vs full recomputation each step; untrained model with <eos> unreachable, so each "
-                "batch decodes longest gold target + 1 tokens",
-        "command": "python " + " ".join(sys.argv),
-        "device": str(device),
-        "machine": machine(device),
-        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
+                "batch decodes longest gold target + 1 tokens", device, load_before),
         "preset": args.preset,
         "examples": len(examples),
         "batches": len(batches),

@@ -12,21 +12,17 @@ pair costs the same: T rows); the JSON says so.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from probe.metrics import jsd, layer_distances
 
-from common import machine
+from common import header, write_json
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def causal_patterns(n_layers: int, n_heads: int, T: int, device: str, dtype: torch.dtype,
@@ -70,13 +66,6 @@ def time_loop(A: torch.Tensor, B: torch.Tensor,
                 if time.perf_counter() - start > budget_s:
                     return time.perf_counter() - start, done
     return time.perf_counter() - start, done
-
-
-def write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(payload, handle, indent=2)
-    os.replace(handle.name, path)
 
 
 def main() -> int:
@@ -125,15 +114,10 @@ def main() -> int:
               f"{' (extrapolated from ' + str(len(done)) + ' pairs)' if r['loop_extrapolated'] else ''}"
               f"   speed-up {r['speedup']:8.1f}x   max |diff| {r['max_abs_diff']:.1e}", flush=True)
 
-    device_name = torch.device(args.device).type
     payload = {
-        "benchmark": "layer_distance",
-        "what": "probe.metrics.layer_distances (all head pairs, min per layer) vs a Python loop over "
+        **header("layer_distance", "probe.metrics.layer_distances (all head pairs, min per layer) vs a Python loop over "
                 "layers, head pairs and query rows calling probe.metrics.jsd on keys <= t; same "
-                "random causal patterns, same device, same run",
-        "device": args.device,
-        "machine": machine(args.device),
-        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
+                "random causal patterns, same device, same run", args.device, load_before),
         "torch": torch.__version__,
         "dtype": args.dtype,
         "n_layers": args.layers,
@@ -143,8 +127,7 @@ def main() -> int:
                        "extrapolates per pair (each pair is T rows, so pairs cost the same)",
         "results": rows,
     }
-    path = RESULTS / f"layer_distance_{device_name}.json"
-    write_json(path, payload)
+    path = write_json("layer_distance", args.device, payload)
     print(f"\n{'T':>5} {'vectorised (ms)':>16} {'loop (s)':>10} {'speed-up':>10}")
     for r in rows:
         print(f"{r['T']:>5} {r['vectorised_s'] * 1e3:>16.2f} {r['loop_s']:>10.2f} {r['speedup']:>9.0f}x"

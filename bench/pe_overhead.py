@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common import (add_common_args, clock, dispatched_ops, interleave, machine, medians, paired_ratio, scan_batch,
+from common import (add_common_args, clock, dispatched_ops, interleave, header, medians, paired_ratio, scan_batch,
                     setup, training_repeats, training_step, write_json)
 from plain_decoder import PlainDecoder
 
@@ -110,14 +110,9 @@ def main() -> int:
     vs_nope = {pe: paired_ratio(runs, pe, "nope") for pe in args.pes if pe != "nope"}
     hooked_vs_fast = {pe: paired_ratio(runs, f"{pe}/hooked", pe) for pe in args.pes if not args.no_hooked}
     payload = {
-        "benchmark": "pe_overhead",
-        "what": "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
+        **header("pe_overhead", "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
                 "no dropout) of each PE at one preset, relative to NoPE; fast (SDPA) vs forced hooked "
-                "attention path per PE; same SCAN batch for all",
-        "command": "python " + " ".join(sys.argv),
-        "device": str(device),
-        "machine": machine(device),
-        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
+                "attention path per PE; same SCAN batch for all", device, load_before),
         "preset": args.preset,
         "batch": args.batch,
         "length": args.length,

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import (add_common_args, clock, dispatched_ops, interleave, machine, medians, paired_ratio, scan_batch,
+from common import (add_common_args, clock, dispatched_ops, interleave, header, medians, paired_ratio, scan_batch,
                     setup, training_repeats, training_step, write_json)
 
 from probe.models import build_model
@@ -135,14 +135,9 @@ def main() -> int:
     ratios = {pe: _inverse(paired_ratio(runs, pe, "plain")) for pe in models}
 
     payload = {
-        "benchmark": "plain_decoder",
-        "what": "training tokens/s of probe's HookedTransformer models vs PlainDecoder (same shape, plain "
+        **header("plain_decoder", "training tokens/s of probe's HookedTransformer models vs PlainDecoder (same shape, plain "
                 "PyTorch on scaled_dot_product_attention); one step = target-token loss, backward, grad "
-                "clip, AdamW (foreach on CPU, fused + bf16 autocast on CUDA); no dropout; same SCAN batch",
-        "command": "python " + " ".join(sys.argv),
-        "device": str(device),
-        "machine": machine(device),
-        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
+                "clip, AdamW (foreach on CPU, fused + bf16 autocast on CUDA); no dropout; same SCAN batch", device, load_before),
         "preset": args.preset,
         "batch": args.batch,
         "length": args.length,

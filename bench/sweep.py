@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> int:
@@ -42,13 +40,14 @@ def main() -> int:
 
     import ray
     import torch
+    from common import header, write_json
 
     from probe import sweep
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device is visible to torch; use --device cpu")
     pes = ["nope", "t5", "alibi", "rotary", "ape"]
-    results = []
+    results, load_before = [], os.getloadavg()
     for k in levels:
         with tempfile.TemporaryDirectory() as root:
             grid = {"name": f"bench{k}", "task": args.task, "preset": "tiny", "steps": args.steps,
@@ -82,19 +81,12 @@ def main() -> int:
             results.append(result)
             print(json.dumps(result), flush=True)
     payload = {
-        "benchmark": "sweep", "device": args.device, "task": args.task, "preset": "tiny", "steps": args.steps,
-        "eval_n": args.eval_n, "results": results,
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-                    "torch": torch.__version__, "ray": ray.__version__,
-                    "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-                    "load_average": os.getloadavg()},
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **header("sweep", "runs per hour of probe.sweep.execute with k runs at a time, fresh local Ray instance "
+                 "per k", args.device, load_before),
+        "ray": ray.__version__, "task": args.task, "preset": "tiny", "steps": args.steps, "eval_n": args.eval_n,
+        "results": results,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"sweep_{args.device}.json"
-    with tempfile.NamedTemporaryFile("w", dir=RESULTS, suffix=".tmp", delete=False) as handle:
-        json.dump(payload, handle, indent=2)
-    os.replace(handle.name, path)
+    path = write_json("sweep", args.device, payload)
     print(f"wrote {path}")
     return 0
 

@@ -20,12 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
+from common import header, write_json
 
-import torch  # noqa: E402
-from common import machine, write_json  # noqa: E402
-
-from probe.train import RECIPES, Trainer, TrainConfig  # noqa: E402
+from probe.train import RECIPES, Trainer, TrainConfig
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.
 STEPS = {"cpu": {"tiny": (50, 400), "small": (10, 100), "base": (2, 6)},
@@ -71,9 +69,9 @@ def main() -> int:
             print(f"{preset:5} threads {count}: {row['steps_per_second']:.2f} steps/s, "
                   f"{row['tokens_per_second']:,.0f} tokens/s", flush=True)
             rows.append(row)
-    path = write_json("train_speed", device, {"machine": machine(device), "load_before": load_before,
-                                              "load_after": os.getloadavg(), "task": "scan", "pe": "nope",
-                                              "results": rows})
+    what = "steps/s of probe.train.Trainer.train on SCAN (NoPE) at each preset's recipe, after warm-up steps"
+    path = write_json("train_speed", device, {**header("train_speed", what, device, load_before),
+                                              "task": "scan", "pe": "nope", "results": rows})
     print(f"wrote {path}")
     return 0
 
