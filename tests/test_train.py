@@ -101,7 +101,8 @@ def test_a_tiny_model_learns_and_probe_eval_measures_it(tmp_path, capsys):
     code = main(["train", "--task", "reverse", "-o", "train_length=4", "--pe", "t5", "--steps", "600",
                  "--lr", "3e-3", "--checkpoints", str(root), "--json"])
     assert code == 0
-    capsys.readouterr()
+    lines = [line for line in capsys.readouterr().err.splitlines() if "/t5/seed0: step " in line]
+    assert len(lines) == 10 and "step 600/600, loss" in lines[-1]  # not a terminal: a line per tenth of the run
     assert main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--n", "200", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     run = report["runs"][0]

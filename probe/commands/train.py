@@ -83,13 +83,21 @@ def run(args: argparse.Namespace) -> int:
                                              loss="-", speed="-", start=False)
                 for c, path in zip(configs, paths)}
 
+        tenths = dict.fromkeys(bars.values(), 0)  # a file or pipe gets a line per tenth of a run instead of bars
+
         def on_event(path, kind, step, loss, speed):
             bar = bars[path]
             if kind == "start":
                 progress.start_task(bar)
                 progress.update(bar, completed=step)
-            else:
-                progress.update(bar, completed=step, loss=f"{loss:.4f}", speed=f"{speed:,.0f}")
+                return
+            progress.update(bar, completed=step, loss=f"{loss:.4f}", speed=f"{speed:,.0f}")
+            task = progress.tasks[bar]
+            if not out.is_terminal and 10 * step // task.total > tenths[bar]:
+                tenths[bar] = 10 * step // task.total
+                left = "" if task.time_remaining is None else f", {task.time_remaining:.0f} s left"
+                out.print(f"{task.description}: step {step}/{task.total:.0f}, loss {loss:.4f}, {speed:,.0f} tok/s{left}",
+                          highlight=False)
 
         if jobs > 1:
             results = train_parallel(list(zip(configs, paths)), str(device), jobs=jobs, force=args.force, on_event=on_event)
