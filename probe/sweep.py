@@ -522,6 +522,8 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
 
     device = "cuda" if gpus_per_run > 0 else "cpu"
     log = ray.remote(num_cpus=0)(EventLog).remote()
+    ray.get(log.drain.remote())  # up before any run starts: a busy node can take seconds to start it, and
+    # until it is up every progress event (and the test's kill) waits behind it
     task = ray.remote(run_one).options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries,
                                        retry_exceptions=False)
     threads = max(1, int(cpus_per_run))
