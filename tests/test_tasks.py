@@ -404,15 +404,6 @@ def test_vocabulary_comes_from_the_alphabet(name, options):
         assert set(vocabulary) < set(get(name, **options, scratchpad="full").vocabulary())
 
 
-def test_sampling_is_fast():
-    import time
-
-    for name, options in [("addition", {"scratchpad": "full"}), ("lego", {}), ("polynomial", {})]:
-        start = time.perf_counter()
-        get(name, **options).examples("train", n=2000)
-        assert time.perf_counter() - start < 1.0, name
-
-
 # --- SCAN -------------------------------------------------------------------------------------
 
 
