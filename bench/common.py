@@ -125,6 +125,17 @@ def interleave(variants: dict[str, Callable[[], object]], *, repeats: int, calls
     return runs
 
 
+def time_training_steps(variants: dict[str, Callable[[], object]], *, preset: str, repeats: int, calls: int,
+                        device: torch.device) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, int]], int]:
+    """(timings as :func:`interleave` returns them, operators per step of each variant, warm-up steps):
+    the timing core every training-step benchmark shares."""
+    print(f"{preset}: {len(variants)} variants, {calls} step(s) each per repeat, {repeats} repeats", flush=True)
+    warmup = 3 if device.type == "cuda" else 1  # CUDA: allocator, cuBLAS heuristics, autocast caches
+    timings = interleave(variants, repeats=repeats, calls=calls, warmup=warmup, device=device)
+    ops = {name: dispatched_ops(run) for name, run in variants.items()}  # one more step each, in steady state
+    return timings, ops, warmup
+
+
 def medians(runs: dict[str, list[float]]) -> dict[str, float]:
     return {name: statistics.median(r) for name, r in runs.items()}
 

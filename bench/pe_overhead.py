@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common import (add_common_args, clock, dispatched_ops, interleave, header, medians, paired_ratio, scan_batch,
-                    setup, training_repeats, training_step, write_json)
+from common import (add_common_args, clock, header, medians, paired_ratio, scan_batch, setup, time_training_steps,
+                    training_repeats, training_step, write_json)
 from plain_decoder import PlainDecoder
 
 from probe.models import build_model
@@ -99,10 +99,7 @@ def main() -> int:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
     if args.tl_block:
         variants.update({f"{pe}/tl_block": on_path(models[pe], True, steps_of[pe], tl_block=True) for pe in args.pes})
-    print(f"{args.preset}: {len(variants)} variants, {steps} step(s) each per repeat, {args.repeats} repeats", flush=True)
-    warmup = 3 if device.type == "cuda" else 1  # CUDA: allocator, cuBLAS heuristics, autocast caches
-    timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=warmup, device=device)
-    ops = {name: dispatched_ops(run) for name, run in variants.items()}  # one more step each, in steady state
+    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device)
     runs = timings[clock(device)]
 
     step_s = medians(runs)

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common import (add_common_args, clock, dispatched_ops, interleave, header, medians, paired_ratio, scan_batch,
-                    setup, training_repeats, training_step, write_json)
+from common import (add_common_args, clock, header, medians, paired_ratio, scan_batch, setup, time_training_steps,
+                    training_repeats, training_step, write_json)
 
 from probe.models import build_model
 from probe.models.config import PE_KINDS, ModelConfig, resolve_config
@@ -126,10 +126,7 @@ def main() -> int:
             same_function = float((plain(tokens) - models["nope"](tokens)).abs().max())
     variants = {"plain": training_step(plain, tokens, mask, device)}
     variants.update({pe: training_step(model, tokens, mask, device) for pe, model in models.items()})
-    print(f"{args.preset}: {len(variants)} variants, {steps} step(s) each per repeat, {args.repeats} repeats", flush=True)
-    warmup = 3 if device.type == "cuda" else 1  # CUDA: allocator, cuBLAS heuristics, autocast caches
-    timings = interleave(variants, repeats=args.repeats, calls=steps, warmup=warmup, device=device)
-    ops = {name: dispatched_ops(run) for name, run in variants.items()}  # one more step each, in steady state
+    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device)
     runs = timings[clock(device)]
     step_s = medians(runs)
     ratios = {pe: _inverse(paired_ratio(runs, pe, "plain")) for pe in models}

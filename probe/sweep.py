@@ -522,8 +522,8 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
 
     device = "cuda" if gpus_per_run > 0 else "cpu"
     log = ray.remote(num_cpus=0)(EventLog).remote()
-    ray.get(log.drain.remote())  # up before any run starts: a busy node can take seconds to start it, and
-    # until it is up every progress event (and the test's kill) waits behind it
+    ray.get(log.drain.remote())  # up before any run starts: a busy node can take seconds to start it,
+    # and until it is up every progress event waits behind it
     task = ray.remote(run_one).options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries,
                                        retry_exceptions=False)
     threads = max(1, int(cpus_per_run))
@@ -608,11 +608,13 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
 
 
 def manifest_report(path: str | Path) -> dict[str, Any]:
-    """:func:`report` of the runs a manifest lists. Run folders are found from the labels, relative
-    to the manifest's folder (the checkpoints root), so a sweep's folder can be moved or copied
-    from a cluster and still be read."""
+    """:func:`report` of the runs a manifest lists, with the manifest's run counts by state
+    (``states``). Run folders are found from the labels, relative to the manifest's folder (the
+    checkpoints root), so a sweep's folder can be moved or copied from a cluster and still be read."""
     path = Path(path)
-    return aggregate({e["label"]: path.parent / e["label"] for e in read_manifest(path)["runs"]})
+    manifest = read_manifest(path)
+    summary = aggregate({e["label"]: path.parent / e["label"] for e in manifest["runs"]})
+    return {**summary, "states": manifest.get("counts", {})}
 
 
 def aggregate(runs: dict[str, Path]) -> dict[str, Any]:

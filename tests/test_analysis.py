@@ -22,13 +22,7 @@ SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a shared CPU: one thread avoids oversubscription stalls."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make_run(root, pe: str, seed: int = 0, **model):
@@ -163,6 +157,7 @@ def test_cli_compare_json_files_and_exit_codes(root, tmp_path, capsys, no_png):
     (["nope", "t5", "--seed", "7"], "probe train --task scan --pe nope --seed 7"),
     (["nope", "{shallow}"], "same depth"),
     (["nope", "t5", "--n-per-bucket", "0"], "--n-per-bucket must be at least 1"),
+    (["nope", "t5", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
 ])
 def test_cli_compare_bad_input_is_one_line_and_exit_2(root, capsys, argv, message):
     shallow = str(run_dir(root / "shallow", "scan", "alibi", 0))
@@ -198,3 +193,6 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
     assert main(["distances", "--checkpoints", str(ckpt)]) == 2
     err = capsys.readouterr().err
     assert f"probe train --task addition --scratchpad full --checkpoints {ckpt}" in err
+    assert main(["distances", "--scratchpad", "I+X", "--checkpoints", str(ckpt)]) == 2  # a typo, not "no runs"
+    err = capsys.readouterr().err
+    assert "scratchpad='I+X' is not accepted" in err and len(err.strip().splitlines()) == 1

@@ -13,13 +13,7 @@ from probe.tasks import Example, Tokenizer, get as get_task
 SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models on a shared CPU: one thread avoids oversubscription stalls."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.fixture(scope="module")

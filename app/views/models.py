@@ -8,7 +8,7 @@ import streamlit as st
 import shared
 from probe.errors import ProbeError
 from probe.plots import accuracy_by_length
-from probe.sweep import find_manifests, manifest_report, read_manifest, report_figure_objects
+from probe.sweep import find_manifests, manifest_report, report_figure_objects
 
 st.header("Models")
 st.caption(f"Checkpoints under `{shared.checkpoints_root()}`")
@@ -82,13 +82,12 @@ if manifests:
                "mrr-per-category).")
     chosen = st.selectbox("Sweep", manifests, format_func=lambda p: p.stem.removeprefix("sweep-"), key="sweep")
     try:
-        manifest, summary = read_manifest(chosen), manifest_report(chosen)
+        summary = manifest_report(chosen)
     except ProbeError as error:
         shared.error_line(error)
     else:
-        counts = manifest.get("counts", {})
         st.markdown(f"**{summary['evaluated']} of {summary['runs']} runs evaluated**; states: "
-                    + ", ".join(f"{state} {n}" for state, n in counts.items() if n) + ".")
+                    + ", ".join(f"{state} {n}" for state, n in summary["states"].items() if n) + ".")
         st.dataframe([{"task": row["task_folder"], "PE": shared.pe_name(row["pe"]), "seeds": len(row["seeds"]),
                        "IID accuracy": percent(row["iid_accuracy"]), "OOD accuracy": percent(row["ood_accuracy"])}
                       for row in summary["aggregate"]], hide_index=True)

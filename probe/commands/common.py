@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from probe.errors import ProbeError
 
@@ -42,15 +42,19 @@ def console(stderr: bool = False):
     return out
 
 
-def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:
+def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)",
+                     scratchpad_default: str | None = None) -> None:
     """``--scratchpad FORMAT`` and repeatable ``-o KEY=VALUE``: the options that name a task's runs."""
-    parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}")
+    default = f" (default: {scratchpad_default})" if scratchpad_default else ""
+    parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}{default}")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)")
 
 
-def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
-    """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text."""
+def parse_options(pairs: list[str], scratchpad: str | None, tasks: Sequence[str] = ()) -> dict[str, Any]:
+    """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text.
+    With ``tasks``, each must exist and accept the options (ProbeError naming what is wrong), so a
+    command says "unknown scratchpad format" rather than "no runs of addition+scratchpad=typo"."""
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -62,6 +66,11 @@ def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
             options[key] = value
     if scratchpad is not None:
         options["scratchpad"] = scratchpad
+    if tasks:
+        from probe.tasks import get as get_task
+
+        for task in tasks:
+            get_task(task, **options)
     return options
 
 

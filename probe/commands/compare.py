@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import write_json_and_csv, add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import (add_checkpoints, add_device, add_json, add_task_options, console, parse_options,
+                                   print_json, write_json_and_csv)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs to compare it with")
     parser.add_argument("--task", default="scan", help="task of the runs named by PE (default scan)")
-    add_task_options(parser, "of the runs (as given to `probe train`)")
+    add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs named by PE (default 0)")
     parser.add_argument("--metric", default="jsd", choices=("jsd", "reference-code"),
                         help="jsd: the paper's definition (default); reference-code: the released code's "
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
     device = resolve_device(args.device)
-    options = parse_options(args.option, args.scratchpad)
+    options = parse_options(args.option, args.scratchpad, tasks=[args.task])
     out = console(stderr=args.json)
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())

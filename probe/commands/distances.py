@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import write_json_and_csv, parse_options, add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import (add_checkpoints, add_device, add_json, add_task_options, console, parse_options,
+                                   print_json, write_json_and_csv)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,10 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: the runs of --task, --seed)")
     parser.add_argument("--task", default="addition", help="task of the runs (default addition)")
-    parser.add_argument("--scratchpad", metavar="FORMAT",
-                        help="scratchpad format of the runs (default: full for tasks that have one; 'none' for none)")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="task option of the runs (as given to `probe train`)")
+    add_task_options(parser, scratchpad_default="full for tasks that have one; 'none' for none")
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
     parser.add_argument("--normalization", default="text", choices=("text", "reference-code"),
@@ -56,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.models.checkpoint import read_checkpoint_config
     from probe.plots import attended_distance_figure, write_figure
     from probe.runs import Run, task_folder_name
-    from probe.tasks import SCRATCHPAD_TASKS, TASKS
+    from probe.tasks import SCRATCHPAD_TASKS
     from probe.train import resolve_device
 
     if args.batch_size < 1:
@@ -66,12 +64,10 @@ def run(args: argparse.Namespace) -> int:
         runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
         folder = runs[0].path.parent.parent.name
     else:
-        if args.task not in TASKS:
-            raise ProbeError(f"unknown task {args.task!r}; choose one of {', '.join(TASKS)}")
         scratchpad = args.scratchpad
         if scratchpad is None and args.task in SCRATCHPAD_TASKS:
             scratchpad = "full"
-        options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad)
+        options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad, tasks=[args.task])
         runs = task_runs(args.checkpoints, args.task, options, seed=args.seed, pes=args.pe)
         folder = task_folder_name(args.task, options)
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
     else:
         runs = []
-        options = parse_options(args.option, args.scratchpad)
+        options = parse_options(args.option, args.scratchpad, tasks=args.task or ["scan"])
         for task in args.task or ["scan"]:
             found, broken = find_runs(args.checkpoints, task, options)
             for path, why in broken:

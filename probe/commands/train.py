@@ -57,14 +57,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.runs import run_dir
-    from probe.tasks import get as get_task
     from probe.parallel import RunFailure, default_jobs, train_parallel
     from probe.train import RunResult, TrainConfig, check_writable, resolve_device, train_run
 
     runs = planned_runs(args)
     device = resolve_device(args.device)
-    task_options = parse_options(args.option, args.scratchpad)
-    get_task(args.task, **task_options)  # validate before any run
+    task_options = parse_options(args.option, args.scratchpad, tasks=[args.task])  # checked before any run
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
                            steps=args.steps, lr=args.lr, batch_size=args.batch_size,
                            checkpoint_every=args.checkpoint_every) for pe, seed in runs]
