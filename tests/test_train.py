@@ -34,6 +34,19 @@ def test_schedule_warms_up_then_decays():
     assert all(a >= b for a, b in zip(rates[9:], rates[10:])) and rates[-1] < 0.02
 
 
+def test_one_seed_gives_the_same_weights_on_two_threads(tmp_path):
+    """Repeated tokens' embedding gradients must not be summed in a thread-dependent order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        config = _config(steps=20, batch_size=32, model={})  # the tiny preset: d_model 128
+        first, second = (train_run(config, tmp_path / name, CPU) for name in ("a", "b"))
+    finally:
+        torch.set_num_threads(threads)
+    ours, theirs = _weights(first.path), _weights(second.path)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_interrupted_run_resumes_to_the_same_weights(tmp_path, dropout):
     whole = train_run(_config(dropout=dropout), tmp_path / "whole", CPU)
@@ -119,6 +132,8 @@ def test_a_tiny_model_learns_and_probe_eval_measures_it(tmp_path, capsys):
     (["train", "--device", "cuda:7", "--pe", "nope"], "cuda"),
     (["train", "--pe", "nope", "--steps", "0"], "--steps"),
     (["eval", "--task", "copy"], "no runs of copy"),
+    (["eval", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
+    (["eval", "--task", "copy", "-o", "colour=red"], "has no option 'colour'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     if torch.cuda.is_available() and "cuda:7" in argv:

@@ -19,9 +19,10 @@ import warnings
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
-from transformer_lens.components import TransformerBlock
+from transformer_lens.components import Embed, TransformerBlock
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 
@@ -29,6 +30,17 @@ from probe.errors import ProbeError
 from probe.models.attention import PEAttention, _global_hooks, _hooked
 from probe.models.config import ModelConfig
 from probe.models.registry import make_positional_encoding
+
+
+class PEEmbed(Embed):
+    """TransformerLens' embedding, looked up with ``F.embedding``. Its ``W_E[tokens]`` backward
+    accumulates repeated tokens in a thread-dependent order, so two runs of one seed on more than
+    one CPU thread ended with different weights; ``F.embedding``'s backward is deterministic and,
+    on one thread, bit-identical to it."""
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # [batch, pos] -> [batch, pos, d_model]
+        embedded = F.embedding(tokens, self.W_E)
+        return self.ln(embedded) if self.cfg.post_embedding_ln else embedded
 
 
 class TiedUnembed(nn.Module):
@@ -122,6 +134,7 @@ class PETransformer(HookedTransformer):
         if hasattr(self, "hook_pos_embed") and config.pe != "ape":
             del self.hook_pos_embed
         self.pe = make_positional_encoding(config)
+        self.embed = PEEmbed(self.cfg)
         self.blocks = nn.ModuleList(PEBlock(self.cfg, layer) for layer in range(config.n_layers))
         for layer, block in enumerate(self.blocks):
             block.attn = PEAttention(self.cfg, layer, self.pe)
