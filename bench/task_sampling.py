@@ -25,6 +25,8 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=2000, help="examples per draw (default 2000)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.n < 1 or args.repeats < 1:
+        parser.error("--n and --repeats must be at least 1")
     load_before = os.getloadavg()
     rows = []
     variants = [(name, {}) for name in TASKS] + [(name, {"scratchpad": "full"}) for name in SCRATCHPAD_TASKS]
