@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
     parser.add_argument("--batch-size", type=int, help="examples per step (default: the preset's recipe)")
+    parser.add_argument("--dropout", type=float, help="dropout while training (default: the preset's recipe)")
+    parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
+                        help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
     add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
@@ -56,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
+    from probe.models.config import resolve_config
     from probe.runs import run_dir
     from probe.parallel import RunFailure, default_jobs, train_parallel
     from probe.train import RunResult, TrainConfig, check_writable, resolve_device, train_run
@@ -63,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
     runs = planned_runs(args)
     device = resolve_device(args.device)
     task_options = parse_options(args.option, args.scratchpad, tasks=[args.task])  # checked before any run
+    model = parse_options(args.model, None)
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
-                           steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                           checkpoint_every=args.checkpoint_every) for pe, seed in runs]
+                           steps=args.steps, lr=args.lr, batch_size=args.batch_size, dropout=args.dropout,
+                           model=model, checkpoint_every=args.checkpoint_every) for pe, seed in runs]
+    for config in configs:  # a misspelt model field gets its line before any run starts
+        resolve_config(config.pe, vocab_size=1, preset=config.preset, **config.model)
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options) for c in configs]
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")

@@ -88,8 +88,8 @@ class ModelConfig:
 # tab:hyperparam, HuggingFace "base": 12 layers, d_model 768, 12 heads, d_ff 3072).
 # Deviations of `base` from the released code, all TransformerLens-imposed or vocabulary-driven:
 # - word-level vocabulary instead of T5's 32K SentencePiece one (~85M weights, not ~107M);
-# - the released code's rotary rotates d_head / 4 dimensions: set rotary_dim=16 to match
-#   (the default rotates the whole head, the usual RoPE);
+# - none in Rotary: like the released code, it rotates d_head / 4 = 16 of each head's dimensions
+#   (pass rotary_dim=64 for the usual whole-head RoPE);
 # - dropout 0.1 is applied by the training loop through hooks on attention/MLP outputs.
 # `tiny` and `small` use TransformerLens' usual recipe (1/sqrt(d_head) logit scale, N(0, 0.8/sqrt(d))
 # weights, an untied unembedding): T5's tied, d_model^-0.5-scaled output assumes N(0, 1)
@@ -97,7 +97,8 @@ class ModelConfig:
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False),
     "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False),
-    "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
+    "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1,
+                 rotary_dim=16),
 }
 
 

@@ -1,16 +1,24 @@
 """SCAN (Lake & Baroni, 2018), generated from its grammar and interpretation function; length split.
 
-The grammar yields 20,910 commands. λ is the number of output actions (as in the paper's code);
-the length split trains on commands with at most 22 actions (16,990) and tests on the rest (3,920).
-Actions are written as in Table tab:dataset-examples (``TURN_LEFT``, not ``I_TURN_LEFT``).
+The grammar yields 20,910 commands. λ is the number of output actions (as in the paper's code).
+Two splits, chosen with ``split``:
+
+- ``length`` (Lake & Baroni's): train on commands with at most 22 actions (16,990), test on the
+  rest (3,920);
+- ``paper`` (the authors' ``mdlen_tr25_ts48``, built by their ``make_scan_dataset.py`` and read
+  through their ``scan_bos`` processor): train/valid on at most 25 actions (17,774), test on 26-48
+  (3,136), every command prefixed with ``Solve:``.
+
+Actions are written as in Table tab:dataset-examples (``TURN_LEFT``, not ``I_TURN_LEFT``; the
+authors' processor writes ``Left``: one word either way, so one token of our word-level vocabulary).
 """
 
 from __future__ import annotations
 
 from functools import cache
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from probe.tasks.base import Example, FiniteTask, Option, train_length_option, valid_fraction_option
+from probe.tasks.base import Example, FiniteTask, Option, one_of, train_length_option, valid_fraction_option
 from probe.tasks.tokenizer import vocabulary_of
 
 PRIMITIVES = {"walk": "WALK", "look": "LOOK", "run": "RUN", "jump": "JUMP"}
@@ -54,18 +62,34 @@ def commands() -> tuple[Example, ...]:
     return tuple(Example(command, " ".join(actions), len(actions)) for command, actions in simple + pairs)
 
 
+SPLIT_LENGTHS = {"length": 22, "paper": 25}
+"""Each split's threshold L on the number of output actions."""
+PAPER_PREFIX = "Solve:"
+
+
 class Scan(FiniteTask):
     name = "scan"
-    summary = "SCAN commands to actions, length split (Lake & Baroni, 2018)"
+    summary = "SCAN commands to actions, length split (Lake & Baroni, 2018) or the paper's"
     length_unit = "output actions"
     OPTIONS: ClassVar[dict[str, Option]] = {
-        "train_length": train_length_option(22, "train on commands with at most this many actions (length split: 22)"),
+        "split": Option("length", ", ".join(SPLIT_LENGTHS), one_of(*SPLIT_LENGTHS),
+                        "length: Lake & Baroni's (L = 22); paper: the authors' (L = 25, sources start with Solve:)"),
+        "train_length": train_length_option(None, "train on commands with at most this many actions",
+                                            "22, or 25 with split=paper"),
         "valid_fraction": valid_fraction_option(),
     }
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if self.train_length is None:
+            self.train_length = self.options["train_length"] = SPLIT_LENGTHS[self.options["split"]]
+
     def dataset(self) -> tuple[Example, ...]:
+        if self.options["split"] == "paper":
+            return tuple(Example(f"{PAPER_PREFIX} {e.source}", e.target, e.length) for e in commands())
         return commands()
 
     def vocabulary(self) -> list[str]:
         words = [*PRIMITIVES, "turn opposite around", *TURNS, *REPEATS, *CONNECTIVES]
-        return vocabulary_of(*words, *PRIMITIVES.values(), *TURNS.values())
+        prefix = [PAPER_PREFIX] if self.options["split"] == "paper" else []
+        return vocabulary_of(*prefix, *words, *PRIMITIVES.values(), *TURNS.values())
