@@ -70,3 +70,34 @@ def mean_ranks(reports: Sequence[dict[str, Any]]) -> dict[str, float]:
     scores = torch.tensor([[sum(table[t][pe]) / len(table[t][pe]) for pe in pes] for t in tasks])  # [task, pe]
     ranks = mean_rank(scores, higher_is_better=True)
     return dict(sorted(zip(pes, ranks.tolist()), key=lambda item: item[1]))
+
+
+TIE_ORDER = ("t5", "alibi", "rotary", "ape", "nope")
+"""Who wins a tie in :func:`mean_reciprocal_ranks`: the authors rank with pandas' ``method="first"``
+in their rows' order, where NoPE comes last, so a tie goes against NoPE."""
+
+
+def reciprocal_rank_scores(queries: dict[Any, dict[str, float]]) -> dict[str, float]:
+    """Mean reciprocal rank per PE over ``queries`` ({query: {pe: OOD accuracy}}), the figures'
+    "mean rank" (Figures teaser and mrr-per-category): in each query PEs are ranked by accuracy,
+    1 = best, ties broken by :data:`TIE_ORDER`; a PE scores 1/rank, averaged over queries (higher
+    is better). Only queries holding every PE count. Empty unless two PEs and one query remain."""
+    from probe.metrics import mean_reciprocal_rank_reference_code
+
+    pes = sorted({pe for scores in queries.values() for pe in scores},
+                 key=lambda pe: (TIE_ORDER.index(pe) if pe in TIE_ORDER else -1, pe))
+    complete = [scores for scores in queries.values() if set(scores) == set(pes)]
+    if len(pes) < 2 or not complete:
+        return {}
+    scores = torch.tensor([[q[pe] for pe in pes] for q in complete], dtype=torch.float64)  # [query, pe]
+    mrr = mean_reciprocal_rank_reference_code(scores, higher_is_better=True)
+    return dict(sorted(zip(pes, mrr.tolist()), key=lambda item: -item[1]))
+
+
+def mean_reciprocal_ranks(reports: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """:func:`reciprocal_rank_scores` of eval reports, one query per (task folder, seed)."""
+    queries: dict[tuple[str, int], dict[str, float]] = {}
+    for r in reports:
+        if r["ood_accuracy"] is not None:
+            queries.setdefault((r["task_folder"], r["seed"]), {})[r["pe"]] = r["ood_accuracy"]
+    return reciprocal_rank_scores(queries)

@@ -138,6 +138,11 @@ def check_request(split: str, n: int | None) -> None:
         raise ProbeError(f"the number of examples must be a non-negative integer, not {n!r}")
 
 
+def split_option(help: str) -> Option:
+    """``split``: ``length`` (Section 3's sampling, the default) or ``paper`` (the authors' data)."""
+    return Option("length", "length, paper", one_of("length", "paper"), help)
+
+
 class GeneratedTask(Task):
     """A task sampled on the spot: λ ~ U(1, L) for train and valid, λ ~ U(1, 2L) for test.
 
@@ -151,9 +156,13 @@ class GeneratedTask(Task):
     def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
         check_request(split, n)
         rng = random.Random(f"{self.name}/{split}/{seed}")
-        longest = 2 * self.train_length if split == "test" else self.train_length
+        shortest, longest = self.length_range(split)
         count = self.DEFAULT_SIZES[split] if n is None else int(n)
-        return [self.sample(rng, rng.randint(1, longest)) for _ in range(count)]
+        return [self.sample(rng, rng.randint(shortest, longest)) for _ in range(count)]
+
+    def length_range(self, split: str) -> tuple[int, int]:
+        """The bounds of λ ~ U(lo, hi) for ``split``."""
+        return (1, 2 * self.train_length if split == "test" else self.train_length)
 
     @abstractmethod
     def sample(self, rng: random.Random, length: int) -> Example:

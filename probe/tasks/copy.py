@@ -3,6 +3,13 @@
 Variants (D.1): ``count`` (one word repeated: the model has to count), ``replace`` (one word
 repeated, output as another word), ``random`` (random words, the default), and the 2x versions
 of the first and third, ``count-2x`` and ``random-2x`` (output the words twice).
+
+``split=paper`` builds the authors' data (``make_copy_dataset.py`` and the ``s2s_copy``
+processor): train and valid on 2-20 words, test on 21-40 only, sources ``Copy: ...`` or
+``Replace X with Y in ...``, the two halves of a random-2x output joined by ``[NEXT]`` (count-2x
+writes the word 2n times, as theirs does). The authors'
+names for the variants: count = ``rsc``, replace = ``rdc``, count-2x = ``rsc2x``,
+random = ``cmc``, random-2x = ``cmc2x``.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
-from probe.tasks.base import Example, GeneratedTask, Option, one_of, train_length_option
+from probe.tasks.base import Example, GeneratedTask, Option, one_of, split_option, train_length_option
 from probe.tasks.tokenizer import vocabulary_of
 
 WORDS = tuple(f"w{i}" for i in range(100))
@@ -24,6 +31,15 @@ PROMPTS = {
     "random-2x": "Copy the following words twice:",
     "replace": "Replace {old} with {new} in the following words:",
 }
+PAPER_PROMPTS = {"replace": "Replace {old} with {new} in"}
+PAPER_COPY = "Copy:"
+NEXT = "[NEXT]"
+"""What the authors' data writes between the two halves of a 2x output."""
+
+
+def paper_length_range(task: GeneratedTask, split: str) -> tuple[int, int]:
+    """The authors' copy and reverse lengths: 2..L for train and valid, L+1..2L for test."""
+    return (task.train_length + 1, 2 * task.train_length) if split == "test" else (2, task.train_length)
 
 
 class Copy(GeneratedTask):
@@ -33,7 +49,13 @@ class Copy(GeneratedTask):
     OPTIONS: ClassVar[dict[str, Option]] = {
         "train_length": train_length_option(20, "threshold L on the number of input words"),
         "variant": Option("random", ", ".join(VARIANTS), one_of(*VARIANTS), "which copy task (Appendix D.1)"),
+        "split": split_option("length: λ ~ U(1, L), test U(1, 2L); paper: the authors' data (test L+1..2L only)"),
     }
+
+    def length_range(self, split: str) -> tuple[int, int]:
+        if self.options["split"] == "paper":
+            return paper_length_range(self, split)
+        return super().length_range(split)
 
     def sample(self, rng: random.Random, length: int) -> Example:
         variant = self.options["variant"]
@@ -47,10 +69,18 @@ class Copy(GeneratedTask):
     def example_for(self, words: list[str], new: str | None = None) -> Example:
         """The example that copies ``words`` (for ``replace``: writing each as ``new``)."""
         variant = self.options["variant"]
+        paper = self.options["split"] == "paper"
+        twice = variant.endswith("-2x")
+        separator = [NEXT] if paper and variant == "random-2x" else []  # the authors' count-2x has none
+        output = [new] * len(words) if variant == "replace" else words + separator * twice + words * twice
+        if paper:
+            prompt = PAPER_PROMPTS.get(variant, PAPER_COPY).format(old=words[0], new=new)
+            return Example(f"{prompt} {' '.join(words)}", " ".join(output), len(words))
         prompt = PROMPTS[variant].format(old=words[0], new=new)
-        output = {"replace": [new] * len(words), "count-2x": words * 2, "random-2x": words * 2}.get(variant, words)
         return Example(f"{prompt} {' '.join(words)} .", " ".join(output), len(words))
 
     def vocabulary(self) -> list[str]:
+        if self.options["split"] == "paper":
+            return vocabulary_of(PAPER_PROMPTS.get(self.options["variant"], PAPER_COPY).format(old="", new=""), NEXT, *WORDS)
         prompt = PROMPTS[self.options["variant"]].format(old="", new="")
         return vocabulary_of(prompt, ".", *WORDS)
