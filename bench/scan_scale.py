@@ -34,31 +34,33 @@ POINTS: dict[str, tuple[str, list[str]]] = {
     "tiny": ("tiny", ["--steps", "4000", "--batch-size", "32"]),
     "tiny-long": ("tiny", ["--steps", "16000", "--batch-size", "64", "--dropout", "0.1"]),
     "small": ("small", ["--steps", "8000", "--batch-size", "64", "--dropout", "0.1"]),
+    "small-d8": ("small", ["--steps", "8000", "--batch-size", "64", "--dropout", "0.1", "-m", "n_layers=8"]),
     "base": ("base", []),
 }
 
 
-def probe(*args: str) -> str:
-    """Run the probe CLI in this interpreter; its stdout (the --json output)."""
-    command = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())", *args]
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-    if done.returncode:
-        raise SystemExit(f"probe {' '.join(args)} failed with exit status {done.returncode}")
-    return done.stdout
+PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())"]
 
 
-def train(root: Path, preset: str, flags: list[str], pes: list[str], device: str, extra: list[str]) -> list[dict]:
+def start_train(root: Path, preset: str, flags: list[str], pes: list[str], device: str) -> subprocess.Popen:
+    """``probe train`` of every PE of one point, side by side, in the background (JSON on stdout)."""
     pe_flags = [f for pe in pes for f in ("--pe", pe)]
-    out = probe("train", *TASK, *pe_flags, "--preset", preset, *flags, *extra, "--checkpoints", str(root),
-                "--jobs", str(len(pes)), "--device", device, "--json")
+    return subprocess.Popen([*PROBE, "train", *TASK, *pe_flags, "--preset", preset, *flags, "--checkpoints", str(root),
+                             "--jobs", str(len(pes)), "--device", device, "--json"], stdout=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> list[dict]:
+    out, _ = process.communicate()
+    if process.returncode:
+        raise SystemExit(f"{' '.join(process.args[3:6])}... failed with exit status {process.returncode}")
     return json.loads(out)
 
 
-def fitted_steps(root: Path, preset: str, flags: list[str], pes: list[str], device: str, seconds: float) -> tuple[int, float]:
-    """Steps that fit ``seconds`` at the slowest PE's rate, measured side by side over 60 steps."""
-    runs = train(root / "rate", preset, flags, pes, device, ["--steps", "60", "--force"])
-    rate = min(r["steps_per_second"] for r in runs)
-    return max(100, int(rate * seconds) // 100 * 100), rate
+def steady_rate(run_path: str) -> float:
+    """Steps/s between the first and the last logged step of a run (its warm-up left out)."""
+    records = [json.loads(line) for line in (Path(run_path) / "metrics.jsonl").read_text().splitlines()]
+    first, last = records[0], records[-1]
+    return (last["step"] - first["step"]) / (last["time"] - first["time"])
 
 
 def main() -> None:
@@ -66,29 +68,35 @@ def main() -> None:
     parser.add_argument("--point", action="append", choices=list(POINTS), help="scale points (default: tiny)")
     parser.add_argument("--pe", action="append", choices=PES, help="PEs (default: all five)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fit-seconds", type=float, help="set each point's steps to what fits this many seconds")
+    parser.add_argument("--fit-seconds", type=float,
+                        help="set each point's steps to what fits this many seconds, every point training at once")
     parser.add_argument("--root", default="checkpoints/scan_scale", help="where the runs go")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     pes = args.pe or list(PES)
     results = {**header("scan_scale", "IID and OOD exact match on the paper's SCAN split per PE and scale point",
                         args.device, os.getloadavg()), "points": []}
-    for name in args.point or ["tiny"]:
-        preset, flags = POINTS[name]
-        root = Path(args.root) / name
-        flags = [*flags, "--seed", str(args.seed)]
-        rate = None
-        if args.fit_seconds:
-            steps, rate = fitted_steps(root, preset, flags, pes, args.device, args.fit_seconds)
-            flags += ["--steps", str(steps)]
-        started = time.perf_counter()
-        trained = train(root, preset, flags, pes, args.device, [])
-        wall = time.perf_counter() - started
-        report = json.loads(probe("eval", *TASK, "--checkpoints", str(root), "--valid", "1800",
-                                  "--device", args.device, "--json"))
+    names = args.point or ["tiny"]
+    flags = {name: [*POINTS[name][1], "--seed", str(args.seed)] for name in names}
+    rates: dict[str, float | None] = dict.fromkeys(names)
+    if args.fit_seconds:  # every point side by side, as they will train: 120 steps, the rate after step 50
+        probes = {name: start_train(Path(args.root) / "rate" / name, POINTS[name][0],
+                                    [*flags[name], "--steps", "120", "--force"], pes, args.device) for name in names}
+        for name, process in probes.items():
+            rates[name] = min(steady_rate(r["path"]) for r in finish(process))
+            flags[name] += ["--steps", str(max(100, int(rates[name] * args.fit_seconds) // 100 * 100))]
+    started = time.perf_counter()
+    processes = {name: start_train(Path(args.root) / name, POINTS[name][0], flags[name], pes, args.device) for name in names}
+    trained_by_point = {name: finish(process) for name, process in processes.items()}
+    wall = time.perf_counter() - started
+    for name in names:
+        preset, root, trained, rate = POINTS[name][0], Path(args.root) / name, trained_by_point[name], rates[name]
+        done = subprocess.run([*PROBE, "eval", *TASK, "--checkpoints", str(root), "--valid", "1000",
+                               "--device", args.device, "--json"], stdout=subprocess.PIPE, text=True, check=True)
+        report = json.loads(done.stdout)
         config = {r["pe"]: json.loads((Path(r["path"]) / "config.json").read_text())["training"] for r in trained}
         results["points"].append({
-            "name": name, "preset": preset, "flags": flags, "measured_rate": rate, "train_wall_seconds": wall,
+            "name": name, "preset": preset, "flags": flags[name], "measured_rate": rate, "train_wall_seconds": wall,
             "runs": [{"pe": r["pe"], "seed": r["seed"], "training": config.get(r["pe"]),
                       "steps_per_second": next(t["steps_per_second"] for t in trained if t["pe"] == r["pe"]),
                       "iid": r["iid_accuracy"], "ood": r["ood_accuracy"], "buckets": r["buckets"]}
