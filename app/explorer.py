@@ -1,7 +1,8 @@
 """The probe explorer: `probe app` runs this with Streamlit (`streamlit run app/explorer.py` works too).
 
-Five pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
-Attention, Compare (`probe compare`), Distances (`probe distances`), Theorems (`probe theorem`).
+Six pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
+Attention, Compare (`probe compare`), Distances (`probe distances`), Theorems (`probe theorem`),
+Reproduction (`probe reproduce`).
 The checkpoint folder comes from ``PROBE_CHECKPOINTS`` (default ``checkpoints/``).
 """
 
@@ -26,6 +27,7 @@ PAGES = [
     st.Page(HERE / "views" / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(HERE / "views" / "distances.py", title="Distances", icon=":material/bar_chart:", url_path="distances"),
     st.Page(HERE / "views" / "theorems.py", title="Theorems", icon=":material/function:", url_path="theorems"),
+    st.Page(HERE / "views" / "reproduction.py", title="Reproduction", icon=":material/fact_check:", url_path="reproduction"),
 ]
 
 page = st.navigation(PAGES)

@@ -1,0 +1,109 @@
+"""`probe reproduce`: train, evaluate and analyse a study on the paper's splits; report it beside
+the paper's released numbers (HTML with figures, JSON, Markdown)."""
+
+from __future__ import annotations
+
+import argparse
+
+from probe.commands.common import add_device, add_json, console, print_json
+from probe.errors import ProbeError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "reproduce", help="train + evaluate + analyse a study on the paper's splits; report it beside the paper",
+        description="Trains every PE (and NoPE', NoPE at the next seed) on the paper's splits, evaluates them, "
+        "computes D(NoPE, ·) per layer and the attended distances, and writes one report (report.html, "
+        "report.json, summary.md) with the paper's released numbers beside ours. Resumable: finished runs "
+        "are skipped, interrupted ones resume.",
+    )
+    parser.add_argument("--scale", default="reduced", choices=["reduced", "paper"],
+                        help="reduced: the study that fits a 2-core CPU (default); paper: the paper's whole grid, preset base")
+    parser.add_argument("--task", action="append", metavar="TASK",
+                        help="task of the study to run (repeatable; default scan; 'all' for every task of the study)")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per PE (default 1; the paper: 3)")
+    parser.add_argument("--steps", type=int, metavar="N", help="override the study's training steps (a quick look, not the study)")
+    parser.add_argument("--checkpoints", metavar="DIR", help="where the runs go (default: checkpoints/reproduce-SCALE)")
+    parser.add_argument("--out", metavar="DIR", help="where the report goes (default: CHECKPOINTS/report)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="runs trained side by side (default: one per CPU core; 1 on a GPU)")
+    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
+                        help="examples per length bucket in the attention analyses (default 10, as the paper)")
+    parser.add_argument("--address", help="train on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) instead of locally")
+    parser.add_argument("--dry-run", action="store_true", help="say what would run and how long it should take here")
+    add_device(parser)
+    add_json(parser)
+    parser.set_defaults(func=run)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from probe.parallel import default_jobs
+    from probe.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
+    from probe.sweep import estimate_cost, run_state, wall_seconds
+    from probe.train import resolve_device
+
+    root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
+    tasks = [] if args.task and "all" in args.task else list(args.task or ["scan"])
+    if args.steps is not None and args.steps < 1:
+        raise ProbeError(f"--steps must be at least 1, got {args.steps}")
+    runs = plan(args.scale, root, seeds=args.seeds, tasks=tasks, steps=args.steps)
+    device = resolve_device(args.device)
+    if args.jobs is not None and args.jobs < 1:
+        raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
+    jobs = args.jobs or default_jobs(len(runs), device.type)
+    out = console(stderr=args.json)
+    todo = [r for r in runs if run_state(r) != "done"]
+    if args.dry_run:
+        with out.status("measuring this machine's training speed") as status:
+            cost = estimate_cost(todo, device=str(device), on_measure=status.update)
+        wall = wall_seconds(cost["seconds"], jobs)
+        folders = list(dict.fromkeys(r.path.parent.parent.name for r in runs))
+        out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
+        for folder in folders:
+            members = [r for r in runs if r.path.parent.parent.name == folder]
+            first = members[0].config
+            out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}")
+        out.print(f"training: about {_duration(wall)} here ({jobs} side by side, {cost['source']}; "
+                  "evaluation and analyses add minutes)")
+        if args.json:
+            print_json({"runs": [str(r.path) for r in runs], "todo": [str(r.path) for r in todo],
+                        "estimated_training_seconds": wall, "jobs": jobs})
+        return 0
+
+    if args.address:
+        from probe.sweep import Manifest, connect, execute, manifest_path
+
+        name = f"reproduce-{args.scale}"
+        connect(args.address)
+        with out.status(f"training {len(todo)} runs on the Ray cluster at {args.address}"):
+            manifest = execute(runs, Manifest(manifest_path(root, name), name, runs))
+        failed = [label for label, entry in manifest.entries.items() if entry["state"] == "failed"]
+        if failed:
+            raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
+    elif todo:
+        with out.status(f"training {len(todo)} runs, {jobs} side by side") as status:
+            def on_event(path, kind, step, loss, speed):
+                if kind == "step":
+                    status.update(f"training: {Path(path).parent.parent.name}/{Path(path).parent.name}/"
+                                  f"{Path(path).name} step {step}, loss {loss:.4f}")
+
+            results = train_and_evaluate(todo, device, jobs=jobs, on_event=on_event)
+        failed = [r for r in results if getattr(r, "error", None)]
+        for failure in failed:
+            out.print(f"[red]{failure.path}: {failure.error}[/red]")
+        if failed:
+            raise ProbeError(f"{len(failed)} run(s) failed; the others are kept; rerun to resume")
+    with out.status("analysing attention") as status:
+        analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
+    report = build_report(runs, analyses, scale=args.scale)
+    written = write_report(report, Path(args.out) if args.out else root / REPORT)
+    out.print(markdown(report), markup=False, highlight=False)
+    out.print("report: " + ", ".join(str(p) for p in written))
+    if args.json:
+        print_json({"report": str(written[0]), "notes": report["notes"], "mrr": report["mrr"]})
+    return 0

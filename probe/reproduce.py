@@ -1,0 +1,289 @@
+"""`probe reproduce`: train a study on the paper's splits, evaluate it, analyse its attention, and
+report it beside the paper's own released numbers.
+
+A study is a grid (``probe/grids/<name>.toml``): tasks, options, preset and recipe. Every PE trains
+at every seed, plus NoPE' (NoPE at the next seed), the baseline of Figure similarity_per_layer.
+The report holds, per task, accuracy against length (Figure showcase) with the paper's curve;
+the mean reciprocal rank per category and overall (Figures teaser and mrr-per-category), ours
+and the paper's; D(NoPE, ·) per layer with the NoPE' baseline, in the exact JSD and in the
+released code's metric (Figure similarity_per_layer); and the attended-distance histograms
+(Figure attended_distance). Where ours disagrees with the paper, a sentence says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from probe.errors import ProbeError
+from probe.evaluation import mean_ranks, read_eval, reciprocal_rank_scores
+from probe.reference import dataset_for, paper_runs, paper_summary
+from probe.sweep import SweepRun, aggregate, category, expand_grid, load_grid
+from probe.tasks import get as get_task
+
+STUDIES = {"reduced": "reproduce", "paper": "paper"}
+"""``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU, or the paper's grid."""
+REPORT = "report"
+Progress = Callable[[str], None]
+
+
+def plan(scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] = (),
+         steps: int | None = None) -> list[SweepRun]:
+    """Every run of the study: each PE at seeds 0..seeds-1 and NoPE' (NoPE at seed ``seeds``);
+    ``steps`` overrides the study's (a quick look, not the study)."""
+    if scale not in STUDIES:
+        raise ProbeError(f"unknown scale {scale!r}; choose one of {', '.join(STUDIES)}")
+    if seeds < 1:
+        raise ProbeError(f"--seeds must be at least 1, got {seeds}")
+    grid = load_grid(STUDIES[scale]) | ({"steps": steps} if steps else {})
+    if tasks:
+        unknown = sorted(set(tasks) - {t for b in grid.get("block", [grid]) for t in _listed(b.get("task", grid.get("task")))})
+        if unknown:
+            raise ProbeError(f"the {scale} study has no task {unknown[0]!r}")
+    runs = expand_grid({**grid, "seed": list(range(seeds))}, root)
+    runs += expand_grid({**grid, "pe": "nope", "seed": seeds}, root)
+    return [run for run in runs if not tasks or run.config.task in tasks]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def train_and_evaluate(runs: Sequence[SweepRun], device: torch.device, *, jobs: int,
+                       on_event: Callable[..., None] | None = None) -> list[Any]:
+    """Train the unfinished runs side by side (``probe train``'s local runner), then evaluate every
+    run without an eval.json; returns the training results and failures."""
+    from probe.evaluation import evaluate_run
+    from probe.parallel import train_parallel
+    from probe.runs import Run
+    from probe.models.checkpoint import read_checkpoint_config
+
+    results = train_parallel([(r.config, r.path) for r in runs], str(device), jobs=jobs, on_event=on_event)
+    for run in runs:
+        if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
+            evaluate_run(Run(run.path, read_checkpoint_config(run.path)), n_test=run.eval_n, n_valid=run.eval_valid,
+                         device=device)
+    return results
+
+
+def analyse(runs: Sequence[SweepRun], root: str | Path, device: torch.device, *, n_per_bucket: int = 10,
+            progress: Progress | None = None) -> dict[str, Any]:
+    """D(NoPE, ·) per layer (both metrics, NoPE' baseline) and attended distances, per task folder,
+    on the seed-0 runs (the paper's analyses use one model per PE)."""
+    from probe.analysis import attended_distance_report, compare_report
+
+    folders: dict[str, list[SweepRun]] = {}
+    for run in runs:
+        if run.config.seed == 0 and (run.path / "model.safetensors").is_file():
+            folders.setdefault(run.path.parent.parent.name, []).append(run)
+    out: dict[str, Any] = {}
+    for folder, group in folders.items():
+        task, options = group[0].config.task, group[0].config.task_options
+        entry: dict[str, Any] = {"compare": {}, "distances": None}
+        if "nope" in {r.config.pe for r in group} and len(group) > 1:
+            for metric in ("jsd", "reference-code"):
+                if progress:
+                    progress(f"{folder}: D(NoPE, ·), {metric}")
+                report = compare_report("nope", root=root, task=task, options=options, seed=0, metric=metric,
+                                        n_per_bucket=n_per_bucket, device=device)
+                entry["compare"][metric] = {"report": report.to_json(), "curves": report.curves()}
+        if progress:
+            progress(f"{folder}: attended distances")
+        distances = attended_distance_report([r.path for r in group], n_per_bucket=n_per_bucket, device=device)
+        entry["distances"] = {"report": distances.to_json(), "series": distances.series()}
+        out[folder] = entry
+    return out
+
+
+def _pe_table(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["pe"]: {"iid": r["iid_accuracy"], "ood": r["ood_accuracy"], "seeds": r["seeds"],
+                      "lengths": r["lengths"], "accuracy": r["accuracy"], "seen": r["seen"]} for r in rows}
+
+
+def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, Any]], folder: str,
+                  gap: float = 0.15, clear: float = 0.05) -> list[str]:
+    """Sentences naming where our OOD accuracy departs from the paper's by ``gap`` or more, and each
+    pair of PEs that one side orders clearly (by ``clear`` or more) and the other reverses; pairs
+    both sides call close (NoPE ≈ T5 in the paper) are not an inversion."""
+    pes = [pe for pe in paper if pe in ours and ours[pe]["ood"] is not None]
+    notes = []
+    for pe in pes:
+        difference = ours[pe]["ood"] - paper[pe]["ood"]
+        if abs(difference) >= gap:
+            notes.append(f"{folder}: {pe} reaches {100 * ours[pe]['ood']:.1f}% OOD where the paper's reaches "
+                         f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} points).")
+    for i, a in enumerate(pes):
+        for b in pes[i + 1:]:
+            mine, theirs = ours[a]["ood"] - ours[b]["ood"], paper[a]["ood"] - paper[b]["ood"]
+            if mine * theirs < 0 and max(abs(mine), abs(theirs)) >= clear:
+                high, low = (a, b) if mine > 0 else (b, a)
+                notes.append(f"{folder}: we rank {high} above {low} ({100 * ours[high]['ood']:.1f}% vs "
+                             f"{100 * ours[low]['ood']:.1f}% OOD); the paper ranks {low} above {high} "
+                             f"({100 * paper[low]['ood']:.1f}% vs {100 * paper[high]['ood']:.1f}%).")
+    return notes
+
+
+def _ranks(queries_by_category: dict[str, dict[Any, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    overall = {key: q for queries in queries_by_category.values() for key, q in queries.items()}
+    for name, queries in {**queries_by_category, "overall": overall}.items():
+        mrr = reciprocal_rank_scores(queries)
+        if mrr:
+            out[name] = mrr
+    return out
+
+
+def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: str) -> dict[str, Any]:
+    """The report's data: per task ours and the paper's, the ranks, the analyses, the notes."""
+    summary = aggregate({str(r.path): r.path for r in runs})
+    evaluated = [e for e in (read_eval(r.path) for r in runs) if e is not None]
+    seed_of = {str(r.path): r.config.seed for r in runs}
+    nope_prime = {str(r.path) for r in runs if r.config.pe == "nope" and r.config.seed == max(seed_of.values())}
+    evaluated = [e for e in evaluated if e["path"] not in nope_prime]  # NoPE' is a baseline, not a PE
+    tasks: dict[str, Any] = {}
+    ours_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
+        group = [r for r in runs if r.path.parent.parent.name == folder]
+        task, options = group[0].config.task, dict(group[0].config.task_options)
+        resolved = get_task(task, **options).options
+        dataset = dataset_for(task, resolved)
+        rows = [row for row in summary["aggregate"] if row["task_folder"] == folder]
+        ours = _pe_table(rows)
+        for pe in ours:  # the table's seeds exclude NoPE'
+            kept = [e for e in evaluated if e["task_folder"] == folder and e["pe"] == pe]
+            if kept:
+                ours[pe]["ood"] = _mean([e["ood_accuracy"] for e in kept if e["ood_accuracy"] is not None])
+                ours[pe]["iid"] = _mean([e["iid_accuracy"] for e in kept])
+                ours[pe]["seeds"] = sorted(e["seed"] for e in kept)
+        paper = paper_summary(dataset) if dataset else None
+        name = category(task, resolved)
+        for e in evaluated:
+            if e["task_folder"] == folder and e["ood_accuracy"] is not None:
+                ours_queries.setdefault(name, {}).setdefault((folder, e["seed"]), {})[e["pe"]] = e["ood_accuracy"]
+        tasks[folder] = {"task": task, "options": resolved, "category": name, "paper_dataset": dataset,
+                         "ours": ours, "paper": paper,
+                         "notes": disagreements(ours, paper, folder) if paper else
+                         [f"{folder}: the paper's released results hold no run of this task to compare with."],
+                         **analyses.get(folder, {})}
+    paper_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    for entry in tasks.values():
+        if entry["paper_dataset"]:
+            for run in paper_runs(entry["paper_dataset"]):
+                key = (entry["paper_dataset"], run["seed"])
+                paper_queries.setdefault(entry["category"], {}).setdefault(key, {})[run["pe"]] = run["ood"]
+    return {"scale": scale, "tasks": tasks,
+            "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
+            "mean_rank": {"ours": mean_ranks(evaluated)},
+            "missing": summary["missing"], "notes": [n for t in tasks.values() for n in t["notes"]]}
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The Markdown summary: per task, ours beside the paper's; the MRR; the notes."""
+    from probe.plots import PE_NAMES
+
+    lines = [f"# probe reproduce ({report['scale']} study)", ""]
+    for folder, entry in report["tasks"].items():
+        paper = entry["paper"] or {}
+        lines += [f"## {folder} ({entry['category']})", "",
+                  "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |", "|---|---|---|---|---|---|"]
+        for pe, ours in entry["ours"].items():
+            theirs = paper.get(pe, {})
+            lines.append(f"| {PE_NAMES.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
+                         f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |")
+        lines.append("")
+    lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]
+    for who in ("ours", "paper"):
+        for name, scores in report["mrr"][who].items():
+            ranked = ", ".join(f"{PE_NAMES.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
+            lines.append(f"- {who}, {name}: {ranked}")
+    lines += ["", "## Where we differ from the paper", ""] + [f"- {note}" for note in report["notes"] or ["nothing flagged"]]
+    return "\n".join(lines) + "\n"
+
+
+def figures(report: dict[str, Any]) -> dict[str, Any]:
+    """{name: plotly figure} of the report, the paper's series dashed beside ours."""
+    import plotly.graph_objects as go
+
+    from probe.plots import PE_NAMES, accuracy_by_length, attended_distance_figure, layer_distance_figure, pe_color
+
+    out: dict[str, Any] = {}
+    for folder, entry in report["tasks"].items():
+        curves = [{"label": f"{PE_NAMES.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
+                  for pe, t in entry["ours"].items()]
+        for pe, theirs in (entry["paper"] or {}).items():
+            lengths = list(theirs["ood_by_length"])
+            curves.append({"label": f"{PE_NAMES.get(pe, pe)} (paper)", "pe": pe, "dashed": True,
+                           "lengths": lengths, "accuracy": [theirs["ood_by_length"][n] for n in lengths]})
+        seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
+        out[f"accuracy_{folder}"] = accuracy_by_length(
+            curves, (min(seen), max(seen)) if seen else None,
+            f"{folder}: exact match by length; ours solid, the paper's released runs dotted (unseen lengths)")
+        for metric, data in entry.get("compare", {}).items():
+            label = "D^(l), JSD" if metric == "jsd" else "D^(l), released code's metric"
+            out[f"distance_{folder}_{metric}"] = layer_distance_figure(data["curves"], f"{folder}: D(NoPE, ·) per layer", label)
+        if entry.get("distances"):
+            out[f"attended_{folder}"] = attended_distance_figure(entry["distances"]["series"],
+                                                                 f"{folder}: normalized attended distance (unseen lengths)")
+    for who in ("ours", "paper"):
+        ranks = report["mrr"][who]
+        if not ranks:
+            continue
+        figure = go.Figure()
+        for pe in dict.fromkeys(pe for scores in ranks.values() for pe in scores):
+            names = [name for name, scores in ranks.items() if pe in scores]
+            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_NAMES.get(pe, pe),
+                                    marker_color=pe_color(pe)))
+        figure.update_layout(title=f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
+                             yaxis_title="mean reciprocal rank (1 = always first)", yaxis_range=[0, 1],
+                             barmode="group", template="plotly_white")
+        out[f"mrr_{who}"] = figure
+    return out
+
+
+def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
+    """``report.json``, ``summary.md`` and one self-contained ``report.html`` (plotly inlined once)."""
+    from probe.models.checkpoint import atomic_write, atomic_write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "report.json", report)
+    summary = markdown(report)
+    atomic_write(out / "summary.md", lambda tmp: tmp.write_text(summary))
+    parts, first = [], True
+    for name, figure in figures(report).items():
+        parts.append(figure.to_html(full_html=False, include_plotlyjs=first, div_id=name))
+        first = False
+    notes = "".join(f"<li>{n}</li>" for n in report["notes"]) or "<li>nothing flagged</li>"
+    html = (f"<!doctype html><html><head><meta charset='utf-8'><title>probe reproduce</title></head><body>"
+            f"<h1>probe reproduce ({report['scale']} study)</h1><h2>Where we differ from the paper</h2><ul>{notes}</ul>"
+            + "".join(parts) + "</body></html>")
+    atomic_write(out / "report.html", lambda tmp: tmp.write_text(html))
+    return [out / "report.json", out / "summary.md", out / "report.html"]
+
+
+def find_reports(root: str | Path) -> list[Path]:
+    """Folders under ``root`` (two levels down at most) that hold a ``probe reproduce`` report."""
+    root = Path(root)
+    candidates = [root / REPORT, *root.glob(f"*/{REPORT}"), *root.glob(f"*/*/{REPORT}")]
+    return [folder for folder in candidates if (folder / "report.json").is_file()]
+
+
+def read_report(folder: str | Path) -> dict[str, Any] | None:
+    """A report folder's report.json, or None when missing or unreadable."""
+    try:
+        data = json.loads((Path(folder) / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "tasks" in data else None
+

@@ -1,0 +1,113 @@
+"""`probe reproduce`: the study's plan, the report beside the paper's numbers, its files, its page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from probe.cli import main
+from probe.models.checkpoint import atomic_write_json
+from probe.reproduce import build_report, find_reports, markdown, plan, read_report, write_report
+from probe.tasks import get
+
+PAPER_SCAN_OOD = {"nope": 0.797, "t5": 0.798, "alibi": 0.438, "rotary": 0.283, "ape": 0.057}  # rounded, for reading
+
+
+def test_plan_is_every_pe_at_every_seed_plus_nope_prime(tmp_path):
+    runs = plan("reduced", tmp_path, seeds=2, tasks=["scan"])
+    pairs = sorted((r.config.pe, r.config.seed) for r in runs)
+    assert pairs == sorted([(pe, s) for pe in ("nope", "t5", "alibi", "rotary", "ape") for s in (0, 1)] + [("nope", 2)])
+    assert all(r.config.task_options == {"split": "paper"} and r.path.parent.parent.name == "scan+split=paper" for r in runs)
+    every = plan("reduced", tmp_path)
+    assert {r.path.parent.parent.name for r in every} >= {"copy+split=paper+variant=count", "reverse+split=paper+variant=twice"}
+
+
+def fake_evals(runs, ood: dict[str, float]) -> None:
+    """An eval.json per run, as `probe eval` writes it, with the given OOD accuracy per PE."""
+    task = get("scan", split="paper")
+    for run in runs:
+        run.path.mkdir(parents=True, exist_ok=True)
+        acc = ood[run.config.pe]
+        atomic_write_json(run.path / "eval.json", {
+            "label": run.label, "path": str(run.path), "task": "scan", "task_folder": run.path.parent.parent.name,
+            "task_options": task.options, "pe": run.config.pe, "seed": run.config.seed, "n_examples": 10,
+            "iid_accuracy": 1.0, "ood_accuracy": acc,
+            "buckets": [{"length": 25, "n": 5, "correct": 5, "accuracy": 1.0, "seen": True},
+                        {"length": 30, "n": 5, "correct": 0, "accuracy": acc, "seen": False}]})
+
+
+def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
+    runs = plan("reduced", tmp_path, tasks=["scan"])
+    ours = {"nope": 0.1, "t5": 0.6, "alibi": 0.45, "rotary": 0.3, "ape": 0.0}
+    fake_evals(runs, ours)
+    report = build_report(runs, {}, scale="reduced")
+    entry = report["tasks"]["scan+split=paper"]
+    assert entry["paper_dataset"] == "scan-mdlen_tr25_ts48"
+    for pe, value in PAPER_SCAN_OOD.items():
+        assert entry["paper"][pe]["ood"] == pytest.approx(value, abs=0.001)
+    assert entry["ours"]["nope"]["seeds"] == [0]  # NoPE' (seed 1) is the baseline, not a second NoPE seed
+    notes = " ".join(report["notes"])
+    assert "nope reaches 10.0% OOD where the paper's reaches 79.7%" in notes
+    assert "we rank alibi above nope (45.0% vs 10.0% OOD); the paper ranks nope above alibi (79.7% vs 43.8%)" in notes
+    assert "rank t5 above nope" not in notes and "rank alibi above t5" not in notes  # the paper's near-tie is no inversion
+    assert report["mrr"]["ours"]["overall"] == pytest.approx({"t5": 1, "alibi": 1 / 2, "rotary": 1 / 3, "nope": 1 / 4, "ape": 1 / 5})
+    text = markdown(report)
+    assert "| NoPE | 0 | 100.0% | 10.0% | 100.0% | 79.7% |" in text
+
+
+def test_written_report_is_self_contained_and_found(tmp_path):
+    runs = plan("reduced", tmp_path / "runs", tasks=["scan"])
+    fake_evals(runs, {"nope": 0.8, "t5": 0.8, "alibi": 0.4, "rotary": 0.3, "ape": 0.05})
+    written = write_report(build_report(runs, {}, scale="reduced"), tmp_path / "runs" / "report")
+    html = (tmp_path / "runs" / "report" / "report.html").read_text()
+    assert "<script src=" not in html.replace("\n", "") and "Plotly.newPlot" in html  # plotly.js inlined: works offline
+    assert html.count("class=\"plotly-graph-div\"") == 3  # accuracy by length, MRR ours, MRR paper
+    assert find_reports(tmp_path / "runs") == [tmp_path / "runs" / "report"]
+    assert read_report(written[0].parent)["scale"] == "reduced"
+    assert "nothing flagged" in (tmp_path / "runs" / "report" / "summary.md").read_text()
+
+
+def test_dry_run_says_what_it_would_train_and_writes_nothing(tmp_path, capsys):
+    assert main(["reproduce", "--dry-run", "--steps", "20", "--checkpoints", str(tmp_path / "r"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["runs"]) == 6 and out["estimated_training_seconds"] > 0
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "nosuch"], "the reduced study has no task 'nosuch'"),
+    (["--seeds", "0"], "--seeds must be at least 1"),
+    (["--steps", "0"], "--steps must be at least 1"),
+])
+def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
+    assert main(["reproduce", *argv, "--checkpoints", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_reproduction_page_shows_a_report(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    runs = plan("reduced", tmp_path, tasks=["scan"])
+    fake_evals(runs, {"nope": 0.8, "t5": 0.8, "alibi": 0.4, "rotary": 0.3, "ape": 0.05})
+    write_report(build_report(runs, {}, scale="reduced"), tmp_path / "report")
+    monkeypatch.setenv("PROBE_CHECKPOINTS", str(tmp_path))
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "app" / "explorer.py"), default_timeout=120)
+    at.run()
+    at.switch_page("views/reproduction.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) == 3
+    assert "79.7%" in "\n".join(str(m.value) for m in at.markdown)
+
+
+def test_reproduction_page_without_a_report_says_how_to_make_one(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("PROBE_CHECKPOINTS", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "app" / "explorer.py"), default_timeout=120)
+    at.run()
+    at.switch_page("views/reproduction.py").run()
+    assert not at.exception and "probe reproduce" in "\n".join(str(i.value) for i in at.info)
