@@ -70,6 +70,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fit-seconds", type=float,
                         help="set each point's steps to what fits this many seconds, every point training at once")
+    parser.add_argument("--steps", type=int, help="every point's training steps (default: each point's own)")
+    parser.add_argument("--valid", type=int, default=1000, help="held-out IID examples per run (default 1000)")
     parser.add_argument("--root", default="checkpoints/scan_scale", help="where the runs go")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -77,7 +79,8 @@ def main() -> None:
     results = {**header("scan_scale", "IID and OOD exact match on the paper's SCAN split per PE and scale point",
                         args.device, os.getloadavg()), "points": []}
     names = args.point or ["tiny"]
-    flags = {name: [*POINTS[name][1], "--seed", str(args.seed)] for name in names}
+    flags = {name: [*POINTS[name][1], "--seed", str(args.seed), *(["--steps", str(args.steps)] if args.steps else [])]
+             for name in names}
     rates: dict[str, float | None] = dict.fromkeys(names)
     if args.fit_seconds:  # every point side by side, as they will train: 120 steps, the rate after step 50
         probes = {name: start_train(Path(args.root) / "rate" / name, POINTS[name][0],
@@ -91,7 +94,7 @@ def main() -> None:
     wall = time.perf_counter() - started
     for name in names:
         preset, root, trained, rate = POINTS[name][0], Path(args.root) / name, trained_by_point[name], rates[name]
-        done = subprocess.run([*PROBE, "eval", *TASK, "--checkpoints", str(root), "--valid", "1000",
+        done = subprocess.run([*PROBE, "eval", *TASK, "--checkpoints", str(root), "--valid", str(args.valid),
                                "--device", args.device, "--json"], stdout=subprocess.PIPE, text=True, check=True)
         report = json.loads(done.stdout)
         config = {r["pe"]: json.loads((Path(r["path"]) / "config.json").read_text())["training"] for r in trained}
