@@ -24,13 +24,14 @@ TINY = {"task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "steps": 400, "
 
 def test_paper_grid_covers_sections_3_and_5(tmp_path):
     runs = sweep.expand_grid(sweep.load_grid("paper"), tmp_path)
-    assert len(runs) == len({r.path for r in runs}) == 1035
+    assert len(runs) == len({r.path for r in runs}) == 1050
     assert {r.config.pe for r in runs} == {"nope", "t5", "alibi", "rotary", "ape"}
     assert {r.config.seed for r in runs} == {0, 1, 2} and {r.config.preset for r in runs} == {"base"}
     folders = {r.path.parent.parent.name for r in runs}
-    assert len(folders) == 16 + 53
+    assert len(folders) == 17 + 53
     assert "addition+scratchpad=full" in folders and "sorting+scratchpad=I+C+O+R+variant=multi-digit" in folders
-    assert "copy+variant=count-2x" in folders and "addition+train_length=8" in folders and "scan" in folders
+    assert "copy+split=paper+variant=count-2x" in folders and "addition+train_length=8" in folders
+    assert "scan+split=paper" in folders and "reverse+split=paper+variant=random-2x" in folders
 
 
 def test_flags_default_is_probe_trains_default_and_scratchpad_only_where_it_exists(tmp_path):

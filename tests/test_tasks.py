@@ -20,7 +20,7 @@ from probe.tasks.scratchpad import final_answer
 NAMES = ["copy", "reverse", "addition", "polynomial", "sorting", "summation", "parity", "lego", "scan", "pcfg"]
 GENERATED = [
     *(("copy", {"variant": v}) for v in ("count", "replace", "random", "count-2x", "random-2x")),
-    *(("reverse", {"variant": v}) for v in ("random", "twice")),
+    *(("reverse", {"variant": v}) for v in ("random", "twice", "random-2x")),
     ("addition", {}),
     ("polynomial", {}),
     ("sorting", {"variant": "single-token"}),
@@ -56,10 +56,11 @@ def solve_copy(source: str, options: dict) -> dict:
 
 
 def solve_reverse(source: str, options: dict) -> dict:
-    twice = options["variant"] == "twice"
-    m = re.fullmatch(r"Reverse the following words%s: (.*) \." % (" twice" if twice else ""), source)
+    prompt = {"random": "", "twice": " twice", "random-2x": ", twice over"}[options["variant"]]
+    m = re.fullmatch(r"Reverse the following words%s: (.*) \." % prompt, source)
     words = m[1].split()
-    out = list(reversed(words)) + (words if twice else [])
+    second = {"twice": words, "random-2x": list(reversed(words))}.get(options["variant"], [])
+    out = list(reversed(words)) + second
     return {"answer": " ".join(out), "length": len(words)}
 
 
