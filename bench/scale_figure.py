@@ -1,0 +1,97 @@
+"""The figure of OOD exact match against scale on the paper's SCAN split, from measured results.
+
+Reads every ``bench/results/scan_scale*.json`` (``scan_scale.py``) and any ``probe reproduce``
+report given with ``--report`` (its SCAN runs), orders the points by training compute (weights x
+tokens seen), adds the paper's released runs (T5-base, 40K steps of 64, mean of 3 seeds) at the
+right, and writes ``bench/results/scan_scale_figure.html`` (and ``.png`` where kaleido can) and
+``scan_scale_points.json`` (the table it drew).
+
+    python bench/scale_figure.py --report checkpoints/reproduce-reduced/report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS  # noqa: E402
+
+from probe.models.config import resolve_config  # noqa: E402
+from probe.plots import PE_NAMES, pe_color, write_figure  # noqa: E402
+from probe.reference import paper_summary  # noqa: E402
+
+PES = ("nope", "t5", "alibi", "rotary", "ape")
+PAPER_WEIGHTS = 107e6  # the paper's T5-base decoder with T5's vocabulary (its Section 3)
+
+
+def weights(training: dict) -> int:
+    """Trainable weights of a run's model at SCAN's vocabulary (embeddings included, once)."""
+    config = resolve_config("nope", vocab_size=18, preset=training["preset"], **training.get("model", {}))
+    per_layer = 4 * config.d_model * config.d_head * config.n_heads + 2 * config.d_model * config.d_mlp
+    return config.n_layers * per_layer + 2 * config.d_vocab * config.d_model
+
+
+def label(training: dict, device: str) -> str:
+    config = resolve_config("nope", vocab_size=18, preset=training["preset"], **training.get("model", {}))
+    return (f"{config.n_layers}x{config.d_model}, {training['steps']} x {training['batch_size']}"
+            f"{', dropout ' + str(training['dropout']) if training.get('dropout') else ''} ({device})")
+
+
+def points(report_folders: list[Path]) -> list[dict]:
+    found = []
+    for path in sorted(RESULTS.glob("scan_scale*.json")):
+        if path.name == "scan_scale_points.json":
+            continue
+        data = json.loads(path.read_text())
+        device = "H100" if "H100" in str(data["machine"].get("gpu")) else "CPU"
+        for point in data["points"]:
+            training = point["runs"][0]["training"]
+            found.append({"label": label(training, device), "source": path.name,
+                          "compute": weights(training) * training["steps"] * training["batch_size"],
+                          "iid": {r["pe"]: r["iid"] for r in point["runs"]}, "ood": {r["pe"]: r["ood"] for r in point["runs"]}})
+    for folder in report_folders:
+        report = json.loads((folder / "report.json").read_text())
+        entry = report["tasks"]["scan+split=paper"]
+        config = json.loads(next((folder.parent / "scan+split=paper").glob("*/seed0/config.json")).read_text())
+        training = config["training"]
+        found.append({"label": label(training, "CPU, probe reproduce"), "source": str(folder / "report.json"),
+                      "compute": weights(training) * training["steps"] * training["batch_size"],
+                      "iid": {pe: t["iid"] for pe, t in entry["ours"].items()},
+                      "ood": {pe: t["ood"] for pe, t in entry["ours"].items()}})
+    paper = paper_summary("scan-mdlen_tr25_ts48")
+    found.append({"label": "12x768, 40000 x 64, dropout 0.1 (the paper, 3 seeds)", "source": "probe.reference",
+                  "compute": PAPER_WEIGHTS * 40_000 * 64,
+                  "iid": {pe: s["iid"] for pe, s in paper.items()}, "ood": {pe: s["ood"] for pe, s in paper.items()}})
+    return sorted(found, key=lambda p: p["compute"])
+
+
+def main() -> None:
+    import plotly.graph_objects as go
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--report", action="append", default=[], help="a probe reproduce report folder")
+    args = parser.parse_args()
+    table = points([Path(p) for p in args.report])
+    figure = go.Figure()
+    for pe in PES:
+        figure.add_trace(go.Scatter(
+            x=[p["label"] for p in table], y=[100 * p["ood"].get(pe, float("nan")) for p in table], mode="lines+markers",
+            name=PE_NAMES[pe], line=dict(color=pe_color(pe)),
+            customdata=[100 * p["iid"].get(pe, float("nan")) for p in table],
+            hovertemplate="OOD %{y:.1f}%<br>IID %{customdata:.1f}%<extra>" + PE_NAMES[pe] + "</extra>"))
+    figure.update_layout(title="SCAN (the paper's split): exact match on unseen lengths 26-48 against scale",
+                         xaxis_title="model (layers x width), steps x batch, where it ran; ordered by training compute",
+                         yaxis_title="OOD exact match (%)", yaxis_range=[-2, 102], template="plotly_white")
+    written = write_figure(figure, RESULTS / "scan_scale_figure")
+    (RESULTS / "scan_scale_points.json").write_text(json.dumps(table, indent=1) + "\n")
+    for p in table:
+        print(f"{p['label']:<60} " + "  ".join(f"{pe} {100 * p['ood'][pe]:5.1f}/{100 * p['iid'][pe]:5.1f}"
+                                               for pe in PES if pe in p["ood"]))
+    print("wrote " + ", ".join(map(str, written)))
+
+
+if __name__ == "__main__":
+    main()
