@@ -53,3 +53,12 @@ def test_copy_and_reverse_paper_lengths(task, variant):
     seen = {e.length for e in built.examples("train", n=3000)} | {e.length for e in built.examples("valid", n=500)}
     unseen = {e.length for e in built.examples("test", n=3000)}
     assert seen == set(range(2, 21)) and unseen == set(range(21, 41))
+
+
+def test_split_flag_is_the_split_option(tmp_path, capsys):
+    from probe.cli import main
+
+    assert main(["eval", "--task", "scan", "--split", "paper", "--checkpoints", str(tmp_path)]) == 2
+    assert "no runs of scan+split=paper" in capsys.readouterr().err
+    assert main(["eval", "--task", "addition", "--split", "paper", "--checkpoints", str(tmp_path)]) == 2
+    assert "task 'addition' has no option 'split'" in capsys.readouterr().err

@@ -49,6 +49,16 @@ def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (
     parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}{default}")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)")
+    parser.add_argument("--split", action=_SplitOption, dest="option", metavar="NAME",
+                        help="the task's split: length (Section 3's, the default) or paper (the authors' released "
+                             "data: SCAN, copy, reverse); the same as -o split=NAME")
+
+
+class _SplitOption(argparse.Action):
+    """``--split NAME`` is ``-o split=NAME``: one list of task options, whichever way they came."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), f"split={value}"])
 
 
 def parse_options(pairs: list[str], scratchpad: str | None, tasks: Sequence[str] = ()) -> dict[str, Any]:
