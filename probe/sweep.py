@@ -619,7 +619,7 @@ def manifest_report(path: str | Path) -> dict[str, Any]:
 
 def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     """:func:`report` of run folders by label; a run without a readable eval.json counts as missing."""
-    from probe.evaluation import mean_ranks, read_eval
+    from probe.evaluation import mean_ranks, mean_reciprocal_ranks, read_eval
 
     evaluated, missing = [], []
     for label, folder in runs.items():
@@ -652,10 +652,13 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in evaluated:
         groups.setdefault(category(r["task"], r.get("task_options", {})), []).append(r)
-    ranks = {"all tasks": mean_ranks([r for r in evaluated if not r.get("task_options", {}).get("scratchpad")])}
-    ranks.update({name: mean_ranks(group) for name, group in groups.items()})
+    plain = [r for r in evaluated if not r.get("task_options", {}).get("scratchpad")]
+    ranks = {"all tasks": mean_ranks(plain), **{name: mean_ranks(group) for name, group in groups.items()}}
+    reciprocal = {"all tasks": mean_reciprocal_ranks(plain),
+                  **{name: mean_reciprocal_ranks(group) for name, group in groups.items()}}
     return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows,
-            "mean_rank": {name: value for name, value in ranks.items() if value}}
+            "mean_rank": {name: value for name, value in ranks.items() if value},
+            "mean_reciprocal_rank": {name: value for name, value in reciprocal.items() if value}}
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -674,7 +677,8 @@ def report_figures(summary: dict[str, Any], out: str | Path) -> list[Path]:
 
 def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
     """{file stem: plotly figure}: accuracy against length per task (one line per PE, mean over
-    seeds) as ``accuracy_<task folder>``, and the mean-rank bars per category as ``mean_rank``."""
+    seeds) as ``accuracy_<task folder>``, and the bars per category of the mean reciprocal rank
+    (``mean_reciprocal_rank``, the paper's figures) and of the plain mean rank (``mean_rank``)."""
     import plotly.graph_objects as go
 
     from probe.plots import PE_NAMES, accuracy_by_length, pe_color
@@ -689,14 +693,18 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
         seen = [n for r in rows for n, s in zip(r["lengths"], r["seen"]) if s]
         figures[f"accuracy_{folder}"] = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
                                                            f"{folder}: exact match by length (mean over seeds)")
-    if summary["mean_rank"]:
+    for key, title, axis in (
+            ("mean_reciprocal_rank", "mean reciprocal rank by OOD accuracy (the paper's figures; higher is better)",
+             "mean reciprocal rank (1 = always first)"),
+            ("mean_rank", "mean rank by OOD accuracy (1 = best; ties share)", "mean rank (lower is better)")):
+        ranks = summary.get(key) or {}
+        if not ranks:
+            continue
         figure = go.Figure()
-        pes = sorted({pe for ranks in summary["mean_rank"].values() for pe in ranks})
-        for pe in pes:
-            names = [name for name, ranks in summary["mean_rank"].items() if pe in ranks]
-            figure.add_trace(go.Bar(x=names, y=[summary["mean_rank"][n][pe] for n in names],
-                                    name=PE_NAMES.get(pe, pe), marker_color=pe_color(pe)))
-        figure.update_layout(title="mean rank of each PE by OOD accuracy (1 = best; Figures teaser, mrr-per-category)",
-                             yaxis_title="mean rank", barmode="group", template="plotly_white")
-        figures["mean_rank"] = figure
+        for pe in sorted({pe for scores in ranks.values() for pe in scores}):
+            names = [name for name, scores in ranks.items() if pe in scores]
+            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_NAMES.get(pe, pe),
+                                    marker_color=pe_color(pe)))
+        figure.update_layout(title=title, yaxis_title=axis, barmode="group", template="plotly_white")
+        figures[key] = figure
     return figures

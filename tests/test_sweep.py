@@ -176,6 +176,8 @@ def test_sweep_equals_one_by_one_survives_a_killed_worker_and_reruns_nothing(ray
     summary = sweep.report(runs)
     assert summary["evaluated"] == 4 and {row["pe"] for row in summary["aggregate"]} == {"nope", "t5"}
     assert set(summary["mean_rank"]["all tasks"]) == {"nope", "t5"}
+    reciprocal = summary["mean_reciprocal_rank"]["all tasks"]  # two queries (seeds), 1 or 1/2 each
+    assert set(reciprocal) == {"nope", "t5"} and sum(reciprocal.values()) == pytest.approx(1.5)
 
 
 def _toml(grid: dict) -> str:

@@ -91,9 +91,12 @@ if manifests:
         st.dataframe([{"task": row["task_folder"], "PE": shared.pe_name(row["pe"]), "seeds": len(row["seeds"]),
                        "IID accuracy": percent(row["iid_accuracy"]), "OOD accuracy": percent(row["ood_accuracy"])}
                       for row in summary["aggregate"]], hide_index=True)
-        if summary["mean_rank"]:
-            st.dataframe([{"tasks": group, **{shared.pe_name(pe): round(rank, 2) for pe, rank in ranks.items()}}
-                          for group, ranks in summary["mean_rank"].items()], hide_index=True)
+        for key, what in (("mean_reciprocal_rank", "mean reciprocal rank (the paper's figures; higher is better)"),
+                          ("mean_rank", "mean rank (1 = best)")):
+            if summary.get(key):
+                st.caption(what)
+                st.dataframe([{"tasks": group, **{shared.pe_name(pe): round(value, 2) for pe, value in ranks.items()}}
+                              for group, ranks in summary[key].items()], hide_index=True)
         for name, figure in report_figure_objects(summary).items():
             st.plotly_chart(figure, key=f"sweep-{name}")
         if summary["missing"]:

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.errors import ProbeError
-    from probe.evaluation import evaluate_run, mean_ranks
+    from probe.evaluation import evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.plots import PE_NAMES, accuracy_by_length, write_figure
     from probe.runs import Run, find_runs, task_folder_name
     from probe.models.checkpoint import read_checkpoint_config
@@ -83,14 +83,16 @@ def run(args: argparse.Namespace) -> int:
         target = Path(args.out) if args.out else Path(args.checkpoints) / task_folder
         figures += [str(p) for p in write_figure(figure, target / "eval_accuracy")]
     ranks = mean_ranks(reports)
+    reciprocal = mean_reciprocal_ranks(reports)
     if ranks:
-        rank_table = Table(title="mean rank of each PE by OOD accuracy (1 = best; Figure teaser)")
+        rank_table = Table(title="PEs ranked by OOD accuracy, one query per (task, seed)")
         rank_table.add_column("PE")
-        rank_table.add_column("mean rank", justify="right")
-        for pe, rank in ranks.items():
-            rank_table.add_row(PE_NAMES.get(pe, pe), f"{rank:.2f}")
+        rank_table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
+        rank_table.add_column("mean rank\n(1 = best; ties share)", justify="right")
+        for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
+            rank_table.add_row(PE_NAMES.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
         out.print(rank_table)
     out.print("figures: " + ", ".join(figures))
     if args.json:
-        print_json({"runs": reports, "mean_rank": ranks, "figures": figures})
+        print_json({"runs": reports, "mean_rank": ranks, "mean_reciprocal_rank": reciprocal, "figures": figures})
     return 0

@@ -309,6 +309,9 @@ def show_report(runs: list, name: str, args: argparse.Namespace, out, quiet_json
                       " ".join(f"{n}:{100 * a:.0f}" + ("" if s else "*")
                                for n, a, s in zip(row["lengths"], row["accuracy"], row["seen"])))
     out.print(table)
+    for group, ranks in summary["mean_reciprocal_rank"].items():
+        out.print(f"mean reciprocal rank ({group}; the paper's figures, 1 = always first): "
+                  + ", ".join(f"{PE_NAMES.get(pe, pe)} {value:.2f}" for pe, value in ranks.items()))
     for group, ranks in summary["mean_rank"].items():
         out.print(f"mean rank ({group}; 1 = best): " + ", ".join(f"{PE_NAMES.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items()))
     if summary["missing"]:
