@@ -239,16 +239,20 @@ def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path,
     at.selectbox(key="sweep").set_value(tmp_path / "sweep-mine.json").run()
     assert not at.exception and "2 of 4 runs evaluated" in texts(at.markdown)
     evals = {pe: json.loads((tmp_path / FOLDER / pe / "seed0" / "eval.json").read_text()) for pe in ("nope", "t5")}
-    assert len(at.dataframe) == 3  # the runs, then the sweep's aggregate and mean ranks
+    assert len(at.dataframe) == 4  # the runs, then the sweep's aggregate, mean reciprocal ranks and mean ranks
     table = at.dataframe[1].value
     names = {"nope": "NoPE", "t5": "T5's Relative Bias"}
     assert list(table["PE"]) == list(names.values()) and list(table["seeds"]) == [1, 1]
     assert list(table["OOD accuracy"]) == [f"{100 * evals[pe]['ood_accuracy']:.1f}%" for pe in ("nope", "t5")]
     ood = {pe: evals[pe]["ood_accuracy"] for pe in evals}  # one task: the better OOD accuracy ranks 1, a tie 1.5
     expected = {names[pe]: 1.5 if ood["nope"] == ood["t5"] else 1 + (ood[pe] < max(ood.values())) for pe in ood}
-    ranks = at.dataframe[2].value
+    ranks = at.dataframe[3].value
     assert {pe: float(ranks[pe].iloc[0]) for pe in expected} == expected
-    assert charts(at) == 1 + 2  # the Models chart, then the sweep's accuracy by length and mean ranks
+    # one query (the task at seed 0): the better PE scores 1, the other 1/2; a tie goes against NoPE
+    first = "t5" if ood["t5"] >= ood["nope"] else "nope"
+    reciprocal = at.dataframe[2].value
+    assert {pe: float(reciprocal[names[pe]].iloc[0]) for pe in names} == {pe: 1.0 if pe == first else 0.5 for pe in names}
+    assert charts(at) == 1 + 3  # the Models chart, then the sweep's accuracy by length, MRR and mean ranks
     assert "2 run(s) of this sweep have no eval.json" in texts(at.info)
     at.selectbox(key="sweep").set_value(tmp_path / "sweep-broken.json").run()
     assert not at.exception and "not a sweep manifest" in texts(at.error)
