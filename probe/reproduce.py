@@ -21,7 +21,7 @@ import torch
 from probe.errors import ProbeError
 from probe.evaluation import mean_ranks, read_eval, reciprocal_rank_scores
 from probe.reference import dataset_for, paper_runs, paper_summary
-from probe.sweep import SweepRun, aggregate, category, expand_grid, load_grid
+from probe.sweep import SweepRun, category, expand_grid, load_grid
 from probe.tasks import get as get_task
 
 STUDIES = {"reduced": "reproduce", "paper": "paper"}
@@ -98,9 +98,23 @@ def analyse(runs: Sequence[SweepRun], root: str | Path, device: torch.device, *,
     return out
 
 
-def _pe_table(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["pe"]: {"iid": r["iid_accuracy"], "ood": r["ood_accuracy"], "seeds": r["seeds"],
-                      "lengths": r["lengths"], "accuracy": r["accuracy"], "seen": r["seen"]} for r in rows}
+def _by_pe(evals: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per PE, from eval reports: IID and OOD exact match and accuracy per length, means over seeds."""
+    table: dict[str, dict[str, Any]] = {}
+    for pe in dict.fromkeys(e["pe"] for e in evals):
+        mine = [e for e in evals if e["pe"] == pe]
+        by_length: dict[int, list[float]] = {}
+        seen: dict[int, bool] = {}
+        for e in mine:
+            for bucket in e["buckets"]:
+                by_length.setdefault(bucket["length"], []).append(bucket["accuracy"])
+                seen[bucket["length"]] = bucket["seen"]
+        lengths = sorted(by_length)
+        table[pe] = {"iid": _mean([e["iid_accuracy"] for e in mine]),
+                     "ood": _mean([e["ood_accuracy"] for e in mine if e["ood_accuracy"] is not None]),
+                     "seeds": sorted(e["seed"] for e in mine), "lengths": lengths,
+                     "accuracy": [_mean(by_length[n]) for n in lengths], "seen": [seen[n] for n in lengths]}
+    return table
 
 
 def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, Any]], folder: str,
@@ -137,34 +151,30 @@ def _ranks(queries_by_category: dict[str, dict[Any, dict[str, float]]]) -> dict[
 
 
 def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: str) -> dict[str, Any]:
-    """The report's data: per task ours and the paper's, the ranks, the analyses, the notes."""
-    summary = aggregate({str(r.path): r.path for r in runs})
-    evaluated = [e for e in (read_eval(r.path) for r in runs) if e is not None]
-    seed_of = {str(r.path): r.config.seed for r in runs}
-    nope_prime = {str(r.path) for r in runs if r.config.pe == "nope" and r.config.seed == max(seed_of.values())}
-    evaluated = [e for e in evaluated if e["path"] not in nope_prime]  # NoPE' is a baseline, not a PE
+    """The report's data: per task ours (NoPE' apart, as the baseline it is) and the paper's, the
+    ranks, the analyses, the notes."""
+    evals = {str(r.path): read_eval(r.path) for r in runs}
+    missing = [r.label for r in runs if evals[str(r.path)] is None]
+    baseline_seed = max(r.config.seed for r in runs)
+    is_baseline = {str(r.path): r.config.pe == "nope" and r.config.seed == baseline_seed for r in runs}
+    evaluated = [e for path, e in evals.items() if e is not None and not is_baseline[path]]
     tasks: dict[str, Any] = {}
     ours_queries: dict[str, dict[Any, dict[str, float]]] = {}
     for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
         group = [r for r in runs if r.path.parent.parent.name == folder]
-        task, options = group[0].config.task, dict(group[0].config.task_options)
-        resolved = get_task(task, **options).options
+        task = group[0].config.task
+        resolved = get_task(task, **group[0].config.task_options).options
         dataset = dataset_for(task, resolved)
-        rows = [row for row in summary["aggregate"] if row["task_folder"] == folder]
-        ours = _pe_table(rows)
-        for pe in ours:  # the table's seeds exclude NoPE'
-            kept = [e for e in evaluated if e["task_folder"] == folder and e["pe"] == pe]
-            if kept:
-                ours[pe]["ood"] = _mean([e["ood_accuracy"] for e in kept if e["ood_accuracy"] is not None])
-                ours[pe]["iid"] = _mean([e["iid_accuracy"] for e in kept])
-                ours[pe]["seeds"] = sorted(e["seed"] for e in kept)
+        mine = [e for e in evaluated if e["task_folder"] == folder]
+        baseline = [evals[str(r.path)] for r in group if is_baseline[str(r.path)] and evals[str(r.path)] is not None]
+        ours = _by_pe(mine)
         paper = paper_summary(dataset) if dataset else None
         name = category(task, resolved)
-        for e in evaluated:
-            if e["task_folder"] == folder and e["ood_accuracy"] is not None:
+        for e in mine:
+            if e["ood_accuracy"] is not None:
                 ours_queries.setdefault(name, {}).setdefault((folder, e["seed"]), {})[e["pe"]] = e["ood_accuracy"]
         tasks[folder] = {"task": task, "options": resolved, "category": name, "paper_dataset": dataset,
-                         "ours": ours, "paper": paper,
+                         "ours": ours, "baseline": _by_pe(baseline).get("nope"), "paper": paper,
                          "notes": disagreements(ours, paper, folder) if paper else
                          [f"{folder}: the paper's released results hold no run of this task to compare with."],
                          **analyses.get(folder, {})}
@@ -177,7 +187,7 @@ def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: s
     return {"scale": scale, "tasks": tasks,
             "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
             "mean_rank": {"ours": mean_ranks(evaluated)},
-            "missing": summary["missing"], "notes": [n for t in tasks.values() for n in t["notes"]]}
+            "missing": missing, "notes": [n for t in tasks.values() for n in t["notes"]]}
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -201,6 +211,10 @@ def markdown(report: dict[str, Any]) -> str:
             theirs = paper.get(pe, {})
             lines.append(f"| {PE_NAMES.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
                          f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |")
+        if entry.get("baseline"):
+            base = entry["baseline"]
+            lines.append(f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
+                         f"{_pct(base['ood'])} | | |")
         lines.append("")
     lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]
     for who in ("ours", "paper"):
@@ -221,6 +235,10 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
     for folder, entry in report["tasks"].items():
         curves = [{"label": f"{PE_NAMES.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
                   for pe, t in entry["ours"].items()]
+        if entry.get("baseline"):
+            base = entry["baseline"]
+            curves.append({"label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})", "pe": "nope",
+                           "lengths": base["lengths"], "accuracy": base["accuracy"], "dashed": True})
         for pe, theirs in (entry["paper"] or {}).items():
             lengths = list(theirs["ood_by_length"])
             curves.append({"label": f"{PE_NAMES.get(pe, pe)} (paper)", "pe": pe, "dashed": True,

@@ -24,12 +24,12 @@ def test_plan_is_every_pe_at_every_seed_plus_nope_prime(tmp_path):
     assert {r.path.parent.parent.name for r in every} >= {"copy+split=paper+variant=count", "reverse+split=paper+variant=twice"}
 
 
-def fake_evals(runs, ood: dict[str, float]) -> None:
-    """An eval.json per run, as `probe eval` writes it, with the given OOD accuracy per PE."""
+def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> None:
+    """An eval.json per run, as `probe eval` writes it, with the given OOD accuracy per PE (NoPE' apart)."""
     task = get("scan", split="paper")
     for run in runs:
         run.path.mkdir(parents=True, exist_ok=True)
-        acc = ood[run.config.pe]
+        acc = nope_prime if nope_prime is not None and run.config.seed == 1 else ood[run.config.pe]
         atomic_write_json(run.path / "eval.json", {
             "label": run.label, "path": str(run.path), "task": "scan", "task_folder": run.path.parent.parent.name,
             "task_options": task.options, "pe": run.config.pe, "seed": run.config.seed, "n_examples": 10,
@@ -41,13 +41,14 @@ def fake_evals(runs, ood: dict[str, float]) -> None:
 def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
     runs = plan("reduced", tmp_path, tasks=["scan"])
     ours = {"nope": 0.1, "t5": 0.6, "alibi": 0.45, "rotary": 0.3, "ape": 0.0}
-    fake_evals(runs, ours)
+    fake_evals(runs, ours, nope_prime=0.3)
     report = build_report(runs, {}, scale="reduced")
     entry = report["tasks"]["scan+split=paper"]
     assert entry["paper_dataset"] == "scan-mdlen_tr25_ts48"
     for pe, value in PAPER_SCAN_OOD.items():
         assert entry["paper"][pe]["ood"] == pytest.approx(value, abs=0.001)
     assert entry["ours"]["nope"]["seeds"] == [0]  # NoPE' (seed 1) is the baseline, not a second NoPE seed
+    assert entry["ours"]["nope"]["accuracy"] == [1.0, 0.1] and entry["baseline"]["ood"] == 0.3
     notes = " ".join(report["notes"])
     assert "nope reaches 10.0% OOD where the paper's reaches 79.7%" in notes
     assert "we rank alibi above nope (45.0% vs 10.0% OOD); the paper ranks nope above alibi (79.7% vs 43.8%)" in notes
@@ -55,6 +56,7 @@ def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
     assert report["mrr"]["ours"]["overall"] == pytest.approx({"t5": 1, "alibi": 1 / 2, "rotary": 1 / 3, "nope": 1 / 4, "ape": 1 / 5})
     text = markdown(report)
     assert "| NoPE | 0 | 100.0% | 10.0% | 100.0% | 79.7% |" in text
+    assert "| NoPE' (the baseline seed) | 1 | 100.0% | 30.0% | | |" in text
 
 
 def test_written_report_is_self_contained_and_found(tmp_path):
