@@ -39,17 +39,13 @@ def plan(scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] =
     if seeds < 1:
         raise ProbeError(f"--seeds must be at least 1, got {seeds}")
     grid = load_grid(STUDIES[scale]) | ({"steps": steps} if steps else {})
-    if tasks:
-        unknown = sorted(set(tasks) - {t for b in grid.get("block", [grid]) for t in _listed(b.get("task", grid.get("task")))})
-        if unknown:
-            raise ProbeError(f"the {scale} study has no task {unknown[0]!r}")
     runs = expand_grid({**grid, "seed": list(range(seeds))}, root)
     runs += expand_grid({**grid, "pe": "nope", "seed": seeds}, root)
+    unknown = sorted(set(tasks) - {run.config.task for run in runs})
+    if unknown:
+        raise ProbeError(f"the {scale} study has no task {unknown[0]!r}; its tasks: "
+                         f"{', '.join(dict.fromkeys(run.config.task for run in runs))}")
     return [run for run in runs if not tasks or run.config.task in tasks]
-
-
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
 
 
 def train_and_evaluate(runs: Sequence[SweepRun], device: torch.device, *, jobs: int,
