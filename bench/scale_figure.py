@@ -19,11 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS  # noqa: E402
 
-from probe.models.config import resolve_config  # noqa: E402
+from probe.models.config import PE_KINDS, resolve_config  # noqa: E402
 from probe.plots import PE_NAMES, pe_color, write_figure  # noqa: E402
 from probe.reference import paper_summary  # noqa: E402
 
-PES = ("nope", "t5", "alibi", "rotary", "ape")
 PAPER_WEIGHTS = 107e6  # the paper's T5-base decoder with T5's vocabulary (its Section 3)
 
 
@@ -76,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     table = points([Path(p) for p in args.report])
     figure = go.Figure()
-    for pe in PES:
+    for pe in PE_KINDS:
         figure.add_trace(go.Scatter(
             x=[p["label"] for p in table], y=[100 * p["ood"].get(pe, float("nan")) for p in table], mode="lines+markers",
             name=PE_NAMES[pe], line=dict(color=pe_color(pe)),
@@ -89,7 +88,7 @@ def main() -> None:
     (RESULTS / "scan_scale_points.json").write_text(json.dumps(table, indent=1) + "\n")
     for p in table:
         print(f"{p['label']:<60} " + "  ".join(f"{pe} {100 * p['ood'][pe]:5.1f}/{100 * p['iid'][pe]:5.1f}"
-                                               for pe in PES if pe in p["ood"]))
+                                               for pe in PE_KINDS if pe in p["ood"]))
     print("wrote " + ", ".join(map(str, written)))
 
 

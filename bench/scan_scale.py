@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
-PES = ("nope", "t5", "alibi", "rotary", "ape")
+from probe.models.config import PE_KINDS  # noqa: E402
+
 TASK = ["--task", "scan", "-o", "split=paper"]
 
 # name -> (preset, train flags). The paper trains 40K steps of 64 (160 epochs of 16K commands).
@@ -66,7 +67,7 @@ def steady_rate(run_path: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--point", action="append", choices=list(POINTS), help="scale points (default: tiny)")
-    parser.add_argument("--pe", action="append", choices=PES, help="PEs (default: all five)")
+    parser.add_argument("--pe", action="append", choices=PE_KINDS, help="PEs (default: all five)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fit-seconds", type=float,
                         help="set each point's steps to what fits this many seconds, every point training at once")
@@ -75,7 +76,7 @@ def main() -> None:
     parser.add_argument("--root", default="checkpoints/scan_scale", help="where the runs go")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    pes = args.pe or list(PES)
+    pes = args.pe or list(PE_KINDS)
     results = {**header("scan_scale", "IID and OOD exact match on the paper's SCAN split per PE and scale point",
                         args.device, os.getloadavg()), "points": []}
     names = args.point or ["tiny"]

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from probe.eval import evaluate_examples
+from probe.models.config import PE_KINDS
 from probe.models.checkpoint import atomic_write_json, load_checkpoint
 from probe.runs import Run
 from probe.tasks import Tokenizer, get as get_task
@@ -72,7 +73,7 @@ def mean_ranks(reports: Sequence[dict[str, Any]]) -> dict[str, float]:
     return dict(sorted(zip(pes, ranks.tolist()), key=lambda item: item[1]))
 
 
-TIE_ORDER = ("t5", "alibi", "rotary", "ape", "nope")
+TIE_ORDER = (*(pe for pe in PE_KINDS if pe != "nope"), "nope")
 """Who wins a tie in :func:`mean_reciprocal_ranks`: the authors rank with pandas' ``method="first"``
 in their rows' order, where NoPE comes last, so a tie goes against NoPE."""
 

@@ -11,6 +11,15 @@ from probe.errors import ProbeError
 
 
 
+def duration(seconds: float) -> str:
+    """``42 s``, ``12.5 min`` or ``3.1 h``: a time estimate as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoints", metavar="DIR", default="checkpoints",
                         help="root folder of the runs (default: checkpoints/)")

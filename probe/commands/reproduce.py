@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_device, add_json, console, print_json
+from probe.commands.common import add_device, add_json, console, duration, print_json
 from probe.errors import ProbeError
 
 
@@ -33,10 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_device(parser)
     add_json(parser)
     parser.set_defaults(func=run)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             members = [r for r in runs if r.path.parent.parent.name == folder]
             first = members[0].config
             out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}")
-        out.print(f"training: about {_duration(wall)} here ({jobs} side by side, {cost['source']}; "
+        out.print(f"training: about {duration(wall)} here ({jobs} side by side, {cost['source']}; "
                   "evaluation and analyses add minutes)")
         if args.json:
             print_json({"runs": [str(r.path) for r in runs], "todo": [str(r.path) for r in todo],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from probe.commands.common import add_checkpoints, add_json, console, print_json
+from probe.commands.common import add_checkpoints, add_json, console, duration, print_json
 from probe.errors import ProbeError
 
 
@@ -135,14 +135,6 @@ def run(args: argparse.Namespace) -> int:
     return execute(runs, name, manifest_path(args.checkpoints, name), args, out)
 
 
-def _hours(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:,.1f} h"
-
-
 def _shape(key: str) -> str:
     import json
 
@@ -173,7 +165,7 @@ def dry_run(runs: list, name: str, args: argparse.Namespace, out) -> int:
     table = Table(title=f"probe sweep {name} --dry-run: {len(runs)} runs under {args.checkpoints}")
     if args.list:
         columns = ("run", "preset", "steps", "state", "estimate")
-        rows = [(r.label, r.config.preset, str(r.config.steps), s, _hours(t)) for r, s, t in zip(runs, states, seconds)]
+        rows = [(r.label, r.config.preset, str(r.config.steps), s, duration(t)) for r, s, t in zip(runs, states, seconds)]
     else:
         columns = ("task", "PEs", "seeds", "preset", "steps", "runs", "to start", "estimate")
         groups: dict[str, list] = {}
@@ -185,7 +177,7 @@ def dry_run(runs: list, name: str, args: argparse.Namespace, out) -> int:
                          " ".join(str(x) for x in dict.fromkeys(r.config.seed for r, _, _ in members)),
                          " ".join(dict.fromkeys(r.config.preset for r, _, _ in members)),
                          " ".join(str(x) for x in dict.fromkeys(r.config.steps for r, _, _ in members)),
-                         str(len(members)), str(sum(s != "done" for _, s, _ in members)), _hours(sum(t for _, _, t in members))))
+                         str(len(members)), str(sum(s != "done" for _, s, _ in members)), duration(sum(t for _, _, t in members))))
     for column in columns:
         numeric = column in ("steps", "runs", "to start", "estimate")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
@@ -197,8 +189,8 @@ def dry_run(runs: list, name: str, args: argparse.Namespace, out) -> int:
     out.print(f"runs: {len(runs)} ({counts['new']} new, {counts['resume']} to resume, {counts['evaluate']} to evaluate, "
               f"{counts['done']} done)")
     out.print(f"throughput ({cost['source']}): {speed or '-'}")
-    out.print(f"estimated training time: {_hours(cost['total_seconds'])} of run time in all; wall "
-              f"{_hours(wall_one)} on {machine} ({slots} run(s) at a time), {_hours(wall_cluster)} on "
+    out.print(f"estimated training time: {duration(cost['total_seconds'])} of run time in all; wall "
+              f"{duration(wall_one)} on {machine} ({slots} run(s) at a time), {duration(wall_cluster)} on "
               f"{args.cluster_size} of them (evaluation not included; runs assumed not to slow each other)")
     if not args.list and len(runs) <= 40:
         out.print("[dim]--list shows every run[/dim]")

@@ -161,7 +161,10 @@ class GeneratedTask(Task):
         return [self.sample(rng, rng.randint(shortest, longest)) for _ in range(count)]
 
     def length_range(self, split: str) -> tuple[int, int]:
-        """The bounds of λ ~ U(lo, hi) for ``split``."""
+        """The bounds of λ ~ U(lo, hi) for ``split``: Section 3's, or with ``split=paper`` the
+        authors' copy and reverse data (2..L for train and valid, L+1..2L for test)."""
+        if self.options.get("split") == "paper":
+            return (self.train_length + 1, 2 * self.train_length) if split == "test" else (2, self.train_length)
         return (1, 2 * self.train_length if split == "test" else self.train_length)
 
     @abstractmethod

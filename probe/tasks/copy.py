@@ -37,11 +37,6 @@ NEXT = "[NEXT]"
 """What the authors' data writes between the two halves of a 2x output."""
 
 
-def paper_length_range(task: GeneratedTask, split: str) -> tuple[int, int]:
-    """The authors' copy and reverse lengths: 2..L for train and valid, L+1..2L for test."""
-    return (task.train_length + 1, 2 * task.train_length) if split == "test" else (2, task.train_length)
-
-
 class Copy(GeneratedTask):
     name = "copy"
     summary = "repeat the input words (variants: count, replace, random, 2x)"
@@ -51,11 +46,6 @@ class Copy(GeneratedTask):
         "variant": Option("random", ", ".join(VARIANTS), one_of(*VARIANTS), "which copy task (Appendix D.1)"),
         "split": split_option("length: λ ~ U(1, L), test U(1, 2L); paper: the authors' data (test L+1..2L only)"),
     }
-
-    def length_range(self, split: str) -> tuple[int, int]:
-        if self.options["split"] == "paper":
-            return paper_length_range(self, split)
-        return super().length_range(split)
 
     def sample(self, rng: random.Random, length: int) -> Example:
         variant = self.options["variant"]

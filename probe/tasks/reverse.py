@@ -15,7 +15,7 @@ import random
 from typing import ClassVar
 
 from probe.tasks.base import Example, GeneratedTask, Option, one_of, split_option, train_length_option
-from probe.tasks.copy import NEXT, WORDS, paper_length_range
+from probe.tasks.copy import NEXT, WORDS
 from probe.tasks.tokenizer import vocabulary_of
 
 VARIANTS = ("random", "twice", "random-2x")
@@ -33,11 +33,6 @@ class Reverse(GeneratedTask):
         "variant": Option("random", ", ".join(VARIANTS), one_of(*VARIANTS), "which reverse task (Appendix D.1)"),
         "split": split_option("length: λ ~ U(1, L), test U(1, 2L); paper: the authors' data (test L+1..2L only)"),
     }
-
-    def length_range(self, split: str) -> tuple[int, int]:
-        if self.options["split"] == "paper":
-            return paper_length_range(self, split)
-        return super().length_range(split)
 
     def sample(self, rng: random.Random, length: int) -> Example:
         return self.example_for(rng.choices(WORDS, k=length))

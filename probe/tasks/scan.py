@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, ClassVar
 
-from probe.tasks.base import Example, FiniteTask, Option, one_of, train_length_option, valid_fraction_option
+from probe.tasks.base import Example, FiniteTask, Option, split_option, train_length_option, valid_fraction_option
 from probe.tasks.tokenizer import vocabulary_of
 
 PRIMITIVES = {"walk": "WALK", "look": "LOOK", "run": "RUN", "jump": "JUMP"}
@@ -72,8 +72,7 @@ class Scan(FiniteTask):
     summary = "SCAN commands to actions, length split (Lake & Baroni, 2018) or the paper's"
     length_unit = "output actions"
     OPTIONS: ClassVar[dict[str, Option]] = {
-        "split": Option("length", ", ".join(SPLIT_LENGTHS), one_of(*SPLIT_LENGTHS),
-                        "length: Lake & Baroni's (L = 22); paper: the authors' (L = 25, sources start with Solve:)"),
+        "split": split_option("length: Lake & Baroni's (L = 22); paper: the authors' (L = 25, sources start with Solve:)"),
         "train_length": train_length_option(None, "train on commands with at most this many actions",
                                             "22, or 25 with split=paper"),
         "valid_fraction": valid_fraction_option(),
