@@ -78,7 +78,8 @@ def test_paper_mean_reciprocal_rank_hand_worked_with_a_tie():
     want = {"nope": (1 / 2 + 1 / 2) / 2, "t5": (1 + 1 / 3) / 2, "alibi": (1 / 3 + 1) / 2}
     got = mean_reciprocal_ranks(reports)
     assert got == pytest.approx(want)
-    pandas = pytest.importorskip("pandas")  # the authors' own computation: rank(method="first") in row order
+    import pandas  # a dependency of transformer-lens; the authors' own computation: rank(method="first") in row order
+
     frame = pandas.DataFrame({"q0": [0.8, 0.5, 0.8], "q1": [0.7, 0.95, 0.9]}, index=["t5", "alibi", "nope"])
     oracle = (1 / frame.rank(method="first", ascending=False)).mean(axis=1)
     assert got == pytest.approx(oracle.to_dict())
