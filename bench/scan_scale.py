@@ -34,6 +34,7 @@ TASK = ["--task", "scan", "-o", "split=paper"]
 POINTS: dict[str, tuple[str, list[str]]] = {
     "tiny": ("tiny", ["--steps", "4000", "--batch-size", "32"]),
     "tiny-long": ("tiny", ["--steps", "16000", "--batch-size", "64", "--dropout", "0.1"]),
+    "tiny-d4": ("tiny", ["--steps", "10000", "--batch-size", "64", "--dropout", "0.1", "-m", "n_layers=4"]),
     "small": ("small", ["--steps", "8000", "--batch-size", "64", "--dropout", "0.1"]),
     "small-d8": ("small", ["--steps", "8000", "--batch-size", "64", "--dropout", "0.1", "-m", "n_layers=8"]),
     "base": ("base", []),
