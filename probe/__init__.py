@@ -1,6 +1,8 @@
 """probe: how positional encoding shapes attention and length generalization (Kazemnejad et al., 2023).
 
-Public entry points are re-exported lazily, so ``import probe`` (and ``probe --help``) stays fast.
+Public entry points are re-exported lazily, and subpackages (``probe.models``, ``probe.tasks``,
+``probe.metrics``, ...) load on first attribute access, so ``import probe`` (and ``probe --help``)
+stays fast.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
+    import importlib.util
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # import binds it here: next access is direct
     raise AttributeError(f"module 'probe' has no attribute {name!r}")

@@ -31,7 +31,7 @@ from probe.metrics import (BootstrapCI, Histogram, Metric, attended_distances, b
 from probe.metrics.attended import Normalization, Weighting
 from probe.metrics.jsd import check_metric
 from probe.models.checkpoint import read_checkpoint_config
-from probe.runs import Run, find_runs, resolve_run, task_folder_name, train_command
+from probe.runs import Run, beside, find_runs, resolve_run, task_folder_name, train_command
 from probe.tasks import Example, Task, Tokenizer, get as get_task
 
 Lengths = Literal["all", "seen", "unseen"]
@@ -365,6 +365,7 @@ class CompareReport:
     comparisons: list[CompareResult]
     baseline: CompareResult | None
     task_folder: str
+    folder: Path  # where outputs about these runs belong (probe.runs.beside)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -473,7 +474,8 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
         model_base, base = _load(path_base, device, label=label)
         timings["load"] += time.perf_counter() - start
         result_base = _compare_loaded(model_a, a, model_base, base, **settings)
-    return CompareReport(a, comparisons, result_base, path_a.parent.parent.name, timings)
+    runs = [Run(path_a, config_a), *(Run(p, c) for p, c in zip(paths_b, configs_b))]
+    return CompareReport(a, comparisons, result_base, runs[0].task_folder, beside(runs), timings)
 
 
 # -- attended distance --------------------------------------------------------------------------

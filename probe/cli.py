@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``probe/commands/<name>.py`` and exposes ``register(subparsers)``;
 command modules import torch and the library lazily, inside their handlers, so ``probe --help``
-stays instant. A :class:`ProbeError` (a user's mistake) becomes one line on stderr and exit 2.
+stays instant. A :class:`ProbeError` (a user's mistake) or an OS error (a folder that cannot be
+written) becomes one line on stderr and exit 2.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ProbeError as error:
         print(f"probe {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a file the command could not read or write: name it, no traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"probe {args.command}: error: {where}{error.strerror or error} (finished work is kept; choose another "
+              "folder with --checkpoints or --out)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"probe {args.command}: interrupted", file=sys.stderr)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from probe.eval import evaluate_examples
 from probe.models.config import PE_KINDS
-from probe.models.checkpoint import atomic_write_json, load_checkpoint
+from probe.files import atomic_write_json
+from probe.locks import run_lock
+from probe.models.checkpoint import load_checkpoint
 from probe.runs import Run
 from probe.tasks import Tokenizer, get as get_task
 
@@ -18,8 +20,19 @@ EVAL = "eval.json"
 
 
 def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, device: torch.device | str = "cpu",
-                 batch_size: int = 256, write: bool = True) -> dict[str, Any]:
-    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json."""
+                 batch_size: int = 256, write: bool = True, wait: bool = False,
+                 on_wait: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json,
+    holding the run folder's lock (:func:`probe.locks.run_lock`) meanwhile."""
+    if not write:
+        return _evaluate(run, n_test, n_valid, device, batch_size)
+    with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
+        report = _evaluate(run, n_test, n_valid, device, batch_size)
+        atomic_write_json(run.path / EVAL, report)
+    return report
+
+
+def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device | str, batch_size: int) -> dict[str, Any]:
     model = load_checkpoint(run.path, device=device)
     meta = model.metadata
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
@@ -32,13 +45,11 @@ def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, dev
     seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
     unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]
     report = {
-        "label": run.label, "path": str(run.path), "task": task.name, "task_folder": run.path.parent.parent.name,
+        "label": run.label, "path": str(run.path), "task": task.name, "task_folder": run.task_folder,
         "task_options": task.options, "pe": meta["pe"], "seed": meta["model"]["seed"],
         "n_examples": len(examples), "iid_accuracy": sum(seen) / len(seen) if seen else float("nan"),
         "ood_accuracy": sum(unseen) / len(unseen) if unseen else None, "buckets": buckets,
     }
-    if write:
-        atomic_write_json(run.path / EVAL, report)
     return report
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_module
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,20 +34,28 @@ def default_jobs(n_runs: int, device_type: str) -> int:
     return max(1, min(n_runs, os.cpu_count() or 1))
 
 
-def _worker(config: TrainConfig, path: str, device: str, force: bool, threads: int, events) -> RunResult:
+def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool, threads: int, events) -> RunResult:
     import torch
 
     from probe.train import train_run
 
     torch.set_num_threads(threads)
     return train_run(
-        config, Path(path), torch.device(device), force=force,
+        config, Path(path), torch.device(device), force=force, wait=wait, on_wait=lambda holder: say_waiting(path, holder),
         on_start=lambda step, total: events.put((path, "start", step, None, None)),
         on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
     )
 
 
+def say_waiting(path: str | Path, holder: dict) -> None:
+    """The line ``--wait`` prints once when a run folder is busy."""
+    from probe.locks import describe
+
+    print(f"{path}: waiting for {describe(holder)} to finish with it", file=sys.stderr, flush=True)
+
+
 def train_parallel(runs: Sequence[tuple[TrainConfig, Path]], device: str, *, jobs: int, force: bool = False,
+                   wait: bool = False,
                    on_event: Callable[[str, str, int, float | None, float | None], None] | None = None
                    ) -> list[RunResult | RunFailure]:
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``.
@@ -63,11 +72,11 @@ def train_parallel(runs: Sequence[tuple[TrainConfig, Path]], device: str, *, job
         events = manager.Queue()
         results: dict[int, RunResult | RunFailure] = {}
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {pool.submit(_worker, config, str(path), device, force, threads, events): i
+            futures = {pool.submit(_worker, config, str(path), device, force, wait, threads, events): i
                        for i, (config, path) in enumerate(runs)}
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                 _drain(events, on_event)
                 for future in done:
                     index = futures[future]

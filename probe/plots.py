@@ -15,10 +15,11 @@ def pe_color(pe: str) -> str:
 
 def write_figure(figure, path: str | Path) -> list[Path]:
     """Write ``path``.html, and ``path``.png if a static renderer (kaleido + Chrome) is available."""
+    from probe.files import atomic_write
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     written = [path.with_suffix(".html")]
-    figure.write_html(written[0], include_plotlyjs="cdn")
+    atomic_write(written[0], lambda tmp: figure.write_html(tmp, include_plotlyjs="cdn"))
     try:
         figure.write_image(path.with_suffix(".png"), scale=2)
         written.append(path.with_suffix(".png"))

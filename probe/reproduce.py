@@ -267,13 +267,13 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
 
 def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
     """``report.json``, ``summary.md`` and one self-contained ``report.html`` (plotly inlined once)."""
-    from probe.models.checkpoint import atomic_write, atomic_write_json
+    from probe.files import atomic_write_json, atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "report.json", report)
     summary = markdown(report)
-    atomic_write(out / "summary.md", lambda tmp: tmp.write_text(summary))
+    atomic_write_text(out / "summary.md", summary)
     parts, first = [], True
     for name, figure in figures(report).items():
         parts.append(figure.to_html(full_html=False, include_plotlyjs=first, div_id=name))
@@ -282,7 +282,7 @@ def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
     html = (f"<!doctype html><html><head><meta charset='utf-8'><title>probe reproduce</title></head><body>"
             f"<h1>probe reproduce ({report['scale']} study)</h1><h2>Where we differ from the paper</h2><ul>{notes}</ul>"
             + "".join(parts) + "</body></html>")
-    atomic_write(out / "report.html", lambda tmp: tmp.write_text(html))
+    atomic_write_text(out / "report.html", html)
     return [out / "report.json", out / "summary.md", out / "report.html"]
 
 

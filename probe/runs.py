@@ -7,9 +7,10 @@ plus ``metrics.jsonl``, ``eval.json`` and, while training, ``train_state.safeten
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, read_checkpoint_config
@@ -21,6 +22,22 @@ def task_folder_name(task: str, options: dict[str, Any] | None = None) -> str:
     """``addition`` or, with options given on the command line, ``addition+scratchpad=full``."""
     given = {k: v for k, v in sorted((options or {}).items()) if v is not None and v != "none"}
     return task + "".join(f"+{k}={v}" for k, v in given.items())
+
+
+def given_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The fewest of a task's resolved ``options`` that resolve to all of them: what a user would
+    have typed (``split=paper`` for SCAN's ``split=paper, train_length=25, valid_fraction=0.1``)."""
+    from probe.tasks import get as get_task
+
+    given = dict(options)
+    for key in list(options):
+        fewer = {k: v for k, v in given.items() if k != key}
+        try:
+            if get_task(task, **fewer).options == options:
+                given = fewer
+        except ProbeError:
+            continue
+    return given
 
 
 def run_dir(root: str | Path, task: str, pe: str, seed: int, options: dict[str, Any] | None = None) -> Path:
@@ -51,8 +68,31 @@ class Run:
         return bool(self.config.get("training", {}).get("complete", False))
 
     @property
+    def in_layout(self) -> bool:
+        """Whether the folder sits at ``<task folder>/<pe>/seed<k>`` as ``probe train`` puts it."""
+        return self.path.name == f"seed{self.seed}" and self.path.parent.name == self.pe
+
+    @property
+    def task_folder(self) -> str:
+        """The task folder's name: from the layout when the run is in it, else from ``config.json``."""
+        if self.in_layout:
+            return self.path.parent.parent.name
+        task = self.config.get("task", {})
+        return task_folder_name(self.task, given_options(self.task, task.get("options", {})))
+
+    @property
     def label(self) -> str:
-        return f"{self.path.parent.parent.name}/{self.pe}/seed{self.seed}"
+        """``scan+split=paper/nope/seed0``; a run outside the layout adds its folder's name."""
+        label = f"{self.task_folder}/{self.pe}/seed{self.seed}"
+        return label if self.in_layout else f"{label} ({self.path.name})"
+
+
+def beside(runs: Iterable[Run]) -> Path:
+    """Where outputs about these runs go: their task folder when they are in the layout
+    (``<checkpoints>/<task folder>``), else the folder that holds them all; never the working
+    directory unless the runs are there."""
+    homes = [run.path.resolve().parent.parent if run.in_layout else run.path.resolve().parent for run in runs]
+    return Path(os.path.commonpath(homes))
 
 
 def find_runs(root: str | Path, task: str | None = None, options: dict[str, Any] | None = None) -> tuple[list[Run], list[tuple[Path, str]]]:

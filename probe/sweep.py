@@ -55,7 +55,7 @@ CATEGORIES = {  # Figure mrr-per-category: the paper's three groups of tasks
     "mathematical & reasoning": ("addition", "polynomial", "sorting", "summation", "parity", "lego"),
     "classic length generalization": ("scan", "pcfg"),
 }
-STATES = ("pending", "running", "done", "failed", "interrupted")
+STATES = ("pending", "running", "done", "failed", "interrupted", "elsewhere")  # elsewhere: another process holds it
 
 
 # -- the grid --------------------------------------------------------------------------------
@@ -343,7 +343,7 @@ class Manifest:
             old = previous.get(run.label, {})
             entry.update({k: old[k] for k in ("attempts", "node", "started", "finished", "seconds", "error",
                                               "train_seconds", "eval_seconds", "status", "iid_accuracy",
-                                              "ood_accuracy", "history") if k in old})
+                                              "ood_accuracy", "history", "held_by") if k in old})
             self.entries[run.label] = entry
 
     def update(self, label: str, write: bool = True, **fields: Any) -> dict[str, Any]:
@@ -363,7 +363,7 @@ class Manifest:
                 "counts": self.counts(), "runs": list(self.entries.values())}
 
     def write(self) -> None:
-        from probe.models.checkpoint import atomic_write_json
+        from probe.files import atomic_write_json
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path, self.to_dict())
@@ -397,8 +397,9 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     try:
         import ray
 
-        node["node_id"] = ray.get_runtime_context().get_node_id()
-        node["ip"] = ray.util.get_node_ip_address()
+        if ray.is_initialized():  # in a Ray worker; called directly, asking would start a Ray instance
+            node["node_id"] = ray.get_runtime_context().get_node_id()
+            node["ip"] = ray.util.get_node_ip_address()
     except Exception:
         pass
 
@@ -410,6 +411,7 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     import torch
 
     from probe.evaluation import evaluate_run
+    from probe.locks import RunLocked, describe
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs import Run
     from probe.train import TrainConfig, resolve_device, train_run
@@ -432,6 +434,8 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
         else:
             result["iid_accuracy"] = trained.iid_accuracy
         result["state"] = "done"
+    except RunLocked as error:  # another `probe train`, `probe eval` or sweep has it: not a failure, not ours to retry
+        result.update(state="elsewhere", error=None, held_by=describe(error.holder))
     except Exception as error:  # recorded, never retried: the same inputs would fail the same way
         result.update(state="failed", error=str(error) if isinstance(error, ProbeError) else f"{type(error).__name__}: {error}")
     result["finished"] = time.time()
@@ -462,6 +466,11 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
         except (ConnectionError, TimeoutError, RuntimeError, ValueError) as error:
             where = address or "a local Ray instance"
             raise ProbeError(f"cannot start or join Ray at {where}: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+        except OSError as error:  # Ray keeps a token under ~/.ray and its session under the temp folder
+            if ray.is_initialized():
+                ray.shutdown()
+            raise ProbeError(f"Ray cannot write {error.filename or 'its files'}: {error.strerror or error}; give it "
+                             "writable folders (HOME=DIR for ~/.ray, RAY_TMPDIR=DIR for its session files)") from None
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     return {"address": address or "local", "nodes": len(nodes),
             "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes),

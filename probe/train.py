@@ -22,7 +22,9 @@ from safetensors.torch import load_file, save_file
 
 from probe.data import batch_stream, encode
 from probe.errors import ProbeError
-from probe.models.checkpoint import CONFIG, atomic_write, read_checkpoint_config, save_checkpoint
+from probe.files import append_line, atomic_write, atomic_write_text
+from probe.locks import run_lock
+from probe.models.checkpoint import CONFIG, read_checkpoint_config, save_checkpoint
 from probe.models.config import PRESETS, resolve_config
 from probe.models.transformer import PETransformer
 from probe.tasks import Tokenizer, get as get_task
@@ -156,6 +158,7 @@ class Trainer:
         model_config = resolve_config(config.pe, vocab_size=len(self.tokenizer), preset=config.preset,
                                       seed=config.seed, dropout=config.dropout, **config.model)
         self.model = PETransformer(model_config, device=device)
+        self.tokenizer.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
@@ -279,9 +282,19 @@ class Trainer:
         with safe_open(str(path), "pt") as handle:
             return json.loads(handle.metadata()["probe"])["step"]
 
+    def trim_log(self) -> None:
+        """Drop log lines past the state training resumes from (a killed run logged steps it then
+        lost), so ``metrics.jsonl`` holds each step once."""
+        path = self.path / METRICS
+        if not path.is_file():
+            return
+        lines = path.read_text().splitlines()
+        kept = [line for line in lines if _logged_step(line) <= self.step]
+        if len(kept) < len(lines):
+            atomic_write_text(path, "".join(line + "\n" for line in kept))
+
     def _log(self, record: dict[str, Any]) -> None:
-        with open(self.path / METRICS, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(self.path / METRICS, json.dumps(record))
 
     def publish(self, metrics: dict[str, Any]) -> None:
         """Write the finished model (the checkpoint other commands read) and drop the resume state."""
@@ -293,6 +306,14 @@ class Trainer:
             metrics=metrics,
         )
         (self.path / STATE).unlink(missing_ok=True)
+
+
+def _logged_step(line: str) -> float:
+    """The step of a ``metrics.jsonl`` line; a torn or foreign line counts as past every step."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return float("inf")
 
 
 class _null:
@@ -311,7 +332,7 @@ def check_writable(folder: Path) -> None:
         probe_file.write_text("")
         probe_file.unlink()
     except OSError as error:
-        raise ProbeError(f"cannot write to {folder}: {error.strerror}") from None
+        raise ProbeError(f"cannot write to {folder}: {error.strerror}; choose another folder with --checkpoints") from None
 
 
 def is_complete(path: Path) -> bool:
@@ -325,20 +346,39 @@ def is_complete(path: Path) -> bool:
 
 def train_run(config: TrainConfig, run_path: Path, device: torch.device, *, force: bool = False,
               on_step: Callable[[int, float, float], None] | None = None,
-              on_start: Callable[[int, int], None] | None = None) -> RunResult:
-    """Train one run to completion (resuming if it can); skip it if already complete."""
-    from probe.eval import evaluate_examples
+              on_start: Callable[[int, int], None] | None = None, wait: bool = False,
+              on_wait: Callable[[dict], None] | None = None) -> RunResult:
+    """Train one run to completion (resuming if it can); skip it if already complete.
 
+    The run folder is locked meanwhile (:func:`probe.locks.run_lock`): another process training
+    or evaluating it raises :class:`~probe.locks.RunLocked`, or with ``wait`` is waited for.
+    """
     run_path = Path(run_path)
     if is_complete(run_path) and not force:
-        metrics = read_checkpoint_config(run_path).get("metrics", {})
-        return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"), metrics.get("iid_accuracy"))
+        return _skipped(config, run_path)
     check_writable(run_path)
+    with run_lock(run_path, wait=wait, command=f"probe train {config.task} {config.pe}", on_wait=on_wait):
+        if is_complete(run_path) and not force:  # the holder we waited for finished it
+            return _skipped(config, run_path)
+        return _train_locked(config, run_path, device, force, on_step, on_start)
+
+
+def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
+    metrics = read_checkpoint_config(run_path).get("metrics", {})
+    return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"), metrics.get("iid_accuracy"))
+
+
+def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, force: bool,
+                  on_step: Callable[[int, float, float], None] | None,
+                  on_start: Callable[[int, int], None] | None) -> RunResult:
+    from probe.eval import evaluate_examples
+
     if force:
         for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
             (run_path / name).unlink(missing_ok=True)
     trainer = Trainer(config, run_path, device)
     resumed = trainer.load_state()
+    trainer.trim_log()
     if on_start:
         on_start(trainer.step, config.steps)
     start_step = trainer.step

@@ -1,4 +1,4 @@
-"""The explorer (app/explorer.py) under Streamlit's AppTest, and `probe app`'s own checks.
+"""The explorer (probe/explorer/explorer.py) under Streamlit's AppTest, and `probe app`'s own checks.
 
 Every page runs without an exception on tiny checkpoints made here (two NoPE seeds, T5, a
 folder whose config.json is broken, a run whose weights are corrupt) and on an empty folder.
@@ -6,8 +6,16 @@ folder whose config.json is broken, a run whose weights are corrupt) and on an e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,10 +24,11 @@ import torch
 from probe.cli import main
 from probe.commands import app as app_command
 
-EXPLORER = Path(__file__).resolve().parent.parent / "app" / "explorer.py"
+EXPLORER = Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"
 PAGES = ("models", "attention", "compare", "distances", "theorems")
 FAST = {"n": "2", "per_bucket": "2"}  # query parameters: 2 examples per length bucket on Compare and Distances
 TIMEOUT = 120
+START_TIMEOUT = 90  # seconds `probe app` gets to answer on its port
 TASK_OPTIONS = {"train_length": 4}
 FOLDER = "reverse+train_length=4"
 
@@ -181,8 +190,64 @@ def test_compare_head_matrix_follows_layer_and_bucket(checkpoints, monkeypatch):
     assert not at.exception and charts(at) == 3
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"`probe app` exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"`probe app` did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
+
+
+@contextlib.contextmanager
+def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tuple[subprocess.Popen, str, list]]:
+    """`<probe> app --port P --checkpoints root` answering on a free port; yields (process, URL, the
+    server processes under it). Whatever still runs afterwards is killed, so a failing test leaks nothing."""
+    psutil = pytest.importorskip("psutil", reason="psutil (a dependency of transformer-lens) finds the server")
+    port = free_port()
+    with open(log, "w") as out:
+        process = subprocess.Popen([*probe, "app", "--port", str(port), "--checkpoints", str(root)],
+                                   stdout=out, stderr=subprocess.STDOUT, **popen)
+    server = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_serving(process, url, log)
+        server = psutil.Process(process.pid).children(recursive=True)
+        yield process, url, server
+    finally:
+        process.kill()
+        process.wait()
+        for leftover in server:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                leftover.kill()
+
+
+def assert_stops(process: subprocess.Popen, url: str, server: list, signum: int, log: Path) -> None:
+    """`probe app` alone gets signum; it exits 0 once its server has (stopped by the signal, not killed
+    after the grace period), and the port is free again."""
+    import psutil
+
+    assert server, "no server process under `probe app`"
+    process.send_signal(signum)
+    assert process.wait(timeout=app_command.STOP_TIMEOUT) == 0, log.read_text()
+    _, alive = psutil.wait_procs(server, timeout=5)
+    assert not alive, f"outlived `probe app`: {alive}\n{log.read_text()}"
+    app_command.check_port(int(url.rsplit(":", 1)[1]))  # raises if the port is still held
+
+
 def test_probe_app_fails_in_one_line_without_the_explorer(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(app_command, "explorer_script", lambda: tmp_path / "app" / "explorer.py")
+    monkeypatch.setattr(app_command, "explorer_script", lambda: tmp_path / "explorer" / "explorer.py")
     assert main(["app", "--checkpoints", str(tmp_path)]) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "explorer is missing" in error and "explorer.py" in error
@@ -209,8 +274,8 @@ def test_probe_app_starts_streamlit_on_localhost(tmp_path, monkeypatch):
     started = {}
 
     class Process:
-        def __init__(self, command, env):
-            started.update(command=command, env=env)
+        def __init__(self, command, env, start_new_session):
+            started.update(command=command, env=env, start_new_session=start_new_session)
 
         def wait(self, timeout=None):
             return 0
@@ -223,6 +288,26 @@ def test_probe_app_starts_streamlit_on_localhost(tmp_path, monkeypatch):
     assert settings == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
                         "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}
     assert started["env"]["PROBE_CHECKPOINTS"] == str(tmp_path.resolve())
+    assert started["start_new_session"]  # signals reach the server only through `probe app`
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_probe_app_stops_with_its_server_on_a_signal(signum, tmp_path):
+    log = tmp_path / "probe-app.log"
+    with running_app([sys.executable, "-m", "probe.cli"], tmp_path, log) as (process, url, server):
+        assert_stops(process, url, server, signum, log)
+
+
+def test_probe_app_under_nohup_outlives_a_hangup(tmp_path):
+    psutil = pytest.importorskip("psutil", reason="psutil (a dependency of transformer-lens) finds the server")
+    if shutil.which("nohup") is None:
+        pytest.skip("no nohup on this system")
+    log = tmp_path / "probe-app.log"
+    with running_app(["nohup", sys.executable, "-m", "probe.cli"], tmp_path, log) as (process, url, server):
+        process.send_signal(signal.SIGHUP)
+        time.sleep(4 * app_command.POLL)  # long enough for a forwarded signal to be sent
+        assert process.poll() is None and all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in server)
+        assert_stops(process, url, server, signal.SIGTERM, log)
 
 
 def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path, monkeypatch):

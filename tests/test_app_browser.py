@@ -5,29 +5,24 @@ environment variable PROBE_SCREENSHOTS is set)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from test_app import checkpoints  # noqa: F401  (the session's tiny checkpoints, made once)
+from test_app import checkpoints, running_app  # noqa: F401  (the session's tiny checkpoints, made once)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 # (page, path and query): 2 examples per length bucket keep Compare and Distances quick
-PAGES = (("models", ""), ("attention", "attention"), ("compare", "compare?n=2"),
+PAGES = (("models", "models"), ("attention", "attention"), ("compare", "compare?n=2"),
          ("distances", "distances?per_bucket=2"), ("theorems", "theorems"))
-START_TIMEOUT = 90
+# (path, the page's URL once open, its heading): the root opens Models; Reproduction has no chart here
+OPENED_BY_URL = (("", "models", "Models"), ("reproduction", "reproduction", "Reproduction"))
 PAGE_TIMEOUT = 90_000  # ms
 SETTLED = """() => !document.querySelector('[data-testid="stSpinner"], [data-testid="stSkeleton"]')
     && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
@@ -40,46 +35,11 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {
                                 "`apt-get install chromium`; .ci/run installs it)")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"`probe app` exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.read().strip() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"`probe app` did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
-
-
-@contextlib.contextmanager
-def serve(root: Path, tmp_path: Path):
-    """`probe app --port P --checkpoints root` running; yields its URL, stops it (and streamlit) after."""
-    port = free_port()
-    log = tmp_path / "probe-app.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "probe.cli", "app", "--port", str(port),
-                                    "--checkpoints", str(root)],
-                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_serving(process, url, log)
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)  # `probe app` and the streamlit server it started
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+def assert_opened(page, url: str) -> None:
+    """The page opened at its own URL, without Streamlit's "Page not found" dialog (which a URL naming
+    st.navigation's default page used to get)."""
+    dialogs = page.locator('[data-testid="stDialog"]')
+    assert page.url == url and dialogs.count() == 0, (page.url, dialogs.all_inner_texts())
 
 
 def test_every_page_renders_a_plotly_chart_in_chromium(checkpoints, tmp_path):  # noqa: F811
@@ -90,13 +50,15 @@ def test_every_page_renders_a_plotly_chart_in_chromium(checkpoints, tmp_path):  
 
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    with serve(checkpoints, tmp_path) as served, sync_playwright() as playwright:
+    with running_app([sys.executable, "-m", "probe.cli"], checkpoints, tmp_path / "probe-app.log") as (_, served, _), \
+            sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             for name, path in PAGES:
                 page.goto(f"{served}/{path}")
                 page.wait_for_selector(".js-plotly-plot .plot-container", state="visible", timeout=PAGE_TIMEOUT)
+                assert_opened(page, f"{served}/{path}")
                 for _ in range(2):  # settled twice, half a second apart: the script has finished, every chart drawn
                     page.wait_for_timeout(500)
                     page.wait_for_function(SETTLED, timeout=PAGE_TIMEOUT)
@@ -108,6 +70,10 @@ def test_every_page_renders_a_plotly_chart_in_chromium(checkpoints, tmp_path):  
                 page.wait_for_timeout(500)  # plotly re-lays out its charts on resize
                 page.screenshot(path=str(shots / f"{name}.png"))
                 page.set_viewport_size({"width": 1400, "height": 1000})
+            for path, url, heading in OPENED_BY_URL:
+                page.goto(f"{served}/{path}")
+                page.get_by_role("heading", name=heading, exact=True).wait_for(timeout=PAGE_TIMEOUT)
+                assert_opened(page, f"{served}/{url}")
         finally:
             browser.close()
 

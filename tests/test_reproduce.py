@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from probe.cli import main
-from probe.models.checkpoint import atomic_write_json
+from probe.files import atomic_write_json
 from probe.reproduce import build_report, find_reports, markdown, plan, read_report, write_report
 from probe.tasks import get
 
@@ -96,7 +96,7 @@ def test_reproduction_page_shows_a_report(tmp_path, monkeypatch):
     fake_evals(runs, {"nope": 0.8, "t5": 0.8, "alibi": 0.4, "rotary": 0.3, "ape": 0.05})
     write_report(build_report(runs, {}, scale="reduced"), tmp_path / "report")
     monkeypatch.setenv("PROBE_CHECKPOINTS", str(tmp_path))
-    at = AppTest.from_file(str(Path(__file__).parents[1] / "app" / "explorer.py"), default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "probe" / "explorer" / "explorer.py"), default_timeout=120)
     at.run()
     at.switch_page("views/reproduction.py").run()
     assert not at.exception, [e.value for e in at.exception]
@@ -109,7 +109,7 @@ def test_reproduction_page_without_a_report_says_how_to_make_one(tmp_path, monke
 
     monkeypatch.setenv("PROBE_CHECKPOINTS", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    at = AppTest.from_file(str(Path(__file__).parents[1] / "app" / "explorer.py"), default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).parents[1] / "probe" / "explorer" / "explorer.py"), default_timeout=120)
     at.run()
     at.switch_page("views/reproduction.py").run()
     assert not at.exception and "probe reproduce" in "\n".join(str(i.value) for i in at.info)

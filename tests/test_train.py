@@ -148,4 +148,4 @@ def test_unwritable_checkpoint_folder(tmp_path, capsys):
     blocker.write_text("not a folder")
     code = main(["train", "--pe", "nope", "--steps", "1", "--checkpoints", str(blocker)])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "cannot" in err and len(err.splitlines()) == 1, err
+    assert code == 2 and "cannot" in err and "--checkpoints" in err and len(err.splitlines()) == 1, err

@@ -1,17 +1,26 @@
-"""`probe app`: start the Streamlit explorer (``app/explorer.py``) on 127.0.0.1.
+"""`probe app`: start the Streamlit explorer (``probe/explorer/explorer.py``) on 127.0.0.1.
 
-The explorer lives beside the package in a source checkout (``pip install -e .``), so it is
-found relative to ``probe/``. Its checkpoint folder travels in ``PROBE_CHECKPOINTS``.
+The explorer ships inside the package, so a wheel installs it too. Its checkpoint folder travels in
+``PROBE_CHECKPOINTS``. `probe app` owns the server: a stop signal it gets is passed on and waited
+for, so no server outlives it holding the port.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from probe.commands.common import add_checkpoints
 
 DEFAULT_PORT = 8501
 HOST = "127.0.0.1"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_TIMEOUT = 10.0  # seconds the server gets to shut down after a stop signal, then it is killed
+POLL = 0.2  # seconds between looks at the server and at the stop signals received
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,13 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def explorer_script():
-    """``app/explorer.py`` of the source checkout this package was installed from."""
-    from pathlib import Path
-
-    import probe
-
-    return Path(probe.__file__).resolve().parent.parent / "app" / "explorer.py"
+def explorer_script() -> Path:
+    """``probe/explorer/explorer.py`` of this installation (located, never imported: the explorer imports probe)."""
+    return Path(__file__).resolve().parent.parent / "explorer" / "explorer.py"
 
 
 def check_port(port: int) -> None:
@@ -50,26 +55,63 @@ def check_port(port: int) -> None:
             raise ProbeError(f"port {port} on {HOST} is already in use; choose another with --port") from None
 
 
-def streamlit_command(script, port: int) -> list[str]:
-    import sys
-
+def streamlit_command(script: Path, port: int) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(script),
             "--server.address", HOST, "--server.port", str(port), "--server.headless", "true",
             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
 
 
+def serve(command: list[str], env: dict[str, str]) -> int:
+    """Run the server until it exits; return its exit code, or 0 when a stop signal ended it.
+
+    The server runs in a session of its own, so a signal reaches it only through here, exactly once:
+    SIGTERM, SIGINT (the terminal's Ctrl-C) and SIGHUP are forwarded, then the server gets STOP_TIMEOUT
+    seconds to shut down before it is killed. One that was ignored when `probe app` started (nohup's
+    SIGHUP, a background job's SIGINT) stays ignored. The handlers only record a signal; forwarding
+    happens in this loop, so a signal that comes while the server is starting is not lost.
+    """
+    stops: list[int] = []
+
+    def record(signum: int, frame: object) -> None:
+        stops.append(signum)
+
+    previous = {signum: signal.signal(signum, record) for signum in STOP_SIGNALS
+                if signal.getsignal(signum) is not signal.SIG_IGN}
+    try:
+        process = subprocess.Popen(command, env=env, start_new_session=True)
+        forwarded, deadline = 0, None
+        while True:
+            try:
+                code = process.wait(timeout=POLL)
+                return 0 if stops else code
+            except subprocess.TimeoutExpired:
+                pass
+            for signum in stops[forwarded:]:
+                process.send_signal(signum)
+            forwarded = len(stops)
+            if stops and deadline is None:
+                deadline = time.monotonic() + STOP_TIMEOUT
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"probe app: the server did not stop within {STOP_TIMEOUT:.0f} s; killed it",
+                      file=sys.stderr, flush=True)
+                process.kill()
+                process.wait()
+                return 0
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     import importlib.util
     import os
-    import subprocess
-    from pathlib import Path
 
     from probe.errors import ProbeError
 
     script = explorer_script()
     if not script.is_file():
-        raise ProbeError(f"the explorer is missing: no {script} (the app ships with the source checkout; "
-                         "install it with `pip install -e .` from a clone of the repository)")
+        raise ProbeError(f"the explorer is missing: no {script} (this installation of probe is incomplete; "
+                         "reinstall it: pip install --force-reinstall probe, or pip install -e . in a clone)")
     if importlib.util.find_spec("streamlit") is None:
         raise ProbeError("streamlit is not installed in this environment (pip install streamlit)")
     checkpoints = Path(args.checkpoints).resolve()
@@ -78,13 +120,4 @@ def run(args: argparse.Namespace) -> int:
     check_port(args.port)
     env = {**os.environ, "PROBE_CHECKPOINTS": str(checkpoints)}
     print(f"probe app: explorer at http://{HOST}:{args.port} over {checkpoints} (Ctrl-C stops it)", flush=True)
-    process = subprocess.Popen(streamlit_command(script, args.port), env=env)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:  # Ctrl-C reaches streamlit too; let it shut down cleanly
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.terminate()
-            process.wait()
-        return 0
+    return serve(streamlit_command(script, args.port), env)

@@ -99,7 +99,7 @@ def write_json_and_csv(out_dir, stem: str, data: Any, rows: list[dict[str, Any]]
     import io
     from pathlib import Path
 
-    from probe.models.checkpoint import atomic_write, atomic_write_json
+    from probe.files import atomic_write_json, atomic_write_text
 
     out_dir = Path(out_dir)
     atomic_write_json(out_dir / f"{stem}.json", data)
@@ -107,5 +107,5 @@ def write_json_and_csv(out_dir, stem: str, data: Any, rows: list[dict[str, Any]]
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    atomic_write(out_dir / f"{stem}.csv", lambda tmp: tmp.write_text(buffer.getvalue()))
+    atomic_write_text(out_dir / f"{stem}.csv", buffer.getvalue())
     return [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]

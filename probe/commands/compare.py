@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-baseline", action="store_true", help="skip A vs A' (another seed of A)")
     parser.add_argument("--detail", action="store_true", help="print every comparison's layer × bucket table")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: <checkpoints>/<task>/compare/)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: compare/ in the runs' task folder, or beside the run folders given)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
-    out_dir = Path(args.out) if args.out else Path(args.checkpoints) / report.task_folder / "compare"
+    out_dir = Path(args.out) if args.out else report.folder / "compare"
     files = write_outputs(report, out_dir, args.metric)
     out.print("wrote: " + ", ".join(files))
     if args.json:

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)")
     parser.add_argument("--bins", type=int, default=20, help="histogram bins on [0, 1] (default 20)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: <checkpoints>/<task>/distances/)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: distances/ in the runs' task folder, or beside the run folders given)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
     from probe.models.checkpoint import read_checkpoint_config
     from probe.plots import attended_distance_figure, write_figure
-    from probe.runs import Run, task_folder_name
+    from probe.runs import Run, beside, task_folder_name
     from probe.tasks import SCRATCHPAD_TASKS
     from probe.train import resolve_device
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.runs:
         runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
-        folder = runs[0].path.parent.parent.name
+        folder = runs[0].task_folder
     else:
         scratchpad = args.scratchpad
         if scratchpad is None and args.task in SCRATCHPAD_TASKS:
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
 
-    out_dir = Path(args.out) if args.out else Path(args.checkpoints) / folder / "distances"
+    out_dir = Path(args.out) if args.out else (beside(runs) if runs else Path(args.checkpoints) / folder) / "distances"
     stem = "attended_distance" + ("" if args.normalization == "text" else "_reference-code")
     data = report.to_json()
     files = [str(p) for p in write_json_and_csv(out_dir, stem, data, report.to_rows())]

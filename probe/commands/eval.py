@@ -20,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--n", type=int, help="test examples (default: the whole test split of the task)")
     parser.add_argument("--valid", type=int, default=500, metavar="N", help="IID held-out examples (default 500)")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--out", metavar="DIR", help="where the figure goes (default: the task folder)")
+    parser.add_argument("--wait", action="store_true",
+                        help="when another process is training or evaluating a run folder, wait for it (default: stop)")
+    parser.add_argument("--out", metavar="DIR", help="where the figures go (default: each task folder, or beside the run folders given)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -34,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.errors import ProbeError
     from probe.evaluation import evaluate_run, mean_ranks, mean_reciprocal_ranks
+    from probe.parallel import say_waiting
     from probe.plots import PE_NAMES, accuracy_by_length, write_figure
-    from probe.runs import Run, find_runs, task_folder_name
+    from probe.runs import Run, beside, find_runs, task_folder_name
     from probe.models.checkpoint import read_checkpoint_config
     from probe.train import resolve_device
 
@@ -58,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     with out.status("evaluating") as status:
         for r in runs:
             status.update(f"evaluating {r.label}")
-            reports.append(evaluate_run(r, n_test=args.n, n_valid=args.valid, device=device, batch_size=args.batch_size))
+            reports.append(evaluate_run(r, n_test=args.n, n_valid=args.valid, device=device, batch_size=args.batch_size,
+                                        wait=args.wait, on_wait=lambda holder, r=r: say_waiting(r.path, holder)))
 
     table = Table(title="probe eval: exact match (greedy)")
     for column in ("run", "IID (seen lengths)", "OOD (unseen lengths)", "buckets"):
@@ -71,8 +75,10 @@ def run(args: argparse.Namespace) -> int:
     out.print("[dim]buckets: length:accuracy%, * = unseen length[/dim]")
 
     by_task: dict[str, list[dict]] = {}
-    for report in reports:
+    runs_of: dict[str, list] = {}
+    for run, report in zip(runs, reports):
         by_task.setdefault(report["task_folder"], []).append(report)
+        runs_of.setdefault(report["task_folder"], []).append(run)
     figures = []
     for task_folder, task_reports in by_task.items():
         curves = [{"label": f"{PE_NAMES.get(r['pe'], r['pe'])} (seed {r['seed']})", "pe": r["pe"], "dashed": r["seed"] != 0,
@@ -80,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                   for r in task_reports]
         seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
         figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length")
-        target = Path(args.out) if args.out else Path(args.checkpoints) / task_folder
+        target = Path(args.out) if args.out else beside(runs_of[task_folder])
         figures += [str(p) for p in write_figure(figure, target / "eval_accuracy")]
     ranks = mean_ranks(reports)
     reciprocal = mean_reciprocal_ranks(reports)

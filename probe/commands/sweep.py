@@ -230,8 +230,9 @@ def execute(runs: list, name: str, path, args: argparse.Namespace, out) -> int:
         def refresh() -> None:
             c = manifest.counts()
             left = c["pending"] + c["interrupted"]
+            elsewhere = f"  elsewhere {c['elsewhere']}" if c["elsewhere"] else ""
             progress.update(overall, completed=sum(state["steps"].values()),
-                            info=f"done {c['done']}  running {c['running']}  failed {c['failed']}  left {left}")
+                            info=f"done {c['done']}  running {c['running']}  failed {c['failed']}{elsewhere}  left {left}")
 
         def on_event(event: dict[str, Any]) -> None:
             kind, label = event["kind"], event.get("label")
@@ -255,6 +256,8 @@ def execute(runs: list, name: str, path, args: argparse.Namespace, out) -> int:
                     progress.remove_task(bar)
                 if entry["state"] == "failed":
                     progress.console.print(f"[red]failed[/red] {label}: {entry['error']}")
+                elif entry["state"] == "elsewhere":
+                    progress.console.print(f"[yellow]in use[/yellow] {label}: by {entry['held_by']}; left to it")
             refresh()
 
         sweep.execute(runs, manifest, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run,
@@ -273,8 +276,12 @@ def finish(runs: list, manifest, name: str, args: argparse.Namespace, out) -> in
         table.add_row(entry["label"], entry["state"], str(entry.get("attempts", 0)),
                       (entry.get("node") or {}).get("host", "-"),
                       "-" if entry.get("seconds") is None else f"{entry['seconds']:.0f}",
-                      pct(entry.get("iid_accuracy")), pct(entry.get("ood_accuracy")), entry.get("error") or "")
+                      pct(entry.get("iid_accuracy")), pct(entry.get("ood_accuracy")),
+                      entry.get("error") or (f"in use by {entry['held_by']}" if entry["state"] == "elsewhere" else ""))
     out.print(table)
+    if manifest.counts()["elsewhere"]:
+        out.print(f"[yellow]{manifest.counts()['elsewhere']} run(s) were in use by another process and left to it; "
+                  "run the same sweep again once they are done to pick up their results[/yellow]")
     summary = None if args.no_eval else show_report(runs, name, args, out, quiet_json=True)
     if args.json:
         print_json({"manifest": manifest.to_dict(), "report": summary})

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from typing import Any
 
 from probe.commands.common import parse_options
-from probe.errors import ProbeError
 
 SHOWN = 5
 
@@ -156,15 +153,7 @@ def write_lines(path: str, lines: list[str]) -> None:
     if path == "-":
         sys.stdout.write(text)
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    temporary = None
-    try:
-        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".tmp-", suffix=".jsonl", delete=False) as handle:
-            temporary = handle.name
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as error:
-        if temporary and os.path.exists(temporary):
-            os.remove(temporary)
-        raise ProbeError(f"cannot write {path}: {error.strerror or error}") from None
+    from probe.files import atomic_write_text
+
+    atomic_write_text(path, text, make_parents=False)
     print(f"wrote {len(lines)} examples to {path}", file=sys.stderr)

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
+    parser.add_argument("--wait", action="store_true",
+                        help="when another process is training or evaluating a run folder, wait for it (default: stop)")
     parser.add_argument("--jobs", type=int, metavar="N",
                         help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)")
     add_checkpoints(parser)
@@ -61,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.models.config import resolve_config
     from probe.runs import run_dir
-    from probe.parallel import RunFailure, default_jobs, train_parallel
+    from probe.parallel import RunFailure, default_jobs, say_waiting, train_parallel
+    from probe.locks import check_free
     from probe.train import RunResult, TrainConfig, check_writable, resolve_device, train_run
 
     runs = planned_runs(args)
@@ -79,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     jobs = args.jobs or default_jobs(len(configs), device.type)
     for path in paths:
         check_writable(path)
+        if not args.wait:
+            check_free(path)  # one line before any progress is drawn; train_run takes the lock itself
     out = console(stderr=args.json)
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"),
@@ -105,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
                           highlight=False)
 
         if jobs > 1:
-            results = train_parallel(list(zip(configs, paths)), str(device), jobs=jobs, force=args.force, on_event=on_event)
+            results = train_parallel(list(zip(configs, paths)), str(device), jobs=jobs, force=args.force,
+                                     wait=args.wait, on_event=on_event)
         else:
-            results = [train_run(c, path, device, force=args.force,
+            results = [train_run(c, path, device, force=args.force, wait=args.wait,
+                                 on_wait=lambda holder, p=path: say_waiting(p, holder),
                                  on_start=lambda step, total, p=str(path): on_event(p, "start", step, None, None),
                                  on_step=lambda step, loss, speed, p=str(path): on_event(p, "step", step, loss, speed))
                        for c, path in zip(configs, paths)]

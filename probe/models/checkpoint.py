@@ -12,40 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from probe.errors import ProbeError
+from probe.files import atomic_write, atomic_write_json
 from probe.models.config import ModelConfig
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 FORMAT = 1
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n"))
 
 
 def _sha256(path: Path) -> str:
@@ -70,19 +50,16 @@ def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike, **meta
     except OSError as error:
         raise ProbeError(f"cannot create checkpoint folder {directory}: {error.strerror}") from None
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
-    try:
-        atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
-        config = {
-            "format": FORMAT,
-            "probe_version": _package_version(),
-            "pe": model.config.pe,
-            "model": model.config.to_dict(),
-            "weights_sha256": _sha256(directory / WEIGHTS),
-            **metadata,
-        }
-        atomic_write_json(directory / CONFIG, config)
-    except OSError as error:
-        raise ProbeError(f"cannot write checkpoint to {directory}: {error.strerror or error}") from None
+    atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
+    config = {
+        "format": FORMAT,
+        "probe_version": _package_version(),
+        "pe": model.config.pe,
+        "model": model.config.to_dict(),
+        "weights_sha256": _sha256(directory / WEIGHTS),
+        **metadata,
+    }
+    atomic_write_json(directory / CONFIG, config)
     return directory
 
 
@@ -104,7 +81,8 @@ def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu"):
-    """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata``."""
+    """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and, for a
+    trained run, its task's tokenizer on ``model.tokenizer`` (``Tokenizer.to_hf``)."""
     from probe.models.transformer import PETransformer
 
     directory = Path(directory)
@@ -127,6 +105,10 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         first = str(error).strip().splitlines()[0]
         raise ProbeError(f"{weights} does not fit its config ({first})") from None
     model.metadata = config
+    if "tokenizer" in config:  # trained runs: to_tokens, generate and test_prompt take strings
+        from probe.tasks.tokenizer import Tokenizer
+
+        Tokenizer.from_dict(config["tokenizer"]).attach_to(model)
     if torch.device(device).type != "cpu":
         model.to(device, print_details=False)
     return model.eval()

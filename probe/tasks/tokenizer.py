@@ -3,15 +3,22 @@
 Words are whitespace-separated. Punctuation glued to the end of a word ("5." in "The answer is
 5 5 6 4 3.") becomes a token of its own marked ``##`` ("5", "##."), so "3 ." and "3." stay
 distinct and ``decode(encode(text)) == text`` for every single-spaced text.
+
+``Tokenizer.to_hf()`` is the same tokenizer for Hugging Face and TransformerLens (same ids), and
+``attach_to(model)`` gives it to a model so ``to_tokens``, ``generate`` and friends take strings.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from probe.errors import ProbeError
 
 if TYPE_CHECKING:
+    from transformer_lens import HookedTransformer
+    from transformers import PreTrainedTokenizerFast
+
     from probe.tasks.base import Example, Task
 
 SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
@@ -125,3 +132,43 @@ class Tokenizer:
         if data.get("specials", list(SPECIALS)) != list(SPECIALS):
             raise ProbeError(f"tokenizer specials {data.get('specials')} differ from {list(SPECIALS)}")
         return cls([str(word) for word in data["words"]])
+
+    def to_hf(self) -> PreTrainedTokenizerFast:
+        """This tokenizer for Hugging Face and TransformerLens: the same ids, ``<bos>`` prepended.
+
+        A ``tokenizers`` WordLevel model over :attr:`vocab`; a normalizer rewrites glued trailing
+        punctuation as :func:`split_words` does ("5." -> "5 ##."), and a WordPiece decoder glues
+        ``##`` tokens back. So ``hf(text, add_special_tokens=False)`` ids equal :meth:`encode`'s and
+        ``hf.decode(ids, skip_special_tokens=True)`` equals :meth:`decode`'s (``<sep>`` is a special
+        token too), except that a text opening with a ``##`` token keeps that ``##``. There is no
+        unknown-word id: an unknown word raises tokenizers' "Missing [UNK] token" error, as
+        :meth:`encode` raises, rather than taking an id our models never saw.
+        """
+        from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers
+        from tokenizers import Tokenizer as Backend
+        from transformers import PreTrainedTokenizerFast
+
+        ids = {word: i for i, word in enumerate(self._vocab)}
+        backend = Backend(models.WordLevel(ids, unk_token=" "))  # no word holds a space: unknown words raise
+        # A mark is split off when it follows a non-space and only marks follow it up to the word's end.
+        trailing = rf"(?=[{re.escape(PUNCTUATION)}]*(?:\s|$))"
+        backend.normalizer = normalizers.Sequence([
+            normalizers.Replace(Regex(rf"(?<=\S){re.escape(mark)}{trailing}"), f" {GLUED}{mark}") for mark in PUNCTUATION
+        ])
+        backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        backend.decoder = decoders.WordPiece(prefix=GLUED, cleanup=False)
+        bos, pad, eos, sep = SPECIALS
+        # TransformerLens' set_tokenizer reads name_or_path, and without add_bos_token reloads (downloads) by it.
+        return PreTrainedTokenizerFast(tokenizer_object=backend, name_or_path="probe-word-level", bos_token=bos,
+                                       eos_token=eos, pad_token=pad, sep_token=sep, add_bos_token=True,
+                                       padding_side="right")
+
+    def attach_to(self, model: HookedTransformer) -> None:
+        """Set :meth:`to_hf` as ``model.tokenizer`` so TransformerLens' string methods work.
+
+        ``to_tokens`` then prepends ``<bos>`` as our sequences have; weights and ``d_vocab`` stay.
+        """
+        if len(self) > model.cfg.d_vocab:
+            raise ProbeError(f"a {len(self)}-token vocabulary does not fit a model with d_vocab={model.cfg.d_vocab}")
+        model.set_tokenizer(self.to_hf(), default_padding_side="right")
+        model.cfg.default_prepend_bos = True

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-import shared
+from probe.explorer import shared
 from probe.reproduce import figures, find_reports, markdown, read_report
 
 st.header("Reproduction")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-import shared
 from probe.errors import ProbeError
+from probe.explorer import shared
 from probe.plots import accuracy_by_length
 from probe.sweep import find_manifests, manifest_report, report_figure_objects
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-import shared
 from probe.analysis import AttendedReport
 from probe.errors import ProbeError
+from probe.explorer import shared
 from probe.plots import attended_distance_figure
 
 PAPER_FOLDER = "addition+scratchpad=full"

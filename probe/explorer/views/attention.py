@@ -6,8 +6,8 @@ import json
 
 import streamlit as st
 
-import shared
 from probe.errors import ProbeError
+from probe.explorer import shared
 from probe.plots import attention_heatmaps
 from probe.tasks import get as get_task
 from probe.tasks.tokenizer import SPECIALS

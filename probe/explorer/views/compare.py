@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-import shared
 from probe.errors import ProbeError
+from probe.explorer import shared
 from probe.plots import head_matrix_figure, layer_distance_figure
 
 st.header("Compare attention between two models")

@@ -1,0 +1,93 @@
+"""Writing files the way a shared run folder needs: atomically, with the mode the umask gives
+ordinary files, and with every OS error turned into one line that names the file and the cause.
+
+A temporary file from :func:`tempfile.mkstemp` is ``0600`` and keeps that mode through the
+rename, so a colleague or a Ray worker running as another user could not read a checkpoint;
+:func:`atomic_write` gives it ``0666 & ~umask`` first (``0644`` under umask 022), as ``open``
+would. Errors surface as :class:`~probe.errors.ProbeError`; the file being replaced is untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from safetensors import SafetensorError
+
+from probe.errors import ProbeError
+
+_UMASK_LOCK = threading.Lock()
+
+
+def file_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open(path, "w")`` would create a file with."""
+    with _UMASK_LOCK:  # reading the umask means setting it; hold it so no thread sees the 0 between
+        umask = os.umask(0)
+        os.umask(umask)
+    return 0o666 & ~umask
+
+
+def cause(error: BaseException) -> str:
+    """The human part of an OS error, including the ones safetensors wraps in its own message
+    (``... IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })`` or
+    ``Error while serializing: I/O error: No space left on device (os error 28)``)."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    found = re.search(r'message: "([^"]+)"', str(error)) or re.search(r"([^:]+?) \(os error \d+\)", str(error))
+    return found.group(1).strip() if found else str(error)
+
+
+def write_error(path: str | os.PathLike, error: BaseException) -> ProbeError:
+    """One line for a failed write: the file, the cause, and what is kept."""
+    return ProbeError(f"cannot write {path}: {cause(error)} (nothing there was replaced; free space or choose "
+                      "another folder, then run the same command again)")
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, make_parents: bool = True) -> None:
+    """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``.
+
+    The previous ``path`` stays intact until the rename, so a full disk or a kill mid-write
+    leaves the last complete file; the temporary file is removed on failure. The folder is
+    created unless ``make_parents`` is false (a file name a user typed: a misspelt folder fails).
+    """
+    path = Path(path)
+    try:
+        if make_parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise write_error(path, error) from None
+    try:
+        os.close(fd)
+        write(Path(tmp))  # some writers (safetensors) replace the file: set the mode after them
+        os.chmod(tmp, file_mode())
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except (OSError, SafetensorError) as error:
+        raise write_error(path, error) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, *, make_parents: bool = True) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text), make_parents=make_parents)
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line (a log record); a failure is one line, and earlier lines stay as they were."""
+    try:
+        with open(path, "a") as handle:
+            handle.write(line + "\n")
+    except OSError as error:
+        raise write_error(path, error) from None
