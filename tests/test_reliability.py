@@ -219,6 +219,22 @@ def test_eval_labels_runs_from_their_config_and_writes_beside_them(tmp_path, mon
     assert list(cwd.iterdir()) == []
 
 
+def test_compare_and_distances_write_beside_run_folders_given(tmp_path, monkeypatch, capsys):
+    a = train_run(_config(steps=3), tmp_path / "mine" / "first", CPU).path
+    b = train_run(_config(pe="t5", steps=3), tmp_path / "mine" / "second", CPU).path
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert main(["compare", str(a), str(b), "--n-per-bucket", "1", "--no-baseline", "--json"]) == 0
+    compared = json.loads(capsys.readouterr().out)
+    assert {Path(f).parent for f in compared["files"]} == {tmp_path / "mine" / "compare"}
+    assert main(["distances", str(a), str(b), "--n-per-bucket", "1", "--lengths", "all", "--json"]) == 0
+    distances = json.loads(capsys.readouterr().out)
+    assert {Path(f).parent for f in distances["files"]} == {tmp_path / "mine" / "distances"}
+    assert [(r["run"]["pe"], Path(r["run"]["path"])) for r in distances["runs"]] == [("nope", a), ("t5", b)]
+    assert list(cwd.iterdir()) == []
+
+
 def test_runs_in_the_layout_keep_their_labels(tmp_path):
     path = train_run(_config(steps=2), run_dir(tmp_path, "reverse", "nope", 0, {"train_length": 4}), CPU).path
     run = Run(path, read_checkpoint_config(path))
