@@ -82,12 +82,16 @@ def test_dry_run_counts_and_prices_the_grid(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def ray_local():
+def ray_local(tmp_path_factory):
     """A local Ray instance of 2 CPUs whose two worker processes are already up, with torch and probe
     imported. A fresh worker takes seconds to start, longer than a whole test run here, so without
-    this the first worker can finish every run before the second one exists."""
+    this the first worker can finish every run before the second one exists. Ray writes a token
+    under ~/.ray: it gets a home of its own, so the suite leaves the user's home alone (and runs
+    with a read-only one)."""
     ray = pytest.importorskip("ray")
-    cluster = sweep.connect(None, num_cpus=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(tmp_path_factory.mktemp("ray-home")))
+        cluster = sweep.connect(None, num_cpus=2)
 
     @ray.remote(num_cpus=0)
     class Barrier:
