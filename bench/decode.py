@@ -24,7 +24,7 @@ from common import add_common_args, clock, interleave, header, medians, paired_r
 
 from probe.eval import greedy_decode
 from probe.models import build_model
-from probe.models.config import PE_KINDS
+from probe.models.registry import PE_KINDS
 from probe.tasks import Tokenizer, get as get_task
 
 

@@ -29,7 +29,7 @@ from common import (add_common_args, clock, header, medians, paired_ratio, scan_
 from plain_decoder import PlainDecoder
 
 from probe.models import build_model
-from probe.models.config import PE_KINDS
+from probe.models.registry import PE_KINDS
 
 TARGETS = {"t5": 1.15, "alibi": 1.05, "rotary": 1.15}  # issue 8: at most this x NoPE's step time
 PAPER_STEPS = 40_000  # the paper's training run (Table tab:hyperparam)

@@ -27,7 +27,8 @@ from common import (add_common_args, clock, header, medians, paired_ratio, scan_
                     training_repeats, training_step, write_json)
 
 from probe.models import build_model
-from probe.models.config import PE_KINDS, ModelConfig, resolve_config
+from probe.models.config import ModelConfig, resolve_config
+from probe.models.registry import PE_KINDS
 
 
 class Block(nn.Module):

@@ -19,8 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS  # noqa: E402
 
-from probe.models.config import PE_KINDS, resolve_config  # noqa: E402
-from probe.plots import PE_NAMES, pe_color, write_figure  # noqa: E402
+from probe.models.config import resolve_config  # noqa: E402
+from probe.models.registry import PE_KINDS, PE_LABELS  # noqa: E402
+from probe.plots import pe_color, write_figure  # noqa: E402
 from probe.reference import paper_summary  # noqa: E402
 
 PAPER_WEIGHTS = 107e6  # the paper's T5-base decoder with T5's vocabulary (its Section 3)
@@ -78,9 +79,9 @@ def main() -> None:
     for pe in PE_KINDS:
         figure.add_trace(go.Scatter(
             x=[p["label"] for p in table], y=[100 * p["ood"].get(pe, float("nan")) for p in table], mode="lines+markers",
-            name=PE_NAMES[pe], line=dict(color=pe_color(pe)),
+            name=PE_LABELS[pe], line=dict(color=pe_color(pe)),
             customdata=[100 * p["iid"].get(pe, float("nan")) for p in table],
-            hovertemplate="OOD %{y:.1f}%<br>IID %{customdata:.1f}%<extra>" + PE_NAMES[pe] + "</extra>"))
+            hovertemplate="OOD %{y:.1f}%<br>IID %{customdata:.1f}%<extra>" + PE_LABELS[pe] + "</extra>"))
     figure.update_layout(title="SCAN (the paper's split): exact match on unseen lengths 26-48 against scale",
                          xaxis_title="model (layers x width), steps x batch, where it ran; ordered by training compute",
                          yaxis_title="OOD exact match (%)", yaxis_range=[-2, 102], template="plotly_white")

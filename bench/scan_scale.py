@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
-from probe.models.config import PE_KINDS  # noqa: E402
+from probe.models.registry import PE_KINDS  # noqa: E402
 
 TASK = ["--task", "scan", "-o", "split=paper"]
 

@@ -11,9 +11,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-PE_KINDS: tuple[str, ...] = ("nope", "ape", "t5", "alibi", "rotary")
-
 _LAZY = {
+    "PE_KINDS": "probe.models.registry",
     "build_model": "probe.models",
     "save_checkpoint": "probe.models",
     "load_checkpoint": "probe.models",

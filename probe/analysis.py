@@ -31,20 +31,18 @@ from probe.metrics import (BootstrapCI, Histogram, Metric, attended_distances, b
 from probe.metrics.attended import Normalization, Weighting
 from probe.metrics.jsd import check_metric
 from probe.models.checkpoint import read_checkpoint_config
+from probe.models.registry import FIGURE_ORDER, PE_LABELS
 from probe.runs import Run, beside, find_runs, resolve_run, task_folder_name, train_command
 from probe.tasks import Example, Task, Tokenizer, get as get_task
 
 Lengths = Literal["all", "seen", "unseen"]
 Progress = Callable[[str, int, int], None]  # (what, done so far, total)
-PE_ORDER = ("nope", "t5", "alibi", "rotary", "ape")  # the paper's figures: most to least NoPE-like
 N_RESAMPLES = 1000
 CONFIDENCE = 0.95
 
 
 def _pe_name(pe: str) -> str:
-    from probe.plots import PE_NAMES
-
-    return PE_NAMES.get(pe, pe)
+    return PE_LABELS.get(pe, pe)
 
 
 # -- runs ---------------------------------------------------------------------------------------
@@ -119,7 +117,7 @@ def task_runs(root: str | Path, task: str, options: Mapping[str, Any] | None = N
         which = "" if pes is None else f" of {', '.join(pes)}"
         raise ProbeError(f"no complete runs{which} of {folder}{'' if seed is None else f' seed {seed}'} under {root} "
                          f"(make them with: {train_command(task, dict(options or {}), root, seed=seed if seed else None)})")
-    rank = {pe: i for i, pe in enumerate(PE_ORDER)}
+    rank = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
     return sorted(runs, key=lambda r: (rank.get(r.pe, len(rank)), r.pe, r.seed))
 
 

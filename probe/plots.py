@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-PE_COLORS = {"nope": "#1f77b4", "t5": "#2ca02c", "alibi": "#ff7f0e", "rotary": "#d62728", "ape": "#9467bd"}
-PE_NAMES = {"nope": "NoPE", "t5": "T5's Relative Bias", "alibi": "ALiBi", "rotary": "Rotary", "ape": "APE"}
+from probe.models.registry import PE_COLORS
 
 
 def pe_color(pe: str) -> str:

@@ -196,7 +196,7 @@ def _pct(value: float | None) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The Markdown summary: per task, ours beside the paper's; the MRR; the notes."""
-    from probe.plots import PE_NAMES
+    from probe.models.registry import PE_LABELS
 
     lines = [f"# probe reproduce ({report['scale']} study)", ""]
     for folder, entry in report["tasks"].items():
@@ -205,7 +205,7 @@ def markdown(report: dict[str, Any]) -> str:
                   "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |", "|---|---|---|---|---|---|"]
         for pe, ours in entry["ours"].items():
             theirs = paper.get(pe, {})
-            lines.append(f"| {PE_NAMES.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
+            lines.append(f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
                          f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |")
         if entry.get("baseline"):
             base = entry["baseline"]
@@ -215,7 +215,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]
     for who in ("ours", "paper"):
         for name, scores in report["mrr"][who].items():
-            ranked = ", ".join(f"{PE_NAMES.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
+            ranked = ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
             lines.append(f"- {who}, {name}: {ranked}")
     lines += ["", "## Where we differ from the paper", ""] + [f"- {note}" for note in report["notes"] or ["nothing flagged"]]
     return "\n".join(lines) + "\n"
@@ -225,11 +225,12 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
     """{name: plotly figure} of the report, the paper's series dashed beside ours."""
     import plotly.graph_objects as go
 
-    from probe.plots import PE_NAMES, accuracy_by_length, attended_distance_figure, layer_distance_figure, pe_color
+    from probe.models.registry import PE_LABELS
+    from probe.plots import accuracy_by_length, attended_distance_figure, layer_distance_figure, pe_color
 
     out: dict[str, Any] = {}
     for folder, entry in report["tasks"].items():
-        curves = [{"label": f"{PE_NAMES.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
+        curves = [{"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
                   for pe, t in entry["ours"].items()]
         if entry.get("baseline"):
             base = entry["baseline"]
@@ -237,7 +238,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
                            "lengths": base["lengths"], "accuracy": base["accuracy"], "dashed": True})
         for pe, theirs in (entry["paper"] or {}).items():
             lengths = list(theirs["ood_by_length"])
-            curves.append({"label": f"{PE_NAMES.get(pe, pe)} (paper)", "pe": pe, "dashed": True,
+            curves.append({"label": f"{PE_LABELS.get(pe, pe)} (paper)", "pe": pe, "dashed": True,
                            "lengths": lengths, "accuracy": [theirs["ood_by_length"][n] for n in lengths]})
         seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
         out[f"accuracy_{folder}"] = accuracy_by_length(
@@ -256,7 +257,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
         figure = go.Figure()
         for pe in dict.fromkeys(pe for scores in ranks.values() for pe in scores):
             names = [name for name, scores in ranks.items() if pe in scores]
-            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_NAMES.get(pe, pe),
+            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe),
                                     marker_color=pe_color(pe)))
         figure.update_layout(title=f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
                              yaxis_title="mean reciprocal rank (1 = always first)", yaxis_range=[0, 1],

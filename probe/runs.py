@@ -112,7 +112,7 @@ def find_runs(root: str | Path, task: str | None = None, options: dict[str, Any]
 
 def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict[str, Any] | None = None) -> Path:
     """A PE name (resolved under ``root`` for ``task`` and ``seed``) or a run folder."""
-    from probe.models.config import PE_KINDS
+    from probe.models.registry import PE_KINDS
 
     path = Path(name)
     if (path / CONFIG).is_file():

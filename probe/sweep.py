@@ -117,7 +117,8 @@ def train_keys() -> tuple[str, ...]:
 def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
     a mistake stops the sweep before any run starts."""
-    from probe.models.config import PE_KINDS, resolve_config
+    from probe.models.config import resolve_config
+    from probe.models.registry import PE_KINDS
     from probe.tasks import SCRATCHPAD_TASKS, TASKS, get as get_task
     from probe.tasks.scratchpad import parse_format
     from probe.train import TrainConfig
@@ -213,11 +214,15 @@ def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | 
 
 # -- what is left to do ----------------------------------------------------------------------
 def run_state(run: SweepRun, evaluate: bool = True) -> str:
-    """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted) or ``new``."""
+    """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted), ``new``, or
+    ``conflict`` (trained with other settings: running it fails with the line that says which)."""
     from probe.evaluation import EVAL
-    from probe.train import STATE, is_complete
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.train import STATE, is_complete, settings_differ
 
     if is_complete(run.path):
+        if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
+            return "conflict"
         return "done" if not evaluate or (run.path / EVAL).is_file() else "evaluate"
     return "resume" if (run.path / STATE).is_file() else "new"
 
@@ -690,14 +695,15 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
     (``mean_reciprocal_rank``, the paper's figures) and of the plain mean rank (``mean_rank``)."""
     import plotly.graph_objects as go
 
-    from probe.plots import PE_NAMES, accuracy_by_length, pe_color
+    from probe.models.registry import PE_LABELS
+    from probe.plots import accuracy_by_length, pe_color
 
     figures: dict[str, Any] = {}
     by_folder: dict[str, list[dict[str, Any]]] = {}
     for row in summary["aggregate"]:
         by_folder.setdefault(row["task_folder"], []).append(row)
     for folder, rows in by_folder.items():
-        curves = [{"label": f"{PE_NAMES.get(r['pe'], r['pe'])} ({len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)})",
+        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} ({len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)})",
                    "pe": r["pe"], "lengths": r["lengths"], "accuracy": r["accuracy"]} for r in rows]
         seen = [n for r in rows for n, s in zip(r["lengths"], r["seen"]) if s]
         figures[f"accuracy_{folder}"] = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
@@ -712,7 +718,7 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
         figure = go.Figure()
         for pe in sorted({pe for scores in ranks.values() for pe in scores}):
             names = [name for name, scores in ranks.items() if pe in scores]
-            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_NAMES.get(pe, pe),
+            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe),
                                     marker_color=pe_color(pe)))
         figure.update_layout(title=title, yaxis_title=axis, barmode="group", template="plotly_white")
         figures[key] = figure

@@ -335,6 +335,16 @@ def check_writable(folder: Path) -> None:
         raise ProbeError(f"cannot write to {folder}: {error.strerror}; choose another folder with --checkpoints") from None
 
 
+BOOKKEEPING = ("checkpoint_every", "log_every", "eval_examples", "complete", "steps_done")  # not the model
+
+
+def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """``"steps 4000, asked 10000"`` for every training setting that differs; settings a checkpoint
+    older than the setting does not record are taken as matching."""
+    return [f"{key} {stored[key]!r}, asked {value!r}" for key, value in requested.items()
+            if key not in BOOKKEEPING and key in stored and stored[key] != value]
+
+
 def is_complete(path: Path) -> bool:
     if not (path / CONFIG).is_file():
         return False
@@ -364,7 +374,14 @@ def train_run(config: TrainConfig, run_path: Path, device: torch.device, *, forc
 
 
 def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
-    metrics = read_checkpoint_config(run_path).get("metrics", {})
+    """A finished run is skipped only if it was trained as asked; another recipe in the same folder
+    (other steps, another rotary scaling) is one line, never silently someone else's model."""
+    stored = read_checkpoint_config(run_path)
+    differences = settings_differ(stored.get("training", {}), config.to_dict())
+    if differences:
+        raise ProbeError(f"{run_path} is already trained with other settings ({'; '.join(differences)}); pass --force "
+                         "to retrain it there, or choose another --checkpoints")
+    metrics = stored.get("metrics", {})
     return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"), metrics.get("iid_accuracy"))
 
 

@@ -91,6 +91,18 @@ def test_finished_run_is_skipped_unless_forced(tmp_path):
     assert train_run(_config(steps=5), tmp_path / "r", CPU, force=True).status == "trained"
 
 
+def test_a_finished_run_trained_otherwise_is_one_line_not_a_silent_skip(tmp_path, capsys):
+    train_run(_config(steps=5), tmp_path / "r", CPU)
+    assert train_run(_config(steps=5, checkpoint_every=3, log_every=2), tmp_path / "r", CPU).status == "skipped"
+    with pytest.raises(ProbeError, match=r"already trained with other settings \(steps 5, asked 6; lr 0.001, asked 0.002\)"):
+        train_run(_config(steps=6, lr=2e-3), tmp_path / "r", CPU)
+    assert train_run(_config(steps=6), tmp_path / "r", CPU, force=True).status == "trained"
+    from probe import sweep
+
+    run = sweep.SweepRun(_config(steps=7), tmp_path / "r")
+    assert sweep.run_state(run) == "conflict"
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_state(tmp_path, monkeypatch):
     import probe.train as train
 

@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
     from probe.evaluation import evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.parallel import say_waiting
-    from probe.plots import PE_NAMES, accuracy_by_length, write_figure
+    from probe.models.registry import PE_LABELS
+    from probe.plots import accuracy_by_length, write_figure
     from probe.runs import Run, beside, find_runs, task_folder_name
     from probe.models.checkpoint import read_checkpoint_config
     from probe.train import resolve_device
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         runs_of.setdefault(report["task_folder"], []).append(run)
     figures = []
     for task_folder, task_reports in by_task.items():
-        curves = [{"label": f"{PE_NAMES.get(r['pe'], r['pe'])} (seed {r['seed']})", "pe": r["pe"], "dashed": r["seed"] != 0,
+        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})", "pe": r["pe"], "dashed": r["seed"] != 0,
                    "lengths": [b["length"] for b in r["buckets"]], "accuracy": [b["accuracy"] for b in r["buckets"]]}
                   for r in task_reports]
         seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         rank_table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
         rank_table.add_column("mean rank\n(1 = best; ties share)", justify="right")
         for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
-            rank_table.add_row(PE_NAMES.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
+            rank_table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
         out.print(rank_table)
     out.print("figures: " + ", ".join(figures))
     if args.json:

@@ -293,7 +293,7 @@ def show_report(runs: list, name: str, args: argparse.Namespace, out, quiet_json
 
     from rich.table import Table
 
-    from probe.plots import PE_NAMES
+    from probe.models.registry import PE_LABELS
     from probe.sweep import report, report_figures
 
     summary = report(runs)
@@ -302,7 +302,7 @@ def show_report(runs: list, name: str, args: argparse.Namespace, out, quiet_json
     for column in ("task", "PE", "seeds", "IID", "OOD", "by length (* unseen)"):
         table.add_column(column)
     for row in summary["aggregate"]:
-        table.add_row(row["task_folder"], PE_NAMES.get(row["pe"], row["pe"]), str(len(row["seeds"])),
+        table.add_row(row["task_folder"], PE_LABELS.get(row["pe"], row["pe"]), str(len(row["seeds"])),
                       f"{100 * row['iid_accuracy']:.1f}%",
                       "-" if row["ood_accuracy"] is None else f"{100 * row['ood_accuracy']:.1f}%",
                       " ".join(f"{n}:{100 * a:.0f}" + ("" if s else "*")
@@ -310,9 +310,9 @@ def show_report(runs: list, name: str, args: argparse.Namespace, out, quiet_json
     out.print(table)
     for group, ranks in summary["mean_reciprocal_rank"].items():
         out.print(f"mean reciprocal rank ({group}; the paper's figures, 1 = always first): "
-                  + ", ".join(f"{PE_NAMES.get(pe, pe)} {value:.2f}" for pe, value in ranks.items()))
+                  + ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in ranks.items()))
     for group, ranks in summary["mean_rank"].items():
-        out.print(f"mean rank ({group}; 1 = best): " + ", ".join(f"{PE_NAMES.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items()))
+        out.print(f"mean rank ({group}; 1 = best): " + ", ".join(f"{PE_LABELS.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items()))
     if summary["missing"]:
         out.print(f"[yellow]{len(summary['missing'])} run(s) not evaluated yet[/yellow]"
                   + (f": {', '.join(summary['missing'][:5])}" + (" ..." if len(summary["missing"]) > 5 else "")))

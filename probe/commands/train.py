@@ -12,8 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train", help="train models (default: every PE + NoPE' on SCAN, preset tiny)",
         description="Train one model per (PE, seed). With no --pe and no --seed: every PE with seed 0 "
-        "plus a second NoPE seed (the paper's NoPE' baseline). Finished runs are skipped, interrupted "
-        "ones resume from their last state.",
+        "plus a second NoPE seed (the paper's NoPE' baseline). Finished runs are skipped (if trained with "
+        "the same settings; otherwise one line says which differ), interrupted ones resume from their last state.",
     )
     parser.add_argument("--task", default="scan", help="task name (see `probe tasks`; default scan)")
     parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default all)")
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
-    from probe.models.config import PE_KINDS
+    from probe.models.registry import PE_KINDS
 
     pes = args.pe or list(PE_KINDS)
     seeds = args.seed or [0]

@@ -13,7 +13,7 @@ from typing import Any
 import streamlit as st
 
 from probe.errors import ProbeError
-from probe.plots import PE_NAMES
+from probe.models.registry import PE_LABELS
 from probe.runs import DEFAULT_CHECKPOINTS, Run, find_runs
 
 CHECKPOINTS_ENV = "PROBE_CHECKPOINTS"
@@ -58,7 +58,7 @@ def task_folder(run: Run) -> str:
 
 
 def pe_name(pe: str) -> str:
-    return PE_NAMES.get(pe, pe)
+    return PE_LABELS.get(pe, pe)
 
 
 def run_title(run: Run) -> str:

@@ -33,6 +33,9 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 class ALiBi(PositionalEncoding):
     kind = "alibi"
+    label = "ALiBi"
+    color = "#ff7f0e"
+    figure_rank = 2
     adds_bias = True
 
     def __init__(self, config: ModelConfig):

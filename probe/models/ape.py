@@ -28,6 +28,10 @@ def sinusoidal_embedding(positions: torch.Tensor, d_model: int, base: float = 10
 
 class SinusoidalAPE(PositionalEncoding):
     kind = "ape"
+    label = "APE"
+    color = "#9467bd"
+    relative = False
+    figure_rank = 4
     adds_embedding = True
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

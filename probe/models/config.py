@@ -14,9 +14,6 @@ from typing import Any
 
 from probe.errors import ProbeError
 
-PE_KINDS: tuple[str, ...] = ("nope", "ape", "t5", "alibi", "rotary")
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer with one positional encoding (``pe``).
@@ -56,8 +53,9 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.pe not in PE_KINDS:
-            raise ProbeError(f"unknown positional encoding {self.pe!r}; choose one of {', '.join(PE_KINDS)}")
+        from probe.models.registry import check_kind  # the registry imports this module
+
+        check_kind(self.pe)
         if self.d_vocab < 1:
             raise ProbeError(f"d_vocab must be positive, got {self.d_vocab}")
         if self.normalization not in ("RMS", "LN", None):

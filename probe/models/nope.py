@@ -11,3 +11,6 @@ from probe.models.positional import PositionalEncoding
 
 class NoPE(PositionalEncoding):
     kind = "nope"
+    label = "NoPE"
+    color = "#1f77b4"
+    figure_rank = 0

@@ -17,7 +17,11 @@ from probe.models.config import ModelConfig
 class PositionalEncoding(nn.Module):
     """Base class: contributes nothing. Subclasses override what they add."""
 
-    kind: str = ""
+    kind: str = ""  # the name on the command line and in run folders
+    label: str = ""  # the name in tables and figures
+    color: str = "#7f7f7f"  # its colour in every figure
+    relative: bool = True  # attention scores invariant to shifting every position (APE's are not)
+    figure_rank: int = 99  # the paper's figures order PEs from most to least NoPE-like
     adds_embedding: bool = False
     adds_bias: bool = False
     rotates: bool = False

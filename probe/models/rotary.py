@@ -13,4 +13,7 @@ from probe.models.positional import PositionalEncoding
 
 class Rotary(PositionalEncoding):
     kind = "rotary"
+    label = "Rotary"
+    color = "#d62728"
+    figure_rank = 3
     rotates = True

@@ -35,6 +35,9 @@ def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, m
 
 class T5RelativeBias(PositionalEncoding):
     kind = "t5"
+    label = "T5's Relative Bias"
+    color = "#2ca02c"
+    figure_rank = 1
     adds_bias = True
 
     def __init__(self, config: ModelConfig):
