@@ -3,8 +3,8 @@ ordinary files, and with every OS error turned into one line that names the file
 
 A temporary file from :func:`tempfile.mkstemp` is ``0600`` and keeps that mode through the
 rename, so a colleague or a Ray worker running as another user could not read a checkpoint;
-:func:`atomic_write` gives it ``0666 & ~umask`` first (``0644`` under umask 022), as ``open``
-would. Errors surface as :class:`~probe.errors.ProbeError`; the file being replaced is untouched.
+:func:`atomic_write` gives it ``0666 & ~umask`` (``0644`` under umask 022) before the rename,
+as ``open`` would have. Errors surface as :class:`~probe.errors.ProbeError`; the file being replaced is untouched.
 """
 
 from __future__ import annotations

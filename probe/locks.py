@@ -49,6 +49,11 @@ def describe(holder: dict) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {since}{what}"
 
 
+def say_waiting(folder: str | os.PathLike, holder: dict) -> None:
+    """The line ``--wait`` prints once when a run folder is busy."""
+    print(f"{folder}: waiting for {describe(holder)} to finish with it", file=sys.stderr, flush=True)
+
+
 def read_holder(folder: str | os.PathLike) -> dict:
     """What the current (or last) holder wrote in the lock file; {} if nothing readable."""
     try:
@@ -101,25 +106,27 @@ def run_lock(folder: str | os.PathLike, *, wait: bool = False, command: str = "p
         raise write_error(path, error) from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            locked = True
-        except BlockingIOError:
-            holder = read_holder(folder)
-            if not wait:
-                raise RunLocked(folder, holder) from None
-            if on_wait:
-                on_wait(holder)
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            locked = True
+            _acquire(fd, folder, wait, on_wait)
         except OSError as error:
             if error.errno not in _UNSUPPORTED:
                 raise write_error(path, error) from None
             _unsupported(folder, error)
-            locked = False
-        if locked:
+        else:
             holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "command": command}
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(holder).encode(), 0)
         yield
     finally:
         os.close(fd)  # closing drops the flock
+
+
+def _acquire(fd: int, folder: Path, wait: bool, on_wait: Callable[[dict], None] | None) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = read_holder(folder)
+        if not wait:
+            raise RunLocked(folder, holder) from None
+        if on_wait:
+            on_wait(holder)
+        fcntl.flock(fd, fcntl.LOCK_EX)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_module
-import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ def default_jobs(n_runs: int, device_type: str) -> int:
 def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool, threads: int, events) -> RunResult:
     import torch
 
+    from probe.locks import say_waiting
     from probe.train import train_run
 
     torch.set_num_threads(threads)
@@ -45,13 +45,6 @@ def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool
         on_start=lambda step, total: events.put((path, "start", step, None, None)),
         on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
     )
-
-
-def say_waiting(path: str | Path, holder: dict) -> None:
-    """The line ``--wait`` prints once when a run folder is busy."""
-    from probe.locks import describe
-
-    print(f"{path}: waiting for {describe(holder)} to finish with it", file=sys.stderr, flush=True)
 
 
 def train_parallel(runs: Sequence[tuple[TrainConfig, Path]], device: str, *, jobs: int, force: bool = False,

@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil  # a dependency of transformer-lens: finds the server under `probe app`
 import pytest
 import torch
 
@@ -214,7 +215,6 @@ def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
 def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tuple[subprocess.Popen, str, list]]:
     """`<probe> app --port P --checkpoints root` answering on a free port; yields (process, URL, the
     server processes under it). Whatever still runs afterwards is killed, so a failing test leaks nothing."""
-    psutil = pytest.importorskip("psutil", reason="psutil (a dependency of transformer-lens) finds the server")
     port = free_port()
     with open(log, "w") as out:
         process = subprocess.Popen([*probe, "app", "--port", str(port), "--checkpoints", str(root)],
@@ -236,8 +236,6 @@ def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tu
 def assert_stops(process: subprocess.Popen, url: str, server: list, signum: int, log: Path) -> None:
     """`probe app` alone gets signum; it exits 0 once its server has (stopped by the signal, not killed
     after the grace period), and the port is free again."""
-    import psutil
-
     assert server, "no server process under `probe app`"
     process.send_signal(signum)
     assert process.wait(timeout=app_command.STOP_TIMEOUT) == 0, log.read_text()
@@ -299,9 +297,6 @@ def test_probe_app_stops_with_its_server_on_a_signal(signum, tmp_path):
 
 
 def test_probe_app_under_nohup_outlives_a_hangup(tmp_path):
-    psutil = pytest.importorskip("psutil", reason="psutil (a dependency of transformer-lens) finds the server")
-    if shutil.which("nohup") is None:
-        pytest.skip("no nohup on this system")
     log = tmp_path / "probe-app.log"
     with running_app(["nohup", sys.executable, "-m", "probe.cli"], tmp_path, log) as (process, url, server):
         process.send_signal(signal.SIGHUP)

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.errors import ProbeError
     from probe.evaluation import evaluate_run, mean_ranks, mean_reciprocal_ranks
-    from probe.parallel import say_waiting
+    from probe.locks import say_waiting
     from probe.models.registry import PE_LABELS
     from probe.plots import accuracy_by_length, write_figure
     from probe.runs import Run, beside, find_runs, task_folder_name

@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.models.config import resolve_config
     from probe.runs import run_dir
-    from probe.parallel import RunFailure, default_jobs, say_waiting, train_parallel
-    from probe.locks import check_free
+    from probe.locks import check_free, say_waiting
+    from probe.parallel import RunFailure, default_jobs, train_parallel
     from probe.train import RunResult, TrainConfig, check_writable, resolve_device, train_run
 
     runs = planned_runs(args)
