@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
-from probe.models.registry import PE_KINDS  # noqa: E402
+from probe.models.registry import PAPER_PES, PE_KINDS  # noqa: E402
 
 TASK = ["--task", "scan", "-o", "split=paper"]
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--root", default="checkpoints/scan_scale", help="where the runs go")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    pes = args.pe or list(PE_KINDS)
+    pes = args.pe or list(PAPER_PES)
     results = {**header("scan_scale", "IID and OOD exact match on the paper's SCAN split per PE and scale point",
                         args.device, os.getloadavg()), "points": []}
     names = args.point or ["tiny"]

@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "PE_KINDS": "probe.models.registry",
+    "PAPER_PES": "probe.models.registry",
     "build_model": "probe.models",
     "save_checkpoint": "probe.models",
     "load_checkpoint": "probe.models",

@@ -44,17 +44,23 @@ class EvalResult:
 
 
 @torch.no_grad()
-def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_id: int, use_cache: bool = True) -> torch.Tensor:
-    """[batch, prompt] (equal lengths) -> [batch, <= max_new] generated ids, ``pad_id`` after <eos>."""
+def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_id: int, use_cache: bool = True,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """[batch, prompt] (equal lengths) -> [batch, <= max_new] generated ids, ``pad_id`` after <eos>.
+    ``generator`` draws the positions of a model with ``random_positions``."""
     batch, length = prompts.shape
     if length + max_new - 1 > model.cfg.n_ctx:
         raise ProbeError(
             f"decoding needs {length + max_new - 1} positions but the model's context is n_ctx={model.cfg.n_ctx}"
         )
     device = prompts.device
+    # Randomized positions are drawn at test time too (Ruoss et al. 2023), once for the whole decode
+    plan = model.sample_positions(length + max_new, generator) if model.config.random_positions else None
+    at = (lambda n: plan[:n]) if plan is not None else (lambda n: None)
     cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch) if use_cache else None
     mask = torch.ones(batch, length, dtype=torch.long, device=device)
-    logits = model(prompts, past_kv_cache=cache, attention_mask=mask) if use_cache else model(prompts)
+    logits = (model(prompts, past_kv_cache=cache, attention_mask=mask, positions=at(length)) if use_cache
+              else model(prompts, positions=at(length)))
     sequence = prompts
     generated = []
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -67,10 +73,10 @@ def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_i
         if step == max_new - 1 or bool(finished.all()):
             break
         if use_cache:
-            logits = model(token[:, None], past_kv_cache=cache, attention_mask=one)
+            logits = model(token[:, None], past_kv_cache=cache, attention_mask=one, positions=at(length + step + 1))
         else:
             sequence = torch.cat([sequence, token[:, None]], dim=1)
-            logits = model(sequence)
+            logits = model(sequence, positions=at(sequence.size(1)))
     return torch.stack(generated, dim=1)
 
 
@@ -88,13 +94,14 @@ def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], 
     correct = [False] * len(examples)
     predictions = [""] * len(examples)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    generator = torch.Generator().manual_seed(0)  # randomized positions: the same draws on every evaluation
     with autocast:
         for indices in groups.values():
             for start in range(0, len(indices), batch_size):
                 chunk = indices[start : start + batch_size]
                 batch = torch.tensor([prompts[i] for i in chunk], device=device)
                 longest = max(len(targets[i]) for i in chunk)
-                out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache).cpu()
+                out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator).cpu()
                 for row, i in enumerate(chunk):
                     ids = out[row].tolist()
                     if answer_only or keep_predictions:

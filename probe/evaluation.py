@@ -19,21 +19,35 @@ from probe.tasks import Tokenizer, get as get_task
 EVAL = "eval.json"
 
 
+def eval_file(pe_options: dict[str, Any] | None = None) -> str:
+    """``eval.json``, or ``eval+factor=4+scaling=yarn.json`` for PE options applied at inference."""
+    from probe.models.registry import pe_folder_name
+
+    return EVAL if not pe_options else pe_folder_name("eval", pe_options) + ".json"
+
+
 def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, device: torch.device | str = "cpu",
                  batch_size: int = 256, write: bool = True, wait: bool = False,
-                 on_wait: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json,
-    holding the run folder's lock (:func:`probe.locks.run_lock`) meanwhile."""
+                 on_wait: Callable[[dict], None] | None = None,
+                 pe_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
+    (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
+    run folder's lock (:func:`probe.locks.run_lock`) meanwhile."""
     if not write:
-        return _evaluate(run, n_test, n_valid, device, batch_size)
+        return _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
-        report = _evaluate(run, n_test, n_valid, device, batch_size)
-        atomic_write_json(run.path / EVAL, report)
+        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
+        atomic_write_json(run.path / eval_file(report["pe_options_at_inference"]), report)
     return report
 
 
-def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device | str, batch_size: int) -> dict[str, Any]:
-    model = load_checkpoint(run.path, device=device)
+def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device | str, batch_size: int,
+              pe_options: dict[str, Any] | None) -> dict[str, Any]:
+    from probe.models.positional import format_option
+    from probe.models.registry import parse_pe_options
+
+    at_inference = parse_pe_options(run.pe, pe_options or {})
+    model = load_checkpoint(run.path, device=device, pe_options=at_inference)
     meta = model.metadata
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
@@ -44,8 +58,9 @@ def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device |
                for length, (n, k) in result.by_length().items()]
     seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
     unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]
+    label = run.label + "".join(f" {k}={format_option(v)}" for k, v in sorted(at_inference.items()))
     report = {
-        "label": run.label, "path": str(run.path), "task": task.name, "task_folder": run.task_folder,
+        "label": label, "path": str(run.path), "pe_options_at_inference": at_inference, "task": task.name, "task_folder": run.task_folder,
         "task_options": task.options, "pe": meta["pe"], "seed": meta["model"]["seed"],
         "n_examples": len(examples), "iid_accuracy": sum(seen) / len(seen) if seen else float("nan"),
         "ood_accuracy": sum(unseen) / len(unseen) if unseen else None, "buckets": buckets,

@@ -1,4 +1,5 @@
-"""Where runs live: ``<checkpoints>/<task>[+<option>=<value>...]/<pe>/seed<k>/``, and how to find them.
+"""Where runs live: ``<checkpoints>/<task>[+<option>=<value>...]/<pe>[+<option>=<value>...]/seed<k>/``,
+and how to find them.
 
 One place decides the layout so that ``probe train``, ``probe eval``, ``probe compare`` and the
 explorer agree. A run folder is a checkpoint folder (``config.json`` + ``model.safetensors``)
@@ -14,6 +15,7 @@ from typing import Any, Iterable
 
 from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, read_checkpoint_config
+from probe.models.positional import format_option
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
 
@@ -40,8 +42,13 @@ def given_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def run_dir(root: str | Path, task: str, pe: str, seed: int, options: dict[str, Any] | None = None) -> Path:
-    return Path(root) / task_folder_name(task, options) / pe / f"seed{seed}"
+def run_dir(root: str | Path, task: str, pe: str, seed: int, options: dict[str, Any] | None = None,
+            pe_options: dict[str, Any] | None = None) -> Path:
+    """``<root>/<task folder>/<pe>[+<option>=<value>...]/seed<k>``: a PE's options given at training
+    are part of its folder's name, so RoPE at two bases never share one."""
+    from probe.models.registry import pe_folder_name
+
+    return Path(root) / task_folder_name(task, options) / pe_folder_name(pe, pe_options) / f"seed{seed}"
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,18 @@ class Run:
     @property
     def pe(self) -> str:
         return self.config["pe"]
+
+    @property
+    def pe_options(self) -> dict[str, Any]:
+        """The PE's options as given at training (``-p``); the model's resolved ones are in its config."""
+        return dict(self.config.get("training", {}).get("pe_options", {}))
+
+    @property
+    def pe_name(self) -> str:
+        """``rotary`` or ``rotary+base=500``: the PE and the options it was trained with."""
+        from probe.models.registry import pe_folder_name
+
+        return pe_folder_name(self.pe, self.pe_options)
 
     @property
     def task(self) -> str:
@@ -70,7 +89,7 @@ class Run:
     @property
     def in_layout(self) -> bool:
         """Whether the folder sits at ``<task folder>/<pe>/seed<k>`` as ``probe train`` puts it."""
-        return self.path.name == f"seed{self.seed}" and self.path.parent.name == self.pe
+        return self.path.name == f"seed{self.seed}" and self.path.parent.name == self.pe_name
 
     @property
     def task_folder(self) -> str:
@@ -83,7 +102,7 @@ class Run:
     @property
     def label(self) -> str:
         """``scan+split=paper/nope/seed0``; a run outside the layout adds its folder's name."""
-        label = f"{self.task_folder}/{self.pe}/seed{self.seed}"
+        label = f"{self.task_folder}/{self.pe_name}/seed{self.seed}"
         return label if self.in_layout else f"{label} ({self.path.name})"
 
 
@@ -114,21 +133,25 @@ def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict
     """A PE name (resolved under ``root`` for ``task`` and ``seed``) or a run folder."""
     from probe.models.registry import PE_KINDS
 
+    from probe.models.registry import split_pe_name
+
     path = Path(name)
     if (path / CONFIG).is_file():
         return path
-    if name in PE_KINDS:
-        candidate = run_dir(root, task, name, seed, options)
+    if name.split("+")[0] in PE_KINDS:
+        pe, pe_options = split_pe_name(name)
+        candidate = run_dir(root, task, pe, seed, options, pe_options)
         if (candidate / CONFIG).is_file():
             return candidate
         raise ProbeError(
             f"no {name} checkpoint for task {task_folder_name(task, options)} seed {seed} under {root} "
-            f"(make it with: {train_command(task, options, root, pe=name, seed=seed)})"
+            f"(make it with: {train_command(task, options, root, pe=pe, seed=seed, pe_options=pe_options)})"
         )
     raise ProbeError(f"{name!r} is neither a positional encoding ({', '.join(PE_KINDS)}) nor a run folder")
 
 
-def train_command(task: str, options: dict[str, Any] | None, root: str | Path, pe: str | None = None, seed: int | None = None) -> str:
+def train_command(task: str, options: dict[str, Any] | None, root: str | Path, pe: str | None = None,
+                  seed: int | None = None, pe_options: dict[str, Any] | None = None) -> str:
     """The `probe train` command line that makes the runs described."""
     parts = ["probe train", f"--task {task}"]
     for key, value in sorted((options or {}).items()):
@@ -137,6 +160,8 @@ def train_command(task: str, options: dict[str, Any] | None, root: str | Path, p
         parts.append(f"--scratchpad {value}" if key == "scratchpad" else f"-o {key}={value}")
     if pe:
         parts.append(f"--pe {pe}")
+    for key, value in sorted((pe_options or {}).items()):
+        parts.append(f"-p {key}={format_option(value)}")
     if seed is not None:
         parts.append(f"--seed {seed}")
     if Path(root) != DEFAULT_CHECKPOINTS:

@@ -117,8 +117,7 @@ def train_keys() -> tuple[str, ...]:
 def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
     a mistake stops the sweep before any run starts."""
-    from probe.models.config import resolve_config
-    from probe.models.registry import PE_KINDS
+    from probe.models.registry import PAPER_PES, PE_KINDS
     from probe.tasks import SCRATCHPAD_TASKS, TASKS, get as get_task
     from probe.tasks.scratchpad import parse_format
     from probe.train import TrainConfig
@@ -140,7 +139,7 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
         for key in (*train_fields, *EVAL_KEYS):
             if isinstance(spec.get(key), list):
                 raise ProbeError(f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)")
-        tasks, pes, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("pe", list(PE_KINDS))), _listed(spec.get("seed", 0))
+        tasks, pes, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("pe", list(PAPER_PES))), _listed(spec.get("seed", 0))
         scratchpads = _listed(spec.get("scratchpad", "none"))
         for task in tasks:
             if task not in TASKS:
@@ -174,8 +173,8 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
                     config = TrainConfig(task=task, pe=pe, seed=seed, task_options=options, **train)
                 except TypeError as error:
                     raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
-                resolve_config(pe, vocab_size=8, preset=config.preset, seed=seed, dropout=config.dropout, **config.model)
-                run = SweepRun(config, run_dir(root, task, pe, seed, options),
+                config.model_config(vocab_size=8)
+                run = SweepRun(config, run_dir(root, task, pe, seed, options, config.pe_options),
                                spec.get("eval_n"), spec.get("eval_valid", 500))
                 earlier = runs.get(run.path)
                 if earlier is not None and earlier.config != config:

@@ -276,7 +276,8 @@ def match_t5(source: PETransformer, layer: int = 0, head: int = 0, max_length: i
     dtype = parse_dtype(dtype)
     target, content = t5_head_target(source, layer, head, max_length, dtype)
     with torch.no_grad():
-        bias = target.pe.bias(0, max_length, max_length, 0, torch.device("cpu"))[0].double()  # [query, key]
+        target.pe.begin_forward(torch.arange(max_length))
+        bias = target.pe.bias(0, max_length, max_length)[0].double()  # [query, key]
     nope = bias_match_model(content, bias.numpy(), seed, dtype)
     size = bias.tril().abs().max().item()
     return Match(f"{name} layer {layer} head {head}", target, nope, max_length,

@@ -25,7 +25,8 @@ from probe.errors import ProbeError
 from probe.files import append_line, atomic_write, atomic_write_text
 from probe.locks import run_lock
 from probe.models.checkpoint import CONFIG, read_checkpoint_config, save_checkpoint
-from probe.models.config import PRESETS, resolve_config
+from probe.models.config import PRESETS, ModelConfig, resolve_config
+from probe.models.registry import parse_pe_options
 from probe.models.transformer import PETransformer
 from probe.tasks import Tokenizer, get as get_task
 
@@ -53,6 +54,7 @@ class TrainConfig:
     seed: int = 0
     preset: str = "tiny"
     task_options: dict[str, Any] = field(default_factory=dict)
+    pe_options: dict[str, Any] = field(default_factory=dict)  # as given (-p); the preset's defaults fill the rest
     steps: int | None = None
     lr: float | None = None
     dropout: float | None = None
@@ -79,9 +81,16 @@ class TrainConfig:
             raise ProbeError(f"--batch-size must be positive, got {self.batch_size}")
         if self.steps < 1:
             raise ProbeError(f"--steps must be at least 1, got {self.steps}")
+        self.pe_options = parse_pe_options(self.pe, self.pe_options)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The model this run trains: the preset, ``-m`` overrides and the PE's options (ProbeError
+        naming a field or option that does not exist or does not fit)."""
+        return resolve_config(self.pe, vocab_size=vocab_size, preset=self.preset, seed=self.seed, dropout=self.dropout,
+                              pe_options=self.pe_options, **self.model)
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -155,9 +164,7 @@ class Trainer:
         self.device = device
         self.task = get_task(config.task, **config.task_options)
         self.tokenizer = Tokenizer.for_task(self.task)
-        model_config = resolve_config(config.pe, vocab_size=len(self.tokenizer), preset=config.preset,
-                                      seed=config.seed, dropout=config.dropout, **config.model)
-        self.model = PETransformer(model_config, device=device)
+        self.model = PETransformer(config.model_config(len(self.tokenizer)), device=device)
         self.tokenizer.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]

@@ -14,7 +14,7 @@ from probe.models import build_model, load_checkpoint, save_checkpoint
 
 @pytest.mark.parametrize("pe", probe.PE_KINDS)
 def test_round_trip_is_bit_identical(pe, tmp_path):
-    model = build_model(pe, vocab_size=19, seed=2, t5_shared=pe != "t5")
+    model = build_model(pe, vocab_size=19, seed=2, pe_options={"shared": False} if pe == "t5" else {})
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * torch.randn_like(p))

@@ -11,6 +11,7 @@ import torch
 import probe
 from probe.errors import ProbeError
 from probe.models import alibi_slopes, build_model, sinusoidal_embedding, t5_relative_bucket
+from probe.models.registry import PAPER_PES
 
 VOCAB = 23
 
@@ -19,7 +20,7 @@ PAPER_BUCKETS = [0, 1, 2, 3, 3, 4, 4, 4, 4, 4]
 
 
 def test_pe_kinds_are_the_papers_five():
-    assert probe.PE_KINDS == ("nope", "ape", "t5", "alibi", "rotary")
+    assert PAPER_PES == ("nope", "ape", "t5", "alibi", "rotary")
 
 
 @pytest.mark.parametrize("pe", probe.PE_KINDS)
@@ -103,8 +104,7 @@ def test_shift_invariance_of_relative_encodings(pe, invariant):
     shifted = torch.cat([torch.randint(0, VOCAB, (1, 13)), block], dim=1)
     a = _layer0_scores(model, block)
     b = _layer0_scores(model, shifted)[:, 13:, 13:]
-    # 1e-5: TransformerLens keeps the rotary sin/cos tables in float32 even in a float64 model.
-    close = torch.allclose(a, b, atol=1e-5)
+    close = torch.allclose(a, b, atol=1e-9)  # a float64 model rotates with float64 angles
     assert close == invariant
     if not invariant:
         lower = torch.tril(torch.ones(10, 10, dtype=torch.bool))
@@ -112,16 +112,36 @@ def test_shift_invariance_of_relative_encodings(pe, invariant):
 
 
 def test_rotary_dot_product_depends_on_distance_only():
-    model = build_model("rotary", vocab_size=VOCAB, rotary_dim=16).double()
-    attn = model.blocks[0].attn
+    model = build_model("rotary", vocab_size=VOCAB, pe_options={"fraction": 0.5}).double()
     torch.manual_seed(0)
     q = torch.randn(1, 1, 1, model.cfg.d_head, dtype=torch.float64).expand(1, 40, 1, -1)
     k = torch.randn(1, 1, 1, model.cfg.d_head, dtype=torch.float64).expand(1, 40, 1, -1)
-    rq, rk = attn.apply_rotary(q.contiguous()), attn.apply_rotary(k.contiguous())
+    model.pe.begin_forward(torch.arange(40))
+    rq, rk = model.pe.rotate(0, q.contiguous(), 0), model.pe.rotate(0, k.contiguous(), 0)
     dots = torch.einsum("d,id->i", rq[0, 30, 0], rk[0, :, 0])  # query at 30, keys 0..39
     dots_later = torch.einsum("d,id->i", rq[0, 35, 0], rk[0, :, 0])
     assert torch.allclose(dots[:31], dots_later[5:36], atol=1e-10)
     assert not torch.allclose(dots[:31], dots[5:36], atol=1e-3)
+
+
+@pytest.mark.parametrize("fraction, base", [(1.0, 10000.0), (0.25, 10000.0), (0.5, 500.0)])
+def test_rotary_matches_transformers_partial_rotary(fraction, base):
+    """Oracle: transformers' GPT-NeoX rotation (``apply_rotary_pos_emb`` with its inverse frequencies
+    1 / base^(2j/r) on the first r = fraction x d_head dimensions), in float64."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+
+    model = build_model("rotary", vocab_size=VOCAB, pe_options={"fraction": fraction, "base": base}).double()
+    d_head, r = model.cfg.d_head, round(fraction * model.cfg.d_head)
+    torch.manual_seed(1)
+    q, k = torch.randn(2, 2, 17, 4, d_head, dtype=torch.float64)  # [batch, pos, head, d_head]
+    positions = torch.arange(17)
+    model.pe.begin_forward(positions)
+    inv_freq = 1.0 / base ** (torch.arange(0, r, 2, dtype=torch.float64) / r)
+    freqs = positions.double()[:, None] * inv_freq[None]
+    emb = torch.cat([freqs, freqs], dim=-1)[None]  # [1, pos, r]
+    expected_q, expected_k = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), emb.cos(), emb.sin())
+    assert torch.allclose(model.pe.rotate(0, q, 0), expected_q.transpose(1, 2), atol=1e-12, rtol=0)
+    assert torch.allclose(model.pe.rotate(0, k, 0), expected_k.transpose(1, 2), atol=1e-12, rtol=0)
 
 
 def test_nope_one_layer_last_position_is_permutation_invariant():
@@ -161,7 +181,7 @@ def test_fast_path_equals_hooked_path(pe):
     for fast in (True, False):
         model.zero_grad()
         model.set_fast_attention(fast)
-        assert model.blocks[0].attn.uses_fast_path() == fast
+        assert model.blocks[0].attn.uses_fast_path() == (fast and not model.pe.scores_term)  # CoPE: always explicit
         logits = model(tokens)
         logits.pow(2).mean().backward()
         results.append((logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
@@ -213,7 +233,7 @@ def test_t5_table_is_shared_or_per_layer():
     assert shared.pe.relative_attention_bias.shape == (1, 32, shared.cfg.n_heads)
     _, cache = shared.run_with_cache(torch.randint(0, VOCAB, (1, 8)))
     assert torch.equal(cache["blocks.0.attn.hook_pos_bias"], cache["blocks.2.attn.hook_pos_bias"])
-    per_layer = build_model("t5", vocab_size=VOCAB, n_layers=3, t5_shared=False)
+    per_layer = build_model("t5", vocab_size=VOCAB, n_layers=3, pe_options={"shared": False})
     assert per_layer.pe.relative_attention_bias.shape == (3, 32, per_layer.cfg.n_heads)
 
 

@@ -63,6 +63,12 @@ def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (
                              "data: SCAN, copy, reverse); the same as -o split=NAME")
 
 
+def add_pe_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """Repeatable ``-p KEY=VALUE``: an option of the positional encoding (see `probe pes`)."""
+    parser.add_argument("-p", "--pe-option", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"option of the positional encoding {what}, e.g. -p base=500 (see `probe pes`)")
+
+
 class _SplitOption(argparse.Action):
     """``--split NAME`` is ``-o split=NAME``: one list of task options, whichever way they came."""
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
+                                   parse_options, print_json)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
     parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
     add_task_options(parser, "of the runs to evaluate (as given to `probe train`)")
+    add_pe_options(parser, "applied at inference to every run evaluated, e.g. RoPE scaling: -p scaling=yarn "
+                   "-p factor=4 -p original_length=50 (results go to eval+<options>.json)")
     parser.add_argument("--n", type=int, help="test examples (default: the whole test split of the task)")
     parser.add_argument("--valid", type=int, default=500, metavar="N", help="IID held-out examples (default 500)")
     parser.add_argument("--batch-size", type=int, default=256)
@@ -35,9 +38,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.errors import ProbeError
-    from probe.evaluation import evaluate_run, mean_ranks, mean_reciprocal_ranks
+    from probe.evaluation import eval_file, evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.locks import say_waiting
-    from probe.models.registry import PE_LABELS
+    from probe.models.registry import PE_LABELS, parse_pe_options
     from probe.plots import accuracy_by_length, write_figure
     from probe.runs import Run, beside, find_runs, task_folder_name
     from probe.models.checkpoint import read_checkpoint_config
@@ -58,12 +61,16 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             tasks = ", ".join(task_folder_name(t, options) for t in args.task or ["scan"])
             raise ProbeError(f"no runs of {tasks} under {args.checkpoints}; train them first with `probe train`")
+    at_inference = parse_options(args.pe_option, None)
+    for r in runs:  # every run must take the options before any is evaluated
+        parse_pe_options(r.pe, at_inference)
     reports = []
     with out.status("evaluating") as status:
         for r in runs:
             status.update(f"evaluating {r.label}")
             reports.append(evaluate_run(r, n_test=args.n, n_valid=args.valid, device=device, batch_size=args.batch_size,
-                                        wait=args.wait, on_wait=lambda holder, r=r: say_waiting(r.path, holder)))
+                                        wait=args.wait, on_wait=lambda holder, r=r: say_waiting(r.path, holder),
+                                        pe_options=at_inference))
 
     table = Table(title="probe eval: exact match (greedy)")
     for column in ("run", "IID (seen lengths)", "OOD (unseen lengths)", "buckets"):
@@ -82,13 +89,14 @@ def run(args: argparse.Namespace) -> int:
         runs_of.setdefault(report["task_folder"], []).append(run)
     figures = []
     for task_folder, task_reports in by_task.items():
-        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})", "pe": r["pe"], "dashed": r["seed"] != 0,
+        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})" + _options(r), "pe": r["pe"], "dashed": r["seed"] != 0,
                    "lengths": [b["length"] for b in r["buckets"]], "accuracy": [b["accuracy"] for b in r["buckets"]]}
                   for r in task_reports]
         seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
         figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length")
         target = Path(args.out) if args.out else beside(runs_of[task_folder])
-        figures += [str(p) for p in write_figure(figure, target / "eval_accuracy")]
+        figures += [str(p) for p in write_figure(figure, target / eval_file(at_inference).replace("eval", "eval_accuracy", 1)
+                                                 .removesuffix(".json"))]
     ranks = mean_ranks(reports)
     reciprocal = mean_reciprocal_ranks(reports)
     if ranks:
@@ -103,3 +111,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"runs": reports, "mean_rank": ranks, "mean_reciprocal_rank": reciprocal, "figures": figures})
     return 0
+
+
+def _options(report: dict) -> str:
+    """`` [scaling=yarn factor=4]``: the PE options a report applied at inference, for a legend."""
+    from probe.models.positional import format_option
+
+    given = report.get("pe_options_at_inference") or {}
+    return f" [{' '.join(f'{k}={format_option(v)}' for k, v in sorted(given.items()))}]" if given else ""

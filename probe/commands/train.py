@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_task_options, parse_options, add_checkpoints, add_device, add_json, console, print_json
+from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
+                                   parse_options, print_json)
 from probe.errors import ProbeError
 
 
@@ -16,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the same settings; otherwise one line says which differ), interrupted ones resume from their last state.",
     )
     parser.add_argument("--task", default="scan", help="task name (see `probe tasks`; default scan)")
-    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default all)")
+    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default: the paper's five; "
+                        "see `probe pes`)")
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
     parser.add_argument("--preset", default="tiny", help="model size: tiny, small or base (default tiny)")
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
@@ -25,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dropout", type=float, help="dropout while training (default: the preset's recipe)")
     parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
                         help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
+    add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
     add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
@@ -39,9 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
-    from probe.models.registry import PE_KINDS
+    from probe.models.registry import PAPER_PES, PE_KINDS
 
-    pes = args.pe or list(PE_KINDS)
+    pes = args.pe or list(PAPER_PES)
     seeds = args.seed or [0]
     unknown = [pe for pe in pes if pe not in PE_KINDS]
     if unknown:
@@ -61,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
-    from probe.models.config import resolve_config
     from probe.runs import run_dir
     from probe.locks import check_free, say_waiting
     from probe.parallel import RunFailure, default_jobs, train_parallel
@@ -71,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     task_options = parse_options(args.option, args.scratchpad, tasks=[args.task])  # checked before any run
     model = parse_options(args.model, None)
+    pe_options = parse_options(args.pe_option, None)
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
-                           steps=args.steps, lr=args.lr, batch_size=args.batch_size, dropout=args.dropout,
-                           model=model, checkpoint_every=args.checkpoint_every) for pe, seed in runs]
-    for config in configs:  # a misspelt model field gets its line before any run starts
-        resolve_config(config.pe, vocab_size=1, preset=config.preset, **config.model)
-    paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options) for c in configs]
+                           pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every) for pe, seed in runs]
+    for config in configs:  # a misspelt model field or PE option gets its line before any run starts
+        config.model_config(vocab_size=1)
+    paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
     jobs = args.jobs or default_jobs(len(configs), device.type)
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"),
                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     with Progress(*columns, console=out, transient=False) as progress:
-        bars = {str(path): progress.add_task(f"{path.parent.parent.name}/{c.pe}/seed{c.seed}", total=c.steps,
+        bars = {str(path): progress.add_task(label(path), total=c.steps,
                                              loss="-", speed="-", start=False)
                 for c, path in zip(configs, paths)}
 

@@ -11,8 +11,7 @@ import math
 
 import torch
 
-from probe.models.config import ModelConfig
-from probe.models.positional import PositionalEncoding, relative_positions
+from probe.models.positional import PositionalEncoding
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -36,21 +35,22 @@ class ALiBi(PositionalEncoding):
     label = "ALiBi"
     color = "#ff7f0e"
     figure_rank = 2
+    in_paper = True
     adds_bias = True
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config):
         super().__init__(config)
         self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)  # float64: exact
-
         self._memo: dict[tuple, torch.Tensor] = {}
 
-    def begin_forward(self) -> None:
+    def begin_forward(self, positions: torch.Tensor) -> None:
+        super().begin_forward(positions)
         self._memo.clear()
 
-    def bias(self, layer: int, query_len: int, key_len: int, offset: int, device: torch.device) -> torch.Tensor:
+    def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
         """Computed once per forward pass (in float64, so slope x distance is exact) for all layers."""
-        key = (query_len, key_len, offset, device)
+        key = (query_len, key_len)
         if key not in self._memo:
-            distance = relative_positions(query_len, key_len, offset, device)  # [query, key]
-            self._memo[key] = -self.slopes.to(device)[:, None, None] * distance[None]  # [head, query, key]
+            distance = self.distances(query_len, key_len)  # [query, key]
+            self._memo[key] = -self.slopes.to(distance.device)[:, None, None] * distance[None]  # [head, query, key]
         return self._memo[key]

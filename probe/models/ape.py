@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from probe.models.positional import PositionalEncoding
+from probe.models.positional import Option, PositionalEncoding
 
 
 def sinusoidal_embedding(positions: torch.Tensor, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -32,7 +32,10 @@ class SinusoidalAPE(PositionalEncoding):
     color = "#9467bd"
     relative = False
     figure_rank = 4
+    in_paper = True
     adds_embedding = True
+    options = {"base": Option(float, 10000.0, "omega_i = 1 / base^(2i/d)",
+                              check=lambda v, o, c: None if v > 1 else "must be above 1")}
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        return sinusoidal_embedding(positions, self.config.d_model, self.config.ape_base).to(dtype)
+        return sinusoidal_embedding(positions, self.config.d_model, self.option["base"]).to(dtype)

@@ -1,15 +1,18 @@
 """The attention layer every PE model uses: TransformerLens' ``Attention`` with the PE's own term.
 
 Same parameters (W_Q, W_K, W_V, W_O, ...), same hook points (``hook_q``, ``hook_k``, ``hook_v``,
-``hook_attn_scores``, ``hook_pattern``, ``hook_z``, ``hook_result``), plus ``hook_pos_bias``
-[head, query, key] for PEs that add a term to the logits (T5, ALiBi), so it can be read and
-patched. ``hook_attn_scores`` holds the logits after the bias and the causal mask, as in
-TransformerLens.
+``hook_attn_scores``, ``hook_pattern``, ``hook_z``, ``hook_result``), plus the PE's own:
+``hook_pos_bias`` [head, query, key] for PEs that add a term to the logits (T5, ALiBi),
+``hook_rot_q`` / ``hook_rot_k`` [batch, pos, head, d_head] for rotating ones, and
+``hook_pos_scores`` [batch, head, query, key] for a query-dependent term (CoPE), so each can be
+read and patched. ``hook_attn_scores`` holds the logits after the PE's terms and the causal mask,
+as in TransformerLens.
 
 Fast path: while nothing hooks ``hook_attn_scores`` or ``hook_pattern``, the layer runs
 ``torch.nn.functional.scaled_dot_product_attention`` with the bias as an additive mask (the
 flash kernel where there is no bias). Any hook on those points, which ``run_with_cache`` adds
-too, switches the layer back to the explicit path; both give the same result.
+too, switches the layer back to the explicit path; both give the same result. A PE with a
+query-dependent term (CoPE) always takes the explicit path.
 """
 
 from __future__ import annotations
@@ -44,12 +47,24 @@ class PEAttention(Attention):
     def __init__(self, cfg: HookedTransformerConfig, layer: int, pe: PositionalEncoding):
         super().__init__(cfg, "global", layer)
         object.__setattr__(self, "_pe", pe)  # shared with the model; not a submodule of this layer
+        for table in ("rotary_sin", "rotary_cos"):  # TransformerLens' rotary: the PE rotates instead
+            self._buffers.pop(table, None)
+        self.rotates = pe.rotates and pe.rotates_layer(layer)
+        if self.rotates:
+            self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
+            self.hook_rot_k = HookPoint()
+        else:
+            for name in ("hook_rot_q", "hook_rot_k"):
+                self._modules.pop(name, None)
         if pe.adds_bias:
             self.hook_pos_bias = HookPoint()  # [head, query, key]
+        if pe.scores_term:
+            self.hook_pos_scores = HookPoint()  # [batch, head, query, key]
 
     def uses_fast_path(self) -> bool:
         return (
             self.fast_path
+            and not self._pe.scores_term
             and not _hooked(self.hook_attn_scores)
             and not _hooked(self.hook_pattern)
             and not _global_hooks()
@@ -70,9 +85,9 @@ class PEAttention(Attention):
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.past_keys.size(1)
             k, v = past_kv_cache_entry.append(k, v)  # [batch, key, head, d_head]
-        if self._pe.rotates:
-            q = self.hook_rot_q(self.apply_rotary(q, offset))
-            k = self.hook_rot_k(self.apply_rotary(k, 0))
+        if self.rotates:
+            q = self.hook_rot_q(self._pe.rotate(self.layer_id, q, offset))
+            k = self.hook_rot_k(self._pe.rotate(self.layer_id, k, 0))
         query_len, key_len = q.size(1), k.size(1)
 
         mask = self._additive_mask(query_len, key_len, offset, q, attention_mask, additive_attention_mask)
@@ -91,7 +106,10 @@ class PEAttention(Attention):
             scores = self.calculate_attention_scores(q, k)  # [batch, head, query, key]
             if mask is None:
                 mask = self._causal_mask(query_len, key_len, offset, q.device, scores.dtype)
-            scores = self.hook_attn_scores(scores + mask)
+            scores = scores + mask
+            if self._pe.scores_term:
+                scores = scores + self.hook_pos_scores(self._pe.score_term(self.layer_id, q, scores))
+            scores = self.hook_attn_scores(scores)
             pattern = torch.softmax(scores, dim=-1)
             pattern = torch.nan_to_num(pattern, nan=0.0)  # rows with every key masked
             pattern = self.hook_pattern(pattern)  # [batch, head, query, key]
@@ -112,7 +130,7 @@ class PEAttention(Attention):
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         mask = self._causal_mask(query_len, key_len, offset, q.device, dtype)[None, None]
         if self._pe.adds_bias:
-            bias = self._pe.bias(self.layer_id, query_len, key_len, offset, q.device)  # [head, query, key]
+            bias = self._pe.bias(self.layer_id, query_len, key_len)  # [head, query, key]
             mask = mask + self.hook_pos_bias(bias).to(dtype)[None]
         if attention_mask is not None:  # [batch, key]: 0 marks padding keys
             keep = attention_mask.to(q.device).bool()[:, None, None, :]

@@ -80,9 +80,13 @@ def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
-def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu"):
+def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
+                    pe_options: dict[str, Any] | None = None):
     """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and, for a
-    trained run, its task's tokenizer on ``model.tokenizer`` (``Tokenizer.to_hf``)."""
+    trained run, its task's tokenizer on ``model.tokenizer`` (``Tokenizer.to_hf``).
+
+    ``pe_options`` changes PE options at inference (RoPE scaling on a model trained without it);
+    an option that would change the PE's weights is one line, not a silently different model."""
     from probe.models.transformer import PETransformer
 
     directory = Path(directory)
@@ -94,6 +98,12 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     if expected is not None and _sha256(weights) != expected:
         raise ProbeError(f"{weights} does not match its {CONFIG} (corrupt, or a save was interrupted)")
     model_config = ModelConfig.from_dict(config["model"])
+    if pe_options:
+        from probe.models.registry import parse_pe_options
+
+        given = parse_pe_options(model_config.pe, pe_options)
+        model_config = ModelConfig.from_dict({**model_config.to_dict(),
+                                              "pe_options": {**model_config.pe_options, **given}})
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as error:
@@ -103,6 +113,9 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:
         first = str(error).strip().splitlines()[0]
+        if pe_options:
+            raise ProbeError(f"{', '.join(pe_options)} would change the weights of {directory}'s PE; such options "
+                             "are set at training (probe train -p), not at inference") from None
         raise ProbeError(f"{weights} does not fit its config ({first})") from None
     model.metadata = config
     if "tokenizer" in config:  # trained runs: to_tokens, generate and test_prompt take strings

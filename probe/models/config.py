@@ -41,19 +41,15 @@ class ModelConfig:
     init: str = "t5"
     dropout: float = 0.0
     seed: int = 0
-    # T5 relative bias (Section B.2): B buckets, max distance D, one table shared by all layers.
-    t5_num_buckets: int = 32
-    t5_max_distance: int = 128
-    t5_shared: bool = True
-    # Rotary: rotary_dim=None rotates the whole head (the paper's code rotates d_head / 4).
-    rotary_dim: int | None = None
-    rotary_base: float = 10000.0
-    # Sinusoidal APE base (Eq. ape_sinusoidal: omega_i = 1 / base^(2i/d)).
-    ape_base: float = 10000.0
+    # The PE's options (its class's ``options``), every one resolved: `probe train -p key=value`.
+    pe_options: dict[str, Any] = field(default_factory=dict)
+    # Randomized positions (Ruoss et al. 2023), with any PE: a training pass's positions are a sorted
+    # random subset of 0 .. random_positions - 1, not 0 .. T - 1; 0 turns them off.
+    random_positions: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from probe.models.registry import check_kind  # the registry imports this module
+        from probe.models.registry import PE_CLASSES, check_kind  # the registry imports this module
 
         check_kind(self.pe)
         if self.d_vocab < 1:
@@ -62,19 +58,16 @@ class ModelConfig:
             raise ProbeError(f"unknown normalization {self.normalization!r}; choose 'RMS', 'LN' or None")
         if self.init not in ("t5", "gpt2"):
             raise ProbeError(f"unknown init {self.init!r}; choose 't5' or 'gpt2'")
-        rotary_dim = self.resolved_rotary_dim
-        if self.pe == "rotary" and (rotary_dim % 2 or not 0 < rotary_dim <= self.d_head):
-            raise ProbeError(f"rotary_dim must be even and in (0, d_head={self.d_head}], got {rotary_dim}")
-
-    @property
-    def resolved_rotary_dim(self) -> int:
-        return self.d_head if self.rotary_dim is None else self.rotary_dim
+        if not 0 <= self.random_positions <= self.n_ctx:
+            raise ProbeError(f"random_positions must be in 0 .. n_ctx={self.n_ctx}, got {self.random_positions}")
+        object.__setattr__(self, "pe_options", PE_CLASSES[self.pe].resolve_options(self.pe_options, self))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        data = _from_legacy_fields(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -82,12 +75,31 @@ class ModelConfig:
         return cls(**data)
 
 
+# Checkpoints written before PEs owned their options kept them as fields of ModelConfig.
+_LEGACY_FIELDS = {"t5_num_buckets": ("t5", "num_buckets"), "t5_max_distance": ("t5", "max_distance"),
+                  "t5_shared": ("t5", "shared"), "rotary_base": ("rotary", "base"), "ape_base": ("ape", "base")}
+
+
+def _from_legacy_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict from before ``pe_options``: its PE's fields moved there, other PEs' dropped."""
+    legacy = set(_LEGACY_FIELDS) | {"rotary_dim"}
+    if not legacy & set(data):
+        return data
+    options = dict(data.get("pe_options", {}))
+    for name, (pe, option) in _LEGACY_FIELDS.items():
+        if name in data and pe == data.get("pe"):
+            options[option] = data[name]
+    if data.get("pe") == "rotary" and data.get("rotary_dim") is not None:
+        options["fraction"] = data["rotary_dim"] / data.get("d_head", 32)
+    return {**{k: v for k, v in data.items() if k not in legacy}, "pe_options": options}
+
+
 # Sizes. `tiny` trains on a 2-core CPU in a minute or two; `base` is the paper's (Table
 # tab:hyperparam, HuggingFace "base": 12 layers, d_model 768, 12 heads, d_ff 3072).
 # Deviations of `base` from the released code, all TransformerLens-imposed or vocabulary-driven:
 # - word-level vocabulary instead of T5's 32K SentencePiece one (~85M weights, not ~107M);
 # - none in Rotary: like the released code, it rotates d_head / 4 = 16 of each head's dimensions
-#   (pass rotary_dim=64 for the usual whole-head RoPE);
+#   (``PE_DEFAULTS``; `-p fraction=1` rotates the whole head, the usual RoPE);
 # - dropout 0.1 is applied by the training loop through hooks on attention/MLP outputs.
 # `tiny` and `small` use TransformerLens' usual recipe (1/sqrt(d_head) logit scale, N(0, 0.8/sqrt(d))
 # weights, an untied unembedding): T5's tied, d_model^-0.5-scaled output assumes N(0, 1)
@@ -95,18 +107,23 @@ class ModelConfig:
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False),
     "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False),
-    "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1,
-                 rotary_dim=16),
+    "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
 }
+# A preset's defaults for a PE's options, under what the user gives (`-p`).
+PE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"base": {"rotary": {"fraction": 0.25}}}
 
 
-def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0, **overrides: Any) -> ModelConfig:
-    """The preset's fields, then the overrides: ``resolve_config("t5", vocab_size=40, n_layers=1)``."""
+def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0,
+                   pe_options: dict[str, Any] | None = None, **overrides: Any) -> ModelConfig:
+    """The preset's fields, then the overrides:
+    ``resolve_config("rotary", vocab_size=40, n_layers=1, pe_options={"base": 500})``."""
     if preset not in PRESETS:
         raise ProbeError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"pe", "d_vocab", "seed", "pe_options"}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise ProbeError(f"unknown model option(s): {', '.join(unknown)}")
-    values = {**PRESETS[preset], **overrides}
-    return ModelConfig(pe=pe, d_vocab=vocab_size, seed=seed, **values)
+        moved = [name for name in unknown if name in _LEGACY_FIELDS or name == "rotary_dim"]
+        hint = f" ({moved[0]} is an option of its PE now: see `probe pes`)" if moved else ""
+        raise ProbeError(f"unknown model option(s): {', '.join(unknown)}{hint}")
+    options = {**PE_DEFAULTS.get(preset, {}).get(pe, {}), **(pe_options or {})}
+    return ModelConfig(pe=pe, d_vocab=vocab_size, seed=seed, pe_options=options, **{**PRESETS[preset], **overrides})

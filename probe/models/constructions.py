@@ -249,9 +249,9 @@ def t5_head_target(source: PETransformer, layer: int, head: int, max_length: int
         content = Content(embed=embed.numpy(), W_Q=attn.W_Q[head].double().numpy(), W_K=attn.W_K[head].double().numpy(),
                           b_Q=attn.b_Q[head].double().numpy(), b_K=attn.b_K[head].double().numpy(),
                           scale=float(attn.attn_scale))
-        table = source.pe.relative_attention_bias[0 if c.t5_shared else layer, :, head]
-        target = _target("t5", content, max_length, c.seed, dtype, t5_num_buckets=c.t5_num_buckets,
-                         t5_max_distance=c.t5_max_distance)
+        table = source.pe.relative_attention_bias[0 if c.pe_options["shared"] else layer, :, head]
+        target = _target("t5", content, max_length, c.seed, dtype, pe_options={
+            "num_buckets": c.pe_options["num_buckets"], "max_distance": c.pe_options["max_distance"]})
         target.pe.relative_attention_bias[0, :, 0] = table
     return target, content
 

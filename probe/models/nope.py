@@ -14,3 +14,4 @@ class NoPE(PositionalEncoding):
     label = "NoPE"
     color = "#1f77b4"
     figure_rank = 0
+    in_paper = True

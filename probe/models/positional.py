@@ -2,53 +2,148 @@
 computing the dot product <q_t, k_i>, or of initialising the hidden state).
 
 A PE may add a vector to the token embeddings (APE), add a [head, query, key] term to the
-attention logits (T5, ALiBi), or rotate queries and keys (Rotary, applied by the attention
-layer). NoPE does none of these. One instance lives on the model as ``model.pe``.
+attention logits (T5, ALiBi), rotate queries and keys (Rotary), or add a term computed from the
+queries and the logits themselves (CoPE). NoPE does none of these. One
+instance lives on the model as ``model.pe``; the model hands it the positions of the tokens once
+per forward pass (``begin_forward``), and every layer asks it for its term at those positions.
+
+A PE declares its typed options (``options``: name -> :class:`Option`); they are part of a run's
+identity (``ModelConfig.pe_options``, the run folder ``<pe>+<option>=<value>``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
 import torch
 from torch import nn
 
-from probe.models.config import ModelConfig
+from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    from probe.models.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Option:
+    """One typed option of a PE: its default, what it means, and what values it takes.
+
+    ``check(value, options, config)`` returns a complaint (``"must be positive"``) or None; it sees
+    every option resolved and the model's config (d_head, n_heads ...).
+    """
+
+    type: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    check: Callable[[Any, dict[str, Any], "ModelConfig"], str | None] | None = None
+
+    def parse(self, value: Any) -> Any:
+        """A value from the command line ("4", "true") or a config file, as ``type``."""
+        if self.type is bool and isinstance(value, str):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"{value!r} is not true or false")
+            return value.lower() in ("true", "1", "yes")
+        if self.type is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if self.type is int and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, self.type) and not (self.type is int and isinstance(value, bool)):
+            return value
+        if isinstance(value, str):
+            return self.type(value)
+        raise ValueError(f"{value!r} is not a {self.type.__name__}")
+
+
+def format_option(value: Any) -> str:
+    """How an option value is written in a run folder's name: ``4``, ``0.25``, ``yarn``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
 
 
 class PositionalEncoding(nn.Module):
     """Base class: contributes nothing. Subclasses override what they add."""
 
-    kind: str = ""  # the name on the command line and in run folders
-    label: str = ""  # the name in tables and figures
-    color: str = "#7f7f7f"  # its colour in every figure
-    relative: bool = True  # attention scores invariant to shifting every position (APE's are not)
-    figure_rank: int = 99  # the paper's figures order PEs from most to least NoPE-like
-    adds_embedding: bool = False
-    adds_bias: bool = False
-    rotates: bool = False
+    kind: ClassVar[str] = ""  # the name on the command line and in run folders
+    label: ClassVar[str] = ""  # the name in tables and figures
+    color: ClassVar[str] = "#7f7f7f"  # its colour in every figure
+    relative: ClassVar[bool] = True  # attention scores invariant to shifting every position (APE's are not)
+    figure_rank: ClassVar[int] = 99  # the paper's figures order PEs from most to least NoPE-like
+    in_paper: ClassVar[bool] = False  # one of the paper's five: trained by default, in its figures
+    options: ClassVar[dict[str, Option]] = {}
+    adds_embedding: ClassVar[bool] = False  # hook_pos_embed [batch, pos, d_model]
+    adds_bias: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_bias [head, query, key]
+    rotates: ClassVar[bool] = False  # blocks.{l}.attn.hook_rot_q / hook_rot_k [batch, pos, head, d_head]
+    scores_term: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_scores [batch, head, query, key]
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: "ModelConfig"):
         super().__init__()
         self.config = config
+        self.option = dict(config.pe_options)  # resolved: every option with its value
+        self.positions = torch.arange(0)  # [key]: set by begin_forward
+
+    @classmethod
+    def resolve_options(cls, given: dict[str, Any], config: "ModelConfig") -> dict[str, Any]:
+        """Every option with its value: ``given`` parsed and checked, the defaults for the rest."""
+        unknown = sorted(set(given) - set(cls.options))
+        if unknown:
+            known = ", ".join(cls.options) if cls.options else "none"
+            raise ProbeError(f"unknown option {unknown[0]!r} of {cls.kind}; its options: {known}")
+        resolved = {}
+        for name, option in cls.options.items():
+            try:
+                value = option.parse(given[name]) if name in given else option.default
+            except (TypeError, ValueError) as error:
+                raise ProbeError(f"option {name} of {cls.kind}: {error}") from None
+            if option.choices is not None and value not in option.choices:
+                raise ProbeError(f"option {name} of {cls.kind} is {value!r}; choose one of "
+                                 f"{', '.join(map(format_option, option.choices))}")
+            resolved[name] = value
+        for name, option in cls.options.items():
+            complaint = option.check(resolved[name], resolved, config) if option.check else None
+            if complaint:
+                raise ProbeError(f"option {name}={format_option(resolved[name])} of {cls.kind} {complaint}")
+        return resolved
+
+    def initialise(self, generator: torch.Generator, init: str) -> None:
+        """Draw this PE's own parameters (after the model's, from the same generator)."""
+
+    def begin_forward(self, positions: torch.Tensor) -> None:
+        """Called once at the start of every forward pass with the [key] positions of every token
+        the layers will attend to (cached ones included); drops per-pass memos."""
+        self.positions = positions
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[pos, d_model] vectors added to the token embeddings at ``positions`` (0-based)."""
         raise NotImplementedError(f"{self.kind} adds no positional embedding")
 
-    def bias(self, layer: int, query_len: int, key_len: int, offset: int, device: torch.device) -> torch.Tensor:
-        """[head, query, key] term added to the attention logits.
-
-        Queries sit at positions ``offset .. offset + query_len - 1`` (``offset`` > 0 when keys and
-        values come from a cache); keys at ``0 .. key_len - 1``.
-        """
+    def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
+        """[head, query, key] term added to the attention logits of the last ``query_len`` of the
+        first ``key_len`` positions of this pass."""
         raise NotImplementedError(f"{self.kind} adds no attention bias")
 
-    def begin_forward(self) -> None:
-        """Called once at the start of every forward pass (drops per-pass memos)."""
+    def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Queries or keys [batch, pos, head, d_head] at this pass's positions ``start ..
+        start + pos - 1``, rotated."""
+        raise NotImplementedError(f"{self.kind} rotates nothing")
 
+    def score_term(self, layer: int, q: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """[batch, head, query, key] term added to the logits that depends on the queries [batch,
+        query, head, d_head] and on the masked logits ``scores`` [batch, head, query, key] (CoPE's
+        gates); such a layer always takes the explicit path."""
+        raise NotImplementedError(f"{self.kind} adds no query-dependent term")
 
-def relative_positions(query_len: int, key_len: int, offset: int, device: torch.device) -> torch.Tensor:
-    """[query, key] matrix of t - i (query position minus key position), clamped at 0 above the
-    diagonal, where the causal mask hides the keys anyway."""
-    query = torch.arange(offset, offset + query_len, device=device)[:, None]
-    key = torch.arange(key_len, device=device)[None, :]
-    return (query - key).clamp(min=0)
+    def rotates_layer(self, layer: int) -> bool:
+        """Whether ``rotate`` applies in ``layer`` (all layers, unless a PE says otherwise)."""
+        return self.rotates
+
+    def distances(self, query_len: int, key_len: int) -> torch.Tensor:
+        """[query, key] t - i of this pass's positions, clamped at 0 above the diagonal, where the
+        causal mask hides the keys anyway."""
+        keys = self.positions[:key_len]
+        queries = keys[key_len - query_len:]
+        return (queries[:, None] - keys[None, :]).clamp(min=0)

@@ -1,24 +1,29 @@
 """The positional encodings: every list of PE names, labels, colours and orders derives from here.
 
 A PE is one class (``probe/models/<pe>.py``) that declares its ``kind``, ``label``, ``color``,
-``relative`` and ``figure_rank``; registering it is one line in ``PE_CLASSES``.
+``relative``, ``figure_rank`` and typed ``options``; registering it is one line in ``PE_CLASSES``.
+A run of a PE with options lives in the folder ``<pe>+<option>=<value>...`` (``pe_folder_name``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from probe.errors import ProbeError
 from probe.models.alibi import ALiBi
 from probe.models.ape import SinusoidalAPE
 from probe.models.config import ModelConfig
+from probe.models.cope import CoPE
 from probe.models.nope import NoPE
-from probe.models.positional import PositionalEncoding
+from probe.models.positional import PositionalEncoding, format_option
 from probe.models.rotary import Rotary
 from probe.models.t5 import T5RelativeBias
 
 PE_CLASSES: dict[str, type[PositionalEncoding]] = {
-    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary)
+    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE)
 }
-PE_KINDS: tuple[str, ...] = tuple(PE_CLASSES)  # registry order: the CLI's default order of runs
+PE_KINDS: tuple[str, ...] = tuple(PE_CLASSES)  # registry order: the CLI's order of runs
+PAPER_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.in_paper)  # trained by default
 PE_LABELS: dict[str, str] = {kind: cls.label for kind, cls in PE_CLASSES.items()}
 PE_COLORS: dict[str, str] = {kind: cls.color for kind, cls in PE_CLASSES.items()}
 FIGURE_ORDER: tuple[str, ...] = tuple(sorted(PE_CLASSES, key=lambda kind: PE_CLASSES[kind].figure_rank))
@@ -29,6 +34,40 @@ def check_kind(pe: str) -> None:
     """One line naming the known PEs when ``pe`` is not one of them."""
     if pe not in PE_CLASSES:
         raise ProbeError(f"unknown positional encoding {pe!r}; choose one of {', '.join(PE_KINDS)}")
+
+
+def parse_pe_options(pe: str, given: dict[str, Any]) -> dict[str, Any]:
+    """``given`` (strings from the command line, or values) as the types ``pe``'s options declare;
+    one line for an option it does not have or a value that is not of its type."""
+    check_kind(pe)
+    options = PE_CLASSES[pe].options
+    parsed = {}
+    for name, value in given.items():
+        if name not in options:
+            known = ", ".join(options) if options else "none"
+            raise ProbeError(f"{pe} has no option {name!r}; its options: {known} (see `probe pes`)")
+        try:
+            parsed[name] = options[name].parse(value)
+        except (TypeError, ValueError) as error:
+            raise ProbeError(f"option {name} of {pe}: {error}") from None
+    return parsed
+
+
+def pe_folder_name(pe: str, options: dict[str, Any] | None = None) -> str:
+    """``rotary`` or, with options given, ``rotary+base=500+fraction=0.25`` (sorted by name)."""
+    return pe + "".join(f"+{name}={format_option(value)}" for name, value in sorted((options or {}).items()))
+
+
+def split_pe_name(name: str) -> tuple[str, dict[str, Any]]:
+    """``rotary+base=500`` -> (``rotary``, {``base``: 500.0}): a PE name as run folders write it."""
+    pe, *pairs = name.split("+")
+    given = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ProbeError(f"{name!r}: {pair!r} is not option=value")
+        given[key] = value
+    return pe, parse_pe_options(pe, given)
 
 
 def make_positional_encoding(config: ModelConfig) -> PositionalEncoding:

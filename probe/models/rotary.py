@@ -1,14 +1,88 @@
 """Rotary (Su et al. 2021; Appendix B.2, Eq. rotary): q_t and k_i rotated by t and i radians
 times per-pair frequencies, so <Rot(q_t, t), Rot(k_i, i)> depends on t - i only.
 
-The rotation itself is TransformerLens' (``AbstractAttention.apply_rotary``, GPT-NeoX pairing,
-base ``rotary_base``, the first ``rotary_dim`` dimensions of every head), with its hook points
-``hook_rot_q`` and ``hook_rot_k``; its tables grow on demand, so any length up to n_ctx runs.
+GPT-NeoX pairing (dimension j turns with j + r/2) on the first r = ``fraction`` x d_head
+dimensions of every head (the paper's released code rotates a quarter), frequencies
+theta_j = base^(-2j/r). The rotation is ours, not TransformerLens', and passes through
+``hook_rot_q`` / ``hook_rot_k``; for a float32 model it is bit-identical to TransformerLens'
+``apply_rotary``, which trained the checkpoints made before it. ``nope_every=k`` leaves every
+k-th layer unrotated (NoPE there), as long-context models that interleave RoPE and NoPE do.
+
+``scaling`` stretches RoPE past the length it was trained on (``original_length`` L), at
+training or, since it has no weights, at inference (``probe eval -p scaling=yarn -p factor=4``):
+``linear`` position interpolation (Chen et al. 2023: theta_j / s); ``ntk``, NTK-aware
+(bloc97 2023: base x s^(r/(r-2))); ``dynamic`` NTK (the same with s grown to
+s T / L - (s - 1) once a pass has T > L positions); ``yarn`` (Peng et al. 2023, Sec. 3.2-3.4:
+NTK-by-parts between beta_fast and beta_slow rotations over L, and the attention temperature
+sqrt(1/t) = 0.1 ln s + 1 on cos and sin); ``llama3`` (Meta's Llama 3.1: theta_j / s for
+wavelengths beyond L / low_freq_factor, unchanged below L / high_freq_factor, interpolated
+between). The cache holds unrotated keys, so dynamic scaling stays exact with it.
 """
 
 from __future__ import annotations
 
-from probe.models.positional import PositionalEncoding
+import math
+
+import torch
+
+from probe.models.positional import Option, PositionalEncoding
+
+
+def _check_fraction(fraction: float, options: dict, config) -> str | None:
+    dim = fraction * config.d_head
+    if not 0 < fraction <= 1 or dim != int(dim) or int(dim) % 2:
+        return f"must give an even number of each head's {config.d_head} dimensions"
+    return None
+
+
+SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
+
+
+def _check_scaling(scaling: str, options: dict, config) -> str | None:
+    if scaling == "none":
+        return None
+    if options["factor"] < 1:
+        return "needs factor >= 1"
+    if scaling in ("dynamic", "yarn", "llama3") and options["original_length"] < 1:
+        return "needs original_length, the length trained on (e.g. -p original_length=50)"
+    return None
+
+
+def yarn_ramp(inverse_frequencies: torch.Tensor, base: float, original_length: int, beta_fast: float,
+              beta_slow: float) -> torch.Tensor:
+    """[r / 2] gamma_j in [0, 1]: 1 keeps theta_j (pairs that turn more than beta_fast times over L),
+    0 interpolates it (fewer than beta_slow turns). YaRN's code ramps linearly over the pair index
+    between the pairs that turn exactly beta_fast and beta_slow times, rounded outwards (Peng et
+    al. 2023, Sec. 3.2 writes the ramp in the number of turns; its released code, which
+    ``transformers`` follows, in the index)."""
+    pairs = inverse_frequencies.numel()
+    r = 2 * pairs
+
+    def pair_turning(turns: float) -> float:  # the (fractional) pair index that turns `turns` times over L
+        return r * math.log(original_length / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(pair_turning(beta_fast)), 0)
+    high = min(math.ceil(pair_turning(beta_slow)), r - 1)
+    high = high + 0.001 if low == high else high
+    index = torch.arange(pairs, dtype=inverse_frequencies.dtype)
+    return 1 - ((index - low) / (high - low)).clamp(0, 1)
+
+
+def llama3_frequencies(inverse_frequencies: torch.Tensor, factor: float, original_length: int, low_freq_factor: float,
+                       high_freq_factor: float) -> torch.Tensor:
+    """[r / 2] Llama 3.1's frequencies: wavelengths 2 pi / theta_j longer than L / low_freq_factor are
+    interpolated (theta_j / s), shorter than L / high_freq_factor kept, and blended in between."""
+    wavelengths = 2 * math.pi / inverse_frequencies
+    smooth = ((original_length / wavelengths - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
+    blended = (1 - smooth) * inverse_frequencies / factor + smooth * inverse_frequencies
+    return torch.where(wavelengths > original_length / low_freq_factor, inverse_frequencies / factor,
+                       torch.where(wavelengths < original_length / high_freq_factor, inverse_frequencies, blended))
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """[..., r] -> [..., r]: (x1, x2) -> (-x2, x1) for the halves x1, x2 (GPT-NeoX pairing)."""
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
 
 
 class Rotary(PositionalEncoding):
@@ -16,4 +90,91 @@ class Rotary(PositionalEncoding):
     label = "Rotary"
     color = "#d62728"
     figure_rank = 3
+    in_paper = True
     rotates = True
+    options = {
+        "fraction": Option(float, 1.0, "share of each head's dimensions rotated (the paper's code: 0.25)",
+                           check=_check_fraction),
+        "base": Option(float, 10000.0, "theta_j = base^(-2j/r)", check=lambda v, o, c: None if v > 1 else "must be above 1"),
+        "nope_every": Option(int, 0, "leave every k-th layer unrotated (0: rotate every layer)",
+                             check=lambda v, o, c: None if v >= 0 else "must be 0 or more"),
+        "scaling": Option(str, "none", "stretch RoPE past original_length", choices=SCALINGS, check=_check_scaling),
+        "factor": Option(float, 1.0, "s: how far to stretch (scaling other than none)"),
+        "original_length": Option(int, 0, "L: the length trained on (dynamic, yarn, llama3)"),
+        "beta_fast": Option(float, 32.0, "yarn: pairs turning more often over L keep their frequency"),
+        "beta_slow": Option(float, 1.0, "yarn: pairs turning less often are interpolated"),
+        "attention_factor": Option(float, 0.0, "yarn: scale of cos and sin (0: 0.1 ln s + 1)",
+                                   check=lambda v, o, c: None if v >= 0 else "must be 0 or more"),
+        "low_freq_factor": Option(float, 1.0, "llama3: wavelengths beyond L / this are interpolated"),
+        "high_freq_factor": Option(float, 4.0, "llama3: wavelengths below L / this are kept",
+                                   check=lambda v, o, c: None if v > o["low_freq_factor"]
+                                   else "must exceed low_freq_factor"),
+    }
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.rotary_dim = round(self.option["fraction"] * config.d_head)
+        self._tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def begin_forward(self, positions: torch.Tensor) -> None:
+        super().begin_forward(positions)
+        self._tables.clear()
+
+    def periods(self, dtype: torch.dtype) -> torch.Tensor:
+        """[r / 2] 1 / theta_j = base^(2j/r), in TransformerLens' order of operations (so a float32
+        model's angles match its tables bit for bit)."""
+        half = torch.arange(self.rotary_dim // 2, dtype=dtype)
+        return self.option["base"] ** (half / (self.rotary_dim / 2))
+
+    def inverse_frequencies(self, dtype: torch.dtype, length: int) -> torch.Tensor:
+        """[r / 2] theta_j after ``scaling``, for a pass over ``length`` positions."""
+        o = self.option
+        base, factor, r = o["base"], o["factor"], self.rotary_dim
+        if o["scaling"] == "ntk" or (o["scaling"] == "dynamic" and length > o["original_length"]):
+            stretch = factor if o["scaling"] == "ntk" else factor * length / o["original_length"] - (factor - 1)
+            base = base * stretch ** (r / (r - 2))
+        theta = 1.0 / base ** (torch.arange(0, r, 2, dtype=dtype) / r)
+        if o["scaling"] == "linear":
+            return theta / factor
+        if o["scaling"] == "yarn":
+            keep = yarn_ramp(theta, base, o["original_length"], o["beta_fast"], o["beta_slow"])
+            return theta / factor * (1 - keep) + theta * keep
+        if o["scaling"] == "llama3":
+            return llama3_frequencies(theta, factor, o["original_length"], o["low_freq_factor"], o["high_freq_factor"])
+        return theta
+
+    def attention_factor(self) -> float:
+        """What cos and sin are multiplied by: YaRN's temperature, 1 otherwise."""
+        o = self.option
+        if o["scaling"] != "yarn":
+            return 1.0
+        return o["attention_factor"] or (0.1 * math.log(o["factor"]) + 1.0 if o["factor"] > 1 else 1.0)
+
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """[pos, r] the angle of every rotated dimension at ``positions``."""
+        if self.option["scaling"] == "none":  # TransformerLens' order of operations: t / base^(2j/r)
+            periods = self.periods(dtype).to(positions.device)  # [r / 2]
+            periods = torch.cat([periods, periods])  # [r]: dimension j and j + r/2 share one
+            return positions.to(dtype)[:, None] / periods[None, :]
+        theta = self.inverse_frequencies(dtype, positions.numel()).to(positions.device)  # [r / 2]
+        return positions.to(dtype)[:, None] * torch.cat([theta, theta])[None, :]
+
+    def _table(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) [key, r] at this pass's positions, computed once per pass."""
+        if dtype not in self._tables:
+            angles = self.angles(self.positions, dtype)
+            factor = self.attention_factor()
+            cos, sin = angles.cos(), angles.sin()
+            self._tables[dtype] = (cos, sin) if factor == 1.0 else (cos * factor, sin * factor)
+        return self._tables[dtype]
+
+    def rotates_layer(self, layer: int) -> bool:
+        every = self.option["nope_every"]
+        return not (every and (layer + 1) % every == 0)
+
+    def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
+        cos, sin = self._table(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        cos = cos[start:start + x.size(1), None, :]  # [pos, 1, r]
+        sin = sin[start:start + x.size(1), None, :]
+        rotated, passed = x[..., :self.rotary_dim], x[..., self.rotary_dim:]
+        return torch.cat([rotated * cos + rotate_half(rotated) * sin, passed], dim=-1)

@@ -2,7 +2,7 @@
 
 As in T5 (and the paper's released code), one table of B x n_heads learned scalars serves every
 layer: the bias is computed once per forward pass, in the first layer that asks, and reused by
-the others. ``t5_shared=False`` gives each layer a table of its own instead.
+the others. Option ``shared=false`` gives each layer a table of its own instead.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import math
 import torch
 from torch import nn
 
-from probe.models.config import ModelConfig
-from probe.models.positional import PositionalEncoding, relative_positions
+from probe.models.positional import Option, PositionalEncoding
 
 
 def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -38,28 +37,43 @@ class T5RelativeBias(PositionalEncoding):
     label = "T5's Relative Bias"
     color = "#2ca02c"
     figure_rank = 1
+    in_paper = True
     adds_bias = True
+    options = {
+        "num_buckets": Option(int, 32, "B: distance buckets (half exact, half log-spaced)",
+                              check=lambda v, o, c: None if v >= 2 else "must be at least 2"),
+        "max_distance": Option(int, 128, "D: distances from D on share the last bucket",
+                               check=lambda v, o, c: None if v >= 1 else "must be positive"),
+        "shared": Option(bool, True, "one table for every layer (T5), or one per layer"),
+    }
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config):
         super().__init__(config)
-        n_tables = 1 if config.t5_shared else config.n_layers
-        # [table, bucket, head]; T5 initialises this like its other weights, N(0, 1) scaled down.
-        self.relative_attention_bias = nn.Parameter(torch.zeros(n_tables, config.t5_num_buckets, config.n_heads))
+        n_tables = 1 if self.option["shared"] else config.n_layers
+        # [table, bucket, head]; drawn by the model's initialisation like its other weights
+        self.relative_attention_bias = nn.Parameter(torch.zeros(n_tables, self.option["num_buckets"], config.n_heads))
         self._memo: dict[tuple, torch.Tensor] = {}
 
-    def begin_forward(self) -> None:
+    def initialise(self, generator: torch.Generator, init: str) -> None:
+        """N(0, d_model^-1/2), T5's scale for it; TransformerLens' N(0, 0.8 / sqrt(d_model)) under gpt2."""
+        d = self.config.d_model
+        std = d**-0.5 if init == "t5" else 0.8 / math.sqrt(d)
+        table = self.relative_attention_bias
+        with torch.no_grad():
+            table.copy_(torch.randn(table.shape, generator=generator, dtype=table.dtype) * std)
+
+    def begin_forward(self, positions: torch.Tensor) -> None:
+        super().begin_forward(positions)
         self._memo.clear()
 
-    def buckets(self, query_len: int, key_len: int, offset: int, device: torch.device) -> torch.Tensor:
-        """[query, key] bucket indices."""
-        distance = relative_positions(query_len, key_len, offset, device)
-        return t5_relative_bucket(distance, self.config.t5_num_buckets, self.config.t5_max_distance)
+    def buckets(self, query_len: int, key_len: int) -> torch.Tensor:
+        """[query, key] bucket indices of this pass's positions."""
+        return t5_relative_bucket(self.distances(query_len, key_len), self.option["num_buckets"], self.option["max_distance"])
 
-    def bias(self, layer: int, query_len: int, key_len: int, offset: int, device: torch.device) -> torch.Tensor:
-        table = 0 if self.config.t5_shared else layer
-        key = (table, query_len, key_len, offset, device)
+    def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
+        table = 0 if self.option["shared"] else layer
+        key = (table, query_len, key_len)
         if key not in self._memo:
-            buckets = self.buckets(query_len, key_len, offset, device)  # [query, key]
-            values = self.relative_attention_bias[table][buckets]  # [query, key, head]
+            values = self.relative_attention_bias[table][self.buckets(query_len, key_len)]  # [query, key, head]
             self._memo[key] = values.permute(2, 0, 1)  # [head, query, key]
         return self._memo[key]

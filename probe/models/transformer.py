@@ -8,8 +8,9 @@ Q, K and V) and its attention a ``PEAttention``; APE's
 vectors pass through ``hook_pos_embed``; with ``tie_embeddings`` the unembedding is W_E^T applied
 to the final residual scaled by d_model^-0.5 (T5, and the paper's released code).
 
-Positions are absolute indices 0 .. T-1 of the token tensor: batch with right padding (causal
-attention never lets a real position see the padding after it).
+Positions are computed once per forward pass and handed to the PE: the indices 0 .. T-1 of the
+token tensor (cached tokens included), or ``model(tokens, positions=...)`` [T] to choose them.
+Batch with right padding (causal attention never lets a real position see the padding after it).
 """
 
 from __future__ import annotations
@@ -109,9 +110,8 @@ def hooked_config(config: ModelConfig) -> HookedTransformerConfig:
         d_vocab_out=config.d_vocab,
         act_fn=config.act_fn,
         normalization_type=config.normalization,
-        positional_embedding_type=config.pe,
-        rotary_dim=config.resolved_rotary_dim if config.pe == "rotary" else None,
-        rotary_base=config.rotary_base,
+        positional_embedding_type=config.pe,  # TransformerLens' rotary tables are dropped: the PE rotates
+        rotary_dim=round(config.pe_options["fraction"] * config.d_head) if config.pe == "rotary" else None,
         use_attn_scale=config.attn_scale,
         default_prepend_bos=False,
         init_weights=False,
@@ -129,6 +129,7 @@ class PETransformer(HookedTransformer):
             warnings.simplefilter("ignore", DeprecationWarning)
             super().__init__(hooked_config(config), move_to_device=False)
         self.config = config
+        self._given_positions: torch.Tensor | None = None
         if hasattr(self, "pos_embed"):
             del self.pos_embed  # TransformerLens' learned table: never part of our PEs
         if hasattr(self, "hook_pos_embed") and config.pe != "ape":
@@ -167,22 +168,23 @@ class PETransformer(HookedTransformer):
             "W_in": c.d_model**-0.5,
             "W_out": c.d_mlp**-0.5,
             "W_U": c.d_model**-0.5,
-            "relative_attention_bias": c.d_model**-0.5,
         }
         with torch.no_grad():
             for name, param in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
-                if leaf.startswith("b_") or leaf == "w":  # biases 0, norm gains 1: as constructed
+                if name.startswith("pe.") or leaf.startswith("b_") or leaf == "w":  # biases 0, gains 1
                     continue
                 std = t5.get(leaf, gpt2) if c.init == "t5" else gpt2
                 param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * std)
+            self.pe.initialise(generator, c.init)  # the PE's own parameters, drawn last
 
     # TransformerLens hands the embedding to get_residual; the PE decides what to add.
     def get_residual(self, embed, pos_offset, prepend_bos=None, attention_mask=None, tokens=None,
                      return_shortformer_pos_embed=True, device=None):
+        self.pe.begin_forward(self._positions(pos_offset + embed.size(1), self._given_positions))  # generate() starts here
         residual = embed
         if self.pe.adds_embedding:
-            positions = torch.arange(pos_offset, pos_offset + embed.size(1), device=embed.device)
+            positions = self.pe.positions[pos_offset:pos_offset + embed.size(1)]  # [pos]
             pos_embed = self.pe.embedding(positions, embed.dtype).expand(embed.size(0), -1, -1)
             residual = embed + self.hook_pos_embed(pos_embed)  # [batch, pos, d_model]
         return (residual, None) if return_shortformer_pos_embed else residual
@@ -190,19 +192,53 @@ class PETransformer(HookedTransformer):
     def move_model_modules_to_device(self):
         nn.Module.to(self, self.cfg.device)
 
-    def forward(self, input: Any, *args: Any, **kwargs: Any):  # type: ignore[override]
-        """TransformerLens' forward, after checking the length against ``n_ctx``."""
-        past = kwargs.get("past_kv_cache", args[9] if len(args) > 9 else None)
-        if isinstance(input, torch.Tensor):
-            new = input.shape[0] if input.dim() == 1 else input.shape[1]
+    def forward(self, input: Any, *args: Any, positions: torch.Tensor | None = None, **kwargs: Any):  # type: ignore[override]
+        """TransformerLens' forward, after checking the length against ``n_ctx``; ``positions``
+        [offset + T] (cached tokens first) replaces the default 0, 1, ... for this pass."""
+        if isinstance(input, torch.Tensor):  # tokens [batch, pos] or [pos], or a residual [batch, pos, d_model]
+            past = kwargs.get("past_kv_cache", args[9] if len(args) > 9 else None)
             offset = past[0].past_keys.size(1) if past is not None else 0
+            new = input.shape[0] if input.dim() == 1 else input.shape[1]
             if offset + new > self.cfg.n_ctx:
                 raise ProbeError(
                     f"sequence of {offset + new} positions is longer than this model's context "
                     f"(n_ctx={self.cfg.n_ctx}); rebuild it with n_ctx={offset + new} or more"
                 )
-        self.pe.begin_forward()
-        return super().forward(input, *args, **kwargs)
+            positions = self._positions(offset + new, positions)  # drawn once: get_residual reuses them
+            self.pe.begin_forward(positions)  # start_at_layer skips get_residual
+        self._given_positions = positions
+        try:
+            return super().forward(input, *args, **kwargs)
+        finally:
+            self._given_positions = None
+
+    def sample_positions(self, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """[length] positions for a sequence of ``length`` tokens: 0 .. length - 1, or with
+        ``random_positions`` = N a sorted random subset of 0 .. N - 1 (Ruoss et al. 2023, Sec. 3;
+        one draw for the whole batch, as their code does)."""
+        n = self.config.random_positions
+        if not n:
+            return torch.arange(length, device=self.embed.W_E.device)
+        if length > n:
+            raise ProbeError(f"a sequence of {length} tokens needs more than random_positions={n} positions")
+        return torch.randperm(n, generator=generator)[:length].sort().values.to(self.embed.W_E.device)
+
+    def _positions(self, length: int, given: torch.Tensor | None) -> torch.Tensor:
+        """[length] the positions of a pass over ``length`` tokens, cached ones included: ``given``,
+        else random ones while training with ``random_positions``, else 0 .. length - 1."""
+        device = self.embed.W_E.device
+        if given is None:
+            return self.sample_positions(length) if self.training else torch.arange(length, device=device)
+        if given.shape != (length,):
+            raise ProbeError(f"positions must give one per token, cached ones included ({length}); "
+                             f"got shape {tuple(given.shape)}")
+        return given.to(device)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):  # type: ignore[override]
+        """``nn.Module.load_state_dict``, reading checkpoints from before the PE rotated: those also
+        hold TransformerLens' rotary tables, which nothing uses now."""
+        state_dict = {k: v for k, v in state_dict.items() if not k.endswith((".attn.rotary_sin", ".attn.rotary_cos"))}
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def set_fast_attention(self, enabled: bool) -> None:
         """Allow (default) or forbid the scaled_dot_product_attention path in every layer."""
