@@ -37,19 +37,19 @@ def test_an_unknown_pe_is_one_line_naming_the_known_ones():
 
 @pytest.mark.parametrize("kind", PE_KINDS)
 def test_relative_pes_score_a_shifted_sequence_alike(kind):
-    """The declared ``relative`` flag against behaviour: the attention pattern of the last query over
-    a window of keys is unchanged when every position moves by 5 (a prefix of 5 tokens), exactly
-    for relative PEs (NoPE, T5, ALiBi, Rotary) and not for APE. Checked on layer 0, before any
-    content from the prefix can mix in (its queries and keys are per-token). The tolerance is float32's:
-    TransformerLens builds the rotary tables in float32 (2e-7 here), where APE moves scores by O(1)."""
+    """The declared ``relative`` flag against behaviour: the attention logits of the last query over
+    a window of keys are unchanged when every position moves by 600 (a prefix of 600 tokens: past
+    FIRE's threshold of 512), exactly for relative PEs and not for absolute ones (APE, learned, FIRE).
+    Checked on layer 0, before any content from the prefix can mix in (its queries and keys are
+    per-token), in float64, where absolute PEs move the logits by O(1)."""
     torch.manual_seed(0)
     model = probe.build_model(kind, vocab_size=12, preset="tiny", n_layers=1).double()
     window = torch.randint(4, 12, (1, 8))
-    shifted = torch.cat([torch.randint(4, 12, (1, 5)), window], dim=1)
+    shifted = torch.cat([torch.randint(4, 12, (1, 600)), window], dim=1)
 
     def logits_of_last_query(tokens: torch.Tensor) -> torch.Tensor:  # [head, key] over the window's keys
         _, cache = model.run_with_cache(tokens, names_filter="blocks.0.attn.hook_attn_scores")
         return cache["blocks.0.attn.hook_attn_scores"][0, :, -1, -8:]
 
-    same = torch.allclose(logits_of_last_query(window), logits_of_last_query(shifted), atol=1e-5)
+    same = torch.allclose(logits_of_last_query(window), logits_of_last_query(shifted), atol=1e-9)
     assert same == (kind in RELATIVE)

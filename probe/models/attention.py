@@ -87,7 +87,7 @@ class PEAttention(Attention):
             k, v = past_kv_cache_entry.append(k, v)  # [batch, key, head, d_head]
         if self.rotates:
             q = self.hook_rot_q(self._pe.rotate(self.layer_id, q, offset))
-            k = self.hook_rot_k(self._pe.rotate(self.layer_id, k, 0))
+            k = self.hook_rot_k(self._pe.rotate_keys(self.layer_id, k, 0))
         query_len, key_len = q.size(1), k.size(1)
 
         mask = self._additive_mask(query_len, key_len, offset, q, attention_mask, additive_attention_mask)

@@ -49,6 +49,8 @@ class CoPE(PositionalEncoding):
                        check=lambda v, o, c: None if v >= 2 else "must be at least 2"),
     }
 
+    examples = ({"npos": 4},)
+
     def __init__(self, config):
         super().__init__(config)
         # [layer, npos, d_head]: e[p] of every layer, shared by its heads; drawn in ``initialise``

@@ -74,7 +74,9 @@ class PositionalEncoding(nn.Module):
     relative: ClassVar[bool] = True  # attention scores invariant to shifting every position (APE's are not)
     figure_rank: ClassVar[int] = 99  # the paper's figures order PEs from most to least NoPE-like
     in_paper: ClassVar[bool] = False  # one of the paper's five: trained by default, in its figures
+    overhead_target: ClassVar[bool] = True  # a bias or rotation held to <= 1.10x NoPE's step (bench/pe_overhead.py)
     options: ClassVar[dict[str, Option]] = {}
+    examples: ClassVar[tuple[dict[str, Any], ...]] = ()  # option sets the contract tests check besides the defaults
     adds_embedding: ClassVar[bool] = False  # hook_pos_embed [batch, pos, d_model]
     adds_bias: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_bias [head, query, key]
     rotates: ClassVar[bool] = False  # blocks.{l}.attn.hook_rot_q / hook_rot_k [batch, pos, head, d_head]
@@ -127,15 +129,26 @@ class PositionalEncoding(nn.Module):
         raise NotImplementedError(f"{self.kind} adds no attention bias")
 
     def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Queries or keys [batch, pos, head, d_head] at this pass's positions ``start ..
-        start + pos - 1``, rotated."""
+        """Queries (and keys, unless ``rotate_keys`` says otherwise) [batch, pos, head, d_head] at
+        this pass's positions ``start .. start + pos - 1``, rotated."""
         raise NotImplementedError(f"{self.kind} rotates nothing")
+
+    def rotate_keys(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Keys [batch, pos, head, d_head] at this pass's positions ``start .. start + pos - 1``:
+        ``rotate`` unless a PE treats queries and keys differently (xPos scales them oppositely)."""
+        return self.rotate(layer, x, start)
 
     def score_term(self, layer: int, q: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """[batch, head, query, key] term added to the logits that depends on the queries [batch,
         query, head, d_head] and on the masked logits ``scores`` [batch, head, query, key] (CoPE's
         gates); such a layer always takes the explicit path."""
         raise NotImplementedError(f"{self.kind} adds no query-dependent term")
+
+    @property
+    def depends_on_length(self) -> bool:
+        """Whether a pass's length changes the encoding of every position in it (dynamic NTK): then
+        neither the KV cache nor a padded batch gives what a pass over the sequence alone gives."""
+        return False
 
     def rotates_layer(self, layer: int) -> bool:
         """Whether ``rotate`` applies in ``layer`` (all layers, unless a PE says otherwise)."""

@@ -14,13 +14,17 @@ from probe.models.alibi import ALiBi
 from probe.models.ape import SinusoidalAPE
 from probe.models.config import ModelConfig
 from probe.models.cope import CoPE
+from probe.models.fire import FIRE
+from probe.models.kerple import KERPLE
+from probe.models.learned import LearnedAPE
 from probe.models.nope import NoPE
 from probe.models.positional import PositionalEncoding, format_option
 from probe.models.rotary import Rotary
 from probe.models.t5 import T5RelativeBias
+from probe.models.xpos import XPos
 
 PE_CLASSES: dict[str, type[PositionalEncoding]] = {
-    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE)
+    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE)
 }
 PE_KINDS: tuple[str, ...] = tuple(PE_CLASSES)  # registry order: the CLI's order of runs
 PAPER_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.in_paper)  # trained by default

@@ -16,7 +16,8 @@ s T / L - (s - 1) once a pass has T > L positions); ``yarn`` (Peng et al. 2023, 
 NTK-by-parts between beta_fast and beta_slow rotations over L, and the attention temperature
 sqrt(1/t) = 0.1 ln s + 1 on cos and sin); ``llama3`` (Meta's Llama 3.1: theta_j / s for
 wavelengths beyond L / low_freq_factor, unchanged below L / high_freq_factor, interpolated
-between). The cache holds unrotated keys, so dynamic scaling stays exact with it.
+between). Dynamic NTK re-encodes every position as the pass grows, so decoding with the KV
+cache differs from a full forward pass past L (as in ``transformers``; ``depends_on_length``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class Rotary(PositionalEncoding):
                                    else "must exceed low_freq_factor"),
     }
 
+    examples = ({"fraction": 0.25}, {"nope_every": 2}, {"scaling": "yarn", "factor": 4.0, "original_length": 8},
+                {"scaling": "dynamic", "factor": 2.0, "original_length": 8}, {"scaling": "llama3", "factor": 8.0,
+                                                                               "original_length": 8})
+
     def __init__(self, config):
         super().__init__(config)
         self.rotary_dim = round(self.option["fraction"] * config.d_head)
@@ -167,6 +172,10 @@ class Rotary(PositionalEncoding):
             cos, sin = angles.cos(), angles.sin()
             self._tables[dtype] = (cos, sin) if factor == 1.0 else (cos * factor, sin * factor)
         return self._tables[dtype]
+
+    @property
+    def depends_on_length(self) -> bool:
+        return self.option["scaling"] == "dynamic"  # its frequencies follow the pass's length
 
     def rotates_layer(self, layer: int) -> bool:
         every = self.option["nope_every"]

@@ -46,6 +46,7 @@ class T5RelativeBias(PositionalEncoding):
                                check=lambda v, o, c: None if v >= 1 else "must be positive"),
         "shared": Option(bool, True, "one table for every layer (T5), or one per layer"),
     }
+    examples = ({"shared": False}, {"num_buckets": 8, "max_distance": 12})
 
     def __init__(self, config):
         super().__init__(config)

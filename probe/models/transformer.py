@@ -130,11 +130,12 @@ class PETransformer(HookedTransformer):
             super().__init__(hooked_config(config), move_to_device=False)
         self.config = config
         self._given_positions: torch.Tensor | None = None
+        self._in_forward = False  # get_residual outside forward: TransformerLens' generate
         if hasattr(self, "pos_embed"):
             del self.pos_embed  # TransformerLens' learned table: never part of our PEs
-        if hasattr(self, "hook_pos_embed") and config.pe != "ape":
-            del self.hook_pos_embed
         self.pe = make_positional_encoding(config)
+        if hasattr(self, "hook_pos_embed") and not self.pe.adds_embedding:
+            del self.hook_pos_embed
         self.embed = PEEmbed(self.cfg)
         self.blocks = nn.ModuleList(PEBlock(self.cfg, layer) for layer in range(config.n_layers))
         for layer, block in enumerate(self.blocks):
@@ -181,7 +182,9 @@ class PETransformer(HookedTransformer):
     # TransformerLens hands the embedding to get_residual; the PE decides what to add.
     def get_residual(self, embed, pos_offset, prepend_bos=None, attention_mask=None, tokens=None,
                      return_shortformer_pos_embed=True, device=None):
-        self.pe.begin_forward(self._positions(pos_offset + embed.size(1), self._given_positions))  # generate() starts here
+        if not self._in_forward:  # generate() starts here, with every token's embedding, cached ones too
+            pos_offset = 0
+        self.pe.begin_forward(self._positions(pos_offset + embed.size(1), self._given_positions))
         residual = embed
         if self.pe.adds_embedding:
             positions = self.pe.positions[pos_offset:pos_offset + embed.size(1)]  # [pos]
@@ -206,11 +209,11 @@ class PETransformer(HookedTransformer):
                 )
             positions = self._positions(offset + new, positions)  # drawn once: get_residual reuses them
             self.pe.begin_forward(positions)  # start_at_layer skips get_residual
-        self._given_positions = positions
+        self._given_positions, self._in_forward = positions, True
         try:
             return super().forward(input, *args, **kwargs)
         finally:
-            self._given_positions = None
+            self._given_positions, self._in_forward = None, False
 
     def sample_positions(self, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """[length] positions for a sequence of ``length`` tokens: 0 .. length - 1, or with
