@@ -54,9 +54,17 @@ class RunInfo:
     pe: str
     seed: int
     label: str
+    pe_options: Mapping[str, Any] = field(default_factory=dict)  # as given at training (-p)
+
+    @property
+    def pe_name(self) -> str:
+        """``rotary`` or ``rotary+base=500``: the PE with the options it was trained with."""
+        from probe.models.registry import pe_folder_name
+
+        return pe_folder_name(self.pe, dict(self.pe_options))
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "pe": self.pe, "seed": self.seed, "label": self.label}
+        return {"path": self.path, "pe": self.pe, "pe_options": dict(self.pe_options), "seed": self.seed, "label": self.label}
 
 
 def _run_path(run: str | Path | Run) -> Path:
@@ -64,8 +72,10 @@ def _run_path(run: str | Path | Run) -> Path:
 
 
 def _info(path: Path, config: Mapping[str, Any], label: str | None = None) -> RunInfo:
-    pe, seed = config["pe"], int(config.get("model", {}).get("seed", 0))
-    return RunInfo(str(path), pe, seed, label or (_pe_name(pe) + ("" if seed == 0 else f" (seed {seed})")))
+    run = Run(Path(path), dict(config))
+    given = run.pe_name[len(run.pe):]  # "+base=500" for PE options given at training
+    return RunInfo(str(path), run.pe, run.seed, label or (_pe_name(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
+                   run.pe_options)
 
 
 def _describe(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple[dict[str, Any], dict[str, Any], int]:

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _short(info) -> str:
-    return info.pe + ("" if info.seed == 0 else f"{info.seed}")
+    return info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
 
 
 def _ci(stats) -> str:
@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         out.print(bucket_table(report))
     if report.baseline is None and not args.no_baseline:
-        command = train_command(args.task, options, args.checkpoints, pe=report.a.pe, seed=1)
+        command = train_command(args.task, options, args.checkpoints, pe=report.a.pe, seed=1,
+                                pe_options=dict(report.a.pe_options))
         out.print(f"[dim]no other seed of {report.a.label} found, so no {report.a.label}' baseline "
                   f"(make one with: {command})[/dim]")
     skipped = sum(r.skipped for r in report.results)
