@@ -214,11 +214,16 @@ def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
 @contextlib.contextmanager
 def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tuple[subprocess.Popen, str, list]]:
     """`<probe> app --port P --checkpoints root` answering on a free port; yields (process, URL, the
-    server processes under it). Whatever still runs afterwards is killed, so a failing test leaks nothing."""
+    server processes under it). Whatever still runs afterwards is killed, so a failing test leaks nothing.
+
+    It starts as from a terminal, with SIGINT at its default, also when the test run itself ignores
+    SIGINT (a background job of a non-interactive shell does, and `probe app` keeps an ignored signal
+    ignored on purpose)."""
     port = free_port()
     with open(log, "w") as out:
         process = subprocess.Popen([*probe, "app", "--port", str(port), "--checkpoints", str(root)],
-                                   stdout=out, stderr=subprocess.STDOUT, **popen)
+                                   stdout=out, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
     server = []
     try:
         url = f"http://127.0.0.1:{port}"
