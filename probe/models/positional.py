@@ -89,22 +89,30 @@ class PositionalEncoding(nn.Module):
         self.positions = torch.arange(0)  # [key]: set by begin_forward
 
     @classmethod
-    def resolve_options(cls, given: dict[str, Any], config: "ModelConfig") -> dict[str, Any]:
-        """Every option with its value: ``given`` parsed and checked, the defaults for the rest."""
+    def parse_options(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """``given`` (strings from the command line, or values) as the types the options declare;
+        one line for an option this PE does not have or a value that is not of its type."""
         unknown = sorted(set(given) - set(cls.options))
         if unknown:
             known = ", ".join(cls.options) if cls.options else "none"
             raise ProbeError(f"unknown option {unknown[0]!r} of {cls.kind}; its options: {known}")
-        resolved = {}
-        for name, option in cls.options.items():
+        parsed = {}
+        for name, value in given.items():
             try:
-                value = option.parse(given[name]) if name in given else option.default
+                parsed[name] = cls.options[name].parse(value)
             except (TypeError, ValueError) as error:
                 raise ProbeError(f"option {name} of {cls.kind}: {error}") from None
+        return parsed
+
+    @classmethod
+    def resolve_options(cls, given: dict[str, Any], config: "ModelConfig") -> dict[str, Any]:
+        """Every option with its value: ``given`` parsed and checked, the defaults for the rest."""
+        resolved = {**{name: option.default for name, option in cls.options.items()}, **cls.parse_options(given)}
+        for name, option in cls.options.items():
+            value = resolved[name]
             if option.choices is not None and value not in option.choices:
                 raise ProbeError(f"option {name} of {cls.kind} is {value!r}; choose one of "
                                  f"{', '.join(map(format_option, option.choices))}")
-            resolved[name] = value
         for name, option in cls.options.items():
             complaint = option.check(resolved[name], resolved, config) if option.check else None
             if complaint:

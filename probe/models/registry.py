@@ -41,20 +41,9 @@ def check_kind(pe: str) -> None:
 
 
 def parse_pe_options(pe: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` (strings from the command line, or values) as the types ``pe``'s options declare;
-    one line for an option it does not have or a value that is not of its type."""
+    """``given`` as the types ``pe``'s options declare (:meth:`PositionalEncoding.parse_options`)."""
     check_kind(pe)
-    options = PE_CLASSES[pe].options
-    parsed = {}
-    for name, value in given.items():
-        if name not in options:
-            known = ", ".join(options) if options else "none"
-            raise ProbeError(f"{pe} has no option {name!r}; its options: {known} (see `probe pes`)")
-        try:
-            parsed[name] = options[name].parse(value)
-        except (TypeError, ValueError) as error:
-            raise ProbeError(f"option {name} of {pe}: {error}") from None
-    return parsed
+    return PE_CLASSES[pe].parse_options(given)
 
 
 def pe_folder_name(pe: str, options: dict[str, Any] | None = None) -> str:
