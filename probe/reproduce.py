@@ -114,10 +114,11 @@ def _by_pe(evals: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, Any]], folder: str,
-                  gap: float = 0.15, clear: float = 0.05) -> list[str]:
+                  gap: float = 0.15, clear: float = 0.05, tie: float = 0.01) -> list[str]:
     """Sentences naming where our OOD accuracy departs from the paper's by ``gap`` or more, and each
     pair of PEs that one side orders clearly (by ``clear`` or more) and the other reverses; pairs
-    both sides call close (NoPE ≈ T5 in the paper) are not an inversion."""
+    both sides call close (NoPE ≈ T5 in the paper) are not an inversion, and neither is a pair we
+    tie (within ``tie``: 0.0% against 0.04% orders nothing)."""
     pes = [pe for pe in paper if pe in ours and ours[pe]["ood"] is not None]
     notes = []
     for pe in pes:
@@ -128,7 +129,7 @@ def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, An
     for i, a in enumerate(pes):
         for b in pes[i + 1:]:
             mine, theirs = ours[a]["ood"] - ours[b]["ood"], paper[a]["ood"] - paper[b]["ood"]
-            if mine * theirs < 0 and max(abs(mine), abs(theirs)) >= clear:
+            if mine * theirs < 0 and abs(mine) >= tie and max(abs(mine), abs(theirs)) >= clear:
                 high, low = (a, b) if mine > 0 else (b, a)
                 notes.append(f"{folder}: we rank {high} above {low} ({100 * ours[high]['ood']:.1f}% vs "
                              f"{100 * ours[low]['ood']:.1f}% OOD); the paper ranks {low} above {high} "

@@ -113,3 +113,14 @@ def test_reproduction_page_without_a_report_says_how_to_make_one(tmp_path, monke
     at.run()
     at.switch_page("views/reproduction.py").run()
     assert not at.exception and "probe reproduce" in "\n".join(str(i.value) for i in at.info)
+
+
+def test_disagreements_name_gaps_and_inversions_but_not_our_ties():
+    from probe.reproduce import disagreements
+
+    paper = {"nope": {"ood": 0.80}, "rotary": {"ood": 0.28}, "ape": {"ood": 0.06}}
+    ours = {"nope": {"ood": 0.0}, "rotary": {"ood": 0.0004}, "ape": {"ood": 0.30}}
+    notes = disagreements(ours, paper, "scan")
+    assert any("nope reaches 0.0% OOD where the paper's reaches 80.0%" in note for note in notes)
+    assert any("we rank ape above rotary" in note for note in notes)  # 30% vs 0.04%: a real inversion
+    assert not any("we rank rotary above nope" in note for note in notes)  # 0.04% vs 0.0% is a tie
