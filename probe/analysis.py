@@ -10,6 +10,9 @@
   attended distance of every output query, pooled over layers, heads and examples, one
   histogram per run, arg-max and attention-weighted, with a bimodality coefficient.
 
+Runs of pretrained code models (task "code") read windows of held-out files at 1x and 2x their
+training context instead of length buckets: :mod:`probe.code_analysis`.
+
 Everything is deterministic given ``seed`` (examples, and the bootstrap resamples).
 """
 
@@ -86,15 +89,22 @@ def _describe(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple
 
 
 def check_comparable(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
-    """Same task (and options), same vocabulary, same depth: else one line saying which differs."""
-    task_a, tok_a, layers_a = _describe(config_a, a.path)
-    task_b, tok_b, layers_b = _describe(config_b, b.path)
-    if task_a != task_b:
-        raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) with "
-                         f"{b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
-                         "the runs were trained on different tasks")
-    if tok_a != tok_b:
-        raise ProbeError(f"cannot compare {a.label} with {b.label}: their vocabularies differ")
+    """Same task (and options), same vocabulary, same depth: else one line saying which differs.
+    Code runs: the same corpus, tokenizer and training context (``check_same_corpus``)."""
+    from probe.code_analysis import check_same_corpus, is_code_run
+
+    if is_code_run(config_a) or is_code_run(config_b):
+        check_same_corpus(a, config_a, b, config_b)
+        layers_a, layers_b = (int(config["model"]["n_layers"]) for config in (config_a, config_b))
+    else:
+        task_a, tok_a, layers_a = _describe(config_a, a.path)
+        task_b, tok_b, layers_b = _describe(config_b, b.path)
+        if task_a != task_b:
+            raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
+                             f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
+                             "the runs were trained on different tasks")
+        if tok_a != tok_b:
+            raise ProbeError(f"cannot compare {a.label} with {b.label}: their vocabularies differ")
     if layers_a != layers_b:
         raise ProbeError(f"cannot compare {a.label} ({layers_a} layers) with {b.label} ({layers_b} layers): "
                          "the layerwise distance needs models of the same depth")
@@ -311,8 +321,13 @@ def _distances(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Exampl
 
 
 def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: int, metric: str, seed: int,
-                    device: torch.device, batch_size: int, lengths: Lengths,
-                    timings: dict[str, float]) -> CompareResult:
+                    device: torch.device, batch_size: int, lengths: Lengths, timings: dict[str, float],
+                    multiples: Sequence[float] | None = None) -> CompareResult:
+    from probe.code_analysis import compare_windows, is_code_run
+
+    if is_code_run(model_a.metadata) or is_code_run(model_b.metadata):
+        return compare_windows(model_a, a, model_b, b, n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device,
+                               batch_size=batch_size, lengths=lengths, timings=timings, multiples=multiples)
     check_comparable(a, model_a.metadata, b, model_b.metadata)
     task, tokenizer = _task_of(model_a.metadata)
     n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
@@ -334,13 +349,14 @@ def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: i
 def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_bucket: int = 10,
                  metric: Metric = "jsd", seed: int = 0, device: str | torch.device = "cpu",
                  baseline: str | Path | Run | None = None, batch_size: int = 16,
-                 lengths: Lengths = "all") -> CompareResult:
+                 lengths: Lengths = "all", multiples: Sequence[float] | None = None) -> CompareResult:
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same examples for both.
 
     ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
     ``result.baseline`` holds D^(l)(A, baseline) on the same examples. Runs of different tasks,
     vocabularies or depth raise ProbeError. ``metric="reference-code"``: see
-    ``probe.metrics.layer_distances``. Distances are computed in float64.
+    ``probe.metrics.layer_distances``. Distances are computed in float64. Code runs: one bucket
+    per context size, ``multiples`` of the training context (default 1x, 2x; probe.code_analysis).
     """
     check_metric(metric)
     device = torch.device(device)
@@ -354,7 +370,7 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     model_b, b = _load(run_b, device)
     timings["load"] = time.perf_counter() - start
     options = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
-                   lengths=lengths)
+                   lengths=lengths, multiples=multiples)
     result = _compare_loaded(model_a, a, model_b, b, timings=timings, **options)
     if baseline is not None:
         del model_b
@@ -428,11 +444,12 @@ def _other_seed(path: Path, seed: int) -> Path | None:
 def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path = "checkpoints", task: str = "scan",
                    seed: int = 0, options: Mapping[str, Any] | None = None, n_per_bucket: int = 10,
                    metric: Metric = "jsd", device: str | torch.device = "cpu", baseline: bool = True,
-                   batch_size: int = 16, lengths: Lengths = "all", progress: Progress | None = None) -> CompareReport:
+                   batch_size: int = 16, lengths: Lengths = "all", multiples: Sequence[float] | None = None,
+                   progress: Progress | None = None) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under
     ``root``) or run folders; no B compares A with every other PE found. With ``baseline``, adds
     A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
-    (runs exist, same task and depth) before any model is loaded.
+    (runs exist, same task and depth) before any model is loaded. ``multiples``: see :func:`compare_runs`.
     """
     check_metric(metric)
     options = dict(options or {})
@@ -462,7 +479,7 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
     model_a, a = _load(path_a, device)
     timings["load"] = time.perf_counter() - start
     settings = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
-                    lengths=lengths, timings=timings)
+                    lengths=lengths, multiples=multiples, timings=timings)
     comparisons = []
     total = len(paths_b) + (path_base is not None)
     for path, info in zip(paths_b, infos_b):
@@ -582,19 +599,52 @@ def _distribution(grid: Tensor, normalization: str) -> tuple[Tensor, Tensor]:
     return distinct.cpu(), total.cpu()
 
 
+def _attended_stats(grid: Tensor, weighting: str, normalization: str, bins: int) -> AttendedStats:
+    """The distribution of d̄ held by a [query, key] weight grid: histogram, bimodality, mean."""
+    distinct, total = _distribution(grid, normalization)
+    return AttendedStats(weighting, histogram(distinct, total, bins=bins), float(bimodality_coefficient(distinct, total)),
+                         float((distinct * total).sum() / total.sum()), distinct, total)
+
+
+def _attended_buckets(model, info: RunInfo, *, n_per_bucket: int, weightings: Sequence[str], normalization: str,
+                      lengths: Lengths, bins: int, seed: int, device: torch.device, batch_size: int) -> AttendedResult:
+    """One task run's distribution over the output queries of its sampled length buckets."""
+    task, tokenizer = _task_of(model.metadata)
+    buckets, skipped = _fitting(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, model.cfg.n_ctx)
+    examples = [e for bucket in buckets for e in bucket.examples]
+    size = max(len(tokenizer.encode_example(e)[0]) for e in examples)
+    grids = {w: torch.zeros(size, size, dtype=torch.float64, device=device) for w in weightings}
+    for batch in collect_patterns(model, tokenizer, examples, batch_size=batch_size, device=device,
+                                  to_cpu=device.type == "cpu"):
+        starts, true_lengths = batch.output_start.to(device), batch.lengths.to(device)
+        width = batch.patterns.shape[-1]
+        for w in weightings:
+            grids[w][:width, :width] += _query_key_weights(batch.patterns, starts, true_lengths, w)
+    stats = {w: _attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
+    n_queries = sum(len(tokenizer.encode_example(e)[0]) - tokenizer.encode_example(e)[1] for e in examples)
+    n_queries *= model.cfg.n_layers * model.cfg.n_heads
+    return AttendedResult(info, task.name, dict(task.options), len(examples), n_queries, skipped,
+                          [b.length for b in buckets], stats)
+
+
 def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: int = 10,
                              weighting: Weighting | Sequence[Weighting] = ("argmax", "attention"),
-                             normalization: Normalization = "text", lengths: Lengths = "unseen", bins: int = 20,
+                             normalization: Normalization = "text", lengths: Lengths | None = None, bins: int = 20,
                              seed: int = 0, device: str | torch.device = "cpu", batch_size: int = 16,
+                             multiples: Sequence[float] | None = None,
                              progress: Progress | None = None) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
-    Per run: up to ``n_per_bucket`` examples per length bucket (``lengths="unseen"``, as the
-    released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one
+    Per run: up to ``n_per_bucket`` examples per length bucket (``lengths`` default "unseen", as
+    the released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one
     distribution per weighting ("argmax": the attended key, as the paper; "attention": every
     key weighted by its probability), with its histogram and Sarle's bimodality coefficient.
     Examples longer than a model's context are left out and counted in ``skipped``.
+    A code run gives one result per context size (``multiples`` of its training context, default
+    1x and 2x; ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
     """
+    from probe.code_analysis import attended_windows, is_code_run
+
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
     for w in weightings:
         if w not in ("argmax", "attention"):
@@ -604,31 +654,19 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
     if bins < 1:
         raise ProbeError(f"--bins must be at least 1, got {bins}")
     device = torch.device(device)
-    results = []
+    settings = dict(n_per_bucket=n_per_bucket, weightings=weightings, normalization=normalization, bins=bins,
+                    seed=seed, device=device, batch_size=batch_size)
+    results, chosen = [], []
     for done, run in enumerate(runs):
         model, info = _load(run, device)
         if progress:
             progress(info.label, done, len(runs))
-        task, tokenizer = _task_of(model.metadata)
-        buckets, skipped = _fitting(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, model.cfg.n_ctx)
-        examples = [e for bucket in buckets for e in bucket.examples]
-        size = max(len(tokenizer.encode_example(e)[0]) for e in examples)
-        grids = {w: torch.zeros(size, size, dtype=torch.float64, device=device) for w in weightings}
-        for batch in collect_patterns(model, tokenizer, examples, batch_size=batch_size, device=device,
-                                      to_cpu=device.type == "cpu"):
-            starts, true_lengths = batch.output_start.to(device), batch.lengths.to(device)
-            width = batch.patterns.shape[-1]
-            for w in weightings:
-                grids[w][:width, :width] += _query_key_weights(batch.patterns, starts, true_lengths, w)
-        stats = {}
-        for w, grid in grids.items():
-            distinct, total = _distribution(grid, normalization)
-            stats[w] = AttendedStats(w, histogram(distinct, total, bins=bins),
-                                     float(bimodality_coefficient(distinct, total)),
-                                     float((distinct * total).sum() / total.sum()), distinct, total)
-        n_queries = sum(len(tokenizer.encode_example(e)[0]) - tokenizer.encode_example(e)[1] for e in examples)
-        n_queries *= model.cfg.n_layers * model.cfg.n_heads
-        results.append(AttendedResult(info, task.name, dict(task.options), len(examples), n_queries, skipped,
-                                      [b.length for b in buckets], stats))
+        if is_code_run(model.metadata):
+            chosen.append(lengths or "all")
+            results += attended_windows(model, info, lengths=chosen[-1], multiples=multiples, **settings)
+        else:
+            chosen.append(lengths or "unseen")
+            results.append(_attended_buckets(model, info, lengths=chosen[-1], **settings))
         del model
-    return AttendedReport(results, normalization, lengths, n_per_bucket, seed, bins)
+    return AttendedReport(results, normalization, ", ".join(dict.fromkeys(chosen)) or lengths or "unseen",
+                          n_per_bucket, seed, bins)

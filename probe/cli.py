@@ -15,7 +15,8 @@ from typing import Sequence
 
 from probe.errors import ProbeError
 
-COMMANDS = ("train", "eval", "compare", "distances", "theorem", "tasks", "pes", "sweep", "reproduce", "app")
+COMMANDS = ("train", "eval", "compare", "distances", "theorem", "tasks", "pes", "sweep", "reproduce", "pretrain",
+            "perplexity", "app")
 
 
 def build_parser() -> argparse.ArgumentParser:

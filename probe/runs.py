@@ -21,7 +21,12 @@ DEFAULT_CHECKPOINTS = Path("checkpoints")
 
 
 def task_folder_name(task: str, options: dict[str, Any] | None = None) -> str:
-    """``addition`` or, with options given on the command line, ``addition+scratchpad=full``."""
+    """``addition`` or, with options given on the command line, ``addition+scratchpad=full``; a code
+    corpus's by :func:`probe.corpus.corpus_folder_name`."""
+    from probe.corpus import CODE_TASK, corpus_folder_name
+
+    if task == CODE_TASK:
+        return corpus_folder_name(options)
     given = {k: v for k, v in sorted((options or {}).items()) if v is not None and v != "none"}
     return task + "".join(f"+{k}={v}" for k, v in given.items())
 
@@ -29,8 +34,11 @@ def task_folder_name(task: str, options: dict[str, Any] | None = None) -> str:
 def given_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
     """The fewest of a task's resolved ``options`` that resolve to all of them: what a user would
     have typed (``split=paper`` for SCAN's ``split=paper, train_length=25, valid_fraction=0.1``)."""
+    from probe.corpus import CODE_TASK, CorpusSpec
     from probe.tasks import get as get_task
 
+    if task == CODE_TASK:
+        return CorpusSpec.from_options(options).given()
     given = dict(options)
     for key in list(options):
         fewer = {k: v for k, v in given.items() if k != key}
@@ -152,12 +160,18 @@ def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict
 
 def train_command(task: str, options: dict[str, Any] | None, root: str | Path, pe: str | None = None,
                   seed: int | None = None, pe_options: dict[str, Any] | None = None) -> str:
-    """The `probe train` command line that makes the runs described."""
-    parts = ["probe train", f"--task {task}"]
-    for key, value in sorted((options or {}).items()):
-        if value is None or value == "none":
-            continue
-        parts.append(f"--scratchpad {value}" if key == "scratchpad" else f"-o {key}={value}")
+    """The `probe train` command line that makes the runs described (`probe pretrain` for a code corpus)."""
+    from probe.corpus import CODE_TASK, CorpusSpec
+
+    if task == CODE_TASK:
+        given = CorpusSpec.from_options(options).given()
+        parts = ["probe pretrain", *(f"--{key.replace('_', '-')} {value}" for key, value in sorted(given.items()))]
+    else:
+        parts = ["probe train", f"--task {task}"]
+        for key, value in sorted((options or {}).items()):
+            if value is None or value == "none":
+                continue
+            parts.append(f"--scratchpad {value}" if key == "scratchpad" else f"-o {key}={value}")
     if pe:
         parts.append(f"--pe {pe}")
     for key, value in sorted((pe_options or {}).items()):

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from probe.data import batch_stream, encode
+from probe.data import EncodedSet, batch_stream, encode
 from probe.errors import ProbeError
 from probe.files import append_line, atomic_write, atomic_write_text
 from probe.locks import run_lock
@@ -43,6 +44,20 @@ RECIPES: dict[str, dict[str, Any]] = {
     "small": dict(steps=8000, lr=5e-4, batch_size=32, dropout=0.0),
     "base": dict(steps=40_000, lr=3e-5, batch_size=64, dropout=0.1),
 }
+# Per-preset recipe on a code corpus (`probe pretrain`). `tiny` is the 2-core CPU default, measured
+# by bench/pretrain_speed.py; `lm-1b` is the paper's pretraining (Appendix "Pretraining at 1.3B
+# Scale", after SantaCoder: AdamW beta2 0.95, weight decay 0.1, lr 2e-4, cosine decay after 2%
+# warm-up, 256 windows of 1024 tokens a step; its 30B tokens are ~114K steps).
+LM_RECIPES: dict[str, dict[str, Any]] = {
+    "tiny": dict(steps=1500, lr=1e-3, batch_size=32, dropout=0.0),
+    "small": dict(steps=6000, lr=5e-4, batch_size=32, dropout=0.0),
+    "base": dict(steps=40_000, lr=2e-4, batch_size=64, dropout=0.1, weight_decay=0.1, warmup=0.02,
+                 schedule="cosine", beta2=0.95),
+    "lm-1b": dict(steps=114_000, lr=2e-4, batch_size=256, dropout=0.0, weight_decay=0.1, warmup=0.02,
+                  schedule="cosine", beta2=0.95),
+}
+DEFAULTS = dict(weight_decay=0.05, warmup=0.06, schedule="polynomial", beta2=0.999)  # the paper's (HF's) AdamW
+SCHEDULES = ("polynomial", "cosine")
 
 
 @dataclass
@@ -59,10 +74,12 @@ class TrainConfig:
     lr: float | None = None
     dropout: float | None = None
     batch_size: int | None = None
-    weight_decay: float = 0.05
-    warmup: float = 0.06
+    weight_decay: float | None = None
+    warmup: float | None = None
     lr_end: float = 0.0
     decay_power: float = 1.0
+    schedule: str | None = None  # polynomial (the paper's synthetic tasks) or cosine (its pretraining)
+    beta2: float | None = None
     grad_clip: float = 1.0
     checkpoint_every: int = 500
     log_every: int = 50
@@ -72,11 +89,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ProbeError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        recipe = RECIPES[self.preset]
-        self.steps = recipe["steps"] if self.steps is None else self.steps
-        self.lr = recipe["lr"] if self.lr is None else self.lr
-        self.dropout = recipe["dropout"] if self.dropout is None else self.dropout
-        self.batch_size = recipe["batch_size"] if self.batch_size is None else self.batch_size
+        from probe.corpus import CODE_TASK
+
+        recipes = LM_RECIPES if self.task == CODE_TASK else RECIPES
+        if self.preset not in recipes:
+            raise ProbeError(f"no {self.task} recipe for preset {self.preset!r}; choose one of {', '.join(recipes)}")
+        recipe = {**DEFAULTS, **recipes[self.preset]}
+        for name in ("steps", "lr", "dropout", "batch_size", "weight_decay", "warmup", "schedule", "beta2"):
+            if getattr(self, name) is None:
+                setattr(self, name, recipe[name])
+        if self.schedule not in SCHEDULES:
+            raise ProbeError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
         if self.batch_size < 1:
             raise ProbeError(f"--batch-size must be positive, got {self.batch_size}")
         if self.steps < 1:
@@ -93,14 +116,75 @@ class TrainConfig:
                               pe_options=self.pe_options, **self.model)
 
 
+class TrainingSource(Protocol):
+    """What a run trains on: a task's examples (:class:`TaskSource`) or a code corpus
+    (:class:`probe.pretrain.CorpusSource`). The loop, checkpoints and resumption are the same."""
+
+    vocab_size: int
+
+    def attach_to(self, model: PETransformer) -> None: ...
+
+    def training_set(self, seed: int) -> EncodedSet: ...
+
+    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]: ...
+
+    def metadata(self) -> dict[str, Any]: ...
+
+    def write_files(self, folder: Path) -> None: ...
+
+
+class TaskSource:
+    """A task's ``<bos> source <sep> target <eos>`` examples, loss on the target; validated by
+    greedy exact match on held-out IID examples (``iid_accuracy``)."""
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.task = get_task(config.task, **config.task_options)
+        self.tokenizer = Tokenizer.for_task(self.task)
+        self.vocab_size = len(self.tokenizer)
+
+    def attach_to(self, model: PETransformer) -> None:
+        self.tokenizer.attach_to(model)
+
+    def training_set(self, seed: int) -> EncodedSet:
+        return encode(self.task.examples("train", seed=seed), self.tokenizer)
+
+    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]:
+        from probe.eval import evaluate_examples
+
+        valid = self.task.examples("valid", n=n, seed=self.config.seed)
+        return {"iid_accuracy": evaluate_examples(model, self.tokenizer, valid, device=device,
+                                                  answer_only=bool(self.task.options.get("scratchpad"))).accuracy}
+
+    def metadata(self) -> dict[str, Any]:
+        return {"task": {"name": self.config.task, "options": self.task.options}, "tokenizer": self.tokenizer.to_dict()}
+
+    def write_files(self, folder: Path) -> None:
+        """Everything a task run needs is in its ``config.json``."""
+
+
+def training_source(config: TrainConfig, run_path: Path) -> TrainingSource:
+    """The source of ``config.task``: the code corpus prepared beside the run, or a task."""
+    from probe.corpus import CODE_TASK
+
+    if config.task == CODE_TASK:
+        from probe.pretrain import CorpusSource
+
+        return CorpusSource(config, run_path)
+    return TaskSource(config)
+
+
 def learning_rate(step: int, config: TrainConfig) -> float:
     """Linear warm-up over ``warmup`` x steps, then polynomial decay to ``lr_end`` (HuggingFace's
-    ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses)."""
+    ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses) or, for
+    ``schedule="cosine"``, half a cosine down to ``lr_end`` (its pretraining's)."""
     warmup = max(1, round(config.warmup * config.steps))
     if step < warmup:
         return config.lr * (step + 1) / warmup
-    remaining = 1 - (step - warmup) / max(1, config.steps - warmup)
-    return config.lr_end + (config.lr - config.lr_end) * remaining**config.decay_power
+    done = (step - warmup) / max(1, config.steps - warmup)
+    if config.schedule == "cosine":
+        return config.lr_end + (config.lr - config.lr_end) * 0.5 * (1 + math.cos(math.pi * done))
+    return config.lr_end + (config.lr - config.lr_end) * (1 - done)**config.decay_power
 
 
 def target_loss(model: PETransformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -153,6 +237,7 @@ class RunResult:
     final_loss: float | None
     iid_accuracy: float | None
     steps_per_second: float | None = None
+    held_out: dict[str, float] = field(default_factory=dict)  # the source's validation metrics
 
 
 class Trainer:
@@ -162,16 +247,15 @@ class Trainer:
         self.config = config
         self.path = Path(run_path)
         self.device = device
-        self.task = get_task(config.task, **config.task_options)
-        self.tokenizer = Tokenizer.for_task(self.task)
-        self.model = PETransformer(config.model_config(len(self.tokenizer)), device=device)
-        self.tokenizer.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
+        self.source = training_source(config, self.path)
+        self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
+        self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         no_decay = [p for p in params if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=config.lr, betas=(0.9, 0.999), eps=1e-8,
+            lr=config.lr, betas=(0.9, config.beta2), eps=1e-8,
             **({"fused": True} if device.type == "cuda" else {"foreach": True}),
         )
         self.step, self.epoch, self.position = 0, 0, 0
@@ -202,7 +286,7 @@ class Trainer:
             tensors = load_file(str(path))
         except Exception as error:  # a damaged state file: say so rather than train over it silently
             raise ProbeError(f"cannot resume from {path} ({error}); delete it or pass --force to start over") from None
-        if meta["train_config"] != self.config.to_dict():
+        if settings_differ(meta["train_config"], self.config.to_dict()):
             raise ProbeError(f"{path} was written by a run with other settings; pass --force to start over")
         self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         optim = self.optimizer.state_dict()
@@ -225,7 +309,7 @@ class Trainer:
     def train(self, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
         """Train to ``config.steps``; returns (last logged loss, seconds spent)."""
         config = self.config
-        data = encode(self.task.examples("train", seed=config.seed), self.tokenizer)
+        data = self.source.training_set(config.seed)
         stream = batch_stream(data, config.batch_size, config.seed, self.epoch, self.position)
         handles = add_dropout_hooks(self.model, config.dropout)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else _null()
@@ -305,10 +389,9 @@ class Trainer:
 
     def publish(self, metrics: dict[str, Any]) -> None:
         """Write the finished model (the checkpoint other commands read) and drop the resume state."""
+        self.source.write_files(self.path)
         save_checkpoint(
-            self.model, self.path,
-            task={"name": self.config.task, "options": self.task.options},
-            tokenizer=self.tokenizer.to_dict(),
+            self.model, self.path, **self.source.metadata(),
             training={**self.config.to_dict(), "complete": True, "steps_done": self.step},
             metrics=metrics,
         )
@@ -389,14 +472,14 @@ def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
         raise ProbeError(f"{run_path} is already trained with other settings ({'; '.join(differences)}); pass --force "
                          "to retrain it there, or choose another --checkpoints")
     metrics = stored.get("metrics", {})
-    return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"), metrics.get("iid_accuracy"))
+    held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}
+    return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"),
+                     metrics.get("iid_accuracy"), None, held_out)
 
 
 def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, force: bool,
                   on_step: Callable[[int, float, float], None] | None,
                   on_start: Callable[[int, int], None] | None) -> RunResult:
-    from probe.eval import evaluate_examples
-
     if force:
         for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
             (run_path / name).unlink(missing_ok=True)
@@ -407,10 +490,8 @@ def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, for
         on_start(trainer.step, config.steps)
     start_step = trainer.step
     loss, seconds = trainer.train(on_step)
-    valid = trainer.task.examples("valid", n=config.eval_examples, seed=config.seed)
-    iid = evaluate_examples(trainer.model, trainer.tokenizer, valid, device=device,
-                            answer_only=bool(trainer.task.options.get("scratchpad"))).accuracy
+    held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
     steps_per_second = (trainer.step - start_step) / seconds if seconds > 0 else None
-    trainer.publish({"final_loss": loss, "iid_accuracy": iid, "train_seconds": seconds,
-                     "steps_per_second": steps_per_second})
-    return RunResult(run_path, config, "resumed" if resumed else "trained", trainer.step, seconds, loss, iid, steps_per_second)
+    trainer.publish({"final_loss": loss, **held_out, "train_seconds": seconds, "steps_per_second": steps_per_second})
+    return RunResult(run_path, config, "resumed" if resumed else "trained", trainer.step, seconds, loss,
+                     held_out.get("iid_accuracy"), steps_per_second, held_out)

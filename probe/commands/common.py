@@ -63,6 +63,25 @@ def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (
                              "data: SCAN, copy, reverse); the same as -o split=NAME")
 
 
+def add_corpus_options(parser: argparse.ArgumentParser) -> None:
+    """``--corpus``, ``--context``, ``--vocab-size``, ``--heldout``: which code corpus, split and context name
+    a pretraining task folder (``code+context=256``), the same flags for `probe pretrain` and what reads its runs."""
+    parser.add_argument("--corpus", default="stdlib", metavar="DIR",
+                        help="stdlib (this Python's standard library, the default), packages (and the installed "
+                             "packages) or a folder of source files")
+    parser.add_argument("--context", type=int, help="training context in tokens (default: the preset's, 128 for tiny; "
+                        "the paper: 1024)")
+    parser.add_argument("--vocab-size", type=int, default=2048, help="byte-level BPE vocabulary (default 2048)")
+    parser.add_argument("--heldout", type=float, default=0.1, help="fraction of files held out (default 0.1)")
+
+
+def corpus_spec(args: argparse.Namespace, context: int):
+    """The :class:`probe.corpus.CorpusSpec` of :func:`add_corpus_options`' flags (``context`` if none given)."""
+    from probe.corpus import CorpusSpec
+
+    return CorpusSpec(corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size, context=args.context or context)
+
+
 def add_pe_options(parser: argparse.ArgumentParser, what: str) -> None:
     """Repeatable ``-p KEY=VALUE``: an option of the positional encoding (see `probe pes`)."""
     parser.add_argument("-p", "--pe-option", action="append", default=[], metavar="KEY=VALUE",

@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(gold input + output), with 95% bootstrap intervals. A and B are PE names (runs of --task and "
         "--seed under --checkpoints) or run folders; 'probe compare nope' compares NoPE with every "
         "other PE found. Adds A vs A' (another seed of A, NoPE' for NoPE) when that run exists. Writes "
-        "JSON, CSV and a plotly figure under --out.",
+        "JSON, CSV and a plotly figure under --out. Pretrained code models (--task code, -o context=256 ...) "
+        "read the last c tokens of held-out files instead, c = 1x and 2x their training context.",
     )
     parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs to compare it with")
     parser.add_argument("--task", default="scan", help="task of the runs named by PE (default scan)")
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from probe.analysis import compare_report
+    from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
     from probe.runs import train_command
     from probe.train import resolve_device
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
     device = resolve_device(args.device)
-    options = parse_options(args.option, args.scratchpad, tasks=[args.task])
+    options = parse_options(args.option, args.scratchpad, tasks=[] if args.task == CODE_TASK else [args.task])
     out = console(stderr=args.json)
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())

@@ -15,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "layers, heads and up to --n-per-bucket examples per length bucket (gold input + output): one "
         "histogram per run on one figure, for the arg-max key (the paper) and attention-weighted, with "
         "Sarle's bimodality coefficient (5/9 = uniform; higher = two modes, near and far). Default: the "
-        "runs of addition with the full scratchpad.",
+        "runs of addition with the full scratchpad. Pretrained code models (--task code): every query of the last c "
+        "tokens of held-out files, one histogram per run at c = 1x and 2x the training context.",
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: the runs of --task, --seed)")
     parser.add_argument("--task", default="addition", help="task of the runs (default addition)")
@@ -25,8 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--normalization", default="text", choices=("text", "reference-code"),
                         help="text: d̄ = (t − n + 1)/t as the paper writes (default); reference-code: (t − n)/t "
                         "as its released notebook computes")
-    parser.add_argument("--lengths", default="unseen", choices=("all", "seen", "unseen"),
-                        help="which length buckets (default unseen, as the released notebook)")
+    parser.add_argument("--lengths", choices=("all", "seen", "unseen"),
+                        help="which length buckets (default unseen, as the released notebook); code runs: seen = 1x, "
+                        "unseen = 2x the training context (default all: both, one histogram each)")
     parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)")
     parser.add_argument("--bins", type=int, default=20, help="histogram bins on [0, 1] (default 20)")
     parser.add_argument("--batch-size", type=int, default=16)
@@ -50,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.analysis import attended_distance_report, task_runs
+    from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
     from probe.models.checkpoint import read_checkpoint_config
     from probe.plots import attended_distance_figure, write_figure
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         scratchpad = args.scratchpad
         if scratchpad is None and args.task in SCRATCHPAD_TASKS:
             scratchpad = "full"
-        options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad, tasks=[args.task])
+        options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad,
+                                tasks=[] if args.task == CODE_TASK else [args.task])
         runs = task_runs(args.checkpoints, args.task, options, seed=args.seed, pes=args.pe)
         folder = task_folder_name(args.task, options)
 
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.stop()
 
-    table = Table(title=f"normalized attended distance d̄ on {folder} ({args.lengths} lengths, "
+    table = Table(title=f"normalized attended distance d̄ on {folder} ({report.lengths} lengths, "
                   f"normalization {args.normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes")
     for column in ("run", "n", "bimodality", "weighted", "near", "far", "mean d̄"):
         table.add_column(column, justify="left" if column == "run" else "right")

@@ -61,13 +61,11 @@ def label(path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
+    from probe.parallel import RunFailure
     from probe.runs import run_dir
-    from probe.locks import check_free, say_waiting
-    from probe.parallel import RunFailure, default_jobs, train_parallel
-    from probe.train import RunResult, TrainConfig, check_writable, resolve_device, train_run
+    from probe.train import TrainConfig, resolve_device
 
     runs = planned_runs(args)
     device = resolve_device(args.device)
@@ -80,6 +78,34 @@ def run(args: argparse.Namespace) -> int:
     for config in configs:  # a misspelt model field or PE option gets its line before any run starts
         config.model_config(vocab_size=1)
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
+    out = console(stderr=args.json)
+    results = train_with_progress(configs, paths, device, args, out)
+
+    table = Table(title=f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})")
+    for column in ("run", "status", "steps", "seconds", "steps/s", "final loss", "IID exact match"):
+        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
+    for r in results:
+        if isinstance(r, RunFailure):
+            table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
+            continue
+        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}",
+                      "-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
+                      "-" if r.final_loss is None else f"{r.final_loss:.4f}",
+                      "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")
+    out.print(table)
+    return report_results(results, args, out)
+
+
+def train_with_progress(configs: list, paths: list, device, args: argparse.Namespace, out) -> list:
+    """Train ``configs`` into ``paths`` (``--jobs`` side by side), one progress bar per run; the
+    :class:`~probe.train.RunResult` or :class:`~probe.parallel.RunFailure` of each. Shared by
+    `probe train` and `probe pretrain`: ``args`` holds ``jobs``, ``wait`` and ``force``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from probe.locks import check_free, say_waiting
+    from probe.parallel import default_jobs, train_parallel
+    from probe.train import RunResult, check_writable, train_run
+
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
     jobs = args.jobs or default_jobs(len(configs), device.type)
@@ -87,7 +113,6 @@ def run(args: argparse.Namespace) -> int:
         check_writable(path)
         if not args.wait:
             check_free(path)  # one line before any progress is drawn; train_run takes the lock itself
-    out = console(stderr=args.json)
     columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"),
                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
@@ -126,19 +151,13 @@ def run(args: argparse.Namespace) -> int:
             status = result.status if isinstance(result, RunResult) else "failed"
             progress.update(bar, completed=result.config.steps if status != "failed" else None,
                             description=f"{progress.tasks[bar].description} ({status})")
+    return results
 
-    table = Table(title=f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})")
-    for column in ("run", "status", "steps", "seconds", "steps/s", "final loss", "IID exact match"):
-        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
-    for r in results:
-        if isinstance(r, RunFailure):
-            table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
-            continue
-        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}",
-                      "-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
-                      "-" if r.final_loss is None else f"{r.final_loss:.4f}",
-                      "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")
-    out.print(table)
+
+def report_results(results: list, args: argparse.Namespace, out) -> int:
+    """Failures in red, ``--json`` on stdout; the exit status (1 if a run failed)."""
+    from probe.parallel import RunFailure
+
     failures = [r for r in results if isinstance(r, RunFailure)]
     for failure in failures:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")
@@ -147,5 +166,5 @@ def run(args: argparse.Namespace) -> int:
                     if isinstance(r, RunFailure) else
                     {"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": r.status,
                      "steps": r.steps, "seconds": r.seconds, "steps_per_second": r.steps_per_second,
-                     "final_loss": r.final_loss, "iid_accuracy": r.iid_accuracy} for r in results])
+                     "final_loss": r.final_loss, "iid_accuracy": r.iid_accuracy, **r.held_out} for r in results])
     return 1 if failures else 0

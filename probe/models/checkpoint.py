@@ -122,6 +122,15 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         from probe.tasks.tokenizer import Tokenizer
 
         Tokenizer.from_dict(config["tokenizer"]).attach_to(model)
+    elif config.get("task", {}).get("name") == "code":  # a pretrained code model: its BPE, saved beside it
+        from probe.corpus.bpe import TOKENIZER_FILE, CodeTokenizer
+
+        try:
+            tokenizer = CodeTokenizer.from_json((directory / TOKENIZER_FILE).read_text())
+        except (ProbeError, OSError) as error:
+            raise ProbeError(f"{directory / TOKENIZER_FILE} cannot be read ({error})") from None
+        tokenizer.attach_to(model)
+        model.code_tokenizer = tokenizer
     if torch.device(device).type != "cpu":
         model.to(device, print_details=False)
     return model.eval()

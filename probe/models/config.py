@@ -108,6 +108,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False),
     "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False),
     "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
+    # The paper's pretrained models (Appendix "Pretraining at 1.3B Scale": the same T5 stack, 24 layers,
+    # d_model 1024, 32 heads of d_kv 128, d_ff 16384), for `probe pretrain` on GPUs.
+    "lm-1b": dict(n_layers=24, d_model=1024, n_heads=32, d_head=128, d_mlp=16384, attn_scale=False, init="t5",
+                  dropout=0.0, n_ctx=4096),
 }
 # A preset's defaults for a PE's options, under what the user gives (`-p`).
 PE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"base": {"rotary": {"fraction": 0.25}}}

@@ -1,0 +1,245 @@
+"""The paper's attention analyses on pretrained code models: D(NoPE, ·) per layer (Section 4.2, Eq.
+similarity) and the attended-distance histograms (Section 5.1), on windows of held-out code.
+
+A code run has no length buckets: its inputs are windows of the held-out files of the corpus it
+was trained on (prepared beside its runs), at multiples of its training context ``T`` (1x: seen,
+2x: unseen). A file contributes its *last* ``c`` tokens as one window of ``c`` tokens, as the
+paper reads its files for perplexity, so a window at 2x holds the 1x window as its second half.
+Windows have no padding and no token prepended (training windows are cut from a stream). The
+results reuse :mod:`probe.analysis`' types, so tables, JSON, CSV and figures are the same:
+a context size is a "length bucket" there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from probe.analysis import (AttendedResult, CompareResult, Lengths, RunInfo, _attended_stats, _query_key_weights,
+                            _stats, _sync, check_comparable)
+from probe.attention import run_patterns
+from probe.corpus import CODE_TASK
+from probe.corpus.bpe import TOKENIZER_FILE
+from probe.corpus.prepared import MANIFEST, PreparedCorpus, corpus_of_run, load_corpus
+from probe.errors import ProbeError
+from probe.metrics import layer_distances
+
+MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
+SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
+MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.attention.collect_patterns
+
+
+def is_code_run(config: Mapping[str, Any]) -> bool:
+    """Whether a run's ``config.json`` is a pretrained code model's (``task: {"name": "code"}``)."""
+    return config.get("task", {}).get("name") == CODE_TASK
+
+
+def training_context(config: Mapping[str, Any]) -> int:
+    """``T``: tokens per training window of a code run."""
+    return int(config["task"]["options"]["context"])
+
+
+@dataclass(frozen=True, eq=False)
+class ContextWindows:
+    """The windows read at one context size: one per held-out file, its last ``context`` tokens."""
+
+    context: int  # c: tokens per window
+    multiple: float  # c / T
+    seen: bool  # c <= T
+    files: tuple[str, ...]  # [window]: the held-out file it is cut from
+    tokens: Tensor  # [window, context] long
+
+    @property
+    def label(self) -> str:
+        return f"{self.multiple:g}x"
+
+
+def context_sizes(train_context: int, multiples: Sequence[float] | None = MULTIPLES,
+                  lengths: Lengths = "all") -> list[tuple[float, int]]:
+    """(multiple, tokens) of each context size, shortest first; ``lengths``: all, seen (c <= T) or
+    unseen; ``multiples`` None: :data:`MULTIPLES`."""
+    multiples = MULTIPLES if multiples is None else multiples
+    if lengths not in ("all", "seen", "unseen"):
+        raise ProbeError(f"unknown lengths {lengths!r}; accepted: all, seen, unseen")
+    sizes = {}
+    for multiple in multiples:
+        if not isinstance(multiple, (int, float)) or multiple <= 0:
+            raise ProbeError(f"context multiples must be positive numbers, got {multiple!r}")
+        tokens = round(multiple * train_context)
+        if tokens < 2:
+            raise ProbeError(f"{multiple:g}x a training context of {train_context} is {tokens} token(s); at least 2 are needed")
+        sizes.setdefault(tokens, float(multiple))
+    chosen = [(m, c) for c, m in sorted(sizes.items())
+              if lengths == "all" or (lengths == "seen") == (c <= train_context)]
+    if not chosen:
+        raise ProbeError(f"no {lengths} context among {', '.join(f'{m:g}x' for m in multiples)} of the training "
+                         f"context {train_context} (seen: at most 1x; unseen: longer)")
+    return chosen
+
+
+def choose_windows(corpus: PreparedCorpus, train_context: int, *, multiples: Sequence[float] | None = MULTIPLES,
+                   n_per_bucket: int = 10, seed: int = 0, lengths: Lengths = "all") -> list[ContextWindows]:
+    """Per context size ``c``: up to ``n_per_bucket`` held-out files with at least ``c`` tokens, each
+    read as its last ``c`` tokens.
+
+    The files are the first long enough in one order of all held-out files drawn from ``seed``, so
+    the longer contexts read (mostly) the same files as the shorter ones. A context that no
+    held-out file is long enough for raises ProbeError.
+    """
+    if n_per_bucket < 1:
+        raise ProbeError(f"--n-per-bucket must be at least 1, got {n_per_bucket}")
+    sizes = context_sizes(train_context, multiples, lengths)
+    names = corpus.heldout_names
+    file_lengths = corpus.heldout_lengths().tolist()
+    order = list(range(len(names)))
+    random.Random(f"code-windows/{seed}").shuffle(order)
+    chosen = []
+    for multiple, context in sizes:
+        picked = [i for i in order if file_lengths[i] >= context][:n_per_bucket]
+        if not picked:
+            raise ProbeError(f"no held-out file of the corpus in {corpus.folder} has {context} tokens ({multiple:g}x the "
+                             f"training context; the longest has {max(file_lengths, default=0)}): use a larger corpus "
+                             "or smaller multiples")
+        tokens = torch.stack([corpus.heldout_file(i)[-context:] for i in picked])  # [window, context]
+        chosen.append(ContextWindows(context, multiple, context <= train_context, tuple(names[i] for i in picked), tokens))
+    return chosen
+
+
+def _tokenizer_text(path: str | Path) -> str:
+    try:
+        return (Path(path) / TOKENIZER_FILE).read_text()
+    except OSError:
+        raise ProbeError(f"{path} has no readable {TOKENIZER_FILE}: not a complete `probe pretrain` run") from None
+
+
+def run_corpus(path: str | Path, config: Mapping[str, Any]) -> PreparedCorpus:
+    """The prepared corpus beside a code run, checked to be the one it was trained on."""
+    folder = corpus_of_run(path)
+    if not (folder / MANIFEST).is_file():
+        raise ProbeError(f"no prepared corpus at {folder}: the code analyses read the held-out files of the corpus "
+                         f"{path} was trained on, prepared beside its task folder by `probe pretrain`")
+    corpus = load_corpus(folder)
+    if corpus.manifest.get("fingerprint") != config.get("corpus", {}).get("fingerprint"):
+        raise ProbeError(f"the corpus in {folder} is not the one {path} was trained on (their fingerprints differ)")
+    if corpus.tokenizer.to_json() != _tokenizer_text(path):
+        raise ProbeError(f"the corpus in {folder} has another tokenizer than {path} was trained with")
+    return corpus
+
+
+def check_same_corpus(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
+    """Both code runs, trained on the same corpus (source files, held-out split, tokenizer) at the
+    same training context, so both read the same windows: else one line saying what differs."""
+    for info, config in ((a, config_a), (b, config_b)):
+        if not is_code_run(config):
+            raise ProbeError(f"cannot compare {a.label} with {b.label}: {info.label} ({info.path}) is not a pretrained "
+                             "code model and the other is (the runs were trained on different tasks)")
+    if config_a.get("corpus", {}).get("fingerprint") != config_b.get("corpus", {}).get("fingerprint"):
+        raise ProbeError(f"cannot compare {a.label} with {b.label}: they were trained on different corpora "
+                         "(their fingerprints differ)")
+    options_a, options_b = config_a["task"]["options"], config_b["task"]["options"]
+    for key, what in (("heldout", "held-out fraction"), ("context", "training context")):
+        if options_a.get(key) != options_b.get(key):
+            raise ProbeError(f"cannot compare {a.label} ({what} {options_a.get(key)}) with {b.label} ({what} "
+                             f"{options_b.get(key)}): the runs must read the same windows")
+    if _tokenizer_text(a.path) != _tokenizer_text(b.path):
+        raise ProbeError(f"cannot compare {a.label} with {b.label}: their tokenizers differ")
+
+
+def run_windows(path: str | Path, config: Mapping[str, Any], *, multiples: Sequence[float] | None = MULTIPLES,
+                n_per_bucket: int = 10, seed: int = 0, lengths: Lengths = "all") -> list[ContextWindows]:
+    """:func:`choose_windows` from the corpus a code run was trained on, at its training context."""
+    return choose_windows(run_corpus(path, config), training_context(config), multiples=multiples,
+                          n_per_bucket=n_per_bucket, seed=seed, lengths=lengths)
+
+
+def _fitting(windows: list[ContextWindows], n_ctx: int, who: str) -> tuple[list[ContextWindows], int]:
+    """The context sizes a model accepts (``n_ctx``), and how many windows the others held."""
+    kept = [w for w in windows if w.context <= n_ctx]
+    if not kept:
+        raise ProbeError(f"no context size fits {who} (n_ctx={n_ctx}; the shortest asked for is {windows[0].context})")
+    return kept, sum(len(w.files) for w in windows if w.context > n_ctx)
+
+
+def _batches(tokens: Tensor, model, batch_size: int) -> list[Tensor]:
+    """[window, context] in batches whose float32 maps ([batch, layer, head, c, c]) stay under MAX_BATCH_BYTES."""
+    if batch_size < 1:
+        raise ProbeError(f"batch size must be positive, got {batch_size}")
+    context = tokens.shape[1]
+    per_window = model.cfg.n_layers * model.cfg.n_heads * context * context * 4
+    return list(tokens.split(max(1, min(batch_size, MAX_BATCH_BYTES // per_window))))
+
+
+def _window_distances(model_a, model_b, tokens: Tensor, metric: str, device: torch.device, batch_size: int,
+                      timings: dict[str, float]) -> tuple[Tensor, Tensor]:
+    """Per-window D^(l) [window, layer] and D_AT of every head pair [window, layer, head_A, head_B],
+    in float64, one layer at a time (a layer's maps in float64, not the whole batch's)."""
+    values, pairwise = [], []
+    for batch in _batches(tokens, model_a, batch_size):
+        start = time.perf_counter()
+        batch = batch.to(device)
+        maps_a, maps_b = run_patterns(model_a, batch), run_patterns(model_b, batch)  # [batch, layer, head, c, c]
+        _sync(device)
+        timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
+        start = time.perf_counter()
+        layers = [layer_distances(maps_a[:, layer:layer + 1].double(), maps_b[:, layer:layer + 1].double(), metric=metric)
+                  for layer in range(maps_a.shape[1])]
+        values.append(torch.cat([r.per_layer for r in layers], 1).cpu())  # [batch, layer]
+        pairwise.append(torch.cat([r.pairwise for r in layers], 1).cpu())  # [batch, layer, head_A, head_B]
+        _sync(device)
+        timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
+    return torch.cat(values), torch.cat(pairwise)
+
+
+def compare_windows(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: int, metric: str, seed: int,
+                    device: torch.device, batch_size: int, lengths: Lengths, timings: dict[str, float],
+                    multiples: Sequence[float] | None = MULTIPLES) -> CompareResult:
+    """D^(l)(A, B) on the same held-out windows, one "bucket" per context size (its ``length``: c
+    tokens; ``seen``: c <= T). Context sizes longer than either model's n_ctx are left out and
+    their windows counted in ``skipped``."""
+    check_comparable(a, model_a.metadata, b, model_b.metadata)
+    windows = run_windows(a.path, model_a.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
+                          lengths=lengths)
+    n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
+    windows, skipped = _fitting(windows, n_ctx, f"both {a.label} and {b.label}")
+    parts = [_window_distances(model_a, model_b, w.tokens, metric, device, batch_size, timings) for w in windows]
+    start = time.perf_counter()
+    stats = [_stats(values, pairwise, metric, seed, w.context, w.seen, SPLIT) for w, (values, pairwise) in zip(windows, parts)]
+    values, pairwise = torch.cat([v for v, _ in parts]), torch.cat([p for _, p in parts])
+    overall = _stats(values, pairwise, metric, seed)
+    timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
+    return CompareResult(a, b, CODE_TASK, dict(model_a.metadata["task"]["options"]), metric, seed, n_per_bucket,
+                         stats, overall, values, [w.context for w in windows for _ in w.files], skipped, timings=timings)
+
+
+def attended_windows(model, info: RunInfo, *, n_per_bucket: int, weightings: Sequence[str], normalization: str,
+                     lengths: Lengths, bins: int, seed: int, device: torch.device, batch_size: int,
+                     multiples: Sequence[float] | None = MULTIPLES) -> list[AttendedResult]:
+    """One attended-distance result per context size, labelled ``<run> @1x``, ``<run> @2x``: every
+    query of every window counts (a window is all "output"). Context sizes longer than the model's
+    n_ctx are left out; their windows are counted in the first result's ``skipped``."""
+    windows = run_windows(info.path, model.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
+                          lengths=lengths)
+    windows, skipped = _fitting(windows, model.cfg.n_ctx, info.label)
+    results = []
+    for w in windows:
+        grids = {name: torch.zeros(w.context, w.context, dtype=torch.float64, device=device) for name in weightings}
+        for batch in _batches(w.tokens, model, batch_size):
+            maps = run_patterns(model, batch.to(device))  # [batch, layer, head, c, c]
+            starts = torch.zeros(len(batch), dtype=torch.long, device=device)
+            ends = torch.full((len(batch),), w.context, device=device)
+            for name in weightings:
+                for layer in range(maps.shape[1]):
+                    grids[name] += _query_key_weights(maps[:, layer:layer + 1], starts, ends, name)
+        stats = {name: _attended_stats(grid, name, normalization, bins) for name, grid in grids.items()}
+        n_queries = len(w.files) * w.context * model.cfg.n_layers * model.cfg.n_heads
+        results.append(AttendedResult(dataclasses.replace(info, label=f"{info.label} @{w.label}"), CODE_TASK,
+                                      dict(model.metadata["task"]["options"]), len(w.files), n_queries,
+                                      skipped if not results else 0, [w.context], stats))
+    return results

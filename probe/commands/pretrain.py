@@ -1,0 +1,107 @@
+"""`probe pretrain`: a language model per PE on a code corpus (the paper's pretraining study, offline)."""
+
+from __future__ import annotations
+
+import argparse
+
+from probe.commands.common import (add_checkpoints, add_corpus_options, add_device, add_json, add_pe_options, console,
+                                   corpus_spec, parse_options)
+from probe.commands.train import label, report_results, train_with_progress
+from probe.errors import ProbeError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pretrain", help="train a code language model per PE (default: NoPE, ALiBi, Rotary on the standard library)",
+        description="The paper's pretraining study (its Appendix 'Pretraining at 1.3B Scale'), offline: next-token "
+        "loss on packed windows of a code corpus (default: this Python's standard library), split into training and "
+        "held-out files by file and tokenized with a byte-level BPE trained on the training files. Runs go to "
+        "CHECKPOINTS/code[+options]/<pe>/seed<k>/ beside the prepared corpus; finished runs are skipped, interrupted "
+        "ones resume. Then `probe perplexity` reads them at 0.5x to 2.5x the training context.",
+    )
+    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default: nope, alibi, rotary "
+                        "as the paper; see `probe pes`)")
+    parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
+    add_corpus_options(parser)
+    parser.add_argument("--preset", default="tiny", help="model size: tiny (CPU default), small, base, or lm-1b (the "
+                        "paper's 1.3B model and recipe, for GPUs)")
+    parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
+    parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
+    parser.add_argument("--batch-size", type=int, help="windows per step (default: the preset's recipe)")
+    parser.add_argument("--dropout", type=float, help="dropout while training (default: the preset's recipe)")
+    parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
+                        help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
+    add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
+    parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
+    parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
+    parser.add_argument("--wait", action="store_true",
+                        help="when another process is training a run folder, wait for it (default: stop)")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)")
+    add_checkpoints(parser)
+    add_device(parser)
+    add_json(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from probe.corpus import CODE_TASK, prepare_corpus
+    from probe.corpus.prepared import corpus_of_run
+    from probe.models.config import PRESETS
+    from probe.models.registry import PE_KINDS
+    from probe.parallel import RunFailure
+    from probe.pretrain import CONTEXTS, PRETRAIN_PES, context_room
+    from probe.runs import run_dir
+    from probe.train import TrainConfig, resolve_device
+
+    if args.preset not in PRESETS:
+        raise ProbeError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
+    pes = args.pe or list(PRETRAIN_PES)
+    unknown = [pe for pe in pes if pe not in PE_KINDS]
+    if unknown:
+        raise ProbeError(f"unknown positional encoding {unknown[0]!r}; choose from {', '.join(PE_KINDS)}")
+    spec = corpus_spec(args, CONTEXTS[args.preset])
+    device = resolve_device(args.device)
+    model = {"n_ctx": max(PRESETS[args.preset].get("n_ctx", 1024), context_room(spec.context)),
+             **parse_options(args.model, None)}
+    pe_options = parse_options(args.pe_option, None)
+    configs = [TrainConfig(task=CODE_TASK, pe=pe, seed=seed, preset=args.preset, task_options=spec.given(),
+                           pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
+                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every)
+               for pe in dict.fromkeys(pes) for seed in dict.fromkeys(args.seed or [0])]
+    for config in configs:  # a misspelt model field or PE option gets its line before the corpus is read
+        n_ctx = config.model_config(vocab_size=spec.vocab_size).n_ctx
+        if n_ctx < spec.context:
+            raise ProbeError(f"a training context {spec.context} is longer than the model accepts (n_ctx={n_ctx}); "
+                             f"give -m n_ctx={context_room(spec.context)} or a shorter --context")
+    paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
+    out = console(stderr=args.json)
+    with out.status("preparing the corpus") as status:
+        corpus = prepare_corpus(spec, corpus_of_run(paths[0]), progress=lambda what: status.update(what))
+    sizes = corpus.summary()
+    out.print(f"corpus {spec.corpus}: {sizes['train_files']:,} training files ({sizes['train_tokens']:,} tokens), "
+              f"{sizes['heldout_files']:,} held out ({sizes['heldout_tokens']:,} tokens), {sizes['skipped_files']} "
+              f"skipped; {len(corpus.tokenizer):,}-id BPE; windows of {spec.context} tokens", highlight=False)
+    results = train_with_progress(configs, paths, device, args, out)
+
+    table = Table(title=f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} "
+                        f"(runs under {args.checkpoints})")
+    for column in ("run", "status", "steps", "seconds", "tokens/s", "final loss", "held-out perplexity"):
+        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
+    for r in results:
+        if isinstance(r, RunFailure):
+            table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
+            continue
+        speed = None if r.steps_per_second is None else r.steps_per_second * r.config.batch_size * spec.context
+        perplexity = r.held_out.get("heldout_perplexity")
+        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}", "-" if speed is None else f"{speed:,.0f}",
+                      "-" if r.final_loss is None else f"{r.final_loss:.4f}",
+                      "-" if perplexity is None else f"{perplexity:.2f}")
+    out.print(table)
+    if not args.json:
+        out.print(f"next: probe perplexity --checkpoints {args.checkpoints}"
+                  + ("" if spec.corpus == "stdlib" else f" --corpus {args.corpus}")
+                  + ("" if args.context is None else f" --context {spec.context}"), highlight=False)
+    return report_results(results, args, out)
