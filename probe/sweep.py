@@ -12,7 +12,10 @@ one block. ``task``, ``pe``, ``seed``, ``scratchpad`` and every value of ``optio
 a block is the cross product of its lists. Scratchpad formats other than ``none`` apply only to
 tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
 are :class:`probe.train.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
-(test examples evaluated, default the whole test split) and ``eval_valid`` (IID examples)::
+(test examples evaluated, default the whole test split) and ``eval_valid`` (IID examples).
+Task ``code`` is pretraining on a code corpus (``probe pretrain``; its options are
+:class:`probe.corpus.CorpusSpec`'s): its corpus is prepared once before any run starts, and its
+runs are validated by held-out perplexity (``probe perplexity`` reads them side by side)::
 
     name = "mine"
     preset = "tiny"
@@ -117,6 +120,7 @@ def train_keys() -> tuple[str, ...]:
 def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
     a mistake stops the sweep before any run starts."""
+    from probe.corpus import CODE_TASK, CorpusSpec
     from probe.models.registry import PAPER_PES, PE_KINDS
     from probe.tasks import SCRATCHPAD_TASKS, TASKS, get as get_task
     from probe.tasks.scratchpad import parse_format
@@ -142,8 +146,8 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
         tasks, pes, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("pe", list(PAPER_PES))), _listed(spec.get("seed", 0))
         scratchpads = _listed(spec.get("scratchpad", "none"))
         for task in tasks:
-            if task not in TASKS:
-                raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+            if task not in TASKS and task != CODE_TASK:
+                raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)")
         for pe in pes:
             if pe not in PE_KINDS:
                 raise ProbeError(f"unknown positional encoding {pe!r}; choose from {', '.join(PE_KINDS)}")
@@ -162,10 +166,12 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
             if parse_format(fmt) is not None and task not in SCRATCHPAD_TASKS:
                 continue  # a scratchpad format only means something for tasks that have one
             options = dict(zip(option_keys, values))
+            if task == CODE_TASK:
+                options = CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
             if parse_format(fmt) is not None:
                 options["scratchpad"] = fmt
             key = json.dumps([task, options], sort_keys=True)
-            if key not in checked:
+            if key not in checked and task != CODE_TASK:
                 get_task(task, **options)  # an unknown option or value raises here
                 checked.add(key)
             for pe, seed in itertools.product(pes, seeds):
@@ -215,6 +221,7 @@ def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | 
 def run_state(run: SweepRun, evaluate: bool = True) -> str:
     """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted), ``new``, or
     ``conflict`` (trained with other settings: running it fails with the line that says which)."""
+    from probe.corpus import CODE_TASK
     from probe.evaluation import EVAL
     from probe.models.checkpoint import read_checkpoint_config
     from probe.train import STATE, is_complete, settings_differ
@@ -222,7 +229,8 @@ def run_state(run: SweepRun, evaluate: bool = True) -> str:
     if is_complete(run.path):
         if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
             return "conflict"
-        return "done" if not evaluate or (run.path / EVAL).is_file() else "evaluate"
+        code = run.config.task == CODE_TASK  # validated by held-out perplexity when it was trained
+        return "done" if not evaluate or code or (run.path / EVAL).is_file() else "evaluate"
     return "resume" if (run.path / STATE).is_file() else "new"
 
 
@@ -247,7 +255,11 @@ def steps_left(run: SweepRun) -> int:
 # -- cost ------------------------------------------------------------------------------------
 def mean_batch_tokens(run: SweepRun, sample: int = 256) -> float:
     """Tokens in one training batch of ``run`` (batches are length-sorted, so padding is small)."""
+    from probe.corpus import CODE_TASK, CorpusSpec
     from probe.tasks import Tokenizer, get as get_task
+
+    if run.config.task == CODE_TASK:
+        return run.config.batch_size * CorpusSpec.from_options(run.config.task_options).context
 
     task = get_task(run.config.task, **run.config.task_options)
     tokenizer = Tokenizer.for_task(task)
@@ -264,7 +276,7 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     and a dry run of ``base`` must not take minutes."""
     import torch
 
-    from probe.train import Trainer, resolve_device
+    from probe.train import Trainer, resolve_device, training_source
 
     resolved = resolve_device(device)
     previous_threads = torch.get_num_threads()
@@ -274,7 +286,7 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     speeds: list[float] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            trainer = Trainer(config, Path(scratch), resolved)
+            trainer = Trainer(config, Path(scratch), resolved, source=training_source(config, run.path))
             trainer.train(lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     finally:
         torch.set_num_threads(previous_threads)
@@ -347,7 +359,8 @@ class Manifest:
             old = previous.get(run.label, {})
             entry.update({k: old[k] for k in ("attempts", "node", "started", "finished", "seconds", "error",
                                               "train_seconds", "eval_seconds", "status", "iid_accuracy",
-                                              "ood_accuracy", "history", "held_by") if k in old})
+                                              "ood_accuracy", "heldout_loss", "heldout_perplexity", "history",
+                                              "held_by") if k in old})
             self.entries[run.label] = entry
 
     def update(self, label: str, write: bool = True, **fields: Any) -> dict[str, Any]:
@@ -414,6 +427,7 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     tell(kind="start", node=node, time=started)  # before the imports: a fresh worker spends seconds on them
     import torch
 
+    from probe.corpus import CODE_TASK
     from probe.evaluation import evaluate_run
     from probe.locks import RunLocked, describe
     from probe.models.checkpoint import read_checkpoint_config
@@ -429,7 +443,9 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
                             on_step=lambda step, loss, speed: tell(kind="step", step=step, total=config.steps, loss=loss))
         result.update(status=trained.status, steps=trained.steps, train_seconds=trained.seconds,
                       final_loss=trained.final_loss, steps_per_second=trained.steps_per_second)
-        if evaluate:
+        if config.task == CODE_TASK:
+            result.update(trained.held_out)
+        elif evaluate:
             begin = time.time()
             report = evaluate_run(Run(path, read_checkpoint_config(path)), n_test=run["eval_n"],
                                   n_valid=run["eval_valid"], device=resolve_device(device))
@@ -515,6 +531,7 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
     """Run every unfinished run as a Ray task (Ray must be connected, see :func:`connect`);
     finished ones are marked done without starting anything. Failures are recorded and the others
     go on; a worker that dies is retried by Ray (``max_retries``) and resumes from its last state."""
+    prepare_corpora(runs)
     todo = []
     for run in runs:
         state = run_state(run, evaluate)
@@ -588,6 +605,17 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
 
 
 # -- the report ------------------------------------------------------------------------------
+def prepare_corpora(runs: Sequence[SweepRun]) -> None:
+    """Prepare each code corpus the runs train on, once, before any worker starts (workers on
+    other nodes read it from the shared checkpoints folder)."""
+    from probe.corpus import CODE_TASK, CorpusSpec, prepare_corpus
+    from probe.corpus.prepared import corpus_of_run
+
+    folders = {corpus_of_run(run.path): run.config.task_options for run in runs if run.config.task == CODE_TASK}
+    for folder, options in folders.items():
+        prepare_corpus(CorpusSpec.from_options(options), folder)
+
+
 def category(task: str, options: dict[str, Any]) -> str:
     if options.get("scratchpad"):
         return "with scratchpad"
@@ -634,13 +662,15 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     """:func:`report` of run folders by label; a run without a readable eval.json counts as missing."""
     from probe.evaluation import mean_ranks, mean_reciprocal_ranks, read_eval
 
-    evaluated, missing = [], []
+    evaluated, missing, pretrained = [], [], []
     for label, folder in runs.items():
         result = read_eval(folder)
-        if result is None:
-            missing.append(label)
-        else:
+        if result is not None:
             evaluated.append(result)
+        elif (code := _pretrained(folder)) is not None:
+            pretrained.append(code)
+        else:
+            missing.append(label)
     curves: dict[str, dict[str, dict[str, Any]]] = {}
     for r in evaluated:
         curve = curves.setdefault(r["task_folder"], {}).setdefault(
@@ -669,9 +699,24 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     ranks = {"all tasks": mean_ranks(plain), **{name: mean_ranks(group) for name, group in groups.items()}}
     reciprocal = {"all tasks": mean_reciprocal_ranks(plain),
                   **{name: mean_reciprocal_ranks(group) for name, group in groups.items()}}
-    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows,
+    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows, "pretrained": pretrained,
             "mean_rank": {name: value for name, value in ranks.items() if value},
             "mean_reciprocal_rank": {name: value for name, value in reciprocal.items() if value}}
+
+
+def _pretrained(folder: Path) -> dict[str, Any] | None:
+    """A finished code run's held-out perplexity at its training context, or None."""
+    from probe.models.checkpoint import read_checkpoint_config
+
+    try:
+        config = read_checkpoint_config(folder)
+    except ProbeError:
+        return None
+    metrics = config.get("metrics", {})
+    if config.get("task", {}).get("name") != "code" or "heldout_perplexity" not in metrics:
+        return None
+    return {"run": str(folder), "pe": config["pe"], "seed": config.get("training", {}).get("seed", 0),
+            "heldout_perplexity": metrics["heldout_perplexity"]}
 
 
 def _mean(values: Sequence[float]) -> float:

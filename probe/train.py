@@ -243,11 +243,11 @@ class RunResult:
 class Trainer:
     """One run: build or resume, train, publish. ``on_step(step, loss, tokens_per_s)`` reports progress."""
 
-    def __init__(self, config: TrainConfig, run_path: Path, device: torch.device):
+    def __init__(self, config: TrainConfig, run_path: Path, device: torch.device, source: TrainingSource | None = None):
         self.config = config
         self.path = Path(run_path)
         self.device = device
-        self.source = training_source(config, self.path)
+        self.source = source or training_source(config, self.path)
         self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
         self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]

@@ -245,3 +245,23 @@ def test_a_training_context_longer_than_the_model_is_one_line(tmp_path, corpus_f
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "context 64" in err[0] and "n_ctx=32" in err[0]
     assert not (tmp_path / "ck").exists()
+
+
+def test_a_sweep_grid_of_code_runs_trains_them_as_pretrain_does(tmp_path, corpus_folder):
+    from probe.sweep import aggregate, expand_grid, prepare_corpora, run_one, run_state
+
+    options = {"corpus": str(corpus_folder), "vocab_size": 300, "context": 16, "heldout": 0.25}
+    grid = {"name": "t", "task": "code", "pe": ["nope", "alibi"], "seed": 0, "steps": 6, "batch_size": 4,
+            "eval_examples": 4, "options": options, "model": MODEL}
+    runs = expand_grid(grid, tmp_path)
+    pretrain_folder = run_dir(tmp_path, "code", "nope", 0, CorpusSpec.from_options(options).given())
+    assert [r.path for r in runs][0] == pretrain_folder  # the folder `probe pretrain` would use
+    prepare_corpora(runs)
+    assert (corpus_of_run(runs[0].path) / MANIFEST).is_file()
+    results = [run_one(r.to_dict(), "cpu", 1, evaluate=True) for r in runs]
+    assert all(r["state"] == "done" and r["heldout_perplexity"] > 1 for r in results), results
+    assert [run_state(r) for r in runs] == ["done", "done"]  # validated at training: no eval.json to wait for
+    summary = aggregate({r.label: r.path for r in runs})
+    assert summary["missing"] == [] and [p["pe"] for p in summary["pretrained"]] == ["nope", "alibi"]
+    with pytest.raises(ProbeError, match="unknown option"):
+        expand_grid({**grid, "options": {"vocab": 300}}, tmp_path)

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.corpus import CODE_TASK, prepare_corpus
     from probe.corpus.prepared import corpus_of_run
-    from probe.models.config import PRESETS
+    from probe.models.config import PRESETS, ModelConfig
     from probe.models.registry import PE_KINDS
     from probe.parallel import RunFailure
     from probe.pretrain import CONTEXTS, PRETRAIN_PES, context_room
@@ -64,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError(f"unknown positional encoding {unknown[0]!r}; choose from {', '.join(PE_KINDS)}")
     spec = corpus_spec(args, CONTEXTS[args.preset])
     device = resolve_device(args.device)
-    model = {"n_ctx": max(PRESETS[args.preset].get("n_ctx", 1024), context_room(spec.context)),
-             **parse_options(args.model, None)}
+    model = parse_options(args.model, None)
+    if "n_ctx" not in model and PRESETS[args.preset].get("n_ctx", ModelConfig.n_ctx) < context_room(spec.context):
+        model["n_ctx"] = context_room(spec.context)  # room to read 2.5x the context
     pe_options = parse_options(args.pe_option, None)
     configs = [TrainConfig(task=CODE_TASK, pe=pe, seed=seed, preset=args.preset, task_options=spec.given(),
                            pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,

@@ -269,14 +269,18 @@ def finish(runs: list, manifest, name: str, args: argparse.Namespace, out) -> in
     from rich.table import Table
 
     table = Table(title=f"probe sweep {name}: {manifest.counts()['done']} done, {manifest.counts()['failed']} failed")
-    for column in ("run", "state", "attempts", "node", "seconds", "IID", "OOD", "error"):
+    perplexity = any("heldout_perplexity" in entry for entry in manifest.entries.values())
+    for column in ("run", "state", "attempts", "node", "seconds", "IID", "OOD",
+                   *(["held-out perplexity"] if perplexity else []), "error"):
         table.add_column(column)
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     for entry in manifest.entries.values():
+        held_out = entry.get("heldout_perplexity")
         table.add_row(entry["label"], entry["state"], str(entry.get("attempts", 0)),
                       (entry.get("node") or {}).get("host", "-"),
                       "-" if entry.get("seconds") is None else f"{entry['seconds']:.0f}",
                       pct(entry.get("iid_accuracy")), pct(entry.get("ood_accuracy")),
+                      *([("-" if held_out is None else f"{held_out:.2f}")] if perplexity else []),
                       entry.get("error") or (f"in use by {entry['held_by']}" if entry["state"] == "elsewhere" else ""))
     out.print(table)
     if manifest.counts()["elsewhere"]:
@@ -307,12 +311,17 @@ def show_report(runs: list, name: str, args: argparse.Namespace, out, quiet_json
                       "-" if row["ood_accuracy"] is None else f"{100 * row['ood_accuracy']:.1f}%",
                       " ".join(f"{n}:{100 * a:.0f}" + ("" if s else "*")
                                for n, a, s in zip(row["lengths"], row["accuracy"], row["seen"])))
-    out.print(table)
+    if summary["aggregate"] or not summary["pretrained"]:
+        out.print(table)
     for group, ranks in summary["mean_reciprocal_rank"].items():
         out.print(f"mean reciprocal rank ({group}; the paper's figures, 1 = always first): "
                   + ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in ranks.items()))
     for group, ranks in summary["mean_rank"].items():
         out.print(f"mean rank ({group}; 1 = best): " + ", ".join(f"{PE_LABELS.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items()))
+    for run in summary["pretrained"]:
+        out.print(f"{run['run']}: held-out perplexity {run['heldout_perplexity']:.2f} at its training context", highlight=False)
+    if summary["pretrained"]:
+        out.print("perplexity against context size: probe perplexity --checkpoints " + str(args.checkpoints))
     if summary["missing"]:
         out.print(f"[yellow]{len(summary['missing'])} run(s) not evaluated yet[/yellow]"
                   + (f": {', '.join(summary['missing'][:5])}" + (" ..." if len(summary["missing"]) > 5 else "")))
