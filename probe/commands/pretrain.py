@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_corpus_options, add_device, add_json, add_pe_options, console,
-                                   corpus_spec, parse_options)
-from probe.commands.train import label, report_results, train_with_progress
+from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options
+from probe.commands.train import add_training_options, label, report_results, train_with_progress
 from probe.errors import ProbeError
 
 
@@ -25,22 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_corpus_options(parser)
     parser.add_argument("--preset", default="tiny", help="model size: tiny (CPU default), small, base, or lm-1b (the "
                         "paper's 1.3B model and recipe, for GPUs)")
-    parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
-    parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
-    parser.add_argument("--batch-size", type=int, help="windows per step (default: the preset's recipe)")
-    parser.add_argument("--dropout", type=float, help="dropout while training (default: the preset's recipe)")
-    parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
-                        help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
-    add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
-    parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
-    parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
-    parser.add_argument("--wait", action="store_true",
-                        help="when another process is training a run folder, wait for it (default: stop)")
-    parser.add_argument("--jobs", type=int, metavar="N",
-                        help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)")
-    add_checkpoints(parser)
-    add_device(parser)
-    add_json(parser)
+    add_training_options(parser, "windows")
     parser.set_defaults(func=run)
 
 

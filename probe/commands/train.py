@@ -21,14 +21,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "see `probe pes`)")
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
     parser.add_argument("--preset", default="tiny", help="model size: tiny, small or base (default tiny)")
+    add_task_options(parser, "(see `probe tasks`)")
+    add_training_options(parser, "examples")
+    parser.set_defaults(func=run)
+
+
+def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
+    """The recipe overrides, model and PE options, and how runs are executed: the same flags for
+    `probe train` and `probe pretrain` (``unit``: what a batch holds)."""
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
-    parser.add_argument("--batch-size", type=int, help="examples per step (default: the preset's recipe)")
+    parser.add_argument("--batch-size", type=int, help=f"{unit} per step (default: the preset's recipe)")
     parser.add_argument("--dropout", type=float, help="dropout while training (default: the preset's recipe)")
     parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
                         help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
     add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
-    add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
     parser.add_argument("--wait", action="store_true",
@@ -38,7 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
-    parser.set_defaults(func=run)
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
