@@ -58,27 +58,33 @@ class RunInfo:
     seed: int
     label: str
     pe_options: Mapping[str, Any] = field(default_factory=dict)  # as given at training (-p)
+    inference_options: Mapping[str, Any] = field(default_factory=dict)  # applied at loading (RoPE scaling)
 
     @property
     def pe_name(self) -> str:
-        """``rotary`` or ``rotary+base=500``: the PE with the options it was trained with."""
+        """``rotary``, ``rotary+base=500``: the PE with the options it was trained with and any applied
+        at inference (``rotary+factor=4+scaling=yarn``)."""
         from probe.models.registry import pe_folder_name
 
-        return pe_folder_name(self.pe, dict(self.pe_options))
+        return pe_folder_name(self.pe, {**self.pe_options, **self.inference_options})
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "pe": self.pe, "pe_options": dict(self.pe_options), "seed": self.seed, "label": self.label}
+        return {"path": self.path, "pe": self.pe, "pe_options": dict(self.pe_options), "seed": self.seed,
+                "label": self.label, "inference_options": dict(self.inference_options)}
 
 
 def _run_path(run: str | Path | Run) -> Path:
     return run.path if isinstance(run, Run) else Path(run)
 
 
-def _info(path: Path, config: Mapping[str, Any], label: str | None = None) -> RunInfo:
+def _info(path: Path, config: Mapping[str, Any], label: str | None = None,
+          inference: Mapping[str, Any] | None = None) -> RunInfo:
+    from probe.models.registry import pe_folder_name
+
     run = Run(Path(path), dict(config))
-    given = run.pe_name[len(run.pe):]  # "+base=500" for PE options given at training
+    given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe):]  # "+base=500"
     return RunInfo(str(path), run.pe, run.seed, label or (_pe_name(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
-                   run.pe_options)
+                   run.pe_options, dict(inference or {}))
 
 
 def _describe(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple[dict[str, Any], dict[str, Any], int]:
@@ -110,12 +116,16 @@ def check_comparable(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config
                          "the layerwise distance needs models of the same depth")
 
 
-def _load(run: str | Path | Run, device: torch.device, label: str | None = None):
+def _load(run: str | Path | Run, device: torch.device, label: str | None = None,
+          pe_options: Mapping[str, Any] | None = None):
+    """The run's model, with those of ``pe_options`` its PE has applied at inference."""
     from probe.models import load_checkpoint
+    from probe.models.registry import options_for
 
     path = _run_path(run)
-    model = load_checkpoint(path, device=device)
-    return model, _info(path, model.metadata, label)
+    applied = options_for(read_checkpoint_config(path)["pe"], dict(pe_options or {}))
+    model = load_checkpoint(path, device=device, pe_options=applied or None)
+    return model, _info(path, model.metadata, label, applied)
 
 
 def _task_of(config: Mapping[str, Any]) -> tuple[Task, Tokenizer]:
@@ -349,7 +359,8 @@ def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: i
 def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_bucket: int = 10,
                  metric: Metric = "jsd", seed: int = 0, device: str | torch.device = "cpu",
                  baseline: str | Path | Run | None = None, batch_size: int = 16,
-                 lengths: Lengths = "all", multiples: Sequence[float] | None = None) -> CompareResult:
+                 lengths: Lengths = "all", multiples: Sequence[float] | None = None,
+                 pe_options: Mapping[str, Any] | None = None) -> CompareResult:
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same examples for both.
 
     ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
@@ -357,6 +368,7 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     vocabularies or depth raise ProbeError. ``metric="reference-code"``: see
     ``probe.metrics.layer_distances``. Distances are computed in float64. Code runs: one bucket
     per context size, ``multiples`` of the training context (default 1x, 2x; probe.code_analysis).
+    ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the runs whose PE has them.
     """
     check_metric(metric)
     device = torch.device(device)
@@ -366,8 +378,8 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     infos = [_info(_run_path(r), c) for r, c in zip((run_a, run_b, baseline), configs)]
     for info, config in zip(infos[1:], configs[1:]):
         check_comparable(infos[0], configs[0], info, config)
-    model_a, a = _load(run_a, device)
-    model_b, b = _load(run_b, device)
+    model_a, a = _load(run_a, device, pe_options=pe_options)
+    model_b, b = _load(run_b, device, pe_options=pe_options)
     timings["load"] = time.perf_counter() - start
     options = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
                    lengths=lengths, multiples=multiples)
@@ -375,7 +387,7 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     if baseline is not None:
         del model_b
         start = time.perf_counter()
-        model_c, c = _load(baseline, device, label=f"{a.label}'")
+        model_c, c = _load(baseline, device, label=f"{a.label}'", pe_options=pe_options)
         timings["load"] += time.perf_counter() - start
         result.baseline = _compare_loaded(model_a, a, model_c, c, timings=timings, **options)
     return result
@@ -445,11 +457,12 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
                    seed: int = 0, options: Mapping[str, Any] | None = None, n_per_bucket: int = 10,
                    metric: Metric = "jsd", device: str | torch.device = "cpu", baseline: bool = True,
                    batch_size: int = 16, lengths: Lengths = "all", multiples: Sequence[float] | None = None,
-                   progress: Progress | None = None) -> CompareReport:
+                   pe_options: Mapping[str, Any] | None = None, progress: Progress | None = None) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under
     ``root``) or run folders; no B compares A with every other PE found. With ``baseline``, adds
     A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
-    (runs exist, same task and depth) before any model is loaded. ``multiples``: see :func:`compare_runs`.
+    (runs exist, same task and depth) before any model is loaded. ``multiples``, ``pe_options``: see
+    :func:`compare_runs`.
     """
     check_metric(metric)
     options = dict(options or {})
@@ -476,7 +489,7 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    model_a, a = _load(path_a, device)
+    model_a, a = _load(path_a, device, pe_options=pe_options)
     timings["load"] = time.perf_counter() - start
     settings = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
                     lengths=lengths, multiples=multiples, timings=timings)
@@ -486,7 +499,7 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
         if progress:
             progress(f"{a.label} vs {info.label}", len(comparisons), total)
         start = time.perf_counter()
-        model_b, b = _load(path, device)
+        model_b, b = _load(path, device, pe_options=pe_options)
         timings["load"] += time.perf_counter() - start
         comparisons.append(_compare_loaded(model_a, a, model_b, b, **settings))
         del model_b
@@ -496,7 +509,7 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
         if progress:
             progress(f"{a.label} vs {label} (baseline)", len(comparisons), total)
         start = time.perf_counter()
-        model_base, base = _load(path_base, device, label=label)
+        model_base, base = _load(path_base, device, label=label, pe_options=pe_options)
         timings["load"] += time.perf_counter() - start
         result_base = _compare_loaded(model_a, a, model_base, base, **settings)
     runs = [Run(path_a, config_a), *(Run(p, c) for p, c in zip(paths_b, configs_b))]

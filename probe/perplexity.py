@@ -190,7 +190,7 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
     runs whose PE has them; ``max_files``: at most this many held-out files, drawn with ``seed``."""
     from probe.models.checkpoint import load_checkpoint, read_checkpoint_config
-    from probe.models.registry import PE_CLASSES, pe_folder_name
+    from probe.models.registry import options_for, pe_folder_name
 
     if not runs:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
@@ -209,7 +209,7 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     device = torch.device(device)
     results = []
     for done, (path, config) in enumerate(zip(paths, configs)):
-        applied = {k: v for k, v in (pe_options or {}).items() if k in PE_CLASSES[config["pe"]].options}
+        applied = options_for(config["pe"], pe_options)
         model = load_checkpoint(path, device=device, pe_options=applied or None)
         if model.cfg.n_ctx < protocol.contexts[-1]:
             raise ProbeError(f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "

@@ -196,3 +196,18 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
     assert main(["distances", "--scratchpad", "I+X", "--checkpoints", str(ckpt)]) == 2  # a typo, not "no runs"
     err = capsys.readouterr().err
     assert "scratchpad='I+X' is not accepted" in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_applies_rope_scaling_at_inference_to_the_runs_that_have_it(tmp_path, capsys, no_png):
+    ckpt = tmp_path / "checkpoints"
+    nope, rotary = make_run(ckpt, "nope"), make_run(ckpt, "rotary")
+    plain = compare_runs(nope, rotary, n_per_bucket=1)
+    scaled = compare_runs(nope, rotary, n_per_bucket=1, pe_options={"scaling": "linear", "factor": 4.0})
+    assert scaled.a.inference_options == {} and scaled.b.inference_options == {"scaling": "linear", "factor": 4.0}
+    assert scaled.b.label == "Rotary+factor=4+scaling=linear" and scaled.a.label == plain.a.label
+    assert not torch.allclose(plain.values, scaled.values)  # positions 4x closer: other attention
+    assert main(["compare", "nope", "rotary", "-p", "scaling=linear", "-p", "factor=4", "--checkpoints", str(ckpt),
+                 "--n-per-bucket", "1", "--no-baseline", "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "nope_vs_rotary+factor=4+scaling=linear.json").is_file()
+    assert main(["compare", "nope", "rotary", "-p", "scaling=bogus", "--checkpoints", str(ckpt)]) == 2
+    assert "scaling" in capsys.readouterr().err

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_device, add_json, add_task_options, console, parse_options,
-                                   print_json, write_json_and_csv)
+from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
+                                   parse_options, print_json, write_json_and_csv)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only")
     parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)")
     parser.add_argument("--lengths", default="all", choices=("all", "seen", "unseen"), help="which length buckets (default all)")
+    add_pe_options(parser, "applied at inference to the runs whose PE has it, e.g. RoPE scaling: -p scaling=yarn "
+                   "-p factor=2 (labels and output names say so)")
     parser.add_argument("--no-baseline", action="store_true", help="skip A vs A' (another seed of A)")
     parser.add_argument("--detail", action="store_true", help="print every comparison's layer × bucket table")
     parser.add_argument("--batch-size", type=int, default=16)
@@ -142,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         report = compare_report(args.runs[0], args.runs[1:], root=args.checkpoints, task=args.task, seed=args.seed,
                                 options=options, n_per_bucket=args.n_per_bucket, metric=args.metric, device=device,
                                 baseline=not args.no_baseline, batch_size=args.batch_size, lengths=args.lengths,
-                                progress=on_progress)
+                                pe_options=parse_options(args.pe_option, None), progress=on_progress)
     finally:
         progress.stop()
     out.print(summary_table(report))

@@ -46,6 +46,12 @@ def parse_pe_options(pe: str, given: dict[str, Any]) -> dict[str, Any]:
     return PE_CLASSES[pe].parse_options(given)
 
 
+def options_for(pe: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The ones of ``options`` that ``pe`` has: inference options (RoPE ``scaling``) given to several runs
+    apply to the runs whose PE offers them and leave the others as they are."""
+    return {name: value for name, value in (options or {}).items() if name in PE_CLASSES[pe].options}
+
+
 def pe_folder_name(pe: str, options: dict[str, Any] | None = None) -> str:
     """``rotary`` or, with options given, ``rotary+base=500+fraction=0.25`` (sorted by name)."""
     return pe + "".join(f"+{name}={format_option(value)}" for name, value in sorted((options or {}).items()))
