@@ -191,6 +191,127 @@ def test_compare_head_matrix_follows_layer_and_bucket(checkpoints, monkeypatch):
     assert not at.exception and charts(at) == 3
 
 
+CODE_OPTIONS = {"vocab_size": 300, "context": 16, "heldout": 0.25}  # + the corpus folder
+CODE_MODEL = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64, "n_ctx": 64}
+
+
+@pytest.fixture(scope="module")
+def code_checkpoints(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
+    """NoPE and ALiBi code models trained a few steps at T = 16 on a folder of small Python files (the
+    corpus prepared beside them, as `probe pretrain` does): (root, task folder, run folders)."""
+    import random
+
+    from probe.corpus import CorpusSpec
+    from probe.runs import run_dir
+    from probe.train import TrainConfig, train_run
+
+    corpus, rng = tmp_path_factory.mktemp("code"), random.Random(0)
+    for i in range(24):  # 1 to 4 lines of about 25 tokens: files in buckets below 2.5 T = 40 tokens and above
+        lines = [f"def f{i}_{j}(x, y={j}):\n    return x * {rng.randint(0, 99)} + y  # {'ab' * j}\n"
+                 for j in range(1 + i % 4)]
+        (corpus / f"module_{i}.py").write_text("".join(lines))
+    options = {"corpus": str(corpus), **CODE_OPTIONS}
+    root, paths = tmp_path_factory.mktemp("code-checkpoints"), []
+    for pe in ("nope", "alibi"):
+        config = TrainConfig(task="code", pe=pe, steps=6, batch_size=4, log_every=3, eval_examples=4,
+                             task_options=options, model=CODE_MODEL)
+        paths.append(train_run(config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()),
+                               torch.device("cpu")).path)
+    return root, paths[0].parent.parent, paths
+
+
+def figure_of(chart) -> dict:
+    return json.loads(chart.proto.spec)
+
+
+def perplexity_table(at) -> dict[str, dict[int, float]]:
+    """The page's table: model -> {context size: perplexity} (empty cells left out)."""
+    table = at.dataframe[0].value
+    return {row["model"]: {int(column.split()[0]): row[column] for column in table.columns[1:] if row[column] == row[column]}
+            for _, row in table.iterrows()}
+
+
+def expected_cells(report: dict, bucket: str = "all") -> dict[str, dict[int, float]]:
+    cells: dict[str, dict[int, float]] = {}
+    for row in report["rows"]:
+        if row["bucket"] == bucket:
+            cells.setdefault(row["run"], {})[row["context"]] = row["perplexity"]
+    return cells
+
+
+def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(code_checkpoints, tmp_path,
+                                                                                  monkeypatch):
+    from probe.commands.common import write_json_and_csv
+    from probe.corpus.prepared import corpus_of_run, load_corpus
+    from probe.models import load_checkpoint
+    from probe.perplexity import perplexity_report
+
+    source, folder, paths = code_checkpoints
+    root = tmp_path / "ck"
+    shutil.copytree(source, root)  # the other tests see no report
+    folder, paths = root / folder.name, [root / p.relative_to(source) for p in paths]
+    report = perplexity_report(paths, max_files=20)
+    write_json_and_csv(folder / "perplexity", "perplexity", report.to_json(), report.table())  # as the command does
+    (folder / "perplexity+scaling=yarn").mkdir()
+    (folder / "perplexity+scaling=yarn" / "perplexity.json").write_text("{not json")
+    saved = report.to_json()
+    assert expected_cells(saved)  # the tiny corpus has files of 2.5 T = 40 tokens, so the "all" row is there
+
+    at = run_page("pretraining", root, monkeypatch)
+    assert at.selectbox(key="pretraining-report").options == [f"{folder.name}/perplexity",
+                                                              f"{folder.name}/perplexity+scaling=yarn", "measure here"]
+    assert charts(at) == 2  # the perplexity curves, then one head's attention
+    curves, attention = (figure_of(c) for c in at.get("plotly_chart"))
+    assert {trace["name"] for trace in curves["data"]} == {"nope", "alibi"}
+    table = perplexity_table(at)
+    assert list(table) == ["nope", "alibi"]
+    expected = expected_cells(saved)
+    assert table.keys() == expected.keys() and all(table[m] == pytest.approx(expected[m]) for m in expected)
+
+    # the attention of NoPE on the first held-out file of at least 2 T tokens, its last 2 T tokens, layer 0 head 0
+    corpus = load_corpus(corpus_of_run(paths[0]))
+    index = next(i for i, n in enumerate(corpus.heldout_lengths().tolist()) if n >= 32)
+    assert at.selectbox(key="pretraining-file").value == index and at.selectbox(key="pretraining-context").value == 32
+    model = load_checkpoint(paths[0])
+    ids = corpus.heldout_file(index)[-32:]
+    _, cache = model.run_with_cache(ids[None])
+    heatmap = attention["data"][0]
+    torch.testing.assert_close(torch.tensor(heatmap["z"]), cache["pattern", 0][0, 0], atol=1e-6, rtol=0)
+    assert len(heatmap["z"]) == 32 and len(attention["layout"]["xaxis"]["ticktext"]) == 32
+    assert "".join(attention["layout"]["xaxis"]["ticktext"]).replace("↵", "\n") == corpus.tokenizer.decode(ids.tolist())
+
+    at.selectbox(key="pretraining-layer").set_value(1)
+    at.selectbox(key="pretraining-head").set_value(1)
+    at.selectbox(key="pretraining-context").set_value(16).run()
+    assert not at.exception
+    attention = figure_of(at.get("plotly_chart")[1])
+    _, short = model.run_with_cache(ids[None, 16:])  # the file's last 16 tokens, read on their own
+    torch.testing.assert_close(torch.tensor(attention["data"][0]["z"]), short["pattern", 1][0, 1], atol=1e-6, rtol=0)
+    assert attention["layout"]["annotations"][0]["text"] == "head 1"
+
+    at.selectbox(key="pretraining-table").set_value(next(r["bucket"] for r in saved["rows"] if r["bucket"] != "all")).run()
+    assert not at.exception and list(perplexity_table(at)) == ["nope", "alibi"]
+    at.selectbox(key="pretraining-report").set_value(str(folder / "perplexity+scaling=yarn")).run()
+    assert not at.exception and "not a `probe perplexity` report" in texts(at.error) and charts(at) == 1
+
+
+def test_pretraining_page_measures_perplexity_when_no_report_exists(code_checkpoints, monkeypatch):
+    root, _, paths = code_checkpoints
+    at = run_page("pretraining", root, monkeypatch)
+    assert at.selectbox(key="pretraining-report").options == ["measure here"]
+    assert at.multiselect(key="pretraining-runs").value == [str(p) for p in paths]
+    assert charts(at) == 2 and list(perplexity_table(at)) == ["nope", "alibi"]
+    assert f"probe perplexity {paths[0]} {paths[1]} --max-files 50" in texts(at.caption)
+    at.multiselect(key="pretraining-runs").unselect(str(paths[0]))
+    at.button[0].click().run()  # the form's Measure
+    assert not at.exception and list(perplexity_table(at)) == ["alibi"]
+
+
+def test_pretraining_page_without_code_runs_says_what_to_run(tmp_path, monkeypatch):
+    at = run_page("pretraining", tmp_path, monkeypatch)
+    assert charts(at) == 0 and "probe pretrain" in texts(at.info) and "probe perplexity" in texts(at.info)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -93,9 +93,9 @@ def run(args: argparse.Namespace) -> int:
 
     table = Table(title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
                         f"all files of at least {protocol.contexts[-1]} tokens")
-    table.add_column("model", no_wrap=True)
+    table.add_column("model", overflow="fold")
     for context in protocol.contexts:
-        table.add_column(f"{context}\n{context / protocol.train_context:.2g}x", justify="right")
+        table.add_column(f"{context}\n{context / protocol.train_context:.2g}x", justify="right", min_width=5)
     cells = {(row["run"], row["context"]): row["perplexity"] for row in rows if row["bucket"] == "all"}
     for r in report.runs:
         table.add_row(r.label, *(f"{cells[r.label, c]:.2f}" if (r.label, c) in cells else "-" for c in protocol.contexts))

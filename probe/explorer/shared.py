@@ -50,9 +50,18 @@ def has_task(run: Run) -> bool:
     return isinstance(task, dict) and "name" in task and "tokenizer" in run.config
 
 
+def is_code(run: Run) -> bool:
+    """A pretrained code model (`probe pretrain`): its tokenizer is the corpus's BPE, not a task's."""
+    from probe.corpus import CODE_TASK
+
+    task = run.config.get("task")
+    return isinstance(task, dict) and task.get("name") == CODE_TASK
+
+
 def task_folder(run: Run) -> str:
-    """``scan`` or ``addition+scratchpad=full``: the task folder a run belongs to (or its construction)."""
-    if not has_task(run):
+    """``scan``, ``addition+scratchpad=full`` or ``code+context=256``: the task folder a run belongs to
+    (or its construction)."""
+    if not has_task(run) and not is_code(run):
         return f"construction: {run.config.get('construction', run.path.name)}"
     return run.path.parent.parent.name
 
@@ -62,7 +71,7 @@ def pe_name(pe: str) -> str:
 
 
 def run_title(run: Run) -> str:
-    if not has_task(run):
+    if not has_task(run) and not is_code(run):
         return f"{task_folder(run)} · {run.path}"
     return f"{task_folder(run)} · {pe_name(run.pe)} · seed {run.seed}"
 
