@@ -114,7 +114,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                   dropout=0.0, n_ctx=4096),
 }
 # A preset's defaults for a PE's options, under what the user gives (`-p`).
-PE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"base": {"rotary": {"fraction": 0.25}}}
+PE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"base": {"rotary": {"fraction": 0.25}},
+                                                     "lm-1b": {"rotary": {"fraction": 0.25}}}
 
 
 def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0,
