@@ -190,7 +190,8 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
     runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this many held-out files, drawn with ``seed``."""
     from probe.models.checkpoint import load_checkpoint, read_checkpoint_config
-    from probe.models.registry import PE_CLASSES, options_for, pe_folder_name
+    from probe.models.registry import options_for, pe_folder_name
+    from probe.models.rotary import SCALINGS_WITH_LENGTH
 
     if not runs:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
@@ -210,7 +211,7 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     results = []
     for done, (path, config) in enumerate(zip(paths, configs)):
         applied = options_for(config["pe"], pe_options)
-        if "scaling" in applied and "original_length" in PE_CLASSES[config["pe"]].options:
+        if applied.get("scaling") in SCALINGS_WITH_LENGTH:
             applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
         model = load_checkpoint(path, device=device, pe_options=applied or None)
         if model.cfg.n_ctx < protocol.contexts[-1]:

@@ -189,6 +189,8 @@ def test_rope_scaling_applies_at_inference_to_rotary_runs_only(code_runs):
     assert [r.label for r in scaled.runs] == ["nope", "rotary+factor=2+scaling=linear"]
     finite = ~plain.runs[1].nll.isnan()
     assert torch.equal(plain.runs[0].nll[finite], scaled.runs[0].nll[finite])  # NoPE has no such option
+    yarn = perplexity_report(paths, pe_options={"scaling": "yarn", "factor": 2.0}, max_files=4)
+    assert yarn.runs[1].label == "rotary+factor=2+original_length=16+scaling=yarn"  # the training context
     assert not torch.allclose(plain.runs[1].nll[finite], scaled.runs[1].nll[finite])
 
 

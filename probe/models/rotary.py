@@ -39,12 +39,15 @@ def _check_fraction(fraction: float, options: dict, config) -> str | None:
 SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 
 
+SCALINGS_WITH_LENGTH = ("dynamic", "yarn", "llama3")  # scalings that need original_length, the length trained on
+
+
 def _check_scaling(scaling: str, options: dict, config) -> str | None:
     if scaling == "none":
         return None
     if options["factor"] < 1:
         return "needs factor >= 1"
-    if scaling in ("dynamic", "yarn", "llama3") and options["original_length"] < 1:
+    if scaling in SCALINGS_WITH_LENGTH and options["original_length"] < 1:
         return "needs original_length, the length trained on (e.g. -p original_length=50)"
     return None
 
