@@ -74,7 +74,7 @@ def test_term_is_the_papers_equation():
     k = torch.randn(1, 9, 2, 8, generator=generator, dtype=torch.float64)
     scores = masked_logits(q, k, 1.0)
     table = model.pe.position_vectors[0].detach()
-    term = model.pe.score_term(0, q, scores)
+    term = model.pe.score_term(0, q, k, scores)
     fractional = 0
     for h in range(2):
         for i in range(9):
@@ -130,7 +130,7 @@ def test_bf16_autocast_computes_the_term_in_float32():
     k = torch.randn(2, 16, model.cfg.n_heads, model.cfg.d_head, generator=generator).bfloat16()
     scores = masked_logits(q.float(), k.float(), math.sqrt(model.cfg.d_head)).bfloat16()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        term = model.pe.score_term(1, q, scores)
+        term = model.pe.score_term(1, q, k, scores)
         logits, cache = model.run_with_cache(torch.randint(0, VOCAB, (2, 16), generator=generator))
     assert term.dtype == torch.float32
     expected = oracle_term(q, scores, model.pe.position_vectors[1].detach())

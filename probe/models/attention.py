@@ -108,7 +108,7 @@ class PEAttention(Attention):
                 mask = self._causal_mask(query_len, key_len, offset, q.device, scores.dtype)
             scores = scores + mask
             if self._pe.scores_term:
-                scores = scores + self.hook_pos_scores(self._pe.score_term(self.layer_id, q, scores))
+                scores = scores + self.hook_pos_scores(self._pe.score_term(self.layer_id, q, k, scores))
             scores = self.hook_attn_scores(scores)
             pattern = torch.softmax(scores, dim=-1)
             pattern = torch.nan_to_num(pattern, nan=0.0)  # rows with every key masked

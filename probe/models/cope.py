@@ -74,7 +74,7 @@ class CoPE(PositionalEncoding):
         gates = torch.sigmoid(scores)  # [batch, head, query, key]
         return gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.option["npos"] - 1)
 
-    def score_term(self, layer: int, q: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    def score_term(self, layer: int, q: torch.Tensor, k: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """[batch, head, query, key] q_i^T e[p_ij], interpolated between the integer positions, in
         float32 (float64 for a float64 model) also under autocast, whose bf16 would round the
         positions and the dot products."""

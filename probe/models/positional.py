@@ -146,10 +146,11 @@ class PositionalEncoding(nn.Module):
         ``rotate`` unless a PE treats queries and keys differently (xPos scales them oppositely)."""
         return self.rotate(layer, x, start)
 
-    def score_term(self, layer: int, q: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    def score_term(self, layer: int, q: torch.Tensor, k: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """[batch, head, query, key] term added to the logits that depends on the queries [batch,
-        query, head, d_head] and on the masked logits ``scores`` [batch, head, query, key] (CoPE's
-        gates); such a layer always takes the explicit path."""
+        query, head, d_head], the keys [batch, key, head, d_head] (cached ones included) and the
+        masked logits ``scores`` [batch, head, query, key] (CoPE's gates; Transformer-XL's u^T k);
+        such a layer always takes the explicit path."""
         raise NotImplementedError(f"{self.kind} adds no query-dependent term")
 
     @property

@@ -21,10 +21,12 @@ from probe.models.nope import NoPE
 from probe.models.positional import PositionalEncoding, format_option
 from probe.models.rotary import Rotary
 from probe.models.t5 import T5RelativeBias
+from probe.models.txl import TransformerXL
 from probe.models.xpos import XPos
 
 PE_CLASSES: dict[str, type[PositionalEncoding]] = {
-    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE)
+    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE,
+                              TransformerXL)
 }
 PE_KINDS: tuple[str, ...] = tuple(PE_CLASSES)  # registry order: the CLI's order of runs
 PAPER_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.in_paper)  # trained by default
