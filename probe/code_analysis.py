@@ -30,6 +30,7 @@ from probe.corpus.bpe import TOKENIZER_FILE
 from probe.corpus.prepared import MANIFEST, PreparedCorpus, corpus_of_run, load_corpus
 from probe.errors import ProbeError
 from probe.metrics import layer_distances
+from probe.models.checkpoint import task_name
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
@@ -38,7 +39,7 @@ MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.atte
 
 def is_code_run(config: Mapping[str, Any]) -> bool:
     """Whether a run's ``config.json`` is a pretrained code model's (``task: {"name": "code"}``)."""
-    return config.get("task", {}).get("name") == CODE_TASK
+    return task_name(config) == CODE_TASK
 
 
 def training_context(config: Mapping[str, Any]) -> int:

@@ -32,6 +32,7 @@ from torch import Tensor
 from probe.corpus.prepared import PreparedCorpus, corpus_of_run, load_corpus
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
+from probe.models.checkpoint import task_name
 
 PAPER_CONTEXT = 1024
 PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560)  # its table's columns
@@ -169,8 +170,8 @@ class PerplexityReport:
 def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> PreparedCorpus:
     """The one corpus every run trained on (the folder beside the first), checked by fingerprint."""
     for config, path in zip(configs, paths):
-        if config.get("task", {}).get("name") != "code":
-            raise ProbeError(f"{path} is not a pretrained code model (task {config.get('task', {}).get('name')!r}); "
+        if task_name(config) != "code":
+            raise ProbeError(f"{path} is not a pretrained code model (task {task_name(config)!r}); "
                              "perplexity reads runs of `probe pretrain`")
     corpus = load_corpus(corpus_of_run(paths[0]))
     for config, path in zip(configs, paths):

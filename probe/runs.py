@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from probe.errors import ProbeError
-from probe.models.checkpoint import CONFIG, read_checkpoint_config
+from probe.models.checkpoint import CONFIG, read_checkpoint_config, task_name
 from probe.models.positional import format_option
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
@@ -84,7 +84,7 @@ class Run:
 
     @property
     def task(self) -> str:
-        return self.config.get("task", {}).get("name", "?")
+        return task_name(self.config) or "?"
 
     @property
     def seed(self) -> int:
@@ -104,8 +104,9 @@ class Run:
         """The task folder's name: from the layout when the run is in it, else from ``config.json``."""
         if self.in_layout:
             return self.path.parent.parent.name
-        task = self.config.get("task", {})
-        return task_folder_name(self.task, given_options(self.task, task.get("options", {})))
+        task = self.config.get("task")
+        options = task.get("options", {}) if isinstance(task, dict) else {}
+        return task_folder_name(self.task, given_options(self.task, options))
 
     @property
     def label(self) -> str:

@@ -706,14 +706,14 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
 
 def _pretrained(folder: Path) -> dict[str, Any] | None:
     """A finished code run's held-out perplexity at its training context, or None."""
-    from probe.models.checkpoint import read_checkpoint_config
+    from probe.models.checkpoint import read_checkpoint_config, task_name
 
     try:
         config = read_checkpoint_config(folder)
     except ProbeError:
         return None
     metrics = config.get("metrics", {})
-    if config.get("task", {}).get("name") != "code" or "heldout_perplexity" not in metrics:
+    if task_name(config) != "code" or "heldout_perplexity" not in metrics:
         return None
     return {"run": str(folder), "pe": config["pe"], "seed": config.get("training", {}).get("seed", 0),
             "heldout_perplexity": metrics["heldout_perplexity"]}

@@ -53,9 +53,9 @@ def has_task(run: Run) -> bool:
 def is_code(run: Run) -> bool:
     """A pretrained code model (`probe pretrain`): its tokenizer is the corpus's BPE, not a task's."""
     from probe.corpus import CODE_TASK
+    from probe.models.checkpoint import task_name
 
-    task = run.config.get("task")
-    return isinstance(task, dict) and task.get("name") == CODE_TASK
+    return task_name(run.config) == CODE_TASK
 
 
 def task_folder(run: Run) -> str:

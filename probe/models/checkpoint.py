@@ -63,6 +63,13 @@ def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike, **meta
     return directory
 
 
+def task_name(config: dict[str, Any]) -> str | None:
+    """The task a checkpoint was trained on (``code`` for a pretrained code model), or None for one
+    with no task (a construction: `probe theorem --export` writes a description there)."""
+    task = config.get("task")
+    return task.get("name") if isinstance(task, dict) else None
+
+
 def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The parsed ``config.json`` of a checkpoint folder (no weights read)."""
     directory = Path(directory)
@@ -122,7 +129,7 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         from probe.tasks.tokenizer import Tokenizer
 
         Tokenizer.from_dict(config["tokenizer"]).attach_to(model)
-    elif config.get("task", {}).get("name") == "code":  # a pretrained code model: its BPE, saved beside it
+    elif task_name(config) == "code":  # a pretrained code model: its BPE, saved beside it
         from probe.corpus.bpe import TOKENIZER_FILE, CodeTokenizer
 
         try:
