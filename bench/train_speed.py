@@ -27,7 +27,8 @@ import torch
 from common import header, write_json
 
 from probe.corpus import CODE_TASK, CorpusSpec
-from probe.pretrain import CONTEXTS, CorpusSource
+from probe.pretrain import CONTEXTS
+from probe.sources import CorpusSource
 from probe.train import LM_RECIPES, RECIPES, Trainer, TrainConfig
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.
@@ -51,7 +52,7 @@ def measure(preset: str, warm: int, timed: int, device: torch.device, task: str 
             config = TrainConfig(task=task, pe="nope", preset=preset, steps=warm + timed, log_every=warm,
                                  checkpoint_every=10**9, task_options={"context": CONTEXTS[preset]})
             trainer = Trainer(config, Path(folder), device,
-                              source=CorpusSource(config, scratch / "code" / "nope" / "seed0"))
+                              source=CorpusSource(config.task_options, scratch / "code" / "nope" / "seed0"))
         else:
             config = TrainConfig(task="scan", pe="nope", preset=preset, steps=warm + timed, log_every=warm,
                                  checkpoint_every=10**9)

@@ -276,7 +276,8 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     and a dry run of ``base`` must not take minutes."""
     import torch
 
-    from probe.train import Trainer, resolve_device, training_source
+    from probe.sources import training_source
+    from probe.train import Trainer, resolve_device
 
     resolved = resolve_device(device)
     previous_threads = torch.get_num_threads()
@@ -286,7 +287,7 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     speeds: list[float] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            trainer = Trainer(config, Path(scratch), resolved, source=training_source(config, run.path))
+            trainer = Trainer(config, Path(scratch), resolved, source=training_source(config.task, config.task_options, config.seed, run.path))
             trainer.train(lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     finally:
         torch.set_num_threads(previous_threads)

@@ -15,13 +15,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from probe.data import EncodedSet, batch_stream, encode
+from probe.data import batch_stream
 from probe.errors import ProbeError
 from probe.files import append_line, atomic_write, atomic_write_text
 from probe.locks import run_lock
@@ -29,7 +29,7 @@ from probe.models.checkpoint import CONFIG, read_checkpoint_config, save_checkpo
 from probe.models.config import PRESETS, ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options
 from probe.models.transformer import PETransformer
-from probe.tasks import Tokenizer, get as get_task
+from probe.sources import TrainingSource, training_source
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"
@@ -116,64 +116,6 @@ class TrainConfig:
                               pe_options=self.pe_options, **self.model)
 
 
-class TrainingSource(Protocol):
-    """What a run trains on: a task's examples (:class:`TaskSource`) or a code corpus
-    (:class:`probe.pretrain.CorpusSource`). The loop, checkpoints and resumption are the same."""
-
-    vocab_size: int
-
-    def attach_to(self, model: PETransformer) -> None: ...
-
-    def training_set(self, seed: int) -> EncodedSet: ...
-
-    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]: ...
-
-    def metadata(self) -> dict[str, Any]: ...
-
-    def write_files(self, folder: Path) -> None: ...
-
-
-class TaskSource:
-    """A task's ``<bos> source <sep> target <eos>`` examples, loss on the target; validated by
-    greedy exact match on held-out IID examples (``iid_accuracy``)."""
-
-    def __init__(self, config: TrainConfig):
-        self.config = config
-        self.task = get_task(config.task, **config.task_options)
-        self.tokenizer = Tokenizer.for_task(self.task)
-        self.vocab_size = len(self.tokenizer)
-
-    def attach_to(self, model: PETransformer) -> None:
-        self.tokenizer.attach_to(model)
-
-    def training_set(self, seed: int) -> EncodedSet:
-        return encode(self.task.examples("train", seed=seed), self.tokenizer)
-
-    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]:
-        from probe.eval import evaluate_examples
-
-        valid = self.task.examples("valid", n=n, seed=self.config.seed)
-        return {"iid_accuracy": evaluate_examples(model, self.tokenizer, valid, device=device,
-                                                  answer_only=bool(self.task.options.get("scratchpad"))).accuracy}
-
-    def metadata(self) -> dict[str, Any]:
-        return {"task": {"name": self.config.task, "options": self.task.options}, "tokenizer": self.tokenizer.to_dict()}
-
-    def write_files(self, folder: Path) -> None:
-        """Everything a task run needs is in its ``config.json``."""
-
-
-def training_source(config: TrainConfig, run_path: Path) -> TrainingSource:
-    """The source of ``config.task``: the code corpus prepared beside the run, or a task."""
-    from probe.corpus import CODE_TASK
-
-    if config.task == CODE_TASK:
-        from probe.pretrain import CorpusSource
-
-        return CorpusSource(config, run_path)
-    return TaskSource(config)
-
-
 def learning_rate(step: int, config: TrainConfig) -> float:
     """Linear warm-up over ``warmup`` x steps, then polynomial decay to ``lr_end`` (HuggingFace's
     ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses) or, for
@@ -247,7 +189,7 @@ class Trainer:
         self.config = config
         self.path = Path(run_path)
         self.device = device
-        self.source = source or training_source(config, self.path)
+        self.source = source or training_source(config.task, config.task_options, config.seed, self.path)
         self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
         self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]

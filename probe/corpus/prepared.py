@@ -125,6 +125,14 @@ class PreparedCorpus:
         tokens = self.train[: n * context].view(n, context).long()
         return EncodedSet(tokens, torch.full((n,), context), torch.ones(n, dtype=torch.long))
 
+    def heldout_windows(self, context: int) -> torch.Tensor:
+        """[windows, context] long: every held-out file's non-overlapping windows, file after file
+        (none across files)."""
+        rows = [tokens[: len(tokens) // context * context].view(-1, context)
+                for tokens in (self.heldout_file(i) for i in range(len(self.heldout_names)))]
+        rows = [r for r in rows if len(r)]
+        return torch.cat(rows) if rows else torch.empty(0, context, dtype=torch.long)
+
     def summary(self) -> dict[str, Any]:
         return dict(self.manifest["sizes"])
 
