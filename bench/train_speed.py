@@ -32,8 +32,11 @@ from probe.sources import CorpusSource
 from probe.train import LM_RECIPES, RECIPES, Trainer, TrainConfig
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.
-STEPS = {"cpu": {"tiny": (50, 400), "small": (10, 100), "base": (2, 6), "lm-1b": (1, 2)},
-         "cuda": {"tiny": (50, 1000), "small": (50, 1000), "base": (20, 300), "lm-1b": (5, 30)}}
+STEPS = {"cpu": {"tiny": (50, 400), "small": (10, 100), "base": (2, 6)},
+         "cuda": {"tiny": (50, 1000), "small": (50, 1000), "base": (20, 300)}}
+# Code batches hold 4K (tiny) to 32K (base) tokens, 5-40x a SCAN batch.
+CODE_STEPS = {"cpu": {"tiny": (20, 200), "small": (4, 30), "base": (1, 2)},
+              "cuda": {"tiny": (50, 500), "small": (50, 500), "base": (20, 200), "lm-1b": (5, 20)}}
 
 
 def measure(preset: str, warm: int, timed: int, device: torch.device, task: str = "scan",
@@ -85,7 +88,7 @@ def main() -> int:
         for count in threads:
             torch.set_num_threads(count)
             for preset in presets:
-                warm, timed = STEPS[device.type][preset]
+                warm, timed = (CODE_STEPS if args.task == CODE_TASK else STEPS)[device.type][preset]
                 row = {"preset": preset, "threads": count, **measure(preset, warm, timed, device, args.task, Path(scratch))}
                 print(f"{preset:5} threads {count}: {row['steps_per_second']:.2f} steps/s, "
                       f"{row['tokens_per_second']:,.0f} tokens/s", flush=True)
