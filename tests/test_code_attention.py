@@ -13,9 +13,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from probe.analysis import RunInfo, attended_distance_report, check_comparable, compare_runs
+from probe.analysis import (RunInfo, attended_distance_report, check_comparable, choose_windows, compare_runs,
+                            run_windows)
 from probe.cli import main
-from probe.code_analysis import choose_windows, run_windows
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import corpus_of_run, load_corpus
 from probe.errors import ProbeError

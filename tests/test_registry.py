@@ -11,7 +11,7 @@ from probe.models.registry import FIGURE_ORDER, PAPER_PES, PE_CLASSES, PE_COLORS
 
 
 def test_every_list_of_pes_is_the_registry():
-    from probe.analysis import _pe_name
+    from probe.analysis.runs import _pe_name
     from probe.evaluation import TIE_ORDER
     from probe.models import PE_KINDS as models_kinds
     from probe.plots import pe_color

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from probe.code_analysis import context_sizes, training_context
+from probe.analysis import context_sizes, training_context
 from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.plots import attention_heatmaps, perplexity_figure
@@ -34,7 +34,7 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
 @st.cache_resource(show_spinner="Loading the held-out files…", max_entries=4)
 def corpus_of(path: str, version: float):
     """The prepared corpus beside a code run, checked to be the one it was trained on."""
-    from probe.code_analysis import run_corpus
+    from probe.analysis import run_corpus
     from probe.models.checkpoint import read_checkpoint_config
 
     return run_corpus(path, read_checkpoint_config(path))

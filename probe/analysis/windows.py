@@ -6,7 +6,7 @@ was trained on (prepared beside its runs), at multiples of its training context 
 2x: unseen). A file contributes its *last* ``c`` tokens as one window of ``c`` tokens, as the
 paper reads its files for perplexity, so a window at 2x holds the 1x window as its second half.
 Windows have no padding and no token prepended (training windows are cut from a stream). The
-results reuse :mod:`probe.analysis`' types, so tables, JSON, CSV and figures are the same:
+results reuse :mod:`probe.analysis.results`' types, so tables, JSON, CSV and figures are the same:
 a context size is a "length bucket" there.
 """
 
@@ -22,29 +22,18 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from probe.analysis import (AttendedResult, CompareResult, Lengths, RunInfo, _attended_stats, _query_key_weights,
-                            _stats, _sync, check_comparable)
+from probe.analysis.results import (AttendedResult, CompareResult, _attended_stats, _query_key_weights, _stats,
+                                    _sync)
+from probe.analysis.runs import Lengths, RunInfo, check_comparable, run_corpus, training_context
 from probe.attention import run_patterns
 from probe.corpus import CODE_TASK
-from probe.corpus.bpe import TOKENIZER_FILE
-from probe.corpus.prepared import MANIFEST, PreparedCorpus, corpus_of_run, load_corpus
+from probe.corpus.prepared import PreparedCorpus
 from probe.errors import ProbeError
 from probe.metrics import layer_distances
-from probe.models.checkpoint import task_name
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
 MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.attention.collect_patterns
-
-
-def is_code_run(config: Mapping[str, Any]) -> bool:
-    """Whether a run's ``config.json`` is a pretrained code model's (``task: {"name": "code"}``)."""
-    return task_name(config) == CODE_TASK
-
-
-def training_context(config: Mapping[str, Any]) -> int:
-    """``T``: tokens per training window of a code run."""
-    return int(config["task"]["options"]["context"])
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,46 +100,6 @@ def choose_windows(corpus: PreparedCorpus, train_context: int, *, multiples: Seq
         tokens = torch.stack([corpus.heldout_file(i)[-context:] for i in picked])  # [window, context]
         chosen.append(ContextWindows(context, multiple, context <= train_context, tuple(names[i] for i in picked), tokens))
     return chosen
-
-
-def _tokenizer_text(path: str | Path) -> str:
-    try:
-        return (Path(path) / TOKENIZER_FILE).read_text()
-    except OSError:
-        raise ProbeError(f"{path} has no readable {TOKENIZER_FILE}: not a complete `probe pretrain` run") from None
-
-
-def run_corpus(path: str | Path, config: Mapping[str, Any]) -> PreparedCorpus:
-    """The prepared corpus beside a code run, checked to be the one it was trained on."""
-    folder = corpus_of_run(path)
-    if not (folder / MANIFEST).is_file():
-        raise ProbeError(f"no prepared corpus at {folder}: the code analyses read the held-out files of the corpus "
-                         f"{path} was trained on, prepared beside its task folder by `probe pretrain`")
-    corpus = load_corpus(folder)
-    if corpus.manifest.get("fingerprint") != config.get("corpus", {}).get("fingerprint"):
-        raise ProbeError(f"the corpus in {folder} is not the one {path} was trained on (their fingerprints differ)")
-    if corpus.tokenizer.to_json() != _tokenizer_text(path):
-        raise ProbeError(f"the corpus in {folder} has another tokenizer than {path} was trained with")
-    return corpus
-
-
-def check_same_corpus(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
-    """Both code runs, trained on the same corpus (source files, held-out split, tokenizer) at the
-    same training context, so both read the same windows: else one line saying what differs."""
-    for info, config in ((a, config_a), (b, config_b)):
-        if not is_code_run(config):
-            raise ProbeError(f"cannot compare {a.label} with {b.label}: {info.label} ({info.path}) is not a pretrained "
-                             "code model and the other is (the runs were trained on different tasks)")
-    if config_a.get("corpus", {}).get("fingerprint") != config_b.get("corpus", {}).get("fingerprint"):
-        raise ProbeError(f"cannot compare {a.label} with {b.label}: they were trained on different corpora "
-                         "(their fingerprints differ)")
-    options_a, options_b = config_a["task"]["options"], config_b["task"]["options"]
-    for key, what in (("heldout", "held-out fraction"), ("context", "training context")):
-        if options_a.get(key) != options_b.get(key):
-            raise ProbeError(f"cannot compare {a.label} ({what} {options_a.get(key)}) with {b.label} ({what} "
-                             f"{options_b.get(key)}): the runs must read the same windows")
-    if _tokenizer_text(a.path) != _tokenizer_text(b.path):
-        raise ProbeError(f"cannot compare {a.label} with {b.label}: their tokenizers differ")
 
 
 def run_windows(path: str | Path, config: Mapping[str, Any], *, multiples: Sequence[float] | None = MULTIPLES,

@@ -1,0 +1,190 @@
+"""`probe compare`: D^(l)(A, B) per layer and length bucket (Section 4.2, Eq. similarity),
+on the same examples for both runs, with NoPE vs NoPE' (another seed) as the baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from probe.analysis.examples import _fitting, _task_of, sample_buckets
+from probe.analysis.results import CompareReport, CompareResult, _stats, _sync
+from probe.analysis.runs import (Lengths, Progress, RunInfo, _info, _load, _pe_name, _run_path, check_comparable,
+                                 is_code_run, task_runs)
+from probe.analysis.windows import compare_windows
+from probe.attention import collect_patterns
+from probe.errors import ProbeError
+from probe.metrics import Metric, layer_distances
+from probe.metrics.jsd import check_metric
+from probe.models.checkpoint import read_checkpoint_config
+from probe.runs import Run, beside, resolve_run, task_folder_name, train_command
+from probe.tasks import Example, Tokenizer
+
+
+def _distances(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], metric: str,
+               device: torch.device, batch_size: int, timings: dict[str, float]) -> tuple[Tensor, Tensor]:
+    """Per-example D^(l) [example, layer] and D_AT of every head pair [example, layer, head_A, head_B]."""
+    keep_on_device = device.type != "cpu"
+    stream_a = collect_patterns(model_a, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device)
+    stream_b = collect_patterns(model_b, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device)
+    values, pairwise = [], []
+    while True:
+        start = time.perf_counter()
+        batch_a, batch_b = next(stream_a, None), next(stream_b, None)
+        _sync(device)
+        timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
+        if batch_a is None:
+            break
+        start = time.perf_counter()
+        result = layer_distances(batch_a.patterns.double(), batch_b.patterns.double(),
+                                 lengths=batch_a.lengths.to(batch_a.patterns.device), metric=metric)
+        values.append(result.per_layer.cpu())  # [batch, layer]
+        pairwise.append(result.pairwise.cpu())  # [batch, layer, head_A, head_B]
+        _sync(device)
+        timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
+    return torch.cat(values), torch.cat(pairwise)
+
+
+def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: int, metric: str, seed: int,
+                    device: torch.device, batch_size: int, lengths: Lengths, timings: dict[str, float],
+                    multiples: Sequence[float] | None = None) -> CompareResult:
+    if is_code_run(model_a.metadata) or is_code_run(model_b.metadata):
+        return compare_windows(model_a, a, model_b, b, n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device,
+                               batch_size=batch_size, lengths=lengths, timings=timings, multiples=multiples)
+    check_comparable(a, model_a.metadata, b, model_b.metadata)
+    task, tokenizer = _task_of(model_a.metadata)
+    n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
+    buckets, skipped = _fitting(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, n_ctx)
+    examples = [e for bucket in buckets for e in bucket.examples]
+    values, pairwise = _distances(model_a, model_b, tokenizer, examples, metric, device, batch_size, timings)
+    start = time.perf_counter()
+    stats, offset = [], 0
+    for bucket in buckets:
+        part = slice(offset, offset + len(bucket.examples))
+        stats.append(_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen, bucket.split))
+        offset = part.stop
+    overall = _stats(values, pairwise, metric, seed)
+    timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
+    return CompareResult(a, b, task.name, dict(task.options), metric, seed, n_per_bucket, stats, overall,
+                         values, [e.length for e in examples], skipped, timings=timings)
+
+
+def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_bucket: int = 10,
+                 metric: Metric = "jsd", seed: int = 0, device: str | torch.device = "cpu",
+                 baseline: str | Path | Run | None = None, batch_size: int = 16,
+                 lengths: Lengths = "all", multiples: Sequence[float] | None = None,
+                 pe_options: Mapping[str, Any] | None = None) -> CompareResult:
+    """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same examples for both.
+
+    ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
+    ``result.baseline`` holds D^(l)(A, baseline) on the same examples. Runs of different tasks,
+    vocabularies or depth raise ProbeError. ``metric="reference-code"``: see
+    ``probe.metrics.layer_distances``. Distances are computed in float64. Code runs: one bucket
+    per context size, ``multiples`` of the training context (default 1x, 2x; probe.analysis.windows).
+    ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the runs whose PE has them.
+    """
+    check_metric(metric)
+    device = torch.device(device)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    configs = [read_checkpoint_config(_run_path(r)) for r in (run_a, run_b, baseline) if r is not None]
+    infos = [_info(_run_path(r), c) for r, c in zip((run_a, run_b, baseline), configs)]
+    for info, config in zip(infos[1:], configs[1:]):
+        check_comparable(infos[0], configs[0], info, config)
+    model_a, a = _load(run_a, device, pe_options=pe_options)
+    model_b, b = _load(run_b, device, pe_options=pe_options)
+    timings["load"] = time.perf_counter() - start
+    options = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
+                   lengths=lengths, multiples=multiples)
+    result = _compare_loaded(model_a, a, model_b, b, timings=timings, **options)
+    if baseline is not None:
+        del model_b
+        start = time.perf_counter()
+        model_c, c = _load(baseline, device, label=f"{a.label}'", pe_options=pe_options)
+        timings["load"] += time.perf_counter() - start
+        result.baseline = _compare_loaded(model_a, a, model_c, c, timings=timings, **options)
+    return result
+
+
+
+def _other_seed(path: Path, seed: int) -> Path | None:
+    """Another complete seed of the run at ``path`` (``<pe>/seed<k>``): seed 1 first, else the lowest."""
+    found = []
+    for candidate in sorted(path.parent.glob("seed*")):
+        if candidate == path or not (candidate / "config.json").is_file():
+            continue
+        try:
+            config = read_checkpoint_config(candidate)
+        except ProbeError:
+            continue
+        other = int(config.get("model", {}).get("seed", -1))
+        if other != seed and config.get("training", {}).get("complete", True):
+            found.append((other != 1, other, candidate))
+    return min(found)[2] if found else None
+
+
+def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path = "checkpoints", task: str = "scan",
+                   seed: int = 0, options: Mapping[str, Any] | None = None, n_per_bucket: int = 10,
+                   metric: Metric = "jsd", device: str | torch.device = "cpu", baseline: bool = True,
+                   batch_size: int = 16, lengths: Lengths = "all", multiples: Sequence[float] | None = None,
+                   pe_options: Mapping[str, Any] | None = None, progress: Progress | None = None) -> CompareReport:
+    """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under
+    ``root``) or run folders; no B compares A with every other PE found. With ``baseline``, adds
+    A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
+    (runs exist, same task and depth) before any model is loaded. ``multiples``, ``pe_options``: see
+    :func:`compare_runs`.
+    """
+    check_metric(metric)
+    options = dict(options or {})
+    device = torch.device(device)
+    path_a = resolve_run(pe_a, root, task, seed, options)
+    config_a = read_checkpoint_config(path_a)
+    a = _info(path_a, config_a)
+    if pe_b_list:
+        paths_b = [resolve_run(name, root, task, seed, options) for name in pe_b_list]
+    else:
+        others = [r for r in task_runs(root, task, options, seed=seed) if r.pe != a.pe]
+        if not others:
+            raise ProbeError(f"no other PE's run of {task_folder_name(task, options)} seed {seed} under {root} to compare "
+                             f"{a.pe} with (make them with: {train_command(task, options, root)})")
+        paths_b = [r.path for r in others]
+    configs_b = [read_checkpoint_config(p) for p in paths_b]
+    infos_b = [_info(p, c) for p, c in zip(paths_b, configs_b)]
+    for info, config in zip(infos_b, configs_b):
+        check_comparable(a, config_a, info, config)
+    path_base = _other_seed(path_a, a.seed) if baseline else None
+    if path_base is not None:
+        config_base = read_checkpoint_config(path_base)
+        check_comparable(a, config_a, _info(path_base, config_base), config_base)
+
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    model_a, a = _load(path_a, device, pe_options=pe_options)
+    timings["load"] = time.perf_counter() - start
+    settings = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
+                    lengths=lengths, multiples=multiples, timings=timings)
+    comparisons = []
+    total = len(paths_b) + (path_base is not None)
+    for path, info in zip(paths_b, infos_b):
+        if progress:
+            progress(f"{a.label} vs {info.label}", len(comparisons), total)
+        start = time.perf_counter()
+        model_b, b = _load(path, device, pe_options=pe_options)
+        timings["load"] += time.perf_counter() - start
+        comparisons.append(_compare_loaded(model_a, a, model_b, b, **settings))
+        del model_b
+    result_base = None
+    if path_base is not None:
+        label = f"{_pe_name(a.pe)}'"
+        if progress:
+            progress(f"{a.label} vs {label} (baseline)", len(comparisons), total)
+        start = time.perf_counter()
+        model_base, base = _load(path_base, device, label=label, pe_options=pe_options)
+        timings["load"] += time.perf_counter() - start
+        result_base = _compare_loaded(model_a, a, model_base, base, **settings)
+    runs = [Run(path_a, config_a), *(Run(p, c) for p, c in zip(paths_b, configs_b))]
+    return CompareReport(a, comparisons, result_base, runs[0].task_folder, beside(runs), timings)

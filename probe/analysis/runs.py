@@ -1,0 +1,174 @@
+"""Which runs an analysis reads, and whether two can be compared: task runs (same task,
+vocabulary and depth) and pretrained code runs (same corpus, held-out split, tokenizer and
+training context, so both read the same windows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+import torch
+
+from probe.corpus import CODE_TASK
+from probe.corpus.bpe import TOKENIZER_FILE
+from probe.corpus.prepared import MANIFEST, PreparedCorpus, corpus_of_run, load_corpus
+from probe.errors import ProbeError
+from probe.models.checkpoint import read_checkpoint_config, task_name
+from probe.models.registry import FIGURE_ORDER, PE_LABELS
+from probe.runs import Run, find_runs, task_folder_name, train_command
+
+Lengths = Literal["all", "seen", "unseen"]
+Progress = Callable[[str, int, int], None]  # (what, done so far, total)
+
+
+def _pe_name(pe: str) -> str:
+    return PE_LABELS.get(pe, pe)
+
+
+# -- task runs ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunInfo:
+    """Which run a result is about."""
+
+    path: str
+    pe: str
+    seed: int
+    label: str
+    pe_options: Mapping[str, Any] = field(default_factory=dict)  # as given at training (-p)
+    inference_options: Mapping[str, Any] = field(default_factory=dict)  # applied at loading (RoPE scaling)
+
+    @property
+    def pe_name(self) -> str:
+        """``rotary``, ``rotary+base=500``: the PE with the options it was trained with and any applied
+        at inference (``rotary+factor=4+scaling=yarn``)."""
+        from probe.models.registry import pe_folder_name
+
+        return pe_folder_name(self.pe, {**self.pe_options, **self.inference_options})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "pe": self.pe, "pe_options": dict(self.pe_options), "seed": self.seed,
+                "label": self.label, "inference_options": dict(self.inference_options)}
+
+
+def _run_path(run: str | Path | Run) -> Path:
+    return run.path if isinstance(run, Run) else Path(run)
+
+
+def _info(path: Path, config: Mapping[str, Any], label: str | None = None,
+          inference: Mapping[str, Any] | None = None) -> RunInfo:
+    from probe.models.registry import pe_folder_name
+
+    run = Run(Path(path), dict(config))
+    given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe):]  # "+base=500"
+    return RunInfo(str(path), run.pe, run.seed, label or (_pe_name(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
+                   run.pe_options, dict(inference or {}))
+
+
+def _describe(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(task, tokenizer, n_layers) of a checkpoint's config, or a clear error if it has none."""
+    if "task" not in config or "tokenizer" not in config:
+        raise ProbeError(f"{where} has no task or tokenizer in its config.json (not a `probe train` run)")
+    return config["task"], config["tokenizer"], int(config["model"]["n_layers"])
+
+
+def check_comparable(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
+    """Same task (and options), same vocabulary, same depth: else one line saying which differs.
+    Code runs: the same corpus, tokenizer and training context (``check_same_corpus``)."""
+    if is_code_run(config_a) or is_code_run(config_b):
+        check_same_corpus(a, config_a, b, config_b)
+        layers_a, layers_b = (int(config["model"]["n_layers"]) for config in (config_a, config_b))
+    else:
+        task_a, tok_a, layers_a = _describe(config_a, a.path)
+        task_b, tok_b, layers_b = _describe(config_b, b.path)
+        if task_a != task_b:
+            raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
+                             f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
+                             "the runs were trained on different tasks")
+        if tok_a != tok_b:
+            raise ProbeError(f"cannot compare {a.label} with {b.label}: their vocabularies differ")
+    if layers_a != layers_b:
+        raise ProbeError(f"cannot compare {a.label} ({layers_a} layers) with {b.label} ({layers_b} layers): "
+                         "the layerwise distance needs models of the same depth")
+
+
+def _load(run: str | Path | Run, device: torch.device, label: str | None = None,
+          pe_options: Mapping[str, Any] | None = None):
+    """The run's model, with those of ``pe_options`` its PE has applied at inference."""
+    from probe.models import load_checkpoint
+    from probe.models.registry import options_for
+
+    path = _run_path(run)
+    applied = options_for(read_checkpoint_config(path)["pe"], dict(pe_options or {}))
+    model = load_checkpoint(path, device=device, pe_options=applied or None)
+    return model, _info(path, model.metadata, label, applied)
+
+
+def task_runs(root: str | Path, task: str, options: Mapping[str, Any] | None = None, seed: int | None = 0,
+              pes: Sequence[str] | None = None) -> list[Run]:
+    """Complete runs of a task folder (optionally one seed, some PEs), in the paper's PE order.
+
+    None found: ProbeError with the exact `probe train` command that makes them.
+    """
+    found, _ = find_runs(root, task, dict(options or {}))
+    runs = [r for r in found if r.config.get("training", {}).get("complete", True)
+            and (seed is None or r.seed == seed) and (pes is None or r.pe in pes)]
+    if not runs:
+        folder = task_folder_name(task, dict(options or {}))
+        which = "" if pes is None else f" of {', '.join(pes)}"
+        raise ProbeError(f"no complete runs{which} of {folder}{'' if seed is None else f' seed {seed}'} under {root} "
+                         f"(make them with: {train_command(task, dict(options or {}), root, seed=seed if seed else None)})")
+    rank = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
+    return sorted(runs, key=lambda r: (rank.get(r.pe, len(rank)), r.pe, r.seed))
+
+
+# -- code runs ---------------------------------------------------------------------------------
+def is_code_run(config: Mapping[str, Any]) -> bool:
+    """Whether a run's ``config.json`` is a pretrained code model's (``task: {"name": "code"}``)."""
+    return task_name(config) == CODE_TASK
+
+
+def training_context(config: Mapping[str, Any]) -> int:
+    """``T``: tokens per training window of a code run."""
+    return int(config["task"]["options"]["context"])
+
+
+def _tokenizer_text(path: str | Path) -> str:
+    try:
+        return (Path(path) / TOKENIZER_FILE).read_text()
+    except OSError:
+        raise ProbeError(f"{path} has no readable {TOKENIZER_FILE}: not a complete `probe pretrain` run") from None
+
+
+def run_corpus(path: str | Path, config: Mapping[str, Any]) -> PreparedCorpus:
+    """The prepared corpus beside a code run, checked to be the one it was trained on."""
+    folder = corpus_of_run(path)
+    if not (folder / MANIFEST).is_file():
+        raise ProbeError(f"no prepared corpus at {folder}: the code analyses read the held-out files of the corpus "
+                         f"{path} was trained on, prepared beside its task folder by `probe pretrain`")
+    corpus = load_corpus(folder)
+    if corpus.manifest.get("fingerprint") != config.get("corpus", {}).get("fingerprint"):
+        raise ProbeError(f"the corpus in {folder} is not the one {path} was trained on (their fingerprints differ)")
+    if corpus.tokenizer.to_json() != _tokenizer_text(path):
+        raise ProbeError(f"the corpus in {folder} has another tokenizer than {path} was trained with")
+    return corpus
+
+
+def check_same_corpus(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
+    """Both code runs, trained on the same corpus (source files, held-out split, tokenizer) at the
+    same training context, so both read the same windows: else one line saying what differs."""
+    for info, config in ((a, config_a), (b, config_b)):
+        if not is_code_run(config):
+            raise ProbeError(f"cannot compare {a.label} with {b.label}: {info.label} ({info.path}) is not a pretrained "
+                             "code model and the other is (the runs were trained on different tasks)")
+    if config_a.get("corpus", {}).get("fingerprint") != config_b.get("corpus", {}).get("fingerprint"):
+        raise ProbeError(f"cannot compare {a.label} with {b.label}: they were trained on different corpora "
+                         "(their fingerprints differ)")
+    options_a, options_b = config_a["task"]["options"], config_b["task"]["options"]
+    for key, what in (("heldout", "held-out fraction"), ("context", "training context")):
+        if options_a.get(key) != options_b.get(key):
+            raise ProbeError(f"cannot compare {a.label} ({what} {options_a.get(key)}) with {b.label} ({what} "
+                             f"{options_b.get(key)}): the runs must read the same windows")
+    if _tokenizer_text(a.path) != _tokenizer_text(b.path):
+        raise ProbeError(f"cannot compare {a.label} with {b.label}: their tokenizers differ")

@@ -1,0 +1,47 @@
+"""Sweeps: many ``probe train`` + ``probe eval`` runs from one grid, executed as Ray tasks.
+
+A grid (a TOML file, a named grid shipped in ``probe/grids/``, or command-line flags) expands to
+:class:`SweepRun` s. Each run is one Ray task that calls :func:`probe.train.train_run` and then
+:func:`probe.evaluation.evaluate_run`, exactly what ``probe train`` and ``probe eval`` call, into
+the same run folder (``probe.runs.run_dir``), so a sweep never trains differently from
+``probe train`` and a rerun skips finished runs and resumes interrupted ones. A manifest (JSON)
+records each run's state, attempts, timings, node and error as it happens.
+
+Grid format (TOML). Top-level keys are defaults for every ``[[block]]``; a grid without blocks is
+one block. ``task``, ``pe``, ``seed``, ``scratchpad`` and every value of ``options`` may be lists:
+a block is the cross product of its lists. Scratchpad formats other than ``none`` apply only to
+tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
+are :class:`probe.train.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
+(test examples evaluated, default the whole test split) and ``eval_valid`` (IID examples).
+Task ``code`` is pretraining on a code corpus (``probe pretrain``; its options are
+:class:`probe.corpus.CorpusSpec`'s): its corpus is prepared once before any run starts, and its
+runs are validated by held-out perplexity (``probe perplexity`` reads them side by side)::
+
+    name = "mine"
+    preset = "tiny"
+    pe = ["nope", "t5"]
+    seed = [0, 1]
+
+    [[block]]
+    task = "copy"
+    options = { variant = ["count", "random"] }
+
+    [[block]]
+    task = "addition"
+    scratchpad = ["none", "full"]
+"""
+
+from probe.sweep.cluster import EventLog, check_resources, connect, execute, prepare_corpora, run_one
+from probe.sweep.cost import estimate_cost, mean_batch_tokens, measure_tokens_per_second, run_state, steps_left, wall_seconds
+from probe.sweep.grid import (EVAL_KEYS, GRID_DIR, LIST_KEYS, SweepRun, expand_grid, grid_from_flags, load_grid, named_grids,
+                              train_keys)
+from probe.sweep.manifest import STATES, Manifest, find_manifests, manifest_path, read_manifest
+from probe.sweep.report import CATEGORIES, aggregate, category, manifest_report, report, report_figure_objects, report_figures
+
+__all__ = [
+    "CATEGORIES", "EVAL_KEYS", "GRID_DIR", "LIST_KEYS", "STATES", "EventLog", "Manifest", "SweepRun", "aggregate",
+    "category", "check_resources", "connect", "estimate_cost", "execute", "expand_grid", "find_manifests",
+    "grid_from_flags", "load_grid", "manifest_path", "manifest_report", "mean_batch_tokens", "measure_tokens_per_second",
+    "named_grids", "prepare_corpora", "read_manifest", "report", "report_figure_objects", "report_figures", "run_one",
+    "run_state", "steps_left", "train_keys", "wall_seconds",
+]

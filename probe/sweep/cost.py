@@ -1,0 +1,129 @@
+"""What is left of a sweep and what it costs: run states, steps left, measured throughput,
+estimated seconds and wall time."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from probe.sweep.grid import SweepRun
+
+
+# -- what is left to do ----------------------------------------------------------------------
+def run_state(run: SweepRun, evaluate: bool = True) -> str:
+    """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted), ``new``, or
+    ``conflict`` (trained with other settings: running it fails with the line that says which)."""
+    from probe.corpus import CODE_TASK
+    from probe.evaluation import EVAL
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.train import STATE, is_complete, settings_differ
+
+    if is_complete(run.path):
+        if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
+            return "conflict"
+        code = run.config.task == CODE_TASK  # validated by held-out perplexity when it was trained
+        return "done" if not evaluate or code or (run.path / EVAL).is_file() else "evaluate"
+    return "resume" if (run.path / STATE).is_file() else "new"
+
+
+def steps_left(run: SweepRun) -> int:
+    """Training steps a run still has to take (from its resumable state, if any)."""
+    from safetensors import safe_open
+
+    from probe.train import STATE, is_complete
+
+    if is_complete(run.path):
+        return 0
+    state = run.path / STATE
+    if state.is_file():
+        try:
+            with safe_open(str(state), "pt") as handle:
+                return max(0, run.config.steps - json.loads(handle.metadata()["probe"])["step"])
+        except Exception:
+            return run.config.steps
+    return run.config.steps
+
+
+# -- cost ------------------------------------------------------------------------------------
+def mean_batch_tokens(run: SweepRun, sample: int = 256) -> float:
+    """Tokens in one training batch of ``run`` (batches are length-sorted, so padding is small)."""
+    from probe.corpus import CODE_TASK, CorpusSpec
+    from probe.tasks import Tokenizer, get as get_task
+
+    if run.config.task == CODE_TASK:
+        return run.config.batch_size * CorpusSpec.from_options(run.config.task_options).context
+
+    task = get_task(run.config.task, **run.config.task_options)
+    tokenizer = Tokenizer.for_task(task)
+    examples = task.examples("train", n=sample, seed=0)
+    lengths = [len(tokenizer.encode_example(example)[0]) for example in examples]
+    return run.config.batch_size * sum(lengths) / len(lengths)
+
+
+def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5, threads: int = 1,
+                              max_batch: int | None = 8) -> float:
+    """Training throughput of ``run``'s model (tokens/s, the median step) from a few real steps of
+    ``Trainer`` in a scratch folder (the first step is a warm-up), with the torch threads a sweep
+    worker gets. On CPU the batch is capped at ``max_batch``: tokens/s barely depends on it there,
+    and a dry run of ``base`` must not take minutes."""
+    import torch
+
+    from probe.sources import training_source
+    from probe.train import Trainer, resolve_device
+
+    resolved = resolve_device(device)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    batch = run.config.batch_size if resolved.type == "cuda" or max_batch is None else min(run.config.batch_size, max_batch)
+    config = dataclasses.replace(run.config, steps=steps + 1, batch_size=batch, log_every=1, checkpoint_every=10**9)
+    speeds: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            trainer = Trainer(config, Path(scratch), resolved, source=training_source(config.task, config.task_options, config.seed, run.path))
+            trainer.train(lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return sorted(speeds)[len(speeds) // 2]
+
+
+def estimate_cost(runs: Sequence[SweepRun], *, device: str = "cpu", tokens_per_second: float | None = None,
+                  measure_steps: int = 5, threads: int = 1, on_measure: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Seconds each run still needs: its steps left x tokens per batch / measured tokens per second.
+
+    Throughput is measured once per model shape (preset + model overrides) on the first run of
+    that shape, or taken from ``tokens_per_second`` (to price hardware you do not have here).
+    Evaluation time is not included.
+    """
+    speeds: dict[str, float] = {}
+    tokens: dict[str, float] = {}
+    per_run: list[float] = []
+    for run in runs:
+        shape = json.dumps([run.config.preset, run.config.model], sort_keys=True)
+        folder = json.dumps([run.config.task, run.config.task_options, run.config.batch_size], sort_keys=True)
+        left = steps_left(run)
+        if left == 0:
+            per_run.append(0.0)
+            continue
+        if shape not in speeds:
+            if tokens_per_second is not None:
+                speeds[shape] = tokens_per_second
+            else:
+                if on_measure:
+                    on_measure(f"measuring {run.config.preset} {run.config.model or ''} on {run.label}")
+                speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads)
+        if folder not in tokens:
+            tokens[folder] = mean_batch_tokens(run)
+        per_run.append(left * tokens[folder] / speeds[shape])
+    return {"seconds": per_run, "total_seconds": sum(per_run), "tokens_per_second": speeds,
+            "source": "given" if tokens_per_second is not None else f"measured on {device}"}
+
+
+def wall_seconds(seconds: Iterable[float], slots: int) -> float:
+    """Wall time of running jobs of these lengths on ``slots`` parallel slots, longest first."""
+    loads = [0.0] * max(1, slots)
+    for s in sorted(seconds, reverse=True):
+        loads[loads.index(min(loads))] += s
+    return max(loads)

@@ -1,0 +1,173 @@
+"""The grid: named and TOML grids, and their expansion into checked :class:`SweepRun` s."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+from probe.errors import ProbeError
+from probe.runs import run_dir
+
+GRID_DIR = "grids"
+LIST_KEYS = ("task", "pe", "seed", "scratchpad")
+EVAL_KEYS = ("eval_n", "eval_valid")
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep: its training config, its run folder, and how it is evaluated."""
+
+    config: Any  # probe.train.TrainConfig
+    path: Path
+    eval_n: int | None = None
+    eval_valid: int = 500
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.parent.parent.name}/{self.config.pe}/seed{self.config.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "path": str(self.path), "config": self.config.to_dict(),
+                "eval_n": self.eval_n, "eval_valid": self.eval_valid}
+
+
+def named_grids() -> list[str]:
+    """Names of the grids shipped in ``probe/grids/`` (``probe sweep --grid NAME``)."""
+    folder = resources.files("probe") / GRID_DIR
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_grid(name_or_path: str) -> dict[str, Any]:
+    """A grid from a TOML file, or the shipped grid of that name."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ProbeError(f"grid file {path} does not exist")
+        text = path.read_text()
+    else:
+        shipped = resources.files("probe") / GRID_DIR / f"{name_or_path}.toml"
+        if not shipped.is_file():
+            raise ProbeError(f"unknown grid {name_or_path!r}; give a .toml file or one of {', '.join(named_grids())}")
+        text = shipped.read_text()
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the `sweep` extra installs tomli
+        import tomli as tomllib
+    try:
+        grid = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ProbeError(f"grid {name_or_path} is not valid TOML: {error}") from None
+    grid.setdefault("name", path.stem)
+    return grid
+
+
+def train_keys() -> tuple[str, ...]:
+    """The TrainConfig fields a grid may set (all but the ones the grid's lists decide)."""
+    from probe.train import TrainConfig
+
+    return tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed", "task_options"))
+
+
+def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
+    """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
+    a mistake stops the sweep before any run starts."""
+    from probe.corpus import CODE_TASK, CorpusSpec
+    from probe.models.registry import PAPER_PES, PE_KINDS
+    from probe.tasks import SCRATCHPAD_TASKS, TASKS, get as get_task
+    from probe.tasks.scratchpad import parse_format
+    from probe.train import TrainConfig
+
+    train_fields = train_keys()
+    accepted = set(LIST_KEYS) | set(EVAL_KEYS) | set(train_fields) | {"options", "name", "description"}
+    defaults = {k: v for k, v in grid.items() if k != "block"}
+    blocks = grid.get("block") or [{}]
+    if not isinstance(blocks, list):
+        raise ProbeError("grid: 'block' must be an array of tables ([[block]])")
+    runs: dict[Path, SweepRun] = {}
+    checked: set[str] = set()
+    for number, block in enumerate(blocks, start=1):
+        where = f"grid {grid.get('name', '?')}" + (f", block {number}" if len(blocks) > 1 else "")
+        spec = {**defaults, **block, "options": {**defaults.get("options", {}), **block.get("options", {})}}
+        unknown = sorted(set(spec) - accepted)
+        if unknown:
+            raise ProbeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(accepted))}")
+        for key in (*train_fields, *EVAL_KEYS):
+            if isinstance(spec.get(key), list):
+                raise ProbeError(f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)")
+        tasks, pes, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("pe", list(PAPER_PES))), _listed(spec.get("seed", 0))
+        scratchpads = _listed(spec.get("scratchpad", "none"))
+        for task in tasks:
+            if task not in TASKS and task != CODE_TASK:
+                raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)")
+        for pe in pes:
+            if pe not in PE_KINDS:
+                raise ProbeError(f"unknown positional encoding {pe!r}; choose from {', '.join(PE_KINDS)}")
+        for seed in seeds:
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise ProbeError(f"{where}: seed {seed!r} is not an integer")
+        for fmt in scratchpads:
+            try:
+                parse_format(fmt)
+            except ValueError as error:
+                raise ProbeError(f"{where}: {error}") from None
+        option_keys = sorted(spec["options"])
+        option_values = [_listed(spec["options"][k]) for k in option_keys]
+        train = {k: spec[k] for k in train_fields if k in spec}
+        for task, fmt, values in itertools.product(tasks, scratchpads, itertools.product(*option_values)):
+            if parse_format(fmt) is not None and task not in SCRATCHPAD_TASKS:
+                continue  # a scratchpad format only means something for tasks that have one
+            options = dict(zip(option_keys, values))
+            if task == CODE_TASK:
+                options = CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
+            if parse_format(fmt) is not None:
+                options["scratchpad"] = fmt
+            key = json.dumps([task, options], sort_keys=True)
+            if key not in checked and task != CODE_TASK:
+                get_task(task, **options)  # an unknown option or value raises here
+                checked.add(key)
+            for pe, seed in itertools.product(pes, seeds):
+                try:
+                    config = TrainConfig(task=task, pe=pe, seed=seed, task_options=options, **train)
+                except TypeError as error:
+                    raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
+                config.model_config(vocab_size=8)
+                run = SweepRun(config, run_dir(root, task, pe, seed, options, config.pe_options),
+                               spec.get("eval_n"), spec.get("eval_valid", 500))
+                earlier = runs.get(run.path)
+                if earlier is not None and earlier.config != config:
+                    raise ProbeError(f"{where}: two runs of the grid share the folder {run.path} with different "
+                                     "settings (preset, steps, model ...); a run folder holds one run")
+                runs.setdefault(run.path, run)
+    return list(runs.values())
+
+
+def _listed(value: Any) -> list[Any]:
+    return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
+
+
+def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | None = None,
+                    seeds: Sequence[int] | None = None, scratchpads: Sequence[str] | None = None,
+                    options: dict[str, list[Any]] | None = None, model: dict[str, Any] | None = None,
+                    **train: Any) -> dict[str, Any]:
+    """The grid that command-line flags describe (repeated flags become lists). With no PE or seed
+    given, as ``probe train``: every PE at seed 0 plus NoPE seed 1 (NoPE') on each task."""
+    block: dict[str, Any] = {"name": "sweep", "task": list(tasks or ["scan"])}
+    if pes:
+        block["pe"] = list(pes)
+    block["seed"] = list(seeds or [0])
+    if scratchpads:
+        block["scratchpad"] = list(scratchpads)
+    if options:
+        block["options"] = {k: v if len(v) > 1 else v[0] for k, v in options.items()}
+    if model:
+        block["model"] = dict(model)
+    block.update({k: v for k, v in train.items() if v is not None})
+    if not pes and not seeds:
+        top = {k: v for k, v in block.items() if k != "seed"}
+        return {**top, "block": [{"seed": 0}, {"pe": "nope", "seed": 1}]}
+    return block
