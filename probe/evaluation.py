@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from probe.eval import evaluate_examples
+from probe.decoding import evaluate_examples
 from probe.models.registry import PE_KINDS
 from probe.files import atomic_write_json
 from probe.locks import run_lock

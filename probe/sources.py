@@ -54,7 +54,7 @@ class TaskSource:
         return encode(self.task.examples("train", seed=seed), self.tokenizer)
 
     def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]:
-        from probe.eval import evaluate_examples
+        from probe.decoding import evaluate_examples
 
         valid = self.task.examples("valid", n=n, seed=self.seed)
         return {"iid_accuracy": evaluate_examples(model, self.tokenizer, valid, device=device,

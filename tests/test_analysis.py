@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from probe.analysis import (attended_distance_report, compare_report, compare_runs, sample_buckets, task_runs)
-from probe.attention import collect_patterns
+from probe.patterns import collect_patterns
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.metrics import layer_distances

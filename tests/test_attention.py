@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probe.attention import collect_patterns, example_attention, run_patterns
+from probe.patterns import collect_patterns, example_attention, run_patterns
 from probe.errors import ProbeError
 from probe.models import PE_KINDS, build_model
 from probe.tasks import Example, Tokenizer, get as get_task

@@ -9,7 +9,7 @@ import transformer_lens.utilities as tl_utils
 from safetensors.torch import load_file
 
 from probe.errors import ProbeError
-from probe.eval import evaluate_examples
+from probe.decoding import evaluate_examples
 from probe.models import build_model, load_checkpoint
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
 from probe.tasks.tokenizer import vocabulary_of

@@ -8,7 +8,7 @@ import torch
 
 import probe
 from probe.errors import ProbeError
-from probe.eval import greedy_decode
+from probe.decoding import greedy_decode
 from probe.models import build_model, sinusoidal_embedding
 
 VOCAB = 11

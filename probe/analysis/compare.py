@@ -16,7 +16,7 @@ from probe.analysis.results import CompareReport, CompareResult, _stats, _sync
 from probe.analysis.runs import (Lengths, Progress, RunInfo, _info, _load, _pe_name, _run_path, check_comparable,
                                  is_code_run, task_runs)
 from probe.analysis.windows import compare_windows
-from probe.attention import collect_patterns
+from probe.patterns import collect_patterns
 from probe.errors import ProbeError
 from probe.metrics import Metric, layer_distances
 from probe.metrics.jsd import check_metric

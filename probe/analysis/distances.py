@@ -13,7 +13,7 @@ from probe.analysis.examples import _fitting, _task_of, sample_buckets
 from probe.analysis.results import AttendedReport, AttendedResult, _attended_stats, _query_key_weights
 from probe.analysis.runs import Lengths, Progress, RunInfo, _load, is_code_run
 from probe.analysis.windows import attended_windows
-from probe.attention import collect_patterns
+from probe.patterns import collect_patterns
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
 from probe.runs import Run

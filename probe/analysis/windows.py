@@ -25,7 +25,7 @@ from torch import Tensor
 from probe.analysis.results import (AttendedResult, CompareResult, _attended_stats, _query_key_weights, _stats,
                                     _sync)
 from probe.analysis.runs import Lengths, RunInfo, check_comparable, run_corpus, training_context
-from probe.attention import run_patterns
+from probe.patterns import run_patterns
 from probe.corpus import CODE_TASK
 from probe.corpus.prepared import PreparedCorpus
 from probe.errors import ProbeError
@@ -33,7 +33,7 @@ from probe.metrics import layer_distances
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
-MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.attention.collect_patterns
+MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.patterns.collect_patterns
 
 
 @dataclass(frozen=True, eq=False)

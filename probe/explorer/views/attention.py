@@ -1,4 +1,4 @@
-"""Attention: one checkpoint's attention maps on one example, per layer and head (`probe.attention`)."""
+"""Attention: one checkpoint's attention maps on one example, per layer and head (`probe.patterns`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_split(task: str, options_json: str) -> list:
 
 @st.cache_data(show_spinner="Running the model…", max_entries=64)
 def attention(path: str, version: float, source: str, target: str | None):
-    from probe.attention import example_attention
+    from probe.patterns import example_attention
 
     model = shared.cached_model(path, version)
     return example_attention(model, shared.tokenizer_of(model), source, target)

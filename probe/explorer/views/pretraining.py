@@ -44,7 +44,7 @@ def corpus_of(path: str, version: float):
 def file_attention(path: str, version: float, index: int, context: int):
     """The last ``context`` tokens of held-out file ``index``: their labels, the text, and the
     attention maps [layer, head, query, key]."""
-    from probe.attention import run_patterns
+    from probe.patterns import run_patterns
 
     model = shared.cached_model(path, version)
     ids = corpus_of(path, version).heldout_file(index)[-context:]  # [context]

@@ -121,7 +121,7 @@ def example_attention(model, tokenizer: Tokenizer, source: str, target: str | No
     ``<eos>``, at most ``max_new`` tokens), so any typed input can be looked at. Unknown words
     raise the tokenizer's ProbeError, which names them.
     """
-    from probe.eval import greedy_decode
+    from probe.decoding import greedy_decode
 
     device = next(model.parameters()).device
     prompt = tokenizer.encode_prompt(source)
