@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options
-from probe.commands.train import add_training_options, label, report_results, train_with_progress
+from probe.commands.train import add_training_options, report_results, results_table, train_with_progress
 from probe.errors import ProbeError
 
 
@@ -29,13 +29,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
 
     from probe.corpus import CODE_TASK, prepare_corpus
     from probe.corpus.prepared import corpus_of_run
     from probe.models.config import PRESETS, ModelConfig
     from probe.models.registry import PE_KINDS
-    from probe.parallel import RunFailure
     from probe.pretrain import CONTEXTS, PRETRAIN_PES, context_room
     from probe.runs import run_dir
     from probe.train import TrainConfig, resolve_device
@@ -71,19 +69,13 @@ def run(args: argparse.Namespace) -> int:
               f"skipped; {len(corpus.tokenizer):,}-id BPE; windows of {spec.context} tokens", highlight=False)
     results = train_with_progress(configs, paths, device, args, out)
 
-    table = Table(title=f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} "
-                        f"(runs under {args.checkpoints})")
-    for column in ("run", "status", "steps", "seconds", "tokens/s", "final loss", "held-out perplexity"):
-        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
-    for r in results:
-        if isinstance(r, RunFailure):
-            table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
-            continue
+    def cells(r):
         speed = None if r.steps_per_second is None else r.steps_per_second * r.config.batch_size * spec.context
         perplexity = r.held_out.get("heldout_perplexity")
-        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}", "-" if speed is None else f"{speed:,.0f}",
-                      "-" if r.final_loss is None else f"{r.final_loss:.4f}",
-                      "-" if perplexity is None else f"{perplexity:.2f}")
+        return "-" if speed is None else f"{speed:,.0f}", "-" if perplexity is None else f"{perplexity:.2f}"
+
+    table = results_table(f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} "
+                          f"(runs under {args.checkpoints})", results, ("tokens/s", "held-out perplexity"), cells)
     out.print(table)
     if not args.json:
         out.print(f"next: probe perplexity --checkpoints {args.checkpoints}"

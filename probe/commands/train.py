@@ -67,9 +67,6 @@ def label(path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from probe.parallel import RunFailure
     from probe.runs import run_dir
     from probe.train import TrainConfig, resolve_device
 
@@ -87,19 +84,32 @@ def run(args: argparse.Namespace) -> int:
     out = console(stderr=args.json)
     results = train_with_progress(configs, paths, device, args, out)
 
-    table = Table(title=f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})")
-    for column in ("run", "status", "steps", "seconds", "steps/s", "final loss", "IID exact match"):
+    out.print(results_table(f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})", results,
+                            ("steps/s", "IID exact match"),
+                            lambda r: ("-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
+                                       "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")))
+    return report_results(results, args, out)
+
+
+def results_table(title: str, results: list, columns: tuple[str, str], cells):
+    """One row per run: its folder, status, steps, seconds and final loss, and ``columns`` from
+    ``cells(result)`` (a rate and how it validated); failed runs in red."""
+    from rich.table import Table
+
+    from probe.parallel import RunFailure
+
+    table = Table(title=title)
+    names = ("run", "status", "steps", "seconds", columns[0], "final loss", columns[1])
+    for column in names:
         table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
     for r in results:
         if isinstance(r, RunFailure):
-            table.add_row(label(r.path), "[red]failed[/red]", "-", "-", "-", "-", "-")
+            table.add_row(label(r.path), "[red]failed[/red]", *["-"] * (len(names) - 2))
             continue
-        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}",
-                      "-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
-                      "-" if r.final_loss is None else f"{r.final_loss:.4f}",
-                      "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")
-    out.print(table)
-    return report_results(results, args, out)
+        rate, validation = cells(r)
+        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}", rate,
+                      "-" if r.final_loss is None else f"{r.final_loss:.4f}", validation)
+    return table
 
 
 def train_with_progress(configs: list, paths: list, device, args: argparse.Namespace, out) -> list:
