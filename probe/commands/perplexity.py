@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(f"{context}\n{context / protocol.train_context:.2g}x", justify="right", min_width=5)
     cells = {(row["run"], row["context"]): row["perplexity"] for row in rows if row["bucket"] == "all"}
     for r in report.runs:
-        table.add_row(r.label, *(f"{cells[r.label, c]:.2f}" if (r.label, c) in cells else "-" for c in protocol.contexts))
+        table.add_row(r.label, *(f"{cells[r.label, c]:.4g}" if (r.label, c) in cells else "-" for c in protocol.contexts))
     out.print(table)
     out.print("wrote " + ", ".join(str(p) for p in written), highlight=False)
     if args.json:
