@@ -201,3 +201,18 @@ def test_a_failed_run_is_recorded_and_the_others_finish(ray_local, tmp_path):
     assert good["state"] == "done" and bad["state"] == "failed" and bad["attempts"] == 1
     assert "loss became" in bad["error"] and json.loads((tmp_path / "m.json").read_text())["counts"]["failed"] == 1
 
+
+
+def test_every_registered_pe_runs_through_a_sweep_and_its_report(tmp_path):
+    """The registry is the sweep's source: a grid of every PE (the zoo included) trains, evaluates
+    and aggregates each one under its own label, with no list of names in the sweep."""
+    from probe.models.registry import PE_KINDS
+
+    grid = {**TINY, "pe": list(PE_KINDS), "seed": 0, "steps": 4, "checkpoint_every": 10, "eval_n": 8, "eval_valid": 4}
+    runs = sweep.expand_grid(grid, tmp_path)
+    assert [r.config.pe for r in runs] == list(PE_KINDS)
+    results = [sweep.run_one(r.to_dict(), "cpu", 1, evaluate=True) for r in runs]
+    assert all(r["state"] == "done" for r in results), [r.get("error") for r in results]
+    summary = sweep.aggregate({r.label: r.path for r in runs})
+    assert summary["missing"] == [] and sorted(row["pe"] for row in summary["aggregate"]) == sorted(PE_KINDS)
+    assert set(summary["mean_reciprocal_rank"]["all tasks"]) == set(PE_KINDS)  # every PE ranked
