@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.corpus.prepared import PreparedCorpus, corpus_of_run, load_corpus
+from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.checkpoint import task_name
@@ -108,6 +108,7 @@ class PerplexityReport:
     lengths: Tensor  # [file] tokens
     runs: list[RunPerplexity]
     seed: int = 0
+    _rows: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def buckets(self) -> list[tuple[int, int]]:
         """(low, high) token bounds of every bucket holding a file, from the smallest context up."""
@@ -127,7 +128,10 @@ class PerplexityReport:
                 "pooled_perplexity": pooled, "files": int(values.numel())}
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens."""
+        """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens.
+        Computed once (every cell is a bootstrap over files); JSON and Markdown read the same rows."""
+        if self._rows is not None:
+            return self._rows
         rows = []
         groups = [("all", self.lengths >= self.protocol.contexts[-1], self.protocol.contexts[-1])]
         groups += [(f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high), low) for low, high in self.buckets()]
@@ -140,6 +144,7 @@ class PerplexityReport:
                     if cell is not None:
                         rows.append({"run": run.label, "pe": run.pe, "bucket": name, "context": context,
                                      "multiple": round(context / self.protocol.train_context, 3), **cell})
+        self._rows = rows
         return rows
 
     def to_markdown(self) -> str:
@@ -173,8 +178,8 @@ def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> Pr
         if task_name(config) != "code":
             raise ProbeError(f"{path} is not a pretrained code model (task {task_name(config)!r}); "
                              "perplexity reads runs of `probe pretrain`")
-    corpus = load_corpus(corpus_of_run(paths[0]))
-    for config, path in zip(configs, paths):
+    corpus = run_corpus(paths[0], configs[0])
+    for config, path in zip(configs[1:], paths[1:]):
         if config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
             raise ProbeError(f"{path} was trained on another corpus than the one in {corpus.folder}; "
                              "compare runs of one task folder")

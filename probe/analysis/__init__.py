@@ -27,9 +27,10 @@ from probe.analysis.examples import Bucket, sample_buckets
 from probe.analysis.results import (CONFIDENCE, N_RESAMPLES, AttendedReport, AttendedResult, AttendedStats,
                                     CompareReport, CompareResult, DistanceStats)
 from probe.analysis.runs import (Lengths, Progress, RunInfo, check_comparable, check_same_corpus, is_code_run,
-                                 run_corpus, task_runs, training_context)
+                                 task_runs, training_context)
 from probe.analysis.windows import (MULTIPLES, ContextWindows, attended_windows, choose_windows, compare_windows,
                                     context_sizes, run_windows)
+from probe.corpus.prepared import run_corpus
 
 __all__ = ["CONFIDENCE", "MULTIPLES", "N_RESAMPLES", "AttendedReport", "AttendedResult", "AttendedStats", "Bucket",
            "CompareReport", "CompareResult", "ContextWindows", "DistanceStats", "Lengths", "Progress", "RunInfo",

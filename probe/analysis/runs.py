@@ -12,8 +12,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 import torch
 
 from probe.corpus import CODE_TASK
-from probe.corpus.bpe import TOKENIZER_FILE
-from probe.corpus.prepared import MANIFEST, PreparedCorpus, corpus_of_run, load_corpus
+from probe.corpus.prepared import run_tokenizer_json
 from probe.errors import ProbeError
 from probe.models.checkpoint import read_checkpoint_config, task_name
 from probe.models.registry import FIGURE_ORDER, PE_LABELS
@@ -134,27 +133,6 @@ def training_context(config: Mapping[str, Any]) -> int:
     return int(config["task"]["options"]["context"])
 
 
-def _tokenizer_text(path: str | Path) -> str:
-    try:
-        return (Path(path) / TOKENIZER_FILE).read_text()
-    except OSError:
-        raise ProbeError(f"{path} has no readable {TOKENIZER_FILE}: not a complete `probe pretrain` run") from None
-
-
-def run_corpus(path: str | Path, config: Mapping[str, Any]) -> PreparedCorpus:
-    """The prepared corpus beside a code run, checked to be the one it was trained on."""
-    folder = corpus_of_run(path)
-    if not (folder / MANIFEST).is_file():
-        raise ProbeError(f"no prepared corpus at {folder}: the code analyses read the held-out files of the corpus "
-                         f"{path} was trained on, prepared beside its task folder by `probe pretrain`")
-    corpus = load_corpus(folder)
-    if corpus.manifest.get("fingerprint") != config.get("corpus", {}).get("fingerprint"):
-        raise ProbeError(f"the corpus in {folder} is not the one {path} was trained on (their fingerprints differ)")
-    if corpus.tokenizer.to_json() != _tokenizer_text(path):
-        raise ProbeError(f"the corpus in {folder} has another tokenizer than {path} was trained with")
-    return corpus
-
-
 def check_same_corpus(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
     """Both code runs, trained on the same corpus (source files, held-out split, tokenizer) at the
     same training context, so both read the same windows: else one line saying what differs."""
@@ -170,5 +148,5 @@ def check_same_corpus(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, confi
         if options_a.get(key) != options_b.get(key):
             raise ProbeError(f"cannot compare {a.label} ({what} {options_a.get(key)}) with {b.label} ({what} "
                              f"{options_b.get(key)}): the runs must read the same windows")
-    if _tokenizer_text(a.path) != _tokenizer_text(b.path):
+    if run_tokenizer_json(a.path) != run_tokenizer_json(b.path):
         raise ProbeError(f"cannot compare {a.label} with {b.label}: their tokenizers differ")

@@ -24,12 +24,12 @@ from torch import Tensor
 
 from probe.analysis.results import (AttendedResult, CompareResult, _attended_stats, _query_key_weights, _stats,
                                     _sync)
-from probe.analysis.runs import Lengths, RunInfo, check_comparable, run_corpus, training_context
-from probe.patterns import run_patterns
+from probe.analysis.runs import Lengths, RunInfo, check_comparable, training_context
 from probe.corpus import CODE_TASK
-from probe.corpus.prepared import PreparedCorpus
+from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.metrics import layer_distances
+from probe.patterns import run_patterns
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)

@@ -154,9 +154,9 @@ def _build(spec: CorpusSpec, folder: Path, progress: Progress | None) -> None:
     say(f"tokenizing {len(files)} files")
     train_ids = tokenizer.encode_batch([f.text for f in train])
     heldout_ids = tokenizer.encode_batch([f.text for f in heldout])
-    stream = [token for ids in train_ids for token in (*ids, tokenizer.eof_id)]
     lengths = [len(ids) for ids in heldout_ids]
-    tensors = {"train": torch.tensor(stream, dtype=torch.int32),
+    eof = [tokenizer.eof_id]
+    tensors = {"train": torch.cat([torch.tensor(ids + eof, dtype=torch.int32) for ids in train_ids]),
                "heldout": torch.tensor([t for ids in heldout_ids for t in ids], dtype=torch.int32),
                "heldout_offsets": torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)}
     sizes = {"files": len(files), "skipped_files": skipped,
@@ -218,3 +218,25 @@ def load_corpus(folder: str | Path) -> PreparedCorpus:
 def corpus_of_run(run_path: str | Path) -> Path:
     """The corpus folder a code run trained on: ``<task folder>/corpus`` beside its PE folders."""
     return Path(run_path).parents[1] / CORPUS_FOLDER
+
+
+def run_tokenizer_json(path: str | Path) -> str:
+    """The BPE a code run saved beside its weights, as JSON."""
+    try:
+        return (Path(path) / TOKENIZER_FILE).read_text()
+    except OSError:
+        raise ProbeError(f"{path} has no readable {TOKENIZER_FILE}: not a complete `probe pretrain` run") from None
+
+
+def run_corpus(path: str | Path, config: dict[str, Any]) -> PreparedCorpus:
+    """The prepared corpus beside a code run, checked to be the one it was trained on."""
+    folder = corpus_of_run(path)
+    if not (folder / MANIFEST).is_file():
+        raise ProbeError(f"no prepared corpus at {folder}: perplexity and the code analyses read the held-out files of "
+                         f"the corpus {path} was trained on, prepared beside its task folder by `probe pretrain`")
+    corpus = load_corpus(folder)
+    if corpus.manifest.get("fingerprint") != config.get("corpus", {}).get("fingerprint"):
+        raise ProbeError(f"the corpus in {folder} is not the one {path} was trained on (their fingerprints differ)")
+    if corpus.tokenizer.to_json() != run_tokenizer_json(path):
+        raise ProbeError(f"the corpus in {folder} has another tokenizer than {path} was trained with")
+    return corpus
