@@ -11,8 +11,10 @@ as in TransformerLens.
 Fast path: while nothing hooks ``hook_attn_scores`` or ``hook_pattern``, the layer runs
 ``torch.nn.functional.scaled_dot_product_attention`` with the bias as an additive mask (the
 flash kernel where there is no bias). Any hook on those points, which ``run_with_cache`` adds
-too, switches the layer back to the explicit path; both give the same result. A PE with a
-query-dependent term (CoPE) always takes the explicit path.
+too, switches the layer back to the explicit path; both give the same result. A learned bias
+(T5, KERPLE, FIRE) on CPU takes ``probe.models.bias_attention`` instead, since SDPA would fall
+back to its quadratic math path to give the bias its gradient. A PE with a query-dependent term
+(CoPE) always takes the explicit path.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from transformer_lens.components import Attention
 from transformer_lens.config.hooked_transformer_config import HookedTransformerConfig
 from transformer_lens.hook_points import HookPoint
 
+from probe.models import bias_attention
 from probe.models.positional import PositionalEncoding
 
 
@@ -90,8 +93,15 @@ class PEAttention(Attention):
             k = self.hook_rot_k(self._pe.rotate_keys(self.layer_id, k, 0))
         query_len, key_len = q.size(1), k.size(1)
 
-        mask = self._additive_mask(query_len, key_len, offset, q, attention_mask, additive_attention_mask)
-        if self.uses_fast_path():
+        bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
+        fast = self.uses_fast_path()
+        if (fast and bias is not None and offset == 0 and attention_mask is None and additive_attention_mask is None
+                and bias_attention.usable(q, bias)):
+            z = bias_attention.biased_causal_attention(
+                *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1.0 / self.attn_scale)
+            return self._project(self.hook_z(z.transpose(1, 2)))  # [batch, query, head, d_head]
+        mask = self._additive_mask(query_len, key_len, offset, q, bias, attention_mask, additive_attention_mask)
+        if fast:
             # SDPA wants the mask in q's dtype; under bf16 autocast that would round the bias (ALiBi's
             # slope x distance loses adjacent keys' differences), so a biased layer attends in the
             # mask's float32 instead, as the hooked path's float32 scores do.
@@ -122,16 +132,16 @@ class PEAttention(Attention):
         zero = torch.zeros((), device=device, dtype=dtype)
         return torch.where(key <= query, zero, torch.tensor(float("-inf"), device=device, dtype=dtype))  # [query, key]
 
-    def _additive_mask(self, query_len, key_len, offset, q, attention_mask, additive_attention_mask):
-        """[batch or 1, head or 1, query, key] bias + causal mask, or None for a plain causal layer."""
-        if not (self._pe.adds_bias or attention_mask is not None or additive_attention_mask is not None):
+    def _additive_mask(self, query_len, key_len, offset, q, bias, attention_mask, additive_attention_mask):
+        """[batch or 1, head or 1, query, key] ``bias`` [head, query, key] + causal mask, or None for a
+        plain causal layer."""
+        if not (bias is not None or attention_mask is not None or additive_attention_mask is not None):
             return None
         # float32 (float64 for a float64 model): a bf16 bias would round ALiBi's slope x distance.
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         mask = self._causal_mask(query_len, key_len, offset, q.device, dtype)[None, None]
-        if self._pe.adds_bias:
-            bias = self._pe.bias(self.layer_id, query_len, key_len)  # [head, query, key]
-            mask = mask + self.hook_pos_bias(bias).to(dtype)[None]
+        if bias is not None:
+            mask = mask + bias.to(dtype)[None]
         if attention_mask is not None:  # [batch, key]: 0 marks padding keys
             keep = attention_mask.to(q.device).bool()[:, None, None, :]
             mask = mask.masked_fill(~keep, float("-inf"))
