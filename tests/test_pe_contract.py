@@ -118,6 +118,21 @@ def test_padded_batch_equals_one_at_a_time(variant):
     assert torch.allclose(together[1, :6], model(short)[0], atol=1e-10)
 
 
+def test_a_pass_at_other_positions_forgets_the_last_passes(variant):
+    """What a PE keeps from pass to pass (distances, T5's buckets) is dropped when the positions
+    change: spread positions (other distances), another length, then the first again, each as a
+    fresh model gives."""
+    model = _model(*variant)
+    tokens = torch.randint(0, VOCAB, (2, 10), generator=torch.Generator().manual_seed(5))
+    spread = torch.tensor([0, 2, 3, 7, 8, 9, 13, 20, 21, 30])
+    with torch.no_grad():
+        passes = [model(tokens), model(tokens, positions=spread), model(tokens[:, :7]), model(tokens)]
+        fresh = [_model(*variant) for _ in passes]
+        alone = [fresh[0](tokens), fresh[1](tokens, positions=spread), fresh[2](tokens[:, :7]), fresh[3](tokens)]
+    for got, want in zip(passes, alone):
+        assert torch.equal(got, want)
+
+
 def test_checkpoint_round_trip_is_bit_identical(variant, tmp_path):
     model = build_model(variant[0], vocab_size=VOCAB, seed=2, pe_options=variant[1], **variant[2]).eval()
     with torch.no_grad():

@@ -87,6 +87,7 @@ class PositionalEncoding(nn.Module):
         self.config = config
         self.option = dict(config.pe_options)  # resolved: every option with its value
         self.positions = torch.arange(0)  # [key]: set by begin_forward
+        self._geometry: dict[tuple, torch.Tensor] = {}  # what depends on the positions alone: see ``geometry``
 
     @classmethod
     def parse_options(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -124,8 +125,20 @@ class PositionalEncoding(nn.Module):
 
     def begin_forward(self, positions: torch.Tensor) -> None:
         """Called once at the start of every forward pass with the [key] positions of every token
-        the layers will attend to (cached ones included); drops per-pass memos."""
+        the layers will attend to (cached ones included); drops per-pass memos (subclasses), and
+        ``geometry`` unless the positions are the last pass's."""
+        if not (positions.shape == self.positions.shape and positions.device == self.positions.device
+                and torch.equal(positions, self.positions)):
+            self._geometry.clear()
         self.positions = positions
+
+    def geometry(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``make()``, a tensor that depends on this pass's positions alone (distances, T5's buckets),
+        computed once and kept for the passes that follow over the same positions (training steps
+        of one length), not for a pass at other positions."""
+        if key not in self._geometry:
+            self._geometry[key] = make()
+        return self._geometry[key]
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[pos, d_model] vectors added to the token embeddings at ``positions`` (0-based)."""
@@ -166,6 +179,9 @@ class PositionalEncoding(nn.Module):
     def distances(self, query_len: int, key_len: int) -> torch.Tensor:
         """[query, key] t - i of this pass's positions, clamped at 0 above the diagonal, where the
         causal mask hides the keys anyway."""
-        keys = self.positions[:key_len]
-        queries = keys[key_len - query_len:]
-        return (queries[:, None] - keys[None, :]).clamp(min=0)
+        def make() -> torch.Tensor:
+            keys = self.positions[:key_len]
+            queries = keys[key_len - query_len:]
+            return (queries[:, None] - keys[None, :]).clamp(min=0)
+
+        return self.geometry(("distances", query_len, key_len), make)
