@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-BLOCK = 64  # query rows per backward block: large enough for the matmuls, small enough to skip most of the causal zeros
+BLOCK = 48  # query rows per backward block: large enough for the matmuls, small enough to skip most causal zeros
 
 
 def usable(q: torch.Tensor, bias: torch.Tensor) -> bool:
@@ -50,19 +50,19 @@ class _BiasedCausalAttention(torch.autograd.Function):
         grad_v = torch.zeros_like(v)
         grad_bias = torch.zeros_like(bias)  # [head, query, key]; stays 0 above the diagonal
         delta = (grad_out * out).sum(-1, keepdim=True)  # [batch, head, pos, 1]: rowsum(dO O) = rowsum(P dP)
-        k_t, v_t = k.transpose(-1, -2), v.transpose(-1, -2)  # [batch, head, d_head, pos]
+        q_scaled, k_scaled = q * scale, k * scale  # the logits' scale, applied to d_head columns, not to blocks
+        k_t, v_t = k_scaled.transpose(-1, -2), v.transpose(-1, -2)  # [batch, head, d_head, pos]
         masked_bias = bias.masked_fill(_upper(pos, q.device), float("-inf"))  # [head, query, key]: + causal mask
         for start in range(0, pos, BLOCK):
             end = min(start + BLOCK, pos)  # queries start..end-1 see keys 0..end-1
             rows, keys = slice(start, end), slice(0, end)
-            logits = torch.matmul(q[:, :, rows], k_t[..., keys]).mul_(scale).add_(masked_bias[:, rows, keys])
+            logits = torch.matmul(q[:, :, rows], k_t[..., keys]).add_(masked_bias[:, rows, keys])
             probs = logits.sub_(lse[:, :, rows, None]).exp_()  # [batch, head, block, end]
             grad_v[:, :, keys] += torch.matmul(probs.transpose(-1, -2), grad_out[:, :, rows])
             grad_logits = torch.matmul(grad_out[:, :, rows], v_t[..., keys]).sub_(delta[:, :, rows]).mul_(probs)
             grad_bias[:, rows, keys] = grad_logits.sum(0)
-            grad_logits.mul_(scale)
-            grad_q[:, :, rows] = torch.matmul(grad_logits, k[:, :, keys])
-            grad_k[:, :, keys] += torch.matmul(grad_logits.transpose(-1, -2), q[:, :, rows])
+            grad_q[:, :, rows] = torch.matmul(grad_logits, k_scaled[:, :, keys])
+            grad_k[:, :, keys] += torch.matmul(grad_logits.transpose(-1, -2), q_scaled[:, :, rows])
         return grad_q, grad_k, grad_v, grad_bias, None
 
 
