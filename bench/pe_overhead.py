@@ -27,8 +27,8 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common import (add_common_args, clock, header, medians, paired_ratio, scan_batch, setup, time_training_steps,
-                    training_repeats, training_step, write_json)
+from common import (add_common_args, clock, header, medians, paired_ratio, scan_batch, setup, time_once,
+                    time_training_steps, training_repeats, training_step, write_json)
 from plain_decoder import PlainDecoder
 
 from probe.models import build_model
@@ -37,6 +37,8 @@ from probe.models.registry import PE_CLASSES, PE_KINDS
 TARGET = 1.10  # issue 14: every bias and rotary PE at most this x NoPE's step time up to T = 512
 TARGETED = frozenset(kind for kind, cls in PE_CLASSES.items() if (cls.adds_bias or cls.rotates) and cls.overhead_target)
 PAPER_STEPS = 40_000  # the paper's training run (Table tab:hyperparam)
+TURN_S = 0.25  # a timed turn lasts about this long (steps_per_turn) unless --steps says otherwise
+MAX_STEPS_PER_TURN = 16
 
 
 def on_path(model, fast: bool, step: Callable[[], None], tl_block: bool = False) -> Callable[[], None]:
@@ -52,6 +54,14 @@ def on_path(model, fast: bool, step: Callable[[], None], tl_block: bool = False)
         step()
 
     return run
+
+
+def steps_per_turn(step: Callable[[], None], device: torch.device) -> int:
+    """Steps a variant takes per timed turn, so that a turn lasts about ``TURN_S`` at NoPE's pace: a
+    20 ms step timed alone is mostly timer and cache noise (T = 24), a 2 s one is not (T = 512)."""
+    step()
+    seconds = time_once(step, 1, device)[1 if device.type == "cpu" else 0]
+    return max(1, min(MAX_STEPS_PER_TURN, round(TURN_S / max(seconds, 1e-6))))
 
 
 def top_ops(step: Callable[[], None], device: torch.device, steps: int, rows: int) -> dict[str, object]:
@@ -81,6 +91,8 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
     args.repeats, steps = training_repeats(args, device)
     models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed, device=device) for pe in args.pes}
     steps_of = {pe: training_step(model, tokens, mask, device) for pe, model in models.items()}
+    if args.steps is None:
+        steps = steps_per_turn(steps_of["nope"], device)
     variants = {pe: on_path(models[pe], True, steps_of[pe]) for pe in args.pes}
     if not args.no_hooked:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
@@ -144,7 +156,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")
     parser.add_argument("--lengths", type=int, nargs="+", help="time random-token batches of these lengths instead")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default 1)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default: as many as "
+                        f"fill {TURN_S} s at NoPE's pace, at most {MAX_STEPS_PER_TURN})")
     parser.add_argument("--no-hooked", action="store_true", help="time the fast path only")
     parser.add_argument("--tl-block", action="store_true",
                         help="also time each PE in TransformerLens' block forward (before PEBlock)")

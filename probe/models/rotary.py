@@ -83,12 +83,6 @@ def llama3_frequencies(inverse_frequencies: torch.Tensor, factor: float, origina
                        torch.where(wavelengths < original_length / high_freq_factor, inverse_frequencies, blended))
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """[..., r] -> [..., r]: (x1, x2) -> (-x2, x1) for the halves x1, x2 (GPT-NeoX pairing)."""
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat([-second, first], dim=-1)
-
-
 class Rotary(PositionalEncoding):
     kind = "rotary"
     label = "Rotary"
@@ -122,11 +116,6 @@ class Rotary(PositionalEncoding):
     def __init__(self, config):
         super().__init__(config)
         self.rotary_dim = round(self.option["fraction"] * config.d_head)
-        self._tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def begin_forward(self, positions: torch.Tensor) -> None:
-        super().begin_forward(positions)
-        self._tables.clear()
 
     def periods(self, dtype: torch.dtype) -> torch.Tensor:
         """[r / 2] 1 / theta_j = base^(2j/r), in TransformerLens' order of operations (so a float32
@@ -167,14 +156,20 @@ class Rotary(PositionalEncoding):
         theta = self.inverse_frequencies(dtype, positions.numel()).to(positions.device)  # [r / 2]
         return positions.to(dtype)[:, None] * torch.cat([theta, theta])[None, :]
 
-    def _table(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """(cos, sin) [key, r] at this pass's positions, computed once per pass."""
-        if dtype not in self._tables:
+    def _table(self, dtype: torch.dtype) -> torch.Tensor:
+        """[2, key, r] cos and signed sin at this pass's positions: sin negated on the first half of
+        the rotated dimensions, so that the pair rotation (x1, x2) -> (-x2, x1), times sin, is
+        ``roll(x, r/2) * signed sin`` (one op, where slicing, negating and joining halves took four)."""
+        def make() -> torch.Tensor:
             angles = self.angles(self.positions, dtype)
             factor = self.attention_factor()
             cos, sin = angles.cos(), angles.sin()
-            self._tables[dtype] = (cos, sin) if factor == 1.0 else (cos * factor, sin * factor)
-        return self._tables[dtype]
+            if factor != 1.0:
+                cos, sin = cos * factor, sin * factor
+            half = self.rotary_dim // 2
+            return torch.stack([cos, torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)])
+
+        return self.geometry(("rotary", dtype), make)
 
     @property
     def depends_on_length(self) -> bool:
@@ -185,8 +180,10 @@ class Rotary(PositionalEncoding):
         return not (every and (layer + 1) % every == 0)
 
     def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
-        cos, sin = self._table(torch.float64 if x.dtype == torch.float64 else torch.float32)
-        cos = cos[start:start + x.size(1), None, :]  # [pos, 1, r]
-        sin = sin[start:start + x.size(1), None, :]
+        table = self._table(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        cos, signed_sin = table[:, start:start + x.size(1), None, :]  # [pos, 1, r] each
+        half = self.rotary_dim // 2
+        if self.rotary_dim == x.size(-1):
+            return x * cos + x.roll(half, dims=-1) * signed_sin
         rotated, passed = x[..., :self.rotary_dim], x[..., self.rotary_dim:]
-        return torch.cat([rotated * cos + rotate_half(rotated) * sin, passed], dim=-1)
+        return torch.cat([rotated * cos + rotated.roll(half, dims=-1) * signed_sin, passed], dim=-1)

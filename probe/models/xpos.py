@@ -58,14 +58,6 @@ class XPos(Rotary):
     }
     examples = ({"scale_base": 0}, {"fraction": 0.25, "scale_base": 16.0}, {"nope_every": 2})
 
-    def __init__(self, config):
-        super().__init__(config)
-        self._scales: dict[tuple[torch.dtype, int], torch.Tensor] = {}
-
-    def begin_forward(self, positions: torch.Tensor) -> None:
-        super().begin_forward(positions)
-        self._scales.clear()
-
     def scales(self, positions: torch.Tensor, sign: int) -> torch.Tensor:
         """[pos, d_head] zeta_j^(sign x position / gamma) on the rotated dimensions (j and j + r/2
         alike), 1 on the others; float64."""
@@ -79,10 +71,9 @@ class XPos(Rotary):
         rotated = super().rotate(layer, x, start)  # [batch, pos, head, d_head]
         if not self.option["scale_base"]:
             return rotated
-        key = (rotated.dtype, sign)
-        if key not in self._scales:  # once per pass, at every position of it
-            self._scales[key] = self.scales(self.positions, sign).to(rotated.dtype)  # [key, d_head]
-        return rotated * self._scales[key][start:start + x.size(1), None, :]  # [pos, 1, d_head] broadcast
+        scales = self.geometry(("xpos", rotated.dtype, sign),
+                               lambda: self.scales(self.positions, sign).to(rotated.dtype))  # [key, d_head]
+        return rotated * scales[start:start + x.size(1), None, :]  # [pos, 1, d_head] broadcast
 
     def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
         """Queries at ``start ..``: rotated, then scaled by zeta^(n / gamma)."""
