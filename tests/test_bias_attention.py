@@ -39,13 +39,19 @@ def test_outputs_and_every_gradient_match_the_textbook_formula(pos):
     assert torch.all(our_grads[3].triu(1) == 0)  # keys after the query carry no gradient
 
 
-def test_it_serves_only_a_bias_that_needs_its_gradient_on_cpu():
-    q = torch.zeros(1, 1, 4, 2)
-    assert bias_attention.usable(q, torch.zeros(1, 4, 4, requires_grad=True))
-    assert not bias_attention.usable(q, torch.zeros(1, 4, 4))  # ALiBi's fixed slopes: SDPA's own kernel
-    assert not bias_attention.usable(q.bfloat16(), torch.zeros(1, 4, 4, requires_grad=True))
+def test_it_serves_only_a_bias_that_needs_its_gradient_on_cpu_past_one_block():
+    pos = bias_attention.BLOCK + 1
+    q = torch.zeros(1, pos, 1, 2)  # [batch, pos, head, d_head], as the layer holds it
+
+    def bias(grad: bool = True) -> torch.Tensor:
+        return torch.zeros(1, pos, pos, requires_grad=grad)
+
+    assert bias_attention.usable(q, bias())
+    assert not bias_attention.usable(q, bias(grad=False))  # ALiBi's fixed slopes: SDPA's own kernel
+    assert not bias_attention.usable(q.bfloat16(), bias())
+    assert not bias_attention.usable(q[:, :-1], bias())  # one block: SDPA's math path
     with torch.no_grad():
-        assert not bias_attention.usable(q, torch.zeros(1, 4, 4, requires_grad=True))
+        assert not bias_attention.usable(q, bias())
 
 
 @pytest.mark.parametrize("pe", ["t5", "kerple", "fire"])

@@ -18,8 +18,10 @@ BLOCK = 48  # query rows per backward block: large enough for the matmuls, small
 
 
 def usable(q: torch.Tensor, bias: torch.Tensor) -> bool:
-    """Whether ``biased_causal_attention`` applies: CPU, float32/64, a bias that needs its gradient."""
-    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+    """Whether ``biased_causal_attention`` applies and pays: CPU, float32/64, a bias that needs its
+    gradient, and more than one backward block of queries (q [batch, pos, head, d_head]): a single
+    block skips no causal zeros, and there SDPA's math path is as fast with fewer operators."""
+    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and q.size(1) > BLOCK
             and bias.requires_grad and torch.is_grad_enabled())
 
 
