@@ -1,6 +1,6 @@
 """Wall time of `probe reproduce` on this machine, beside its own --dry-run estimate.
 
-    python bench/reproduce_wall.py                     # the reduced study as shipped (about 80 min on 2 cores)
+    python bench/reproduce_wall.py                     # the reduced study as shipped (89 min on 2 cores)
     python bench/reproduce_wall.py --steps 200         # a quick look at the pipeline's fixed costs
 
 Runs the study from scratch in a temporary folder (or ``--checkpoints``), then writes
