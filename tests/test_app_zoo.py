@@ -15,14 +15,11 @@ from probe.models.registry import PE_CLASSES
 from test_app import FOLDER, TASK_OPTIONS, charts, run_page, texts
 
 OPTIONED = ("rotary", {"fraction": 0.5})  # a run whose folder name carries its PE options
-_MADE: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory) -> Path:
     """reverse with L = 4: one evaluated seed-0 run per registered PE, the optioned Rotary, NoPE seed 1."""
-    if "root" in _MADE:
-        return _MADE["root"]
     from probe.evaluation import evaluate_run
     from probe.runs import find_runs, run_dir
     from probe.train import TrainConfig, train_run
@@ -39,7 +36,6 @@ def zoo(tmp_path_factory) -> Path:
     for run in runs:
         if run.seed == 0:
             evaluate_run(run, n_test=4, n_valid=4)
-    _MADE["root"] = root
     return root
 
 

@@ -41,16 +41,11 @@ class ALiBi(PositionalEncoding):
     def __init__(self, config):
         super().__init__(config)
         self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)  # float64: exact
-        self._memo: dict[tuple, torch.Tensor] = {}
-
-    def begin_forward(self, positions: torch.Tensor) -> None:
-        super().begin_forward(positions)
-        self._memo.clear()
 
     def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
         """Computed once per forward pass (in float64, so slope x distance is exact) for all layers."""
-        key = (query_len, key_len)
-        if key not in self._memo:
+        def make() -> torch.Tensor:
             distance = self.distances(query_len, key_len)  # [query, key]
-            self._memo[key] = -self.slopes.to(distance.device)[:, None, None] * distance[None]  # [head, query, key]
-        return self._memo[key]
+            return -self.slopes.to(distance.device)[:, None, None] * distance[None]  # [head, query, key]
+
+        return self.per_pass(("alibi", query_len, key_len), make)

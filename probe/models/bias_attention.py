@@ -54,7 +54,8 @@ class _BiasedCausalAttention(torch.autograd.Function):
         delta = (grad_out * out).sum(-1, keepdim=True)  # [batch, head, pos, 1]: rowsum(dO O) = rowsum(P dP)
         q_scaled, k_scaled = q * scale, k * scale  # the logits' scale, applied to d_head columns, not to blocks
         k_t, v_t = k_scaled.transpose(-1, -2), v.transpose(-1, -2)  # [batch, head, d_head, pos]
-        masked_bias = bias.masked_fill(_upper(pos, q.device), float("-inf"))  # [head, query, key]: + causal mask
+        above = torch.ones(pos, pos, dtype=torch.bool, device=q.device).triu_(1)  # [query, key]: keys after the query
+        masked_bias = bias.masked_fill(above, float("-inf"))  # [head, query, key]: + causal mask
         for start in range(0, pos, BLOCK):
             end = min(start + BLOCK, pos)  # queries start..end-1 see keys 0..end-1
             rows, keys = slice(start, end), slice(0, end)
@@ -67,13 +68,3 @@ class _BiasedCausalAttention(torch.autograd.Function):
             grad_k[:, :, keys] += torch.matmul(grad_logits.transpose(-1, -2), q_scaled[:, :, rows])
         return grad_q, grad_k, grad_v, grad_bias, None
 
-
-_UPPER: dict[tuple[int, torch.device], torch.Tensor] = {}
-
-
-def _upper(size: int, device: torch.device) -> torch.Tensor:
-    """[size, size] True strictly above the diagonal (memoised: one per sequence length)."""
-    key = (size, device)
-    if key not in _UPPER:
-        _UPPER[key] = torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
-    return _UPPER[key]

@@ -65,7 +65,6 @@ class FIRE(PositionalEncoding):
         self.bias_out = nn.Parameter(torch.zeros(n_tables, heads))  # [table, head]
         self.c = nn.Parameter(torch.full((n_tables,), self.option["c"]))  # [table]: psi's c is |c|
         self.threshold_scale = nn.Parameter(torch.ones(n_tables))  # [table]: L = |s| x threshold
-        self._memo: dict[tuple, torch.Tensor] = {}
 
     def initialise(self, generator: torch.Generator, init: str) -> None:
         """``torch.nn.Linear``'s U(+-1/sqrt(fan_in)) for the MLP (the paper's listing builds it from
@@ -78,10 +77,6 @@ class FIRE(PositionalEncoding):
             self.c.fill_(self.option["c"])
             self.threshold_scale.fill_(1.0)
 
-    def begin_forward(self, positions: torch.Tensor) -> None:
-        super().begin_forward(positions)
-        self._memo.clear()
-
     def threshold(self, table: int) -> torch.Tensor:
         """The learned threshold L of ``table`` (a 0-d tensor)."""
         return self.threshold_scale[table].abs() * self.option["threshold"]
@@ -90,8 +85,8 @@ class FIRE(PositionalEncoding):
         """Computed once per forward pass per table, in the parameters' dtype (autocast off: a bf16
         MLP would round the bias)."""
         table = 0 if self.option["shared"] else layer
-        key = (table, query_len, key_len)
-        if key not in self._memo:
+
+        def make() -> torch.Tensor:
             c = self.c[table].abs()
             with torch.autocast(device_type=c.device.type, enabled=False):
                 queries = self.positions[key_len - query_len:key_len].to(c.dtype)  # [query]
@@ -102,5 +97,6 @@ class FIRE(PositionalEncoding):
                 pairs = x.reshape(-1, 1)  # [pair, 1]
                 hidden = torch.addmm(self.bias_in[table], pairs, self.weight_in[table][None]).relu_()  # [pair, hidden]
                 values = torch.addmm(self.bias_out[table], hidden, self.weight_out[table])  # [pair, head]
-            self._memo[key] = values.T.reshape(-1, query_len, key_len)  # [head, query, key]
-        return self._memo[key]
+            return values.T.reshape(-1, query_len, key_len)  # [head, query, key]
+
+        return self.per_pass(("fire", table, query_len, key_len), make)

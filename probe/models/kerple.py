@@ -50,7 +50,6 @@ class KERPLE(PositionalEncoding):
         # [table, head]; drawn by initialise, projected into the feasible set every pass
         self.r1 = nn.Parameter(torch.full((n_tables, config.n_heads), EPS))
         self.r2 = nn.Parameter(torch.full((n_tables, config.n_heads), EPS))
-        self._memo: dict[tuple, torch.Tensor] = {}
 
     def initialise(self, generator: torch.Generator, init: str) -> None:
         """The released code's uniform draws (for either ``init``), projected as a pass would."""
@@ -69,20 +68,18 @@ class KERPLE(PositionalEncoding):
     def begin_forward(self, positions: torch.Tensor) -> None:
         super().begin_forward(positions)
         self.project()
-        self._memo.clear()
 
     def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
         """Computed once per forward pass per table, in the parameters' dtype (autocast off)."""
         table = 0 if self.option["shared"] else layer
-        key = (table, query_len, key_len)
-        if key not in self._memo:
+
+        def make() -> torch.Tensor:
             r1 = self.r1[table][:, None, None]  # [head, 1, 1]
             r2 = self.r2[table][:, None, None]
             with torch.autocast(device_type=r1.device.type, enabled=False):
                 distance = self.distances(query_len, key_len).to(r1.dtype)[None]  # [1, query, key]
                 if self.option["variant"] == "log":
-                    kernel = -r1 * torch.log1p(r2 * distance)
-                else:
-                    kernel = -r1 * distance.pow(r2)
-            self._memo[key] = kernel  # [head, query, key]
-        return self._memo[key]
+                    return -r1 * torch.log1p(r2 * distance)  # [head, query, key]
+                return -r1 * distance.pow(r2)
+
+        return self.per_pass(("kerple", table, query_len, key_len), make)

@@ -88,6 +88,7 @@ class PositionalEncoding(nn.Module):
         self.option = dict(config.pe_options)  # resolved: every option with its value
         self.positions = torch.arange(0)  # [key]: set by begin_forward
         self._geometry: dict[tuple, torch.Tensor] = {}  # what depends on the positions alone: see ``geometry``
+        self._pass: dict[tuple, torch.Tensor] = {}  # what one pass shares across its layers: see ``per_pass``
 
     @classmethod
     def parse_options(cls, given: dict[str, Any]) -> dict[str, Any]:
@@ -125,8 +126,9 @@ class PositionalEncoding(nn.Module):
 
     def begin_forward(self, positions: torch.Tensor) -> None:
         """Called once at the start of every forward pass with the [key] positions of every token
-        the layers will attend to (cached ones included); drops per-pass memos (subclasses), and
+        the layers will attend to (cached ones included); drops ``per_pass`` tensors, and
         ``geometry`` unless the positions are the last pass's."""
+        self._pass.clear()
         if not (positions.shape == self.positions.shape and positions.device == self.positions.device
                 and torch.equal(positions, self.positions)):
             self._geometry.clear()
@@ -139,6 +141,13 @@ class PositionalEncoding(nn.Module):
         if key not in self._geometry:
             self._geometry[key] = make()
         return self._geometry[key]
+
+    def per_pass(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``make()``, computed once per forward pass and shared by the layers that ask for the same
+        ``key`` (a bias from learned parameters: recomputed next pass, after the optimizer step)."""
+        if key not in self._pass:
+            self._pass[key] = make()
+        return self._pass[key]
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """[pos, d_model] vectors added to the token embeddings at ``positions`` (0-based)."""

@@ -53,7 +53,6 @@ class T5RelativeBias(PositionalEncoding):
         n_tables = 1 if self.option["shared"] else config.n_layers
         # [table, bucket, head]; drawn by the model's initialisation like its other weights
         self.relative_attention_bias = nn.Parameter(torch.zeros(n_tables, self.option["num_buckets"], config.n_heads))
-        self._memo: dict[tuple, torch.Tensor] = {}
 
     def initialise(self, generator: torch.Generator, init: str) -> None:
         """N(0, d_model^-1/2), T5's scale for it; TransformerLens' N(0, 0.8 / sqrt(d_model)) under gpt2."""
@@ -63,10 +62,6 @@ class T5RelativeBias(PositionalEncoding):
         with torch.no_grad():
             table.copy_(torch.randn(table.shape, generator=generator, dtype=table.dtype) * std)
 
-    def begin_forward(self, positions: torch.Tensor) -> None:
-        super().begin_forward(positions)
-        self._memo.clear()
-
     def buckets(self, query_len: int, key_len: int) -> torch.Tensor:
         """[query, key] bucket indices of this pass's positions."""
         return self.geometry(("buckets", query_len, key_len), lambda: t5_relative_bucket(
@@ -74,11 +69,12 @@ class T5RelativeBias(PositionalEncoding):
 
     def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
         table = 0 if self.option["shared"] else layer
-        key = (table, query_len, key_len)
-        if key not in self._memo:
+
+        def make() -> torch.Tensor:
             # index_select on the flat buckets: its backward (index_add) is several times faster than a
             # 2-d gather's at T = 512
             by_head = self.relative_attention_bias[table].T  # [head, bucket]
             values = by_head.index_select(1, self.buckets(query_len, key_len).flatten())  # [head, query x key]
-            self._memo[key] = values.view(-1, query_len, key_len)  # [head, query, key]
-        return self._memo[key]
+            return values.view(-1, query_len, key_len)  # [head, query, key]
+
+        return self.per_pass(("t5", table, query_len, key_len), make)
