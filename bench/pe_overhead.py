@@ -1,4 +1,4 @@
-"""Training-step time of each positional encoding relative to NoPE, and fast vs hooked attention.
+"""Training-step and forward time of each positional encoding relative to NoPE, and fast vs hooked attention.
 
     python bench/pe_overhead.py [--device cuda] [--preset tiny|small|base] [--profile]
     python bench/pe_overhead.py --lengths 24 96 512 --batch 32 --no-hooked   # every PE at T = 24, 96, 512
@@ -7,7 +7,8 @@ Builds one model per PE at the preset and times the same training step on the sa
 (64 sequences of 24 tokens by default: <bos> source <sep> target <eos>), or with ``--lengths`` on
 random tokens of each length T (every next token scored: a PE's cost does not depend on what the
 tokens say): target-token loss, backward, gradient clipping, AdamW, as ``probe.train.Trainer``
-takes it. Every registered PE by default (``--pes`` to choose). Every PE is timed with
+takes it; beside it, each PE's forward pass alone as evaluation takes it (eval mode, no gradient:
+the logits of the same batch). Every registered PE by default (``--pes`` to choose). Every PE is timed with
 its attention on the fast path (scaled_dot_product_attention) and forced onto the explicit,
 hooked path (``set_fast_attention(False)``), all variants interleaved in one run. Ratios are per
 repeat, median over repeats. With ``--tl-block`` each PE is also timed with TransformerLens' own
@@ -56,6 +57,20 @@ def on_path(model, fast: bool, step: Callable[[], None], tl_block: bool = False)
     return run
 
 
+def forward_pass(model, tokens: torch.Tensor) -> Callable[[], None]:
+    """The forward pass as evaluation takes it (``probe.decoding``): eval mode, no autograd, bf16
+    autocast on CUDA, every position's logits."""
+
+    def run() -> None:
+        was_training = model.training
+        model.eval()
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=tokens.is_cuda):
+            model(tokens)
+        model.train(was_training)
+
+    return run
+
+
 def steps_per_turn(step: Callable[[], None], device: torch.device) -> int:
     """Steps a variant takes per timed turn, so that a turn lasts about ``TURN_S`` at NoPE's pace: a
     20 ms step timed alone is mostly timer and cache noise (T = 24), a 2 s one is not (T = 512)."""
@@ -96,6 +111,7 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
     variants = {pe: on_path(models[pe], True, steps_of[pe]) for pe in args.pes}
     if not args.no_hooked:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
+    variants.update({f"{pe}/forward": on_path(models[pe], True, forward_pass(models[pe], tokens)) for pe in args.pes})
     if args.tl_block:
         variants.update({f"{pe}/tl_block": on_path(models[pe], True, steps_of[pe], tl_block=True) for pe in args.pes})
     timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device)
@@ -104,6 +120,7 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
     wall_step_s = medians(timings["wall"])
     vs_nope = {pe: paired_ratio(runs, pe, "nope") for pe in args.pes if pe != "nope"}
     hooked_vs_fast = {pe: paired_ratio(runs, f"{pe}/hooked", pe) for pe in args.pes if not args.no_hooked}
+    forward_vs_nope = {pe: paired_ratio(runs, f"{pe}/forward", "nope/forward") for pe in args.pes if pe != "nope"}
     section = {
         "batch": list(tokens.shape),
         "steps_per_repeat": steps,
@@ -120,6 +137,9 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
         "vs_nope": vs_nope,
         "vs_nope_wall": {pe: paired_ratio(timings["wall"], pe, "nope")["median"] for pe in vs_nope},
         "within_target": {pe: vs_nope[pe]["median"] <= TARGET for pe in vs_nope if pe in TARGETED},
+        "forward_s": {pe: step_s[f"{pe}/forward"] for pe in args.pes},
+        "forward_vs_nope": forward_vs_nope,
+        "forward_within_target": {pe: forward_vs_nope[pe]["median"] <= TARGET for pe in forward_vs_nope if pe in TARGETED},
         "hooked_over_fast": hooked_vs_fast,
         "pe_block_over_tl_block": {pe: paired_ratio(runs, pe, f"{pe}/tl_block") for pe in args.pes if args.tl_block},
     }
@@ -133,13 +153,16 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
             profiled["nope/tl_block"] = top_ops(variants["nope/tl_block"], device, args.profile_steps, 15)
         profiled["plain"] = top_ops(training_step(plain, tokens, mask, device), device, args.profile_steps, 15)
         section["profile"] = profiled
-    print(f"\n{'PE':>9} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'kernels':>8} {'hooked/fast':>12} {'PEBlock/TL block':>17}")
+    print(f"\n{'PE':>9} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'fwd (ms)':>9} {'x NoPE':>7} {'kernels':>8} "
+          f"{'hooked/fast':>12} {'PEBlock/TL block':>17}")
     for pe in args.pes:
         ratio = vs_nope[pe]["median"] if pe in vs_nope else 1.0
         target = f"<={TARGET:.2f}" if pe in TARGETED else ""
         hooked = f"{hooked_vs_fast[pe]['median']:.3f}" if pe in hooked_vs_fast else ""
         block = f"{section['pe_block_over_tl_block'][pe]['median']:.3f}" if args.tl_block else ""
-        print(f"{pe:>9} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {ops[pe]['kernels']:>8} {hooked:>12} {block:>17}")
+        forward = forward_vs_nope[pe]["median"] if pe in forward_vs_nope else 1.0
+        print(f"{pe:>9} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {step_s[f'{pe}/forward'] * 1e3:>9.1f} "
+              f"{forward:>7.3f} {ops[pe]['kernels']:>8} {hooked:>12} {block:>17}")
     if args.profile:
         for name, prof in section["profile"].items():
             top = ", ".join(f"{op['op']} {op['share']:.0%}" for op in prof["ops"][:5])
@@ -181,7 +204,7 @@ def main() -> int:
         sections[str(args.length)] = measure(args, tokens, mask, vocab, device)
     payload = {
         **header("pe_overhead", "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
-                "no dropout) of each PE at one preset, relative to NoPE; fast (SDPA) vs forced hooked "
+                "no dropout) and forward time (eval mode, inference_mode) of each PE at one preset, relative to NoPE; fast (SDPA) vs forced hooked "
                 "attention path per PE; the same batch for all, per sequence length", device, load_before),
         "preset": args.preset,
         "clock": clock(device),

@@ -39,6 +39,31 @@ def test_outputs_and_every_gradient_match_the_textbook_formula(pos):
     assert torch.all(our_grads[3].triu(1) == 0)  # keys after the query carry no gradient
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_layers_layout_gets_the_textbook_gradients_back_in_that_layout(dtype):
+    """The layer hands in [batch, pos, head, d_head] tensors seen as [batch, head, pos, d_head]; the
+    gradients come back in that memory layout (nothing downstream copies them) and are right."""
+    generator = torch.Generator().manual_seed(3)
+    batch, pos, heads, d_head, scale = 2, 2 * bias_attention.BLOCK + 5, 3, 4, 0.5
+    tolerance = {"rtol": 1e-9, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    q, k, v = (torch.randn(batch, pos, heads, d_head, generator=generator, dtype=dtype).requires_grad_()
+               for _ in range(3))
+    bias = torch.randn(heads, pos, pos, generator=generator, dtype=dtype).requires_grad_()
+    grad_out = torch.randn(batch, heads, pos, d_head, generator=generator, dtype=dtype)
+    results = []
+    for attend in (bias_attention.biased_causal_attention, _textbook):
+        views = [t.transpose(1, 2) for t in (q, k, v)]  # [batch, head, pos, d_head]
+        out = attend(*views, bias, scale)
+        grads = torch.autograd.grad(out, (*views, bias), grad_out)
+        results.append((out, grads, views))
+    (ours, our_grads, views), (expected, expected_grads, _) = results
+    torch.testing.assert_close(ours, expected, **tolerance)
+    for name, got, want, view in zip("q k v".split(), our_grads, expected_grads, views):
+        torch.testing.assert_close(got, want, **tolerance, msg=f"gradient of {name}")
+        assert got.stride() == view.stride(), f"gradient of {name} in another layout than its input"
+    torch.testing.assert_close(our_grads[3], expected_grads[3], **tolerance, msg="gradient of the bias")
+
+
 def test_it_serves_only_a_bias_that_needs_its_gradient_on_cpu_past_one_block():
     pos = bias_attention.BLOCK + 1
     q = torch.zeros(1, pos, 1, 2)  # [batch, pos, head, d_head], as the layer holds it
