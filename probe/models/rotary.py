@@ -180,7 +180,15 @@ class Rotary(PositionalEncoding):
         return not (every and (layer + 1) % every == 0)
 
     def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
-        table = self._table(torch.float64 if x.dtype == torch.float64 else torch.float32)
+        return self._turn(x, start, self._table(self._table_dtype(x)))
+
+    @staticmethod
+    def _table_dtype(x: torch.Tensor) -> torch.dtype:
+        return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+    def _turn(self, x: torch.Tensor, start: int, table: torch.Tensor) -> torch.Tensor:
+        """``x`` [batch, pos, head, d_head] at positions ``start ..`` turned by ``table`` [2, key, r]
+        (cos, signed sin) on its first r dimensions."""
         cos, signed_sin = table[:, start:start + x.size(1), None, :]  # [pos, 1, r] each
         half = self.rotary_dim // 2
         if self.rotary_dim == x.size(-1):

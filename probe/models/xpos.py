@@ -19,7 +19,7 @@ Positions are not centred. The authors' code subtracts half the length before sc
 scales near 1; the score is the same either way (the centre cancels in n - m), and uncentred, a
 key's scale never changes once it is cached, so the KV cache stays exact. The price: a key's scale
 zeta_0^(-m / gamma) grows with m, and with the defaults leaves float32's (and bf16's) range near
-m = 36 000. The scales are computed in float64 and cast to the rotation tables' dtype. The scaled
+m = 36 000. The scales are computed in float64 and multiplied into the rotation tables. The scaled
 queries and keys pass through ``hook_rot_q`` / ``hook_rot_k``.
 """
 
@@ -59,26 +59,27 @@ class XPos(Rotary):
     examples = ({"scale_base": 0}, {"fraction": 0.25, "scale_base": 16.0}, {"nope_every": 2})
 
     def scales(self, positions: torch.Tensor, sign: int) -> torch.Tensor:
-        """[pos, d_head] zeta_j^(sign x position / gamma) on the rotated dimensions (j and j + r/2
-        alike), 1 on the others; float64."""
+        """[pos, r] zeta_j^(sign x position / gamma) on the rotated dimensions (j and j + r/2 alike;
+        the others are left unscaled); float64."""
         zeta = xpos_zeta(self.rotary_dim).to(positions.device)  # [r / 2]
         log_zeta = torch.cat([zeta, zeta]).log()  # [r]
         exponent = sign * positions.to(torch.float64)[:, None] / self.option["scale_base"]  # [pos, 1]
-        ones = torch.ones(len(positions), self.config.d_head - self.rotary_dim, dtype=torch.float64, device=positions.device)
-        return torch.cat([(exponent * log_zeta[None, :]).exp(), ones], dim=-1)
+        return (exponent * log_zeta[None, :]).exp()
 
-    def _scaled(self, layer: int, x: torch.Tensor, start: int, sign: int) -> torch.Tensor:
-        rotated = super().rotate(layer, x, start)  # [batch, pos, head, d_head]
-        if not self.option["scale_base"]:
-            return rotated
-        scales = self.geometry(("xpos", rotated.dtype, sign),
-                               lambda: self.scales(self.positions, sign).to(rotated.dtype))  # [key, d_head]
-        return rotated * scales[start:start + x.size(1), None, :]  # [pos, 1, d_head] broadcast
+    def _scaled(self, x: torch.Tensor, start: int, sign: int) -> torch.Tensor:
+        """Rotated, then scaled; the scales ride on the cos and signed-sin tables (a pair's two
+        dimensions share one scale, so it commutes with the turn), so xPos costs Rotary's operations."""
+        dtype = self._table_dtype(x)
+        table = self._table(dtype)  # [2, key, r]
+        if self.option["scale_base"]:
+            table = self.geometry(("xpos", dtype, sign), lambda: table * self.scales(
+                self.positions, sign).to(dtype))  # [2, key, r] x [key, r]
+        return self._turn(x, start, table)
 
     def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
         """Queries at ``start ..``: rotated, then scaled by zeta^(n / gamma)."""
-        return self._scaled(layer, x, start, 1)
+        return self._scaled(x, start, 1)
 
     def rotate_keys(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:
         """Keys at ``start ..``: rotated, then scaled by zeta^(-m / gamma)."""
-        return self._scaled(layer, x, start, -1)
+        return self._scaled(x, start, -1)
