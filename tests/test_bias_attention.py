@@ -64,7 +64,7 @@ def test_the_layers_layout_gets_the_textbook_gradients_back_in_that_layout(dtype
     torch.testing.assert_close(our_grads[3], expected_grads[3], **tolerance, msg="gradient of the bias")
 
 
-def test_it_serves_only_a_bias_that_needs_its_gradient_on_cpu_past_one_block():
+def test_it_serves_a_fixed_bias_at_any_length_and_a_learned_one_past_one_block_on_cpu():
     pos = bias_attention.BLOCK + 1
     q = torch.zeros(1, pos, 1, 2)  # [batch, pos, head, d_head], as the layer holds it
 
@@ -72,11 +72,31 @@ def test_it_serves_only_a_bias_that_needs_its_gradient_on_cpu_past_one_block():
         return torch.zeros(1, pos, pos, requires_grad=grad)
 
     assert bias_attention.usable(q, bias())
-    assert not bias_attention.usable(q, bias(grad=False))  # ALiBi's fixed slopes: SDPA's own kernel
+    assert bias_attention.usable(q, bias(grad=False))  # ALiBi's fixed slopes: the kernel's own backward
+    assert bias_attention.usable(q[:, :2], bias(grad=False))
     assert not bias_attention.usable(q.bfloat16(), bias())
-    assert not bias_attention.usable(q[:, :-1], bias())  # one block: SDPA's math path
+    assert not bias_attention.usable(q[:, :-1], bias())  # a learned bias within one block: SDPA's math path
     with torch.no_grad():
-        assert not bias_attention.usable(q, bias())
+        assert bias_attention.usable(q[:, :2], bias())  # evaluation: nothing to give the bias
+
+
+@pytest.mark.parametrize("pos", [1, 7, bias_attention.BLOCK + 22])
+def test_a_fixed_bias_gets_the_textbook_values_and_gradients_of_q_k_v(pos):
+    generator = torch.Generator().manual_seed(pos)
+    q, k, v = (torch.randn(2, 3, pos, 4, generator=generator, dtype=torch.float64).requires_grad_()
+               for _ in range(3))
+    bias = torch.randn(3, pos, pos, generator=generator, dtype=torch.float64)  # ALiBi's: no gradient
+    grad_out = torch.randn(2, 3, pos, 4, generator=generator, dtype=torch.float64)
+    results = []
+    for attend in (bias_attention.biased_causal_attention, _textbook):
+        out = attend(q, k, v, bias, 0.41)
+        results.append((out, torch.autograd.grad(out, (q, k, v), grad_out)))
+        with torch.no_grad():
+            torch.testing.assert_close(attend(q, k, v, bias, 0.41), out, rtol=0, atol=0)
+    (ours, our_grads), (expected, expected_grads) = results
+    torch.testing.assert_close(ours, expected, rtol=1e-10, atol=1e-12)
+    for name, got, want in zip("q k v".split(), our_grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, msg=f"gradient of {name}")
 
 
 @pytest.mark.parametrize("pe", ["t5", "kerple", "fire"])

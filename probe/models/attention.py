@@ -11,9 +11,10 @@ as in TransformerLens.
 Fast path: while nothing hooks ``hook_attn_scores`` or ``hook_pattern``, the layer runs
 ``torch.nn.functional.scaled_dot_product_attention`` with the bias as an additive mask (the
 flash kernel where there is no bias). Any hook on those points, which ``run_with_cache`` adds
-too, switches the layer back to the explicit path; both give the same result. A learned bias
-(T5, KERPLE, FIRE) on CPU takes ``probe.models.bias_attention`` instead, since SDPA would fall
-back to its quadratic math path to give the bias its gradient. A PE with a query-dependent term
+too, switches the layer back to the explicit path; both give the same result. A biased layer on
+CPU takes ``probe.models.bias_attention`` instead: the flash kernel with the bias and causal
+skipping together, where SDPA would need a causal mask added to the bias, and, for a learned bias
+(T5, KERPLE, FIRE), would fall back to its quadratic math path to give it its gradient. A PE with a query-dependent term
 (CoPE) always takes the explicit path.
 """
 

@@ -1,4 +1,5 @@
-"""Causal attention with a learned additive bias, on CPU, without the quadratic math path.
+"""Causal attention with an additive bias on CPU: the flash kernel's own causal skipping, and for a
+learned bias a backward without the quadratic math path.
 
 ``scaled_dot_product_attention`` with an ``attn_mask`` that requires grad (T5's bias, KERPLE's,
 FIRE's) falls back on CPU to its math path: it computes all T^2 logits where the causal half
@@ -9,7 +10,9 @@ from the kernel's log-sum-exp, over the causal part only, and gets the gradients
 keys, values and of the bias from the same blocks (dS = P (dP - rowsum(dO O)), summed over the
 batch for the bias, which has none). The probabilities are recomputed in base 2 (exp2 is about
 twice as fast as exp on CPU), and the gradients are written in the layout the layer handed in,
-so nothing downstream copies them.
+so nothing downstream copies them. A fixed bias (ALiBi's, or any bias at evaluation) takes the
+same kernel with the kernel's own backward: handing it the bias and ``is_causal`` together spares
+building a causal mask and adding the bias to it, a T^2 pass each, in every layer.
 """
 
 from __future__ import annotations
@@ -21,18 +24,27 @@ BLOCK = 48  # query rows per backward block: large enough for the matmuls, small
 
 
 def usable(q: torch.Tensor, bias: torch.Tensor) -> bool:
-    """Whether ``biased_causal_attention`` applies and pays: CPU, float32/64, a bias that needs its
-    gradient, and more than one backward block of queries (q [batch, pos, head, d_head]): a single
-    block skips no causal zeros, and there SDPA's math path is as fast with fewer operators."""
-    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and q.size(1) > BLOCK
-            and bias.requires_grad and torch.is_grad_enabled())
+    """Whether ``biased_causal_attention`` applies and pays (q [batch, pos, head, d_head]): CPU,
+    float32/64, and either a bias with no gradient to give (ALiBi's, or any at evaluation), or one
+    that needs its gradient on more than one backward block of queries: a single block skips no
+    causal zeros, and there SDPA's math path is as fast with fewer operators."""
+    learned = bias.requires_grad and torch.is_grad_enabled()
+    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+            and (not learned or q.size(1) > BLOCK))
 
 
 def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
                             scale: float) -> torch.Tensor:
     """softmax(scale q k^T + bias, causal) v: q, k, v [batch, head, pos, d_head], bias [head, pos, pos]
-    in q's dtype -> [batch, head, pos, d_head]. Query t attends to keys 0..t (no cache, no padding)."""
-    return _BiasedCausalAttention.apply(q, k, v, bias.contiguous(), scale)
+    in q's dtype -> [batch, head, pos, d_head]. Query t attends to keys 0..t (no cache, no padding).
+
+    The flash kernel takes the bias as its mask and skips the causal blocks itself, so no causal
+    mask is built or added. A bias without a gradient to give leaves the backward to the kernel's
+    own (the gradients of q, k, v); one that needs its gradient gets the blocked backward below."""
+    if bias.requires_grad and torch.is_grad_enabled():
+        return _BiasedCausalAttention.apply(q, k, v, bias.contiguous(), scale)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, True, attn_mask=bias[None], scale=scale)[0]
 
 
 class _BiasedCausalAttention(torch.autograd.Function):
