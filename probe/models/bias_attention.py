@@ -12,7 +12,8 @@ batch for the bias, which has none). The probabilities are recomputed in base 2 
 twice as fast as exp on CPU), and the gradients are written in the layout the layer handed in,
 so nothing downstream copies them. A fixed bias (ALiBi's, or any bias at evaluation) takes the
 same kernel with the kernel's own backward: handing it the bias and ``is_causal`` together spares
-building a causal mask and adding the bias to it, a T^2 pass each, in every layer.
+building a causal mask and adding the bias to it, a T^2 pass each, in every layer. A learned bias
+on a sequence of one block (nothing to skip) takes the formula itself under autograd.
 """
 
 from __future__ import annotations
@@ -24,13 +25,9 @@ BLOCK = 48  # query rows per backward block: large enough for the matmuls, small
 
 
 def usable(q: torch.Tensor, bias: torch.Tensor) -> bool:
-    """Whether ``biased_causal_attention`` applies and pays (q [batch, pos, head, d_head]): CPU,
-    float32/64, and either a bias with no gradient to give (ALiBi's, or any at evaluation), or one
-    that needs its gradient on more than one backward block of queries: a single block skips no
-    causal zeros, and there SDPA's math path is as fast with fewer operators."""
-    learned = bias.requires_grad and torch.is_grad_enabled()
-    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
-            and (not learned or q.size(1) > BLOCK))
+    """Whether ``biased_causal_attention`` serves this layer (q [batch, pos, head, d_head]): CPU,
+    float32 or float64."""
+    return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
 
 
 def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
@@ -38,13 +35,19 @@ def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b
     """softmax(scale q k^T + bias, causal) v: q, k, v [batch, head, pos, d_head], bias [head, pos, pos]
     in q's dtype -> [batch, head, pos, d_head]. Query t attends to keys 0..t (no cache, no padding).
 
-    The flash kernel takes the bias as its mask and skips the causal blocks itself, so no causal
-    mask is built or added. A bias without a gradient to give leaves the backward to the kernel's
-    own (the gradients of q, k, v); one that needs its gradient gets the blocked backward below."""
-    if bias.requires_grad and torch.is_grad_enabled():
+    A bias without a gradient to give (ALiBi's, or any at evaluation) goes to the flash kernel as
+    its mask, with the kernel's own causal skipping and backward (of q, k, v). A learned one gets
+    the blocked backward below, or, within one block, where there is nothing to skip, the formula
+    itself under autograd: fewer operators than SDPA's math path, which also builds no causal mask."""
+    if not (bias.requires_grad and torch.is_grad_enabled()):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale)[0]
+    pos = q.size(2)
+    if pos > BLOCK:
         return _BiasedCausalAttention.apply(q, k, v, bias.contiguous(), scale)
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, True, attn_mask=bias[None], scale=scale)[0]
+    above = torch.ones(pos, pos, dtype=torch.bool, device=q.device).triu_(1)  # [query, key]: keys after the query
+    logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(bias.masked_fill(above, float("-inf")))
+    return torch.matmul(torch.softmax(logits, dim=-1), v)  # [batch, head, pos, d_head]
 
 
 class _BiasedCausalAttention(torch.autograd.Function):
