@@ -97,7 +97,7 @@ class PEAttention(Attention):
         bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
         fast = self.uses_fast_path()
         if (fast and bias is not None and offset == 0 and attention_mask is None and additive_attention_mask is None
-                and bias_attention.usable(q, bias)):
+                and bias_attention.usable(q)):
             z = bias_attention.biased_causal_attention(
                 *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1.0 / self.attn_scale)
             return self._project(self.hook_z(z.transpose(1, 2)))  # [batch, query, head, d_head]

@@ -24,7 +24,7 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
 BLOCK = 48  # query rows per backward block: large enough for the matmuls, small enough to skip most causal zeros
 
 
-def usable(q: torch.Tensor, bias: torch.Tensor) -> bool:
+def usable(q: torch.Tensor) -> bool:
     """Whether ``biased_causal_attention`` serves this layer (q [batch, pos, head, d_head]): CPU,
     float32 or float64."""
     return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
