@@ -42,12 +42,17 @@ def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b
     if not (bias.requires_grad and torch.is_grad_enabled()):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, True, attn_mask=bias[None], scale=scale)[0]
-    pos = q.size(2)
-    if pos > BLOCK:
+    if q.size(2) > BLOCK:
         return _BiasedCausalAttention.apply(q, k, v, bias.contiguous(), scale)
-    above = torch.ones(pos, pos, dtype=torch.bool, device=q.device).triu_(1)  # [query, key]: keys after the query
-    logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(bias.masked_fill(above, float("-inf")))
+    logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(_with_causal_mask(bias))
     return torch.matmul(torch.softmax(logits, dim=-1), v)  # [batch, head, pos, d_head]
+
+
+def _with_causal_mask(bias: torch.Tensor) -> torch.Tensor:
+    """``bias`` [head, query, key] with -inf on the keys after each query."""
+    pos = bias.size(-1)
+    above = torch.ones(pos, pos, dtype=torch.bool, device=bias.device).triu_(1)  # [query, key]
+    return bias.masked_fill(above, float("-inf"))
 
 
 class _BiasedCausalAttention(torch.autograd.Function):
@@ -71,8 +76,7 @@ class _BiasedCausalAttention(torch.autograd.Function):
         values, grad_out = v.contiguous(), grad_out.contiguous()
         lse_log2 = (lse * LOG2E).unsqueeze(-1)  # [batch, head, pos, 1]
         delta = (grad_out * out).sum(-1, keepdim=True)  # [batch, head, pos, 1]: rowsum(dO O) = rowsum(P dP)
-        above = torch.ones(pos, pos, dtype=torch.bool, device=q.device).triu_(1)  # [query, key]: keys after the query
-        bias_log2 = (bias * LOG2E).masked_fill_(above, float("-inf"))  # [head, query, key]: + causal mask
+        bias_log2 = _with_causal_mask(bias * LOG2E)  # [head, query, key]
         # The gradients in the inputs' own layout (the layer's [batch, pos, head, d_head] seen as
         # [batch, head, pos, d_head]), so what reads them next needs no copy.
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
