@@ -11,9 +11,7 @@ takes it; beside it, each PE's forward pass alone as evaluation takes it (eval m
 the logits of the same batch). Every registered PE by default (``--pes`` to choose). Every PE is timed with
 its attention on the fast path (scaled_dot_product_attention) and forced onto the explicit,
 hooked path (``set_fast_attention(False)``), all variants interleaved in one run. Ratios are per
-repeat, median over repeats. With ``--tl-block`` each PE is also timed with TransformerLens' own
-block forward (``ln1`` three times per layer) instead of ``PEBlock``'s (once): the before and after
-of that change. With ``--profile``, torch.profiler's top operators of each PE's step and of the
+repeat, median over repeats. With ``--profile``, torch.profiler's top operators of each PE's step and of the
 plain decoder's (bench/plain_decoder.py) go into the JSON as well.
 Writes bench/results/pe_overhead_<preset>_<device>.json.
 """
@@ -42,16 +40,11 @@ TURN_S = 0.25  # a timed turn lasts about this long (steps_per_turn) unless --st
 MAX_STEPS_PER_TURN = 16
 
 
-def on_path(model, fast: bool, step: Callable[[], None], tl_block: bool = False) -> Callable[[], None]:
-    """``step`` with the attention fast path allowed or not, in PEBlock's or TransformerLens' block."""
+def on_path(model, fast: bool, step: Callable[[], None]) -> Callable[[], None]:
+    """``step`` with the attention fast path allowed or not."""
 
     def run() -> None:
         model.set_fast_attention(fast)
-        for block in model.blocks:
-            if tl_block:
-                block.streamlined = lambda shortformer_pos_embed: False
-            else:
-                block.__dict__.pop("streamlined", None)
         step()
 
     return run
@@ -112,8 +105,6 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
     if not args.no_hooked:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
     variants.update({f"{pe}/forward": on_path(models[pe], True, forward_pass(models[pe], tokens)) for pe in args.pes})
-    if args.tl_block:
-        variants.update({f"{pe}/tl_block": on_path(models[pe], True, steps_of[pe], tl_block=True) for pe in args.pes})
     timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device)
     runs = timings[clock(device)]
     step_s = medians(runs)
@@ -141,7 +132,6 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
         "forward_vs_nope": forward_vs_nope,
         "forward_within_target": {pe: forward_vs_nope[pe]["median"] <= TARGET for pe in forward_vs_nope if pe in TARGETED},
         "hooked_over_fast": hooked_vs_fast,
-        "pe_block_over_tl_block": {pe: paired_ratio(runs, pe, f"{pe}/tl_block") for pe in args.pes if args.tl_block},
     }
     if args.profile:
         print(f"profiling {args.profile_steps} steps per PE ...", flush=True)
@@ -149,20 +139,17 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
         profiled = {pe: top_ops(variants[pe], device, args.profile_steps, 15) for pe in args.pes}
         if not args.no_hooked:
             profiled["nope/hooked"] = top_ops(variants["nope/hooked"], device, args.profile_steps, 15)
-        if args.tl_block:
-            profiled["nope/tl_block"] = top_ops(variants["nope/tl_block"], device, args.profile_steps, 15)
         profiled["plain"] = top_ops(training_step(plain, tokens, mask, device), device, args.profile_steps, 15)
         section["profile"] = profiled
     print(f"\n{'PE':>9} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'fwd (ms)':>9} {'x NoPE':>7} {'kernels':>8} "
-          f"{'hooked/fast':>12} {'PEBlock/TL block':>17}")
+          f"{'hooked/fast':>12}")
     for pe in args.pes:
         ratio = vs_nope[pe]["median"] if pe in vs_nope else 1.0
         target = f"<={TARGET:.2f}" if pe in TARGETED else ""
         hooked = f"{hooked_vs_fast[pe]['median']:.3f}" if pe in hooked_vs_fast else ""
-        block = f"{section['pe_block_over_tl_block'][pe]['median']:.3f}" if args.tl_block else ""
         forward = forward_vs_nope[pe]["median"] if pe in forward_vs_nope else 1.0
         print(f"{pe:>9} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {step_s[f'{pe}/forward'] * 1e3:>9.1f} "
-              f"{forward:>7.3f} {ops[pe]['kernels']:>8} {hooked:>12} {block:>17}")
+              f"{forward:>7.3f} {ops[pe]['kernels']:>8} {hooked:>12}")
     if args.profile:
         for name, prof in section["profile"].items():
             top = ", ".join(f"{op['op']} {op['share']:.0%}" for op in prof["ops"][:5])
@@ -182,8 +169,6 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default: as many as "
                         f"fill {TURN_S} s at NoPE's pace, at most {MAX_STEPS_PER_TURN})")
     parser.add_argument("--no-hooked", action="store_true", help="time the fast path only")
-    parser.add_argument("--tl-block", action="store_true",
-                        help="also time each PE in TransformerLens' block forward (before PEBlock)")
     parser.add_argument("--profile", action="store_true", help="add torch.profiler's top operators per PE")
     parser.add_argument("--profile-steps", type=int, default=5)
     args = parser.parse_args()

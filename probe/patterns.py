@@ -85,7 +85,7 @@ def collect_patterns(model, tokenizer: Tokenizer, examples: Sequence[Example], *
     here = next(model.parameters()).device
     device = here if device is None else torch.device(device)
     if device != here:
-        model.to(device, print_details=False)
+        model.to(device)
     encoded = [tokenizer.encode_example(example) for example in examples]
     sizes = [len(ids) for ids, _ in encoded]
     too_long = [size for size in sizes if size > model.cfg.n_ctx]

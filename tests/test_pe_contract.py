@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer
+from transformer_lens import HookedRootModule
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+from transformer_lens.model_protocol import TransformerLensModelWithWeights
 
 from probe.models import build_model, load_checkpoint, save_checkpoint
 from probe.models.registry import PE_CLASSES
@@ -25,7 +26,7 @@ VARIANTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 IDS = [kind + "".join(f"+{k}={v}" for k, v in {**options, **model}.items()) for kind, options, model in VARIANTS]
 
 
-def _model(kind: str, options: dict, overrides: dict, seed: int = 3) -> HookedTransformer:
+def _model(kind: str, options: dict, overrides: dict, seed: int = 3) -> HookedRootModule:
     return build_model(kind, vocab_size=VOCAB, seed=seed, n_layers=2, pe_options=options, **overrides).double().eval()
 
 
@@ -39,7 +40,8 @@ def test_hooks_fire_with_their_shapes(variant):
     pe = model.pe
     tokens = torch.randint(0, VOCAB, (3, 9))
     logits, cache = model.run_with_cache(tokens)
-    assert isinstance(model, HookedTransformer) and torch.allclose(logits, model(tokens), atol=1e-10)
+    assert isinstance(model, HookedRootModule) and isinstance(model, TransformerLensModelWithWeights)
+    assert torch.allclose(logits, model(tokens), atol=1e-10)
     heads = model.cfg.n_heads
     pattern = cache["blocks.1.attn.hook_pattern"]  # [batch, head, query, key]
     assert pattern.shape == (3, heads, 9, 9) and torch.all(pattern.triu(1) == 0)

@@ -48,7 +48,7 @@ def numpy_forward(model, tokens: np.ndarray) -> list[dict[str, np.ndarray]]:
         q = np.einsum("pd,hde->hpe", resid, w[f"{p}.attn.W_Q"]) + w[f"{p}.attn.b_Q"][:, None]
         k = np.einsum("pd,hde->hpe", resid, w[f"{p}.attn.W_K"]) + w[f"{p}.attn.b_K"][:, None]
         v = np.einsum("pd,hde->hpe", resid, w[f"{p}.attn.W_V"]) + w[f"{p}.attn.b_V"][:, None]
-        scale = np.sqrt(model.cfg.d_head) if model.cfg.use_attn_scale else 1.0
+        scale = np.sqrt(model.cfg.d_head) if model.config.attn_scale else 1.0
         logits = np.where(causal, q @ k.transpose(0, 2, 1) / scale, -np.inf)
         pattern = softmax(logits)
         attn_out = np.einsum("hpe,hed->pd", pattern @ v, w[f"{p}.attn.W_O"]) + w[f"{p}.attn.b_O"]

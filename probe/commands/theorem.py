@@ -198,7 +198,7 @@ def _export_match(directory: Path, args: argparse.Namespace, match, result, sour
     from probe import theorems
     from probe.models.checkpoint import save_checkpoint
 
-    model = match.nope.to(torch.float32, print_details=False)
+    model = match.nope.to(torch.float32)
     metadata = getattr(source, "metadata", None) or {}
     tokenizer = metadata.get("tokenizer")
     vocab = metadata.get("vocabulary") or theorems.vocabulary(model.cfg.d_vocab)

@@ -6,14 +6,13 @@ text, so held-out files are scored exactly as written. Saved as ``tokenizer.json
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from probe.errors import ProbeError
 
 if TYPE_CHECKING:
-    from transformer_lens import HookedTransformer
     from transformers import PreTrainedTokenizerFast
 
 END_OF_FILE = "<|endoftext|>"
@@ -61,11 +60,11 @@ class CodeTokenizer:
         a window of code starts wherever it starts)."""
         from transformers import PreTrainedTokenizerFast
 
-        # No bos_token: TransformerLens' set_tokenizer would otherwise reload (download) a tokenizer that adds one.
+        # No bos_token: a window of code has no start-of-sequence token, so to_tokens prepends nothing.
         return PreTrainedTokenizerFast(tokenizer_object=self.tokenizer, name_or_path="probe-code-bpe",
                                        eos_token=END_OF_FILE, pad_token=END_OF_FILE, padding_side="right")
 
-    def attach_to(self, model: "HookedTransformer") -> None:
+    def attach_to(self, model: Any) -> None:
         """``model.tokenizer`` = :meth:`to_hf`, so ``to_tokens``, ``to_str_tokens`` and ``generate`` take code."""
         if len(self) > model.cfg.d_vocab:
             raise ProbeError(f"a {len(self)}-token vocabulary does not fit a model with d_vocab={model.cfg.d_vocab}")

@@ -1,4 +1,4 @@
-"""Models: a ``HookedTransformer`` per positional encoding, presets, checkpoints."""
+"""Models: a TransformerLens-hooked transformer per positional encoding, presets, checkpoints."""
 
 from probe.models.alibi import alibi_slopes
 from probe.models.ape import sinusoidal_embedding

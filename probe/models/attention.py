@@ -1,6 +1,7 @@
-"""The attention layer every PE model uses: TransformerLens' ``Attention`` with the PE's own term.
+"""The attention layer every PE model uses: causal multi-head attention with the PE's own term.
 
-Same parameters (W_Q, W_K, W_V, W_O, ...), same hook points (``hook_q``, ``hook_k``, ``hook_v``,
+TransformerLens' parameters (``W_Q``, ``W_K``, ``W_V`` [head, d_model, d_head], ``W_O`` [head,
+d_head, d_model], ``b_Q`` ... ``b_O``) and hook points (``hook_q``, ``hook_k``, ``hook_v``,
 ``hook_attn_scores``, ``hook_pattern``, ``hook_z``, ``hook_result``), plus the PE's own:
 ``hook_pos_bias`` [head, query, key] for PEs that add a term to the logits (T5, ALiBi),
 ``hook_rot_q`` / ``hook_rot_k`` [batch, pos, head, d_head] for rotating ones, and
@@ -20,46 +21,71 @@ skipping together, where SDPA would need a causal mask added to the bias, and, f
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from transformer_lens.components import Attention
-from transformer_lens.config.hooked_transformer_config import HookedTransformerConfig
+from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from probe.models import bias_attention
 from probe.models.positional import PositionalEncoding
 
 
-def _hooked(point: HookPoint) -> bool:
+def is_hooked(point: HookPoint) -> bool:
+    """Whether anything (a user's hook, ``run_with_cache``'s) is registered on ``point``."""
     return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
                 or getattr(point, "_backward_pre_hooks", None))
 
 
-def _global_hooks() -> bool:
+def global_hooks() -> bool:
+    """Whether a module-global hook is registered: it would expect every module to run."""
     module = torch.nn.modules.module
     return bool(module._global_forward_hooks or module._global_forward_pre_hooks
                 or module._global_backward_hooks)
 
 
-class PEAttention(Attention):
+def _project_in(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[batch, pos, d_model] through ``w`` [head, d_model, d_head] + ``b`` [head, d_head] ->
+    [batch, pos, head, d_head], as one linear layer (TransformerLens' ``simple_attn_linear``)."""
+    heads, d_model, d_head = w.shape
+    out = F.linear(x, w.transpose(1, 2).reshape(heads * d_head, d_model), b.reshape(-1))
+    return out.reshape(x.size(0), x.size(1), heads, d_head)
+
+
+class PEAttention(nn.Module):
     """Causal multi-head attention whose logits get the positional term of ``pe``."""
 
     fast_path: bool = True
 
-    def __init__(self, cfg: HookedTransformerConfig, layer: int, pe: PositionalEncoding):
-        super().__init__(cfg, "global", layer)
+    def __init__(self, n_heads: int, d_model: int, d_head: int, attn_scale: bool, layer: int,
+                 pe: PositionalEncoding):
+        super().__init__()
+        self.n_heads, self.d_head, self.layer_id = n_heads, d_head, layer
+        # TransformerLens 3.x's order, which the seeded initialisation follows (same seed, same weights)
+        self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
+        self.b_Q = nn.Parameter(torch.zeros(n_heads, d_head))
+        self.b_O = nn.Parameter(torch.zeros(d_model))
+        self.W_K = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.W_V = nn.Parameter(torch.empty(n_heads, d_model, d_head))
+        self.b_K = nn.Parameter(torch.zeros(n_heads, d_head))
+        self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
+        self.attn_scale = math.sqrt(d_head) if attn_scale else 1.0
+        self.use_attn_result = False  # hook_result per head: model.set_use_attn_result(True)
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_k = HookPoint()  # [batch, key, head, d_head]
+        self.hook_v = HookPoint()  # [batch, key, head, d_head]
+        self.hook_attn_scores = HookPoint()  # [batch, head, query, key]
+        self.hook_pattern = HookPoint()  # [batch, head, query, key]
+        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model]
         object.__setattr__(self, "_pe", pe)  # shared with the model; not a submodule of this layer
-        for table in ("rotary_sin", "rotary_cos"):  # TransformerLens' rotary: the PE rotates instead
-            self._buffers.pop(table, None)
         self.rotates = pe.rotates and pe.rotates_layer(layer)
         if self.rotates:
             self.hook_rot_q = HookPoint()  # [batch, pos, head, d_head]
             self.hook_rot_k = HookPoint()
-        else:
-            for name in ("hook_rot_q", "hook_rot_k"):
-                self._modules.pop(name, None)
         if pe.adds_bias:
             self.hook_pos_bias = HookPoint()  # [head, query, key]
         if pe.scores_term:
@@ -69,22 +95,18 @@ class PEAttention(Attention):
         return (
             self.fast_path
             and not self._pe.scores_term
-            and not _hooked(self.hook_attn_scores)
-            and not _hooked(self.hook_pattern)
-            and not _global_hooks()
+            and not is_hooked(self.hook_attn_scores)
+            and not is_hooked(self.hook_pattern)
+            and not global_hooks()
         )
 
-    def forward(  # type: ignore[override]
-        self,
-        query_input: torch.Tensor,
-        key_input: torch.Tensor,
-        value_input: torch.Tensor,
-        past_kv_cache_entry=None,
-        additive_attention_mask: Optional[torch.Tensor] = None,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_bias: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        q, k, v = self.calculate_qkv_matrices(query_input, key_input, value_input)  # [batch, pos, head, d_head]
+    def forward(self, x: torch.Tensor, past_kv_cache_entry=None,
+                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """[batch, pos, d_model] (normalised) -> [batch, pos, d_model]; ``attention_mask`` [batch, key]
+        marks padding keys with 0, ``past_kv_cache_entry`` holds this layer's earlier keys and values."""
+        q = self.hook_q(_project_in(x, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
+        k = self.hook_k(_project_in(x, self.W_K, self.b_K))
+        v = self.hook_v(_project_in(x, self.W_V, self.b_V))
         offset = 0
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.past_keys.size(1)
@@ -96,12 +118,11 @@ class PEAttention(Attention):
 
         bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
         fast = self.uses_fast_path()
-        if (fast and bias is not None and offset == 0 and attention_mask is None and additive_attention_mask is None
-                and bias_attention.usable(q)):
+        if fast and bias is not None and offset == 0 and attention_mask is None and bias_attention.usable(q):
             z = bias_attention.biased_causal_attention(
                 *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1.0 / self.attn_scale)
             return self._project(self.hook_z(z.transpose(1, 2)))  # [batch, query, head, d_head]
-        mask = self._additive_mask(query_len, key_len, offset, q, bias, attention_mask, additive_attention_mask)
+        mask = self._additive_mask(query_len, key_len, offset, q, bias, attention_mask)
         if fast:
             # SDPA wants the mask in q's dtype; under bf16 autocast that would round the bias (ALiBi's
             # slope x distance loses adjacent keys' differences), so a biased layer attends in the
@@ -114,7 +135,7 @@ class PEAttention(Attention):
             )  # [batch, head, query, d_head]
             z = self.hook_z(z.transpose(1, 2).to(q.dtype))  # [batch, query, head, d_head]
         else:
-            scores = self.calculate_attention_scores(q, k)  # [batch, head, query, key]
+            scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) / self.attn_scale  # [batch, head, query, key]
             if mask is None:
                 mask = self._causal_mask(query_len, key_len, offset, q.device, scores.dtype)
             scores = scores + mask
@@ -124,7 +145,7 @@ class PEAttention(Attention):
             pattern = torch.softmax(scores, dim=-1)
             pattern = torch.nan_to_num(pattern, nan=0.0)  # rows with every key masked
             pattern = self.hook_pattern(pattern)  # [batch, head, query, key]
-            z = self.calculate_z_scores(v, pattern.to(v.dtype))  # [batch, query, head, d_head]
+            z = self.hook_z((pattern.to(v.dtype) @ v.transpose(1, 2)).transpose(1, 2))  # [batch, query, head, d_head]
         return self._project(z)
 
     def _causal_mask(self, query_len: int, key_len: int, offset: int, device, dtype) -> torch.Tensor:
@@ -133,10 +154,10 @@ class PEAttention(Attention):
         zero = torch.zeros((), device=device, dtype=dtype)
         return torch.where(key <= query, zero, torch.tensor(float("-inf"), device=device, dtype=dtype))  # [query, key]
 
-    def _additive_mask(self, query_len, key_len, offset, q, bias, attention_mask, additive_attention_mask):
+    def _additive_mask(self, query_len, key_len, offset, q, bias, attention_mask):
         """[batch or 1, head or 1, query, key] ``bias`` [head, query, key] + causal mask, or None for a
         plain causal layer."""
-        if not (bias is not None or attention_mask is not None or additive_attention_mask is not None):
+        if bias is None and attention_mask is None:
             return None
         # float32 (float64 for a float64 model): a bf16 bias would round ALiBi's slope x distance.
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -146,15 +167,13 @@ class PEAttention(Attention):
         if attention_mask is not None:  # [batch, key]: 0 marks padding keys
             keep = attention_mask.to(q.device).bool()[:, None, None, :]
             mask = mask.masked_fill(~keep, float("-inf"))
-        if additive_attention_mask is not None:
-            mask = mask + additive_attention_mask.to(dtype)
         return mask
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:
         """[batch, pos, head, d_head] -> [batch, pos, d_model] through W_O (per head if hooked)."""
-        if self.cfg.use_attn_result:
+        if self.use_attn_result:
             result = self.hook_result(torch.einsum("bphd,hdm->bphm", z, self.W_O))  # [batch, pos, head, d_model]
             return result.sum(dim=2) + self.b_O
         batch, pos = z.shape[:2]
-        w = self.W_O.reshape(self.cfg.n_heads * self.cfg.d_head, self.cfg.d_model)
+        w = self.W_O.reshape(self.n_heads * self.d_head, -1)
         return z.reshape(batch, pos, -1) @ w + self.b_O

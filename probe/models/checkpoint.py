@@ -139,5 +139,5 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         tokenizer.attach_to(model)
         model.code_tokenizer = tokenizer
     if torch.device(device).type != "cpu":
-        model.to(device, print_details=False)
+        model.to(device)
     return model.eval()

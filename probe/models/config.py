@@ -1,7 +1,7 @@
 """Model configuration: one dataclass, the presets, and how overrides resolve.
 
 Everything a checkpoint needs to rebuild a model lives in :class:`ModelConfig`, which maps to a
-``transformer_lens.HookedTransformerConfig`` plus the PE's own fields. Presets follow the
+the TransformerLens config its tools read (``transformer.lens_config``) plus the PE's own fields. Presets follow the
 paper's released code (a T5 decoder stack without cross-attention, Appendix D.2) where
 TransformerLens allows; see ``PRESETS`` for the deviations.
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from probe.errors import ProbeError
+from probe.models.registry import PE_CLASSES, check_kind
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -35,6 +36,7 @@ class ModelConfig:
     n_ctx: int = 1024
     act_fn: str = "relu"
     normalization: str | None = "RMS"
+    eps: float = 1e-5  # the norms' epsilon (TransformerLens' default; T5's is 1e-6)
     attn_scale: bool = True
     bias: bool = False
     tie_embeddings: bool = True
@@ -46,11 +48,8 @@ class ModelConfig:
     # Randomized positions (Ruoss et al. 2023), with any PE: a training pass's positions are a sorted
     # random subset of 0 .. random_positions - 1, not 0 .. T - 1; 0 turns them off.
     random_positions: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from probe.models.registry import PE_CLASSES, check_kind  # the registry imports this module
-
         check_kind(self.pe)
         if self.d_vocab < 1:
             raise ProbeError(f"d_vocab must be positive, got {self.d_vocab}")
@@ -81,7 +80,9 @@ _LEGACY_FIELDS = {"t5_num_buckets": ("t5", "num_buckets"), "t5_max_distance": ("
 
 
 def _from_legacy_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """A config dict from before ``pe_options``: its PE's fields moved there, other PEs' dropped."""
+    """A config dict from before ``pe_options``: its PE's fields moved there, other PEs' dropped
+    (and ``extra``, a field that nothing ever filled, dropped)."""
+    data = {k: v for k, v in data.items() if k != "extra"}
     legacy = set(_LEGACY_FIELDS) | {"rotary_dim"}
     if not legacy & set(data):
         return data
@@ -99,7 +100,7 @@ def _from_legacy_fields(data: dict[str, Any]) -> dict[str, Any]:
 # Deviations of `base` from the released code, all TransformerLens-imposed or vocabulary-driven:
 # - word-level vocabulary instead of T5's 32K SentencePiece one (~85M weights, not ~107M);
 # - none in Rotary: like the released code, it rotates d_head / 4 = 16 of each head's dimensions
-#   (``PE_DEFAULTS``; `-p fraction=1` rotates the whole head, the usual RoPE);
+#   (``Rotary.preset_options``; `-p fraction=1` rotates the whole head, the usual RoPE);
 # - dropout 0.1 is applied by the training loop through hooks on attention/MLP outputs.
 # `tiny` and `small` use TransformerLens' usual recipe (1/sqrt(d_head) logit scale, N(0, 0.8/sqrt(d))
 # weights, an untied unembedding): T5's tied, d_model^-0.5-scaled output assumes N(0, 1)
@@ -113,9 +114,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "lm-1b": dict(n_layers=24, d_model=1024, n_heads=32, d_head=128, d_mlp=16384, attn_scale=False, init="t5",
                   dropout=0.0, n_ctx=4096),
 }
-# A preset's defaults for a PE's options, under what the user gives (`-p`).
-PE_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"base": {"rotary": {"fraction": 0.25}},
-                                                     "lm-1b": {"rotary": {"fraction": 0.25}}}
 
 
 def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0,
@@ -130,5 +128,6 @@ def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int 
         moved = [name for name in unknown if name in _LEGACY_FIELDS or name == "rotary_dim"]
         hint = f" ({moved[0]} is an option of its PE now: see `probe pes`)" if moved else ""
         raise ProbeError(f"unknown model option(s): {', '.join(unknown)}{hint}")
-    options = {**PE_DEFAULTS.get(preset, {}).get(pe, {}), **(pe_options or {})}
+    check_kind(pe)
+    options = {**PE_CLASSES[pe].preset_options.get(preset, {}), **(pe_options or {})}
     return ModelConfig(pe=pe, d_vocab=vocab_size, seed=seed, pe_options=options, **{**PRESETS[preset], **overrides})

@@ -86,7 +86,7 @@ def _zeros(model: PETransformer) -> Weights:
 
 def _load(model: PETransformer, weights: Weights, dtype: torch.dtype) -> PETransformer:
     """Cast ``model`` to ``dtype`` and copy the float64 ``weights`` in (each rounded once)."""
-    model.to(dtype, print_details=False)
+    model.to(dtype)
     state = model.state_dict()
     with torch.no_grad():
         for name, value in weights.items():
@@ -208,7 +208,7 @@ def _target(pe: str, content: Content, max_length: int, seed: int, dtype: torch.
     model = build_model(pe, vocab_size=content.vocab_size, seed=seed, n_layers=1, n_heads=1, d_model=d_content,
                         d_head=d_head, d_mlp=1, n_ctx=max_length, normalization=None, bias=True,
                         tie_embeddings=False, attn_scale=False, **options)
-    model.to(dtype, print_details=False)
+    model.to(dtype)
     state = model.state_dict()
     with torch.no_grad():
         state["embed.W_E"].copy_(torch.from_numpy(content.embed))

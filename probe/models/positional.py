@@ -77,6 +77,8 @@ class PositionalEncoding(nn.Module):
     overhead_target: ClassVar[bool] = True  # a bias or rotation held to <= 1.10x NoPE's step (bench/pe_overhead.py)
     options: ClassVar[dict[str, Option]] = {}
     examples: ClassVar[tuple[dict[str, Any], ...]] = ()  # option sets the contract tests check besides the defaults
+    # A preset's defaults for this PE's options, under what the user gives (`-p`): {preset: {option: value}}.
+    preset_options: ClassVar[dict[str, dict[str, Any]]] = {}
     adds_embedding: ClassVar[bool] = False  # hook_pos_embed [batch, pos, d_model]
     adds_bias: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_bias [head, query, key]
     rotates: ClassVar[bool] = False  # blocks.{l}.attn.hook_rot_q / hook_rot_k [batch, pos, head, d_head]

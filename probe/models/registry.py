@@ -7,12 +7,11 @@ A run of a PE with options lives in the folder ``<pe>+<option>=<value>...`` (``p
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
 from probe.models.alibi import ALiBi
 from probe.models.ape import SinusoidalAPE
-from probe.models.config import ModelConfig
 from probe.models.cope import CoPE
 from probe.models.fire import FIRE
 from probe.models.kerple import KERPLE
@@ -23,6 +22,9 @@ from probe.models.rotary import Rotary
 from probe.models.t5 import T5RelativeBias
 from probe.models.txl import TransformerXL
 from probe.models.xpos import XPos
+
+if TYPE_CHECKING:
+    from probe.models.config import ModelConfig
 
 PE_CLASSES: dict[str, type[PositionalEncoding]] = {
     cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE,
@@ -71,6 +73,6 @@ def split_pe_name(name: str) -> tuple[str, dict[str, Any]]:
     return pe, parse_pe_options(pe, given)
 
 
-def make_positional_encoding(config: ModelConfig) -> PositionalEncoding:
+def make_positional_encoding(config: "ModelConfig") -> PositionalEncoding:
     check_kind(config.pe)
     return PE_CLASSES[config.pe](config)

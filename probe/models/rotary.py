@@ -109,6 +109,8 @@ class Rotary(PositionalEncoding):
                                    else "must exceed low_freq_factor"),
     }
 
+    # The paper's code rotates d_head / 4 of each head at its sizes (`-p fraction=1`: the usual RoPE).
+    preset_options = {"base": {"fraction": 0.25}, "lm-1b": {"fraction": 0.25}}
     examples = ({"fraction": 0.25}, {"nope_every": 2}, {"scaling": "yarn", "factor": 4.0, "original_length": 8},
                 {"scaling": "dynamic", "factor": 2.0, "original_length": 8}, {"scaling": "llama3", "factor": 8.0,
                                                                                "original_length": 8})

@@ -1,12 +1,12 @@
-"""``PETransformer``: a ``transformer_lens.HookedTransformer`` whose positional encoding is chosen by name.
+"""``PETransformer``: a TransformerLens-hooked decoder-only transformer whose positional encoding is
+chosen by name.
 
 Everything TransformerLens users rely on keeps working (``run_with_cache``, ``run_with_hooks``,
 ``blocks.{l}.attn.hook_pattern`` [batch, head, query, key], ``hook_attn_scores``, the W_Q ... W_U
-properties). What changes: TransformerLens' learned position table is removed; ``model.pe``
-holds the PE (``probe.models.positional``); every block is a ``PEBlock`` (``ln1`` computed once for
-Q, K and V) and its attention a ``PEAttention``; APE's
-vectors pass through ``hook_pos_embed``; with ``tie_embeddings`` the unembedding is W_E^T applied
-to the final residual scaled by d_model^-0.5 (T5, and the paper's released code).
+properties, ``generate``, the KV cache; ``probe.models.hooked``). ``model.pe`` holds the PE
+(``probe.models.positional``); APE's vectors pass through ``hook_pos_embed``; with
+``tie_embeddings`` the unembedding is W_E^T applied to the final residual scaled by d_model^-0.5
+(T5, and the paper's released code).
 
 Positions are computed once per forward pass and handed to the PE: the indices 0 .. T-1 of the
 token tensor (cached tokens included), or ``model(tokens, positions=...)`` [T] to choose them.
@@ -16,132 +16,59 @@ Batch with right padding (causal attention never lets a real position see the pa
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformer_lens import HookedTransformer, HookedTransformerConfig
-from transformer_lens.components import Embed, TransformerBlock
+from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
-from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+from transformer_lens.utilities import lm_cross_entropy_loss
 
 from probe.errors import ProbeError
-from probe.models.attention import PEAttention, _global_hooks, _hooked
+from probe.models.attention import PEAttention
+from probe.models.components import Block, Embed, TiedUnembed, Unembed, make_norm
 from probe.models.config import ModelConfig
+from probe.models.hooked import HookedModel
 from probe.models.registry import make_positional_encoding
 
-
-class PEEmbed(Embed):
-    """TransformerLens' embedding, looked up with ``F.embedding``. Its ``W_E[tokens]`` backward
-    accumulates repeated tokens in a thread-dependent order, so two runs of one seed on more than
-    one CPU thread ended with different weights; ``F.embedding``'s backward is deterministic and,
-    on one thread, bit-identical to it."""
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # [batch, pos] -> [batch, pos, d_model]
-        embedded = F.embedding(tokens, self.W_E)
-        return self.ln(embedded) if self.cfg.post_embedding_ln else embedded
+# Buffers of checkpoints written on TransformerLens 3.x that nothing reads now: its causal masks and
+# rotary tables.
+_LEGACY_BUFFERS = (".attn.mask", ".attn.IGNORE", ".attn.rotary_sin", ".attn.rotary_cos")
 
 
-class TiedUnembed(nn.Module):
-    """logits = (d_model^-0.5 * residual) @ W_E^T: T5's tied output layer."""
-
-    def __init__(self, embed: nn.Module, d_model: int, d_vocab: int):
-        super().__init__()
-        object.__setattr__(self, "_embed", embed)  # the embedding owns W_E; not registered twice
-        self.scale = d_model**-0.5
-        self.register_buffer("b_U", torch.zeros(d_vocab), persistent=False)
-
-    @property
-    def W_U(self) -> torch.Tensor:  # [d_model, d_vocab]
-        return self.scale * self._embed.W_E.T
-
-    def forward(self, residual: torch.Tensor) -> torch.Tensor:
-        return residual @ self.W_U  # [batch, pos, d_vocab]
-
-
-class PEBlock(TransformerBlock):
-    """TransformerLens' pre-norm block, with the residual normalised once for Q, K and V.
-
-    TransformerLens applies ``ln1`` to the same residual three times (once each for the query,
-    key and value inputs) and adds 0.0 to two of them: a fifth of a training step's operators at
-    ``tiny``. Here ``ln1`` runs once and feeds all three. Same values, same hook points firing in
-    the same order; whenever the difference could be seen (a hook on ``ln1``'s hook points, which
-    ``run_with_cache`` adds too, a global hook, or a config that splits the attention inputs),
-    TransformerLens' own forward runs instead.
-    """
-
-    def streamlined(self, shortformer_pos_embed: torch.Tensor | None) -> bool:
-        cfg = self.cfg
-        return (
-            shortformer_pos_embed is None
-            and not (cfg.use_attn_in or cfg.use_split_qkv_input or cfg.use_normalization_before_and_after
-                     or cfg.attn_only or cfg.parallel_attn_mlp or cfg.use_hook_mlp_in)
-            and cfg.original_architecture not in POST_NORM_ARCHITECTURES
-            and not any(_hooked(point) for point in self.ln1.modules() if isinstance(point, HookPoint))
-            and not _global_hooks()
-        )
-
-    def forward(self, resid_pre, shortformer_pos_embed=None, past_kv_cache_entry=None, attention_mask=None):
-        if not self.streamlined(shortformer_pos_embed):
-            return super().forward(resid_pre, shortformer_pos_embed, past_kv_cache_entry, attention_mask)
-        resid_pre = self.hook_resid_pre(resid_pre)  # [batch, pos, d_model]
-        normalized = self.ln1(resid_pre)
-        attn_out = self.hook_attn_out(self.attn(
-            query_input=normalized, key_input=normalized, value_input=normalized,
-            past_kv_cache_entry=past_kv_cache_entry, attention_mask=attention_mask,
-        ))  # [batch, pos, d_model]
-        if resid_pre.device != attn_out.device:
-            resid_pre = resid_pre.to(attn_out.device)
-        resid_mid = self.hook_resid_mid(resid_pre + attn_out)  # [batch, pos, d_model]
-        return self.hook_resid_post(resid_mid + self.apply_mlp(self.ln2(resid_mid)))  # [batch, pos, d_model]
-
-
-def hooked_config(config: ModelConfig) -> HookedTransformerConfig:
-    return HookedTransformerConfig(
-        n_layers=config.n_layers,
-        d_model=config.d_model,
-        n_ctx=config.n_ctx,
-        d_head=config.d_head,
-        n_heads=config.n_heads,
-        d_mlp=config.d_mlp,
-        d_vocab=config.d_vocab,
-        d_vocab_out=config.d_vocab,
-        act_fn=config.act_fn,
-        normalization_type=config.normalization,
-        positional_embedding_type=config.pe,  # TransformerLens' rotary tables are dropped: the PE rotates
-        rotary_dim=round(config.pe_options["fraction"] * config.d_head) if config.pe == "rotary" else None,
-        use_attn_scale=config.attn_scale,
-        default_prepend_bos=False,
-        init_weights=False,
-        seed=None,
-        device="cpu",
-        model_name=f"probe-{config.pe}",
+def lens_config(config: ModelConfig) -> TransformerLensConfig:
+    """The TransformerLens view of ``config``: the fields its tools read."""
+    return TransformerLensConfig(
+        d_model=config.d_model, d_head=config.d_head, n_layers=config.n_layers, n_ctx=config.n_ctx,
+        n_heads=config.n_heads, d_mlp=config.d_mlp, d_vocab=config.d_vocab, device="cpu",
+        default_prepend_bos=False, positional_embedding_type=config.pe, act_fn=config.act_fn,
+        normalization_type=config.normalization, uses_rms_norm=config.normalization == "RMS", eps=config.eps,
+        final_rms=config.normalization == "RMS",
     )
 
 
-class PETransformer(HookedTransformer):
+class PETransformer(HookedModel):
     """A decoder-only transformer with one positional encoding; see the module docstring."""
 
     def __init__(self, config: ModelConfig, device: str | torch.device = "cpu"):
-        with warnings.catch_warnings():  # TransformerLens 3.x flags HookedTransformer for 4.0
-            warnings.simplefilter("ignore", DeprecationWarning)
-            super().__init__(hooked_config(config), move_to_device=False)
+        super().__init__()
         self.config = config
+        self.cfg = lens_config(config)
         self._given_positions: torch.Tensor | None = None
-        self._in_forward = False  # get_residual outside forward: TransformerLens' generate
-        if hasattr(self, "pos_embed"):
-            del self.pos_embed  # TransformerLens' learned table: never part of our PEs
-        self.pe = make_positional_encoding(config)
-        if hasattr(self, "hook_pos_embed") and not self.pe.adds_embedding:
-            del self.hook_pos_embed
-        self.embed = PEEmbed(self.cfg)
-        self.blocks = nn.ModuleList(PEBlock(self.cfg, layer) for layer in range(config.n_layers))
-        for layer, block in enumerate(self.blocks):
-            block.attn = PEAttention(self.cfg, layer, self.pe)
-        if config.tie_embeddings:
-            self.unembed = TiedUnembed(self.embed, config.d_model, config.d_vocab)
+        self.embed = Embed(config.d_vocab, config.d_model)
+        self.hook_embed = HookPoint()  # [batch, pos, d_model]
+        pe = make_positional_encoding(config)
+        if pe.adds_embedding:
+            self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList(
+            Block(config.normalization, config.d_model, config.d_mlp, config.act_fn, config.eps,
+                  PEAttention(config.n_heads, config.d_model, config.d_head, config.attn_scale, layer, pe))
+            for layer in range(config.n_layers)
+        )
+        self.ln_final = make_norm(config.normalization, config.d_model, config.eps)
+        self.unembed = (TiedUnembed(self.embed, config.d_model, config.d_vocab) if config.tie_embeddings
+                        else Unembed(config.d_model, config.d_vocab))
+        self.pe = pe  # registered last: parameters keep TransformerLens 3.x's order (optimizer states resume)
         self._initialise()
         if not config.bias:
             for name, param in self.named_parameters():
@@ -149,7 +76,7 @@ class PETransformer(HookedTransformer):
                     param.requires_grad_(False)
         self.setup()
         if torch.device(device).type != "cpu":
-            self.to(device, print_details=False)
+            self.to(device)
 
     def _initialise(self) -> None:
         """Seeded from ``config.seed`` with a private generator (the global RNG is untouched).
@@ -179,41 +106,61 @@ class PETransformer(HookedTransformer):
                 param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * std)
             self.pe.initialise(generator, c.init)  # the PE's own parameters, drawn last
 
-    # TransformerLens hands the embedding to get_residual; the PE decides what to add.
-    def get_residual(self, embed, pos_offset, prepend_bos=None, attention_mask=None, tokens=None,
-                     return_shortformer_pos_embed=True, device=None):
-        if not self._in_forward:  # generate() starts here, with every token's embedding, cached ones too
-            pos_offset = 0
-        self.pe.begin_forward(self._positions(pos_offset + embed.size(1), self._given_positions))
-        residual = embed
-        if self.pe.adds_embedding:
-            positions = self.pe.positions[pos_offset:pos_offset + embed.size(1)]  # [pos]
-            pos_embed = self.pe.embedding(positions, embed.dtype).expand(embed.size(0), -1, -1)
-            residual = embed + self.hook_pos_embed(pos_embed)  # [batch, pos, d_model]
-        return (residual, None) if return_shortformer_pos_embed else residual
-
-    def move_model_modules_to_device(self):
-        nn.Module.to(self, self.cfg.device)
-
-    def forward(self, input: Any, *args: Any, positions: torch.Tensor | None = None, **kwargs: Any):  # type: ignore[override]
-        """TransformerLens' forward, after checking the length against ``n_ctx``; ``positions``
+    def forward(self, input: Any, return_type: str | None = "logits", loss_per_token: bool = False,
+                prepend_bos: bool | None = None, padding_side: str | None = None, start_at_layer: int | None = None,
+                tokens: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                stop_at_layer: int | None = None, past_kv_cache=None,
+                positions: torch.Tensor | None = None) -> Any:
+        """TransformerLens' forward: ``input`` is text, tokens [batch, pos] / [pos], or with
+        ``start_at_layer`` a residual [batch, pos, d_model]; ``return_type`` ``logits``, ``loss``,
+        ``both`` or None; ``stop_at_layer`` returns the residual entering that block.
+        ``attention_mask`` [batch, pos] marks right padding with 0; ``past_kv_cache`` (a
+        ``TransformerLensKeyValueCache``) holds earlier tokens' keys and values; ``positions``
         [offset + T] (cached tokens first) replaces the default 0, 1, ... for this pass."""
-        if isinstance(input, torch.Tensor):  # tokens [batch, pos] or [pos], or a residual [batch, pos, d_model]
-            past = kwargs.get("past_kv_cache", args[9] if len(args) > 9 else None)
-            offset = past[0].past_keys.size(1) if past is not None else 0
-            new = input.shape[0] if input.dim() == 1 else input.shape[1]
-            if offset + new > self.cfg.n_ctx:
-                raise ProbeError(
-                    f"sequence of {offset + new} positions is longer than this model's context "
-                    f"(n_ctx={self.cfg.n_ctx}); rebuild it with n_ctx={offset + new} or more"
-                )
-            positions = self._positions(offset + new, positions)  # drawn once: get_residual reuses them
-            self.pe.begin_forward(positions)  # start_at_layer skips get_residual
-        self._given_positions, self._in_forward = positions, True
-        try:
-            return super().forward(input, *args, **kwargs)
-        finally:
-            self._given_positions, self._in_forward = None, False
+        if isinstance(input, (str, list)):
+            input = self.to_tokens(input, prepend_bos, padding_side)
+        if start_at_layer is None:
+            tokens = input if input.dim() == 2 else input[None]  # [batch, pos]
+            tokens = tokens.to(self.embed.W_E.device)
+        offset = past_kv_cache.entries[0].past_keys.size(1) if past_kv_cache is not None else 0
+        new = input.shape[1] if input.dim() > 1 else input.shape[0]
+        if offset + new > self.cfg.n_ctx:
+            raise ProbeError(
+                f"sequence of {offset + new} positions is longer than this model's context "
+                f"(n_ctx={self.cfg.n_ctx}); rebuild it with n_ctx={offset + new} or more"
+            )
+        self.pe.begin_forward(self._positions(offset + new, positions))
+        if past_kv_cache is not None:
+            batch = input.shape[0] if input.dim() > 1 else 1
+            given = attention_mask if attention_mask is not None else torch.ones(batch, new, dtype=torch.long)
+            attention_mask = past_kv_cache.append_attention_mask(given)  # [batch, key]
+        if start_at_layer is None:
+            residual, start = self._embed(tokens, offset), 0
+        else:
+            residual, start = input, start_at_layer % self.cfg.n_layers
+        stop = self.cfg.n_layers if stop_at_layer is None else stop_at_layer
+        for layer in range(start, stop):
+            entry = past_kv_cache.entries[layer] if past_kv_cache is not None else None
+            residual = self.blocks[layer](residual, entry, attention_mask)  # [batch, pos, d_model]
+        if stop_at_layer is not None or return_type is None:
+            return residual if stop_at_layer is not None else None
+        logits = self.unembed(self.ln_final(residual))  # [batch, pos, d_vocab]
+        if return_type == "logits":
+            return logits
+        if tokens is None:
+            raise ProbeError("a loss from start_at_layer needs the tokens (tokens=...)")
+        loss = lm_cross_entropy_loss(logits, tokens, per_token=loss_per_token)
+        return loss if return_type == "loss" else (logits, loss)
+
+    def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+        """[batch, pos] -> the residual [batch, pos, d_model]: the token embedding, plus the PE's
+        vectors at these tokens' positions (after ``offset`` cached ones) when it adds any."""
+        residual = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
+        if self.pe.adds_embedding:
+            positions = self.pe.positions[offset:offset + tokens.size(1)]  # [pos]
+            pos_embed = self.pe.embedding(positions, residual.dtype).expand(tokens.size(0), -1, -1)
+            residual = residual + self.hook_pos_embed(pos_embed)
+        return residual
 
     def sample_positions(self, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """[length] positions for a sequence of ``length`` tokens: 0 .. length - 1, or with
@@ -238,9 +185,9 @@ class PETransformer(HookedTransformer):
         return given.to(device)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):  # type: ignore[override]
-        """``nn.Module.load_state_dict``, reading checkpoints from before the PE rotated: those also
-        hold TransformerLens' rotary tables, which nothing uses now."""
-        state_dict = {k: v for k, v in state_dict.items() if not k.endswith((".attn.rotary_sin", ".attn.rotary_cos"))}
+        """``nn.Module.load_state_dict``, reading checkpoints written on TransformerLens 3.x too: those
+        also hold its causal masks and rotary tables, which nothing reads now."""
+        state_dict = {k: v for k, v in state_dict.items() if not k.endswith(_LEGACY_BUFFERS)}
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def set_fast_attention(self, enabled: bool) -> None:

@@ -57,6 +57,7 @@ class XPos(Rotary):
                              check=_check_scale_base),
     }
     examples = ({"scale_base": 0}, {"fraction": 0.25, "scale_base": 16.0}, {"nope_every": 2})
+    preset_options = {}  # xPos rotates the whole head at every preset
 
     def scales(self, positions: torch.Tensor, sign: int) -> torch.Tensor:
         """[pos, r] zeta_j^(sign x position / gamma) on the rotated dimensions (j and j + r/2 alike;

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from probe.errors import ProbeError
 
 if TYPE_CHECKING:
-    from transformer_lens import HookedTransformer
     from transformers import PreTrainedTokenizerFast
 
     from probe.tasks.base import Example, Task
@@ -158,12 +157,11 @@ class Tokenizer:
         backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         backend.decoder = decoders.WordPiece(prefix=GLUED, cleanup=False)
         bos, pad, eos, sep = SPECIALS
-        # TransformerLens' set_tokenizer reads name_or_path, and without add_bos_token reloads (downloads) by it.
         return PreTrainedTokenizerFast(tokenizer_object=backend, name_or_path="probe-word-level", bos_token=bos,
                                        eos_token=eos, pad_token=pad, sep_token=sep, add_bos_token=True,
                                        padding_side="right")
 
-    def attach_to(self, model: HookedTransformer) -> None:
+    def attach_to(self, model: Any) -> None:
         """Set :meth:`to_hf` as ``model.tokenizer`` so TransformerLens' string methods work.
 
         ``to_tokens`` then prepends ``<bos>`` as our sequences have; weights and ``d_vocab`` stay.

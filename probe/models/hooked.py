@@ -1,0 +1,228 @@
+"""``HookedModel``: the ``HookedTransformer`` interface over a model that owns its forward pass.
+
+TransformerLens 4 removed ``HookedTransformer`` and its components; it keeps ``HookedRootModule``
+and ``HookPoint`` as the way to hook a module tree of one's own, and its analysis tools
+(``ActivationCache``, ``transformer_lens.patching``, ``utilities.test_prompt``, the head detector)
+take any model with ``cfg``, ``run_with_cache``, ``run_with_hooks`` and ``to_tokens``. probe's
+models are such a tree: this class gives them the rest of what TransformerLens users reach for
+(``to_str_tokens``, ``generate``, the KV cache, ``W_Q`` ... stacked over layers, ``QK``/``OV``,
+``accumulated_bias``, ``tokens_to_residual_directions``). The subclass defines ``embed``,
+``blocks``, ``ln_final``, ``unembed`` and ``forward(tokens, return_type=..., past_kv_cache=...,
+attention_mask=...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, Union
+
+import torch
+from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+from transformer_lens.config import TransformerLensConfig
+from transformer_lens.utilities import sample_logits
+
+from probe.errors import ProbeError
+
+TextInput = Union[str, Sequence[str]]
+
+
+@dataclass
+class GenerateOutput:
+    """``generate(..., output_logits=True)``: the sequences [batch, pos] and each step's logits
+    [batch, d_vocab], as TransformerLens' and Hugging Face's ``generate`` return them."""
+
+    sequences: torch.Tensor
+    logits: tuple[torch.Tensor, ...]
+
+
+class HookedModel(HookedRootModule):
+    """A TransformerLens-hooked transformer: ``cfg`` is a ``TransformerLensConfig``."""
+
+    cfg: TransformerLensConfig
+    tokenizer: Any = None
+
+    # --- activations -------------------------------------------------------------------------------
+    def run_with_cache(self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,
+                       **kwargs: Any) -> tuple[Any, ActivationCache | dict[str, torch.Tensor]]:
+        """TransformerLens' ``run_with_cache``: the output and an ``ActivationCache`` of every hook."""
+        out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        return (out, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)) if return_cache_object \
+            else (out, cache)
+
+    def set_use_attn_result(self, enabled: bool) -> None:
+        """Compute each head's output separately, at ``blocks.{l}.attn.hook_result`` [batch, pos, head, d_model]."""
+        for block in self.blocks:
+            block.attn.use_attn_result = enabled
+        self.cfg.use_attn_result = enabled
+
+    def _apply(self, fn: Callable, *args: Any, **kwargs: Any):  # .to(), .cuda(), .double(): cfg follows
+        module = super()._apply(fn, *args, **kwargs)
+        weight = self.embed.W_E
+        self.cfg.device, self.cfg.dtype = str(weight.device), weight.dtype
+        return module
+
+    # --- strings -----------------------------------------------------------------------------------
+    def set_tokenizer(self, tokenizer: Any, default_padding_side: str = "right") -> None:
+        """A Hugging Face tokenizer with this model's ids; its ``bos_token`` is what ``prepend_bos`` adds."""
+        tokenizer.padding_side = default_padding_side
+        self.tokenizer = tokenizer
+
+    def _need_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise ProbeError("this model has no tokenizer; attach one (Tokenizer.attach_to) or pass token ids")
+        return self.tokenizer
+
+    def to_tokens(self, input: TextInput, prepend_bos: bool | None = None, padding_side: str | None = None,
+                  move_to_device: bool = True, truncate: bool = True) -> torch.Tensor:
+        """[batch, pos] ids of ``input`` (a string or a list, padded on ``padding_side``), with the
+        tokenizer's ``bos_token`` first when ``prepend_bos`` (default ``cfg.default_prepend_bos``)."""
+        tokenizer = self._need_tokenizer()
+        prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
+        texts = [input] if isinstance(input, str) else list(input)
+        rows = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        if prepend and tokenizer.bos_token_id is not None:
+            rows = [[tokenizer.bos_token_id, *row] for row in rows]
+        if truncate:
+            rows = [row[: self.cfg.n_ctx] for row in rows]
+        width = max(len(row) for row in rows)
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        side = padding_side or tokenizer.padding_side
+        padded = [row + [pad] * (width - len(row)) if side == "right" else [pad] * (width - len(row)) + row
+                  for row in rows]
+        tokens = torch.tensor(padded, dtype=torch.long)
+        return tokens.to(self.cfg.device) if move_to_device else tokens
+
+    def to_string(self, tokens: torch.Tensor | Sequence[int]) -> str | list[str]:
+        """The text of ``tokens`` [pos] (a string) or [batch, pos] (a list of strings)."""
+        tokenizer = self._need_tokenizer()
+        tokens = torch.as_tensor(tokens)
+        if tokens.dim() == 2:
+            return [tokenizer.decode(row.tolist(), clean_up_tokenization_spaces=False) for row in tokens]
+        return tokenizer.decode(tokens.tolist(), clean_up_tokenization_spaces=False)
+
+    def to_str_tokens(self, input: str | torch.Tensor | Sequence[Any], prepend_bos: bool | None = None,
+                      padding_side: str | None = None) -> list[str] | list[list[str]]:
+        """Each token of ``input`` as its own string: a string, a list of strings, or ids [pos] / [batch, pos]."""
+        tokenizer = self._need_tokenizer()
+        if isinstance(input, (list, tuple)) and input and isinstance(input[0], str):
+            return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]
+        tokens = self.to_tokens(input, prepend_bos, padding_side, move_to_device=False) if isinstance(input, str) \
+            else torch.as_tensor(input)
+        if tokens.dim() == 2:
+            if tokens.size(0) > 1:
+                return [self.to_str_tokens(row) for row in tokens]
+            tokens = tokens[0]
+        return [tokenizer.decode([token], clean_up_tokenization_spaces=False) for token in tokens.tolist()]
+
+    def to_single_token(self, string: str) -> int:
+        """The id of ``string``, which must be one token."""
+        tokens = self.to_tokens(string, prepend_bos=False, move_to_device=False)[0]
+        if tokens.numel() != 1:
+            raise ProbeError(f"{string!r} is {tokens.numel()} tokens, not one")
+        return int(tokens[0])
+
+    # --- generation --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, input: TextInput | torch.Tensor = "", max_new_tokens: int = 10, stop_at_eos: bool = True,
+                 eos_token_id: int | None = None, do_sample: bool = True, top_k: int | None = None,
+                 top_p: float | None = None, temperature: float = 1.0, freq_penalty: float = 0.0,
+                 use_past_kv_cache: bool = True, prepend_bos: bool | None = None, padding_side: str | None = None,
+                 return_type: str | None = "input", verbose: bool = True, output_logits: bool = False) -> Any:
+        """TransformerLens' ``generate``: sample (or, with ``do_sample=False``, greedily pick)
+        ``max_new_tokens`` tokens after ``input`` (text or ids [batch, pos]), reusing keys and values
+        with ``use_past_kv_cache``. ``return_type`` ``input`` gives what was given (text for text),
+        ``str`` text (without special tokens), ``tokens`` ids; ``output_logits`` adds each step's logits (a ``GenerateOutput``)."""
+        given_text = isinstance(input, str) or (isinstance(input, (list, tuple)) and input and isinstance(input[0], str))
+        tokens = self.to_tokens(input, prepend_bos, padding_side) if given_text else torch.as_tensor(input)
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        tokens = tokens.to(self.cfg.device)
+        if stop_at_eos and eos_token_id is None:
+            eos_token_id = getattr(self.tokenizer, "eos_token_id", None)
+            if eos_token_id is None:
+                raise ProbeError("stop_at_eos needs an eos_token_id or a tokenizer that has one")
+        batch = tokens.size(0)
+        cache = TransformerLensKeyValueCache.init_cache(self.cfg, self.cfg.device, batch) if use_past_kv_cache else None
+        finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
+        sequences, steps = tokens, []
+        new = tokens
+        for _ in range(max_new_tokens):
+            logits = self(new, past_kv_cache=cache)[:, -1] if cache is not None else self(sequences)[:, -1]
+            steps.append(logits)
+            if do_sample:
+                token = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
+                                      freq_penalty=freq_penalty, tokens=sequences).to(tokens.device)
+            else:
+                token = logits.argmax(-1)
+            if stop_at_eos:
+                pad = self.tokenizer.pad_token_id if self.tokenizer is not None and self.tokenizer.pad_token_id \
+                    is not None else eos_token_id
+                token = torch.where(finished, torch.full_like(token, pad), token)
+                finished |= token == eos_token_id
+            sequences = torch.cat([sequences, token[:, None]], dim=1)
+            new = token[:, None]
+            if stop_at_eos and bool(finished.all()):
+                break
+        if output_logits:
+            return GenerateOutput(sequences, tuple(steps))
+        if return_type == "str" or (return_type == "input" and given_text):  # special tokens left out
+            text = [self.tokenizer.decode(row.tolist(), skip_special_tokens=True) for row in sequences]
+            return text[0] if isinstance(input, str) else text
+        return sequences
+
+    # --- weights, stacked over layers --------------------------------------------------------------
+    def _stack(self, part: str, name: str) -> torch.Tensor:
+        return torch.stack([getattr(getattr(block, part), name) for block in self.blocks])
+
+    @property
+    def W_E(self) -> torch.Tensor:  # [d_vocab, d_model]
+        return self.embed.W_E
+
+    @property
+    def W_U(self) -> torch.Tensor:  # [d_model, d_vocab]
+        return self.unembed.W_U
+
+    @property
+    def b_U(self) -> torch.Tensor:  # [d_vocab]
+        return self.unembed.b_U
+
+    W_Q = property(lambda self: self._stack("attn", "W_Q"))  # [layer, head, d_model, d_head]
+    W_K = property(lambda self: self._stack("attn", "W_K"))  # [layer, head, d_model, d_head]
+    W_V = property(lambda self: self._stack("attn", "W_V"))  # [layer, head, d_model, d_head]
+    W_O = property(lambda self: self._stack("attn", "W_O"))  # [layer, head, d_head, d_model]
+    b_Q = property(lambda self: self._stack("attn", "b_Q"))  # [layer, head, d_head]
+    b_K = property(lambda self: self._stack("attn", "b_K"))  # [layer, head, d_head]
+    b_V = property(lambda self: self._stack("attn", "b_V"))  # [layer, head, d_head]
+    b_O = property(lambda self: self._stack("attn", "b_O"))  # [layer, d_model]
+    W_in = property(lambda self: self._stack("mlp", "W_in"))  # [layer, d_model, d_mlp]
+    W_out = property(lambda self: self._stack("mlp", "W_out"))  # [layer, d_mlp, d_model]
+    b_in = property(lambda self: self._stack("mlp", "b_in"))  # [layer, d_mlp]
+    b_out = property(lambda self: self._stack("mlp", "b_out"))  # [layer, d_model]
+
+    @property
+    def QK(self) -> FactoredMatrix:  # [layer, head, d_model, d_model]
+        """W_Q W_K^T per head: the content part of the logits (a PE's own term is not in it)."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:  # [layer, head, d_model, d_model]
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    def accumulated_bias(self, layer: int, mlp_input: bool = False, include_mlp_biases: bool = True) -> torch.Tensor:
+        """[d_model] the sum of the output biases written to the residual before ``layer`` (its MLP's
+        input too, with ``mlp_input``)."""
+        total = torch.zeros(self.cfg.d_model, device=self.W_E.device, dtype=self.W_E.dtype)
+        for index, block in enumerate(self.blocks[: layer + (1 if mlp_input else 0)]):
+            total = total + block.attn.b_O
+            if include_mlp_biases and index < layer:
+                total = total + block.mlp.b_out
+        return total
+
+    def tokens_to_residual_directions(self, tokens: str | int | torch.Tensor) -> torch.Tensor:
+        """The unembedding column(s) of ``tokens``: [d_model] for one token, [..., d_model] for several."""
+        if isinstance(tokens, str):
+            tokens = self.to_single_token(tokens)
+        if isinstance(tokens, int):
+            return self.W_U[:, tokens]
+        return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
