@@ -1,11 +1,13 @@
 """Wall time of `probe reproduce` on this machine, beside its own --dry-run estimate.
 
-    python bench/reproduce_wall.py                     # the reduced study as shipped (89 min on 2 cores)
+    python bench/reproduce_wall.py                     # the reduced study as shipped (small, ~90 min on 2 cores)
     python bench/reproduce_wall.py --steps 200         # a quick look at the pipeline's fixed costs
 
 Runs the study from scratch in a temporary folder (or ``--checkpoints``), then writes
-``bench/results/reproduce_wall_<device>.json``: the estimate, the measured wall time, the split
-between training and the rest (evaluation, analyses, report), and the study's OOD per PE.
+``bench/results/reproduce_wall_<preset>[_<N>steps]_<device>.json`` (the study's preset; the steps
+when ``--steps`` overrides them): the estimate, the measured wall time, the split between training
+and the rest (evaluation, analyses, report), and the study's OOD per PE. ``reproduce_wall_cpu.json``
+and ``reproduce_wall_10k_cpu.json`` are the earlier ``tiny`` studies (16,000 and 10,000 steps).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
+
+from probe.sweep import load_grid  # noqa: E402
 
 PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())", "reproduce"]
 
@@ -46,9 +50,10 @@ def main() -> None:
     ood = {folder: {pe: t["ood"] for pe, t in entry["ours"].items()} for folder, entry in report["tasks"].items()}
     result = {**header("reproduce_wall", "wall time of probe reproduce, beside its --dry-run estimate", args.device, load),
               "flags": flags[2:], "estimated_training_seconds": estimate["estimated_training_seconds"],
-              "jobs": estimate["jobs"], "wall_seconds": wall, "train_seconds_summed_over_runs": train_seconds,
-              "ood": ood}
-    path = write_json("reproduce_wall", args.device, result)
+              "jobs": estimate["jobs"], "threads_per_job": estimate["threads_per_job"], "wall_seconds": wall,
+              "train_seconds_summed_over_runs": train_seconds, "ood": ood}
+    name = f"reproduce_wall_{load_grid('reproduce')['preset']}" + (f"_{args.steps}steps" if args.steps else "")
+    path = write_json(name, args.device, result)
     print(f"estimate {estimate['estimated_training_seconds'] / 60:.1f} min of training; measured {wall / 60:.1f} min "
           f"in all; wrote {path}")
 

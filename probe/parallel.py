@@ -33,6 +33,11 @@ def default_jobs(n_runs: int, device_type: str) -> int:
     return max(1, min(n_runs, os.cpu_count() or 1))
 
 
+def threads_per_job(jobs: int) -> int:
+    """Torch threads each of ``jobs`` side-by-side runs gets: the CPU cores shared out evenly."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
 def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool, threads: int, events) -> RunResult:
     import torch
 
@@ -59,7 +64,7 @@ def train_parallel(runs: Sequence[tuple[TrainConfig, Path]], device: str, *, job
     """
     from probe.errors import ProbeError
 
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = threads_per_job(jobs)
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         events = manager.Queue()

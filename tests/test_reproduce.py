@@ -78,6 +78,33 @@ def test_dry_run_says_what_it_would_train_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_the_default_study_is_small_at_4000_steps_of_64(tmp_path):
+    config = plan("reduced", tmp_path, tasks=["scan"])[0].config
+    assert (config.preset, config.steps, config.batch_size, config.dropout, config.lr) == ("small", 4000, 64, 0.1, 5e-4)
+
+
+@pytest.mark.parametrize("jobs, threads, wall", [(1, 4, 600.0), (2, 2, 300.0), (4, 1, 200.0)])
+def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, threads, wall, tmp_path, capsys, monkeypatch):
+    """On 4 cores, --jobs 1 trains one run on 4 threads, --jobs 2 two runs on 2 each: the estimate
+    times its steps that way, and the wall time shares the 6 runs among the jobs."""
+    import os
+
+    import probe.sweep
+
+    asked: list[int] = []
+
+    def estimate_cost(runs, *, device, threads, on_measure):
+        asked.append(threads)
+        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(probe.sweep, "estimate_cost", estimate_cost)
+    assert main(["reproduce", "--dry-run", "--jobs", str(jobs), "--checkpoints", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert asked == [threads] and out["threads_per_job"] == threads
+    assert out["jobs"] == jobs and out["estimated_training_seconds"] == wall
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--task", "nosuch"], "the reduced study has no task 'nosuch'"),
     (["--seeds", "0"], "--seeds must be at least 1"),

@@ -81,6 +81,57 @@ def test_dry_run_counts_and_prices_the_grid(tmp_path, capsys):
     assert all(r["estimated_seconds"] > 0 for r in plan["runs"]) and not (tmp_path / "ck").exists()
 
 
+def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tmp_path, monkeypatch):
+    """No cut-down batch (tokens/s at batch 8 is well below batch 64's on a CPU), the torch threads
+    each run will get, the first step left out as a warm-up, the median of the rest."""
+    import probe.train
+
+    run = sweep.expand_grid({**TINY, "batch_size": 64}, tmp_path)[0]
+    seen: dict[str, int] = {}
+
+    class FakeTrainer:
+        def __init__(self, config: TrainConfig, path, device, source=None) -> None:
+            seen["batch_size"], seen["steps"] = config.batch_size, config.steps
+
+        def train(self, on_step) -> tuple[float, float]:
+            seen["threads"] = torch.get_num_threads()
+            for step, speed in enumerate([1.0, 50.0, 10.0, 30.0, 20.0, 40.0], start=1):
+                on_step(step, 0.0, speed)
+            return 0.0, 0.0
+
+    monkeypatch.setattr(probe.train, "Trainer", FakeTrainer)
+    before = torch.get_num_threads()
+    threads = 2 if before != 2 else 3
+    assert sweep.measure_tokens_per_second(run, "cpu", steps=5, threads=threads) == 30.0
+    assert seen == {"batch_size": 64, "steps": 6, "threads": threads} and torch.get_num_threads() == before
+
+
+def test_batch_tokens_are_the_padded_tokens_the_trainer_times(tmp_path):
+    """tokens/s counts every token of a padded batch, so the tokens a step costs must too."""
+    from probe.data import batch_stream
+    from probe.sources import TaskSource
+
+    run = sweep.expand_grid({**TINY, "options": {"train_length": 8}}, tmp_path)[0]
+    config = run.config
+    data = TaskSource(config.task, config.task_options, config.seed).training_set(config.seed)
+    sizes = []
+    for epoch, _, index in batch_stream(data, config.batch_size, config.seed):
+        if epoch:
+            break
+        sizes.append(data.batch(index)[0].numel())
+    unpadded = config.batch_size * data.lengths.float().mean().item()
+    assert sweep.mean_batch_tokens(run) == pytest.approx(sum(sizes) / len(sizes), rel=1e-9)
+    assert sweep.mean_batch_tokens(run) > unpadded
+
+
+def test_cost_is_steps_left_times_batch_tokens_over_throughput(tmp_path):
+    runs = sweep.expand_grid(TINY, tmp_path)
+    cost = sweep.estimate_cost(runs, tokens_per_second=1000.0)
+    per_run = TINY["steps"] * sweep.mean_batch_tokens(runs[0]) / 1000.0
+    assert cost["seconds"] == pytest.approx([per_run] * len(runs)) and cost["source"] == "given"
+    assert sweep.wall_seconds(cost["seconds"], 2) == pytest.approx(2 * per_run)
+
+
 @pytest.fixture(scope="module")
 def ray_local(tmp_path_factory):
     """A local Ray instance of 2 CPUs whose two worker processes are already up, with torch and probe

@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from probe.parallel import default_jobs
+    from probe.parallel import default_jobs, threads_per_job
     from probe.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
     from probe.sweep import estimate_cost, run_state, wall_seconds
     from probe.train import resolve_device
@@ -55,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     out = console(stderr=args.json)
     todo = [r for r in runs if run_state(r) != "done"]
     if args.dry_run:
+        threads = threads_per_job(jobs)
         with out.status("measuring this machine's training speed") as status:
-            cost = estimate_cost(todo, device=str(device), on_measure=status.update)
+            cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
         wall = wall_seconds(cost["seconds"], jobs)
         folders = list(dict.fromkeys(r.path.parent.parent.name for r in runs))
         out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
@@ -64,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
             members = [r for r in runs if r.path.parent.parent.name == folder]
             first = members[0].config
             out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}")
-        out.print(f"training: about {duration(wall)} here ({jobs} side by side, {cost['source']}; "
-                  "evaluation and analyses add minutes)")
+        out.print(f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
+                  f"{cost['source']}; evaluation and analyses add minutes)")
         if args.json:
             print_json({"runs": [str(r.path) for r in runs], "todo": [str(r.path) for r in todo],
-                        "estimated_training_seconds": wall, "jobs": jobs})
+                        "estimated_training_seconds": wall, "jobs": jobs, "threads_per_job": threads})
         return 0
 
     if args.address:
