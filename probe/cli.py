@@ -1,6 +1,7 @@
 """`probe`: the command-line face of the library.
 
-Each subcommand lives in ``probe/commands/<name>.py`` and exposes ``register(subparsers)``;
+Each subcommand lives in ``probe/commands/<module>.py`` and exposes ``register(subparsers)`` (``import``,
+a Python keyword, lives in ``importing.py``);
 command modules import torch and the library lazily, inside their handlers, so ``probe --help``
 stays instant. A :class:`ProbeError` (a user's mistake) or an OS error (a folder that cannot be
 written) becomes one line on stderr and exit 2.
@@ -16,7 +17,7 @@ from typing import Sequence
 from probe.errors import ProbeError
 
 COMMANDS = ("train", "eval", "compare", "distances", "theorem", "tasks", "pes", "sweep", "reproduce", "pretrain",
-            "perplexity", "app")
+            "perplexity", "importing", "app")  # the modules, in the order of `probe --help`
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,12 @@ CORPUS_FOLDER = "corpus"
 MANIFEST, TOKENS = "manifest.json", "tokens.safetensors"
 TOKENIZER = TOKENIZER_FILE
 Progress = Callable[[str], None]
+BPE = "bpe"  # CorpusSpec.tokenizer: probe trains its own
+
+
+def tokenizer_digest(tokenizer_json: str) -> str:
+    """A given tokenizer's name in ``CorpusSpec.tokenizer``: the SHA-256 of its JSON, 16 hex digits."""
+    return hashlib.sha256(tokenizer_json.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,16 @@ class CorpusSpec:
 
     ``corpus``: ``stdlib`` (the standard library's Python files), ``packages`` (and the installed
     packages') or a folder. ``context``: tokens per training window (the paper: 1024).
+    ``tokenizer``: ``bpe`` (a byte-level BPE of ``vocab_size`` ids trained on the training files), or
+    the SHA-256 (first 16 hex digits) of a given ``tokenizer.json``, for models that bring their own
+    (`probe import`): the corpus is then tokenized with that file, handed to :func:`prepare_corpus`.
     """
 
     corpus: str = "stdlib"
     heldout: float = 0.1
     vocab_size: int = 2048
     context: int = 128
+    tokenizer: str = BPE
 
     def __post_init__(self) -> None:
         if not isinstance(self.corpus, str) or not self.corpus:
@@ -144,13 +154,16 @@ def _fingerprint(files) -> str:
     return digest.hexdigest()
 
 
-def _build(spec: CorpusSpec, folder: Path, progress: Progress | None) -> None:
+def _build(spec: CorpusSpec, folder: Path, progress: Progress | None, tokenizer_json: str | None) -> None:
     say = progress or (lambda message: None)
     say(f"reading {spec.corpus}")
     files, skipped = find_sources(spec.corpus)
     train, heldout = split_files(files, spec.heldout)
-    say(f"training a {spec.vocab_size}-id byte-level BPE on {len(train)} files")
-    tokenizer = train_bpe((f.text for f in train), spec.vocab_size)
+    if spec.tokenizer == BPE:
+        say(f"training a {spec.vocab_size}-id byte-level BPE on {len(train)} files")
+        tokenizer = train_bpe((f.text for f in train), spec.vocab_size)
+    else:
+        tokenizer = CodeTokenizer.from_json(tokenizer_json)
     say(f"tokenizing {len(files)} files")
     train_ids = tokenizer.encode_batch([f.text for f in train])
     heldout_ids = tokenizer.encode_batch([f.text for f in heldout])
@@ -171,21 +184,25 @@ def _build(spec: CorpusSpec, folder: Path, progress: Progress | None) -> None:
     atomic_write_json(folder / MANIFEST, manifest)
 
 
-def prepare_corpus(spec: CorpusSpec, folder: str | Path, progress: Progress | None = None) -> PreparedCorpus:
+def prepare_corpus(spec: CorpusSpec, folder: str | Path, progress: Progress | None = None,
+                   tokenizer_json: str | None = None) -> PreparedCorpus:
     """The corpus of ``spec`` prepared in ``folder``: read from there if it is ready and was made
-    from the same spec, else built (read, split, BPE, tokenize) and written there first.
+    from the same spec, else built (read, split, BPE or ``tokenizer_json``, tokenize) and written there first.
 
     A ready folder is kept even if the source files changed since: runs compared on it saw the
     same tokens. Delete the folder to prepare it again."""
     folder = Path(folder)
+    if spec.tokenizer != BPE and (tokenizer_json is None or tokenizer_digest(tokenizer_json) != spec.tokenizer):
+        raise ProbeError(f"the corpus of {folder} is tokenized with a given tokenizer ({spec.tokenizer}); "
+                         "`probe import` prepares it with the model's tokenizer.json")
     manifest = folder / MANIFEST
     if manifest.is_file():
         stored = _read_manifest(manifest)
-        if stored.get("spec") != spec.source():
+        if {"tokenizer": BPE, **stored.get("spec", {})} != spec.source():  # corpora prepared before `tokenizer`
             raise ProbeError(f"{folder} holds a corpus prepared with other settings ({stored.get('spec')}); "
                              "choose another --checkpoints or delete that folder")
     else:
-        _build(spec, folder, progress)
+        _build(spec, folder, progress, tokenizer_json)
     return load_corpus(folder)
 
 

@@ -1,0 +1,127 @@
+"""The paper's released code models read into probe: their own code's logits, `probe import`, bad input.
+
+The fixture (``tests/fixtures/authors_t5``) holds tiny random ``CustomDecoderOnlyT5`` models built and run
+by the authors' code (McGill-NLP/length-generalization) under their transformers pin, saved as the Hub
+repos are, with the logits their code gave (``tests/fixtures/make_authors_fixture.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.models import load_checkpoint
+from probe.models.authors import load_authors_model
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "authors_t5"
+REFERENCE = json.loads((FIXTURE / "logits.json").read_text())
+KINDS = ("none", "rotary", "alibi")
+PROBE_PE = {"none": "nope", "rotary": "rotary", "alibi": "alibi"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_probe_gives_the_authors_logits(kind):
+    """float32 rounding apart: a wrong rotary pairing, eps or output scale is off by 1e-5 or more."""
+    model, _ = load_authors_model(FIXTURE / kind)
+    tokens = torch.tensor(REFERENCE["input_ids"])
+    with torch.no_grad():
+        logits = model(tokens)
+    assert torch.allclose(logits, torch.tensor(REFERENCE["models"][kind]["logits"]), rtol=0, atol=5e-6)
+
+
+@pytest.fixture(scope="module")
+def source_folder(tmp_path_factory):
+    """A few source files, long enough to be read at 2.5x a 1024-token context with the fixture's tokenizer."""
+    folder = tmp_path_factory.mktemp("src")
+    for i in range(12):
+        body = "".join(f"def f{i}_{j}(x):\n    return x * {j} + {i}\n\n" for j in range(60))
+        (folder / f"m{i}.py").write_text(body)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory, source_folder):
+    root = tmp_path_factory.mktemp("ck")
+    runs = {}
+    for kind in KINDS:
+        assert main(["import", str(FIXTURE / kind), "--checkpoints", str(root), "--corpus", str(source_folder),
+                     "--json"]) == 0
+        runs[kind] = next(root.glob(f"code+*/{PROBE_PE[kind]}/seed0"))
+    return root, runs
+
+
+def test_an_imported_run_is_a_probe_run_with_the_same_logits(imported):
+    _, runs = imported
+    tokens = torch.tensor(REFERENCE["input_ids"])
+    for kind, run in runs.items():
+        model = load_checkpoint(run)
+        with torch.no_grad():
+            assert torch.allclose(model(tokens), torch.tensor(REFERENCE["models"][kind]["logits"]), rtol=0, atol=5e-6)
+        config = json.loads((run / "config.json").read_text())
+        assert config["imported"]["bos_token_id"] == REFERENCE["bos_token_id"]
+        assert config["task"]["name"] == "code" and config["training"]["complete"]
+        assert model.to_str_tokens("def f(x):")  # its own tokenizer is attached
+
+
+def test_perplexity_reads_the_imported_runs(imported, capsys):
+    root, runs = imported
+    capsys.readouterr()
+    assert main(["perplexity", *map(str, runs.values()), "--max-files", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(r["pe"] for r in report["runs"]) == sorted(PROBE_PE.values())
+
+
+def _copy(tmp_path: Path, kind: str = "rotary") -> Path:
+    return Path(shutil.copytree(FIXTURE / kind, tmp_path / "model"))
+
+
+def _fails_writing_nothing(folder: Path, tmp_path: Path, capsys, says: str) -> None:
+    root = tmp_path / "ck"
+    capsys.readouterr()
+    assert main(["import", str(folder), "--checkpoints", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+    assert not root.exists()
+
+
+def test_a_folder_that_is_not_a_model_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    _fails_writing_nothing(tmp_path / "empty", tmp_path, capsys, "no config.json")
+
+
+def test_an_unknown_position_encoding_type_is_one_line(tmp_path, capsys):
+    folder = _copy(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "position_encoding_type": "cope"}))
+    _fails_writing_nothing(folder, tmp_path, capsys, "position_encoding_type 'cope'")
+
+
+def test_missing_weights_are_one_line(tmp_path, capsys):
+    folder = _copy(tmp_path)
+    (folder / "pytorch_model.bin").unlink()
+    _fails_writing_nothing(folder, tmp_path, capsys, "has no weights")
+
+
+class _Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_pickle_that_would_run_code_is_refused_unrun(tmp_path, capsys):
+    folder = _copy(tmp_path)
+    marker = tmp_path / "ran"
+    torch.save({"shared.weight": _Payload(marker)}, folder / "pytorch_model.bin")
+    _fails_writing_nothing(folder, tmp_path, capsys, "cannot be read as weights")
+    assert not marker.exists()
+    with pytest.raises(ProbeError):
+        load_authors_model(folder)
+    assert not marker.exists()
