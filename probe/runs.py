@@ -161,11 +161,15 @@ def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict
 
 def train_command(task: str, options: dict[str, Any] | None, root: str | Path, pe: str | None = None,
                   seed: int | None = None, pe_options: dict[str, Any] | None = None) -> str:
-    """The `probe train` command line that makes the runs described (`probe pretrain` for a code corpus)."""
+    """The `probe train` command line that makes the runs described (`probe pretrain` for a code corpus,
+    `probe import` for one tokenized with a released model's tokenizer)."""
     from probe.corpus import CODE_TASK, CorpusSpec
 
     if task == CODE_TASK:
         given = CorpusSpec.from_options(options).given()
+        if "tokenizer" in given:  # a corpus read with a model's own tokenizer: its runs are imported
+            parts = ["probe import MODEL_FOLDER", *(f"--{key} {given[key]}" for key in ("corpus", "context") if key in given)]
+            return " ".join(parts + ([f"--checkpoints {root}"] if Path(root) != DEFAULT_CHECKPOINTS else []))
         parts = ["probe pretrain", *(f"--{key.replace('_', '-')} {value}" for key, value in sorted(given.items()))]
     else:
         parts = ["probe train", f"--task {task}"]
