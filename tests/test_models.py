@@ -219,3 +219,20 @@ def test_bad_model_requests(bad, match):
     pe = bad.pop("pe")
     with pytest.raises(ProbeError, match=match):
         build_model(pe, vocab_size=VOCAB, **bad)
+
+
+@pytest.mark.parametrize("normalization", ["LN", "RMS"])
+def test_norms_match_torch(normalization):
+    """LayerNorm against torch's own; RMSNorm against torch's RMSNorm (T5's, no bias)."""
+    model = build_model("nope", vocab_size=VOCAB, n_layers=1, normalization=normalization).double()
+    norm = model.blocks[0].ln1
+    with torch.no_grad():
+        norm.w.uniform_(0.5, 1.5)
+        if normalization == "LN":
+            norm.b.uniform_(-1, 1)
+    x = torch.randn(2, 5, model.cfg.d_model, dtype=torch.float64)
+    if normalization == "LN":
+        want = torch.nn.functional.layer_norm(x, (model.cfg.d_model,), norm.w, norm.b, eps=norm.eps)
+    else:
+        want = torch.nn.functional.rms_norm(x, (model.cfg.d_model,), norm.w, eps=norm.eps)
+    assert torch.allclose(norm(x), want, atol=1e-12)

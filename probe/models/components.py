@@ -34,6 +34,8 @@ class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * w (T5LayerNorm, no bias), computed in float32 or wider and
     returned in the weights' dtype."""
 
+    centred = False
+
     def __init__(self, d_model: int, eps: float):
         super().__init__()
         self.eps = eps
@@ -44,27 +46,23 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype not in (torch.float32, torch.float64):
             x = x.float()
+        if self.centred:
+            x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale).to(self.w.dtype) * self.w  # [batch, pos, d_model]
 
 
-class LayerNorm(nn.Module):
-    """(x - mean) / sqrt(var + eps) * w + b, computed in float32 or wider."""
+class LayerNorm(RMSNorm):
+    """(x - mean) / sqrt(var + eps) * w + b: RMSNorm of the centred input, plus a bias."""
+
+    centred = True
 
     def __init__(self, d_model: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.w = nn.Parameter(torch.ones(d_model))
+        super().__init__(d_model, eps)
         self.b = nn.Parameter(torch.zeros(d_model))
-        self.hook_scale = HookPoint()  # [batch, pos, 1]
-        self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype not in (torch.float32, torch.float64):
-            x = x.float()
-        x = x - x.mean(-1, keepdim=True)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale).to(self.w.dtype) * self.w + self.b  # [batch, pos, d_model]
+        return super().forward(x) + self.b
 
 
 def make_norm(kind: str | None, d_model: int, eps: float) -> nn.Module:
