@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
-import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, BloomConfig, BloomForCausalLM, GPT2Config,
                           GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM,

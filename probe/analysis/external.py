@@ -31,7 +31,7 @@ from torch import Tensor
 from probe.analysis.results import AttendedReport, AttendedResult, CompareReport
 from probe.analysis.runs import (Lengths, Progress, RunInfo, _load, check_same_corpus, _info, is_code_run,
                                  training_context)
-from probe.analysis.windows import (MULTIPLES, ContextWindows, _fitting, attended_on_windows, choose_windows,
+from probe.analysis.windows import (ContextWindows, _fitting, attended_on_windows, choose_windows,
                                     compare_on_windows)
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
@@ -80,7 +80,7 @@ class HeldoutTexts:
 
     files: list[SourceFile]
     folder: str
-    options: dict[str, Any]  # corpus options naming them (a code run's task options, or those given)
+    options: dict[str, Any]  # the corpus options naming them: a code run's task options, or corpus and heldout
     run_context: int | None  # the code runs' T; None when no code run is among the models
 
 
@@ -146,8 +146,7 @@ def heldout_texts(names: Sequence[str], options: Mapping[str, Any] | None = None
     spec = CorpusSpec.from_options(options)
     sources, _ = find_sources(spec.corpus)
     _, heldout = split_files(sources, spec.heldout)
-    return HeldoutTexts(heldout, spec.corpus, {**spec.given(), **({"context": options["context"]} if "context" in options else {})},
-                        None)
+    return HeldoutTexts(heldout, spec.corpus, {"corpus": spec.corpus, "heldout": spec.heldout}, None)
 
 
 def reference_context(texts: HeldoutTexts, options: Mapping[str, Any] | None, subject: Subject) -> int:
@@ -184,7 +183,7 @@ def _readable(windows: list[ContextWindows], subjects: Sequence[Subject]) -> tup
 
 
 def _task_options(texts: HeldoutTexts, context: int) -> dict[str, Any]:
-    return {**texts.options, "corpus": texts.folder, "context": context}
+    return {**texts.options, "context": context}
 
 
 def external_compare_report(a_name: str, b_names: Sequence[str], *, root: str | Path = "checkpoints", seed: int = 0,
@@ -206,8 +205,8 @@ def external_compare_report(a_name: str, b_names: Sequence[str], *, root: str | 
     a = load_subject(names[0], device, pe_options)
     timings["load"] = time.perf_counter() - start
     context = reference_context(texts, options, a)
-    windows = choose_windows(tokenized(a, texts), context, multiples=MULTIPLES if multiples is None else multiples,
-                             n_per_bucket=n_per_bucket, seed=seed, lengths=lengths, bos=a.bos_id)
+    windows = choose_windows(tokenized(a, texts), context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
+                             lengths=lengths, bos=a.bos_id)
     comparisons = []
     for done, name in enumerate(names[1:]):
         start = time.perf_counter()
@@ -244,8 +243,7 @@ def external_attended_report(names: Sequence[str], *, options: Mapping[str, Any]
         if progress:
             progress(subject.info.label, done, len(names))
         context = reference_context(texts, options, subject)
-        windows = choose_windows(tokenized(subject, texts), context,
-                                 multiples=MULTIPLES if multiples is None else multiples, n_per_bucket=n_per_bucket,
+        windows = choose_windows(tokenized(subject, texts), context, multiples=multiples, n_per_bucket=n_per_bucket,
                                  seed=seed, lengths=lengths or "all", bos=subject.bos_id)
         kept, skipped = _readable(windows, [subject])
         results += attended_on_windows(subject.model, subject.info, kept, skipped=skipped,
