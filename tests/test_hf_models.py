@@ -279,21 +279,60 @@ def test_commands_write_their_outputs_beside_the_runs_folder(tiny, tmp_path, cap
     assert any(Path(f).name.startswith("attended_distance_hf-neox-") for f in data["files"])
 
 
-def test_hf_models_beside_a_probe_code_run(tiny, tmp_path, capsys):
-    """A code run reads its own corpus's held-out files; an hf: model reads the same files with its tokenizer."""
+@pytest.fixture(scope="module")
+def code_runs(tiny, tmp_path_factory):
+    """NoPE and ALiBi code runs trained two steps on the fixture's corpus at T (its prepared corpus beside them)."""
+    root = tmp_path_factory.mktemp("checkpoints")
     options = {"corpus": str(tiny.source), "vocab_size": 300, "context": T, "heldout": 0.5}
-    path = run_dir(tmp_path, "code", "nope", 0, options)
-    train_run(TrainConfig(task="code", pe="nope", steps=2, batch_size=4, eval_examples=2, task_options=options,
-                          model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T)), path,
-              torch.device("cpu"))
-    report = attended_distance_report([str(path), tiny.names["bloom"]], n_per_bucket=2)
+    paths = []
+    for pe in ("nope", "alibi"):
+        config = TrainConfig(task="code", pe=pe, steps=2, batch_size=4, eval_examples=2, task_options=options,
+                             model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T))
+        paths.append(train_run(config, run_dir(root, "code", pe, 0, options), torch.device("cpu")).path)
+    return SimpleNamespace(root=root, paths=paths, argv=[*tiny.argv, "-o", "vocab_size=300", "--checkpoints", str(root)])
+
+
+def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
+    """A code run reads its own corpus's held-out files; an hf: model reads the same files with its tokenizer."""
+    nope = str(code_runs.paths[0])
+    report = attended_distance_report([nope, tiny.names["bloom"]], n_per_bucket=2)
     assert [r.run.label for r in report.results] == ["NoPE @1x", "NoPE @2x", tiny.names["bloom"] + " @1x",
                                                      tiny.names["bloom"] + " @2x"]
-    assert main(["compare", str(path), tiny.names["bloom"], "--task", "code"]) == 2
+    assert main(["compare", nope, tiny.names["bloom"], "--task", "code"]) == 2
     assert "tokenizers differ" in one_line_error(capsys)
-    assert main(["compare", tiny.names["bloom"], "nope", *tiny.argv, "-o", "vocab_size=300", "--checkpoints",
-                 str(tmp_path)]) == 2  # the run resolved by PE name under --checkpoints
+    assert main(["compare", tiny.names["bloom"], "nope", *code_runs.argv]) == 2  # the run found by its PE name
     assert "tokenizers differ" in one_line_error(capsys)
+
+
+# -- the explorer -------------------------------------------------------------------------------
+def test_explorer_measures_the_perplexity_of_hf_models_beside_code_runs(tiny, code_runs, monkeypatch, no_png):
+    from test_app import run_page, texts
+
+    gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
+    at = run_page("pretraining", code_runs.root, monkeypatch)
+    at.text_input(key="pretraining-hf").set_value(f"{gpt2} {neox}")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert [row["model"] for _, row in at.dataframe[0].value.iterrows()] == [gpt2, neox]
+    assert f"probe perplexity {gpt2} {neox} --corpus {tiny.source}" in texts(at.caption)
+    at.text_input(key="pretraining-hf").set_value(f"{gpt2} {tiny.names['llama']}")
+    at.button[0].click().run()
+    assert not at.exception and "tokenizers differ" in texts(at.error)
+    at.text_input(key="pretraining-hf").set_value("gpt2")
+    at.button[0].click().run()
+    assert "`gpt2` is not hf:ID or hf:FOLDER" in texts(at.error)
+
+
+def test_explorer_lists_a_perplexity_report_of_hf_models(tiny, code_runs, monkeypatch, no_png):
+    from test_app import run_page
+
+    argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--vocab-size", "300", "--context", str(T),
+            "--checkpoints", str(code_runs.root)]
+    assert main(["perplexity", tiny.names["bloom"], *argv]) == 0
+    at = run_page("pretraining", code_runs.root, monkeypatch)
+    (saved,) = [o for o in at.selectbox(key="pretraining-report").options if "perplexity+hf-bloom-" in o]
+    at.selectbox(key="pretraining-report").set_value(str(code_runs.root / saved)).run()
+    assert not at.exception and [row["model"] for _, row in at.dataframe[0].value.iterrows()] == [tiny.names["bloom"]]
 
 
 # -- bad input: one line, exit 2 ----------------------------------------------------------------
