@@ -43,7 +43,8 @@ from probe.models.external import file_name, is_external, load_external, model_f
 from probe.perplexity import PerplexityReport, Protocol, RunPerplexity, pick_files, read_contexts
 from probe.runs import Run, beside, resolve_run, task_folder_name
 
-POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi"}  # colours
+# TransformerLens' positional_embedding_type -> the probe PE whose colour an hf: model gets in figures
+POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi"}
 
 
 @dataclass(eq=False)

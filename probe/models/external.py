@@ -1,10 +1,11 @@
 """Any language model TransformerLens 4 loads from Hugging Face files, analysed beside probe's runs.
 
 Spelled ``hf:ID`` (a Hugging Face Hub id, read from the local cache) or ``hf:FOLDER`` (``hf:./my-model``,
-``hf:/abs/path``: ``config.json``, the weights and the tokenizer files). Nothing is downloaded: a Hub
-id resolves to its cached snapshot folder, and the model is booted from that folder with
-``TransformerBridge.boot_transformers``, so its attention is read from the hook names every
-TransformerLens model has (``blocks.{l}.attn.hook_pattern``, [batch, head, query, key]).
+``hf:/abs/path``: ``config.json``, the weights and the tokenizer files; a name that is a folder here is
+that folder, as ``transformers`` reads it). Nothing is downloaded: a Hub id resolves to its cached
+snapshot folder, and the model is booted from that folder with ``TransformerBridge.boot_transformers``,
+so its attention is read from the hook names every TransformerLens model has
+(``blocks.{l}.attn.hook_pattern``, [batch, head, query, key]).
 
 The analyses read text with the model's own tokenizer, as published: the tokens it makes without
 special tokens, with the beginning-of-sequence token in front where that tokenizer adds one by
@@ -111,10 +112,6 @@ class ExternalModel:
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's ids, without special tokens (windows of a file start wherever they start)."""
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
-
-    def token_strings(self, ids: Sequence[int]) -> list[str]:
-        """Each id's text, for labelling attention maps."""
-        return [self.tokenizer.decode([i]) for i in ids]
 
 
 def _tokenizer(spelling: str, folder: Path) -> tuple["PreTrainedTokenizerBase", int | None]:
