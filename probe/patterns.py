@@ -30,8 +30,15 @@ class PatternBatch:
     examples: list[Example]
 
 
-def _is_pattern_hook(name: str) -> bool:
-    return name.endswith("attn.hook_pattern")
+def pattern_hooks(model) -> list[str]:
+    """The self-attention pattern hook of every layer, ``blocks.{l}.attn.hook_pattern`` ([batch, head,
+    query, key]): the names every TransformerLens model has, probe's or booted from Hugging Face."""
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
+    missing = [name for name in names if name not in model.hook_dict]
+    if missing:
+        raise ProbeError(f"the model has no hook {missing[0]}: its attention cannot be read by TransformerLens' "
+                         "hook names")
+    return names
 
 
 @torch.inference_mode()
@@ -41,17 +48,18 @@ def run_patterns(model, tokens: Tensor) -> Tensor:
     Hooks ``hook_pattern`` of every layer (which switches each layer to its explicit attention
     path) and keeps nothing else.
     """
-    captured: list[Tensor] = []
+    captured: dict[str, Tensor] = {}
 
     def keep(pattern: Tensor, hook) -> None:  # pattern: [batch, head, query, key]
-        captured.append(pattern)
+        captured[hook.name] = pattern
 
+    names = pattern_hooks(model)
     model.eval()
-    model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(_is_pattern_hook, keep)])
-    if len(captured) != model.cfg.n_layers:
-        raise ProbeError(f"expected {model.cfg.n_layers} attention maps, hooked {len(captured)}: "
-                         "is this a probe model?")
-    return torch.stack(captured, dim=1)  # [batch, layer, head, query, key]
+    model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(name, keep) for name in names])
+    if len(captured) != len(names):
+        raise ProbeError(f"only {len(captured)} of the model's {len(names)} attention pattern hooks fired "
+                         "(is its attention computed without explicit probabilities?)")
+    return torch.stack([captured[name] for name in names], dim=1)  # [batch, layer, head, query, key]
 
 
 def _batches(sizes: Sequence[int], per_position_bytes: int, batch_size: int,

@@ -71,21 +71,53 @@ class Protocol:
 
 @torch.inference_mode()
 def scored_nll(model, files: Sequence[Tensor], context: int, scored: int, *, device: torch.device,
-               batch_size: int = 16) -> Tensor:
+               batch_size: int = 16, bos: int | None = None) -> Tensor:
     """[file, scored] float64 NLL of each file's last ``scored`` tokens, read as its last ``context``
-    tokens. Every file must have at least ``context`` tokens."""
+    tokens (with ``bos``: that token and the last ``context - 1``). Every file must have at least
+    ``context`` tokens, and the model must read ``context`` tokens (the caller checks its n_ctx)."""
     if scored >= context:
         raise ProbeError(f"scoring {scored} tokens needs a context of more than {scored}, got {context}")
-    if context > model.cfg.n_ctx:
-        raise ProbeError(f"context {context} is longer than the model accepts (n_ctx={model.cfg.n_ctx})")
     model.eval()
     rows = []
     for start in range(0, len(files), batch_size):
         windows = torch.stack([f[-context:] for f in files[start:start + batch_size]]).to(device)  # [batch, context]
+        if bos is not None:
+            windows[:, 0] = bos
         logits = model(windows)[:, -scored - 1:-1].double()  # [batch, scored, vocab]: predict the last `scored`
         targets = windows[:, -scored:]  # [batch, scored]
         rows.append(F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").cpu())
     return torch.cat(rows) if rows else torch.empty(0, scored, dtype=torch.float64)
+
+
+def read_contexts(model, files: Sequence[Tensor], protocol: Protocol, *, device: torch.device, batch_size: int = 16,
+                  bos: int | None = None, max_length: int | None = None, progress: Progress | None = None,
+                  label: str = "", step: int = 0, steps: int = 1) -> Tensor:
+    """[file, context] float64 mean NLL of each file's scored tokens at every context size of
+    ``protocol``; NaN where the file is shorter than the context or the context is longer than
+    ``max_length`` (the longest input the model reads; None: any). ``progress`` hears one step per
+    context size, counted from ``step`` of ``steps``."""
+    nll = torch.full((len(files), len(protocol.contexts)), float("nan"), dtype=torch.float64)
+    for index, context in enumerate(protocol.contexts):
+        if progress:
+            progress(f"{label} at {context} tokens", step + index, steps)
+        long_enough = [i for i, f in enumerate(files) if len(f) >= context]
+        if long_enough and (max_length is None or context <= max_length):
+            scores = scored_nll(model, [files[i] for i in long_enough], context, protocol.scored, device=device,
+                                batch_size=batch_size, bos=bos)
+            nll[long_enough, index] = scores.mean(1)
+    return nll
+
+
+def pick_files(lengths: Tensor, protocol: Protocol, max_files: int | None, seed: int) -> Tensor:
+    """[picked] indices of the held-out files read (``lengths``: [file] tokens): at most ``max_files``,
+    drawn with ``seed``, each at least as long as the smallest context; ProbeError if none is."""
+    order = torch.arange(len(lengths))
+    if max_files is not None and max_files < len(order):
+        order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
+    order = order[lengths[order] >= protocol.contexts[0]]
+    if len(order) == 0:
+        raise ProbeError(f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger corpus")
+    return order
 
 
 @dataclass
@@ -206,12 +238,7 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     corpus = _code_corpus(configs, paths)
     protocol = Protocol.scaled(int(configs[0]["task"]["options"]["context"]))
     lengths = corpus.heldout_lengths()
-    order = torch.arange(len(lengths))
-    if max_files is not None and max_files < len(order):
-        order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
-    order = order[lengths[order] >= protocol.contexts[0]]
-    if len(order) == 0:
-        raise ProbeError(f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger corpus")
+    order = pick_files(lengths, protocol, max_files, seed)
     files = [corpus.heldout_file(int(i)) for i in order]
     device = torch.device(device)
     results = []
@@ -223,19 +250,11 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
         if model.cfg.n_ctx < protocol.contexts[-1]:
             raise ProbeError(f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
                              f"{protocol.contexts[-1]} (train with -m n_ctx={protocol.contexts[-1]})")
-        nll = torch.full((len(files), len(protocol.contexts)), float("nan"), dtype=torch.float64)
         training = config.get("training", {}).get("pe_options", {})
         seed_of = config.get("training", {}).get("seed", 0)
         label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
-        for index, context in enumerate(protocol.contexts):
-            if progress:
-                progress(f"{label} at {context} tokens", done * len(protocol.contexts) + index,
-                         len(paths) * len(protocol.contexts))
-            long_enough = [i for i, f in enumerate(files) if len(f) >= context]
-            if long_enough:
-                scores = scored_nll(model, [files[i] for i in long_enough], context, protocol.scored,
-                                    device=device, batch_size=batch_size)
-                nll[long_enough, index] = scores.mean(1)
+        nll = read_contexts(model, files, protocol, device=device, batch_size=batch_size, progress=progress,
+                            label=label, step=done * len(protocol.contexts), steps=len(paths) * len(protocol.contexts))
         results.append(RunPerplexity(label, config["pe"], str(path), nll, applied))
         del model
     names = corpus.heldout_names

@@ -123,9 +123,19 @@ def test_reference_code_metric_visits_pairs_below_the_diagonal(root):
     assert (result.overall.argmin[:, 1] < result.overall.argmin[:, 0]).all()
 
 
-def test_mismatched_depth_is_one_clear_error(root):
-    with pytest.raises(ProbeError, match="same depth"):
-        compare_runs(run_dir(root / "checkpoints", "scan", "nope", 0), run_dir(root / "shallow", "scan", "alibi", 0))
+def test_models_of_different_depth_pair_layers_at_the_same_relative_depth(root):
+    nope, shallow = run_dir(root / "checkpoints", "scan", "nope", 0), run_dir(root / "shallow", "scan", "alibi", 0)
+    result = compare_runs(nope, shallow, n_per_bucket=1)
+    assert result.n_layers == 2 and result.paired == [0, 0]  # both layers of NoPE against ALiBi's only one
+    examples = [e for bucket in sample_buckets(get_task("scan"), n_per_bucket=1, seed=0) for e in bucket.examples]
+    a, b = load_checkpoint(nope), load_checkpoint(shallow)
+    tokenizer = Tokenizer.from_dict(a.metadata["tokenizer"])
+    expected = []
+    for example in examples:
+        (pa,), (pb,) = collect_patterns(a, tokenizer, [example]), collect_patterns(b, tokenizer, [example])
+        expected.append(layer_distances(pa.patterns[0].double(), pb.patterns[0][[0, 0]].double()).per_layer)
+    torch.testing.assert_close(result.values, torch.stack(expected))
+    assert compare_runs(shallow, nope, n_per_bucket=1).paired == [0]
 
 
 def test_compare_report_finds_every_other_pe_and_the_seed_baseline(root):
@@ -155,7 +165,6 @@ def test_cli_compare_json_files_and_exit_codes(root, tmp_path, capsys, no_png):
 @pytest.mark.parametrize("argv, message", [
     (["nope", "sinusoid"], "neither a positional encoding"),
     (["nope", "t5", "--seed", "7"], "probe train --task scan --pe nope --seed 7"),
-    (["nope", "{shallow}"], "same depth"),
     (["nope", "t5", "--n-per-bucket", "0"], "--n-per-bucket must be at least 1"),
     (["nope", "t5", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
 ])

@@ -12,22 +12,26 @@ import torch
 from torch import Tensor
 
 from probe.analysis.examples import _fitting, _task_of, sample_buckets
+from probe.analysis.external import external_compare_report
 from probe.analysis.results import CompareReport, CompareResult, _stats, _sync
 from probe.analysis.runs import (Lengths, Progress, RunInfo, _info, _load, _pe_name, _run_path, check_comparable,
-                                 is_code_run, task_runs)
+                                 is_code_run, paired_layers, task_runs)
 from probe.analysis.windows import compare_windows
 from probe.patterns import collect_patterns
 from probe.errors import ProbeError
 from probe.metrics import Metric, layer_distances
 from probe.metrics.jsd import check_metric
 from probe.models.checkpoint import read_checkpoint_config
+from probe.models.external import is_external
 from probe.runs import Run, beside, resolve_run, task_folder_name, train_command
 from probe.tasks import Example, Tokenizer
 
 
 def _distances(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], metric: str,
-               device: torch.device, batch_size: int, timings: dict[str, float]) -> tuple[Tensor, Tensor]:
-    """Per-example D^(l) [example, layer] and D_AT of every head pair [example, layer, head_A, head_B]."""
+               device: torch.device, batch_size: int, timings: dict[str, float],
+               layers_b: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Per-example D^(l) [example, layer of A] and D_AT of every head pair [example, layer, head_A, head_B],
+    layer l of A against layer ``layers_b[l]`` of B."""
     keep_on_device = device.type != "cpu"
     stream_a = collect_patterns(model_a, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device)
     stream_b = collect_patterns(model_b, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device)
@@ -40,7 +44,7 @@ def _distances(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Exampl
         if batch_a is None:
             break
         start = time.perf_counter()
-        result = layer_distances(batch_a.patterns.double(), batch_b.patterns.double(),
+        result = layer_distances(batch_a.patterns.double(), batch_b.patterns[:, layers_b].double(),
                                  lengths=batch_a.lengths.to(batch_a.patterns.device), metric=metric)
         values.append(result.per_layer.cpu())  # [batch, layer]
         pairwise.append(result.pairwise.cpu())  # [batch, layer, head_A, head_B]
@@ -60,7 +64,8 @@ def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: i
     n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
     buckets, skipped = _fitting(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, n_ctx)
     examples = [e for bucket in buckets for e in bucket.examples]
-    values, pairwise = _distances(model_a, model_b, tokenizer, examples, metric, device, batch_size, timings)
+    layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
+    values, pairwise = _distances(model_a, model_b, tokenizer, examples, metric, device, batch_size, timings, layers_b)
     start = time.perf_counter()
     stats, offset = [], 0
     for bucket in buckets:
@@ -70,7 +75,7 @@ def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: i
     overall = _stats(values, pairwise, metric, seed)
     timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
     return CompareResult(a, b, task.name, dict(task.options), metric, seed, n_per_bucket, stats, overall,
-                         values, [e.length for e in examples], skipped, timings=timings)
+                         values, [e.length for e in examples], skipped, timings=timings, layers_b=layers_b)
 
 
 def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_bucket: int = 10,
@@ -81,8 +86,9 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same examples for both.
 
     ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
-    ``result.baseline`` holds D^(l)(A, baseline) on the same examples. Runs of different tasks,
-    vocabularies or depth raise ProbeError. ``metric="reference-code"``: see
+    ``result.baseline`` holds D^(l)(A, baseline) on the same examples. Runs of different tasks or
+    vocabularies raise ProbeError; of different depth, each layer of A is compared with the layer of
+    B at the same relative depth (``analysis.runs.paired_layers``; ``result.layers_b``). ``metric="reference-code"``: see
     ``probe.metrics.layer_distances``. Distances are computed in float64. Code runs: one bucket
     per context size, ``multiples`` of the training context (default 1x, 2x; probe.analysis.windows).
     ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the runs whose PE has them.
@@ -135,9 +141,14 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under
     ``root``) or run folders; no B compares A with every other PE found. With ``baseline``, adds
     A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
-    (runs exist, same task and depth) before any model is loaded. ``multiples``, ``pe_options``: see
-    :func:`compare_runs`.
+    (runs exist, same task) before any model is loaded. ``multiples``, ``pe_options``: see
+    :func:`compare_runs`. Where a model is ``hf:ID`` or ``hf:FOLDER``, the task is code and
+    ``options`` name the corpus (:func:`probe.analysis.external.external_compare_report`).
     """
+    if any(is_external(name) for name in (pe_a, *pe_b_list)):
+        return external_compare_report(pe_a, pe_b_list, root=root, seed=seed, options=options,
+                                       n_per_bucket=n_per_bucket, metric=metric, device=device, batch_size=batch_size,
+                                       lengths=lengths, multiples=multiples, pe_options=pe_options, progress=progress)
     check_metric(metric)
     options = dict(options or {})
     device = torch.device(device)

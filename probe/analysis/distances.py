@@ -5,17 +5,19 @@ heads and examples into one histogram per run (Section 5.1, Figure attended_dist
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from probe.analysis.examples import _fitting, _task_of, sample_buckets
+from probe.analysis.external import external_attended_report
 from probe.analysis.results import AttendedReport, AttendedResult, _attended_stats, _query_key_weights
 from probe.analysis.runs import Lengths, Progress, RunInfo, _load, is_code_run
 from probe.analysis.windows import attended_windows
 from probe.patterns import collect_patterns
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
+from probe.models.external import is_external
 from probe.runs import Run
 
 
@@ -44,7 +46,7 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
                              weighting: Weighting | Sequence[Weighting] = ("argmax", "attention"),
                              normalization: Normalization = "text", lengths: Lengths | None = None, bins: int = 20,
                              seed: int = 0, device: str | torch.device = "cpu", batch_size: int = 16,
-                             multiples: Sequence[float] | None = None,
+                             multiples: Sequence[float] | None = None, options: Mapping[str, Any] | None = None,
                              progress: Progress | None = None) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
@@ -55,6 +57,8 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
     Examples longer than a model's context are left out and counted in ``skipped``.
     A code run gives one result per context size (``multiples`` of its training context, default
     1x and 2x; ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
+    Where a model is ``hf:ID`` or ``hf:FOLDER``, every model is read as a code model and ``options``
+    name the corpus (:func:`probe.analysis.external.external_attended_report`).
     """
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
     for w in weightings:
@@ -65,6 +69,11 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
     if bins < 1:
         raise ProbeError(f"--bins must be at least 1, got {bins}")
     device = torch.device(device)
+    names = [str(run.path) if isinstance(run, Run) else str(run) for run in runs]
+    if any(is_external(name) for name in names):
+        return external_attended_report(names, options=options, n_per_bucket=n_per_bucket, weightings=weightings,
+                                        normalization=normalization, lengths=lengths, bins=bins, seed=seed,
+                                        device=device, batch_size=batch_size, multiples=multiples, progress=progress)
     settings = dict(n_per_bucket=n_per_bucket, weightings=weightings, normalization=normalization, bins=bins,
                     seed=seed, device=device, batch_size=batch_size)
     results, chosen = [], []

@@ -61,6 +61,7 @@ class CompareResult:
     skipped: int = 0  # examples longer than the models' context, left out
     baseline: CompareResult | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage; not part of to_json
+    layers_b: list[int] | None = None  # [layer of A]: the layer of B compared with it (analysis.runs.paired_layers)
 
     @property
     def label(self) -> str:
@@ -68,30 +69,37 @@ class CompareResult:
 
     @property
     def n_layers(self) -> int:
+        """A's layers: D^(l) is indexed by them."""
         return int(self.values.shape[1])
+
+    @property
+    def paired(self) -> list[int]:
+        """The layer of B each layer of A is compared with (itself when the depths are equal)."""
+        return list(range(self.n_layers)) if self.layers_b is None else list(self.layers_b)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "a": self.a.to_json(), "b": self.b.to_json(), "label": self.label, "task": self.task,
             "task_options": self.task_options, "metric": self.metric, "seed": self.seed,
             "n_per_bucket": self.n_per_bucket, "confidence": CONFIDENCE, "n_layers": self.n_layers,
-            "skipped": self.skipped, "overall": self.overall.to_json(),
+            "layers_b": self.paired, "skipped": self.skipped, "overall": self.overall.to_json(),
             "buckets": [bucket.to_json() for bucket in self.buckets],
             "baseline": None if self.baseline is None else self.baseline.to_json(),
         }
 
     def to_rows(self) -> list[dict[str, Any]]:
-        """One CSV row per (bucket or "all", layer or "average"), the baseline's rows after."""
+        """One CSV row per (bucket or "all", layer of A or "average"), the baseline's rows after;
+        ``layer_b``: the layer of B it was compared with."""
         rows = []
         for stats in [*self.buckets, self.overall]:
             common = {"a": self.a.label, "b": self.b.label, "metric": self.metric,
                       "length": "all" if stats.length is None else stats.length,
                       "seen": "" if stats.seen is None else stats.seen, "n_examples": stats.n_examples}
-            for layer in range(self.n_layers):
-                rows.append({**common, "layer": layer, "mean": float(stats.per_layer.mean[layer]),
+            for layer, layer_b in enumerate(self.paired):
+                rows.append({**common, "layer": layer, "layer_b": layer_b, "mean": float(stats.per_layer.mean[layer]),
                              "low": float(stats.per_layer.low[layer]), "high": float(stats.per_layer.high[layer]),
                              "argmin_head_a": int(stats.argmin[layer, 0]), "argmin_head_b": int(stats.argmin[layer, 1])})
-            rows.append({**common, "layer": "average", "mean": float(stats.average.mean),
+            rows.append({**common, "layer": "average", "layer_b": "", "mean": float(stats.average.mean),
                          "low": float(stats.average.low), "high": float(stats.average.high),
                          "argmin_head_a": "", "argmin_head_b": ""})
         return rows + (self.baseline.to_rows() if self.baseline is not None else [])

@@ -1,6 +1,6 @@
-"""Which runs an analysis reads, and whether two can be compared: task runs (same task,
-vocabulary and depth) and pretrained code runs (same corpus, held-out split, tokenizer and
-training context, so both read the same windows).
+"""Which runs an analysis reads, and whether two can be compared: task runs (same task and
+vocabulary) and pretrained code runs (same corpus, held-out split, tokenizer and training context,
+so both read the same windows); and which layers of two models of different depth are compared.
 """
 
 from __future__ import annotations
@@ -73,23 +73,32 @@ def _describe(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple
 
 
 def check_comparable(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config_b: Mapping[str, Any]) -> None:
-    """Same task (and options), same vocabulary, same depth: else one line saying which differs.
-    Code runs: the same corpus, tokenizer and training context (``check_same_corpus``)."""
+    """Same task (and options) and vocabulary: else one line saying which differs. Code runs: the
+    same corpus, tokenizer and training context (``check_same_corpus``). Depth may differ
+    (:func:`paired_layers`)."""
     if is_code_run(config_a) or is_code_run(config_b):
         check_same_corpus(a, config_a, b, config_b)
-        layers_a, layers_b = (int(config["model"]["n_layers"]) for config in (config_a, config_b))
-    else:
-        task_a, tok_a, layers_a = _describe(config_a, a.path)
-        task_b, tok_b, layers_b = _describe(config_b, b.path)
-        if task_a != task_b:
-            raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
-                             f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
-                             "the runs were trained on different tasks")
-        if tok_a != tok_b:
-            raise ProbeError(f"cannot compare {a.label} with {b.label}: their vocabularies differ")
-    if layers_a != layers_b:
-        raise ProbeError(f"cannot compare {a.label} ({layers_a} layers) with {b.label} ({layers_b} layers): "
-                         "the layerwise distance needs models of the same depth")
+        return
+    task_a, tok_a, _ = _describe(config_a, a.path)
+    task_b, tok_b, _ = _describe(config_b, b.path)
+    if task_a != task_b:
+        raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
+                         f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
+                         "the runs were trained on different tasks")
+    if tok_a != tok_b:
+        raise ProbeError(f"cannot compare {a.label} with {b.label}: their vocabularies differ")
+
+
+def paired_layers(layers_a: int, layers_b: int) -> list[int]:
+    """[layer of A] -> the layer of B that D^(l)(A, B) compares it with: the one at the same relative
+    depth, round(l (L_B - 1) / (L_A - 1)) with halves rounded up (layer 0 of B when A has one
+    layer). Equal depths pair each layer with itself; first and last layers always pair."""
+    if layers_a < 1 or layers_b < 1:
+        raise ProbeError(f"models need at least one layer to compare, got {layers_a} and {layers_b}")
+    if layers_a == 1:
+        return [0]
+    span_a, span_b = layers_a - 1, layers_b - 1
+    return [(2 * layer * span_b + span_a) // (2 * span_a) for layer in range(layers_a)]
 
 
 def _load(run: str | Path | Run, device: torch.device, label: str | None = None,

@@ -17,14 +17,14 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import torch
 from torch import Tensor
 
 from probe.analysis.results import (AttendedResult, CompareResult, _attended_stats, _query_key_weights, _stats,
                                     _sync)
-from probe.analysis.runs import Lengths, RunInfo, check_comparable, training_context
+from probe.analysis.runs import Lengths, RunInfo, check_comparable, paired_layers, training_context
 from probe.corpus import CODE_TASK
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
@@ -34,6 +34,19 @@ from probe.patterns import run_patterns
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
 MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.patterns.collect_patterns
+
+
+class HeldoutFiles(Protocol):
+    """Held-out files in one tokenizer's ids: a prepared corpus, or files read with a model's own tokenizer."""
+
+    folder: Any  # where they come from, for messages
+
+    @property
+    def heldout_names(self) -> list[str]: ...
+
+    def heldout_file(self, index: int) -> Tensor: ...  # [tokens] long
+
+    def heldout_lengths(self) -> Tensor: ...  # [file] tokens
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,10 +87,12 @@ def context_sizes(train_context: int, multiples: Sequence[float] | None = MULTIP
     return chosen
 
 
-def choose_windows(corpus: PreparedCorpus, train_context: int, *, multiples: Sequence[float] | None = MULTIPLES,
-                   n_per_bucket: int = 10, seed: int = 0, lengths: Lengths = "all") -> list[ContextWindows]:
+def choose_windows(corpus: HeldoutFiles | PreparedCorpus, train_context: int, *,
+                   multiples: Sequence[float] | None = MULTIPLES, n_per_bucket: int = 10, seed: int = 0,
+                   lengths: Lengths = "all", bos: int | None = None) -> list[ContextWindows]:
     """Per context size ``c``: up to ``n_per_bucket`` held-out files with at least ``c`` tokens, each
-    read as its last ``c`` tokens.
+    read as its last ``c`` tokens; with ``bos`` (a model trained with a beginning-of-sequence token
+    in front), as that token and the file's last ``c - 1``.
 
     The files are the first long enough in one order of all held-out files drawn from ``seed``, so
     the longer contexts read (mostly) the same files as the shorter ones. A context that no
@@ -98,6 +113,8 @@ def choose_windows(corpus: PreparedCorpus, train_context: int, *, multiples: Seq
                              f"training context; the longest has {max(file_lengths, default=0)}): use a larger corpus "
                              "or smaller multiples")
         tokens = torch.stack([corpus.heldout_file(i)[-context:] for i in picked])  # [window, context]
+        if bos is not None:
+            tokens[:, 0] = bos
         chosen.append(ContextWindows(context, multiple, context <= train_context, tuple(names[i] for i in picked), tokens))
     return chosen
 
@@ -127,9 +144,10 @@ def _batches(tokens: Tensor, model, batch_size: int) -> list[Tensor]:
 
 
 def _window_distances(model_a, model_b, tokens: Tensor, metric: str, device: torch.device, batch_size: int,
-                      timings: dict[str, float]) -> tuple[Tensor, Tensor]:
-    """Per-window D^(l) [window, layer] and D_AT of every head pair [window, layer, head_A, head_B],
-    in float64, one layer at a time (a layer's maps in float64, not the whole batch's)."""
+                      timings: dict[str, float], layers_b: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Per-window D^(l) [window, layer of A] and D_AT of every head pair [window, layer, head_A, head_B],
+    layer l of A against layer ``layers_b[l]`` of B, in float64, one layer at a time (a layer's maps
+    in float64, not the whole batch's)."""
     values, pairwise = [], []
     for batch in _batches(tokens, model_a, batch_size):
         start = time.perf_counter()
@@ -138,8 +156,8 @@ def _window_distances(model_a, model_b, tokens: Tensor, metric: str, device: tor
         _sync(device)
         timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
         start = time.perf_counter()
-        layers = [layer_distances(maps_a[:, layer:layer + 1].double(), maps_b[:, layer:layer + 1].double(), metric=metric)
-                  for layer in range(maps_a.shape[1])]
+        layers = [layer_distances(maps_a[:, layer:layer + 1].double(), maps_b[:, other:other + 1].double(), metric=metric)
+                  for layer, other in enumerate(layers_b)]
         values.append(torch.cat([r.per_layer for r in layers], 1).cpu())  # [batch, layer]
         pairwise.append(torch.cat([r.pairwise for r in layers], 1).cpu())  # [batch, layer, head_A, head_B]
         _sync(device)
@@ -156,16 +174,27 @@ def compare_windows(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: i
     check_comparable(a, model_a.metadata, b, model_b.metadata)
     windows = run_windows(a.path, model_a.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
                           lengths=lengths)
-    n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
-    windows, skipped = _fitting(windows, n_ctx, f"both {a.label} and {b.label}")
-    parts = [_window_distances(model_a, model_b, w.tokens, metric, device, batch_size, timings) for w in windows]
+    windows, skipped = _fitting(windows, min(model_a.cfg.n_ctx, model_b.cfg.n_ctx), f"both {a.label} and {b.label}")
+    return compare_on_windows(model_a, a, model_b, b, windows, skipped=skipped,
+                              task_options=dict(model_a.metadata["task"]["options"]), n_per_bucket=n_per_bucket,
+                              metric=metric, seed=seed, device=device, batch_size=batch_size, timings=timings)
+
+
+def compare_on_windows(model_a, a: RunInfo, model_b, b: RunInfo, windows: list[ContextWindows], *, skipped: int,
+                       task_options: dict[str, Any], n_per_bucket: int, metric: str, seed: int, device: torch.device,
+                       batch_size: int, timings: dict[str, float]) -> CompareResult:
+    """D^(l)(A, B) on windows both models read, one "bucket" per context size; each layer of A
+    against the layer of B at its relative depth (:func:`probe.analysis.runs.paired_layers`)."""
+    layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
+    parts = [_window_distances(model_a, model_b, w.tokens, metric, device, batch_size, timings, layers_b)
+             for w in windows]
     start = time.perf_counter()
     stats = [_stats(values, pairwise, metric, seed, w.context, w.seen, SPLIT) for w, (values, pairwise) in zip(windows, parts)]
     values, pairwise = torch.cat([v for v, _ in parts]), torch.cat([p for _, p in parts])
     overall = _stats(values, pairwise, metric, seed)
     timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
-    return CompareResult(a, b, CODE_TASK, dict(model_a.metadata["task"]["options"]), metric, seed, n_per_bucket,
-                         stats, overall, values, [w.context for w in windows for _ in w.files], skipped, timings=timings)
+    return CompareResult(a, b, CODE_TASK, task_options, metric, seed, n_per_bucket, stats, overall, values,
+                         [w.context for w in windows for _ in w.files], skipped, timings=timings, layers_b=layers_b)
 
 
 def attended_windows(model, info: RunInfo, *, n_per_bucket: int, weightings: Sequence[str], normalization: str,
@@ -177,6 +206,16 @@ def attended_windows(model, info: RunInfo, *, n_per_bucket: int, weightings: Seq
     windows = run_windows(info.path, model.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
                           lengths=lengths)
     windows, skipped = _fitting(windows, model.cfg.n_ctx, info.label)
+    return attended_on_windows(model, info, windows, skipped=skipped, task_options=dict(model.metadata["task"]["options"]),
+                               weightings=weightings, normalization=normalization, bins=bins, device=device,
+                               batch_size=batch_size)
+
+
+def attended_on_windows(model, info: RunInfo, windows: list[ContextWindows], *, skipped: int,
+                        task_options: dict[str, Any], weightings: Sequence[str], normalization: str, bins: int,
+                        device: torch.device, batch_size: int) -> list[AttendedResult]:
+    """One attended-distance result per context size of ``windows`` (``skipped``: windows left out
+    before, counted in the first result)."""
     results = []
     for w in windows:
         grids = {name: torch.zeros(w.context, w.context, dtype=torch.float64, device=device) for name in weightings}
@@ -190,6 +229,6 @@ def attended_windows(model, info: RunInfo, *, n_per_bucket: int, weightings: Seq
         stats = {name: _attended_stats(grid, name, normalization, bins) for name, grid in grids.items()}
         n_queries = len(w.files) * w.context * model.cfg.n_layers * model.cfg.n_heads
         results.append(AttendedResult(dataclasses.replace(info, label=f"{info.label} @{w.label}"), CODE_TASK,
-                                      dict(model.metadata["task"]["options"]), len(w.files), n_queries,
-                                      skipped if not results else 0, [w.context], stats))
+                                      task_options, len(w.files), n_queries, skipped if not results else 0, [w.context],
+                                      stats))
     return results

@@ -18,10 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seed under --checkpoints) or run folders; 'probe compare nope' compares NoPE with every "
         "other PE found. Adds A vs A' (another seed of A, NoPE' for NoPE) when that run exists. Writes "
         "JSON, CSV and a plotly figure under --out. Pretrained code models (--task code, -o context=256 ...) "
-        "read the last c tokens of held-out files instead, c = 1x and 2x their training context.",
+        "read the last c tokens of held-out files instead, c = 1x and 2x their training context. A model may be "
+        "hf:ID or hf:FOLDER (any model TransformerLens loads): read on held-out code of the corpus -o corpus=... "
+        "(default stdlib) with its own tokenizer, at 1x and 2x -o context=T (default: A's n_ctx); models of "
+        "different depth pair each layer of A with B's layer at the same relative depth.",
     )
-    parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs to compare it with")
-    parser.add_argument("--task", default="scan", help="task of the runs named by PE (default scan)")
+    parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs (or hf:ID, hf:FOLDER) to "
+                        "compare it with")
+    parser.add_argument("--task", help="task of the runs named by PE (default scan; code where a model is hf:)")
     add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs named by PE (default 0)")
     parser.add_argument("--metric", default="jsd", choices=("jsd", "reference-code"),
@@ -42,7 +46,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _short(info) -> str:
+    from probe.models.external import file_name, is_external
+
+    if is_external(info.path):
+        return file_name(info.path)
     return info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
+
+
+def _layer(result, layer: int) -> str:
+    """``L2``, or ``L2:1`` where A's layer 2 is compared with B's layer 1 (models of different depth)."""
+    other = result.paired[layer]
+    return f"L{layer}" if other == layer else f"L{layer}:{other}"
+
+
+def pairing_note(report) -> str | None:
+    """One line per comparison of models of different depth: which layer of B each layer of A met."""
+    lines = [f"{r.label}: " + ", ".join(f"A's L{l} with B's L{m}" for l, m in enumerate(r.paired))
+             for r in report.results if r.paired != list(range(r.n_layers))]
+    if not lines:
+        return None
+    return "layers paired at the same relative depth, round(l (L_B - 1) / (L_A - 1)):\n" + "\n".join(lines)
 
 
 def _ci(stats) -> str:
@@ -90,7 +113,7 @@ def detail_table(result):
     table.add_column("λ", justify="right")
     table.add_column("n", justify="right")
     for layer in range(result.n_layers):
-        table.add_column(f"L{layer}", justify="right")
+        table.add_column(_layer(result, layer), justify="right")
     table.add_column("average [95% CI]", justify="right")
     for stats in [*result.buckets, result.overall]:
         name = "all" if stats.length is None else f"{stats.length}{'' if stats.seen else '*'}"
@@ -123,13 +146,18 @@ def run(args: argparse.Namespace) -> int:
     from probe.analysis import compare_report
     from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
+    from probe.models.external import is_external
     from probe.runs import train_command
     from probe.train import resolve_device
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    external = any(is_external(name) for name in args.runs)
+    if external and args.task not in (None, CODE_TASK):
+        raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {args.task}")
+    task = CODE_TASK if external else args.task or "scan"
     device = resolve_device(args.device)
-    options = parse_options(args.option, args.scratchpad, tasks=[] if args.task == CODE_TASK else [args.task])
+    options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
     out = console(stderr=args.json)
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("left"), TimeRemainingColumn())
@@ -141,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         progress.update(bar, description=what, completed=done, total=total)
 
     try:
-        report = compare_report(args.runs[0], args.runs[1:], root=args.checkpoints, task=args.task, seed=args.seed,
+        report = compare_report(args.runs[0], args.runs[1:], root=args.checkpoints, task=task, seed=args.seed,
                                 options=options, n_per_bucket=args.n_per_bucket, metric=args.metric, device=device,
                                 baseline=not args.no_baseline, batch_size=args.batch_size, lengths=args.lengths,
                                 pe_options=parse_options(args.pe_option, None), progress=on_progress)
@@ -153,8 +181,11 @@ def run(args: argparse.Namespace) -> int:
             out.print(detail_table(result))
     else:
         out.print(bucket_table(report))
-    if report.baseline is None and not args.no_baseline:
-        command = train_command(args.task, options, args.checkpoints, pe=report.a.pe, seed=1,
+    note = pairing_note(report)
+    if note:
+        out.print(note, highlight=False)
+    if report.baseline is None and not args.no_baseline and not external:
+        command = train_command(task, options, args.checkpoints, pe=report.a.pe, seed=1,
                                 pe_options=dict(report.a.pe_options))
         out.print(f"[dim]no other seed of {report.a.label} found, so no {report.a.label}' baseline "
                   f"(make one with: {command})[/dim]")

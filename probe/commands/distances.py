@@ -16,10 +16,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "histogram per run on one figure, for the arg-max key (the paper) and attention-weighted, with "
         "Sarle's bimodality coefficient (5/9 = uniform; higher = two modes, near and far). Default: the "
         "runs of addition with the full scratchpad. Pretrained code models (--task code): every query of the last c "
-        "tokens of held-out files, one histogram per run at c = 1x and 2x the training context.",
+        "tokens of held-out files, one histogram per run at c = 1x and 2x the training context. A model may be hf:ID "
+        "or hf:FOLDER (any model TransformerLens loads): read on held-out code of -o corpus=... (default stdlib) with "
+        "its own tokenizer, at 1x and 2x -o context=T (default: its n_ctx).",
     )
-    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: the runs of --task, --seed)")
-    parser.add_argument("--task", default="addition", help="task of the runs (default addition)")
+    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: the runs "
+                        "of --task, --seed)")
+    parser.add_argument("--task", help="task of the runs (default addition; code where a model is hf:)")
     add_task_options(parser, scratchpad_default="full for tasks that have one; 'none' for none")
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
@@ -52,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.analysis import attended_distance_report, task_runs
+    from probe.analysis.external import models_home, models_stem
     from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
     from probe.models.checkpoint import read_checkpoint_config
+    from probe.models.external import is_external
     from probe.plots import attended_distance_figure, write_figure
     from probe.runs import Run, beside, task_folder_name
     from probe.tasks import SCRATCHPAD_TASKS
@@ -63,17 +68,29 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
     device = resolve_device(args.device)
-    if args.runs:
+    external = any(is_external(name) for name in args.runs)
+    options = None
+    if external:
+        if args.task not in (None, CODE_TASK):
+            raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {args.task}")
+        options = parse_options(args.option, None)
+        runs = list(args.runs)
+        home = models_home(runs, args.checkpoints, options)
+        folder = home.name
+    elif args.runs:
         runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
         folder = runs[0].task_folder
+        home = beside(runs)
     else:
+        task = args.task or "addition"
         scratchpad = args.scratchpad
-        if scratchpad is None and args.task in SCRATCHPAD_TASKS:
+        if scratchpad is None and task in SCRATCHPAD_TASKS:
             scratchpad = "full"
         options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad,
-                                tasks=[] if args.task == CODE_TASK else [args.task])
-        runs = task_runs(args.checkpoints, args.task, options, seed=args.seed, pes=args.pe)
-        folder = task_folder_name(args.task, options)
+                                tasks=[] if task == CODE_TASK else [task])
+        runs = task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe)
+        folder = task_folder_name(task, options)
+        home = beside(runs) if runs else Path(args.checkpoints) / folder
 
     out = console(stderr=args.json)
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -88,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = attended_distance_report(runs, n_per_bucket=args.n_per_bucket, normalization=args.normalization,
                                           lengths=args.lengths, bins=args.bins, seed=args.seed, device=device,
-                                          batch_size=args.batch_size, progress=on_progress)
+                                          batch_size=args.batch_size, options=options if external else None,
+                                          progress=on_progress)
     finally:
         progress.stop()
 
@@ -108,8 +126,9 @@ def run(args: argparse.Namespace) -> int:
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
 
-    out_dir = Path(args.out) if args.out else (beside(runs) if runs else Path(args.checkpoints) / folder) / "distances"
+    out_dir = Path(args.out) if args.out else home / "distances"
     stem = "attended_distance" + ("" if args.normalization == "text" else "_reference-code")
+    stem += f"_{models_stem(runs)}" if external else ""
     data = report.to_json()
     files = [str(p) for p in write_json_and_csv(out_dir, stem, data, report.to_rows())]
     figure = attended_distance_figure(report.series(), f"Normalized attended distance on {folder}, all layers and heads")

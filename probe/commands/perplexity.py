@@ -15,10 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "to the training context) as its last c tokens, and its last 200/1024 of a context are scored, the same tokens "
         "at every c; a bucket of file lengths (250/1024 of a context wide) is read at the sizes all its files have. "
         "Per run, bucket and context: mean file perplexity with a bootstrap interval over files. Writes perplexity.json, "
-        ".csv, .md (the paper's table layout) and the figure (HTML, PNG) to the task folder's perplexity/.",
+        ".csv, .md (the paper's table layout) and the figure (HTML, PNG) to the task folder's perplexity/. A model may "
+        "be hf:ID or hf:FOLDER (any model TransformerLens loads): the held-out files of --corpus are read with its own "
+        "tokenizer at multiples of --context (default: the first model's n_ctx); models of one table share a "
+        "tokenizer; outputs go to perplexity+<models>/.",
     )
-    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: the complete runs of the "
-                        "corpus and context given, seed --seed, every PE)")
+    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: the "
+                        "complete runs of the corpus and context given, seed --seed, every PE)")
     add_corpus_options(parser)
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
@@ -39,9 +42,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from probe.analysis import external_perplexity_report
+    from probe.analysis.external import models_home, models_stem
     from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
     from probe.files import atomic_write_text
+    from probe.models.external import is_external
     from probe.models.registry import FIGURE_ORDER, pe_folder_name
     from probe.perplexity import perplexity_report
     from probe.plots import perplexity_figure, write_figure
@@ -54,7 +60,16 @@ def run(args: argparse.Namespace) -> int:
     if args.max_files is not None and args.max_files < 1:
         raise ProbeError(f"--max-files must be at least 1, got {args.max_files}")
     pe_options = parse_options(args.pe_option, None)
-    if args.runs:
+    external = any(is_external(name) for name in args.runs)
+    if external:
+        if pe_options:
+            raise ProbeError("-p applies probe's PE options at inference; hf: models are read as published: "
+                             "read them without -p")
+        options = {"corpus": args.corpus, "heldout": args.heldout, "vocab_size": args.vocab_size,
+                   **({"context": args.context} if args.context is not None else {})}
+        paths = list(args.runs)
+        home = models_home(paths, args.checkpoints, options)
+    elif args.runs:
         paths = [Path(r) for r in args.runs]
         home = paths[0].resolve().parents[1]
     else:
@@ -78,11 +93,15 @@ def run(args: argparse.Namespace) -> int:
         def on_progress(what: str, done: int, total: int) -> None:
             progress.update(bar, description=what, completed=done, total=total)
 
-        report = perplexity_report(paths, pe_options=pe_options, max_files=args.max_files, device=device,
-                                   batch_size=args.batch_size, progress=on_progress)
+        if external:
+            report = external_perplexity_report(paths, options=options, max_files=args.max_files, device=device,
+                                                batch_size=args.batch_size, progress=on_progress)
+        else:
+            report = perplexity_report(paths, pe_options=pe_options, max_files=args.max_files, device=device,
+                                       batch_size=args.batch_size, progress=on_progress)
     rows = report.table()
     protocol = report.protocol
-    suffix = pe_folder_name("", pe_options).lstrip("+") if pe_options else ""
+    suffix = models_stem(paths) if external else pe_folder_name("", pe_options).lstrip("+") if pe_options else ""
     out_dir = Path(args.out) if args.out else home / ("perplexity" + (f"+{suffix}" if suffix else ""))
     written = write_json_and_csv(out_dir, "perplexity", report.to_json(), rows)
     atomic_write_text(out_dir / "perplexity.md", report.to_markdown())

@@ -155,5 +155,26 @@ def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | 
                         help="the task folder under the checkpoint folder (task and its options)")
 
 
+def hf_models(label: str, key: str) -> list[str]:
+    """Models typed as ``hf:ID`` or ``hf:FOLDER`` (any model TransformerLens loads), space-separated;
+    a word without ``hf:`` is named in an error and left out."""
+    from probe.models.external import is_external
+
+    typed = st.text_input(label, key=key, placeholder="hf:EleutherAI/pythia-70m hf:./my-model",
+                          help="any model TransformerLens loads, read with its own tokenizer on this folder's "
+                          "held-out files at its context: a Hugging Face id in the local cache, or a folder")
+    words = typed.split()
+    for word in words:
+        if not is_external(word):
+            st.error(f"`{word}` is not hf:ID or hf:FOLDER; left out", icon=":material/error:")
+    return [word for word in words if is_external(word)]
+
+
+def corpus_options(members: list[Run]) -> dict[str, Any]:
+    """The corpus options (corpus, split, tokenizer size, context) of a code folder's runs: what
+    ``hf:`` models read beside them."""
+    return dict(members[0].config["task"]["options"])
+
+
 def error_line(error: ProbeError | Exception) -> None:
     st.error(str(error), icon=":material/error:")

@@ -1,5 +1,6 @@
-"""Pretraining: held-out perplexity against context size of code models (`probe perplexity`), and
-their attention on the last tokens of a held-out file (`probe pretrain` makes the models)."""
+"""Pretraining: held-out perplexity against context size of code models (`probe perplexity`; also of models
+TransformerLens loads, hf:ID or hf:FOLDER), and their attention on the last tokens of a held-out file
+(`probe pretrain` makes the models)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,17 @@ st.caption("Code language models, one per PE, trained on windows of T tokens of 
 
 
 @st.cache_data(show_spinner="Reading the held-out files at every context size…", show_time=True, max_entries=16)
-def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int) -> dict:
-    """What `probe perplexity RUN... --max-files N` writes to perplexity.json (cached per runs and files)."""
+def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int, options: str = "{}") -> dict:
+    """What `probe perplexity RUN... --max-files N` writes to perplexity.json (cached per runs and files);
+    ``hf:`` models read the held-out files of the corpus ``options`` (JSON) name at their context."""
+    from probe.analysis import external_perplexity_report
+    from probe.models.external import is_external
     from probe.perplexity import perplexity_report
     from probe.train import resolve_device
 
+    if any(is_external(p) for p in paths):
+        return external_perplexity_report(list(paths), options=json.loads(options), max_files=max_files,
+                                          device=resolve_device("auto")).to_json()
     return perplexity_report(list(paths), max_files=max_files, device=resolve_device("auto")).to_json()
 
 
@@ -119,7 +126,19 @@ def measure_here(code: list) -> dict | None:
                                 format_func=lambda p: shared.run_title(by_path[p]))
         max_files = st.number_input("Held-out files (at most)", min_value=1, max_value=100_000, value=50,
                                     key="pretraining-files", help="drawn at random; `probe perplexity` reads all")
+        external = shared.hf_models("Or Hugging Face models, read instead of the runs (sharing a tokenizer)",
+                                    "pretraining-hf")
         st.form_submit_button("Measure", type="primary")
+    if external:
+        options = shared.corpus_options(members)
+        flags = f"--corpus {options['corpus']} --heldout {options['heldout']} --context {options['context']}"
+        try:
+            report = measured(tuple(external), (0.0,) * len(external), int(max_files), json.dumps(options))
+        except ProbeError as error:
+            shared.error_line(error)
+            return None
+        st.caption(f"Same as: `probe perplexity {' '.join(external)} {flags} --max-files {max_files}`")
+        return report
     if not chosen:
         st.info("Pick at least one run.", icon=":material/info:")
         return None

@@ -1,0 +1,162 @@
+"""Any language model TransformerLens 4 loads from Hugging Face files, analysed beside probe's runs.
+
+Spelled ``hf:ID`` (a Hugging Face Hub id, read from the local cache) or ``hf:FOLDER`` (``hf:./my-model``,
+``hf:/abs/path``: ``config.json``, the weights and the tokenizer files; a name that is a folder here is
+that folder, as ``transformers`` reads it). Nothing is downloaded: a Hub id resolves to its cached
+snapshot folder, and the model is booted from that folder with ``TransformerBridge.boot_transformers``,
+so its attention is read from the hook names every TransformerLens model has
+(``blocks.{l}.attn.hook_pattern``, [batch, head, query, key]).
+
+The analyses read text with the model's own tokenizer, as published: the tokens it makes without
+special tokens, with the beginning-of-sequence token in front where that tokenizer adds one by
+itself (Llama's does; GPT-2's, Pythia's and BLOOM's do not). TransformerLens' copy of the
+tokenizer always adds it, so it is not the one read here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import PreTrainedTokenizerBase
+
+HF_PREFIX = "hf:"
+SPELLING = "hf:ID (a Hugging Face id in the local cache) or hf:FOLDER (config.json, weights, tokenizer)"
+LEARNED_POSITIONS = ("standard", "shortformer")  # TransformerLens' names of a learned table of n_ctx positions
+
+
+def is_external(name: object) -> bool:
+    """Whether a model name is an ``hf:`` spelling rather than a probe run or PE name."""
+    return isinstance(name, str) and name.startswith(HF_PREFIX)
+
+
+def file_name(spelling: str) -> str:
+    """A name for output files about the model: ``hf-gpt2``, ``hf-EleutherAI--pythia-70m``; a local
+    folder by its name and a hash of its path (``hf-my-model-1a2b3c4d``), as a corpus folder is named."""
+    target = spelling[len(HF_PREFIX):] if is_external(spelling) else spelling
+    if _is_path(target):
+        path = str(Path(target).expanduser().resolve())
+        target = f"{Path(path).name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    return "hf-" + re.sub(r"[^A-Za-z0-9._-]", "-", target.replace("/", "--"))
+
+
+def _is_path(target: str) -> bool:
+    return target.startswith((".", "/", "~")) or Path(target).expanduser().exists()
+
+
+def model_folder(spelling: str) -> Path:
+    """The local folder holding ``spelling``'s files; ProbeError (one line) where there is none."""
+    target = spelling[len(HF_PREFIX):] if is_external(spelling) else spelling
+    if not target:
+        raise ProbeError(f"{spelling!r} names no model; spell it {SPELLING}")
+    if _is_path(target):
+        folder = Path(target).expanduser()
+        if not folder.exists():
+            raise ProbeError(f"{spelling}: there is no folder {target}")
+        if not (folder / "config.json").is_file():
+            raise ProbeError(f"{spelling}: {folder} is not a Hugging Face model folder (no config.json); give a folder "
+                             "with config.json, the weights and the tokenizer files")
+        return folder.resolve()
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(target, local_files_only=True))
+    except HFValidationError:
+        raise ProbeError(f"{spelling}: {target!r} is neither a folder nor a Hugging Face id (owner/name); "
+                         f"spell it {SPELLING}") from None
+    except LocalEntryNotFoundError:
+        raise ProbeError(f"{spelling}: {target} is not in the local Hugging Face cache and probe downloads nothing; "
+                         f"fetch it on a machine with network (`hf download {target}`, or `huggingface-cli download "
+                         f"{target}`) and copy the cache here (HF_HOME), or give its folder as hf:/path") from None
+
+
+@dataclass(eq=False)
+class ExternalModel:
+    """A booted model with its own tokenizer, and what the analyses need to read text with it."""
+
+    spelling: str  # as given: hf:gpt2, hf:./my-model
+    folder: Path  # where its files are
+    bridge: "TransformerBridge"
+    tokenizer: "PreTrainedTokenizerBase"  # as published (TransformerLens' copy always adds BOS)
+    bos_id: int | None  # put in front of every window: the tokenizer adds it by itself
+
+    @property
+    def positions(self) -> str:
+        """TransformerLens' ``positional_embedding_type``: standard (a learned table), rotary, alibi, ..."""
+        return str(self.bridge.cfg.positional_embedding_type)
+
+    @property
+    def n_ctx(self) -> int:
+        """The context its config declares: the length it was trained at."""
+        return int(self.bridge.cfg.n_ctx)
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest input it can read: ``n_ctx`` with a learned table of positions, else no limit."""
+        return self.n_ctx if self.positions in LEARNED_POSITIONS else None
+
+    def vocabulary(self) -> dict[str, int]:
+        """Token string -> id, added tokens included: two models share a tokenizer when these are equal."""
+        return dict(self.tokenizer.get_vocab())
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, without special tokens (windows of a file start wherever they start)."""
+        return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+def _tokenizer(spelling: str, folder: Path) -> tuple["PreTrainedTokenizerBase", int | None]:
+    """The folder's tokenizer and the BOS id it adds by itself (None if it adds none)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception as error:  # transformers raises OSError, ValueError, KeyError ... for missing or odd files
+        raise ProbeError(f"{spelling}: no tokenizer could be read from {folder} ({_first_line(error)}); the analyses "
+                         "read text with the model's own tokenizer") from None
+    bare = tokenizer.encode("a", add_special_tokens=False)
+    full = tokenizer.encode("a")
+    bos = tokenizer.bos_token_id
+    prepends = bos is not None and len(full) > len(bare) and full[0] == bos and full[1:len(bare) + 1] == bare
+    return tokenizer, bos if prepends else None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def load_external(spelling: str, device: str | torch.device = "cpu") -> ExternalModel:
+    """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32, eval mode), with its tokenizer.
+
+    Anything that stops it (not cached, not a model folder, an architecture TransformerLens does not
+    support, missing weights) is one ProbeError line naming the model.
+    """
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers.utils import logging
+
+    folder = model_folder(spelling)
+    tokenizer, bos = _tokenizer(spelling, folder)
+    bar = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # transformers' weight-loading bar would break probe's own progress line
+    try:
+        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
+    except Exception as error:  # any failure of a third-party loader on a user's files is a bad input here
+        raise ProbeError(f"{spelling}: TransformerLens cannot load {folder} ({_first_line(error)})") from None
+    finally:
+        if bar:
+            logging.enable_progress_bar()
+    bridge.eval()
+    if len(tokenizer) > bridge.cfg.d_vocab:
+        raise ProbeError(f"{spelling}: its tokenizer has {len(tokenizer)} tokens, more than the model's "
+                         f"{bridge.cfg.d_vocab} embeddings")
+    return ExternalModel(spelling, folder, bridge, tokenizer, bos)

@@ -1,0 +1,382 @@
+"""Models TransformerLens loads from Hugging Face files (``hf:FOLDER``, ``hf:ID``), analysed beside probe's
+runs: tiny random GPT-2 (learned positions), GPT-NeoX (rotary), BLOOM (ALiBi) and Llama (rotary, a
+tokenizer that adds BOS) built here with ``transformers``, on a corpus written here. The oracles are
+``transformers`` itself: its eager attention probabilities and its logits."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import plotly.graph_objects as go
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, BloomConfig, BloomForCausalLM, GPT2Config,
+                          GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast)
+
+from probe.analysis import (attended_distance_report, choose_windows, compare_report, external_perplexity_report,
+                            load_subject, paired_layers)
+from probe.analysis.external import heldout_texts, tokenized
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.models.external import load_external
+from probe.patterns import run_patterns
+from probe.runs import run_dir
+from probe.train import TrainConfig, train_run
+
+T = 16  # the context every analysis here reads at (1x), and 2x
+N_POSITIONS = 24  # GPT-2's learned table: it reads 1x, not 2x
+OPTIONS = {"corpus": None, "heldout": 0.5, "context": T}  # corpus: the fixture's folder
+WIDTH = dict(initializer_range=0.5)  # large weights: peaked attention, so the oracles can fail
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _bpe(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(texts, trainer)
+    return tokenizer
+
+
+def _save(model, tokenizer: PreTrainedTokenizerFast, folder: Path) -> str:
+    model.eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return f"hf:{folder}"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A corpus of 40 small Python files and four models: GPT-2 (3 layers), GPT-NeoX and BLOOM (2 layers)
+    share a byte-level BPE that adds nothing; Llama (3 layers) has its own, which adds <s> in front."""
+    base = tmp_path_factory.mktemp("hf")
+    source = base / "src"
+    source.mkdir()
+    for i in range(40):
+        functions = (1, 2, 4, 6)[i % 4]
+        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions)))
+    texts = [p.read_text() for p in sorted(source.iterdir())]
+    shared = PreTrainedTokenizerFast(tokenizer_object=_bpe(texts, 300, ["<|endoftext|>"]), eos_token="<|endoftext|>",
+                                     bos_token="<|endoftext|>")
+    own = _bpe(texts, 280, ["<s>", "</s>"])
+    own.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", own.token_to_id("<s>"))])
+    llama_tokenizer = PreTrainedTokenizerFast(tokenizer_object=own, bos_token="<s>", eos_token="</s>")
+    ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    torch.manual_seed(0)
+    names = {
+        "gpt2": _save(GPT2LMHeadModel(GPT2Config(vocab_size=len(shared), n_positions=N_POSITIONS, n_embd=32, n_layer=3,
+                                                 n_head=4, **ids, **WIDTH)), shared, base / "gpt2"),
+        "neox": _save(GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(shared), hidden_size=32, num_hidden_layers=2,
+                                                       num_attention_heads=4, intermediate_size=64,
+                                                       max_position_embeddings=N_POSITIONS, **ids, **WIDTH)),
+                      shared, base / "neox"),
+        "bloom": _save(BloomForCausalLM(BloomConfig(vocab_size=len(shared), hidden_size=32, n_layer=2, n_head=4, **ids,
+                                                    **WIDTH)), shared, base / "bloom"),
+        "llama": _save(LlamaForCausalLM(LlamaConfig(vocab_size=len(llama_tokenizer), hidden_size=32, num_hidden_layers=3,
+                                                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                                    max_position_embeddings=N_POSITIONS, bos_token_id=0, eos_token_id=1,
+                                                    pad_token_id=1, **WIDTH)), llama_tokenizer, base / "llama"),
+    }
+    return SimpleNamespace(base=base, source=source, names=names, options={**OPTIONS, "corpus": str(source)},
+                           argv=["-o", f"corpus={source}", "-o", "heldout=0.5", "-o", f"context={T}"])
+
+
+@pytest.fixture
+def no_png(monkeypatch):
+    """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no static export in tests")
+
+    monkeypatch.setattr(go.Figure, "write_image", refuse)
+
+
+def hf_model(name: str):
+    """The model as ``transformers`` loads it, with eager attention (the probabilities it returns)."""
+    return AutoModelForCausalLM.from_pretrained(name.removeprefix("hf:"), attn_implementation="eager").eval()
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+# -- loading and the attention hooks -------------------------------------------------------------
+@pytest.mark.parametrize("family, positions, layers", [("gpt2", "standard", 3), ("neox", "rotary", 2),
+                                                       ("bloom", "alibi", 2), ("llama", "rotary", 3)])
+def test_hook_patterns_are_the_attention_transformers_returns(tiny, family, positions, layers):
+    loaded = load_external(tiny.names[family])
+    assert (loaded.positions, loaded.bridge.cfg.n_layers) == (positions, layers)
+    assert loaded.max_length == (N_POSITIONS if family == "gpt2" else None)  # a learned table stops there
+    assert loaded.bos_id == (0 if family == "llama" else None)  # only Llama's tokenizer adds <s> by itself
+    tokens = torch.randint(1, len(loaded.tokenizer), (2, 20), generator=torch.Generator().manual_seed(1))
+    maps = run_patterns(loaded.bridge, tokens)  # [batch, layer, head, query, key]
+    with torch.no_grad():
+        expected = torch.stack(hf_model(tiny.names[family])(tokens, output_attentions=True).attentions, dim=1)
+    assert maps.shape == (2, layers, 4, 20, 20)
+    assert float(expected.amax(-1).mean()) > 0.5  # peaked maps: a wrong layer or head would show
+    torch.testing.assert_close(maps, expected, rtol=0, atol=2e-5)  # float32 rounding, at logits this large
+
+
+# -- perplexity ---------------------------------------------------------------------------------
+def oracle_nll(name: str, texts: list[str], contexts: tuple[int, ...], scored: int, longest: int | None) -> torch.Tensor:
+    """[file, context] mean NLL of each text's last ``scored`` tokens read as its last c tokens, from the
+    model's own logits and tokenizer (its BOS in front where it adds one); NaN where it cannot be read."""
+    model, tokenizer = hf_model(name), AutoTokenizer.from_pretrained(name.removeprefix("hf:"))
+    bos = tokenizer.encode("a")[0] if len(tokenizer.encode("a")) > len(tokenizer.encode("a", add_special_tokens=False)) else None
+    out = torch.full((len(texts), len(contexts)), float("nan"), dtype=torch.float64)
+    for i, text in enumerate(texts):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for j, c in enumerate(contexts):
+            if len(ids) < c or (longest is not None and c > longest):
+                continue
+            window = ([bos] + ids[-(c - 1):]) if bos is not None else ids[-c:]
+            with torch.no_grad():
+                logits = model(torch.tensor([window])).logits[0].double()  # [c, vocab]
+            log_probs = logits[-scored - 1:-1].log_softmax(-1)  # predictions of the last `scored` tokens
+            out[i, j] = -log_probs[torch.arange(scored), torch.tensor(window[-scored:])].mean()
+    return out
+
+
+def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
+    names = [tiny.names[f] for f in ("gpt2", "neox", "bloom")]
+    report = external_perplexity_report(names, options=tiny.options)
+    protocol = report.protocol
+    assert protocol.train_context == T and protocol.contexts[-1] == 40 and protocol.scored == 3
+    texts = [(tiny.source / name).read_text() for name in report.files]
+    for name, run in zip(names, report.runs):
+        expected = oracle_nll(name, texts, protocol.contexts, protocol.scored, N_POSITIONS if "gpt2" in name else None)
+        assert run.label == name and torch.isfinite(expected).any()
+        torch.testing.assert_close(run.nll, expected, rtol=1e-5, atol=1e-5, equal_nan=True)  # float32 logits
+    rows = [row for row in report.table() if row["bucket"] == "all"]
+    assert {row["run"] for row in rows} == set(names)
+    assert max(row["context"] for row in rows if row["run"] == names[0]) <= N_POSITIONS  # GPT-2: "-" beyond
+    assert max(row["context"] for row in rows if row["run"] == names[1]) == 40
+    for row in rows:
+        run = report.runs[names.index(row["run"])]
+        values = run.nll[report.lengths >= 40, protocol.contexts.index(row["context"])]
+        assert math.isfinite(row["perplexity"])
+        assert row["pooled_perplexity"] == pytest.approx(math.exp(float(values.mean())), rel=1e-9)
+        assert row["perplexity"] == pytest.approx(float(values.exp().mean()), rel=1e-6)
+
+
+def test_perplexity_puts_the_bos_its_tokenizer_adds_in_front(tiny):
+    name = tiny.names["llama"]
+    report = external_perplexity_report([name], options=tiny.options, max_files=6)
+    texts = [(tiny.source / n).read_text() for n in report.files]
+    expected = oracle_nll(name, texts, report.protocol.contexts, report.protocol.scored, None)
+    torch.testing.assert_close(report.runs[0].nll, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+# -- distances and compare ----------------------------------------------------------------------
+def test_distances_on_every_family_are_finite_distributions(tiny):
+    names = [tiny.names[f] for f in ("gpt2", "neox", "bloom", "llama")]
+    report = attended_distance_report(names, options=tiny.options, n_per_bucket=3)
+    found = [(r.run.label, r.lengths, r.n_examples, r.skipped) for r in report.results]
+    assert found == [(names[0] + " @1x", [T], 3, 3)] + [  # GPT-2 cannot read 2T: its 3 windows left out
+        (n + f" @{m}x", [m * T], 3, 0) for n in names[1:] for m in (1, 2)]
+    for result in report.results:
+        for stats in result.stats.values():
+            assert math.isfinite(stats.bimodality) and 0 < stats.mean <= 1
+            assert float(stats.histogram.mass.sum()) == pytest.approx(1.0)
+            assert float(stats.weights.sum()) == pytest.approx(result.n_queries)
+
+
+def test_attended_distance_matches_a_hand_count_from_transformers_attention(tiny):
+    name = tiny.names["llama"]
+    (result,) = attended_distance_report([name], options=tiny.options, n_per_bucket=1, lengths="seen").results
+    subject = load_subject(name)
+    (w,) = choose_windows(tokenized(subject, heldout_texts([name], tiny.options)), T, n_per_bucket=1, lengths="seen",
+                          bos=subject.bos_id)
+    assert int(w.tokens[0, 0]) == 0  # <s> in front
+    with torch.no_grad():
+        maps = hf_model(name)(w.tokens, output_attentions=True).attentions  # [layer]: [1, head, query, key]
+    distances = [(q - int(row.argmax()) + 1) / (q + 1) for layer in maps for head in layer[0] for q, row in enumerate(head)]
+    assert result.stats["argmax"].mean == pytest.approx(sum(distances) / len(distances), abs=1e-9)
+
+
+def _jsd(p: torch.Tensor, q: torch.Tensor) -> float:
+    """Jensen-Shannon divergence of two distributions (natural log), by its definition."""
+    m = (p + q) / 2
+    return float(((p * (p / m).log()).nansum() + (q * (q / m).log()).nansum()) / 2)
+
+
+def test_compare_pairs_layers_by_relative_depth_on_transformers_attention(tiny):
+    gpt2, neox, bloom = (tiny.names[f] for f in ("gpt2", "neox", "bloom"))
+    report = compare_report(gpt2, [neox, bloom], options=tiny.options, n_per_bucket=2)
+    assert report.baseline is None and [r.label for r in report.comparisons] == [neox, bloom]
+    result = report.comparisons[0]
+    assert result.paired == [0, 1, 1] and result.n_layers == 3  # A's 3 layers on B's 2
+    assert [b.length for b in result.buckets] == [T] and result.skipped == 2  # GPT-2 reads 1x only
+    assert result.to_json()["layers_b"] == [0, 1, 1] and [r["layer_b"] for r in result.to_rows()[:4]] == [0, 1, 1, ""]
+    subject = load_subject(gpt2)
+    (w,) = choose_windows(tokenized(subject, heldout_texts([gpt2], tiny.options)), T, n_per_bucket=2, lengths="seen")
+    with torch.no_grad():
+        maps_a = hf_model(gpt2)(w.tokens, output_attentions=True).attentions
+        maps_b = hf_model(neox)(w.tokens, output_attentions=True).attentions
+    expected = torch.tensor([[min(sum(_jsd(P[t, : t + 1].double(), Q[t, : t + 1].double()) for t in range(T)) / T
+                                  for P in maps_a[layer][k] for Q in maps_b[other][k])
+                              for layer, other in enumerate([0, 1, 1])] for k in range(2)], dtype=torch.float64)
+    assert float(expected.min()) > 1e-3  # two different models: a test that can fail
+    torch.testing.assert_close(result.values, expected, rtol=0, atol=1e-5)  # [window, layer]; float32 maps
+
+    backwards = compare_report(neox, [gpt2], options=tiny.options, n_per_bucket=2).comparisons[0]
+    assert backwards.paired == [0, 2] and backwards.n_layers == 2
+
+
+@pytest.mark.parametrize("a, b, expected", [(3, 2, [0, 1, 1]), (2, 3, [0, 2]), (1, 4, [0]), (4, 1, [0, 0, 0, 0]),
+                                            (5, 5, [0, 1, 2, 3, 4]), (5, 3, [0, 1, 1, 2, 2]), (12, 24, None)])
+def test_paired_layers_is_the_same_relative_depth(a, b, expected):
+    pairs = paired_layers(a, b)
+    if expected is not None:
+        assert pairs == expected
+    assert len(pairs) == a and pairs[0] == 0 and (a == 1 or pairs[-1] == b - 1)
+    assert pairs == sorted(pairs) and all(0 <= m < b for m in pairs)
+    if a > 1:  # within half a layer of l (L_B - 1) / (L_A - 1)
+        assert all(abs(m - l * (b - 1) / (a - 1)) <= 0.5 for l, m in enumerate(pairs))
+
+
+def test_models_with_different_tokenizers_are_not_compared(tiny, capsys):
+    with pytest.raises(ProbeError, match="tokenizers differ"):
+        compare_report(tiny.names["gpt2"], [tiny.names["llama"]], options=tiny.options)
+    assert main(["compare", tiny.names["gpt2"], tiny.names["llama"], *tiny.argv]) == 2
+    assert "tokenizers differ" in one_line_error(capsys)
+    assert main(["perplexity", tiny.names["neox"], tiny.names["llama"], "--corpus", str(tiny.source)]) == 2
+    assert "tokenizers differ" in one_line_error(capsys)
+
+
+# -- the commands -------------------------------------------------------------------------------
+def test_commands_write_their_outputs_beside_the_runs_folder(tiny, tmp_path, capsys, no_png):
+    root = tmp_path / "checkpoints"
+    gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
+    argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--context", str(T), "--checkpoints", str(root)]
+    assert main(["perplexity", gpt2, neox, *argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in data["runs"]] == [gpt2, neox] and data["protocol"]["train_context"] == T
+    assert all(math.isfinite(row["perplexity"]) for row in data["rows"])
+    (folder,) = (root).iterdir()  # the code folder of these corpus options, where probe's runs of it live
+    assert folder.name.startswith("code+context=16+corpus=src-") and "heldout=0.5" in folder.name
+    (written,) = [p for p in folder.iterdir() if p.name.startswith("perplexity+hf-gpt2-")]
+    assert {"perplexity.json", "perplexity.csv", "perplexity.md"} <= {p.name for p in written.iterdir()}
+
+    assert main(["compare", gpt2, neox, *tiny.argv, "--n-per-bucket", "2", "--checkpoints", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "L2:1" in out and "A's L2 with B's L1" in out
+    (csv,) = (folder / "compare").glob("hf-gpt2-*_vs_hf-neox-*.csv")
+    assert csv.read_text().splitlines()[0].startswith("a,b,metric,length,seen,n_examples,layer,layer_b,")
+
+    assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "2", "--checkpoints", str(root), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["run"]["label"] for r in data["runs"]] == [f"{neox} @1x", f"{neox} @2x"]
+    assert any(Path(f).name.startswith("attended_distance_hf-neox-") for f in data["files"])
+
+
+@pytest.fixture(scope="module")
+def code_runs(tiny, tmp_path_factory):
+    """NoPE and ALiBi code runs trained two steps on the fixture's corpus at T (its prepared corpus beside them)."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    options = {"corpus": str(tiny.source), "vocab_size": 300, "context": T, "heldout": 0.5}
+    paths = []
+    for pe in ("nope", "alibi"):
+        config = TrainConfig(task="code", pe=pe, steps=2, batch_size=4, eval_examples=2, task_options=options,
+                             model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T))
+        paths.append(train_run(config, run_dir(root, "code", pe, 0, options), torch.device("cpu")).path)
+    return SimpleNamespace(root=root, paths=paths, argv=[*tiny.argv, "-o", "vocab_size=300", "--checkpoints", str(root)])
+
+
+def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
+    """A code run reads its own corpus's held-out files; an hf: model reads the same files with its tokenizer."""
+    nope = str(code_runs.paths[0])
+    report = attended_distance_report([nope, tiny.names["bloom"]], n_per_bucket=2)
+    assert [r.run.label for r in report.results] == ["NoPE @1x", "NoPE @2x", tiny.names["bloom"] + " @1x",
+                                                     tiny.names["bloom"] + " @2x"]
+    assert main(["compare", nope, tiny.names["bloom"], "--task", "code"]) == 2
+    assert "tokenizers differ" in one_line_error(capsys)
+    assert main(["compare", tiny.names["bloom"], "nope", *code_runs.argv]) == 2  # the run found by its PE name
+    assert "tokenizers differ" in one_line_error(capsys)
+
+
+# -- the explorer -------------------------------------------------------------------------------
+def test_explorer_measures_the_perplexity_of_hf_models_beside_code_runs(tiny, code_runs, monkeypatch, no_png):
+    from test_app import run_page, texts
+
+    gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
+    at = run_page("pretraining", code_runs.root, monkeypatch)
+    at.text_input(key="pretraining-hf").set_value(f"{gpt2} {neox}")
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert [row["model"] for _, row in at.dataframe[0].value.iterrows()] == [gpt2, neox]
+    assert f"probe perplexity {gpt2} {neox} --corpus {tiny.source}" in texts(at.caption)
+    at.text_input(key="pretraining-hf").set_value(f"{gpt2} {tiny.names['llama']}")
+    at.button[0].click().run()
+    assert not at.exception and "tokenizers differ" in texts(at.error)
+    at.text_input(key="pretraining-hf").set_value("gpt2")
+    at.button[0].click().run()
+    assert "`gpt2` is not hf:ID or hf:FOLDER" in texts(at.error)
+
+
+def test_explorer_lists_a_perplexity_report_of_hf_models(tiny, code_runs, monkeypatch, no_png):
+    from test_app import run_page
+
+    argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--vocab-size", "300", "--context", str(T),
+            "--checkpoints", str(code_runs.root)]
+    assert main(["perplexity", tiny.names["bloom"], *argv]) == 0
+    at = run_page("pretraining", code_runs.root, monkeypatch)
+    (saved,) = [o for o in at.selectbox(key="pretraining-report").options if "perplexity+hf-bloom-" in o]
+    at.selectbox(key="pretraining-report").set_value(str(code_runs.root / saved)).run()
+    assert not at.exception and [row["model"] for _, row in at.dataframe[0].value.iterrows()] == [tiny.names["bloom"]]
+
+
+# -- bad input: one line, exit 2 ----------------------------------------------------------------
+def test_a_hub_id_in_the_local_cache_loads_offline(tiny, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    snapshot = tmp_path / "hub" / "models--probe-test--tiny-neox" / "snapshots" / ("0" * 40)
+    shutil.copytree(tiny.names["neox"].removeprefix("hf:"), snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    loaded = load_external("hf:probe-test/tiny-neox")
+    assert loaded.folder == snapshot and loaded.bridge.cfg.n_layers == 2
+
+
+def test_a_hub_id_not_in_the_cache_is_one_line_saying_how_to_fetch_it(tiny, tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
+    assert main(["perplexity", "hf:EleutherAI/pythia-70m", "--corpus", str(tiny.source)]) == 2
+    err = one_line_error(capsys)
+    assert "not in the local Hugging Face cache" in err and "hf download EleutherAI/pythia-70m" in err
+
+
+@pytest.mark.parametrize("target, message", [
+    ("missing", "there is no folder"),
+    ("empty", "not a Hugging Face model folder (no config.json)"),
+    ("notes.txt", "not a Hugging Face model folder (no config.json)"),
+    ("bare", "no tokenizer could be read"),  # a config.json and nothing else
+])
+def test_a_folder_that_is_not_a_model_is_one_line(tmp_path, capsys, target, message):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("not a model")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "config.json").write_text("{}")
+    assert main(["distances", f"hf:{tmp_path / target}"]) == 2
+    assert message in one_line_error(capsys)
+
+
+def test_a_model_folder_transformer_lens_cannot_load_is_one_line(tiny, tmp_path, capsys):
+    folder = tmp_path / "broken"
+    shutil.copytree(tiny.names["gpt2"].removeprefix("hf:"), folder)
+    (folder / "model.safetensors").unlink()
+    assert main(["perplexity", f"hf:{folder}", "--corpus", str(tiny.source)]) == 2
+    assert "TransformerLens cannot load" in one_line_error(capsys)
+    assert main(["compare", f"hf:{folder}", tiny.names["gpt2"], "--task", "scan"]) == 2
+    assert "read on held-out code" in one_line_error(capsys)
