@@ -83,7 +83,3 @@ def _provenance(folder: Path, config: dict[str, Any], bos: int | None) -> dict[s
     return {"from": str(folder.resolve()), "architecture": config["architectures"][0],
             "position_encoding_type": config["position_encoding_type"], "bos_token_id": bos}
 
-
-def window_bos(config: dict[str, Any]) -> int | None:
-    """The token an imported run's windows start with (None for probe's own runs)."""
-    return config.get("imported", {}).get("bos_token_id")

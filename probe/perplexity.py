@@ -227,7 +227,7 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     """Perplexity of held-out files per run, context size and file-length bucket, the paper's way
     (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
     runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this many held-out files, drawn with ``seed``."""
-    from probe.models.checkpoint import load_checkpoint, read_checkpoint_config
+    from probe.models.checkpoint import load_checkpoint, read_checkpoint_config, window_bos
     from probe.models.registry import options_for, pe_folder_name
     from probe.models.rotary import SCALINGS_WITH_LENGTH
 
@@ -253,8 +253,9 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
         training = config.get("training", {}).get("pe_options", {})
         seed_of = config.get("training", {}).get("seed", 0)
         label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
-        nll = read_contexts(model, files, protocol, device=device, batch_size=batch_size, progress=progress,
-                            label=label, step=done * len(protocol.contexts), steps=len(paths) * len(protocol.contexts))
+        nll = read_contexts(model, files, protocol, device=device, batch_size=batch_size, bos=window_bos(config),
+                            progress=progress, label=label, step=done * len(protocol.contexts),
+                            steps=len(paths) * len(protocol.contexts))
         results.append(RunPerplexity(label, config["pe"], str(path), nll, applied))
         del model
     names = corpus.heldout_names

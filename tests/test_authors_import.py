@@ -125,3 +125,28 @@ def test_a_pickle_that_would_run_code_is_refused_unrun(tmp_path, capsys):
     with pytest.raises(ProbeError):
         load_authors_model(folder)
     assert not marker.exists()
+
+
+def test_perplexity_reads_an_imported_run_with_its_bos_first(imported):
+    """The 1B models were trained with <jupyter_start> opening every block: each window read is that
+    token and the last c - 1 tokens of the file, scored as by hand from the model's own logits."""
+    from probe.corpus.prepared import run_corpus
+    from probe.perplexity import perplexity_report
+
+    _, runs = imported
+    run = runs["rotary"]
+    report = perplexity_report([run], max_files=2)
+    config = json.loads((run / "config.json").read_text())
+    corpus = run_corpus(run, config)
+    name = report.files[0]
+    tokens = corpus.heldout_file(corpus.heldout_names.index(name))
+    context, scored = report.protocol.contexts[0], report.protocol.scored
+    window = torch.cat([torch.tensor([REFERENCE["bos_token_id"]]), tokens[-(context - 1):]])[None]
+    model = load_checkpoint(run)
+    with torch.no_grad():
+        logits = model(window)[0, -scored - 1:-1].double()
+    by_hand = torch.nn.functional.cross_entropy(logits, window[0, -scored:]).item()
+    assert report.runs[0].nll[0, 0].item() == pytest.approx(by_hand, rel=1e-9)
+    with torch.no_grad():
+        plain = model(tokens[-context:][None])[0, -scored - 1:-1].double()
+    assert abs(torch.nn.functional.cross_entropy(plain, tokens[-scored:]).item() - by_hand) > 1e-6

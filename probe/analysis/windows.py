@@ -29,6 +29,7 @@ from probe.corpus import CODE_TASK
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.metrics import layer_distances
+from probe.models.checkpoint import window_bos
 from probe.patterns import run_patterns
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
@@ -121,9 +122,10 @@ def choose_windows(corpus: HeldoutFiles | PreparedCorpus, train_context: int, *,
 
 def run_windows(path: str | Path, config: Mapping[str, Any], *, multiples: Sequence[float] | None = MULTIPLES,
                 n_per_bucket: int = 10, seed: int = 0, lengths: Lengths = "all") -> list[ContextWindows]:
-    """:func:`choose_windows` from the corpus a code run was trained on, at its training context."""
+    """:func:`choose_windows` from the corpus a code run was trained on, at its training context, each
+    window starting with the run's beginning-of-sequence token where it was trained with one."""
     return choose_windows(run_corpus(path, config), training_context(config), multiples=multiples,
-                          n_per_bucket=n_per_bucket, seed=seed, lengths=lengths)
+                          n_per_bucket=n_per_bucket, seed=seed, lengths=lengths, bos=window_bos(config))
 
 
 def _fitting(windows: list[ContextWindows], n_ctx: int, who: str) -> tuple[list[ContextWindows], int]:

@@ -70,6 +70,12 @@ def task_name(config: dict[str, Any]) -> str | None:
     return task.get("name") if isinstance(task, dict) else None
 
 
+def window_bos(config: dict[str, Any]) -> int | None:
+    """The token a model's windows of text start with: the beginning-of-sequence token a released model
+    was trained with at the start of every block (``probe import`` records it); None for probe's runs."""
+    return config.get("imported", {}).get("bos_token_id")
+
+
 def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The parsed ``config.json`` of a checkpoint folder (no weights read)."""
     directory = Path(directory)
