@@ -17,6 +17,7 @@ _LAZY = {
     "build_model": "probe.models",
     "save_checkpoint": "probe.models",
     "load_checkpoint": "probe.models",
+    "load_run": "probe.runs",
     "ModelConfig": "probe.models",
     "PRESETS": "probe.models",
     "ProbeError": "probe.errors",

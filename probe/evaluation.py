@@ -12,7 +12,7 @@ from probe.decoding import evaluate_examples
 from probe.models.registry import PE_KINDS
 from probe.files import atomic_write_json
 from probe.locks import run_lock
-from probe.models.checkpoint import load_checkpoint
+from probe.runs import load_run
 from probe.runs import Run
 from probe.tasks import Tokenizer, get as get_task
 
@@ -47,7 +47,7 @@ def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device |
     from probe.models.registry import parse_pe_options
 
     at_inference = parse_pe_options(run.pe, pe_options or {})
-    model = load_checkpoint(run.path, device=device, pe_options=at_inference)
+    model = load_run(run.path, device=device, pe_options=at_inference)
     meta = model.metadata
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])

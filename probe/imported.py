@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from probe.corpus import CODE_TASK, CodeTokenizer, CorpusSpec, prepare_corpus
-from probe.corpus.bpe import TOKENIZER_FILE
+from probe.corpus.bpe import END_OF_FILE, TOKENIZER_FILE
 from probe.corpus.prepared import CORPUS_FOLDER, corpus_folder_name, tokenizer_digest
 from probe.errors import ProbeError
 from probe.files import atomic_write_text
 from probe.models.authors import load_authors_model
-from probe.models.checkpoint import CONFIG, save_checkpoint
+from probe.models.checkpoint import CONFIG, TOKENIZER_KEY, save_checkpoint
 
 RELEASED_CONTEXT = 1024  # the 1B models' training context (their config's n_positions)
 
@@ -75,8 +75,17 @@ def import_released(folder: str | os.PathLike, checkpoints: str | os.PathLike, *
         corpus={"fingerprint": prepared.manifest["fingerprint"], "sizes": prepared.summary()},
         training={"complete": True, "seed": seed, "pe_options": {}, "imported": True},
         imported=_provenance(folder, config, bos),
+        **{TOKENIZER_KEY: _tokenizer_record(prepared.tokenizer, bos)},
     )
     return run
+
+
+def _tokenizer_record(tokenizer: CodeTokenizer, bos: int | None) -> dict[str, Any]:
+    """Strings get the released models' BOS first, as their inference reads them."""
+    tokens = {"eos_token": END_OF_FILE, "pad_token": END_OF_FILE}
+    if bos is not None:
+        tokens["bos_token"] = tokenizer.tokenizer.id_to_token(bos)
+    return {"special_tokens": tokens, "prepend_bos": bos is not None}
 
 
 def _provenance(folder: Path, config: dict[str, Any], bos: int | None) -> dict[str, Any]:

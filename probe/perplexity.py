@@ -227,9 +227,10 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
     """Perplexity of held-out files per run, context size and file-length bucket, the paper's way
     (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
     runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this many held-out files, drawn with ``seed``."""
-    from probe.models.checkpoint import load_checkpoint, read_checkpoint_config, window_bos
+    from probe.models.checkpoint import read_checkpoint_config, window_bos
     from probe.models.registry import options_for, pe_folder_name
     from probe.models.rotary import SCALINGS_WITH_LENGTH
+    from probe.runs import load_run
 
     if not runs:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
@@ -246,7 +247,7 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
         applied = options_for(config["pe"], pe_options)
         if applied.get("scaling") in SCALINGS_WITH_LENGTH:
             applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
-        model = load_checkpoint(path, device=device, pe_options=applied or None)
+        model = load_run(path, device=device, pe_options=applied or None)
         if model.cfg.n_ctx < protocol.contexts[-1]:
             raise ProbeError(f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
                              f"{protocol.contexts[-1]} (train with -m n_ctx={protocol.contexts[-1]})")

@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, read_checkpoint_config, task_name
 from probe.models.positional import format_option
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
 
@@ -186,3 +189,25 @@ def train_command(task: str, options: dict[str, Any] | None, root: str | Path, p
     if Path(root) != DEFAULT_CHECKPOINTS:
         parts.append(f"--checkpoints {root}")
     return " ".join(parts)
+
+
+def load_run(path: str | Path, device: "str | torch.device" = "cpu", pe_options: dict[str, Any] | None = None):
+    """A run's model with its tokenizer: the one the run carries (``tokenizer.json``), or, for a run saved
+    before runs carried one, its task's word-level vocabulary or its code BPE, as it was trained with."""
+    from probe.models.checkpoint import load_checkpoint
+
+    model = load_checkpoint(path, device=device, pe_options=pe_options)
+    if model.tokenizer is None:
+        _attach_saved_tokenizer(model, Path(path), model.metadata)
+    return model
+
+
+def _attach_saved_tokenizer(model, path: Path, config: dict[str, Any]) -> None:
+    from probe.corpus import CODE_TASK, CodeTokenizer
+    from probe.corpus.prepared import run_tokenizer_json
+    from probe.tasks.tokenizer import Tokenizer
+
+    if "tokenizer" in config:
+        Tokenizer.from_dict(config["tokenizer"]).attach_to(model)
+    elif task_name(config) == CODE_TASK:
+        CodeTokenizer.from_json(run_tokenizer_json(path)).attach_to(model)

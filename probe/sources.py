@@ -16,6 +16,7 @@ from probe.corpus.bpe import TOKENIZER_FILE
 from probe.corpus.prepared import corpus_of_run
 from probe.data import EncodedSet, encode
 from probe.files import atomic_write_text
+from probe.models.checkpoint import TOKENIZER_KEY, tokenizer_record
 from probe.models.transformer import PETransformer
 from probe.tasks import Tokenizer, get as get_task
 
@@ -61,10 +62,12 @@ class TaskSource:
                                                   answer_only=bool(self.task.options.get("scratchpad"))).accuracy}
 
     def metadata(self) -> dict[str, Any]:
-        return {"task": {"name": self.name, "options": self.task.options}, "tokenizer": self.tokenizer.to_dict()}
+        return {"task": {"name": self.name, "options": self.task.options}, "tokenizer": self.tokenizer.to_dict(),
+                TOKENIZER_KEY: tokenizer_record(self.tokenizer.to_hf(), prepend_bos=True)}
 
     def write_files(self, folder: Path) -> None:
-        """Everything a task run needs is in its ``config.json``."""
+        """The run's tokenizer as a Hugging Face file: a checkpoint folder reads with its strings."""
+        atomic_write_text(folder / TOKENIZER_FILE, self.tokenizer.to_hf().backend_tokenizer.to_str())
 
 
 class CorpusSource:
@@ -100,7 +103,8 @@ class CorpusSource:
 
     def metadata(self) -> dict[str, Any]:
         return {"task": {"name": CODE_TASK, "options": self.spec.options},
-                "corpus": {"fingerprint": self.corpus.manifest["fingerprint"], "sizes": self.corpus.summary()}}
+                "corpus": {"fingerprint": self.corpus.manifest["fingerprint"], "sizes": self.corpus.summary()},
+                TOKENIZER_KEY: tokenizer_record(self.corpus.tokenizer.to_hf(), prepend_bos=False)}
 
     def write_files(self, folder: Path) -> None:
         """The run's own copy of the tokenizer: a checkpoint folder reads without its corpus."""

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from probe.models import load_checkpoint
+from probe.runs import load_run
 
 ROOT = Path(__file__).resolve().parent / "fixtures" / "legacy_checkpoints"
 LOGITS = load_file(str(ROOT / "logits.safetensors"))
@@ -25,5 +26,7 @@ def test_a_checkpoint_from_transformer_lens_3_gives_its_logits(run):
 
 
 def test_a_legacy_run_keeps_its_tokenizer():
-    model = load_checkpoint(ROOT / "t5")
+    """Runs from before runs carried a tokenizer file: load_run rebuilds it from the task's vocabulary."""
+    assert load_checkpoint(ROOT / "t5").tokenizer is None
+    model = load_run(ROOT / "t5")
     assert model.to_str_tokens("walk twice <sep>") == ["<bos>", "walk", "twice", "<sep>"]

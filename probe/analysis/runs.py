@@ -104,12 +104,12 @@ def paired_layers(layers_a: int, layers_b: int) -> list[int]:
 def _load(run: str | Path | Run, device: torch.device, label: str | None = None,
           pe_options: Mapping[str, Any] | None = None):
     """The run's model, with those of ``pe_options`` its PE has applied at inference."""
-    from probe.models import load_checkpoint
+    from probe.runs import load_run
     from probe.models.registry import options_for
 
     path = _run_path(run)
     applied = options_for(read_checkpoint_config(path)["pe"], dict(pe_options or {}))
-    model = load_checkpoint(path, device=device, pe_options=applied or None)
+    model = load_run(path, device=device, pe_options=applied or None)
     return model, _info(path, model.metadata, label, applied)
 
 

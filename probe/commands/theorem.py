@@ -135,9 +135,9 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
             source = theorems.random_t5_source(seed=args.seed)
             note = f"no --from: matching a random N(0, 1) T5 bias table (seed {args.seed})"
         else:
-            from probe.models.checkpoint import load_checkpoint
+            from probe.runs import load_run
 
-            source = load_checkpoint(args.source)
+            source = load_run(args.source)
             note = f"t5 head from {args.source}"
     results, matches = [], {}
     for dtype in dtypes:

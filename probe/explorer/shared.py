@@ -86,9 +86,9 @@ def stamp(run: Run) -> float:
 
 @st.cache_resource(show_spinner="Loading checkpoint…", max_entries=4)
 def cached_model(path: str, version: float):
-    from probe.models import load_checkpoint
+    from probe.runs import load_run
 
-    return load_checkpoint(path)
+    return load_run(path)
 
 
 def load_model(run: Run):

@@ -25,6 +25,8 @@ from probe.models.config import ModelConfig
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"  # the run's tokenizer, a Hugging Face `tokenizers` file
+TOKENIZER_KEY = "tokenizer_file"  # in config.json: its special tokens, and whether strings get its BOS
 FORMAT = 1
 
 
@@ -70,6 +72,32 @@ def task_name(config: dict[str, Any]) -> str | None:
     return task.get("name") if isinstance(task, dict) else None
 
 
+def tokenizer_record(tokenizer: Any, prepend_bos: bool) -> dict[str, Any]:
+    """What ``config.json`` says of a run's ``tokenizer.json`` (a ``PreTrainedTokenizerFast``): its
+    special tokens, and whether ``to_tokens`` puts the BOS first."""
+    names = ("bos_token", "eos_token", "pad_token", "sep_token", "unk_token")
+    return {"special_tokens": {name: getattr(tokenizer, name) for name in names if getattr(tokenizer, name)},
+            "prepend_bos": prepend_bos}
+
+
+def attach_tokenizer(model: torch.nn.Module, directory: Path, config: dict[str, Any]) -> None:
+    """``model.tokenizer`` from the run's ``tokenizer.json``, where it carries one, so TransformerLens'
+    string methods (``to_tokens``, ``to_str_tokens``, ``generate``, ``test_prompt``) take text."""
+    record, path = config.get(TOKENIZER_KEY), directory / TOKENIZER
+    if record is None or not path.is_file():
+        return
+    from transformers import PreTrainedTokenizerFast
+
+    try:
+        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path), padding_side="right", **record["special_tokens"])
+    except Exception as error:  # tokenizers raises its own Exception for a malformed file
+        raise ProbeError(f"{path} is not a readable tokenizer ({str(error).strip().splitlines()[0]})") from None
+    if len(tokenizer) > model.cfg.d_vocab:
+        raise ProbeError(f"{path} has {len(tokenizer)} tokens; the model has {model.cfg.d_vocab} ids")
+    model.set_tokenizer(tokenizer, default_padding_side="right")
+    model.cfg.default_prepend_bos = bool(record["prepend_bos"])
+
+
 def window_bos(config: dict[str, Any]) -> int | None:
     """The token a model's windows of text start with: the beginning-of-sequence token a released model
     was trained with at the start of every block (``probe import`` records it); None for probe's runs."""
@@ -95,8 +123,9 @@ def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
 
 def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
                     pe_options: dict[str, Any] | None = None):
-    """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and, for a
-    trained run, its task's tokenizer on ``model.tokenizer`` (``Tokenizer.to_hf``).
+    """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and the
+    tokenizer the run carries (``tokenizer.json``) on ``model.tokenizer``. Runs saved before runs
+    carried one: ``probe.runs.load_run``.
 
     ``pe_options`` changes PE options at inference (RoPE scaling on a model trained without it);
     an option that would change the PE's weights is one line, not a silently different model."""
@@ -131,19 +160,7 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
                              "are set at training (probe train -p), not at inference") from None
         raise ProbeError(f"{weights} does not fit its config ({first})") from None
     model.metadata = config
-    if "tokenizer" in config:  # trained runs: to_tokens, generate and test_prompt take strings
-        from probe.tasks.tokenizer import Tokenizer
-
-        Tokenizer.from_dict(config["tokenizer"]).attach_to(model)
-    elif task_name(config) == "code":  # a pretrained code model: its BPE, saved beside it
-        from probe.corpus.bpe import TOKENIZER_FILE, CodeTokenizer
-
-        try:
-            tokenizer = CodeTokenizer.from_json((directory / TOKENIZER_FILE).read_text())
-        except (ProbeError, OSError) as error:
-            raise ProbeError(f"{directory / TOKENIZER_FILE} cannot be read ({error})") from None
-        tokenizer.attach_to(model)
-        model.code_tokenizer = tokenizer
+    attach_tokenizer(model, directory, config)
     if torch.device(device).type != "cpu":
         model.to(device)
     return model.eval()

@@ -56,7 +56,7 @@ def file_attention(path: str, version: float, index: int, context: int):
     model = shared.cached_model(path, version)
     ids = corpus_of(path, version).heldout_file(index)[-context:]  # [context]
     patterns = run_patterns(model, ids[None].to(model.cfg.device))[0].cpu()  # [layer, head, query, key]
-    tokenizer = model.code_tokenizer
+    tokenizer = corpus_of(path, version).tokenizer  # the run's BPE: run_corpus checks it is the one it trained with
     labels = [t.replace("\n", "↵").replace("\t", "⇥") for t in tokenizer.tokens(ids.tolist())]
     return labels, tokenizer.decode(ids.tolist()), patterns
 
