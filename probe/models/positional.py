@@ -14,15 +14,24 @@ identity (``ModelConfig.pe_options``, the run folder ``<pe>+<option>=<value>``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Protocol
 
 import torch
 from torch import nn
 
 from probe.errors import ProbeError
 
-if TYPE_CHECKING:
-    from probe.models.config import ModelConfig
+class ModelShape(Protocol):
+    """What a PE reads of the model it is part of (``probe.models.config.ModelConfig`` has it): the PE
+    layer knows the model's shape, not the config class, so the registry and the config import one way."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_head: int
+    n_ctx: int
+    attn_scale: bool
+    pe_options: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,7 @@ class Option:
     default: Any
     help: str
     choices: tuple[Any, ...] | None = None
-    check: Callable[[Any, dict[str, Any], "ModelConfig"], str | None] | None = None
+    check: Callable[[Any, dict[str, Any], ModelShape], str | None] | None = None
 
     def parse(self, value: Any) -> Any:
         """A value from the command line ("4", "true") or a config file, as ``type``."""
@@ -84,7 +93,7 @@ class PositionalEncoding(nn.Module):
     rotates: ClassVar[bool] = False  # blocks.{l}.attn.hook_rot_q / hook_rot_k [batch, pos, head, d_head]
     scores_term: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_scores [batch, head, query, key]
 
-    def __init__(self, config: "ModelConfig"):
+    def __init__(self, config: ModelShape):
         super().__init__()
         self.config = config
         self.option = dict(config.pe_options)  # resolved: every option with its value
@@ -109,7 +118,7 @@ class PositionalEncoding(nn.Module):
         return parsed
 
     @classmethod
-    def resolve_options(cls, given: dict[str, Any], config: "ModelConfig") -> dict[str, Any]:
+    def resolve_options(cls, given: dict[str, Any], config: ModelShape) -> dict[str, Any]:
         """Every option with its value: ``given`` parsed and checked, the defaults for the rest."""
         resolved = {**{name: option.default for name, option in cls.options.items()}, **cls.parse_options(given)}
         for name, option in cls.options.items():

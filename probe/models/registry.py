@@ -7,7 +7,7 @@ A run of a PE with options lives in the folder ``<pe>+<option>=<value>...`` (``p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from probe.errors import ProbeError
 from probe.models.alibi import ALiBi
@@ -17,14 +17,11 @@ from probe.models.fire import FIRE
 from probe.models.kerple import KERPLE
 from probe.models.learned import LearnedAPE
 from probe.models.nope import NoPE
-from probe.models.positional import PositionalEncoding, format_option
+from probe.models.positional import ModelShape, PositionalEncoding, format_option
 from probe.models.rotary import Rotary
 from probe.models.t5 import T5RelativeBias
 from probe.models.txl import TransformerXL
 from probe.models.xpos import XPos
-
-if TYPE_CHECKING:
-    from probe.models.config import ModelConfig
 
 PE_CLASSES: dict[str, type[PositionalEncoding]] = {
     cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE,
@@ -73,6 +70,6 @@ def split_pe_name(name: str) -> tuple[str, dict[str, Any]]:
     return pe, parse_pe_options(pe, given)
 
 
-def make_positional_encoding(config: "ModelConfig") -> PositionalEncoding:
+def make_positional_encoding(config: ModelShape) -> PositionalEncoding:
     check_kind(config.pe)
     return PE_CLASSES[config.pe](config)
