@@ -150,3 +150,21 @@ def test_perplexity_reads_an_imported_run_with_its_bos_first(imported):
     with torch.no_grad():
         plain = model(tokens[-context:][None])[0, -scored - 1:-1].double()
     assert abs(torch.nn.functional.cross_entropy(plain, tokens[-scored:]).item() - by_hand) > 1e-6
+
+
+@pytest.mark.parametrize("page", ["models", "pretraining"])
+def test_the_explorer_reads_imported_runs(imported, page, monkeypatch):
+    """The explorer's run list and its Pretraining page (perplexity measured there, attention on a
+    held-out file) read imported runs as they read `probe pretrain` runs."""
+    from streamlit.testing.v1 import AppTest
+
+    root, _ = imported
+    monkeypatch.setenv("PROBE_CHECKPOINTS", str(root))
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"),
+                           default_timeout=300)
+    at.run()
+    if page != "models":
+        at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    cells = " ".join(str(cell) for frame in at.dataframe for cell in frame.value.to_numpy().ravel())
+    assert all(f"/{pe}/seed0" in cells or f" {pe} " in f" {cells} " for pe in PROBE_PE.values()), cells
