@@ -335,6 +335,69 @@ def test_explorer_lists_a_perplexity_report_of_hf_models(tiny, code_runs, monkey
     assert not at.exception and [row["model"] for _, row in at.dataframe[0].value.iterrows()] == [tiny.names["bloom"]]
 
 
+def page_table(at) -> list[dict]:
+    return [dict(row) for _, row in at.dataframe[0].value.iterrows()]
+
+
+def test_explorer_compares_code_runs_and_hf_models(tiny, code_runs, monkeypatch, no_png):
+    from test_app import run_page, texts
+
+    nope, alibi = (str(p) for p in code_runs.paths)
+    gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
+    at = run_page("compare", code_runs.root, monkeypatch)
+    assert not at.error and len(at.get("plotly_chart")) >= 2
+    assert (at.selectbox(key="compare-a").value, at.selectbox(key="compare-b").value) == (nope, alibi)
+    assert at.select_slider(key="bucket").options == ["all buckets", f"{T}", f"{2 * T} (unseen)"]  # 1x and 2x T
+    expected = compare_report(nope, [alibi], baseline=False).comparisons[0].overall  # 10 windows per context size
+    (row,) = page_table(at)
+    assert row["A vs"] == "ALiBi"
+    assert [row["layer 0"], row["layer 1"]] == pytest.approx(expected.per_layer.mean.tolist())
+
+    at.text_input(key="compare-hf").set_value(f"{gpt2} {neox}").run()
+    at.selectbox(key="compare-a").set_value(gpt2)
+    at.selectbox(key="compare-b").set_value(neox)
+    at.number_input(key="n").set_value(2)
+    at.button[0].click().run()  # the form's Compare
+    assert not at.exception and not at.error
+    expected = compare_report(gpt2, [neox], options=tiny.options, n_per_bucket=2).comparisons[0].overall
+    (row,) = page_table(at)
+    assert row["A vs"] == neox
+    assert [row[f"layer {l}"] for l in range(3)] == pytest.approx(expected.per_layer.mean.tolist())
+    assert "A's L2 with B's L1" in texts(at.caption)  # 3 layers of GPT-2 on 2 of GPT-NeoX
+    assert f"probe compare {gpt2} {neox} -o corpus={tiny.source} -o heldout=0.5 -o context={T}" in texts(at.caption)
+
+    at.selectbox(key="compare-b").set_value(nope)
+    at.button[0].click().run()
+    assert not at.exception and "tokenizers differ" in texts(at.error)
+    at.text_input(key="compare-hf").set_value("gpt2").run()
+    assert not at.exception and [e.value for e in at.error] == ["`gpt2` is not hf:ID or hf:FOLDER; left out"]
+
+
+def test_explorer_measures_attended_distances_of_code_runs_and_hf_models(tiny, code_runs, monkeypatch, no_png):
+    from test_app import run_page, texts
+
+    gpt2 = tiny.names["gpt2"]
+    at = run_page("distances", code_runs.root, monkeypatch)
+    assert not at.error and len(at.get("plotly_chart")) == 1 and at.selectbox(key="which_lengths").value == "all"
+    assert [row["run"] for row in page_table(at)] == ["ALiBi @1x", "ALiBi @2x", "NoPE @1x", "NoPE @2x"]
+
+    at.text_input(key="distances-hf").set_value(gpt2)
+    at.number_input(key="per_bucket").set_value(2)
+    at.button[0].click().run()  # the form's Measure
+    assert not at.exception and not at.error
+    rows = page_table(at)
+    assert [row["run"] for row in rows] == ["ALiBi @1x", "ALiBi @2x", "NoPE @1x", "NoPE @2x", f"{gpt2} @1x"]
+    (expected,) = attended_distance_report([gpt2], options=tiny.options, n_per_bucket=2, lengths="all").results
+    assert rows[-1]["bimodality (arg-max)"] == pytest.approx(expected.stats["argmax"].bimodality)
+    assert rows[-1]["left out (too long)"] == 2  # GPT-2's table of 24 positions cannot read 2T
+    assert f"{gpt2} -o corpus={tiny.source} -o heldout=0.5 -o context={T}" in texts(at.caption)
+
+    at.text_input(key="distances-hf").set_value(f"gpt2 {gpt2}")
+    at.button[0].click().run()
+    assert not at.exception and [e.value for e in at.error] == ["`gpt2` is not hf:ID or hf:FOLDER; left out"]
+    assert [row["run"] for row in page_table(at)][-1] == f"{gpt2} @1x"
+
+
 # -- bad input: one line, exit 2 ----------------------------------------------------------------
 def test_a_hub_id_in_the_local_cache_loads_offline(tiny, tmp_path, monkeypatch):
     import huggingface_hub.constants

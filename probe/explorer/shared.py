@@ -58,6 +58,11 @@ def is_code(run: Run) -> bool:
     return task_name(run.config) == CODE_TASK
 
 
+def is_trained(run: Run) -> bool:
+    """Trained on a task or pretrained on code: what Compare and Distances read."""
+    return has_task(run) or is_code(run)
+
+
 def task_folder(run: Run) -> str:
     """``scan``, ``addition+scratchpad=full`` or ``code+context=256``: the task folder a run belongs to
     (or its construction)."""
@@ -116,16 +121,16 @@ def show_broken(broken: list[tuple[Path, str]]) -> None:
 
 
 def require_runs(trained: bool = False) -> tuple[list[Run], list[tuple[Path, str]]] | None:
-    """The runs (only those trained on a task, with ``trained``), or None after saying that there
-    are none and which command makes them."""
+    """The runs (only those trained on a task or pretrained on code, with ``trained``), or None after
+    saying that there are none and which command makes them."""
     found, broken = runs()
     show_broken(broken)
-    if trained and found and not any(has_task(r) for r in found):
-        st.info(f"No run under `{checkpoints_root()}` was trained on a task (only constructions or bare models). "
-                f"{TRAIN_HINT}.", icon=":material/info:")
+    if trained and found and not any(is_trained(r) for r in found):
+        st.info(f"No run under `{checkpoints_root()}` was trained on a task or pretrained on code (only constructions "
+                f"or bare models). {TRAIN_HINT}; `probe pretrain` makes code models.", icon=":material/info:")
         return None
     if trained:
-        found = [r for r in found if has_task(r)]
+        found = [r for r in found if is_trained(r)]
     if not found:
         st.info(f"No checkpoints under `{checkpoints_root()}`. {TRAIN_HINT}; then `probe eval` measures "
                 "their accuracy. The **Theorems** page needs none.", icon=":material/info:")
@@ -133,19 +138,30 @@ def require_runs(trained: bool = False) -> tuple[list[Run], list[tuple[Path, str
     return found, broken
 
 
-def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None,
-             other_than: Run | None = None) -> Run:
-    """A select box over ``choices``, preselecting a trained run of ``default_pe`` (lowest seed first)
-    that is not ``other_than``."""
+def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None) -> Run:
+    """A select box over ``choices``, preselecting a trained run of ``default_pe`` (lowest seed first)."""
     by_path = {str(r.path): r for r in choices}
-    paths = list(by_path)
-    index = 0
-    if default_pe is not None:
-        index = min(range(len(choices)), key=lambda i: (
-            not has_task(choices[i]), other_than is not None and choices[i].path == other_than.path,
-            choices[i].pe != default_pe, choices[i].seed))
-    chosen = st.selectbox(label, paths, index=index, format_func=lambda p: run_title(by_path[p]), key=key)
-    return by_path[chosen]
+    return by_path[pick_model(label, choices, default_pe=default_pe, key=key)]
+
+
+def pick_model(label: str, choices: list[Run], external: list[str] | None = None, default_pe: str | None = None,
+               key: str | None = None, other_than: str | None = None) -> str:
+    """A select box over the runs ``choices``, then the ``external`` models (``hf:`` spellings); returns a
+    run folder or a spelling. Preselects, other than ``other_than``, the first external model, else a
+    trained run of ``default_pe`` (lowest seed first)."""
+    by_path = {str(r.path): r for r in choices}
+    external = [name for name in external or [] if name not in by_path]
+    options = [*by_path, *external]
+
+    def rank(option: str) -> tuple:
+        if option in external:
+            return option == other_than, False, external.index(option)
+        run = by_path[option]
+        return option == other_than, True, not is_trained(run), run.pe != default_pe, run.seed
+
+    index = min(range(len(options)), key=lambda i: rank(options[i])) if default_pe or external else 0
+    return st.selectbox(label, options, index=index, key=key,
+                        format_func=lambda p: run_title(by_path[p]) if p in by_path else p)
 
 
 def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | None = None) -> str:
