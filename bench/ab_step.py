@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -85,12 +86,6 @@ def ask(process: subprocess.Popen, what: str) -> float:
     return json.loads(process.stdout.readline())
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -130,9 +125,9 @@ def main() -> None:
                     for side in got:
                         times[side].append(got[side] / args.steps)
                     ratios.append(got["new"] / got["old"])
-                row[f"{what}_new_over_old"] = median(ratios)
-                row[f"{what}_old_s"] = median(times["old"])
-                row[f"{what}_new_s"] = median(times["new"])
+                row[f"{what}_new_over_old"] = statistics.median(ratios)
+                row[f"{what}_old_s"] = statistics.median(times["old"])
+                row[f"{what}_new_s"] = statistics.median(times["new"])
             for process in sides.values():
                 process.stdin.close()
                 process.wait()

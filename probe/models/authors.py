@@ -29,7 +29,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.models.config import ModelConfig
 from probe.models.transformer import PETransformer
 
@@ -90,8 +90,7 @@ def read_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
                 return load_file(str(path))
             return torch.load(path, map_location="cpu", weights_only=True)
         except (SafetensorError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ProbeError(f"{path} cannot be read as weights ({first})") from None
+            raise ProbeError(f"{path} cannot be read as weights ({first_line(error)})") from None
     raise ProbeError(f"{folder} has no weights ({' or '.join(WEIGHT_FILES)})")
 
 
@@ -153,5 +152,5 @@ def load_authors_model(folder: str | os.PathLike) -> tuple[PETransformer, dict[s
     try:
         model.load_state_dict(convert_state(read_weights(folder), probe_config), strict=True)
     except RuntimeError as error:
-        raise ProbeError(f"{folder}: the weights do not fit its config.json ({str(error).splitlines()[0]})") from None
+        raise ProbeError(f"{folder}: the weights do not fit its config.json ({first_line(error)})") from None
     return model.eval(), config

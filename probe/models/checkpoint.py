@@ -19,7 +19,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 from probe.files import atomic_write, atomic_write_json
 from probe.models.config import ModelConfig
 
@@ -91,7 +91,7 @@ def attach_tokenizer(model: torch.nn.Module, directory: Path, config: dict[str, 
     try:
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path), padding_side="right", **record["special_tokens"])
     except Exception as error:  # tokenizers raises its own Exception for a malformed file
-        raise ProbeError(f"{path} is not a readable tokenizer ({str(error).strip().splitlines()[0]})") from None
+        raise ProbeError(f"{path} is not a readable tokenizer ({first_line(error)})") from None
     if len(tokenizer) > model.cfg.d_vocab:
         raise ProbeError(f"{path} has {len(tokenizer)} tokens; the model has {model.cfg.d_vocab} ids")
     model.set_tokenizer(tokenizer, default_padding_side="right")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -121,18 +121,13 @@ def _tokenizer(spelling: str, folder: Path) -> tuple["PreTrainedTokenizerBase", 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as error:  # transformers raises OSError, ValueError, KeyError ... for missing or odd files
-        raise ProbeError(f"{spelling}: no tokenizer could be read from {folder} ({_first_line(error)}); the analyses "
+        raise ProbeError(f"{spelling}: no tokenizer could be read from {folder} ({first_line(error)}); the analyses "
                          "read text with the model's own tokenizer") from None
     bare = tokenizer.encode("a", add_special_tokens=False)
     full = tokenizer.encode("a")
     bos = tokenizer.bos_token_id
     prepends = bos is not None and len(full) > len(bare) and full[0] == bos and full[1:len(bare) + 1] == bare
     return tokenizer, bos if prepends else None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
 
 
 def load_external(spelling: str, device: str | torch.device = "cpu") -> ExternalModel:
@@ -151,7 +146,7 @@ def load_external(spelling: str, device: str | torch.device = "cpu") -> External
     try:
         bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
     except Exception as error:  # any failure of a third-party loader on a user's files is a bad input here
-        raise ProbeError(f"{spelling}: TransformerLens cannot load {folder} ({_first_line(error)})") from None
+        raise ProbeError(f"{spelling}: TransformerLens cannot load {folder} ({first_line(error)})") from None
     finally:
         if bar:
             logging.enable_progress_bar()
