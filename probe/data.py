@@ -1,9 +1,11 @@
 """Examples -> token tensors -> length-bucketed batches, deterministic and resumable.
 
-Sequences are ``<bos> source <sep> target <eos>``, right-padded. The training objective (Section
-3) is log p(y | x): only the target tokens and ``<eos>`` are scored. Batches group examples of
-similar length (little padding, so little wasted compute), in an order that depends only on the
-seed and the epoch, so a resumed run sees exactly the batches an uninterrupted one would.
+Sequences are ``<bos> source <sep> target <eos>`` (or the authors' format, as the tokenizer says),
+right-padded. The training objective (Section 3) is log p(y | x): only the target tokens and
+``<eos>`` are scored. Batches group examples of similar length (little padding, so little wasted
+compute), or, as the authors' Hugging Face Trainer draws them, are cut from a plain shuffle; either
+way in an order that depends only on the seed and the epoch, so a resumed run sees exactly the
+batches an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -46,11 +48,14 @@ def encode(examples: Sequence[Example], tokenizer: Tokenizer) -> EncodedSet:
     return EncodedSet(tokens, lengths, torch.tensor(starts))
 
 
-def epoch_batches(data: EncodedSet, batch_size: int, seed: int, epoch: int, pool: int = 32) -> list[torch.Tensor]:
+def epoch_batches(data: EncodedSet, batch_size: int, seed: int, epoch: int, pool: int = 32,
+                  grouped: bool = True) -> list[torch.Tensor]:
     """The batches of one epoch: shuffle, sort pools of ``pool`` batches by length, cut, shuffle
-    the batch order. Depends only on (seed, epoch)."""
+    the batch order; or, not ``grouped``, cut the shuffle as it is. Depends only on (seed, epoch)."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
     order = torch.randperm(len(data), generator=generator)
+    if not grouped:
+        return list(order.split(batch_size))
     batches = []
     chunk = batch_size * pool
     for start in range(0, len(order), chunk):
@@ -61,10 +66,11 @@ def epoch_batches(data: EncodedSet, batch_size: int, seed: int, epoch: int, pool
     return [batches[i] for i in shuffle.tolist()]
 
 
-def batch_stream(data: EncodedSet, batch_size: int, seed: int, epoch: int = 0, position: int = 0) -> Iterator[tuple[int, int, torch.Tensor]]:
+def batch_stream(data: EncodedSet, batch_size: int, seed: int, epoch: int = 0, position: int = 0,
+                 grouped: bool = True) -> Iterator[tuple[int, int, torch.Tensor]]:
     """Endless (epoch, position, index) stream, starting at ``(epoch, position)``."""
     while True:
-        batches = epoch_batches(data, batch_size, seed, epoch)
+        batches = epoch_batches(data, batch_size, seed, epoch, grouped=grouped)
         for i in range(position, len(batches)):
             yield epoch, i, batches[i]
         epoch, position = epoch + 1, 0

@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
+from probe.data import EncodedSet
 from probe.errors import ProbeError
 from probe.tasks import Example, Tokenizer
 from probe.tasks.scratchpad import final_answer
@@ -112,3 +113,29 @@ def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], 
                     else:
                         correct[i] = ids[: len(targets[i])] == targets[i]
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
+
+
+@torch.no_grad()
+def teacher_forced_exact_match(model, data: EncodedSet, *, device: torch.device | str = "cpu",
+                               batch_size: int = 256) -> list[bool]:
+    """Per example, whether the argmax after every prefix of the gold sequence is the next gold target
+    token (through ``<eos>``): one forward pass per batch.
+
+    This is greedy decoding's exact match: greedy decoding reproduces the target and its ``<eos>``
+    exactly when each argmax given the gold prefix is the gold token, since up to the first miss the
+    two feed the model the same prefix (the two differ only where an argmax is a float tie, or by the
+    rounding of a batched pass against a cached one). So checkpoint selection can score the whole
+    validation set every few hundred steps at the cost of a forward pass.
+    """
+    device = torch.device(device)
+    model.eval()
+    correct = []
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    for index in torch.arange(len(data)).split(batch_size):
+        tokens, mask = data.batch(index)  # [batch, pos], [batch, pos - 1]
+        tokens, mask = tokens.to(device), mask.to(device)
+        with autocast:
+            predicted = model(tokens)[:, :-1].argmax(-1)  # [batch, pos - 1]
+        hits = (predicted == tokens[:, 1:]) | ~mask
+        correct.extend(hits.all(dim=1).tolist())
+    return correct

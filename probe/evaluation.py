@@ -12,8 +12,7 @@ from probe.decoding import evaluate_examples
 from probe.models.registry import PE_KINDS
 from probe.files import atomic_write_json
 from probe.locks import run_lock
-from probe.runs import load_run
-from probe.runs import Run
+from probe.runs import LAST, Run, load_run
 from probe.tasks import Tokenizer, get as get_task
 
 EVAL = "eval.json"
@@ -49,23 +48,38 @@ def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device |
     at_inference = parse_pe_options(run.pe, pe_options or {})
     model = load_run(run.path, device=device, pe_options=at_inference)
     meta = model.metadata
+    training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
-    result = evaluate_examples(model, tokenizer, examples, device=device, batch_size=batch_size,
-                               answer_only=bool(task.options.get("scratchpad")))
+    answer_only = bool(task.options.get("scratchpad"))
+    result = evaluate_examples(model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only)
     buckets = [{"length": length, "n": n, "correct": k, "accuracy": k / n, "seen": task.is_seen(length)}
                for length, (n, k) in result.by_length().items()]
-    seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
-    unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]
+    iid, ood = split_accuracy(task, result)
     label = run.label + "".join(f" {k}={format_option(v)}" for k, v in sorted(at_inference.items()))
     report = {
         "label": label, "path": str(run.path), "pe_options_at_inference": at_inference, "task": task.name, "task_folder": run.task_folder,
         "task_options": task.options, "pe": meta["pe"], "seed": meta["model"]["seed"],
-        "n_examples": len(examples), "iid_accuracy": sum(seen) / len(seen) if seen else float("nan"),
-        "ood_accuracy": sum(unseen) / len(unseen) if unseen else None, "buckets": buckets,
+        "n_examples": len(examples), "iid_accuracy": iid, "ood_accuracy": ood, "buckets": buckets,
     }
+    if "selected_step" in training:  # selected on IID validation: the last step's numbers beside it
+        report["selected_step"] = training["selected_step"]
+        last_step = training.get("selection", {}).get("last_step", training["selected_step"])
+        if (run.path / LAST / "config.json").is_file():
+            last = load_run(run.path / LAST, device=device, pe_options=at_inference)
+            result = evaluate_examples(last, tokenizer, examples, device=device, batch_size=batch_size,
+                                       answer_only=answer_only)
+            iid, ood = split_accuracy(task, result)
+        report["last"] = {"step": last_step, "iid_accuracy": iid, "ood_accuracy": ood}
     return report
+
+
+def split_accuracy(task, result) -> tuple[float, float | None]:
+    """Exact match on the training lengths and on the unseen ones (None where there are none)."""
+    seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
+    unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]
+    return sum(seen) / len(seen) if seen else float("nan"), sum(unseen) / len(unseen) if unseen else None
 
 
 def read_eval(folder: str | Path) -> dict[str, Any] | None:

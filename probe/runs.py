@@ -3,7 +3,8 @@ and how to find them.
 
 One place decides the layout so that ``probe train``, ``probe eval``, ``probe compare`` and the
 explorer agree. A run folder is a checkpoint folder (``config.json`` + ``model.safetensors``)
-plus ``metrics.jsonl``, ``eval.json`` and, while training, ``train_state.safetensors``.
+plus ``metrics.jsonl``, ``eval.json`` and, while training, ``train_state.safetensors``. A run whose
+published model was selected on validation keeps its last step's checkpoint in ``last/``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import torch
 
 DEFAULT_CHECKPOINTS = Path("checkpoints")
+LAST = "last"  # <run>/last: the last step's checkpoint where selection published another
 
 
 def task_folder_name(task: str, options: dict[str, Any] | None = None) -> str:
@@ -134,6 +136,8 @@ def find_runs(root: str | Path, task: str | None = None, options: dict[str, Any]
     base = root / task_folder_name(task, options) if task else root
     runs, broken = [], []
     for config_path in sorted(base.rglob(CONFIG)):
+        if config_path.parent.name == LAST and (config_path.parent.parent / CONFIG).is_file():
+            continue  # a run's own last-step checkpoint, not a run of its own
         try:
             runs.append(Run(config_path.parent, read_checkpoint_config(config_path.parent)))
         except ProbeError as error:

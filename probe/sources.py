@@ -33,19 +33,23 @@ class TrainingSource(Protocol):
 
     def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]: ...
 
+    def validation_set(self, n: int) -> EncodedSet | None:
+        """What checkpoint selection scores (teacher-forced exact match), or None where there is none."""
+        ...
+
     def metadata(self) -> dict[str, Any]: ...
 
     def write_files(self, folder: Path) -> None: ...
 
 
 class TaskSource:
-    """A task's ``<bos> source <sep> target <eos>`` examples, loss on the target; validated by
-    greedy exact match on held-out IID examples (``iid_accuracy``)."""
+    """A task's examples (``<bos> source <sep> target <eos>``, or with ``authors`` their format), loss on
+    the target; validated by greedy exact match on held-out IID examples (``iid_accuracy``)."""
 
-    def __init__(self, task: str, options: dict[str, Any], seed: int):
+    def __init__(self, task: str, options: dict[str, Any], seed: int, authors: bool = False):
         self.name, self.seed = task, seed
         self.task = get_task(task, **options)
-        self.tokenizer = Tokenizer.for_task(self.task)
+        self.tokenizer = Tokenizer.for_task(self.task, authors=authors)
         self.vocab_size = len(self.tokenizer)
 
     def attach_to(self, model: PETransformer) -> None:
@@ -61,9 +65,13 @@ class TaskSource:
         return {"iid_accuracy": evaluate_examples(model, self.tokenizer, valid, device=device,
                                                   answer_only=bool(self.task.options.get("scratchpad"))).accuracy}
 
+    def validation_set(self, n: int) -> EncodedSet:
+        """The held-out IID examples :meth:`validate` decodes, encoded for one teacher-forced pass."""
+        return encode(self.task.examples("valid", n=n, seed=self.seed), self.tokenizer)
+
     def metadata(self) -> dict[str, Any]:
         return {"task": {"name": self.name, "options": self.task.options}, "tokenizer": self.tokenizer.to_dict(),
-                TOKENIZER_KEY: tokenizer_record(self.tokenizer.to_hf(), prepend_bos=True)}
+                TOKENIZER_KEY: tokenizer_record(self.tokenizer.to_hf(), prepend_bos=self.tokenizer.bos)}
 
     def write_files(self, folder: Path) -> None:
         """The run's tokenizer as a Hugging Face file: a checkpoint folder reads with its strings."""
@@ -101,6 +109,9 @@ class CorpusSource:
         loss = total / max(count, 1)
         return {"heldout_loss": loss, "heldout_perplexity": math.exp(loss), "heldout_tokens": count}
 
+    def validation_set(self, n: int) -> None:
+        return None
+
     def metadata(self) -> dict[str, Any]:
         return {"task": {"name": CODE_TASK, "options": self.spec.options},
                 "corpus": {"fingerprint": self.corpus.manifest["fingerprint"], "sizes": self.corpus.summary()},
@@ -111,8 +122,10 @@ class CorpusSource:
         atomic_write_text(folder / TOKENIZER_FILE, self.corpus.tokenizer.to_json())
 
 
-def training_source(task: str, options: dict[str, Any], seed: int, run_path: Path) -> TrainingSource:
-    """The source of ``task``: the code corpus prepared beside the run, or a task's examples."""
+def training_source(task: str, options: dict[str, Any], seed: int, run_path: Path,
+                    authors: bool = False) -> TrainingSource:
+    """The source of ``task``: the code corpus prepared beside the run, or a task's examples (in the
+    authors' sequence format with ``authors``)."""
     if task == CODE_TASK:
         return CorpusSource(options, run_path)
-    return TaskSource(task, options, seed)
+    return TaskSource(task, options, seed, authors)

@@ -5,6 +5,13 @@ A run lives in its run folder (``probe.runs.run_dir``). While it trains, ``train
 (weights, optimizer moments, RNG, data position, all in one atomically replaced file) is written
 every ``checkpoint_every`` steps; the published checkpoint (``model.safetensors`` + ``config.json``)
 is written at the end, when the IID accuracy is known. ``metrics.jsonl`` gets one line per log.
+
+Two protocols. ``probe``'s: ``<bos>`` first, batches of one length, dropout on the embedding and
+the sublayer outputs, the last step published. The ``authors``' (the default on the paper's splits,
+``split=paper``), read from McGill-NLP/length-generalization at 40f8a44: their sequence format (no
+``<bos>``, their separator), batches drawn at random, dropout where their T5 stack has it
+(:mod:`probe.dropout`), RMSNorm eps 1e-6, and the best checkpoint on IID validation published
+(:mod:`probe.selection`), the last step's kept beside it in ``last/``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +30,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from probe.data import batch_stream
+from probe.decoding import teacher_forced_exact_match
+from probe.dropout import dropout
 from probe.errors import ProbeError
 from probe.files import append_line, atomic_write, atomic_write_text
 from probe.locks import run_lock
@@ -29,10 +39,14 @@ from probe.models.checkpoint import CONFIG, read_checkpoint_config, save_checkpo
 from probe.models.config import PRESETS, ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options
 from probe.models.transformer import PETransformer
+from probe.runs import LAST
+from probe.selection import Selection, every
 from probe.sources import TrainingSource, training_source
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"
+PROTOCOLS = ("probe", "authors")
+AUTHORS_EPS = 1e-6  # their T5 config's layer_norm_epsilon
 
 # Per-preset recipe. `base` is the paper's (Table tab:hyperparam: lr 3e-5, 40K steps, dropout 0.1);
 # smaller models train well with a larger peak rate and far fewer steps.
@@ -85,6 +99,8 @@ class TrainConfig:
     log_every: int = 50
     eval_examples: int = 1000
     model: dict[str, Any] = field(default_factory=dict)
+    protocol: str | None = None  # probe or authors; the authors' on split=paper
+    eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -105,6 +121,16 @@ class TrainConfig:
         if self.steps < 1:
             raise ProbeError(f"--steps must be at least 1, got {self.steps}")
         self.pe_options = parse_pe_options(self.pe, self.pe_options)
+        if self.protocol is None:
+            self.protocol = "authors" if self.task_options.get("split") == "paper" else "probe"
+        if self.protocol not in PROTOCOLS:
+            raise ProbeError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        if self.protocol == "authors" and self.task == CODE_TASK:
+            raise ProbeError("the authors' protocol is their synthetic tasks'; pretraining on code takes probe's")
+        if self.eval_every is None:
+            self.eval_every = every(self.steps) if self.protocol == "authors" else 0
+        if self.eval_every < 0:
+            raise ProbeError(f"--eval-every must be 0 (no selection) or positive, got {self.eval_every}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -112,8 +138,9 @@ class TrainConfig:
     def model_config(self, vocab_size: int) -> ModelConfig:
         """The model this run trains: the preset, ``-m`` overrides and the PE's options (ProbeError
         naming a field or option that does not exist or does not fit)."""
+        model = {"eps": AUTHORS_EPS, **self.model} if self.protocol == "authors" else self.model
         return resolve_config(self.pe, vocab_size=vocab_size, preset=self.preset, seed=self.seed, dropout=self.dropout,
-                              pe_options=self.pe_options, **self.model)
+                              pe_options=self.pe_options, **model)
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -135,22 +162,6 @@ def target_loss(model: PETransformer, tokens: torch.Tensor, mask: torch.Tensor) 
     losses = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
     mask = mask.flatten().to(losses.dtype)
     return (losses * mask).sum() / mask.sum()
-
-
-def add_dropout_hooks(model: PETransformer, p: float) -> list:
-    """Dropout on the embeddings and on every attention and MLP output while ``model.training``:
-    TransformerLens has no dropout, and a built or loaded model must stay deterministic."""
-    if p <= 0:
-        return []
-    handles = []
-
-    def dropout(tensor, hook):
-        return F.dropout(tensor, p, training=model.training)
-
-    names = ["hook_embed"] + [f"blocks.{l}.hook_{part}_out" for l in range(model.cfg.n_layers) for part in ("attn", "mlp")]
-    for name in names:
-        handles.append(model.mod_dict[name].register_forward_hook(lambda module, inputs, output: dropout(output, module)))
-    return handles
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -189,7 +200,8 @@ class Trainer:
         self.config = config
         self.path = Path(run_path)
         self.device = device
-        self.source = source or training_source(config.task, config.task_options, config.seed, self.path)
+        self.source = source or training_source(config.task, config.task_options, config.seed, self.path,
+                                                authors=config.protocol == "authors")
         self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
         self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -201,6 +213,10 @@ class Trainer:
             **({"fused": True} if device.type == "cuda" else {"foreach": True}),
         )
         self.step, self.epoch, self.position = 0, 0, 0
+        self.selection = Selection() if config.eval_every else None
+        self.validation = self.source.validation_set(config.eval_examples) if config.eval_every else None
+        if config.eval_every and self.validation is None:
+            raise ProbeError(f"{config.task} has no validation examples to select a checkpoint by; pass --eval-every 0")
 
     # -- resumable state: one file, replaced atomically ---------------------------------------
     def save_state(self) -> None:
@@ -209,11 +225,14 @@ class Trainer:
         for index, state in optim["state"].items():
             for key, value in state.items():
                 tensors[f"optim.{index}.{key}"] = value.detach().cpu().reshape(-1) if value.dim() == 0 else value.detach().cpu().contiguous()
+        if self.selection and self.selection.best_state is not None:
+            tensors.update({f"best.{k}": v.contiguous() for k, v in self.selection.best_state.items()})
         tensors["rng.torch"] = torch.get_rng_state()
         if self.device.type == "cuda":
             tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
         meta = {"step": self.step, "epoch": self.epoch, "position": self.position,
-                "train_config": self.config.to_dict()}
+                "train_config": self.config.to_dict(),
+                "selection": self.selection.to_dict() if self.selection else None}
         atomic_write(self.path / STATE, lambda tmp: save_file(tensors, str(tmp), metadata={"probe": json.dumps(meta)}))
 
     def load_state(self) -> bool:
@@ -245,6 +264,9 @@ class Trainer:
         if "rng.cuda" in tensors and self.device.type == "cuda":
             torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
+        if self.selection:
+            best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
+            self.selection = Selection.from_dict(meta.get("selection") or {}, best or None)
         return True
 
     # -- the loop -----------------------------------------------------------------------------
@@ -252,59 +274,78 @@ class Trainer:
         """Train to ``config.steps``; returns (last logged loss, seconds spent)."""
         config = self.config
         data = self.source.training_set(config.seed)
-        stream = batch_stream(data, config.batch_size, config.seed, self.epoch, self.position)
-        handles = add_dropout_hooks(self.model, config.dropout)
+        stream = batch_stream(data, config.batch_size, config.seed, self.epoch, self.position,
+                              grouped=config.protocol == "probe")
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else _null()
         self.model.train()
         if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
             torch.manual_seed(config.seed)
-        updating = False
-        started, window_start, window_tokens, loss_sum, loss_n, last_loss = time.perf_counter(), time.perf_counter(), 0, 0.0, 0, float("nan")
+        started = time.perf_counter()
+        self._updating, self._last_loss = False, float("nan")
         try:
-            while self.step < config.steps:
-                epoch, position, index = next(stream)
-                tokens, mask = data.batch(index)
-                tokens, mask = tokens.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = learning_rate(self.step, config)
-                with autocast:
-                    loss = target_loss(self.model, tokens, mask)
-                if not torch.isfinite(loss):
-                    raise ProbeError(
-                        f"loss became {loss.item()} at step {self.step} of {self.path}; the last good state "
-                        f"(step {self._saved_step()}) is kept — lower --lr or change the seed"
-                    )
-                updating = True  # weights and counters change together; never save in between
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-                self.optimizer.step()
-                self.step += 1
-                self.epoch, self.position = epoch, position + 1
-                updating = False
-                loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-                window_tokens += tokens.numel()
-                if self.step % config.log_every == 0 or self.step == config.steps:
-                    elapsed = time.perf_counter() - window_start
-                    last_loss = loss_sum / loss_n
-                    tokens_per_s = window_tokens / max(elapsed, 1e-9)
-                    self._log({"step": self.step, "loss": last_loss, "lr": learning_rate(self.step - 1, config),
-                               "tokens_per_s": tokens_per_s, "time": time.time()})
-                    if on_step:
-                        on_step(self.step, last_loss, tokens_per_s)
-                    window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
-                if self.step % config.checkpoint_every == 0 and self.step < config.steps:
-                    self.save_state()
+            with dropout(self.model, config.dropout, config.protocol):
+                self._evaluate_if_due()  # a run stopped between a step and its evaluation
+                self._steps(data, stream, autocast, on_step)
         except KeyboardInterrupt:
-            if not updating and self.step > self._saved_step():
+            if not self._updating and self.step > self._saved_step():
                 self.save_state()  # Ctrl-C: keep every finished step
             raise
         finally:
-            for handle in handles:
-                handle.remove()
             self.model.eval()
-        return last_loss, time.perf_counter() - started
+        return self._last_loss, time.perf_counter() - started
+
+    def _steps(self, data, stream, autocast, on_step: Callable[[int, float, float], None] | None) -> None:
+        config = self.config
+        window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
+        while self.step < config.steps:
+            epoch, position, index = next(stream)
+            tokens, mask = data.batch(index)
+            tokens, mask = tokens.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate(self.step, config)
+            with autocast:
+                loss = target_loss(self.model, tokens, mask)
+            if not torch.isfinite(loss):
+                raise ProbeError(
+                    f"loss became {loss.item()} at step {self.step} of {self.path}; the last good state "
+                    f"(step {self._saved_step()}) is kept — lower --lr or change the seed"
+                )
+            self._updating = True  # weights and counters change together; never save in between
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+            self.optimizer.step()
+            self.step += 1
+            self.epoch, self.position = epoch, position + 1
+            self._updating = False
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            window_tokens += tokens.numel()
+            if self.step % config.log_every == 0 or self.step == config.steps:
+                elapsed = time.perf_counter() - window_start
+                self._last_loss = loss_sum / loss_n
+                tokens_per_s = window_tokens / max(elapsed, 1e-9)
+                self._log({"step": self.step, "loss": self._last_loss, "lr": learning_rate(self.step - 1, config),
+                           "tokens_per_s": tokens_per_s, "time": time.time()})
+                if on_step:
+                    on_step(self.step, self._last_loss, tokens_per_s)
+                window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
+            self._evaluate_if_due()
+            if self.step % config.checkpoint_every == 0 and self.step < config.steps:
+                self.save_state()
+
+    def _evaluate_if_due(self) -> None:
+        """Score the IID validation set at the selection interval and at the last step (once each)."""
+        if self.selection is None or self.step == 0:
+            return
+        due = self.step % self.config.eval_every == 0 or self.step == self.config.steps
+        if not due or (self.selection.history and self.selection.history[-1][0] == self.step):
+            return
+        correct = teacher_forced_exact_match(self.model, self.validation, device=self.device)
+        score = sum(correct) / len(correct)
+        self.selection.consider(self.step, score, self.model)
+        self._log({"step": self.step, "valid_exact_match": score, "time": time.time()})
+        self.model.train()
 
     def _saved_step(self) -> int:
         path = self.path / STATE
@@ -329,15 +370,29 @@ class Trainer:
     def _log(self, record: dict[str, Any]) -> None:
         append_line(self.path / METRICS, json.dumps(record))
 
-    def publish(self, metrics: dict[str, Any]) -> None:
-        """Write the finished model (the checkpoint other commands read) and drop the resume state."""
-        self.source.write_files(self.path)
-        save_checkpoint(
-            self.model, self.path, **self.source.metadata(),
-            training={**self.config.to_dict(), "complete": True, "steps_done": self.step},
-            metrics=metrics,
-        )
+    def publish(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Write the finished model (the checkpoint other commands read) and drop the resume state;
+        ``metrics`` are the last step's. With selection the run's model is the best checkpoint on IID
+        validation, and the last step's, where another, is written to ``last/``. Returns the metrics
+        of the model published as the run's."""
+        training = {**self.config.to_dict(), "complete": True, "steps_done": self.step}
+        if self.selection is not None and self.selection.history:
+            best_step, _ = self.selection.best
+            training["selection"] = {**self.selection.to_dict(), "last_step": self.step}
+            last = {"step": self.step, **{k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}}
+            if best_step != self.step:
+                self._write(self.path / LAST, {**training, "selected_step": self.step}, metrics)
+                self.model.load_state_dict(self.selection.best_state)
+                metrics = {**metrics, **self.source.validate(self.model, self.config.eval_examples, self.device)}
+            training["selected_step"] = best_step
+            metrics = {**metrics, "last": last}
+        self._write(self.path, training, metrics)
         (self.path / STATE).unlink(missing_ok=True)
+        return metrics
+
+    def _write(self, folder: Path, training: dict[str, Any], metrics: dict[str, Any]) -> None:
+        self.source.write_files(folder)
+        save_checkpoint(self.model, folder, **self.source.metadata(), training=training, metrics=metrics)
 
 
 def _logged_step(line: str) -> float:
@@ -367,12 +422,15 @@ def check_writable(folder: Path) -> None:
         raise ProbeError(f"cannot write to {folder}: {error.strerror}; choose another folder with --checkpoints") from None
 
 
-BOOKKEEPING = ("checkpoint_every", "log_every", "eval_examples", "complete", "steps_done")  # not the model
+BOOKKEEPING = ("checkpoint_every", "log_every", "eval_examples", "complete", "steps_done", "selection",
+               "selected_step")  # not the model
+LEGACY = {"protocol": "probe"}  # what a run saved before a setting existed was trained with
 
 
 def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
     """``"steps 4000, asked 10000"`` for every training setting that differs; settings a checkpoint
     older than the setting does not record are taken as matching."""
+    stored = {**LEGACY, **stored}
     return [f"{key} {stored[key]!r}, asked {value!r}" for key, value in requested.items()
             if key not in BOOKKEEPING and key in stored and stored[key] != value]
 
@@ -425,6 +483,7 @@ def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, for
     if force:
         for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
             (run_path / name).unlink(missing_ok=True)
+        shutil.rmtree(run_path / LAST, ignore_errors=True)
     trainer = Trainer(config, run_path, device)
     resumed = trainer.load_state()
     trainer.trim_log()
@@ -434,6 +493,8 @@ def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, for
     loss, seconds = trainer.train(on_step)
     held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
     steps_per_second = (trainer.step - start_step) / seconds if seconds > 0 else None
-    trainer.publish({"final_loss": loss, **held_out, "train_seconds": seconds, "steps_per_second": steps_per_second})
+    metrics = trainer.publish({"final_loss": loss, **held_out, "train_seconds": seconds,
+                               "steps_per_second": steps_per_second})
+    held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}
     return RunResult(run_path, config, "resumed" if resumed else "trained", trainer.step, seconds, loss,
                      held_out.get("iid_accuracy"), steps_per_second, held_out)

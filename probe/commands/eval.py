@@ -72,15 +72,25 @@ def run(args: argparse.Namespace) -> int:
                                         wait=args.wait, on_wait=lambda holder, r=r: say_waiting(r.path, holder),
                                         pe_options=at_inference))
 
+    selected = any("last" in report for report in reports)
     table = Table(title="probe eval: exact match (greedy)")
-    for column in ("run", "IID (seen lengths)", "OOD (unseen lengths)", "buckets"):
+    columns = ["run", "IID (seen lengths)", "OOD (unseen lengths)"]
+    columns += ["step (best IID valid.)", "last step: IID / OOD"] if selected else []
+    for column in (*columns, "buckets"):
         table.add_column(column)
     for report in reports:
-        table.add_row(report["label"], f"{100 * report['iid_accuracy']:.1f}%",
-                      "-" if report["ood_accuracy"] is None else f"{100 * report['ood_accuracy']:.1f}%",
+        cells = [_percent(report["iid_accuracy"]), _percent(report["ood_accuracy"])]
+        if selected:
+            last = report.get("last")
+            cells += [str(report.get("selected_step", "last")),
+                      f"{_percent(last['iid_accuracy'])} / {_percent(last['ood_accuracy'])} (step {last['step']})"
+                      if last else "-"]
+        table.add_row(report["label"], *cells,
                       " ".join(f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*") for b in report["buckets"]))
     out.print(table)
-    out.print("[dim]buckets: length:accuracy%, * = unseen length[/dim]")
+    out.print("[dim]buckets: length:accuracy%, * = unseen length"
+              + ("; a run selected on IID validation is reported at its best step, its last step beside it" if selected else "")
+              + "[/dim]")
 
     by_task: dict[str, list[dict]] = {}
     runs_of: dict[str, list] = {}
@@ -119,3 +129,7 @@ def _options(report: dict) -> str:
 
     given = report.get("pe_options_at_inference") or {}
     return f" [{' '.join(f'{k}={format_option(v)}' for k, v in sorted(given.items()))}]" if given else ""
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"

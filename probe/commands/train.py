@@ -22,6 +22,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
     parser.add_argument("--preset", default="tiny", help="model size: tiny, small or base (default tiny)")
     add_task_options(parser, "(see `probe tasks`)")
+    parser.add_argument("--protocol", choices=("probe", "authors"),
+                        help="authors: their sequences (no <bos>), random batches, T5's dropout sites, eps 1e-6 and the "
+                        "best checkpoint on IID validation; probe: <bos>, length-grouped batches, the last step "
+                        "(default: authors with --split paper, else probe)")
+    parser.add_argument("--eval-every", type=int, metavar="N", help="steps between the IID validations that select the "
+                        "published checkpoint; 0 publishes the last step (default: 20 a run under the authors' protocol, "
+                        "else 0)")
     add_training_options(parser, "examples")
     parser.set_defaults(func=run)
 
@@ -77,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     pe_options = parse_options(args.pe_option, None)
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
                            pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every) for pe, seed in runs]
+                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every,
+                           protocol=args.protocol, eval_every=args.eval_every) for pe, seed in runs]
     for config in configs:  # a misspelt model field or PE option gets its line before any run starts
         config.model_config(vocab_size=1)
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]

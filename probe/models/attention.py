@@ -58,6 +58,7 @@ class PEAttention(nn.Module):
     """Causal multi-head attention whose logits get the positional term of ``pe``."""
 
     fast_path: bool = True
+    attn_dropout: float = 0.0  # dropout on the probabilities while training (probe.dropout sets it)
 
     def __init__(self, n_heads: int, d_model: int, d_head: int, attn_scale: bool, layer: int,
                  pe: PositionalEncoding):
@@ -118,7 +119,8 @@ class PEAttention(nn.Module):
 
         bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
         fast = self.uses_fast_path()
-        if fast and bias is not None and offset == 0 and attention_mask is None and bias_attention.usable(q):
+        drop = self.attn_dropout if self.training else 0.0
+        if fast and bias is not None and offset == 0 and attention_mask is None and not drop and bias_attention.usable(q):
             z = bias_attention.biased_causal_attention(
                 *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1.0 / self.attn_scale)
             return self._project(self.hook_z(z.transpose(1, 2)))  # [batch, query, head, d_head]
@@ -131,7 +133,7 @@ class PEAttention(nn.Module):
             z = F.scaled_dot_product_attention(
                 *(t.transpose(1, 2) for t in inputs), attn_mask=mask,
                 is_causal=mask is None and query_len > 1,
-                scale=1.0 / self.attn_scale,
+                dropout_p=drop, scale=1.0 / self.attn_scale,
             )  # [batch, head, query, d_head]
             z = self.hook_z(z.transpose(1, 2).to(q.dtype))  # [batch, query, head, d_head]
         else:
@@ -145,6 +147,8 @@ class PEAttention(nn.Module):
             pattern = torch.softmax(scores, dim=-1)
             pattern = torch.nan_to_num(pattern, nan=0.0)  # rows with every key masked
             pattern = self.hook_pattern(pattern)  # [batch, head, query, key]
+            if drop:
+                pattern = F.dropout(pattern, drop)
             z = self.hook_z((pattern.to(v.dtype) @ v.transpose(1, 2)).transpose(1, 2))  # [batch, query, head, d_head]
         return self._project(z)
 

@@ -57,8 +57,9 @@ def mean_batch_tokens(run: SweepRun) -> float:
 
     if run.config.task == CODE_TASK:
         return run.config.batch_size * CorpusSpec.from_options(run.config.task_options).context
-    data = TaskSource(run.config.task, run.config.task_options, run.config.seed).training_set(run.config.seed)
-    batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0)
+    authors = run.config.protocol == "authors"  # random batches: padded to the longest of a random draw
+    data = TaskSource(run.config.task, run.config.task_options, run.config.seed, authors).training_set(run.config.seed)
+    batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0, grouped=not authors)
     return sum(int(data.lengths[batch].max()) * len(batch) for batch in batches) / len(batches)
 
 
@@ -80,7 +81,9 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     speeds: list[float] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            trainer = Trainer(config, Path(scratch), resolved, source=training_source(config.task, config.task_options, config.seed, run.path))
+            source = training_source(config.task, config.task_options, config.seed, run.path,
+                                     authors=config.protocol == "authors")
+            trainer = Trainer(config, Path(scratch), resolved, source=source)
             trainer.train(lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     finally:
         torch.set_num_threads(previous_threads)

@@ -95,6 +95,9 @@ class Task(ABC):
     summary: ClassVar[str]
     length_unit: ClassVar[str]
     OPTIONS: ClassVar[dict[str, Option]]
+    authors_separator: ClassVar[bool] = False
+    """Whether the authors' decoder-only input puts a separator between source and target (their
+    ``configs/data/*.jsonnet``: ``"[SEP] "`` for SCAN, PCFG, copy, reverse and summation, ``''`` else)."""
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.OPTIONS))

@@ -39,6 +39,7 @@ NEXT = "[NEXT]"
 
 class Copy(GeneratedTask):
     name = "copy"
+    authors_separator = True
     summary = "repeat the input words (variants: count, replace, random, 2x)"
     length_unit = "input words"
     OPTIONS: ClassVar[dict[str, Option]] = {

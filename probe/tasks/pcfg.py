@@ -90,6 +90,7 @@ def generate(longest: int, per_length: int) -> tuple[Example, ...]:
 
 class Pcfg(FiniteTask):
     name = "pcfg"
+    authors_separator = True
     summary = "PCFG SET string-edit functions, productivity split (Hupkes et al., 2020)"
     length_unit = "functions"
     OPTIONS: ClassVar[dict[str, Option]] = {

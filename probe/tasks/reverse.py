@@ -26,6 +26,7 @@ PAPER_PROMPT = "Reverse:"
 
 class Reverse(GeneratedTask):
     name = "reverse"
+    authors_separator = True
     summary = "reverse the input words (variants: random, twice)"
     length_unit = "input words"
     OPTIONS: ClassVar[dict[str, Option]] = {

@@ -69,6 +69,7 @@ PAPER_PREFIX = "Solve:"
 
 class Scan(FiniteTask):
     name = "scan"
+    authors_separator = True
     summary = "SCAN commands to actions, length split (Lake & Baroni, 2018) or the paper's"
     length_unit = "output actions"
     OPTIONS: ClassVar[dict[str, Option]] = {

@@ -13,6 +13,7 @@ from probe.tasks.scratchpad import Step
 
 class Summation(ScratchpadTask):
     name = "summation"
+    authors_separator = True
     summary = "sum of single digits modulo 10"
     length_unit = "numbers"
 

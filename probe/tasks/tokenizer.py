@@ -1,5 +1,11 @@
 """Word-level tokenizer: one id per word of a task's alphabet, plus bos, pad, eos and sep.
 
+A tokenizer also holds the sequence format a run trains on: probe's ``<bos> source <sep> target
+<eos>``, or the authors' ``source [sep] target <eos>`` (no ``<bos>``; a separator only for the
+tasks their configs give one, ``configs/data/*.jsonnet``' ``decoder_only_input_output_sep_token``).
+Every place that builds a prompt or a training sequence asks the run's tokenizer, so a model is
+always given what it was trained on.
+
 Words are whitespace-separated. Punctuation glued to the end of a word ("5." in "The answer is
 5 5 6 4 3.") becomes a token of its own marked ``##`` ("5", "##."), so "3 ." and "3." stay
 distinct and ``decode(encode(text)) == text`` for every single-spaced text.
@@ -55,9 +61,13 @@ def vocabulary_of(*texts: str) -> list[str]:
 
 
 class Tokenizer:
-    """Maps words to ids: ``<bos>``=0, ``<pad>``=1, ``<eos>``=2, ``<sep>``=3, then ``words`` in order."""
+    """Maps words to ids: ``<bos>``=0, ``<pad>``=1, ``<eos>``=2, ``<sep>``=3, then ``words`` in order.
 
-    def __init__(self, words: Sequence[str]) -> None:
+    ``bos`` and ``separator`` say whether sequences open with ``<bos>`` and whether ``<sep>`` ends
+    the prompt (the ids stay the same either way)."""
+
+    def __init__(self, words: Sequence[str], *, bos: bool = True, separator: bool = True) -> None:
+        self.bos, self.separator = bool(bos), bool(separator)
         words = list(dict.fromkeys(words))
         clash = [word for word in words if word in SPECIALS]
         if clash:
@@ -66,7 +76,10 @@ class Tokenizer:
         self._ids = {word: i for i, word in enumerate(self._vocab) if i >= len(SPECIALS)}
 
     @classmethod
-    def for_task(cls, task: Task) -> Tokenizer:
+    def for_task(cls, task: Task, *, authors: bool = False) -> Tokenizer:
+        """The task's tokenizer in probe's sequence format, or with ``authors`` in theirs."""
+        if authors:
+            return cls(task.vocabulary(), bos=False, separator=task.authors_separator)
         return cls(task.vocabulary())
 
     @property
@@ -113,16 +126,17 @@ class Tokenizer:
         return join_words(self._vocab[i] for i in ids if i >= len(SPECIALS))
 
     def encode_prompt(self, source: str) -> list[int]:
-        """``[bos] + source + [sep]``: what a model is given to continue."""
-        return [self.bos_id, *self.encode(source), self.sep_id]
+        """``[bos] + source + [sep]`` (each special as the format has it): what a model is given to continue."""
+        return [*([self.bos_id] if self.bos else []), *self.encode(source), *([self.sep_id] if self.separator else [])]
 
     def encode_example(self, example: Example) -> tuple[list[int], int]:
-        """``[bos] + source + [sep] + target + [eos]`` and the index where the target starts."""
+        """The prompt + ``target + [eos]``, and the index where the target starts."""
         prompt = self.encode_prompt(example.source)
         return [*prompt, *self.encode(example.target), self.eos_id], len(prompt)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "word", "specials": list(SPECIALS), "words": self._vocab[len(SPECIALS):]}
+        return {"kind": "word", "specials": list(SPECIALS), "words": self._vocab[len(SPECIALS):],
+                "bos": self.bos, "separator": self.separator}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
@@ -130,10 +144,14 @@ class Tokenizer:
             raise ProbeError("not a word-level tokenizer description (expected kind 'word' and a 'words' list)")
         if data.get("specials", list(SPECIALS)) != list(SPECIALS):
             raise ProbeError(f"tokenizer specials {data.get('specials')} differ from {list(SPECIALS)}")
-        return cls([str(word) for word in data["words"]])
+        flags = {key: data.get(key, True) for key in ("bos", "separator")}  # runs saved before formats: probe's
+        if not all(isinstance(flag, bool) for flag in flags.values()):
+            raise ProbeError(f"tokenizer flags {flags} must be true or false")
+        return cls([str(word) for word in data["words"]], **flags)
 
     def to_hf(self) -> PreTrainedTokenizerFast:
-        """This tokenizer for Hugging Face and TransformerLens: the same ids, ``<bos>`` prepended.
+        """This tokenizer for Hugging Face and TransformerLens: the same ids, ``<bos>`` prepended
+        where the format has it.
 
         A ``tokenizers`` WordLevel model over :attr:`vocab`; a normalizer rewrites glued trailing
         punctuation as :func:`split_words` does ("5." -> "5 ##."), and a WordPiece decoder glues
@@ -158,15 +176,16 @@ class Tokenizer:
         backend.decoder = decoders.WordPiece(prefix=GLUED, cleanup=False)
         bos, pad, eos, sep = SPECIALS
         return PreTrainedTokenizerFast(tokenizer_object=backend, name_or_path="probe-word-level", bos_token=bos,
-                                       eos_token=eos, pad_token=pad, sep_token=sep, add_bos_token=True,
+                                       eos_token=eos, pad_token=pad, sep_token=sep, add_bos_token=self.bos,
                                        padding_side="right")
 
     def attach_to(self, model: Any) -> None:
         """Set :meth:`to_hf` as ``model.tokenizer`` so TransformerLens' string methods work.
 
-        ``to_tokens`` then prepends ``<bos>`` as our sequences have; weights and ``d_vocab`` stay.
+        ``to_tokens`` then prepends ``<bos>`` where the run's sequences have it (TransformerLens'
+        ``default_prepend_bos``); weights and ``d_vocab`` stay.
         """
         if len(self) > model.cfg.d_vocab:
             raise ProbeError(f"a {len(self)}-token vocabulary does not fit a model with d_vocab={model.cfg.d_vocab}")
         model.set_tokenizer(self.to_hf(), default_padding_side="right")
-        model.cfg.default_prepend_bos = True
+        model.cfg.default_prepend_bos = self.bos
