@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
-                                   parse_options, print_json)
+from probe.commands.common import (
+    add_checkpoints,
+    add_device,
+    add_json,
+    add_pe_options,
+    add_task_options,
+    console,
+    parse_options,
+    print_json,
+)
 from probe.errors import ProbeError
 
 
@@ -36,7 +44,8 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
     parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
                         help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
     add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
-    parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
+    parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N",
+                        help="save resumable state every N steps")
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
     parser.add_argument("--wait", action="store_true",
                         help="when another process is training or evaluating a run folder, wait for it (default: stop)")
@@ -49,16 +58,16 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     from probe.models.registry import PAPER_PES, PE_KINDS
+    from probe.plans import seed_baseline_blocks
 
     pes = args.pe or list(PAPER_PES)
     seeds = args.seed or [0]
     unknown = [pe for pe in pes if pe not in PE_KINDS]
     if unknown:
         raise ProbeError(f"unknown positional encoding {unknown[0]!r}; choose from {', '.join(PE_KINDS)}")
-    runs = [(pe, seed) for pe in dict.fromkeys(pes) for seed in dict.fromkeys(seeds)]
-    if args.pe is None and args.seed is None:
-        runs.append(("nope", 1))  # NoPE': the seed baseline of Figure similarity_per_layer
-    return runs
+    blocks = seed_baseline_blocks(seeds) if args.pe is None and args.seed is None else [{"seed": seeds}]
+    return [(pe, seed) for block in blocks for pe in dict.fromkeys(block.get("pe", pes))
+            for seed in dict.fromkeys(block["seed"])]
 
 
 def label(path) -> str:
@@ -77,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     pe_options = parse_options(args.pe_option, None)
     configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
                            pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every) for pe, seed in runs]
+                           dropout=args.dropout, model=model,
+                           checkpoint_every=args.checkpoint_every) for pe, seed in runs]
     for config in configs:  # a misspelt model field or PE option gets its line before any run starts
         config.model_config(vocab_size=1)
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
@@ -101,7 +111,8 @@ def results_table(title: str, results: list, columns: tuple[str, str], cells):
     table = Table(title=title)
     names = ("run", "status", "steps", "seconds", columns[0], "final loss", columns[1])
     for column in names:
-        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
+        table.add_column(column, justify="right" if column not in ("run", "status") else "left",
+                         no_wrap=column == "run")
     for r in results:
         if isinstance(r, RunFailure):
             table.add_row(label(r.path), "[red]failed[/red]", *["-"] * (len(names) - 2))
@@ -116,7 +127,14 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
     """Train ``configs`` into ``paths`` (``--jobs`` side by side), one progress bar per run; the
     :class:`~probe.train.RunResult` or :class:`~probe.parallel.RunFailure` of each. Shared by
     `probe train` and `probe pretrain`: ``args`` holds ``jobs``, ``wait`` and ``force``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from probe.locks import check_free, say_waiting
     from probe.parallel import default_jobs, train_parallel
@@ -150,7 +168,8 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
             if not out.is_terminal and 10 * step // task.total > tenths[bar]:
                 tenths[bar] = 10 * step // task.total
                 left = "" if task.time_remaining is None else f", {task.time_remaining:.0f} s left"
-                out.print(f"{task.description}: step {step}/{task.total:.0f}, loss {loss:.4f}, {speed:,.0f} tok/s{left}",
+                out.print(f"{task.description}: step {step}/{task.total:.0f}, loss {loss:.4f}, "
+                          f"{speed:,.0f} tok/s{left}",
                           highlight=False)
 
         if jobs > 1:
@@ -178,7 +197,8 @@ def report_results(results: list, args: argparse.Namespace, out) -> int:
     for failure in failures:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")
     if args.json:
-        print_json([{"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": "failed", "error": r.error}
+        print_json([{"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": "failed",
+                     "error": r.error}
                     if isinstance(r, RunFailure) else
                     {"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": r.status,
                      "steps": r.steps, "seconds": r.seconds, "steps_per_second": r.steps_per_second,
