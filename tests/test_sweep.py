@@ -18,7 +18,8 @@ from probe.train import TrainConfig, train_run
 
 TINY = {"task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "steps": 400, "batch_size": 16,
         "checkpoint_every": 20, "log_every": 5, "eval_examples": 16, "eval_n": 32, "eval_valid": 16,
-        "options": {"train_length": 4}, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64},
+        "options": {"train_length": 4}, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16,
+                                                  "d_mlp": 64},
         "name": "tiny"}
 
 
