@@ -19,14 +19,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from probe.data import encode
-from probe.tasks import Tokenizer, get as get_task
+from probe.tasks import Tokenizer
+from probe.tasks import get as get_task
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -126,7 +127,8 @@ def interleave(variants: dict[str, Callable[[], object]], *, repeats: int, calls
 
 
 def time_training_steps(variants: dict[str, Callable[[], object]], *, preset: str, repeats: int, calls: int,
-                        device: torch.device) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, int]], int]:
+                        device: torch.device) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, int]],
+                                                       int]:
     """(timings as :func:`interleave` returns them, operators per step of each variant, warm-up steps):
     the timing core every training-step benchmark shares."""
     print(f"{preset}: {len(variants)} variants, {calls} step(s) each per repeat, {repeats} repeats", flush=True)

@@ -23,7 +23,6 @@ from pathlib import Path
 from common import header, write_json
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoints", default="checkpoints")
@@ -39,8 +38,7 @@ def main() -> int:
     started = time.perf_counter()
     import torch
 
-    from probe.analysis import compare_report
-    from probe.commands.compare import write_outputs
+    from probe.analysis import compare_report, write_compare_report
     from probe.errors import ProbeError
     imported = time.perf_counter() - started
 
@@ -60,7 +58,7 @@ def main() -> int:
     analysis_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        write_outputs(report, out, args.metric)
+        write_compare_report(report, out, args.metric)
         write_s = time.perf_counter() - start
 
     cli = None
@@ -81,7 +79,8 @@ def main() -> int:
     model_config = json.loads((Path(report.a.path) / "config.json").read_text())["model"]
     timings = dict(report.timings)
     payload = {
-        **header("compare", "probe compare nope: NoPE vs every other PE and the NoPE' seed baseline, stage by stage", args.device, load_before),
+        **header("compare", "probe compare nope: NoPE vs every other PE and the NoPE' seed baseline, stage by stage",
+                 args.device, load_before),
         "checkpoints": str(Path(args.checkpoints).resolve()),
         "task_folder": report.task_folder,
         "model": {k: model_config[k] for k in ("n_layers", "n_heads", "d_model", "d_head")},

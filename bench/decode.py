@@ -19,13 +19,13 @@ import sys
 from collections import defaultdict
 
 import torch
-
-from common import add_common_args, clock, interleave, header, medians, paired_ratio, setup, write_json
+from common import add_common_args, clock, header, interleave, medians, paired_ratio, setup, write_json
 
 from probe.decoding import greedy_decode
 from probe.models import build_model
 from probe.models.registry import PE_KINDS
-from probe.tasks import Tokenizer, get as get_task
+from probe.tasks import Tokenizer
+from probe.tasks import get as get_task
 
 
 def decode_batches(examples, tokenizer: Tokenizer, batch_size: int, device: torch.device):
@@ -95,7 +95,8 @@ def main() -> int:
             "same_tokens_with_and_without_cache": same,
         })
     payload = {
-        **header("decode", "probe.decoding.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
+        **header("decode",
+                 "probe.decoding.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
                 "KV cache vs full recomputation each step; untrained model with <eos> unreachable, so each "
                 "batch decodes longest gold target + 1 tokens", device, load_before),
         "preset": args.preset,

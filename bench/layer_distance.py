@@ -18,11 +18,9 @@ import sys
 import time
 
 import torch
-
-from probe.metrics import jsd, layer_distances
-
 from common import header, write_json
 
+from probe.metrics import jsd, layer_distances
 
 
 def causal_patterns(n_layers: int, n_heads: int, T: int, device: str, dtype: torch.dtype,
@@ -115,7 +113,8 @@ def main() -> int:
               f"   speed-up {r['speedup']:8.1f}x   max |diff| {r['max_abs_diff']:.1e}", flush=True)
 
     payload = {
-        **header("layer_distance", "probe.metrics.layer_distances (all head pairs, min per layer) vs a Python loop over "
+        **header("layer_distance",
+                 "probe.metrics.layer_distances (all head pairs, min per layer) vs a Python loop over "
                 "layers, head pairs and query rows calling probe.metrics.jsd on keys <= t; same "
                 "random causal patterns, same device, same run", args.device, load_before),
         "torch": torch.__version__,

@@ -21,14 +21,25 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
-from common import (add_common_args, clock, header, medians, paired_ratio, scan_batch, setup, time_once,
-                    time_training_steps, training_repeats, training_step, write_json)
+from common import (
+    add_common_args,
+    clock,
+    header,
+    medians,
+    paired_ratio,
+    scan_batch,
+    setup,
+    time_once,
+    time_training_steps,
+    training_repeats,
+    training_step,
+    write_json,
+)
 from plain_decoder import PlainDecoder
+from torch.profiler import ProfilerActivity, profile
 
 from probe.models import build_model
 from probe.models.registry import PE_CLASSES, PE_KINDS
@@ -97,7 +108,8 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
             device: torch.device) -> dict[str, object]:
     """Every PE's step on one batch, interleaved: times, ratios to NoPE, hooked over fast."""
     args.repeats, steps = training_repeats(args, device)
-    models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed, device=device) for pe in args.pes}
+    models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed,
+                              device=device) for pe in args.pes}
     steps_of = {pe: training_step(model, tokens, mask, device) for pe, model in models.items()}
     if args.steps is None:
         steps = steps_per_turn(steps_of["nope"], device)
@@ -105,7 +117,8 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
     if not args.no_hooked:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
     variants.update({f"{pe}/forward": on_path(models[pe], True, forward_pass(models[pe], tokens)) for pe in args.pes})
-    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device)
+    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps,
+                                               device=device)
     runs = timings[clock(device)]
     step_s = medians(runs)
     wall_step_s = medians(timings["wall"])
@@ -130,7 +143,8 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
         "within_target": {pe: vs_nope[pe]["median"] <= TARGET for pe in vs_nope if pe in TARGETED},
         "forward_s": {pe: step_s[f"{pe}/forward"] for pe in args.pes},
         "forward_vs_nope": forward_vs_nope,
-        "forward_within_target": {pe: forward_vs_nope[pe]["median"] <= TARGET for pe in forward_vs_nope if pe in TARGETED},
+        "forward_within_target": {pe: forward_vs_nope[pe]["median"] <= TARGET
+                                  for pe in forward_vs_nope if pe in TARGETED},
         "hooked_over_fast": hooked_vs_fast,
     }
     if args.profile:
@@ -166,7 +180,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")
     parser.add_argument("--lengths", type=int, nargs="+", help="time random-token batches of these lengths instead")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default: as many as "
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps per variant per repeat (default: as many as "
                         f"fill {TURN_S} s at NoPE's pace, at most {MAX_STEPS_PER_TURN})")
     parser.add_argument("--no-hooked", action="store_true", help="time the fast path only")
     parser.add_argument("--profile", action="store_true", help="add torch.profiler's top operators per PE")
@@ -183,13 +198,16 @@ def main() -> int:
             generator = torch.Generator().manual_seed(args.seed)
             tokens = torch.randint(vocab, (args.batch, length), generator=generator).to(device)
             print(f"T = {length}", flush=True)
-            sections[str(length)] = measure(args, tokens, torch.ones(args.batch, length - 1, device=device), vocab, device)
+            sections[str(length)] = measure(args, tokens, torch.ones(args.batch, length - 1, device=device), vocab,
+                                            device)
     else:
         tokens, mask, vocab = scan_batch(args.batch, args.length, args.seed, device)
         sections[str(args.length)] = measure(args, tokens, mask, vocab, device)
     payload = {
-        **header("pe_overhead", "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
-                "no dropout) and forward time (eval mode, inference_mode) of each PE at one preset, relative to NoPE; fast (SDPA) vs forced hooked "
+        **header("pe_overhead",
+                 "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
+                "no dropout) and forward time (eval mode, inference_mode) of each PE at one preset, relative to NoPE; "
+                "fast (SDPA) vs forced hooked "
                 "attention path per PE; the same batch for all, per sequence length", device, load_before),
         "preset": args.preset,
         "clock": clock(device),

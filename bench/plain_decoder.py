@@ -21,10 +21,20 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from common import (
+    add_common_args,
+    clock,
+    header,
+    medians,
+    paired_ratio,
+    scan_batch,
+    setup,
+    time_training_steps,
+    training_repeats,
+    training_step,
+    write_json,
+)
 from torch import nn
-
-from common import (add_common_args, clock, header, medians, paired_ratio, scan_batch, setup, time_training_steps,
-                    training_repeats, training_step, write_json)
 
 from probe.models import build_model
 from probe.models.config import ModelConfig, resolve_config
@@ -46,7 +56,8 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, pos, d_model = x.shape
         h = F.rms_norm(x, (d_model,), self.ln1, self.eps)
-        q, k, v = self.qkv(h).view(batch, pos, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # [batch, head, pos, d_head] each
+        qkv = self.qkv(h).view(batch, pos, 3, self.n_heads, self.d_head)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [batch, head, pos, d_head] each
         z = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)  # [batch, head, pos, d_head]
         x = x + self.out(z.transpose(1, 2).reshape(batch, pos, -1))
         h = F.rms_norm(x, (d_model,), self.ln2, self.eps)
@@ -79,7 +90,7 @@ class PlainDecoder(nn.Module):
         return self.unembed(x)  # [batch, pos, vocab]
 
     @torch.no_grad()
-    def load_from(self, model: nn.Module) -> "PlainDecoder":
+    def load_from(self, model: nn.Module) -> PlainDecoder:
         """Copy a probe ``nope`` model's weights in, so both compute the same function."""
         self.embed.weight.copy_(model.W_E)
         for mine, theirs in zip(self.blocks, model.blocks):
@@ -117,7 +128,8 @@ def main() -> int:
     load_before = os.getloadavg()
 
     plain = PlainDecoder(resolve_config("nope", vocab_size=vocab, preset=args.preset, seed=args.seed)).to(device)
-    models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed, device=device) for pe in args.pes}
+    models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed,
+                              device=device) for pe in args.pes}
     same_function = None
     if "nope" in models:  # same weights in both: the same function, checked on the batch itself
         if trainable(plain) != trainable(models["nope"]):
@@ -127,15 +139,18 @@ def main() -> int:
             same_function = float((plain(tokens) - models["nope"](tokens)).abs().max())
     variants = {"plain": training_step(plain, tokens, mask, device)}
     variants.update({pe: training_step(model, tokens, mask, device) for pe, model in models.items()})
-    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device)
+    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps,
+                                               device=device)
     runs = timings[clock(device)]
     step_s = medians(runs)
     ratios = {pe: _inverse(paired_ratio(runs, pe, "plain")) for pe in models}
 
     payload = {
-        **header("plain_decoder", "training tokens/s of probe's HookedTransformer models vs PlainDecoder (same shape, plain "
+        **header("plain_decoder",
+                 "training tokens/s of probe's HookedTransformer models vs PlainDecoder (same shape, plain "
                 "PyTorch on scaled_dot_product_attention); one step = target-token loss, backward, grad "
-                "clip, AdamW (foreach on CPU, fused + bf16 autocast on CUDA); no dropout; same SCAN batch", device, load_before),
+                "clip, AdamW (foreach on CPU, fused + bf16 autocast on CUDA); no dropout; same SCAN batch", device,
+                 load_before),
         "preset": args.preset,
         "batch": args.batch,
         "length": args.length,
@@ -143,7 +158,8 @@ def main() -> int:
         "trainable_weights": trainable(plain),
         "max_abs_logit_diff_vs_nope_same_weights": same_function,
         "clock": clock(device),
-        "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after {warmup} warm-up step(s) per variant; "
+        "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after {warmup} warm-up step(s) per "
+                  "variant; "
                   f"step_s, tokens_per_s and ratios on the {clock(device)} clock (process CPU time on CPU, "
                   "wall on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
         "step_s": step_s,
@@ -162,7 +178,8 @@ def main() -> int:
     print(f"\n{'model':>6} {'step (ms)':>10} {'tokens/s':>10} {'probe/plain':>12} {'kernels':>8}")
     for name, seconds in step_s.items():
         ratio = format(ratios[name]["median"], ".3f") if name in ratios else ""
-        print(f"{name:>6} {seconds * 1e3:>10.1f} {payload['tokens_per_s'][name]:>10.0f} {ratio:>12} {ops[name]['kernels']:>8}")
+        print(f"{name:>6} {seconds * 1e3:>10.1f} {payload['tokens_per_s'][name]:>10.0f} {ratio:>12} "
+              f"{ops[name]['kernels']:>8}")
     print(f"wrote {path}")
     return 0
 

@@ -51,7 +51,8 @@ def points(report_folders: list[Path]) -> list[dict]:
             training = point["runs"][0]["training"]
             found.append({"label": label(training, device), "source": path.name,
                           "compute": weights(training) * training["steps"] * training["batch_size"],
-                          "iid": {r["pe"]: r["iid"] for r in point["runs"]}, "ood": {r["pe"]: r["ood"] for r in point["runs"]}})
+                          "iid": {r["pe"]: r["iid"] for r in point["runs"]},
+                          "ood": {r["pe"]: r["ood"] for r in point["runs"]}})
     for folder in report_folders:
         report = json.loads((folder / "report.json").read_text())
         entry = report["tasks"]["scan+split=paper"]
@@ -78,7 +79,8 @@ def main() -> None:
     figure = go.Figure()
     for pe in PE_KINDS:
         figure.add_trace(go.Scatter(
-            x=[p["label"] for p in table], y=[100 * p["ood"].get(pe, float("nan")) for p in table], mode="lines+markers",
+            x=[p["label"] for p in table], y=[100 * p["ood"].get(pe, float("nan")) for p in table],
+                                    mode="lines+markers",
             name=PE_LABELS[pe], line=dict(color=pe_color(pe)),
             customdata=[100 * p["iid"].get(pe, float("nan")) for p in table],
             hovertemplate="OOD %{y:.1f}%<br>IID %{customdata:.1f}%<extra>" + PE_LABELS[pe] + "</extra>"))

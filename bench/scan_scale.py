@@ -91,7 +91,8 @@ def main() -> None:
             rates[name] = min(steady_rate(r["path"]) for r in finish(process))
             flags[name] += ["--steps", str(max(100, int(rates[name] * args.fit_seconds) // 100 * 100))]
     started = time.perf_counter()
-    processes = {name: start_train(Path(args.root) / name, POINTS[name][0], flags[name], pes, args.device) for name in names}
+    processes = {name: start_train(Path(args.root) / name, POINTS[name][0], flags[name], pes,
+                                   args.device) for name in names}
     trained_by_point = {name: finish(process) for name, process in processes.items()}
     wall = time.perf_counter() - started
     for name in names:

@@ -26,14 +26,15 @@ import time
 from pathlib import Path
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--concurrency", type=int, nargs="+", help="runs at a time (default: 1 2 on CPU, 1 2 4 8 on CUDA)")
+    parser.add_argument("--concurrency", type=int, nargs="+",
+                        help="runs at a time (default: 1 2 on CPU, 1 2 4 8 on CUDA)")
     parser.add_argument("--runs", type=int, default=4, help="runs per concurrency level (default 4)")
     parser.add_argument("--task", default="scan")
-    parser.add_argument("--steps", type=int, default=100, help="training steps per run (default 100; tiny's recipe is 4000)")
+    parser.add_argument("--steps", type=int, default=100,
+                        help="training steps per run (default 100; tiny's recipe is 4000)")
     parser.add_argument("--eval-n", type=int, default=64, help="test examples evaluated per run (default 64)")
     args = parser.parse_args()
     levels = args.concurrency or ([1, 2] if args.device == "cpu" else [1, 2, 4, 8])
@@ -43,10 +44,11 @@ def main() -> int:
     from common import header, write_json
 
     from probe import sweep
+    from probe.plans import PE_SETS
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device is visible to torch; use --device cpu")
-    pes = ["nope", "t5", "alibi", "rotary", "ape"]
+    pes = PE_SETS["paper"]
     results, load_before = [], os.getloadavg()
     for k in levels:
         with tempfile.TemporaryDirectory() as root:

@@ -29,7 +29,7 @@ from common import header, write_json
 from probe.corpus import CODE_TASK, CorpusSpec
 from probe.pretrain import CONTEXTS
 from probe.sources import CorpusSource
-from probe.train import LM_RECIPES, RECIPES, Trainer, TrainConfig
+from probe.train import LM_RECIPES, RECIPES, TrainConfig, Trainer
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.
 STEPS = {"cpu": {"tiny": (50, 400), "small": (10, 100), "base": (2, 6)},
@@ -89,7 +89,8 @@ def main() -> int:
             torch.set_num_threads(count)
             for preset in presets:
                 warm, timed = (CODE_STEPS if args.task == CODE_TASK else STEPS)[device.type][preset]
-                row = {"preset": preset, "threads": count, **measure(preset, warm, timed, device, args.task, Path(scratch))}
+                row = {"preset": preset, "threads": count, **measure(preset, warm, timed, device, args.task,
+                                                                     Path(scratch))}
                 print(f"{preset:5} threads {count}: {row['steps_per_second']:.2f} steps/s, "
                       f"{row['tokens_per_second']:,.0f} tokens/s", flush=True)
                 rows.append(row)

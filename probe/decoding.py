@@ -11,8 +11,8 @@ gold target.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
@@ -45,8 +45,15 @@ class EvalResult:
 
 
 @torch.no_grad()
-def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_id: int, use_cache: bool = True,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+def greedy_decode(
+    model,
+    prompts: torch.Tensor,
+    max_new: int,
+    eos_id: int,
+    pad_id: int,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """[batch, prompt] (equal lengths) -> [batch, <= max_new] generated ids, ``pad_id`` after <eos>.
     ``generator`` draws the positions of a model with ``random_positions``."""
     batch, length = prompts.shape
@@ -60,8 +67,11 @@ def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_i
     at = (lambda n: plan[:n]) if plan is not None else (lambda n: None)
     cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch) if use_cache else None
     mask = torch.ones(batch, length, dtype=torch.long, device=device)
-    logits = (model(prompts, past_kv_cache=cache, attention_mask=mask, positions=at(length)) if use_cache
-              else model(prompts, positions=at(length)))
+    logits = (
+        model(prompts, past_kv_cache=cache, attention_mask=mask, positions=at(length))
+        if use_cache
+        else model(prompts, positions=at(length))
+    )
     sequence = prompts
     generated = []
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -81,9 +91,17 @@ def greedy_decode(model, prompts: torch.Tensor, max_new: int, eos_id: int, pad_i
     return torch.stack(generated, dim=1)
 
 
-def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], *, device: torch.device | str = "cpu",
-                      batch_size: int = 256, use_cache: bool = True, keep_predictions: bool = False,
-                      answer_only: bool = False) -> EvalResult:
+def evaluate_examples(
+    model,
+    tokenizer: Tokenizer,
+    examples: Sequence[Example],
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    use_cache: bool = True,
+    keep_predictions: bool = False,
+    answer_only: bool = False,
+) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result)."""
     device = torch.device(device)
     model.eval()
@@ -102,22 +120,27 @@ def evaluate_examples(model, tokenizer: Tokenizer, examples: Sequence[Example], 
                 chunk = indices[start : start + batch_size]
                 batch = torch.tensor([prompts[i] for i in chunk], device=device)
                 longest = max(len(targets[i]) for i in chunk)
-                out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator).cpu()
+                out = greedy_decode(
+                    model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator
+                ).cpu()
                 for row, i in enumerate(chunk):
                     ids = out[row].tolist()
                     if answer_only or keep_predictions:
                         end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
                         predictions[i] = tokenizer.decode(ids[:end])
                     if answer_only:
-                        correct[i] = tokenizer.eos_id in ids and final_answer(predictions[i]) == final_answer(examples[i].target)
+                        correct[i] = tokenizer.eos_id in ids and final_answer(predictions[i]) == final_answer(
+                            examples[i].target
+                        )
                     else:
                         correct[i] = ids[: len(targets[i])] == targets[i]
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
 
 
 @torch.no_grad()
-def teacher_forced_exact_match(model, data: EncodedSet, *, device: torch.device | str = "cpu",
-                               batch_size: int = 256) -> list[bool]:
+def teacher_forced_exact_match(
+    model, data: EncodedSet, *, device: torch.device | str = "cpu", batch_size: int = 256
+) -> list[bool]:
     """Per example, whether the argmax after every prefix of the gold sequence is the next gold target
     token (through ``<eos>``): one forward pass per batch.
 

@@ -17,8 +17,8 @@ values are mixed with before the units are dropped, as in T5, where dropout foll
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch.nn.functional as F
 from torch import nn
@@ -30,10 +30,11 @@ def hook_sites(model: nn.Module, sites: str) -> list[str]:
     """The hook points whose output is dropped out under ``sites`` (attention probabilities aside)."""
     layers = range(model.cfg.n_layers)
     if sites == "probe":
-        return ["hook_embed"] + [f"blocks.{l}.hook_{part}_out" for l in layers for part in ("attn", "mlp")]
+        return ["hook_embed"] + [f"blocks.{layer}.hook_{part}_out" for layer in layers for part in ("attn", "mlp")]
     if sites == "authors":
         names = ["blocks.0.hook_resid_pre"]
-        names += [f"blocks.{l}.{point}" for l in layers for point in ("hook_attn_out", "mlp.hook_post", "hook_mlp_out")]
+        points = ("hook_attn_out", "mlp.hook_post", "hook_mlp_out")
+        names += [f"blocks.{layer}.{point}" for layer in layers for point in points]
         return names + [name for name in ("ln_final.hook_normalized",) if name in model.mod_dict]
     raise ValueError(f"unknown dropout sites {sites!r}; choose one of {', '.join(SITES)}")
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from probe.decoding import evaluate_examples
-from probe.models.registry import PE_KINDS
 from probe.files import atomic_write_json
 from probe.locks import run_lock
+from probe.models.registry import PE_KINDS
 from probe.runs import LAST, Run, load_run
-from probe.tasks import Tokenizer, get as get_task
+from probe.tasks import Tokenizer
+from probe.tasks import get as get_task
 
 EVAL = "eval.json"
 
@@ -25,10 +27,18 @@ def eval_file(pe_options: dict[str, Any] | None = None) -> str:
     return EVAL if not pe_options else pe_folder_name("eval", pe_options) + ".json"
 
 
-def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, device: torch.device | str = "cpu",
-                 batch_size: int = 256, write: bool = True, wait: bool = False,
-                 on_wait: Callable[[dict], None] | None = None,
-                 pe_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def evaluate_run(
+    run: Run,
+    *,
+    n_test: int | None = None,
+    n_valid: int = 500,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    write: bool = True,
+    wait: bool = False,
+    on_wait: Callable[[dict], None] | None = None,
+    pe_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
     (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
     run folder's lock (:func:`probe.locks.run_lock`) meanwhile."""
@@ -40,8 +50,14 @@ def evaluate_run(run: Run, *, n_test: int | None = None, n_valid: int = 500, dev
     return report
 
 
-def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device | str, batch_size: int,
-              pe_options: dict[str, Any] | None) -> dict[str, Any]:
+def _evaluate(
+    run: Run,
+    n_test: int | None,
+    n_valid: int,
+    device: torch.device | str,
+    batch_size: int,
+    pe_options: dict[str, Any] | None,
+) -> dict[str, Any]:
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
@@ -53,23 +69,37 @@ def _evaluate(run: Run, n_test: int | None, n_valid: int, device: torch.device |
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
     answer_only = bool(task.options.get("scratchpad"))
-    result = evaluate_examples(model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only)
-    buckets = [{"length": length, "n": n, "correct": k, "accuracy": k / n, "seen": task.is_seen(length)}
-               for length, (n, k) in result.by_length().items()]
+    result = evaluate_examples(
+        model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only
+    )
+    buckets = [
+        {"length": length, "n": n, "correct": k, "accuracy": k / n, "seen": task.is_seen(length)}
+        for length, (n, k) in result.by_length().items()
+    ]
     iid, ood = split_accuracy(task, result)
     label = run.label + "".join(f" {k}={format_option(v)}" for k, v in sorted(at_inference.items()))
     report = {
-        "label": label, "path": str(run.path), "pe_options_at_inference": at_inference, "task": task.name, "task_folder": run.task_folder,
-        "task_options": task.options, "pe": meta["pe"], "seed": meta["model"]["seed"],
-        "n_examples": len(examples), "iid_accuracy": iid, "ood_accuracy": ood, "buckets": buckets,
+        "label": label,
+        "path": str(run.path),
+        "pe_options_at_inference": at_inference,
+        "task": task.name,
+        "task_folder": run.task_folder,
+        "task_options": task.options,
+        "pe": meta["pe"],
+        "seed": meta["model"]["seed"],
+        "n_examples": len(examples),
+        "iid_accuracy": iid,
+        "ood_accuracy": ood,
+        "buckets": buckets,
     }
     if "selected_step" in training:  # selected on IID validation: the last step's numbers beside it
         report["selected_step"] = training["selected_step"]
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
             last = load_run(run.path / LAST, device=device, pe_options=at_inference)
-            result = evaluate_examples(last, tokenizer, examples, device=device, batch_size=batch_size,
-                                       answer_only=answer_only)
+            result = evaluate_examples(
+                last, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only
+            )
             iid, ood = split_accuracy(task, result)
         report["last"] = {"step": last_step, "iid_accuracy": iid, "ood_accuracy": ood}
     return report
@@ -87,9 +117,16 @@ def read_eval(folder: str | Path) -> dict[str, Any] | None:
     unreadable or not such a report (then ``probe eval`` rewrites it)."""
     try:
         report = json.loads((Path(folder) / EVAL).read_text())
-        ok = isinstance(report, dict) and {"task", "task_folder", "pe", "seed", "iid_accuracy", "ood_accuracy"} <= report.keys()
-        ok = ok and all(isinstance(b["length"], (int, float)) and isinstance(b["accuracy"], (int, float))
-                        and isinstance(b["seen"], bool) for b in report["buckets"])
+        ok = (
+            isinstance(report, dict)
+            and {"task", "task_folder", "pe", "seed", "iid_accuracy", "ood_accuracy"} <= report.keys()
+        )
+        ok = ok and all(
+            isinstance(b["length"], (int, float))
+            and isinstance(b["accuracy"], (int, float))
+            and isinstance(b["seen"], bool)
+            for b in report["buckets"]
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return report if ok else None
@@ -125,8 +162,10 @@ def reciprocal_rank_scores(queries: dict[Any, dict[str, float]]) -> dict[str, fl
     is better). Only queries holding every PE count. Empty unless two PEs and one query remain."""
     from probe.metrics import mean_reciprocal_rank_reference_code
 
-    pes = sorted({pe for scores in queries.values() for pe in scores},
-                 key=lambda pe: (TIE_ORDER.index(pe) if pe in TIE_ORDER else -1, pe))
+    pes = sorted(
+        {pe for scores in queries.values() for pe in scores},
+        key=lambda pe: (TIE_ORDER.index(pe) if pe in TIE_ORDER else -1, pe),
+    )
     complete = [scores for scores in queries.values() if set(scores) == set(pes)]
     if len(pes) < 2 or not complete:
         return {}

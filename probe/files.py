@@ -14,8 +14,9 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from safetensors import SafetensorError
 
@@ -82,6 +83,22 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, make_parents: bool 
 
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_json_and_csv(out_dir: str | os.PathLike, stem: str, data: Any, rows: list[dict[str, Any]]) -> list[Path]:
+    """``<stem>.json`` and ``<stem>.csv`` under ``out_dir``, each written atomically; their paths. The
+    analyses' outputs: the JSON for programs, the CSV (one row per ``rows`` entry) for spreadsheets."""
+    import csv
+    import io
+
+    out_dir = Path(out_dir)
+    atomic_write_json(out_dir / f"{stem}.json", data)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out_dir / f"{stem}.csv", buffer.getvalue())
+    return [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from probe.corpus import CODE_TASK, CodeTokenizer, CorpusSpec, prepare_corpus
 from probe.corpus.bpe import END_OF_FILE, TOKENIZER_FILE
@@ -55,10 +56,12 @@ def import_released(folder: str | os.PathLike, checkpoints: str | os.PathLike, *
     try:
         tokenizer_json = (folder / TOKENIZER_FILE).read_text()
     except OSError:
-        raise ProbeError(f"{folder} has no readable {TOKENIZER_FILE}; the released models ship their tokenizer") from None
+        raise ProbeError(f"{folder} has no readable {TOKENIZER_FILE}; the released models ship their "
+                         "tokenizer") from None
     tokenizer = CodeTokenizer.from_json(tokenizer_json)
     if len(tokenizer) > model.cfg.d_vocab:
-        raise ProbeError(f"{folder}: its {len(tokenizer)}-token tokenizer does not fit the model's {model.cfg.d_vocab} ids")
+        raise ProbeError(f"{folder}: its {len(tokenizer)}-token tokenizer does not fit the model's {model.cfg.d_vocab} "
+                         "ids")
     bos = bos_token_id(folder, tokenizer)
     spec = CorpusSpec(corpus=corpus, context=context or int(config.get("n_positions", RELEASED_CONTEXT)),
                       tokenizer=tokenizer_digest(tokenizer_json))

@@ -19,9 +19,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from probe.errors import ProbeError
 from probe.files import file_mode, write_error

@@ -11,10 +11,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_module
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait as wait_any
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from probe.train import RunResult, TrainConfig
 
@@ -46,7 +47,8 @@ def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool
 
     torch.set_num_threads(threads)
     return train_run(
-        config, Path(path), torch.device(device), force=force, wait=wait, on_wait=lambda holder: say_waiting(path, holder),
+        config, Path(path), torch.device(device), force=force, wait=wait, on_wait=lambda holder: say_waiting(path,
+                                                                                                             holder),
         on_start=lambda step, total: events.put((path, "start", step, None, None)),
         on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
     )

@@ -10,8 +10,8 @@ batch of maps is alive at a time.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor

@@ -21,9 +21,10 @@ How the paper scores, and how it is scaled to a training context ``T`` (the pape
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ class Protocol:
     longest: int  # the last bucket ends here
 
     @classmethod
-    def scaled(cls, train_context: int) -> "Protocol":
+    def scaled(cls, train_context: int) -> Protocol:
         scale = train_context / PAPER_CONTEXT
         contexts = tuple(dict.fromkeys(max(2, round(c * scale)) for c in PAPER_CONTEXTS))
         return cls(train_context, contexts, max(1, round(PAPER_SCORED * scale)), max(1, round(PAPER_BUCKET * scale)),
@@ -113,10 +114,12 @@ def pick_files(lengths: Tensor, protocol: Protocol, max_files: int | None, seed:
     drawn with ``seed``, each at least as long as the smallest context; ProbeError if none is."""
     order = torch.arange(len(lengths))
     if max_files is not None and max_files < len(order):
-        order = order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
+        order = order[torch.randperm(len(order),
+                                     generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
     order = order[lengths[order] >= protocol.contexts[0]]
     if len(order) == 0:
-        raise ProbeError(f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger corpus")
+        raise ProbeError(f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger "
+                         "corpus")
     return order
 
 
@@ -146,7 +149,8 @@ class PerplexityReport:
         """(low, high) token bounds of every bucket holding a file, from the smallest context up."""
         width = self.protocol.bucket_width
         lows = sorted({int(n) // width * width for n in self.lengths.tolist()})
-        return [(low, low + width) for low in lows if self.protocol.contexts[0] <= low and low + width <= self.protocol.longest]
+        return [(low, low + width) for low in lows
+                if self.protocol.contexts[0] <= low and low + width <= self.protocol.longest]
 
     def cell(self, run: RunPerplexity, files: Tensor, context_index: int) -> dict[str, float] | None:
         """Mean file perplexity over ``files`` (bool [file]) at one context size, and its interval."""
@@ -166,7 +170,8 @@ class PerplexityReport:
             return self._rows
         rows = []
         groups = [("all", self.lengths >= self.protocol.contexts[-1], self.protocol.contexts[-1])]
-        groups += [(f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high), low) for low, high in self.buckets()]
+        groups += [(f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high),
+                    low) for low, high in self.buckets()]
         for run in self.runs:
             for name, files, longest in groups:
                 for index, context in enumerate(self.protocol.contexts):
@@ -193,7 +198,8 @@ class PerplexityReport:
             lines += [f"**{title}** ({files} files)", "", "| model | " + " | ".join(map(str, contexts)) + " |",
                       "|---|" + "---|" * len(contexts)]
             for run in self.runs:
-                values = [f"{cells[run.label, c]['perplexity']:.3f}" if (run.label, c) in cells else "-" for c in contexts]
+                values = [f"{cells[run.label, c]['perplexity']:.3f}" if (run.label,
+                                                                         c) in cells else "-" for c in contexts]
                 lines.append(f"| {run.label} | " + " | ".join(values) + " |")
             lines.append("")
         return "\n".join(lines)
@@ -217,7 +223,8 @@ def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> Pr
                              "compare runs of one task folder")
     contexts = {config["task"]["options"]["context"] for config in configs}
     if len(contexts) > 1:
-        raise ProbeError(f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context")
+        raise ProbeError(f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one "
+                         "context")
     return corpus
 
 
@@ -226,7 +233,8 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
                       batch_size: int = 16, progress: Progress | None = None) -> PerplexityReport:
     """Perplexity of held-out files per run, context size and file-length bucket, the paper's way
     (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
-    runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this many held-out files, drawn with ``seed``."""
+    runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this
+    many held-out files, drawn with ``seed``."""
     from probe.models.checkpoint import read_checkpoint_config, window_bos
     from probe.models.registry import options_for, pe_folder_name
     from probe.models.rotary import SCALINGS_WITH_LENGTH

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from probe.models.registry import PE_COLORS
 
@@ -77,7 +78,8 @@ def layer_distance_figure(curves: Sequence[Mapping[str, Any]], title: str, metri
             x=layers, y=list(curve["mean"]), mode="lines+markers", name=name, legendgroup=name,
             line=dict(color=color, dash=dash),
             customdata=list(zip(curve["low"], curve["high"])),
-            hovertemplate="layer %{x}<br>%{y:.4f} [%{customdata[0]:.4f}, %{customdata[1]:.4f}]<extra>" + name + "</extra>",
+            hovertemplate="layer %{x}<br>%{y:.4f} [%{customdata[0]:.4f}, %{customdata[1]:.4f}]<extra>"
+                          + name + "</extra>",
         ), row=1, col=1)
         mean, low, high = curve["average"]
         figure.add_trace(go.Bar(
@@ -167,7 +169,8 @@ def attention_heatmaps(tokens: Sequence[str], patterns, layer: int, title: str |
     for head in range(n_heads):
         figure.add_trace(go.Heatmap(
             z=maps[head].tolist(), zmin=0, zmax=1, colorscale="Blues", showscale=head == 0, customdata=hover,
-            hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>p %{z:.3f}<extra>head " + str(head) + "</extra>",
+            hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>p %{z:.3f}<extra>head "
+                          + str(head) + "</extra>",
         ), row=head // cols + 1, col=head % cols + 1)
     axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=list(tokens), tickfont=dict(size=8))
     figure.update_xaxes(**axis, tickangle=-90)

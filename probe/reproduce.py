@@ -13,15 +13,17 @@ released code's metric (Figure similarity_per_layer); and the attended-distance 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
 from probe.errors import ProbeError
 from probe.evaluation import mean_ranks, read_eval, reciprocal_rank_scores
-from probe.reference import dataset_for, paper_runs, paper_summary
-from probe.sweep import SweepRun, category, expand_grid, load_grid
+from probe.plans import seed_baseline_blocks
+from probe.reference import category, dataset_for, paper_runs, paper_summary
+from probe.sweep import SweepRun, expand_grid, load_grid
 from probe.tasks import get as get_task
 
 STUDIES = {"reduced": "reproduce", "paper": "paper"}
@@ -39,8 +41,7 @@ def plan(scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] =
     if seeds < 1:
         raise ProbeError(f"--seeds must be at least 1, got {seeds}")
     grid = load_grid(STUDIES[scale]) | ({"steps": steps} if steps else {})
-    runs = expand_grid({**grid, "seed": list(range(seeds))}, root)
-    runs += expand_grid({**grid, "pe": "nope", "seed": seeds}, root)
+    runs = [run for block in seed_baseline_blocks(range(seeds)) for run in expand_grid({**grid, **block}, root)]
     unknown = sorted(set(tasks) - {run.config.task for run in runs})
     if unknown:
         raise ProbeError(f"the {scale} study has no task {unknown[0]!r}; its tasks: "
@@ -53,9 +54,9 @@ def train_and_evaluate(runs: Sequence[SweepRun], device: torch.device, *, jobs: 
     """Train the unfinished runs side by side (``probe train``'s local runner), then evaluate every
     run without an eval.json; returns the training results and failures."""
     from probe.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
     from probe.parallel import train_parallel
     from probe.runs import Run
-    from probe.models.checkpoint import read_checkpoint_config
 
     results = train_parallel([(r.config, r.path) for r in runs], str(device), jobs=jobs, on_event=on_event)
     for run in runs:
@@ -125,7 +126,8 @@ def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, An
         difference = ours[pe]["ood"] - paper[pe]["ood"]
         if abs(difference) >= gap:
             notes.append(f"{folder}: {pe} reaches {100 * ours[pe]['ood']:.1f}% OOD where the paper's reaches "
-                         f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} points).")
+                         f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} "
+                         "points).")
     for i, a in enumerate(pes):
         for b in pes[i + 1:]:
             mine, theirs = ours[a]["ood"] - ours[b]["ood"], paper[a]["ood"] - paper[b]["ood"]
@@ -218,7 +220,8 @@ def markdown(report: dict[str, Any]) -> str:
         for name, scores in report["mrr"][who].items():
             ranked = ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
             lines.append(f"- {who}, {name}: {ranked}")
-    lines += ["", "## Where we differ from the paper", ""] + [f"- {note}" for note in report["notes"] or ["nothing flagged"]]
+    lines += ["", "## Where we differ from the paper",
+              ""] + [f"- {note}" for note in report["notes"] or ["nothing flagged"]]
     return "\n".join(lines) + "\n"
 
 
@@ -231,7 +234,8 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for folder, entry in report["tasks"].items():
-        curves = [{"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
+        curves = [{"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"],
+                   "accuracy": t["accuracy"]}
                   for pe, t in entry["ours"].items()]
         if entry.get("baseline"):
             base = entry["baseline"]
@@ -247,10 +251,12 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
             f"{folder}: exact match by length; ours solid, the paper's released runs dotted (unseen lengths)")
         for metric, data in entry.get("compare", {}).items():
             label = "D^(l), JSD" if metric == "jsd" else "D^(l), released code's metric"
-            out[f"distance_{folder}_{metric}"] = layer_distance_figure(data["curves"], f"{folder}: D(NoPE, ·) per layer", label)
+            out[f"distance_{folder}_{metric}"] = layer_distance_figure(data["curves"],
+                                                                       f"{folder}: D(NoPE, ·) per layer", label)
         if entry.get("distances"):
             out[f"attended_{folder}"] = attended_distance_figure(entry["distances"]["series"],
-                                                                 f"{folder}: normalized attended distance (unseen lengths)")
+                                                                 f"{folder}: normalized attended distance (unseen "
+                                                                 "lengths)")
     for who in ("ours", "paper"):
         ranks = report["mrr"][who]
         if not ranks:

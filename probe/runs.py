@@ -10,9 +10,10 @@ published model was selected on validation keeps its last step's checkpoint in `
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, read_checkpoint_config, task_name
@@ -55,8 +56,14 @@ def given_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def run_dir(root: str | Path, task: str, pe: str, seed: int, options: dict[str, Any] | None = None,
-            pe_options: dict[str, Any] | None = None) -> Path:
+def run_dir(
+    root: str | Path,
+    task: str,
+    pe: str,
+    seed: int,
+    options: dict[str, Any] | None = None,
+    pe_options: dict[str, Any] | None = None,
+) -> Path:
     """``<root>/<task folder>/<pe>[+<option>=<value>...]/seed<k>``: a PE's options given at training
     are part of its folder's name, so RoPE at two bases never share one."""
     from probe.models.registry import pe_folder_name
@@ -128,7 +135,9 @@ def beside(runs: Iterable[Run]) -> Path:
     return Path(os.path.commonpath(homes))
 
 
-def find_runs(root: str | Path, task: str | None = None, options: dict[str, Any] | None = None) -> tuple[list[Run], list[tuple[Path, str]]]:
+def find_runs(
+    root: str | Path, task: str | None = None, options: dict[str, Any] | None = None
+) -> tuple[list[Run], list[tuple[Path, str]]]:
     """Every checkpoint under ``root`` (optionally of one task folder), and the broken ones with why."""
     root = Path(root)
     if not root.is_dir():
@@ -147,9 +156,7 @@ def find_runs(root: str | Path, task: str | None = None, options: dict[str, Any]
 
 def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict[str, Any] | None = None) -> Path:
     """A PE name (resolved under ``root`` for ``task`` and ``seed``) or a run folder."""
-    from probe.models.registry import PE_KINDS
-
-    from probe.models.registry import split_pe_name
+    from probe.models.registry import PE_KINDS, split_pe_name
 
     path = Path(name)
     if (path / CONFIG).is_file():
@@ -166,8 +173,14 @@ def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict
     raise ProbeError(f"{name!r} is neither a positional encoding ({', '.join(PE_KINDS)}) nor a run folder")
 
 
-def train_command(task: str, options: dict[str, Any] | None, root: str | Path, pe: str | None = None,
-                  seed: int | None = None, pe_options: dict[str, Any] | None = None) -> str:
+def train_command(
+    task: str,
+    options: dict[str, Any] | None,
+    root: str | Path,
+    pe: str | None = None,
+    seed: int | None = None,
+    pe_options: dict[str, Any] | None = None,
+) -> str:
     """The `probe train` command line that makes the runs described (`probe pretrain` for a code corpus,
     `probe import` for one tokenized with a released model's tokenizer)."""
     from probe.corpus import CODE_TASK, CorpusSpec
@@ -175,7 +188,10 @@ def train_command(task: str, options: dict[str, Any] | None, root: str | Path, p
     if task == CODE_TASK:
         given = CorpusSpec.from_options(options).given()
         if "tokenizer" in given:  # a corpus read with a model's own tokenizer: its runs are imported
-            parts = ["probe import MODEL_FOLDER", *(f"--{key} {given[key]}" for key in ("corpus", "context") if key in given)]
+            parts = [
+                "probe import MODEL_FOLDER",
+                *(f"--{key} {given[key]}" for key in ("corpus", "context") if key in given),
+            ]
             return " ".join(parts + ([f"--checkpoints {root}"] if Path(root) != DEFAULT_CHECKPOINTS else []))
         parts = ["probe pretrain", *(f"--{key.replace('_', '-')} {value}" for key, value in sorted(given.items()))]
     else:
@@ -195,7 +211,7 @@ def train_command(task: str, options: dict[str, Any] | None, root: str | Path, p
     return " ".join(parts)
 
 
-def load_run(path: str | Path, device: "str | torch.device" = "cpu", pe_options: dict[str, Any] | None = None):
+def load_run(path: str | Path, device: str | torch.device = "cpu", pe_options: dict[str, Any] | None = None):
     """A run's model with its tokenizer: the one the run carries (``tokenizer.json``), or, for a run saved
     before runs carried one, its task's word-level vocabulary or its code BPE, as it was trained with."""
     from probe.models.checkpoint import load_checkpoint

@@ -10,8 +10,9 @@ data only: it never sees a test length.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -50,7 +51,9 @@ class Selection:
         improves = not self.history or score > self.best[1]
         self.history.append((step, score))
         if improves:
-            self.best_state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+            self.best_state = {
+                name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()
+            }
 
     def to_dict(self) -> dict[str, Any]:
         step, score = self.best if self.history else (None, None)

@@ -18,7 +18,8 @@ from probe.data import EncodedSet, encode
 from probe.files import atomic_write_text
 from probe.models.checkpoint import TOKENIZER_KEY, tokenizer_record
 from probe.models.transformer import PETransformer
-from probe.tasks import Tokenizer, get as get_task
+from probe.tasks import Tokenizer
+from probe.tasks import get as get_task
 
 
 class TrainingSource(Protocol):

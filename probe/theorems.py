@@ -12,16 +12,25 @@ each one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 import torch
 
 from probe.errors import ProbeError
-from probe.models.constructions import (BOS_ID, POS, Content, alibi_match_model, alibi_target, bias_match_model,
-                                        random_content, t5_head_target, theorem_model)
+from probe.models.constructions import (
+    BOS_ID,
+    POS,
+    Content,
+    alibi_match_model,
+    alibi_target,
+    bias_match_model,
+    random_content,
+    t5_head_target,
+    theorem_model,
+)
 from probe.models.transformer import PETransformer
 
 SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
@@ -187,8 +196,8 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
     content_size = 0.0
     last = f"blocks.{n_layers - 1}.hook_resid_post"
     names = {"hook_embed", "blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out", "blocks.0.hook_resid_post", last,
-             *(f"blocks.{l}.attn.hook_attn_scores" for l in range(1, n_layers)),
-             *(f"blocks.{l}.hook_resid_pre" for l in range(1, n_layers))}
+             *(f"blocks.{layer}.attn.hook_attn_scores" for layer in range(1, n_layers)),
+             *(f"blocks.{layer}.hook_resid_pre" for layer in range(1, n_layers))}
     T = max(lengths)
     t_all = _positions(T, dtype)
     causal_all = torch.ones(T, T, dtype=torch.bool).tril()  # [query, key]
@@ -202,7 +211,8 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
         positions = torch.stack([one, bos, t], dim=1)  # [pos, 3]: Eq. rel_hidden_state_1
 
         def check(claim: str, value: torch.Tensor, expected: torch.Tensor) -> None:
-            worst[claim].update((value - expected).abs().flatten(1).amax(dim=1), length)
+            worst[claim].update((value - expected).abs().flatten(1).amax(dim=1),
+                                length)  # noqa: B023 (called in this pass only)
 
         check("embedding", cache["hook_embed"][0, :, :3], torch.stack([one, bos, zero], dim=1))
         check("t1_pattern", cache["blocks.0.attn.hook_pattern"][0, 0], uniform_all[:length, :length])

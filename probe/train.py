@@ -21,9 +21,10 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,10 +66,19 @@ RECIPES: dict[str, dict[str, Any]] = {
 LM_RECIPES: dict[str, dict[str, Any]] = {
     "tiny": dict(steps=1500, lr=1e-3, batch_size=32, dropout=0.0),
     "small": dict(steps=6000, lr=5e-4, batch_size=32, dropout=0.0),
-    "base": dict(steps=40_000, lr=2e-4, batch_size=64, dropout=0.1, weight_decay=0.1, warmup=0.02,
-                 schedule="cosine", beta2=0.95),
-    "lm-1b": dict(steps=114_000, lr=2e-4, batch_size=256, dropout=0.0, weight_decay=0.1, warmup=0.02,
-                  schedule="cosine", beta2=0.95),
+    "base": dict(
+        steps=40_000, lr=2e-4, batch_size=64, dropout=0.1, weight_decay=0.1, warmup=0.02, schedule="cosine", beta2=0.95
+    ),
+    "lm-1b": dict(
+        steps=114_000,
+        lr=2e-4,
+        batch_size=256,
+        dropout=0.0,
+        weight_decay=0.1,
+        warmup=0.02,
+        schedule="cosine",
+        beta2=0.95,
+    ),
 }
 DEFAULTS = dict(weight_decay=0.05, warmup=0.06, schedule="polynomial", beta2=0.999)  # the paper's (HF's) AdamW
 SCHEDULES = ("polynomial", "cosine")
@@ -139,8 +149,15 @@ class TrainConfig:
         """The model this run trains: the preset, ``-m`` overrides and the PE's options (ProbeError
         naming a field or option that does not exist or does not fit)."""
         model = {"eps": AUTHORS_EPS, **self.model} if self.protocol == "authors" else self.model
-        return resolve_config(self.pe, vocab_size=vocab_size, preset=self.preset, seed=self.seed, dropout=self.dropout,
-                              pe_options=self.pe_options, **model)
+        return resolve_config(
+            self.pe,
+            vocab_size=vocab_size,
+            preset=self.preset,
+            seed=self.seed,
+            dropout=self.dropout,
+            pe_options=self.pe_options,
+            **model,
+        )
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -153,7 +170,7 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     done = (step - warmup) / max(1, config.steps - warmup)
     if config.schedule == "cosine":
         return config.lr_end + (config.lr - config.lr_end) * 0.5 * (1 + math.cos(math.pi * done))
-    return config.lr_end + (config.lr - config.lr_end) * (1 - done)**config.decay_power
+    return config.lr_end + (config.lr - config.lr_end) * (1 - done) ** config.decay_power
 
 
 def target_loss(model: PETransformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -200,8 +217,9 @@ class Trainer:
         self.config = config
         self.path = Path(run_path)
         self.device = device
-        self.source = source or training_source(config.task, config.task_options, config.seed, self.path,
-                                                authors=config.protocol == "authors")
+        self.source = source or training_source(
+            config.task, config.task_options, config.seed, self.path, authors=config.protocol == "authors"
+        )
         self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
         self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -209,7 +227,9 @@ class Trainer:
         no_decay = [p for p in params if p.dim() < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=config.lr, betas=(0.9, config.beta2), eps=1e-8,
+            lr=config.lr,
+            betas=(0.9, config.beta2),
+            eps=1e-8,
             **({"fused": True} if device.type == "cuda" else {"foreach": True}),
         )
         self.step, self.epoch, self.position = 0, 0, 0
@@ -224,15 +244,21 @@ class Trainer:
         optim = self.optimizer.state_dict()
         for index, state in optim["state"].items():
             for key, value in state.items():
-                tensors[f"optim.{index}.{key}"] = value.detach().cpu().reshape(-1) if value.dim() == 0 else value.detach().cpu().contiguous()
+                tensors[f"optim.{index}.{key}"] = (
+                    value.detach().cpu().reshape(-1) if value.dim() == 0 else value.detach().cpu().contiguous()
+                )
         if self.selection and self.selection.best_state is not None:
             tensors.update({f"best.{k}": v.contiguous() for k, v in self.selection.best_state.items()})
         tensors["rng.torch"] = torch.get_rng_state()
         if self.device.type == "cuda":
             tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
-        meta = {"step": self.step, "epoch": self.epoch, "position": self.position,
-                "train_config": self.config.to_dict(),
-                "selection": self.selection.to_dict() if self.selection else None}
+        meta = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "position": self.position,
+            "train_config": self.config.to_dict(),
+            "selection": self.selection.to_dict() if self.selection else None,
+        }
         atomic_write(self.path / STATE, lambda tmp: save_file(tensors, str(tmp), metadata={"probe": json.dumps(meta)}))
 
     def load_state(self) -> bool:
@@ -274,8 +300,9 @@ class Trainer:
         """Train to ``config.steps``; returns (last logged loss, seconds spent)."""
         config = self.config
         data = self.source.training_set(config.seed)
-        stream = batch_stream(data, config.batch_size, config.seed, self.epoch, self.position,
-                              grouped=config.protocol == "probe")
+        stream = batch_stream(
+            data, config.batch_size, config.seed, self.epoch, self.position, grouped=config.protocol == "probe"
+        )
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else _null()
         self.model.train()
         if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
@@ -325,8 +352,15 @@ class Trainer:
                 elapsed = time.perf_counter() - window_start
                 self._last_loss = loss_sum / loss_n
                 tokens_per_s = window_tokens / max(elapsed, 1e-9)
-                self._log({"step": self.step, "loss": self._last_loss, "lr": learning_rate(self.step - 1, config),
-                           "tokens_per_s": tokens_per_s, "time": time.time()})
+                self._log(
+                    {
+                        "step": self.step,
+                        "loss": self._last_loss,
+                        "lr": learning_rate(self.step - 1, config),
+                        "tokens_per_s": tokens_per_s,
+                        "time": time.time(),
+                    }
+                )
                 if on_step:
                     on_step(self.step, self._last_loss, tokens_per_s)
                 window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
@@ -419,11 +453,20 @@ def check_writable(folder: Path) -> None:
         probe_file.write_text("")
         probe_file.unlink()
     except OSError as error:
-        raise ProbeError(f"cannot write to {folder}: {error.strerror}; choose another folder with --checkpoints") from None
+        raise ProbeError(
+            f"cannot write to {folder}: {error.strerror}; choose another folder with --checkpoints"
+        ) from None
 
 
-BOOKKEEPING = ("checkpoint_every", "log_every", "eval_examples", "complete", "steps_done", "selection",
-               "selected_step")  # not the model
+BOOKKEEPING = (
+    "checkpoint_every",
+    "log_every",
+    "eval_examples",
+    "complete",
+    "steps_done",
+    "selection",
+    "selected_step",
+)  # not the model
 LEGACY = {"protocol": "probe"}  # what a run saved before a setting existed was trained with
 
 
@@ -431,8 +474,11 @@ def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[s
     """``"steps 4000, asked 10000"`` for every training setting that differs; settings a checkpoint
     older than the setting does not record are taken as matching."""
     stored = {**LEGACY, **stored}
-    return [f"{key} {stored[key]!r}, asked {value!r}" for key, value in requested.items()
-            if key not in BOOKKEEPING and key in stored and stored[key] != value]
+    return [
+        f"{key} {stored[key]!r}, asked {value!r}"
+        for key, value in requested.items()
+        if key not in BOOKKEEPING and key in stored and stored[key] != value
+    ]
 
 
 def is_complete(path: Path) -> bool:
@@ -444,10 +490,17 @@ def is_complete(path: Path) -> bool:
         return False
 
 
-def train_run(config: TrainConfig, run_path: Path, device: torch.device, *, force: bool = False,
-              on_step: Callable[[int, float, float], None] | None = None,
-              on_start: Callable[[int, int], None] | None = None, wait: bool = False,
-              on_wait: Callable[[dict], None] | None = None) -> RunResult:
+def train_run(
+    config: TrainConfig,
+    run_path: Path,
+    device: torch.device,
+    *,
+    force: bool = False,
+    on_step: Callable[[int, float, float], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    wait: bool = False,
+    on_wait: Callable[[dict], None] | None = None,
+) -> RunResult:
     """Train one run to completion (resuming if it can); skip it if already complete.
 
     The run folder is locked meanwhile (:func:`probe.locks.run_lock`): another process training
@@ -469,17 +522,33 @@ def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
     stored = read_checkpoint_config(run_path)
     differences = settings_differ(stored.get("training", {}), config.to_dict())
     if differences:
-        raise ProbeError(f"{run_path} is already trained with other settings ({'; '.join(differences)}); pass --force "
-                         "to retrain it there, or choose another --checkpoints")
+        raise ProbeError(
+            f"{run_path} is already trained with other settings ({'; '.join(differences)}); pass --force "
+            "to retrain it there, or choose another --checkpoints"
+        )
     metrics = stored.get("metrics", {})
     held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}
-    return RunResult(run_path, config, "skipped", config.steps, 0.0, metrics.get("final_loss"),
-                     metrics.get("iid_accuracy"), None, held_out)
+    return RunResult(
+        run_path,
+        config,
+        "skipped",
+        config.steps,
+        0.0,
+        metrics.get("final_loss"),
+        metrics.get("iid_accuracy"),
+        None,
+        held_out,
+    )
 
 
-def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, force: bool,
-                  on_step: Callable[[int, float, float], None] | None,
-                  on_start: Callable[[int, int], None] | None) -> RunResult:
+def _train_locked(
+    config: TrainConfig,
+    run_path: Path,
+    device: torch.device,
+    force: bool,
+    on_step: Callable[[int, float, float], None] | None,
+    on_start: Callable[[int, int], None] | None,
+) -> RunResult:
     if force:
         for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
             (run_path / name).unlink(missing_ok=True)
@@ -493,8 +562,18 @@ def _train_locked(config: TrainConfig, run_path: Path, device: torch.device, for
     loss, seconds = trainer.train(on_step)
     held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
     steps_per_second = (trainer.step - start_step) / seconds if seconds > 0 else None
-    metrics = trainer.publish({"final_loss": loss, **held_out, "train_seconds": seconds,
-                               "steps_per_second": steps_per_second})
+    metrics = trainer.publish(
+        {"final_loss": loss, **held_out, "train_seconds": seconds, "steps_per_second": steps_per_second}
+    )
     held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}
-    return RunResult(run_path, config, "resumed" if resumed else "trained", trainer.step, seconds, loss,
-                     held_out.get("iid_accuracy"), steps_per_second, held_out)
+    return RunResult(
+        run_path,
+        config,
+        "resumed" if resumed else "trained",
+        trainer.step,
+        seconds,
+        loss,
+        held_out.get("iid_accuracy"),
+        steps_per_second,
+        held_out,
+    )

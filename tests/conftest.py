@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from helpers import make_checkpoints
 
 
 @pytest.fixture(scope="module")
@@ -13,3 +16,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory) -> Path:
+    """The explorer's tiny checkpoints (helpers.make_checkpoints), made once per session for every module."""
+    return make_checkpoints(tmp_path_factory.mktemp("checkpoints"))

@@ -8,14 +8,15 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from probe.analysis import (attended_distance_report, compare_report, compare_runs, sample_buckets, task_runs)
-from probe.patterns import collect_patterns
+from probe.analysis import attended_distance_report, compare_report, compare_runs, sample_buckets, task_runs
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.metrics import layer_distances
 from probe.models import load_checkpoint
+from probe.patterns import collect_patterns
 from probe.runs import run_dir
-from probe.tasks import Tokenizer, get as get_task
+from probe.tasks import Tokenizer
+from probe.tasks import get as get_task
 from probe.train import TrainConfig, train_run
 
 SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
@@ -88,7 +89,8 @@ def test_compare_shapes_schema_and_determinism(root):
                                     "head_matrix", "argmin"}
     rows = result.to_rows()
     assert len(rows) == 2 * (n_buckets + 1) * 3  # (buckets + all) × (2 layers + average), baseline too
-    assert json.dumps(data) == json.dumps(compare_runs(a, b, n_per_bucket=2, baseline=run_dir(ckpt, "scan", "nope", 1)).to_json())
+    assert json.dumps(data) == json.dumps(compare_runs(a, b, n_per_bucket=2, baseline=run_dir(ckpt, "scan", "nope",
+                                                                                              1)).to_json())
 
 
 def test_bucket_means_are_per_example_layer_distances(root):
@@ -183,7 +185,7 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
     report = attended_distance_report(runs, n_per_bucket=1, bins=10)
     for result in report.results:
         assert not result.run.label.endswith("'") and result.n_examples == len(result.lengths)
-        for weighting, stats in result.stats.items():
+        for stats in result.stats.values():
             assert stats.histogram.mass.shape == (10,) and float(stats.histogram.mass.sum()) == pytest.approx(1.0)
             assert 0 < stats.bimodality < 1.5 and 0 < stats.mean <= 1
             assert float(stats.weights.sum()) == pytest.approx(result.n_queries)  # every (query, head): weight 1
@@ -199,10 +201,10 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
     assert set(data["runs"][0]["weightings"]) == {"argmax", "attention"}
     assert (out / "attended_distance.html").is_file() and (out / "attended_distance.csv").is_file()
 
-    assert main(["distances", "--checkpoints", str(ckpt)]) == 2
+    assert main(["distances", "--paper", "--checkpoints", str(ckpt)]) == 2
     err = capsys.readouterr().err
     assert f"probe train --task addition --scratchpad full --checkpoints {ckpt}" in err
-    assert main(["distances", "--scratchpad", "I+X", "--checkpoints", str(ckpt)]) == 2  # a typo, not "no runs"
+    assert main(["distances", "--task", "addition", "--scratchpad", "I+X", "--checkpoints", str(ckpt)]) == 2  # a typo
     err = capsys.readouterr().err
     assert "scratchpad='I+X' is not accepted" in err and len(err.strip().splitlines()) == 1
 

@@ -6,116 +6,41 @@ folder whose config.json is broken, a run whose weights are corrupt) and on an e
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil  # a dependency of transformer-lens: finds the server under `probe app`
 import pytest
 import torch
+from helpers import (
+    EXPLORER,
+    FOLDER,
+    TASK_OPTIONS,
+    assert_stops,
+    charts,
+    run_page,
+    running_app,
+    texts,
+)
 
 from probe.cli import main
-from probe.commands import app as app_command
+from probe.explorer import PAGES as EXPLORER_PAGES
+from probe.explorer import server as app_command
 
-EXPLORER = Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"
-PAGES = ("models", "attention", "compare", "distances", "theorems")
-FAST = {"n": "2", "per_bucket": "2"}  # query parameters: 2 examples per length bucket on Compare and Distances
-TIMEOUT = 120
-START_TIMEOUT = 90  # seconds `probe app` gets to answer on its port
-TASK_OPTIONS = {"train_length": 4}
-FOLDER = "reverse+train_length=4"
-
-
-def make_checkpoints(root: Path) -> Path:
-    """Runs of reverse with L = 4 (short sequences, quick to train and read): NoPE seeds 0 and 1, T5
-    seed 0 (the seed-0 runs with eval.json); broken entries: a config.json that is not JSON, one that
-    is JSON but no run, a run whose weights are corrupt; and an exported construction (no task)."""
-    from probe.evaluation import evaluate_run
-    from probe.runs import find_runs, run_dir
-    from probe.train import TrainConfig, train_run
-
-    tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
-    for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):
-        config = TrainConfig(task="reverse", pe=pe, seed=seed, task_options=TASK_OPTIONS, steps=3, batch_size=16,
-                             model=tiny, eval_examples=4)
-        train_run(config, run_dir(root, "reverse", pe, seed, TASK_OPTIONS), torch.device("cpu"))
-    runs, _ = find_runs(root)
-    for run in runs:
-        if run.seed == 0:
-            evaluate_run(run, n_test=4, n_valid=4)
-    broken = run_dir(root, "reverse", "alibi", 0, TASK_OPTIONS)
-    broken.mkdir(parents=True)
-    (broken / "config.json").write_text("{not json")
-    stranger = run_dir(root, "reverse", "ape", 0, TASK_OPTIONS)  # valid JSON, but not a probe run
-    stranger.mkdir(parents=True)
-    (stranger / "config.json").write_text(json.dumps({"model": {"seed": "zero"}}))
-    corrupt = run_dir(root, "reverse", "rotary", 0, TASK_OPTIONS)
-    shutil.copytree(run_dir(root, "reverse", "nope", 0, TASK_OPTIONS), corrupt)
-    config = json.loads((corrupt / "config.json").read_text())
-    config["pe"] = config["model"]["pe"] = "rotary"
-    (corrupt / "config.json").write_text(json.dumps(config))
-    (corrupt / "model.safetensors").write_bytes(b"not a safetensors file")
-    (corrupt / "eval.json").unlink()
-    export_construction(root / "constructions")
-    return root
-
-
-def export_construction(directory: Path) -> Path:
-    """The Theorem 1 / 2 model as `probe theorem --export` writes it: a tokenizer, no task."""
-    from probe import theorems
-    from probe.models import save_checkpoint
-    from probe.models.constructions import theorem_model
-
-    model = theorem_model(16)
-    vocab = theorems.vocabulary(model.cfg.d_vocab)
-    return save_checkpoint(model, directory / "theorem", construction="theorem1+2", max_length=16,
-                           vocabulary=vocab, tokenizer=theorems.tokenizer_dict(vocab))
-
-
-_MADE: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="session")
-def checkpoints(tmp_path_factory) -> Path:
-    """Made once per session, also for test_app_browser.py (which imports this fixture: a fixture
-    imported into a second module is a second session fixture, hence the module-level memo)."""
-    if "root" not in _MADE:
-        _MADE["root"] = make_checkpoints(tmp_path_factory.mktemp("checkpoints"))
-    return _MADE["root"]
-
-
-def run_page(page: str, root: Path, monkeypatch, **query):
-    from streamlit.testing.v1 import AppTest
-
-    monkeypatch.setenv("PROBE_CHECKPOINTS", str(root))
-    at = AppTest.from_file(str(EXPLORER), default_timeout=TIMEOUT)
-    at.query_params.update({**FAST, **query})
-    at.run()
-    if page != "models":
-        at.switch_page(f"views/{page}.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def texts(elements) -> str:
-    return "\n".join(str(e.value) for e in elements)
-
-
-def charts(at) -> int:
-    return len(at.get("plotly_chart"))
-
+PAGES = tuple(EXPLORER_PAGES)
+NOT_ON_TASK_RUNS = {"pretraining": "probe pretrain", "reproduction": "probe reproduce"}  # code runs, reports
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
     at = run_page(page, checkpoints, monkeypatch)
+    if page in NOT_ON_TASK_RUNS:  # nothing of theirs among task runs: they say which command makes it
+        assert charts(at) == 0 and NOT_ON_TASK_RUNS[page] in texts(at.info)
+        return
     assert charts(at) >= 1
     if page != "theorems":  # a broken folder is named on every page that reads checkpoints; the rest works
         assert "Broken checkpoint entry" in texts(at.error)
@@ -139,7 +64,7 @@ def test_every_page_runs_without_checkpoints(page, tmp_path, monkeypatch):
     if page == "theorems":
         assert charts(at) >= 1 and "Every claim holds" in texts(at.success)
     else:
-        assert "probe train" in texts(at.info) and charts(at) == 0
+        assert NOT_ON_TASK_RUNS.get(page, "probe train") in texts(at.info) and charts(at) == 0
 
 
 def test_models_page_evaluates_runs_that_have_no_eval_json(checkpoints, tmp_path, monkeypatch):
@@ -227,7 +152,8 @@ def figure_of(chart) -> dict:
 def perplexity_table(at) -> dict[str, dict[int, float]]:
     """The page's table: model -> {context size: perplexity} (empty cells left out)."""
     table = at.dataframe[0].value
-    return {row["model"]: {int(column.split()[0]): row[column] for column in table.columns[1:] if row[column] == row[column]}
+    return {row["model"]: {int(column.split()[0]): row[column] for column in table.columns[1:]
+                           if row[column] == row[column]}
             for _, row in table.iterrows()}
 
 
@@ -241,8 +167,8 @@ def expected_cells(report: dict, bucket: str = "all") -> dict[str, dict[int, flo
 
 def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(code_checkpoints, tmp_path,
                                                                                   monkeypatch):
-    from probe.commands.common import write_json_and_csv
     from probe.corpus.prepared import corpus_of_run, load_corpus
+    from probe.files import write_json_and_csv
     from probe.models import load_checkpoint
     from probe.perplexity import perplexity_report
 
@@ -289,7 +215,8 @@ def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     torch.testing.assert_close(torch.tensor(attention["data"][0]["z"]), short["pattern", 1][0, 1], atol=1e-6, rtol=0)
     assert attention["layout"]["annotations"][0]["text"] == "head 1"
 
-    at.selectbox(key="pretraining-table").set_value(next(r["bucket"] for r in saved["rows"] if r["bucket"] != "all")).run()
+    bucket = next(r["bucket"] for r in saved["rows"] if r["bucket"] != "all")
+    at.selectbox(key="pretraining-table").set_value(bucket).run()
     assert not at.exception and list(perplexity_table(at)) == ["nope", "alibi"]
     at.selectbox(key="pretraining-report").set_value(str(folder / "perplexity+scaling=yarn")).run()
     assert not at.exception and "not a `probe perplexity` report" in texts(at.error) and charts(at) == 1
@@ -312,64 +239,6 @@ def test_pretraining_page_without_code_runs_says_what_to_run(tmp_path, monkeypat
     assert charts(at) == 0 and "probe pretrain" in texts(at.info) and "probe perplexity" in texts(at.info)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until_serving(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"`probe app` exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.read().strip() == b"ok":
-                    return
-        except OSError:
-            time.sleep(0.5)
-    pytest.fail(f"`probe app` did not answer within {START_TIMEOUT} s:\n{log.read_text()}")
-
-
-@contextlib.contextmanager
-def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tuple[subprocess.Popen, str, list]]:
-    """`<probe> app --port P --checkpoints root` answering on a free port; yields (process, URL, the
-    server processes under it). Whatever still runs afterwards is killed, so a failing test leaks nothing.
-
-    It starts as from a terminal, with SIGINT at its default, also when the test run itself ignores
-    SIGINT (a background job of a non-interactive shell does, and `probe app` keeps an ignored signal
-    ignored on purpose)."""
-    port = free_port()
-    with open(log, "w") as out:
-        process = subprocess.Popen([*probe, "app", "--port", str(port), "--checkpoints", str(root)],
-                                   stdout=out, stderr=subprocess.STDOUT,
-                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
-    server = []
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_serving(process, url, log)
-        server = psutil.Process(process.pid).children(recursive=True)
-        yield process, url, server
-    finally:
-        process.kill()
-        process.wait()
-        for leftover in server:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                leftover.kill()
-
-
-def assert_stops(process: subprocess.Popen, url: str, server: list, signum: int, log: Path) -> None:
-    """`probe app` alone gets signum; it exits 0 once its server has (stopped by the signal, not killed
-    after the grace period), and the port is free again."""
-    assert server, "no server process under `probe app`"
-    process.send_signal(signum)
-    assert process.wait(timeout=app_command.STOP_TIMEOUT) == 0, log.read_text()
-    _, alive = psutil.wait_procs(server, timeout=5)
-    assert not alive, f"outlived `probe app`: {alive}\n{log.read_text()}"
-    app_command.check_port(int(url.rsplit(":", 1)[1]))  # raises if the port is still held
-
-
 def test_probe_app_fails_in_one_line_without_the_explorer(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(app_command, "explorer_script", lambda: tmp_path / "explorer" / "explorer.py")
     assert main(["app", "--checkpoints", str(tmp_path)]) == 2
@@ -382,7 +251,6 @@ def test_probe_app_finds_the_explorer_of_this_checkout():
 
 
 def test_probe_app_rejects_a_bad_port(tmp_path, capsys):
-    import socket
 
     assert main(["app", "--port", "70000", "--checkpoints", str(tmp_path)]) == 2
     assert "--port" in capsys.readouterr().err
@@ -457,7 +325,8 @@ def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path,
     # one query (the task at seed 0): the better PE scores 1, the other 1/2; a tie goes against NoPE
     first = "t5" if ood["t5"] >= ood["nope"] else "nope"
     reciprocal = at.dataframe[2].value
-    assert {pe: float(reciprocal[names[pe]].iloc[0]) for pe in names} == {pe: 1.0 if pe == first else 0.5 for pe in names}
+    assert ({pe: float(reciprocal[names[pe]].iloc[0]) for pe in names}
+            == {pe: 1.0 if pe == first else 0.5 for pe in names})
     assert charts(at) == 1 + 3  # the Models chart, then the sweep's accuracy by length, MRR and mean ranks
     assert "2 run(s) of this sweep have no eval.json" in texts(at.info)
     at.selectbox(key="sweep").set_value(tmp_path / "sweep-broken.json").run()

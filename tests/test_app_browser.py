@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from test_app import checkpoints, running_app  # noqa: F401  (the session's tiny checkpoints, made once)
+from helpers import running_app
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

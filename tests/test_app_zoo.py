@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import FOLDER, TASK_OPTIONS, charts, run_page, texts
 
 from probe.models.registry import PE_CLASSES
-from test_app import FOLDER, TASK_OPTIONS, charts, run_page, texts
 
 OPTIONED = ("rotary", {"fraction": 0.5})  # a run whose folder name carries its PE options
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probe.patterns import collect_patterns, example_attention, run_patterns
 from probe.errors import ProbeError
 from probe.models import PE_KINDS, build_model
-from probe.tasks import Example, Tokenizer, get as get_task
+from probe.patterns import collect_patterns, example_attention, run_patterns
+from probe.tasks import Example, Tokenizer
+from probe.tasks import get as get_task
 
 SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 

@@ -13,8 +13,14 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from probe.analysis import (RunInfo, attended_distance_report, check_comparable, choose_windows, compare_runs,
-                            run_windows)
+from probe.analysis import (
+    RunInfo,
+    attended_distance_report,
+    check_comparable,
+    choose_windows,
+    compare_runs,
+    run_windows,
+)
 from probe.cli import main
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import corpus_of_run, load_corpus
@@ -41,7 +47,8 @@ def code(tmp_path_factory):
     source.mkdir()
     for i in range(40):
         functions = (1, 2, 4, 6)[i % 4]
-        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions)))
+        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n"
+                                                     for j in range(functions)))
     options = {"corpus": str(source), "vocab_size": 300, "context": T, "heldout": 0.5}
     root = base / "checkpoints"
     paths = {}
@@ -83,7 +90,8 @@ def test_windows_are_the_last_tokens_of_long_enough_heldout_files(code):
             assert len(ids) == lengths[name] and row.tolist() == ids[-w.context:]
 
     everything = choose_windows(code.corpus, T, n_per_bucket=100, seed=0)
-    assert [sorted(w.files) for w in everything] == [sorted(n for n, k in lengths.items() if k >= c) for c in (T, 2 * T)]
+    assert [sorted(w.files) for w in everything] == [sorted(n for n, k in lengths.items() if k >= c) for c in (T,
+                                                                                                               2 * T)]
     again = choose_windows(code.corpus, T, n_per_bucket=3, seed=0)
     assert all(w.files == v.files and torch.equal(w.tokens, v.tokens) for w, v in zip(windows, again))
     others = [choose_windows(code.corpus, T, n_per_bucket=3, seed=s) for s in range(1, 6)]
@@ -93,7 +101,8 @@ def test_windows_are_the_last_tokens_of_long_enough_heldout_files(code):
     assert [w.context for w in choose_windows(code.corpus, T, multiples=(2.5, 0.5, 1))] == [8, 16, 40]
 
     # both models of a comparison read the same windows: each run's corpus gives the same ones
-    per_run = [run_windows(code.paths[pe], read_checkpoint_config(code.paths[pe]), n_per_bucket=3) for pe in ("nope", "rotary")]
+    per_run = [run_windows(code.paths[pe], read_checkpoint_config(code.paths[pe]), n_per_bucket=3) for pe in ("nope",
+                                                                                                              "rotary")]
     for w, v in zip(*per_run):
         assert w.files == v.files and torch.equal(w.tokens, v.tokens)
 
@@ -218,8 +227,10 @@ def test_cli_compare_and_distances_on_code_runs(code, tmp_path, capsys, no_png):
     data = json.loads(capsys.readouterr().out)
     (comparison,) = data["comparisons"]
     assert data["task"] == "code" and comparison["b"]["pe"] == "rotary"
-    assert [(b["length"], b["seen"], b["n_examples"]) for b in comparison["buckets"]] == [(T, True, 2), (2 * T, False, 2)]
-    assert {"nope_vs_rotary.json", "nope_vs_rotary.csv", "nope_vs_rotary_layers.html"} <= {p.name for p in out.iterdir()}
+    assert [(b["length"], b["seen"], b["n_examples"]) for b in comparison["buckets"]] == [(T, True, 2), (2 * T, False,
+                                                                                                         2)]
+    assert {"nope_vs_rotary.json", "nope_vs_rotary.csv",
+            "nope_vs_rotary_layers.html"} <= {p.name for p in out.iterdir()}
 
     assert main(["compare", "nope", "alibi", *code.argv, "--n-per-bucket", "2"]) == 0  # writes beside the runs
     printed = " ".join(capsys.readouterr().out.split())  # as one line, however rich wrapped it

@@ -15,12 +15,28 @@ import plotly.graph_objects as go
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import (AutoModelForCausalLM, AutoTokenizer, BloomConfig, BloomForCausalLM, GPT2Config,
-                          GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerFast)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    BloomConfig,
+    BloomForCausalLM,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
-from probe.analysis import (attended_distance_report, choose_windows, compare_report, external_perplexity_report,
-                            load_subject, paired_layers)
+from probe.analysis import (
+    attended_distance_report,
+    choose_windows,
+    compare_report,
+    external_perplexity_report,
+    load_subject,
+    paired_layers,
+)
 from probe.analysis.external import heldout_texts, tokenized
 from probe.cli import main
 from probe.errors import ProbeError
@@ -62,12 +78,14 @@ def tiny(tmp_path_factory):
     source.mkdir()
     for i in range(40):
         functions = (1, 2, 4, 6)[i % 4]
-        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions)))
+        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n"
+                                                     for j in range(functions)))
     texts = [p.read_text() for p in sorted(source.iterdir())]
     shared = PreTrainedTokenizerFast(tokenizer_object=_bpe(texts, 300, ["<|endoftext|>"]), eos_token="<|endoftext|>",
                                      bos_token="<|endoftext|>")
     own = _bpe(texts, 280, ["<s>", "</s>"])
-    own.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", own.token_to_id("<s>"))])
+    own.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>",
+                                                                                         own.token_to_id("<s>"))])
     llama_tokenizer = PreTrainedTokenizerFast(tokenizer_object=own, bos_token="<s>", eos_token="</s>")
     ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
     torch.manual_seed(0)
@@ -80,7 +98,8 @@ def tiny(tmp_path_factory):
                       shared, base / "neox"),
         "bloom": _save(BloomForCausalLM(BloomConfig(vocab_size=len(shared), hidden_size=32, n_layer=2, n_head=4, **ids,
                                                     **WIDTH)), shared, base / "bloom"),
-        "llama": _save(LlamaForCausalLM(LlamaConfig(vocab_size=len(llama_tokenizer), hidden_size=32, num_hidden_layers=3,
+        "llama": _save(LlamaForCausalLM(LlamaConfig(vocab_size=len(llama_tokenizer), hidden_size=32,
+                                                    num_hidden_layers=3,
                                                     num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
                                                     max_position_embeddings=N_POSITIONS, bos_token_id=0, eos_token_id=1,
                                                     pad_token_id=1, **WIDTH)), llama_tokenizer, base / "llama"),
@@ -127,11 +146,13 @@ def test_hook_patterns_are_the_attention_transformers_returns(tiny, family, posi
 
 
 # -- perplexity ---------------------------------------------------------------------------------
-def oracle_nll(name: str, texts: list[str], contexts: tuple[int, ...], scored: int, longest: int | None) -> torch.Tensor:
+def oracle_nll(name: str, texts: list[str], contexts: tuple[int, ...], scored: int,
+               longest: int | None) -> torch.Tensor:
     """[file, context] mean NLL of each text's last ``scored`` tokens read as its last c tokens, from the
     model's own logits and tokenizer (its BOS in front where it adds one); NaN where it cannot be read."""
     model, tokenizer = hf_model(name), AutoTokenizer.from_pretrained(name.removeprefix("hf:"))
-    bos = tokenizer.encode("a")[0] if len(tokenizer.encode("a")) > len(tokenizer.encode("a", add_special_tokens=False)) else None
+    adds_bos = len(tokenizer.encode("a")) > len(tokenizer.encode("a", add_special_tokens=False))
+    bos = tokenizer.encode("a")[0] if adds_bos else None
     out = torch.full((len(texts), len(contexts)), float("nan"), dtype=torch.float64)
     for i, text in enumerate(texts):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -199,7 +220,8 @@ def test_attended_distance_matches_a_hand_count_from_transformers_attention(tiny
     assert int(w.tokens[0, 0]) == 0  # <s> in front
     with torch.no_grad():
         maps = hf_model(name)(w.tokens, output_attentions=True).attentions  # [layer]: [1, head, query, key]
-    distances = [(q - int(row.argmax()) + 1) / (q + 1) for layer in maps for head in layer[0] for q, row in enumerate(head)]
+    distances = [(q - int(row.argmax()) + 1) / (q + 1)
+                 for layer in maps for head in layer[0] for q, row in enumerate(head)]
     assert result.stats["argmax"].mean == pytest.approx(sum(distances) / len(distances), abs=1e-9)
 
 
@@ -241,7 +263,7 @@ def test_paired_layers_is_the_same_relative_depth(a, b, expected):
     assert len(pairs) == a and pairs[0] == 0 and (a == 1 or pairs[-1] == b - 1)
     assert pairs == sorted(pairs) and all(0 <= m < b for m in pairs)
     if a > 1:  # within half a layer of l (L_B - 1) / (L_A - 1)
-        assert all(abs(m - l * (b - 1) / (a - 1)) <= 0.5 for l, m in enumerate(pairs))
+        assert all(abs(m - layer * (b - 1) / (a - 1)) <= 0.5 for layer, m in enumerate(pairs))
 
 
 def test_models_with_different_tokenizers_are_not_compared(tiny, capsys):
@@ -289,7 +311,8 @@ def code_runs(tiny, tmp_path_factory):
         config = TrainConfig(task="code", pe=pe, steps=2, batch_size=4, eval_examples=2, task_options=options,
                              model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T))
         paths.append(train_run(config, run_dir(root, "code", pe, 0, options), torch.device("cpu")).path)
-    return SimpleNamespace(root=root, paths=paths, argv=[*tiny.argv, "-o", "vocab_size=300", "--checkpoints", str(root)])
+    return SimpleNamespace(root=root, paths=paths, argv=[*tiny.argv, "-o", "vocab_size=300", "--checkpoints",
+                                                         str(root)])
 
 
 def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
@@ -306,7 +329,7 @@ def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
 
 # -- the explorer -------------------------------------------------------------------------------
 def test_explorer_measures_the_perplexity_of_hf_models_beside_code_runs(tiny, code_runs, monkeypatch, no_png):
-    from test_app import run_page, texts
+    from helpers import run_page, texts
 
     gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
     at = run_page("pretraining", code_runs.root, monkeypatch)
@@ -324,7 +347,7 @@ def test_explorer_measures_the_perplexity_of_hf_models_beside_code_runs(tiny, co
 
 
 def test_explorer_lists_a_perplexity_report_of_hf_models(tiny, code_runs, monkeypatch, no_png):
-    from test_app import run_page
+    from helpers import run_page
 
     argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--vocab-size", "300", "--context", str(T),
             "--checkpoints", str(code_runs.root)]
@@ -340,7 +363,7 @@ def page_table(at) -> list[dict]:
 
 
 def test_explorer_compares_code_runs_and_hf_models(tiny, code_runs, monkeypatch, no_png):
-    from test_app import run_page, texts
+    from helpers import run_page, texts
 
     nope, alibi = (str(p) for p in code_runs.paths)
     gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
@@ -362,7 +385,7 @@ def test_explorer_compares_code_runs_and_hf_models(tiny, code_runs, monkeypatch,
     expected = compare_report(gpt2, [neox], options=tiny.options, n_per_bucket=2).comparisons[0].overall
     (row,) = page_table(at)
     assert row["A vs"] == neox
-    assert [row[f"layer {l}"] for l in range(3)] == pytest.approx(expected.per_layer.mean.tolist())
+    assert [row[f"layer {layer}"] for layer in range(3)] == pytest.approx(expected.per_layer.mean.tolist())
     assert "A's L2 with B's L1" in texts(at.caption)  # 3 layers of GPT-2 on 2 of GPT-NeoX
     assert f"probe compare {gpt2} {neox} -o corpus={tiny.source} -o heldout=0.5 -o context={T}" in texts(at.caption)
 
@@ -374,7 +397,7 @@ def test_explorer_compares_code_runs_and_hf_models(tiny, code_runs, monkeypatch,
 
 
 def test_explorer_measures_attended_distances_of_code_runs_and_hf_models(tiny, code_runs, monkeypatch, no_png):
-    from test_app import run_page, texts
+    from helpers import run_page, texts
 
     gpt2 = tiny.names["gpt2"]
     at = run_page("distances", code_runs.root, monkeypatch)

@@ -8,8 +8,8 @@ import torch
 import transformer_lens.utilities as tl_utils
 from safetensors.torch import load_file
 
-from probe.errors import ProbeError
 from probe.decoding import evaluate_examples
+from probe.errors import ProbeError
 from probe.models import build_model, load_checkpoint
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
 from probe.tasks.tokenizer import vocabulary_of

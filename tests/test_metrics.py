@@ -129,8 +129,8 @@ def test_layer_distances_match_brute_force_over_all_head_pairs(dtype):
 
     An, Bn = A.double().numpy(), B.double().numpy()
     want = np.empty((2, 3, 4, 5))
-    for e, l, a, b in itertools.product(range(2), range(3), range(4), range(5)):
-        want[e, l, a, b] = brute_head_distance(An[e, l, a], Bn[e, l, b], int(lengths[e]))
+    for e, layer, a, b in itertools.product(range(2), range(3), range(4), range(5)):
+        want[e, layer, a, b] = brute_head_distance(An[e, layer, a], Bn[e, layer, b], int(lengths[e]))
     torch.testing.assert_close(got.pairwise, torch.tensor(want, dtype=dtype), **TOL[dtype])
     want_min = torch.tensor(want.min(axis=(-1, -2)), dtype=dtype)
     torch.testing.assert_close(got.per_layer, want_min, **TOL[dtype])

@@ -71,11 +71,11 @@ def test_attention_weighted_variant_matches_a_loop():
     for normalization, offset in (("text", 1), ("reference-code", 0)):
         got = attended_distances(patterns, starts, lengths, "attention", normalization)
         want = []
-        for e, l, h in itertools.product(range(2), range(2), range(3)):
+        for e, layer, h in itertools.product(range(2), range(2), range(3)):
             for i in range(int(starts[e]), int(lengths[e])):
                 t = i + 1
                 for n in range(1, t + 1):
-                    want.append(((t - n + offset) / t, float(patterns[e, l, h, i, n - 1]), l, h))
+                    want.append(((t - n + offset) / t, float(patterns[e, layer, h, i, n - 1]), layer, h))
         got_rows = sorted(zip(*(field.tolist() for field in got)))
         assert np.allclose(np.array(got_rows), np.array(sorted(want)))
     # each (query, head) carries weight 1: as many units of weight as the arg-max variant has values

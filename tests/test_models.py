@@ -36,7 +36,8 @@ def test_bucket_matches_transformers_t5(buckets, max_distance):
 
     n = torch.arange(0, 1001)
     # transformers takes memory - query = -(query - key) and bidirectional=False for a decoder.
-    reference = T5Attention._relative_position_bucket(-n, bidirectional=False, num_buckets=buckets, max_distance=max_distance)
+    reference = T5Attention._relative_position_bucket(-n, bidirectional=False, num_buckets=buckets,
+                                                      max_distance=max_distance)
     assert torch.equal(t5_relative_bucket(n, buckets, max_distance), reference)
 
 
@@ -75,7 +76,8 @@ def _layer0_scores(model, tokens):
     return cache["blocks.0.attn.hook_attn_scores"][0]  # [head, query, key]
 
 
-@pytest.mark.parametrize("pe,invariant", [("nope", True), ("t5", True), ("alibi", True), ("rotary", True), ("ape", False)])
+@pytest.mark.parametrize("pe,invariant", [("nope", True), ("t5", True), ("alibi", True), ("rotary", True), ("ape",
+                                                                                                            False)])
 def test_shift_invariance_of_relative_encodings(pe, invariant):
     """Layer-0 logits among a block of tokens are unchanged when the block moves right (relative
     PEs), and change for APE."""
@@ -188,7 +190,8 @@ def test_patching_the_position_bias_changes_the_output():
     model = build_model("t5", vocab_size=VOCAB)
     tokens = torch.randint(0, VOCAB, (1, 6))
     clean = model(tokens)
-    patched = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pos_bias", lambda x, hook: x * 0 + 5.0 * torch.arange(6.0))])
+    patched = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pos_bias", lambda x,
+                                                       hook: x * 0 + 5.0 * torch.arange(6.0))])
     assert not torch.allclose(clean, patched)
 
 

@@ -121,7 +121,8 @@ def fire_bias(p: dict, i: int, j: int, head: int) -> float:
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_fire_bias_is_the_papers_function(shared):
-    model = build_model("fire", vocab_size=VOCAB, seed=4, pe_options={"shared": shared, "threshold": 8.0}, **TINY).double()
+    model = build_model("fire", vocab_size=VOCAB, seed=4, pe_options={"shared": shared, "threshold": 8.0},
+                        **TINY).double()
     biases = position_bias(model, tokens_of(LONG))
     threshold = model.pe.option["threshold"]
     queries = [0, 1, int(threshold) - 1, int(threshold), int(threshold) + 1, 40, LONG - 1]  # below, at, above L
@@ -136,7 +137,8 @@ def test_fire_bias_is_the_papers_function(shared):
 
 
 def test_fire_distance_zero_and_the_threshold():
-    model = build_model("fire", vocab_size=VOCAB, seed=5, pe_options={"threshold": 8.0}, **{**TINY, "n_layers": 1}).double()
+    model = build_model("fire", vocab_size=VOCAB, seed=5, pe_options={"threshold": 8.0}, **{**TINY,
+                                                                                            "n_layers": 1}).double()
     with torch.no_grad():
         model.pe.threshold_scale.fill_(-2.5)  # L = |s| x 8 = 20: the sign is dropped, as in the listing
     bias = position_bias(model, tokens_of(60))[0]  # [head, query, key]
@@ -162,7 +164,8 @@ def test_fire_distance_zero_and_the_threshold():
 
 def test_fire_is_shift_invariant_only_below_the_threshold():
     """A prefix of 5 moves every position by 5: below L nothing changes, past L the bias does."""
-    model = build_model("fire", vocab_size=VOCAB, seed=6, pe_options={"threshold": 8.0}, **{**TINY, "n_layers": 1}).double()
+    model = build_model("fire", vocab_size=VOCAB, seed=6, pe_options={"threshold": 8.0}, **{**TINY,
+                                                                                            "n_layers": 1}).double()
     window = tokens_of(8)
     shifted = torch.cat([tokens_of(5, seed=1), window], dim=1)
     for scale, invariant in ((4.0, True), (0.25, False)):  # L = 32 > 12, L = 2 < 7

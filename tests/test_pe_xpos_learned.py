@@ -63,7 +63,8 @@ def test_xpos_scores_match_rotary_embedding_torch(fraction, base, scale_base, ow
     assert torch.allclose(ours, theirs, rtol=1e-12, atol=1e-12)
     lower = torch.ones(length, length, dtype=torch.bool).tril()
     logits = cache["blocks.0.attn.hook_attn_scores"]  # [batch, head, query, key]
-    assert torch.allclose(logits[..., lower], theirs[..., lower] / model.blocks[0].attn.attn_scale, rtol=1e-12, atol=1e-12)
+    assert torch.allclose(logits[..., lower], theirs[..., lower] / model.blocks[0].attn.attn_scale, rtol=1e-12,
+                          atol=1e-12)
     assert not torch.allclose(ours, q @ k.transpose(-1, -2), atol=1e-3)  # rotated and scaled: not q . k
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import probe
-from probe.errors import ProbeError
 from probe.decoding import greedy_decode
+from probe.errors import ProbeError
 from probe.models import build_model, sinusoidal_embedding
 
 VOCAB = 11

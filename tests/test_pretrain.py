@@ -56,7 +56,8 @@ def code_runs(tmp_path_factory, corpus_folder):
     for pe in ("nope", "rotary"):
         config = TrainConfig(task="code", pe=pe, steps=30, batch_size=8, log_every=10, eval_examples=8,
                              task_options=options, model=MODEL)
-        paths.append(train_run(config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()), CPU).path)
+        paths.append(train_run(config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()),
+                               CPU).path)
     return root, paths
 
 
@@ -65,7 +66,8 @@ def test_sources_skip_binary_undecodable_empty_and_hidden_files(corpus_folder):
     files, skipped = find_sources(str(corpus_folder))
     names = [f.name for f in files]
     assert len(files) == 40 and skipped == 3  # binary.bin, latin1.txt, empty.py; .git is not walked
-    assert names == sorted(names) and all(name.startswith("pkg") for name in names)  # relative: moving it keeps the split
+    # relative: moving it keeps the split
+    assert names == sorted(names) and all(name.startswith("pkg") for name in names)
 
 
 def test_split_is_by_file_deterministic_and_independent_of_the_other_files(corpus_folder):
@@ -166,7 +168,8 @@ def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
             members = [i for i, n in enumerate(report.lengths.tolist()) if n >= 40]
         else:
             low, high = (int(x) for x in row["bucket"].strip("[)").split(", "))
-            assert high - low == protocol.bucket_width and row["context"] <= low  # a bucket reads only sizes all its files have
+            # a bucket reads only sizes all its files have
+            assert high - low == protocol.bucket_width and row["context"] <= low
             members = [i for i, n in enumerate(report.lengths.tolist()) if low <= n < high]
         assert row["files"] == len(members)
         perplexities = []
@@ -199,7 +202,8 @@ def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_f
     root = tmp_path / "ck"
     flags = ["--corpus", str(corpus_folder), "--context", "16", "--vocab-size", "300", "--heldout", "0.25"]
     model = [arg for key, value in MODEL.items() for arg in ("-m", f"{key}={value}")]
-    assert main(["pretrain", *flags, "--steps", "12", "--batch-size", "4", "--jobs", "1", "--pe", "nope", "--pe", "alibi",
+    assert main(["pretrain", *flags, "--steps", "12", "--batch-size", "4", "--jobs", "1", "--pe", "nope", "--pe",
+                 "alibi",
                  *model, "--checkpoints", str(root), "--device", "cpu", "--json"]) == 0
     trained = json.loads(capsys.readouterr().out)
     assert [r["pe"] for r in trained] == ["nope", "alibi"] and all(r["heldout_perplexity"] > 1 for r in trained)
@@ -217,12 +221,14 @@ def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_f
 @pytest.mark.parametrize("make, message", [
     (lambda p: p / "missing", "does not exist"),
     (lambda p: (p / "empty").mkdir() or p / "empty", "no readable text files"),
-    (lambda p: ((p / "bin").mkdir(), (p / "bin" / "a.dat").write_bytes(b"\0\1"))[0] or p / "bin", "no readable text files"),
+    (lambda p: ((p / "bin").mkdir(), (p / "bin" / "a.dat").write_bytes(b"\0\1"))[0] or p / "bin",
+     "no readable text files"),
 ])
 def test_bad_corpus_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, make, message):
     corpus = make(tmp_path)
     root = tmp_path / "ck"
-    assert main(["pretrain", "--corpus", str(corpus), "--checkpoints", str(root), "--steps", "1", "--device", "cpu"]) == 2
+    assert main(["pretrain", "--corpus", str(corpus), "--checkpoints", str(root), "--steps", "1", "--device",
+                 "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not any(p.is_file() for p in root.rglob("*")) if root.exists() else True

@@ -41,3 +41,10 @@ def test_scan_summary_is_the_paper_ordering():
     assert summary["nope"]["ood"] == pytest.approx((0.771 + 0.8284 + 0.7924) / 3)
     assert sorted(summary, key=lambda pe: -summary[pe]["ood"]) == ["t5", "nope", "alibi", "rotary", "ape"]
     assert list(summary["nope"]["ood_by_length"]) == [26, 27, 28, 30, 32, 33, 36, 40, 48]
+
+
+def test_the_paper_categories_group_every_task_once():
+    from probe.reference import CATEGORIES
+    from probe.tasks import TASKS
+
+    assert sorted(task for tasks in CATEGORIES.values() for task in tasks) == sorted(TASKS)

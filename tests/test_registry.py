@@ -11,7 +11,7 @@ from probe.models.registry import FIGURE_ORDER, PAPER_PES, PE_CLASSES, PE_COLORS
 
 
 def test_every_list_of_pes_is_the_registry():
-    from probe.analysis.runs import _pe_name
+    from probe.analysis.runs import pe_label
     from probe.evaluation import TIE_ORDER
     from probe.models import PE_KINDS as models_kinds
     from probe.plots import pe_color
@@ -19,7 +19,7 @@ def test_every_list_of_pes_is_the_registry():
     assert probe.PE_KINDS == models_kinds == PE_KINDS == tuple(PE_CLASSES)
     assert sorted(TIE_ORDER) == sorted(PE_KINDS) and TIE_ORDER[-1] == "nope"  # NoPE loses every tie
     for kind in PE_KINDS:
-        assert _pe_name(kind) == PE_LABELS[kind] != "" and pe_color(kind) == PE_COLORS[kind]
+        assert pe_label(kind) == PE_LABELS[kind] != "" and pe_color(kind) == PE_COLORS[kind]
     assert len(set(PE_COLORS.values())) == len(PE_KINDS) and len(set(PE_LABELS.values())) == len(PE_KINDS)
 
 

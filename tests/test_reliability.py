@@ -21,8 +21,8 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.locks import RunLocked, run_lock
 from probe.models import load_checkpoint
-from probe.runs import Run, run_dir
 from probe.models.checkpoint import read_checkpoint_config
+from probe.runs import Run, run_dir
 from probe.train import STATE, TrainConfig, train_run
 
 CPU = torch.device("cpu")
@@ -47,7 +47,8 @@ def _config(**overrides) -> TrainConfig:
 
 def _hold(folder: Path, seconds: float) -> subprocess.Popen:
     """Another process holding ``folder``'s lock for ``seconds`` (returns once it holds it)."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(seconds)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(seconds)], stdout=subprocess.PIPE,
+                              text=True)
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -130,7 +131,8 @@ def test_a_resumed_run_logs_each_step_once(tmp_path):
 # -- disk full and other write errors ---------------------------------------------------------
 @pytest.mark.parametrize("failure", [
     OSError(errno.ENOSPC, "No space left on device"),
-    SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'),
+    SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on '
+                    'device" })'),
 ])
 def test_a_full_disk_is_one_line_and_the_last_state_resumes(tmp_path, monkeypatch, failure):
     import probe.train as train
@@ -152,7 +154,8 @@ def test_a_full_disk_is_one_line_and_the_last_state_resumes(tmp_path, monkeypatc
     message = str(caught.value)
     assert str(tmp_path / "split" / STATE) in message and "No space left on device" in message
     assert len(message.splitlines()) == 1
-    assert sorted(p.name for p in (tmp_path / "split").iterdir()) == [".lock", "metrics.jsonl", STATE]  # no temporary left
+    assert sorted(p.name for p in (tmp_path / "split").iterdir()) == [".lock", "metrics.jsonl",
+                                                                      STATE]  # no temporary left
     monkeypatch.setattr(train, "save_file", real)
     resumed = train_run(_config(), tmp_path / "split", CPU)  # from the step-10 state, intact
     assert resumed.status == "resumed"
@@ -176,12 +179,10 @@ def test_the_cli_reports_a_full_disk_in_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_an_os_error_outside_the_library_is_still_one_line(tmp_path, monkeypatch, capsys):
-    import probe.commands.tasks as tasks_command
-
-    def denied(path, lines):
+    def denied(path, text, make_parents=True):
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    monkeypatch.setattr(tasks_command, "write_lines", denied)
+    monkeypatch.setattr("probe.files.atomic_write_text", denied)
     code = main(["tasks", "show", "scan", "--n", "3", "--jsonl", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "x.jsonl: Permission denied" in err, err
@@ -208,14 +209,17 @@ def test_files_get_the_mode_the_umask_gives(tmp_path, umask, expected):
 # -- where outputs go, and what runs are called -------------------------------------------------
 def test_eval_labels_runs_from_their_config_and_writes_beside_them(tmp_path, monkeypatch, capsys):
     scan = train_run(_config(task="scan", task_options={}, steps=3), tmp_path / "deep" / "scan" / "nope4", CPU).path
-    copy = train_run(_config(task="copy", task_options={"train_length": 4}, steps=3), tmp_path / "deep" / "copy" / "nope4", CPU).path
+    copy = train_run(_config(task="copy", task_options={"train_length": 4}, steps=3),
+                     tmp_path / "deep" / "copy" / "nope4", CPU).path
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     assert main(["eval", str(scan), str(copy), "--n", "4", "--valid", "4", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert [r["label"] for r in printed["runs"]] == ["scan/nope/seed0 (nope4)", "copy+train_length=4/nope/seed0 (nope4)"]
-    assert sorted(Path(f).parent for f in printed["figures"] if f.endswith(".html")) == sorted([scan.parent, copy.parent])
+    assert [r["label"] for r in printed["runs"]] == ["scan/nope/seed0 (nope4)",
+                                                     "copy+train_length=4/nope/seed0 (nope4)"]
+    assert sorted(Path(f).parent for f in printed["figures"] if f.endswith(".html")) == sorted([scan.parent,
+                                                                                                copy.parent])
     assert list(cwd.iterdir()) == []
 
 

@@ -19,9 +19,11 @@ def test_plan_is_every_pe_at_every_seed_plus_nope_prime(tmp_path):
     runs = plan("reduced", tmp_path, seeds=2, tasks=["scan"])
     pairs = sorted((r.config.pe, r.config.seed) for r in runs)
     assert pairs == sorted([(pe, s) for pe in ("nope", "t5", "alibi", "rotary", "ape") for s in (0, 1)] + [("nope", 2)])
-    assert all(r.config.task_options == {"split": "paper"} and r.path.parent.parent.name == "scan+split=paper" for r in runs)
+    assert all(r.config.task_options == {"split": "paper"} and r.path.parent.parent.name == "scan+split=paper"
+               for r in runs)
     every = plan("reduced", tmp_path)
-    assert {r.path.parent.parent.name for r in every} >= {"copy+split=paper+variant=count", "reverse+split=paper+variant=twice"}
+    assert {r.path.parent.parent.name for r in every} >= {"copy+split=paper+variant=count",
+                                                          "reverse+split=paper+variant=twice"}
 
 
 def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> None:
@@ -52,8 +54,10 @@ def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
     notes = " ".join(report["notes"])
     assert "nope reaches 10.0% OOD where the paper's reaches 79.7%" in notes
     assert "we rank alibi above nope (45.0% vs 10.0% OOD); the paper ranks nope above alibi (79.7% vs 43.8%)" in notes
-    assert "rank t5 above nope" not in notes and "rank alibi above t5" not in notes  # the paper's near-tie is no inversion
-    assert report["mrr"]["ours"]["overall"] == pytest.approx({"t5": 1, "alibi": 1 / 2, "rotary": 1 / 3, "nope": 1 / 4, "ape": 1 / 5})
+    # the paper's near-tie is no inversion
+    assert "rank t5 above nope" not in notes and "rank alibi above t5" not in notes
+    assert report["mrr"]["ours"]["overall"] == pytest.approx({"t5": 1, "alibi": 1 / 2, "rotary": 1 / 3, "nope": 1 / 4,
+                                                              "ape": 1 / 5})
     text = markdown(report)
     assert "| NoPE | 0 | 100.0% | 10.0% | 100.0% | 79.7% |" in text
     assert "| NoPE' (the baseline seed) | 1 | 100.0% | 30.0% | | |" in text

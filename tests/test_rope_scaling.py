@@ -73,7 +73,8 @@ def test_yarn_temperature_scales_the_rotated_scores():
     q, k = torch.randn(2, 1, 1, 1, 32, dtype=torch.float64)
     scores = {}
     for scaling in ("linear", "yarn"):
-        model = build_model("rotary", vocab_size=10, pe_options={"scaling": scaling, "factor": 4.0, "original_length": 1,
+        model = build_model("rotary", vocab_size=10, pe_options={"scaling": scaling, "factor": 4.0,
+                                                                 "original_length": 1,
                                                                  "beta_fast": 1e9, "beta_slow": 1e9}).double()
         model.pe.begin_forward(torch.arange(1))
         scores[scaling] = (model.pe.rotate(0, q, 0) * model.pe.rotate(0, k, 0)).sum().item()
@@ -97,7 +98,8 @@ def test_scaling_applies_at_inference_to_a_model_trained_without_it():
 @pytest.mark.parametrize("options, message", [
     ({"scaling": "yarn", "factor": 4.0}, "option scaling=yarn of rotary needs original_length"),
     ({"scaling": "linear", "factor": 0.5}, "option scaling=linear of rotary needs factor >= 1"),
-    ({"scaling": "cubic"}, "option scaling of rotary is 'cubic'; choose one of none, linear, ntk, dynamic, yarn, llama3"),
+    ({"scaling": "cubic"},
+     "option scaling of rotary is 'cubic'; choose one of none, linear, ntk, dynamic, yarn, llama3"),
     ({"scaling": "llama3", "factor": 8.0, "original_length": 64, "high_freq_factor": 0.5},
      "option high_freq_factor=0.5 of rotary must exceed low_freq_factor"),
 ])

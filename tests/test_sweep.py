@@ -18,7 +18,8 @@ from probe.train import TrainConfig, train_run
 
 TINY = {"task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "steps": 400, "batch_size": 16,
         "checkpoint_every": 20, "log_every": 5, "eval_examples": 16, "eval_n": 32, "eval_valid": 16,
-        "options": {"train_length": 4}, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64},
+        "options": {"train_length": 4}, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16,
+                                                  "d_mlp": 64},
         "name": "tiny"}
 
 
@@ -267,3 +268,11 @@ def test_every_registered_pe_runs_through_a_sweep_and_its_report(tmp_path):
     summary = sweep.aggregate({r.label: r.path for r in runs})
     assert summary["missing"] == [] and sorted(row["pe"] for row in summary["aggregate"]) == sorted(PE_KINDS)
     assert set(summary["mean_reciprocal_rank"]["all tasks"]) == set(PE_KINDS)  # every PE ranked
+
+
+def test_grids_name_the_pe_sets_the_code_derives(tmp_path):
+    from probe.plans import PE_SETS
+
+    for grid, pes in (("paper", PE_SETS["paper"]), ("reproduce", PE_SETS["paper"]), ("pretrain", PE_SETS["pretrain"])):
+        runs = sweep.expand_grid(sweep.load_grid(grid), tmp_path)
+        assert tuple(dict.fromkeys(r.config.pe for r in runs)) == pes

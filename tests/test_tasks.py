@@ -57,7 +57,7 @@ def solve_copy(source: str, options: dict) -> dict:
 
 def solve_reverse(source: str, options: dict) -> dict:
     prompt = {"random": "", "twice": " twice", "random-2x": ", twice over"}[options["variant"]]
-    m = re.fullmatch(r"Reverse the following words%s: (.*) \." % prompt, source)
+    m = re.fullmatch(rf"Reverse the following words{prompt}: (.*) \.", source)
     words = m[1].split()
     second = {"twice": words, "random-2x": list(reversed(words))}.get(options["variant"], [])
     out = list(reversed(words)) + second
@@ -508,7 +508,7 @@ def solve_pcfg(source: str) -> tuple[str, int]:
 def test_pcfg_answers_and_productivity_split():
     task = get("pcfg")
     splits = {split: task.examples(split) for split in ("train", "valid", "test")}
-    for split, examples in splits.items():
+    for examples in splits.values():
         for ex in examples:
             assert solve_pcfg(ex.source) == (ex.target, ex.length)
             assert len(ex.target.split()) <= 64

@@ -12,11 +12,21 @@ import numpy as np
 import pytest
 import torch
 
+from probe import theorems
 from probe.cli import main
 from probe.models import build_model, load_checkpoint, save_checkpoint, t5_relative_bucket
-from probe.models.constructions import (BOS, BOS_ID, ONE, POS, interpolation_mlp, position_mlp, position_values,
-                                        random_content, t5_head_target, theorem_model)
-from probe import theorems
+from probe.models.constructions import (
+    BOS,
+    BOS_ID,
+    ONE,
+    POS,
+    interpolation_mlp,
+    position_mlp,
+    position_values,
+    random_content,
+    t5_head_target,
+    theorem_model,
+)
 
 SEEDS = (0, 1, 2)
 LENGTHS = (1, 2, 7, 33, 64)

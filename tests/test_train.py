@@ -94,7 +94,8 @@ def test_finished_run_is_skipped_unless_forced(tmp_path):
 def test_a_finished_run_trained_otherwise_is_one_line_not_a_silent_skip(tmp_path, capsys):
     train_run(_config(steps=5), tmp_path / "r", CPU)
     assert train_run(_config(steps=5, checkpoint_every=3, log_every=2), tmp_path / "r", CPU).status == "skipped"
-    with pytest.raises(ProbeError, match=r"already trained with other settings \(steps 5, asked 6; lr 0.001, asked 0.002\)"):
+    with pytest.raises(ProbeError,
+                       match=r"already trained with other settings \(steps 5, asked 6; lr 0.001, asked 0.002\)"):
         train_run(_config(steps=6, lr=2e-3), tmp_path / "r", CPU)
     assert train_run(_config(steps=6), tmp_path / "r", CPU, force=True).status == "trained"
     from probe import sweep
@@ -128,7 +129,8 @@ def test_a_tiny_model_learns_and_probe_eval_measures_it(tmp_path, capsys):
     assert code == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "/t5/seed0: step " in line]
     assert len(lines) == 10 and "step 800/800, loss" in lines[-1]  # not a terminal: a line per tenth of the run
-    assert main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--n", "200", "--json"]) == 0
+    assert main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--n", "200",
+                 "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     run = report["runs"][0]
     assert run["iid_accuracy"] >= 0.95, run

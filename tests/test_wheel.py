@@ -19,8 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from test_app import assert_stops, running_app
+from helpers import assert_stops, running_app
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "probe")
@@ -89,7 +88,7 @@ def test_the_wheel_ships_the_explorer(wheel):
 
 def test_the_installed_wheel_trains_compares_and_serves(venv, tmp_path):
     site = site_packages(venv)
-    found = run([str(venv / "bin" / "python"), "-c", "import probe; from probe.commands.app import explorer_script; "
+    found = run([str(venv / "bin" / "python"), "-c", "import probe; from probe.explorer.server import explorer_script; "
                  "print(probe.__file__); print(explorer_script())"], cwd=tmp_path).split()
     package, script = (Path(line).resolve() for line in found)
     assert package.is_relative_to(site), f"probe imported from {package}, not from the wheel in {site}"

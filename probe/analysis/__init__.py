@@ -18,24 +18,53 @@ or beside code runs (:mod:`probe.analysis.external`, which also holds its perple
 different depth are compared layer by layer at the same relative depth (``runs.paired_layers``).
 
 Modules, each importing only those listed before it: ``runs`` (which runs, comparable or not),
-``results`` (result types, from per-example values), ``examples`` (a task's length buckets),
+``results`` (result types, from per-example values), ``layerwise`` (D^(l) batch by batch, timed),
+``examples`` (a task's length buckets),
 ``windows`` (a code corpus's windows, and the analyses on them), ``external`` (``hf:`` models),
 ``compare``, ``distances``.
 
 Everything is deterministic given ``seed`` (examples, and the bootstrap resamples).
 """
 
-from probe.analysis.compare import compare_report, compare_runs
+from probe.analysis.compare import compare_report, compare_runs, write_compare_report
 from probe.analysis.distances import attended_distance_report
 from probe.analysis.examples import Bucket, sample_buckets
-from probe.analysis.external import (external_attended_report, external_compare_report, external_perplexity_report,
-                                     load_subject)
-from probe.analysis.results import (CONFIDENCE, N_RESAMPLES, AttendedReport, AttendedResult, AttendedStats,
-                                    CompareReport, CompareResult, DistanceStats)
-from probe.analysis.runs import (Lengths, Progress, RunInfo, check_comparable, check_same_corpus, is_code_run,
-                                 paired_layers, task_runs, training_context)
-from probe.analysis.windows import (MULTIPLES, ContextWindows, attended_windows, choose_windows, compare_windows,
-                                    context_sizes, run_windows)
+from probe.analysis.external import (
+                                     external_attended_report,
+                                     external_compare_report,
+                                     external_perplexity_report,
+                                     load_subject,
+)
+from probe.analysis.results import (
+                                     CONFIDENCE,
+                                     N_RESAMPLES,
+                                     AttendedReport,
+                                     AttendedResult,
+                                     AttendedStats,
+                                     CompareReport,
+                                     CompareResult,
+                                     DistanceStats,
+)
+from probe.analysis.runs import (
+                                     Lengths,
+                                     Progress,
+                                     RunInfo,
+                                     check_comparable,
+                                     check_same_corpus,
+                                     is_code_run,
+                                     paired_layers,
+                                     task_runs,
+                                     training_context,
+)
+from probe.analysis.windows import (
+                                     MULTIPLES,
+                                     ContextWindows,
+                                     attended_windows,
+                                     choose_windows,
+                                     compare_windows,
+                                     context_sizes,
+                                     run_windows,
+)
 from probe.corpus.prepared import run_corpus
 
 __all__ = ["CONFIDENCE", "MULTIPLES", "N_RESAMPLES", "AttendedReport", "AttendedResult", "AttendedStats", "Bucket",
@@ -43,4 +72,4 @@ __all__ = ["CONFIDENCE", "MULTIPLES", "N_RESAMPLES", "AttendedReport", "Attended
            "attended_distance_report", "attended_windows", "check_comparable", "check_same_corpus", "choose_windows",
            "compare_report", "compare_runs", "compare_windows", "context_sizes", "external_attended_report",
            "external_compare_report", "external_perplexity_report", "is_code_run", "load_subject", "paired_layers",
-           "run_corpus", "run_windows", "sample_buckets", "task_runs", "training_context"]
+           "run_corpus", "run_windows", "sample_buckets", "task_runs", "training_context", "write_compare_report"]

@@ -5,74 +5,75 @@ on the same examples for both runs, with NoPE vs NoPE' (another seed) as the bas
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
-from torch import Tensor
 
-from probe.analysis.examples import _fitting, _task_of, sample_buckets
+from probe.analysis.examples import fitting_examples, sample_buckets, task_of
 from probe.analysis.external import external_compare_report
-from probe.analysis.results import CompareReport, CompareResult, _stats, _sync
-from probe.analysis.runs import (Lengths, Progress, RunInfo, _info, _load, _pe_name, _run_path, check_comparable,
-                                 is_code_run, paired_layers, task_runs)
+from probe.analysis.layerwise import MapPair, timed_layer_distances
+from probe.analysis.results import CompareReport, CompareResult, distance_stats
+from probe.analysis.runs import (
+    Lengths,
+    Progress,
+    RunInfo,
+    check_comparable,
+    is_code_run,
+    load_run_model,
+    paired_layers,
+    pe_label,
+    run_folder,
+    run_info,
+    task_runs,
+)
 from probe.analysis.windows import compare_windows
-from probe.patterns import collect_patterns
 from probe.errors import ProbeError
-from probe.metrics import Metric, layer_distances
+from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.external import is_external
+from probe.patterns import collect_patterns
 from probe.runs import Run, beside, resolve_run, task_folder_name, train_command
 from probe.tasks import Example, Tokenizer
 
 
-def _distances(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], metric: str,
-               device: torch.device, batch_size: int, timings: dict[str, float],
-               layers_b: Sequence[int]) -> tuple[Tensor, Tensor]:
-    """Per-example D^(l) [example, layer of A] and D_AT of every head pair [example, layer, head_A, head_B],
-    layer l of A against layer ``layers_b[l]`` of B."""
+def _pattern_pairs(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], device: torch.device,
+                   batch_size: int) -> Iterator[MapPair]:
+    """Both models' attention maps on the same batches of examples, with the examples' lengths."""
     keep_on_device = device.type != "cpu"
-    stream_a = collect_patterns(model_a, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device)
-    stream_b = collect_patterns(model_b, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device)
-    values, pairwise = [], []
-    while True:
-        start = time.perf_counter()
-        batch_a, batch_b = next(stream_a, None), next(stream_b, None)
-        _sync(device)
-        timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
-        if batch_a is None:
-            break
-        start = time.perf_counter()
-        result = layer_distances(batch_a.patterns.double(), batch_b.patterns[:, layers_b].double(),
-                                 lengths=batch_a.lengths.to(batch_a.patterns.device), metric=metric)
-        values.append(result.per_layer.cpu())  # [batch, layer]
-        pairwise.append(result.pairwise.cpu())  # [batch, layer, head_A, head_B]
-        _sync(device)
-        timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
-    return torch.cat(values), torch.cat(pairwise)
+    stream_a = collect_patterns(model_a, tokenizer, examples, batch_size=batch_size, device=device,
+                                to_cpu=not keep_on_device)
+    stream_b = collect_patterns(model_b, tokenizer, examples, batch_size=batch_size, device=device,
+                                to_cpu=not keep_on_device)
+    for batch_a, batch_b in zip(stream_a, stream_b):
+        yield batch_a.patterns, batch_b.patterns, batch_a.lengths
 
 
 def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: int, metric: str, seed: int,
                     device: torch.device, batch_size: int, lengths: Lengths, timings: dict[str, float],
                     multiples: Sequence[float] | None = None) -> CompareResult:
     if is_code_run(model_a.metadata) or is_code_run(model_b.metadata):
-        return compare_windows(model_a, a, model_b, b, n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device,
+        return compare_windows(model_a, a, model_b, b, n_per_bucket=n_per_bucket, metric=metric, seed=seed,
+                               device=device,
                                batch_size=batch_size, lengths=lengths, timings=timings, multiples=multiples)
     check_comparable(a, model_a.metadata, b, model_b.metadata)
-    task, tokenizer = _task_of(model_a.metadata)
+    task, tokenizer = task_of(model_a.metadata)
     n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
-    buckets, skipped = _fitting(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, n_ctx)
+    buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, n_ctx)
     examples = [e for bucket in buckets for e in bucket.examples]
     layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
-    values, pairwise = _distances(model_a, model_b, tokenizer, examples, metric, device, batch_size, timings, layers_b)
+    values, pairwise = timed_layer_distances(_pattern_pairs(model_a, model_b, tokenizer, examples, device, batch_size),
+                                             layers_b, metric, device, timings)
     start = time.perf_counter()
     stats, offset = [], 0
     for bucket in buckets:
         part = slice(offset, offset + len(bucket.examples))
-        stats.append(_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen, bucket.split))
+        stats.append(distance_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen,
+                                    bucket.split))
         offset = part.stop
-    overall = _stats(values, pairwise, metric, seed)
+    overall = distance_stats(values, pairwise, metric, seed)
     timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
     return CompareResult(a, b, task.name, dict(task.options), metric, seed, n_per_bucket, stats, overall,
                          values, [e.length for e in examples], skipped, timings=timings, layers_b=layers_b)
@@ -88,7 +89,8 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
     ``result.baseline`` holds D^(l)(A, baseline) on the same examples. Runs of different tasks or
     vocabularies raise ProbeError; of different depth, each layer of A is compared with the layer of
-    B at the same relative depth (``analysis.runs.paired_layers``; ``result.layers_b``). ``metric="reference-code"``: see
+    B at the same relative depth (``analysis.runs.paired_layers``; ``result.layers_b``).
+    ``metric="reference-code"``: see
     ``probe.metrics.layer_distances``. Distances are computed in float64. Code runs: one bucket
     per context size, ``multiples`` of the training context (default 1x, 2x; probe.analysis.windows).
     ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the runs whose PE has them.
@@ -97,12 +99,12 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     device = torch.device(device)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    configs = [read_checkpoint_config(_run_path(r)) for r in (run_a, run_b, baseline) if r is not None]
-    infos = [_info(_run_path(r), c) for r, c in zip((run_a, run_b, baseline), configs)]
+    configs = [read_checkpoint_config(run_folder(r)) for r in (run_a, run_b, baseline) if r is not None]
+    infos = [run_info(run_folder(r), c) for r, c in zip((run_a, run_b, baseline), configs)]
     for info, config in zip(infos[1:], configs[1:]):
         check_comparable(infos[0], configs[0], info, config)
-    model_a, a = _load(run_a, device, pe_options=pe_options)
-    model_b, b = _load(run_b, device, pe_options=pe_options)
+    model_a, a = load_run_model(run_a, device, pe_options=pe_options)
+    model_b, b = load_run_model(run_b, device, pe_options=pe_options)
     timings["load"] = time.perf_counter() - start
     options = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
                    lengths=lengths, multiples=multiples)
@@ -110,7 +112,7 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     if baseline is not None:
         del model_b
         start = time.perf_counter()
-        model_c, c = _load(baseline, device, label=f"{a.label}'", pe_options=pe_options)
+        model_c, c = load_run_model(baseline, device, label=f"{a.label}'", pe_options=pe_options)
         timings["load"] += time.perf_counter() - start
         result.baseline = _compare_loaded(model_a, a, model_c, c, timings=timings, **options)
     return result
@@ -154,27 +156,28 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
     device = torch.device(device)
     path_a = resolve_run(pe_a, root, task, seed, options)
     config_a = read_checkpoint_config(path_a)
-    a = _info(path_a, config_a)
+    a = run_info(path_a, config_a)
     if pe_b_list:
         paths_b = [resolve_run(name, root, task, seed, options) for name in pe_b_list]
     else:
         others = [r for r in task_runs(root, task, options, seed=seed) if r.pe != a.pe]
         if not others:
-            raise ProbeError(f"no other PE's run of {task_folder_name(task, options)} seed {seed} under {root} to compare "
+            raise ProbeError(f"no other PE's run of {task_folder_name(task, options)} seed {seed} under {root} to "
+                             "compare "
                              f"{a.pe} with (make them with: {train_command(task, options, root)})")
         paths_b = [r.path for r in others]
     configs_b = [read_checkpoint_config(p) for p in paths_b]
-    infos_b = [_info(p, c) for p, c in zip(paths_b, configs_b)]
+    infos_b = [run_info(p, c) for p, c in zip(paths_b, configs_b)]
     for info, config in zip(infos_b, configs_b):
         check_comparable(a, config_a, info, config)
     path_base = _other_seed(path_a, a.seed) if baseline else None
     if path_base is not None:
         config_base = read_checkpoint_config(path_base)
-        check_comparable(a, config_a, _info(path_base, config_base), config_base)
+        check_comparable(a, config_a, run_info(path_base, config_base), config_base)
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    model_a, a = _load(path_a, device, pe_options=pe_options)
+    model_a, a = load_run_model(path_a, device, pe_options=pe_options)
     timings["load"] = time.perf_counter() - start
     settings = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
                     lengths=lengths, multiples=multiples, timings=timings)
@@ -184,18 +187,42 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
         if progress:
             progress(f"{a.label} vs {info.label}", len(comparisons), total)
         start = time.perf_counter()
-        model_b, b = _load(path, device, pe_options=pe_options)
+        model_b, b = load_run_model(path, device, pe_options=pe_options)
         timings["load"] += time.perf_counter() - start
         comparisons.append(_compare_loaded(model_a, a, model_b, b, **settings))
         del model_b
     result_base = None
     if path_base is not None:
-        label = f"{_pe_name(a.pe)}'"
+        label = f"{pe_label(a.pe)}'"
         if progress:
             progress(f"{a.label} vs {label} (baseline)", len(comparisons), total)
         start = time.perf_counter()
-        model_base, base = _load(path_base, device, label=label, pe_options=pe_options)
+        model_base, base = load_run_model(path_base, device, label=label, pe_options=pe_options)
         timings["load"] += time.perf_counter() - start
         result_base = _compare_loaded(model_a, a, model_base, base, **settings)
     runs = [Run(path_a, config_a), *(Run(p, c) for p, c in zip(paths_b, configs_b))]
     return CompareReport(a, comparisons, result_base, runs[0].task_folder, beside(runs), timings)
+
+
+def _file_stem(info: RunInfo) -> str:
+    from probe.models.external import file_name
+
+    if is_external(info.path):
+        return file_name(info.path)
+    return info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
+
+
+def write_compare_report(report: CompareReport, out_dir: str | Path, metric: str) -> list[str]:
+    """JSON, CSV and the per-layer figure of ``report`` under ``out_dir``, named after the runs (``nope_vs_t5``),
+    as `probe compare` writes them; returns the paths written."""
+    from probe.files import write_json_and_csv
+    from probe.plots import layer_distance_figure, write_figure
+
+    out_dir = Path(out_dir)
+    stem = f"{_file_stem(report.a)}_vs_{'+'.join(_file_stem(r.b) for r in report.comparisons)}"
+    stem += "" if metric == "jsd" else f"_{metric}"
+    written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
+    label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
+    figure = layer_distance_figure(report.curves(), f"{report.a.label} vs other PEs on {report.task_folder}", label)
+    written += write_figure(figure, out_dir / f"{stem}_layers")
+    return [str(p) for p in written]

@@ -4,28 +4,29 @@ heads and examples into one histogram per run (Section 5.1, Figure attended_dist
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
-from probe.analysis.examples import _fitting, _task_of, sample_buckets
+from probe.analysis.examples import fitting_examples, sample_buckets, task_of
 from probe.analysis.external import external_attended_report
-from probe.analysis.results import AttendedReport, AttendedResult, _attended_stats, _query_key_weights
-from probe.analysis.runs import Lengths, Progress, RunInfo, _load, is_code_run
+from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
+from probe.analysis.runs import Lengths, Progress, RunInfo, is_code_run, load_run_model
 from probe.analysis.windows import attended_windows
-from probe.patterns import collect_patterns
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
 from probe.models.external import is_external
+from probe.patterns import collect_patterns
 from probe.runs import Run
 
 
 def _attended_buckets(model, info: RunInfo, *, n_per_bucket: int, weightings: Sequence[str], normalization: str,
                       lengths: Lengths, bins: int, seed: int, device: torch.device, batch_size: int) -> AttendedResult:
     """One task run's distribution over the output queries of its sampled length buckets."""
-    task, tokenizer = _task_of(model.metadata)
-    buckets, skipped = _fitting(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, model.cfg.n_ctx)
+    task, tokenizer = task_of(model.metadata)
+    buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, model.cfg.n_ctx)
     examples = [e for bucket in buckets for e in bucket.examples]
     size = max(len(tokenizer.encode_example(e)[0]) for e in examples)
     grids = {w: torch.zeros(size, size, dtype=torch.float64, device=device) for w in weightings}
@@ -34,8 +35,8 @@ def _attended_buckets(model, info: RunInfo, *, n_per_bucket: int, weightings: Se
         starts, true_lengths = batch.output_start.to(device), batch.lengths.to(device)
         width = batch.patterns.shape[-1]
         for w in weightings:
-            grids[w][:width, :width] += _query_key_weights(batch.patterns, starts, true_lengths, w)
-    stats = {w: _attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
+            grids[w][:width, :width] += query_key_weights(batch.patterns, starts, true_lengths, w)
+    stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
     n_queries = sum(len(tokenizer.encode_example(e)[0]) - tokenizer.encode_example(e)[1] for e in examples)
     n_queries *= model.cfg.n_layers * model.cfg.n_heads
     return AttendedResult(info, task.name, dict(task.options), len(examples), n_queries, skipped,
@@ -78,7 +79,7 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
                     seed=seed, device=device, batch_size=batch_size)
     results, chosen = [], []
     for done, run in enumerate(runs):
-        model, info = _load(run, device)
+        model, info = load_run_model(run, device)
         if progress:
             progress(info.label, done, len(runs))
         if is_code_run(model.metadata):

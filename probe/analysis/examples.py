@@ -5,16 +5,18 @@ fit a model's context.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from probe.analysis.runs import Lengths, _describe
+from probe.analysis.runs import Lengths, describe_run
 from probe.errors import ProbeError
-from probe.tasks import Example, Task, Tokenizer, get as get_task
+from probe.tasks import Example, Task, Tokenizer
+from probe.tasks import get as get_task
 
 
-def _task_of(config: Mapping[str, Any]) -> tuple[Task, Tokenizer]:
-    task, tokenizer, _ = _describe(config)
+def task_of(config: Mapping[str, Any]) -> tuple[Task, Tokenizer]:
+    task, tokenizer, _ = describe_run(config)
     return get_task(task["name"], **task.get("options", {})), Tokenizer.from_dict(tokenizer)
 
 
@@ -59,7 +61,7 @@ def sample_buckets(task: Task, n_per_bucket: int = 10, seed: int = 0, lengths: L
     return buckets
 
 
-def _fitting(buckets: list[Bucket], tokenizer: Tokenizer, n_ctx: int) -> tuple[list[Bucket], int]:
+def fitting_examples(buckets: list[Bucket], tokenizer: Tokenizer, n_ctx: int) -> tuple[list[Bucket], int]:
     """Drop examples longer than the model's context; returns the buckets left and how many went."""
     kept, skipped = [], 0
     for bucket in buckets:

@@ -21,18 +21,32 @@ against context size, D^(l)(A, B) and attended distances on windows of held-out 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from probe.analysis.results import AttendedReport, AttendedResult, CompareReport
-from probe.analysis.runs import (Lengths, Progress, RunInfo, _load, check_same_corpus, _info, is_code_run,
-                                 training_context)
-from probe.analysis.windows import (ContextWindows, _fitting, attended_on_windows, choose_windows,
-                                    compare_on_windows)
+from probe.analysis.runs import (
+    Lengths,
+    Progress,
+    RunInfo,
+    check_same_corpus,
+    is_code_run,
+    load_run_model,
+    run_info,
+    training_context,
+)
+from probe.analysis.windows import (
+    ContextWindows,
+    attended_on_windows,
+    choose_windows,
+    compare_on_windows,
+    fitting_windows,
+)
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_corpus, run_tokenizer_json
@@ -94,7 +108,7 @@ def load_subject(name: str | Path, device: str | torch.device = "cpu",
         return Subject(loaded.bridge, info, loaded.encode, loaded.vocabulary(), loaded.bos_id, loaded.n_ctx,
                        loaded.max_length)
     config = _code_config(Path(name))
-    model, info = _load(Path(name), torch.device(device), pe_options=pe_options)
+    model, info = load_run_model(Path(name), torch.device(device), pe_options=pe_options)
     tokenizer = CodeTokenizer.from_json(run_tokenizer_json(name))
     return Subject(model, info, tokenizer.encode_batch, tokenizer.tokenizer.get_vocab(), None,
                    training_context(config), model.cfg.n_ctx)
@@ -133,7 +147,7 @@ def heldout_texts(names: Sequence[str], options: Mapping[str, Any] | None = None
     runs = [Path(n) for n in names if not is_external(n)]
     if runs:
         configs = [_code_config(p) for p in runs]
-        infos = [_info(p, c) for p, c in zip(runs, configs)]
+        infos = [run_info(p, c) for p, c in zip(runs, configs)]
         for info, config in zip(infos[1:], configs[1:]):
             check_same_corpus(infos[0], configs[0], info, config)
         context = training_context(configs[0])
@@ -142,7 +156,8 @@ def heldout_texts(names: Sequence[str], options: Mapping[str, Any] | None = None
                              "models are read at multiples of the code runs' context")
         corpus = run_corpus(runs[0], configs[0])
         decode = corpus.tokenizer.decode
-        files = [SourceFile(name, decode(corpus.heldout_file(i).tolist())) for i, name in enumerate(corpus.heldout_names)]
+        files = [SourceFile(name,
+                            decode(corpus.heldout_file(i).tolist())) for i, name in enumerate(corpus.heldout_names)]
         return HeldoutTexts(files, str(corpus.folder), dict(configs[0]["task"]["options"]), context)
     spec = CorpusSpec.from_options(options)
     sources, _ = find_sources(spec.corpus)
@@ -180,7 +195,7 @@ def _readable(windows: list[ContextWindows], subjects: Sequence[Subject]) -> tup
     limits = [s.max_length for s in subjects if s.max_length is not None]
     if not limits:
         return windows, 0
-    return _fitting(windows, min(limits), " and ".join(s.info.label for s in subjects))
+    return fitting_windows(windows, min(limits), " and ".join(s.info.label for s in subjects))
 
 
 def _task_options(texts: HeldoutTexts, context: int) -> dict[str, Any]:

@@ -12,8 +12,7 @@ import torch
 from torch import Tensor
 
 from probe.analysis.runs import RunInfo
-from probe.metrics import (BootstrapCI, Histogram, attended_distances, bimodality_coefficient, bootstrap_ci,
-                           histogram)
+from probe.metrics import BootstrapCI, Histogram, attended_distances, bimodality_coefficient, bootstrap_ci, histogram
 
 N_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -98,7 +97,8 @@ class CompareResult:
             for layer, layer_b in enumerate(self.paired):
                 rows.append({**common, "layer": layer, "layer_b": layer_b, "mean": float(stats.per_layer.mean[layer]),
                              "low": float(stats.per_layer.low[layer]), "high": float(stats.per_layer.high[layer]),
-                             "argmin_head_a": int(stats.argmin[layer, 0]), "argmin_head_b": int(stats.argmin[layer, 1])})
+                             "argmin_head_a": int(stats.argmin[layer, 0]), "argmin_head_b": int(stats.argmin[layer,
+                                                                                                             1])})
             rows.append({**common, "layer": "average", "layer_b": "", "mean": float(stats.average.mean),
                          "low": float(stats.average.low), "high": float(stats.average.high),
                          "argmin_head_a": "", "argmin_head_b": ""})
@@ -149,7 +149,7 @@ class CompareReport:
         return curves
 
 
-def _stats(values: Tensor, pairwise: Tensor, metric: str, seed: int, length: int | None = None,
+def distance_stats(values: Tensor, pairwise: Tensor, metric: str, seed: int, length: int | None = None,
            seen: bool | None = None, split: str | None = None) -> DistanceStats:
     """values: [example, layer]; pairwise: [example, layer, head_A, head_B]."""
     head_matrix = pairwise.mean(0)  # [layer, head_A, head_B]
@@ -164,11 +164,6 @@ def _stats(values: Tensor, pairwise: Tensor, metric: str, seed: int, length: int
                          bootstrap_ci(values, N_RESAMPLES, CONFIDENCE, seed),
                          bootstrap_ci(values.mean(1), N_RESAMPLES, CONFIDENCE, seed),
                          head_matrix, argmin)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # -- attended distance (probe distances) ------------------------------------------------------
@@ -240,7 +235,7 @@ class AttendedReport:
                 for r in self.results]
 
 
-def _query_key_weights(patterns: Tensor, output_start: Tensor, lengths: Tensor, weighting: str) -> Tensor:
+def query_key_weights(patterns: Tensor, output_start: Tensor, lengths: Tensor, weighting: str) -> Tensor:
     """[query, key] total weight over examples, layers and heads of output queries attending keys.
 
     "argmax" counts each (example, layer, head, output query)'s arg-max key (ties to the earliest
@@ -263,12 +258,14 @@ def _distribution(grid: Tensor, normalization: str) -> tuple[Tensor, Tensor]:
     found = attended_distances(grid[None, None, None], 0, grid.shape[-1], "attention", normalization)
     kept = found.weight > 0
     distinct, index = torch.unique(found.distance[kept], return_inverse=True)
-    total = torch.zeros(distinct.shape, dtype=torch.float64, device=grid.device).index_add_(0, index, found.weight[kept])
+    total = torch.zeros(distinct.shape, dtype=torch.float64, device=grid.device).index_add_(0, index,
+                                                                                            found.weight[kept])
     return distinct.cpu(), total.cpu()
 
 
-def _attended_stats(grid: Tensor, weighting: str, normalization: str, bins: int) -> AttendedStats:
+def attended_stats(grid: Tensor, weighting: str, normalization: str, bins: int) -> AttendedStats:
     """The distribution of d̄ held by a [query, key] weight grid: histogram, bimodality, mean."""
     distinct, total = _distribution(grid, normalization)
-    return AttendedStats(weighting, histogram(distinct, total, bins=bins), float(bimodality_coefficient(distinct, total)),
+    return AttendedStats(weighting, histogram(distinct, total, bins=bins), float(bimodality_coefficient(distinct,
+                                                                                                        total)),
                          float((distinct * total).sum() / total.sum()), distinct, total)

@@ -5,9 +5,10 @@ so both read the same windows); and which layers of two models of different dept
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import torch
 
@@ -22,7 +23,7 @@ Lengths = Literal["all", "seen", "unseen"]
 Progress = Callable[[str, int, int], None]  # (what, done so far, total)
 
 
-def _pe_name(pe: str) -> str:
+def pe_label(pe: str) -> str:
     return PE_LABELS.get(pe, pe)
 
 
@@ -51,21 +52,23 @@ class RunInfo:
                 "label": self.label, "inference_options": dict(self.inference_options)}
 
 
-def _run_path(run: str | Path | Run) -> Path:
+def run_folder(run: str | Path | Run) -> Path:
     return run.path if isinstance(run, Run) else Path(run)
 
 
-def _info(path: Path, config: Mapping[str, Any], label: str | None = None,
+def run_info(path: Path, config: Mapping[str, Any], label: str | None = None,
           inference: Mapping[str, Any] | None = None) -> RunInfo:
     from probe.models.registry import pe_folder_name
 
     run = Run(Path(path), dict(config))
     given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe):]  # "+base=500"
-    return RunInfo(str(path), run.pe, run.seed, label or (_pe_name(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
+    return RunInfo(str(path), run.pe, run.seed,
+                   label or (pe_label(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
                    run.pe_options, dict(inference or {}))
 
 
-def _describe(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple[dict[str, Any], dict[str, Any], int]:
+def describe_run(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple[dict[str, Any], dict[str, Any],
+                                                                                    int]:
     """(task, tokenizer, n_layers) of a checkpoint's config, or a clear error if it has none."""
     if "task" not in config or "tokenizer" not in config:
         raise ProbeError(f"{where} has no task or tokenizer in its config.json (not a `probe train` run)")
@@ -79,8 +82,8 @@ def check_comparable(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config
     if is_code_run(config_a) or is_code_run(config_b):
         check_same_corpus(a, config_a, b, config_b)
         return
-    task_a, tok_a, _ = _describe(config_a, a.path)
-    task_b, tok_b, _ = _describe(config_b, b.path)
+    task_a, tok_a, _ = describe_run(config_a, a.path)
+    task_b, tok_b, _ = describe_run(config_b, b.path)
     if task_a != task_b:
         raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
                          f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
@@ -101,16 +104,16 @@ def paired_layers(layers_a: int, layers_b: int) -> list[int]:
     return [(2 * layer * span_b + span_a) // (2 * span_a) for layer in range(layers_a)]
 
 
-def _load(run: str | Path | Run, device: torch.device, label: str | None = None,
+def load_run_model(run: str | Path | Run, device: torch.device, label: str | None = None,
           pe_options: Mapping[str, Any] | None = None):
     """The run's model, with those of ``pe_options`` its PE has applied at inference."""
-    from probe.runs import load_run
     from probe.models.registry import options_for
+    from probe.runs import load_run
 
-    path = _run_path(run)
+    path = run_folder(run)
     applied = options_for(read_checkpoint_config(path)["pe"], dict(pe_options or {}))
     model = load_run(path, device=device, pe_options=applied or None)
-    return model, _info(path, model.metadata, label, applied)
+    return model, run_info(path, model.metadata, label, applied)
 
 
 def task_runs(root: str | Path, task: str, options: Mapping[str, Any] | None = None, seed: int | None = 0,
@@ -126,7 +129,8 @@ def task_runs(root: str | Path, task: str, options: Mapping[str, Any] | None = N
         folder = task_folder_name(task, dict(options or {}))
         which = "" if pes is None else f" of {', '.join(pes)}"
         raise ProbeError(f"no complete runs{which} of {folder}{'' if seed is None else f' seed {seed}'} under {root} "
-                         f"(make them with: {train_command(task, dict(options or {}), root, seed=seed if seed else None)})")
+                         "(make them with: "
+                         f"{train_command(task, dict(options or {}), root, seed=seed if seed else None)})")
     rank = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
     return sorted(runs, key=lambda r: (rank.get(r.pe, len(rank)), r.pe, r.seed))
 

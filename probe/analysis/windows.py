@@ -15,20 +15,20 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from probe.analysis.results import (AttendedResult, CompareResult, _attended_stats, _query_key_weights, _stats,
-                                    _sync)
+from probe.analysis.layerwise import MapPair, timed_layer_distances
+from probe.analysis.results import AttendedResult, CompareResult, attended_stats, distance_stats, query_key_weights
 from probe.analysis.runs import Lengths, RunInfo, check_comparable, paired_layers, training_context
 from probe.corpus import CODE_TASK
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
-from probe.metrics import layer_distances
 from probe.models.checkpoint import window_bos
 from probe.patterns import run_patterns
 
@@ -78,7 +78,8 @@ def context_sizes(train_context: int, multiples: Sequence[float] | None = MULTIP
             raise ProbeError(f"context multiples must be positive numbers, got {multiple!r}")
         tokens = round(multiple * train_context)
         if tokens < 2:
-            raise ProbeError(f"{multiple:g}x a training context of {train_context} is {tokens} token(s); at least 2 are needed")
+            raise ProbeError(f"{multiple:g}x a training context of {train_context} is {tokens} token(s); at least 2 "
+                             "are needed")
         sizes.setdefault(tokens, float(multiple))
     chosen = [(m, c) for c, m in sorted(sizes.items())
               if lengths == "all" or (lengths == "seen") == (c <= train_context)]
@@ -110,13 +111,15 @@ def choose_windows(corpus: HeldoutFiles | PreparedCorpus, train_context: int, *,
     for multiple, context in sizes:
         picked = [i for i in order if file_lengths[i] >= context][:n_per_bucket]
         if not picked:
-            raise ProbeError(f"no held-out file of the corpus in {corpus.folder} has {context} tokens ({multiple:g}x the "
+            raise ProbeError(f"no held-out file of the corpus in {corpus.folder} has {context} tokens ({multiple:g}x "
+                             "the "
                              f"training context; the longest has {max(file_lengths, default=0)}): use a larger corpus "
                              "or smaller multiples")
         tokens = torch.stack([corpus.heldout_file(i)[-context:] for i in picked])  # [window, context]
         if bos is not None:
             tokens[:, 0] = bos
-        chosen.append(ContextWindows(context, multiple, context <= train_context, tuple(names[i] for i in picked), tokens))
+        chosen.append(ContextWindows(context, multiple, context <= train_context, tuple(names[i] for i in picked),
+                                     tokens))
     return chosen
 
 
@@ -128,7 +131,7 @@ def run_windows(path: str | Path, config: Mapping[str, Any], *, multiples: Seque
                           n_per_bucket=n_per_bucket, seed=seed, lengths=lengths, bos=window_bos(config))
 
 
-def _fitting(windows: list[ContextWindows], n_ctx: int, who: str) -> tuple[list[ContextWindows], int]:
+def fitting_windows(windows: list[ContextWindows], n_ctx: int, who: str) -> tuple[list[ContextWindows], int]:
     """The context sizes a model accepts (``n_ctx``), and how many windows the others held."""
     kept = [w for w in windows if w.context <= n_ctx]
     if not kept:
@@ -145,26 +148,11 @@ def _batches(tokens: Tensor, model, batch_size: int) -> list[Tensor]:
     return list(tokens.split(max(1, min(batch_size, MAX_BATCH_BYTES // per_window))))
 
 
-def _window_distances(model_a, model_b, tokens: Tensor, metric: str, device: torch.device, batch_size: int,
-                      timings: dict[str, float], layers_b: Sequence[int]) -> tuple[Tensor, Tensor]:
-    """Per-window D^(l) [window, layer of A] and D_AT of every head pair [window, layer, head_A, head_B],
-    layer l of A against layer ``layers_b[l]`` of B, in float64, one layer at a time (a layer's maps
-    in float64, not the whole batch's)."""
-    values, pairwise = [], []
+def _window_pairs(model_a, model_b, tokens: Tensor, device: torch.device, batch_size: int) -> Iterator[MapPair]:
+    """Both models' attention maps on the same batches of windows (no padding: no lengths)."""
     for batch in _batches(tokens, model_a, batch_size):
-        start = time.perf_counter()
         batch = batch.to(device)
-        maps_a, maps_b = run_patterns(model_a, batch), run_patterns(model_b, batch)  # [batch, layer, head, c, c]
-        _sync(device)
-        timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
-        start = time.perf_counter()
-        layers = [layer_distances(maps_a[:, layer:layer + 1].double(), maps_b[:, other:other + 1].double(), metric=metric)
-                  for layer, other in enumerate(layers_b)]
-        values.append(torch.cat([r.per_layer for r in layers], 1).cpu())  # [batch, layer]
-        pairwise.append(torch.cat([r.pairwise for r in layers], 1).cpu())  # [batch, layer, head_A, head_B]
-        _sync(device)
-        timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
-    return torch.cat(values), torch.cat(pairwise)
+        yield run_patterns(model_a, batch), run_patterns(model_b, batch), None  # [batch, layer, head, c, c]
 
 
 def compare_windows(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: int, metric: str, seed: int,
@@ -176,7 +164,8 @@ def compare_windows(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: i
     check_comparable(a, model_a.metadata, b, model_b.metadata)
     windows = run_windows(a.path, model_a.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
                           lengths=lengths)
-    windows, skipped = _fitting(windows, min(model_a.cfg.n_ctx, model_b.cfg.n_ctx), f"both {a.label} and {b.label}")
+    windows, skipped = fitting_windows(windows, min(model_a.cfg.n_ctx, model_b.cfg.n_ctx),
+                                       f"both {a.label} and {b.label}")
     return compare_on_windows(model_a, a, model_b, b, windows, skipped=skipped,
                               task_options=dict(model_a.metadata["task"]["options"]), n_per_bucket=n_per_bucket,
                               metric=metric, seed=seed, device=device, batch_size=batch_size, timings=timings)
@@ -188,12 +177,13 @@ def compare_on_windows(model_a, a: RunInfo, model_b, b: RunInfo, windows: list[C
     """D^(l)(A, B) on windows both models read, one "bucket" per context size; each layer of A
     against the layer of B at its relative depth (:func:`probe.analysis.runs.paired_layers`)."""
     layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
-    parts = [_window_distances(model_a, model_b, w.tokens, metric, device, batch_size, timings, layers_b)
-             for w in windows]
+    parts = [timed_layer_distances(_window_pairs(model_a, model_b, w.tokens, device, batch_size), layers_b, metric,
+                                   device, timings, one_layer_at_a_time=True) for w in windows]
     start = time.perf_counter()
-    stats = [_stats(values, pairwise, metric, seed, w.context, w.seen, SPLIT) for w, (values, pairwise) in zip(windows, parts)]
+    stats = [distance_stats(values, pairwise, metric, seed, w.context, w.seen,
+                            SPLIT) for w, (values, pairwise) in zip(windows, parts)]
     values, pairwise = torch.cat([v for v, _ in parts]), torch.cat([p for _, p in parts])
-    overall = _stats(values, pairwise, metric, seed)
+    overall = distance_stats(values, pairwise, metric, seed)
     timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
     return CompareResult(a, b, CODE_TASK, task_options, metric, seed, n_per_bucket, stats, overall, values,
                          [w.context for w in windows for _ in w.files], skipped, timings=timings, layers_b=layers_b)
@@ -207,8 +197,9 @@ def attended_windows(model, info: RunInfo, *, n_per_bucket: int, weightings: Seq
     n_ctx are left out; their windows are counted in the first result's ``skipped``."""
     windows = run_windows(info.path, model.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
                           lengths=lengths)
-    windows, skipped = _fitting(windows, model.cfg.n_ctx, info.label)
-    return attended_on_windows(model, info, windows, skipped=skipped, task_options=dict(model.metadata["task"]["options"]),
+    windows, skipped = fitting_windows(windows, model.cfg.n_ctx, info.label)
+    return attended_on_windows(model, info, windows, skipped=skipped,
+                               task_options=dict(model.metadata["task"]["options"]),
                                weightings=weightings, normalization=normalization, bins=bins, device=device,
                                batch_size=batch_size)
 
@@ -227,8 +218,8 @@ def attended_on_windows(model, info: RunInfo, windows: list[ContextWindows], *, 
             ends = torch.full((len(batch),), w.context, device=device)
             for name in weightings:
                 for layer in range(maps.shape[1]):
-                    grids[name] += _query_key_weights(maps[:, layer:layer + 1], starts, ends, name)
-        stats = {name: _attended_stats(grid, name, normalization, bins) for name, grid in grids.items()}
+                    grids[name] += query_key_weights(maps[:, layer:layer + 1], starts, ends, name)
+        stats = {name: attended_stats(grid, name, normalization, bins) for name, grid in grids.items()}
         n_queries = len(w.files) * w.context * model.cfg.n_layers * model.cfg.n_heads
         results.append(AttendedResult(dataclasses.replace(info, label=f"{info.label} @{w.label}"), CODE_TASK,
                                       task_options, len(w.files), n_queries, skipped if not results else 0, [w.context],

@@ -1,26 +1,16 @@
 """`probe app`: start the Streamlit explorer (``probe/explorer/explorer.py``) on 127.0.0.1.
 
 The explorer ships inside the package, so a wheel installs it too. Its checkpoint folder travels in
-``PROBE_CHECKPOINTS``. `probe app` owns the server: a stop signal it gets is passed on and waited
-for, so no server outlives it holding the port.
+``PROBE_CHECKPOINTS``; :mod:`probe.explorer.server` runs and stops the server.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from probe.commands.common import add_checkpoints
-
-DEFAULT_PORT = 8501
-HOST = "127.0.0.1"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-STOP_TIMEOUT = 10.0  # seconds the server gets to shut down after a stop signal, then it is killed
-POLL = 0.2  # seconds between looks at the server and at the stop signals received
+from probe.explorer import server
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,76 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Theorem 1 / 2 constructions) on http://127.0.0.1:PORT, headless, without usage statistics. "
         "Ctrl-C stops it.",
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=int, default=server.DEFAULT_PORT,
+                        help=f"port on 127.0.0.1 (default {server.DEFAULT_PORT})")
     add_checkpoints(parser)
     parser.set_defaults(func=run)
-
-
-def explorer_script() -> Path:
-    """``probe/explorer/explorer.py`` of this installation (located, never imported: the explorer imports probe)."""
-    return Path(__file__).resolve().parent.parent / "explorer" / "explorer.py"
-
-
-def check_port(port: int) -> None:
-    import socket
-
-    from probe.errors import ProbeError
-
-    if not 1 <= port <= 65535:
-        raise ProbeError(f"--port must be in 1..65535, got {port}")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            raise ProbeError(f"port {port} on {HOST} is already in use; choose another with --port") from None
-
-
-def streamlit_command(script: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "streamlit", "run", str(script),
-            "--server.address", HOST, "--server.port", str(port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
-
-
-def serve(command: list[str], env: dict[str, str]) -> int:
-    """Run the server until it exits; return its exit code, or 0 when a stop signal ended it.
-
-    The server runs in a session of its own, so a signal reaches it only through here, exactly once:
-    SIGTERM, SIGINT (the terminal's Ctrl-C) and SIGHUP are forwarded, then the server gets STOP_TIMEOUT
-    seconds to shut down before it is killed. One that was ignored when `probe app` started (nohup's
-    SIGHUP, a background job's SIGINT) stays ignored. The handlers only record a signal; forwarding
-    happens in this loop, so a signal that comes while the server is starting is not lost.
-    """
-    stops: list[int] = []
-
-    def record(signum: int, frame: object) -> None:
-        stops.append(signum)
-
-    previous = {signum: signal.signal(signum, record) for signum in STOP_SIGNALS
-                if signal.getsignal(signum) is not signal.SIG_IGN}
-    try:
-        process = subprocess.Popen(command, env=env, start_new_session=True)
-        forwarded, deadline = 0, None
-        while True:
-            try:
-                code = process.wait(timeout=POLL)
-                return 0 if stops else code
-            except subprocess.TimeoutExpired:
-                pass
-            for signum in stops[forwarded:]:
-                process.send_signal(signum)
-            forwarded = len(stops)
-            if stops and deadline is None:
-                deadline = time.monotonic() + STOP_TIMEOUT
-            if deadline is not None and time.monotonic() > deadline:
-                print(f"probe app: the server did not stop within {STOP_TIMEOUT:.0f} s; killed it",
-                      file=sys.stderr, flush=True)
-                process.kill()
-                process.wait()
-                return 0
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.errors import ProbeError
 
-    script = explorer_script()
+    script = server.explorer_script()
     if not script.is_file():
         raise ProbeError(f"the explorer is missing: no {script} (this installation of probe is incomplete; "
                          "reinstall it: pip install --force-reinstall probe, or pip install -e . in a clone)")
@@ -117,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = Path(args.checkpoints).resolve()
     if checkpoints.exists() and not checkpoints.is_dir():
         raise ProbeError(f"--checkpoints {args.checkpoints} is a file, not a folder")
-    check_port(args.port)
+    server.check_port(args.port)
     env = {**os.environ, "PROBE_CHECKPOINTS": str(checkpoints)}
-    print(f"probe app: explorer at http://{HOST}:{args.port} over {checkpoints} (Ctrl-C stops it)", flush=True)
-    return serve(streamlit_command(script, args.port), env)
+    print(f"probe app: explorer at http://{server.HOST}:{args.port} over {checkpoints} (Ctrl-C stops it)", flush=True)
+    return server.serve(server.streamlit_command(script, args.port), env)

@@ -5,19 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from probe.errors import ProbeError
-
-
-
-def duration(seconds: float) -> str:
-    """``42 s``, ``12.5 min`` or ``3.1 h``: a time estimate as a person reads it."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:,.1f} h"
 
 
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
@@ -51,11 +42,9 @@ def console(stderr: bool = False):
     return out
 
 
-def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)",
-                     scratchpad_default: str | None = None) -> None:
+def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:
     """``--scratchpad FORMAT`` and repeatable ``-o KEY=VALUE``: the options that name a task's runs."""
-    default = f" (default: {scratchpad_default})" if scratchpad_default else ""
-    parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}{default}")
+    parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                         help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)")
     parser.add_argument("--split", action=_SplitOption, dest="option", metavar="NAME",
@@ -79,7 +68,8 @@ def corpus_spec(args: argparse.Namespace, context: int):
     """The :class:`probe.corpus.CorpusSpec` of :func:`add_corpus_options`' flags (``context`` if none given)."""
     from probe.corpus import CorpusSpec
 
-    return CorpusSpec(corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size, context=args.context or context)
+    return CorpusSpec(corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size,
+                      context=args.context or context)
 
 
 def add_pe_options(parser: argparse.ArgumentParser, what: str) -> None:
@@ -116,21 +106,3 @@ def parse_options(pairs: list[str], scratchpad: str | None, tasks: Sequence[str]
         for task in tasks:
             get_task(task, **options)
     return options
-
-
-def write_json_and_csv(out_dir, stem: str, data: Any, rows: list[dict[str, Any]]) -> list:
-    """``<stem>.json`` and ``<stem>.csv`` under ``out_dir``, each written atomically; their paths."""
-    import csv
-    import io
-    from pathlib import Path
-
-    from probe.files import atomic_write_json, atomic_write_text
-
-    out_dir = Path(out_dir)
-    atomic_write_json(out_dir / f"{stem}.json", data)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(out_dir / f"{stem}.csv", buffer.getvalue())
-    return [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]

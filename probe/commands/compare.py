@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
-                                   parse_options, print_json, write_json_and_csv)
+from probe.commands.common import (
+    add_checkpoints,
+    add_device,
+    add_json,
+    add_pe_options,
+    add_task_options,
+    console,
+    parse_options,
+    print_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,26 +39,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", default="jsd", choices=("jsd", "reference-code"),
                         help="jsd: the paper's definition (default); reference-code: the released code's "
                         "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only")
-    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)")
-    parser.add_argument("--lengths", default="all", choices=("all", "seen", "unseen"), help="which length buckets (default all)")
+    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
+                        help="examples per length bucket (default 10)")
+    parser.add_argument("--lengths", default="all", choices=("all", "seen", "unseen"),
+                        help="which length buckets (default all)")
     add_pe_options(parser, "applied at inference to the runs whose PE has it, e.g. RoPE scaling: -p scaling=yarn "
                    "-p factor=2 (labels and output names say so)")
     parser.add_argument("--no-baseline", action="store_true", help="skip A vs A' (another seed of A)")
     parser.add_argument("--detail", action="store_true", help="print every comparison's layer × bucket table")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: compare/ in the runs' task folder, or beside the run folders given)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="output folder (default: compare/ in the runs' task folder, or beside the run folders "
+                             "given)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
     parser.set_defaults(func=run)
-
-
-def _short(info) -> str:
-    from probe.models.external import file_name, is_external
-
-    if is_external(info.path):
-        return file_name(info.path)
-    return info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
 
 
 def _layer(result, layer: int) -> str:
@@ -61,7 +65,7 @@ def _layer(result, layer: int) -> str:
 
 def pairing_note(report) -> str | None:
     """One line per comparison of models of different depth: which layer of B each layer of A met."""
-    lines = [f"{r.label}: " + ", ".join(f"A's L{l} with B's L{m}" for l, m in enumerate(r.paired))
+    lines = [f"{r.label}: " + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
              for r in report.results if r.paired != list(range(r.n_layers))]
     if not lines:
         return None
@@ -86,7 +90,8 @@ def summary_table(report):
     for result in report.results:
         stats = result.overall
         style = "dim" if result is report.baseline else None
-        table.add_row(result.label, *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()), _ci(stats.average), style=style)
+        table.add_row(result.label, *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()), _ci(stats.average),
+                      style=style)
     return table
 
 
@@ -122,28 +127,19 @@ def detail_table(result):
     return table
 
 
-def write_outputs(report, out_dir, metric: str) -> list[str]:
-    """JSON, CSV and the per-layer figure; returns the paths written."""
-    from pathlib import Path
-
-    from probe.plots import layer_distance_figure, write_figure
-
-    out_dir = Path(out_dir)
-    stem = f"{_short(report.a)}_vs_{'+'.join(_short(r.b) for r in report.comparisons)}"
-    stem += "" if metric == "jsd" else f"_{metric}"
-    written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
-    label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
-    figure = layer_distance_figure(report.curves(), f"{report.a.label} vs other PEs on {report.task_folder}", label)
-    written += write_figure(figure, out_dir / f"{stem}_layers")
-    return [str(p) for p in written]
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    from probe.analysis import compare_report
+    from probe.analysis import compare_report, write_compare_report
     from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
     from probe.models.external import is_external
@@ -193,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
     out_dir = Path(args.out) if args.out else report.folder / "compare"
-    files = write_outputs(report, out_dir, args.metric)
+    files = write_compare_report(report, out_dir, args.metric)
     out.print("wrote: " + ", ".join(files))
     if args.json:
         print_json({**report.to_json(), "files": files})

@@ -4,26 +4,38 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_device, add_json, add_task_options, console, parse_options,
-                                   print_json, write_json_and_csv)
+from probe.commands.common import (
+    add_checkpoints,
+    add_device,
+    add_json,
+    add_task_options,
+    console,
+    parse_options,
+    print_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "distances", help="normalized attended-distance histograms per PE (addition + full scratchpad)",
+        "distances", help="normalized attended-distance histograms per PE (--paper: the paper's addition + full "
+        "scratchpad)",
         description="For every output query, the normalized distance d̄ to the key it attends to, pooled over "
         "layers, heads and up to --n-per-bucket examples per length bucket (gold input + output): one "
         "histogram per run on one figure, for the arg-max key (the paper) and attention-weighted, with "
         "Sarle's bimodality coefficient (5/9 = uniform; higher = two modes, near and far). Default: the "
-        "runs of addition with the full scratchpad. Pretrained code models (--task code): every query of the last c "
+        "runs of --task (scan, as `probe train` makes them); --paper: the paper's Figure attended_distance setting, "
+        "addition with the full scratchpad (`probe train --task addition --scratchpad full` makes those). Pretrained "
+        "code models (--task code): every query of the last c "
         "tokens of held-out files, one histogram per run at c = 1x and 2x the training context. A model may be hf:ID "
         "or hf:FOLDER (any model TransformerLens loads): read on held-out code of -o corpus=... (default stdlib) with "
         "its own tokenizer, at 1x and 2x -o context=T (default: its n_ctx).",
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: the runs "
                         "of --task, --seed)")
-    parser.add_argument("--task", help="task of the runs (default addition; code where a model is hf:)")
-    add_task_options(parser, scratchpad_default="full for tasks that have one; 'none' for none")
+    parser.add_argument("--task", help="task of the runs (default scan, as `probe train`; code where a model is hf:)")
+    add_task_options(parser)
+    parser.add_argument("--paper", action="store_true", help="the paper's figure: the runs of addition with the full "
+                        "scratchpad (the same as --task addition --scratchpad full)")
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
     parser.add_argument("--normalization", default="text", choices=("text", "reference-code"),
@@ -32,14 +44,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lengths", choices=("all", "seen", "unseen"),
                         help="which length buckets (default unseen, as the released notebook); code runs: seen = 1x, "
                         "unseen = 2x the training context (default all: both, one histogram each)")
-    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)")
+    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
+                        help="examples per length bucket (default 10)")
     parser.add_argument("--bins", type=int, default=20, help="histogram bins on [0, 1] (default 20)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: distances/ in the runs' task folder, or beside the run folders given)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="output folder (default: distances/ in the runs' task folder, or beside the run folders "
+                             "given)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
     parser.set_defaults(func=run)
+
+
+PAPER_TASK, PAPER_SCRATCHPAD = "addition", "full"  # Section 5.1, Figure attended_distance
 
 
 def _mass(stats, low: float, high: float) -> float:
@@ -51,18 +69,25 @@ def _mass(stats, low: float, high: float) -> float:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     from rich.table import Table
 
     from probe.analysis import attended_distance_report, task_runs
     from probe.analysis.external import models_home, models_stem
     from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
+    from probe.files import write_json_and_csv
     from probe.models.checkpoint import read_checkpoint_config
     from probe.models.external import is_external
     from probe.plots import attended_distance_figure, write_figure
     from probe.runs import Run, beside, task_folder_name
-    from probe.tasks import SCRATCHPAD_TASKS
     from probe.train import resolve_device
 
     if args.batch_size < 1:
@@ -82,10 +107,13 @@ def run(args: argparse.Namespace) -> int:
         folder = runs[0].task_folder
         home = beside(runs)
     else:
-        task = args.task or "addition"
-        scratchpad = args.scratchpad
-        if scratchpad is None and task in SCRATCHPAD_TASKS:
-            scratchpad = "full"
+        task, scratchpad = args.task or "scan", args.scratchpad
+        if args.paper:
+            if args.task not in (None, PAPER_TASK) or args.scratchpad not in (None, PAPER_SCRATCHPAD):
+                raise ProbeError(f"--paper is {PAPER_TASK} with the {PAPER_SCRATCHPAD} scratchpad (the paper's "
+                                 "figure); "
+                                 "give either --paper or --task/--scratchpad")
+            task, scratchpad = PAPER_TASK, PAPER_SCRATCHPAD
         options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad,
                                 tasks=[] if task == CODE_TASK else [task])
         runs = task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe)
@@ -116,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(column, justify="left" if column == "run" else "right")
     for result in report.results:
         argmax, weighted = result.stats["argmax"], result.stats["attention"]
-        table.add_row(result.run.label, str(result.n_examples), f"{argmax.bimodality:.3f}", f"{weighted.bimodality:.3f}",
+        table.add_row(result.run.label, str(result.n_examples), f"{argmax.bimodality:.3f}",
+                      f"{weighted.bimodality:.3f}",
                       f"{100 * _mass(argmax, 0.0, 0.2):.1f}%", f"{100 * _mass(argmax, 0.8, 1.01):.1f}%",
                       f"{argmax.mean:.3f}")
     out.print(table)
@@ -131,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
     stem += f"_{models_stem(runs)}" if external else ""
     data = report.to_json()
     files = [str(p) for p in write_json_and_csv(out_dir, stem, data, report.to_rows())]
-    figure = attended_distance_figure(report.series(), f"Normalized attended distance on {folder}, all layers and heads")
+    figure = attended_distance_figure(report.series(),
+                                      f"Normalized attended distance on {folder}, all layers and heads")
     files += [str(p) for p in write_figure(figure, out_dir / stem)]
     out.print("wrote: " + ", ".join(files))
     if args.json:

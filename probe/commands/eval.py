@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
-                                   parse_options, print_json)
+from probe.commands.common import (
+    add_checkpoints,
+    add_device,
+    add_json,
+    add_pe_options,
+    add_task_options,
+    console,
+    parse_options,
+    print_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--wait", action="store_true",
                         help="when another process is training or evaluating a run folder, wait for it (default: stop)")
-    parser.add_argument("--out", metavar="DIR", help="where the figures go (default: each task folder, or beside the run folders given)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where the figures go (default: each task folder, or beside the run folders given)")
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -40,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from probe.errors import ProbeError
     from probe.evaluation import eval_file, evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.locks import say_waiting
+    from probe.models.checkpoint import read_checkpoint_config
     from probe.models.registry import PE_LABELS, parse_pe_options
     from probe.plots import accuracy_by_length, write_figure
     from probe.runs import Run, beside, find_runs, task_folder_name
-    from probe.models.checkpoint import read_checkpoint_config
     from probe.train import resolve_device
 
     device = resolve_device(args.device)
@@ -86,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
                       f"{_percent(last['iid_accuracy'])} / {_percent(last['ood_accuracy'])} (step {last['step']})"
                       if last else "-"]
         table.add_row(report["label"], *cells,
-                      " ".join(f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*") for b in report["buckets"]))
+                      " ".join(f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*")
+                               for b in report["buckets"]))
     out.print(table)
-    out.print("[dim]buckets: length:accuracy%, * = unseen length"
-              + ("; a run selected on IID validation is reported at its best step, its last step beside it" if selected else "")
-              + "[/dim]")
+    selection = "; a run selected on IID validation is reported at its best step, its last step beside it"
+    out.print(f"[dim]buckets: length:accuracy%, * = unseen length{selection if selected else ''}[/dim]")
 
     by_task: dict[str, list[dict]] = {}
     runs_of: dict[str, list] = {}
@@ -99,13 +108,16 @@ def run(args: argparse.Namespace) -> int:
         runs_of.setdefault(report["task_folder"], []).append(run)
     figures = []
     for task_folder, task_reports in by_task.items():
-        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})" + _options(r), "pe": r["pe"], "dashed": r["seed"] != 0,
+        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})" + _options(r), "pe": r["pe"],
+                   "dashed": r["seed"] != 0,
                    "lengths": [b["length"] for b in r["buckets"]], "accuracy": [b["accuracy"] for b in r["buckets"]]}
                   for r in task_reports]
         seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
-        figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length")
+        figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
+                                    f"{task_folder}: exact match by length")
         target = Path(args.out) if args.out else beside(runs_of[task_folder])
-        figures += [str(p) for p in write_figure(figure, target / eval_file(at_inference).replace("eval", "eval_accuracy", 1)
+        figures += [str(p) for p in write_figure(figure, target / eval_file(at_inference).replace("eval",
+                                                                                                  "eval_accuracy", 1)
                                                  .removesuffix(".json"))]
     ranks = mean_ranks(reports)
     reciprocal = mean_reciprocal_ranks(reports)
@@ -115,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         rank_table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
         rank_table.add_column("mean rank\n(1 = best; ties share)", justify="right")
         for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
-            rank_table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
+            rank_table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-",
+                               f"{ranks[pe]:.2f}")
         out.print(rank_table)
     out.print("figures: " + ", ".join(figures))
     if args.json:

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_corpus_options, add_device, add_json, add_pe_options, console,
-                                   corpus_spec, parse_options, print_json, write_json_and_csv)
+from probe.commands.common import (
+    add_checkpoints,
+    add_corpus_options,
+    add_device,
+    add_json,
+    add_pe_options,
+    console,
+    corpus_spec,
+    parse_options,
+    print_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Each held-out file is read at each context size c (the paper's 512 ... 2560 for its 1024, scaled "
         "to the training context) as its last c tokens, and its last 200/1024 of a context are scored, the same tokens "
         "at every c; a bucket of file lengths (250/1024 of a context wide) is read at the sizes all its files have. "
-        "Per run, bucket and context: mean file perplexity with a bootstrap interval over files. Writes perplexity.json, "
+        "Per run, bucket and context: mean file perplexity with a bootstrap interval over files. Writes "
+        "perplexity.json, "
         ".csv, .md (the paper's table layout) and the figure (HTML, PNG) to the task folder's perplexity/. A model may "
         "be hf:ID or hf:FOLDER (any model TransformerLens loads): the held-out files of --corpus are read with its own "
         "tokenizer at multiples of --context (default: the first model's n_ctx); models of one table share a "
@@ -46,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.analysis.external import models_home, models_stem
     from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
-    from probe.files import atomic_write_text
+    from probe.files import atomic_write_text, write_json_and_csv
     from probe.models.external import is_external
     from probe.models.registry import FIGURE_ORDER, pe_folder_name
     from probe.perplexity import perplexity_report
@@ -76,9 +86,11 @@ def run(args: argparse.Namespace) -> int:
         spec = corpus_spec(args, CONTEXTS["tiny"])
         folder = task_folder_name(CODE_TASK, spec.given())
         runs, _ = find_runs(args.checkpoints, CODE_TASK, spec.given())
-        runs = [r for r in runs if r.complete and r.seed == args.seed and r.in_layout and (not args.pe or r.pe in args.pe)]
+        runs = [r for r in runs
+                if r.complete and r.seed == args.seed and r.in_layout and (not args.pe or r.pe in args.pe)]
         if not runs:
-            raise ProbeError(f"no finished runs in {Path(args.checkpoints) / folder} (seed {args.seed}); train them with "
+            raise ProbeError(f"no finished runs in {Path(args.checkpoints) / folder} (seed {args.seed}); train them "
+                             "with "
                              f"`probe pretrain --checkpoints {args.checkpoints}`, or give run folders")
         order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
         runs.sort(key=lambda r: (order.get(r.pe, len(order)), r.pe_name))
@@ -117,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(f"{context}\n{context / protocol.train_context:.2g}x", justify="right", min_width=5)
     cells = {(row["run"], row["context"]): row["perplexity"] for row in rows if row["bucket"] == "all"}
     for r in report.runs:
-        table.add_row(r.label, *(f"{cells[r.label, c]:.4g}" if (r.label, c) in cells else "-" for c in protocol.contexts))
+        table.add_row(r.label, *(f"{cells[r.label, c]:.4g}" if (r.label,
+                                                                c) in cells else "-" for c in protocol.contexts))
     out.print(table)
     out.print("wrote " + ", ".join(str(p) for p in written), highlight=False)
     if args.json:

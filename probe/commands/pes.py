@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     for entry in entries:
         kind = "relative" if entry["relative"] else "absolute"
-        out.print(f"[bold]{entry['pe']}[/bold]  {entry['label']} ({kind}; adds {', '.join(entry['adds'])})", highlight=False)
+        out.print(f"[bold]{entry['pe']}[/bold]  {entry['label']} ({kind}; adds {', '.join(entry['adds'])})",
+                  highlight=False)
         if entry["hooks"]:
             out.print(f"    hooks: {', '.join(entry['hooks'])}", highlight=False)
         for name, option in entry["options"].items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_device, add_json, console, duration, print_json
+from probe.commands.common import add_device, add_json, console, print_json
 from probe.errors import ProbeError
 
 
@@ -18,17 +18,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "are skipped, interrupted ones resume.",
     )
     parser.add_argument("--scale", default="reduced", choices=["reduced", "paper"],
-                        help="reduced: the study that fits a 2-core CPU (default); paper: the paper's whole grid, preset base")
+                        help="reduced: the study that fits a 2-core CPU (default); paper: the paper's whole grid, "
+                             "preset base")
     parser.add_argument("--task", action="append", metavar="TASK",
                         help="task of the study to run (repeatable; default scan; 'all' for every task of the study)")
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per PE (default 1; the paper: 3)")
-    parser.add_argument("--steps", type=int, metavar="N", help="override the study's training steps (a quick look, not the study)")
+    parser.add_argument("--steps", type=int, metavar="N",
+                        help="override the study's training steps (a quick look, not the study)")
     parser.add_argument("--checkpoints", metavar="DIR", help="where the runs go (default: checkpoints/reproduce-SCALE)")
     parser.add_argument("--out", metavar="DIR", help="where the report goes (default: CHECKPOINTS/report)")
-    parser.add_argument("--jobs", type=int, metavar="N", help="runs trained side by side (default: one per CPU core; 1 on a GPU)")
+    parser.add_argument("--jobs", type=int, metavar="N",
+                        help="runs trained side by side (default: one per CPU core; 1 on a GPU)")
     parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
                         help="examples per length bucket in the attention analyses (default 10, as the paper)")
-    parser.add_argument("--address", help="train on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) instead of locally")
+    parser.add_argument("--address",
+                        help="train on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) instead of locally")
     parser.add_argument("--dry-run", action="store_true", help="say what would run and how long it should take here")
     add_device(parser)
     add_json(parser)
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.parallel import default_jobs, threads_per_job
     from probe.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
-    from probe.sweep import estimate_cost, run_state, wall_seconds
+    from probe.sweep import duration, estimate_cost, run_state, wall_seconds
     from probe.train import resolve_device
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
@@ -60,11 +64,13 @@ def run(args: argparse.Namespace) -> int:
             cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
         wall = wall_seconds(cost["seconds"], jobs)
         folders = list(dict.fromkeys(r.path.parent.parent.name for r in runs))
-        out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
+        out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under "
+                  f"{root}")
         for folder in folders:
             members = [r for r in runs if r.path.parent.parent.name == folder]
             first = members[0].config
-            out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}")
+            out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of "
+                      f"{first.batch_size}")
         out.print(f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
                   f"{cost['source']}; evaluation and analyses add minutes)")
         if args.json:

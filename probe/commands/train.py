@@ -4,31 +4,49 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import (add_checkpoints, add_device, add_json, add_pe_options, add_task_options, console,
-                                   parse_options, print_json)
+from probe.commands.common import (
+    add_checkpoints,
+    add_device,
+    add_json,
+    add_pe_options,
+    add_task_options,
+    console,
+    parse_options,
+    print_json,
+)
 from probe.errors import ProbeError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "train", help="train models (default: every PE + NoPE' on SCAN, preset tiny)",
+        "train",
+        help="train models (default: every PE + NoPE' on SCAN, preset tiny)",
         description="Train one model per (PE, seed). With no --pe and no --seed: every PE with seed 0 "
         "plus a second NoPE seed (the paper's NoPE' baseline). Finished runs are skipped (if trained with "
         "the same settings; otherwise one line says which differ), interrupted ones resume from their last state.",
     )
     parser.add_argument("--task", default="scan", help="task name (see `probe tasks`; default scan)")
-    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default: the paper's five; "
-                        "see `probe pes`)")
+    parser.add_argument(
+        "--pe", action="append", help="positional encoding (repeatable; default: the paper's five; see `probe pes`)"
+    )
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
     parser.add_argument("--preset", default="tiny", help="model size: tiny, small or base (default tiny)")
     add_task_options(parser, "(see `probe tasks`)")
-    parser.add_argument("--protocol", choices=("probe", "authors"),
-                        help="authors: their sequences (no <bos>), random batches, T5's dropout sites, eps 1e-6 and the "
-                        "best checkpoint on IID validation; probe: <bos>, length-grouped batches, the last step "
-                        "(default: authors with --split paper, else probe)")
-    parser.add_argument("--eval-every", type=int, metavar="N", help="steps between the IID validations that select the "
-                        "published checkpoint; 0 publishes the last step (default: 20 a run under the authors' protocol, "
-                        "else 0)")
+    parser.add_argument(
+        "--protocol",
+        choices=("probe", "authors"),
+        help="authors: their sequences (no <bos>), random batches, T5's dropout sites, eps 1e-6 and the "
+        "best checkpoint on IID validation; probe: <bos>, length-grouped batches, the last step "
+        "(default: authors with --split paper, else probe)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        metavar="N",
+        help="steps between the IID validations that select the "
+        "published checkpoint; 0 publishes the last step (default: 20 a run under the authors' protocol, "
+        "else 0)",
+    )
     add_training_options(parser, "examples")
     parser.set_defaults(func=run)
 
@@ -40,15 +58,30 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
     parser.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
     parser.add_argument("--batch-size", type=int, help=f"{unit} per step (default: the preset's recipe)")
     parser.add_argument("--dropout", type=float, help="dropout while training (default: the preset's recipe)")
-    parser.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
-                        help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)")
+    parser.add_argument(
+        "-m",
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)",
+    )
     add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
-    parser.add_argument("--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps"
+    )
     parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
-    parser.add_argument("--wait", action="store_true",
-                        help="when another process is training or evaluating a run folder, wait for it (default: stop)")
-    parser.add_argument("--jobs", type=int, metavar="N",
-                        help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another process is training or evaluating a run folder, wait for it (default: stop)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)",
+    )
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -56,16 +89,20 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     from probe.models.registry import PAPER_PES, PE_KINDS
+    from probe.plans import seed_baseline_blocks
 
     pes = args.pe or list(PAPER_PES)
     seeds = args.seed or [0]
     unknown = [pe for pe in pes if pe not in PE_KINDS]
     if unknown:
         raise ProbeError(f"unknown positional encoding {unknown[0]!r}; choose from {', '.join(PE_KINDS)}")
-    runs = [(pe, seed) for pe in dict.fromkeys(pes) for seed in dict.fromkeys(seeds)]
-    if args.pe is None and args.seed is None:
-        runs.append(("nope", 1))  # NoPE': the seed baseline of Figure similarity_per_layer
-    return runs
+    blocks = seed_baseline_blocks(seeds) if args.pe is None and args.seed is None else [{"seed": seeds}]
+    return [
+        (pe, seed)
+        for block in blocks
+        for pe in dict.fromkeys(block.get("pe", pes))
+        for seed in dict.fromkeys(block["seed"])
+    ]
 
 
 def label(path) -> str:
@@ -82,20 +119,42 @@ def run(args: argparse.Namespace) -> int:
     task_options = parse_options(args.option, args.scratchpad, tasks=[args.task])  # checked before any run
     model = parse_options(args.model, None)
     pe_options = parse_options(args.pe_option, None)
-    configs = [TrainConfig(task=args.task, pe=pe, seed=seed, preset=args.preset, task_options=task_options,
-                           pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every,
-                           protocol=args.protocol, eval_every=args.eval_every) for pe, seed in runs]
+    configs = [
+        TrainConfig(
+            task=args.task,
+            pe=pe,
+            seed=seed,
+            preset=args.preset,
+            task_options=task_options,
+            pe_options=pe_options,
+            steps=args.steps,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            dropout=args.dropout,
+            model=model,
+            checkpoint_every=args.checkpoint_every,
+            protocol=args.protocol,
+            eval_every=args.eval_every,
+        )
+        for pe, seed in runs
+    ]
     for config in configs:  # a misspelt model field or PE option gets its line before any run starts
         config.model_config(vocab_size=1)
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
     out = console(stderr=args.json)
     results = train_with_progress(configs, paths, device, args, out)
 
-    out.print(results_table(f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})", results,
-                            ("steps/s", "IID exact match"),
-                            lambda r: ("-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
-                                       "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%")))
+    out.print(
+        results_table(
+            f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})",
+            results,
+            ("steps/s", "IID exact match"),
+            lambda r: (
+                "-" if r.steps_per_second is None else f"{r.steps_per_second:.1f}",
+                "-" if r.iid_accuracy is None else f"{100 * r.iid_accuracy:.1f}%",
+            ),
+        )
+    )
     return report_results(results, args, out)
 
 
@@ -109,14 +168,23 @@ def results_table(title: str, results: list, columns: tuple[str, str], cells):
     table = Table(title=title)
     names = ("run", "status", "steps", "seconds", columns[0], "final loss", columns[1])
     for column in names:
-        table.add_column(column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run")
+        table.add_column(
+            column, justify="right" if column not in ("run", "status") else "left", no_wrap=column == "run"
+        )
     for r in results:
         if isinstance(r, RunFailure):
             table.add_row(label(r.path), "[red]failed[/red]", *["-"] * (len(names) - 2))
             continue
         rate, validation = cells(r)
-        table.add_row(label(r.path), r.status, str(r.steps), f"{r.seconds:.0f}", rate,
-                      "-" if r.final_loss is None else f"{r.final_loss:.4f}", validation)
+        table.add_row(
+            label(r.path),
+            r.status,
+            str(r.steps),
+            f"{r.seconds:.0f}",
+            rate,
+            "-" if r.final_loss is None else f"{r.final_loss:.4f}",
+            validation,
+        )
     return table
 
 
@@ -124,7 +192,14 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
     """Train ``configs`` into ``paths`` (``--jobs`` side by side), one progress bar per run; the
     :class:`~probe.train.RunResult` or :class:`~probe.parallel.RunFailure` of each. Shared by
     `probe train` and `probe pretrain`: ``args`` holds ``jobs``, ``wait`` and ``force``."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from probe.locks import check_free, say_waiting
     from probe.parallel import default_jobs, train_parallel
@@ -137,13 +212,21 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
         check_writable(path)
         if not args.wait:
             check_free(path)  # one line before any progress is drawn; train_run takes the lock itself
-    columns = (TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description:<26}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:>7}"),
+        TextColumn("{task.fields[speed]:>9} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=out, transient=False) as progress:
-        bars = {str(path): progress.add_task(label(path), total=c.steps,
-                                             loss="-", speed="-", start=False)
-                for c, path in zip(configs, paths)}
+        bars = {
+            str(path): progress.add_task(label(path), total=c.steps, loss="-", speed="-", start=False)
+            for c, path in zip(configs, paths)
+        }
 
         tenths = dict.fromkeys(bars.values(), 0)  # a file or pipe gets a line per tenth of a run instead of bars
 
@@ -158,23 +241,37 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
             if not out.is_terminal and 10 * step // task.total > tenths[bar]:
                 tenths[bar] = 10 * step // task.total
                 left = "" if task.time_remaining is None else f", {task.time_remaining:.0f} s left"
-                out.print(f"{task.description}: step {step}/{task.total:.0f}, loss {loss:.4f}, {speed:,.0f} tok/s{left}",
-                          highlight=False)
+                out.print(
+                    f"{task.description}: step {step}/{task.total:.0f}, loss {loss:.4f}, {speed:,.0f} tok/s{left}",
+                    highlight=False,
+                )
 
         if jobs > 1:
-            results = train_parallel(list(zip(configs, paths)), str(device), jobs=jobs, force=args.force,
-                                     wait=args.wait, on_event=on_event)
+            results = train_parallel(
+                list(zip(configs, paths)), str(device), jobs=jobs, force=args.force, wait=args.wait, on_event=on_event
+            )
         else:
-            results = [train_run(c, path, device, force=args.force, wait=args.wait,
-                                 on_wait=lambda holder, p=path: say_waiting(p, holder),
-                                 on_start=lambda step, total, p=str(path): on_event(p, "start", step, None, None),
-                                 on_step=lambda step, loss, speed, p=str(path): on_event(p, "step", step, loss, speed))
-                       for c, path in zip(configs, paths)]
+            results = [
+                train_run(
+                    c,
+                    path,
+                    device,
+                    force=args.force,
+                    wait=args.wait,
+                    on_wait=lambda holder, p=path: say_waiting(p, holder),
+                    on_start=lambda step, total, p=str(path): on_event(p, "start", step, None, None),
+                    on_step=lambda step, loss, speed, p=str(path): on_event(p, "step", step, loss, speed),
+                )
+                for c, path in zip(configs, paths)
+            ]
         for result in results:
             bar = bars[str(result.path)]
             status = result.status if isinstance(result, RunResult) else "failed"
-            progress.update(bar, completed=result.config.steps if status != "failed" else None,
-                            description=f"{progress.tasks[bar].description} ({status})")
+            progress.update(
+                bar,
+                completed=result.config.steps if status != "failed" else None,
+                description=f"{progress.tasks[bar].description} ({status})",
+            )
     return results
 
 
@@ -186,9 +283,23 @@ def report_results(results: list, args: argparse.Namespace, out) -> int:
     for failure in failures:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")
     if args.json:
-        print_json([{"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": "failed", "error": r.error}
-                    if isinstance(r, RunFailure) else
-                    {"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": r.status,
-                     "steps": r.steps, "seconds": r.seconds, "steps_per_second": r.steps_per_second,
-                     "final_loss": r.final_loss, "iid_accuracy": r.iid_accuracy, **r.held_out} for r in results])
+        print_json(
+            [
+                {"path": str(r.path), "pe": r.config.pe, "seed": r.config.seed, "status": "failed", "error": r.error}
+                if isinstance(r, RunFailure)
+                else {
+                    "path": str(r.path),
+                    "pe": r.config.pe,
+                    "seed": r.config.seed,
+                    "status": r.status,
+                    "steps": r.steps,
+                    "seconds": r.seconds,
+                    "steps_per_second": r.steps_per_second,
+                    "final_loss": r.final_loss,
+                    "iid_accuracy": r.iid_accuracy,
+                    **r.held_out,
+                }
+                for r in results
+            ]
+        )
     return 1 if failures else 0

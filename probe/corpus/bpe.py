@@ -6,7 +6,8 @@ text, so held-out files are scored exactly as written. Saved as ``tokenizer.json
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -49,13 +50,13 @@ class CodeTokenizer:
         return self.tokenizer.to_str()
 
     @classmethod
-    def from_json(cls, text: str) -> "CodeTokenizer":
+    def from_json(cls, text: str) -> CodeTokenizer:
         try:
             return cls(Tokenizer.from_str(text))
         except Exception as error:  # tokenizers raises its own Exception for malformed JSON
             raise ProbeError(f"not a tokenizer file ({str(error).splitlines()[0]})") from None
 
-    def to_hf(self) -> "PreTrainedTokenizerFast":
+    def to_hf(self) -> PreTrainedTokenizerFast:
         """The same tokenizer for ``transformers`` and TransformerLens (same ids, no token prepended:
         a window of code starts wherever it starts)."""
         from transformers import PreTrainedTokenizerFast
@@ -75,7 +76,8 @@ class CodeTokenizer:
 def train_bpe(texts: Iterable[str], vocab_size: int) -> CodeTokenizer:
     """A byte-level BPE of ``vocab_size`` ids (256 bytes, ``<|endoftext|>`` and merges) learnt from ``texts``."""
     if vocab_size < 258:
-        raise ProbeError(f"vocab_size must be at least 258 (256 bytes, the end-of-file token, one merge), got {vocab_size}")
+        raise ProbeError("vocab_size must be at least 258 (256 bytes, the end-of-file token, one merge), got "
+                         f"{vocab_size}")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

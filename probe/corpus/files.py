@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from probe.errors import ProbeError
 
@@ -39,7 +39,8 @@ def corpus_roots(corpus: str) -> list[tuple[str, Path, str]]:
         return [stdlib] + [(f"packages{i or ''}", site, ".py") for i, site in enumerate(sites)]
     folder = Path(corpus).expanduser()
     if not folder.exists():
-        raise ProbeError(f"corpus folder {corpus} does not exist; give a folder of source files, 'stdlib' or 'packages'")
+        raise ProbeError(f"corpus folder {corpus} does not exist; give a folder of source files, 'stdlib' or "
+                         "'packages'")
     if not folder.is_dir():
         raise ProbeError(f"corpus {corpus} is not a folder; give a folder of source files, 'stdlib' or 'packages'")
     return [("", folder.resolve(), "")]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -69,11 +70,12 @@ class CorpusSpec:
             object.__setattr__(self, "corpus", str(Path(self.corpus).expanduser().resolve()))
 
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> "CorpusSpec":
+    def from_options(cls, options: dict[str, Any] | None) -> CorpusSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options or {}) - known)
         if unknown:
-            raise ProbeError(f"unknown option(s) of {CODE_TASK}: {', '.join(unknown)}; accepted: {', '.join(sorted(known))}")
+            raise ProbeError(f"unknown option(s) of {CODE_TASK}: {', '.join(unknown)}; accepted: "
+                             f"{', '.join(sorted(known))}")
         return cls(**(options or {}))
 
     @property
@@ -130,7 +132,8 @@ class PreparedCorpus:
         prediction in a window is scored."""
         n = self.train.numel() // context
         if n < 1:
-            raise ProbeError(f"the corpus has {self.train.numel()} training tokens, fewer than one window of {context}; "
+            raise ProbeError(f"the corpus has {self.train.numel()} training tokens, fewer than one window of "
+                             f"{context}; "
                              "give a larger corpus or a shorter context")
         tokens = self.train[: n * context].view(n, context).long()
         return EncodedSet(tokens, torch.full((n,), context), torch.ones(n, dtype=torch.long))
@@ -210,7 +213,8 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise ProbeError(f"{path} is not a readable corpus manifest ({error}); delete its folder to prepare it again") from None
+        raise ProbeError(f"{path} is not a readable corpus manifest ({error}); delete its folder to prepare it "
+                         "again") from None
     if not isinstance(manifest, dict) or not {"spec", "sizes", "heldout_files"} <= set(manifest):
         raise ProbeError(f"{path} is not a probe corpus manifest; delete its folder to prepare it again")
     return manifest
@@ -226,7 +230,8 @@ def load_corpus(folder: str | Path) -> PreparedCorpus:
         tokenizer = CodeTokenizer.from_json((folder / TOKENIZER).read_text())
         tensors = load_file(str(folder / TOKENS))
     except (OSError, SafetensorError, ValueError) as error:
-        raise ProbeError(f"the corpus in {folder} is damaged ({error}); delete that folder to prepare it again") from None
+        raise ProbeError(f"the corpus in {folder} is damaged ({error}); delete that folder to prepare it "
+                         "again") from None
     if len(tensors["heldout_offsets"]) != len(manifest["heldout_files"]) + 1:
         raise ProbeError(f"the corpus in {folder} does not match its manifest; delete that folder to prepare it again")
     return PreparedCorpus(folder, tokenizer, tensors["train"], tensors["heldout"], tensors["heldout_offsets"], manifest)

@@ -12,22 +12,15 @@ from pathlib import Path
 
 import streamlit as st
 
-from probe.explorer import shared
+from probe.explorer import PAGES, shared
 
 HERE = Path(__file__).resolve().parent
 
 st.set_page_config(page_title="probe explorer", page_icon=":material/insights:", layout="wide")
 
-MODELS = st.Page(HERE / "views" / "models.py", title="Models", icon=":material/table_chart:", url_path="models")
-PAGES = [
-    MODELS,
-    st.Page(HERE / "views" / "attention.py", title="Attention", icon=":material/grid_on:", url_path="attention"),
-    st.Page(HERE / "views" / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
-    st.Page(HERE / "views" / "distances.py", title="Distances", icon=":material/bar_chart:", url_path="distances"),
-    st.Page(HERE / "views" / "pretraining.py", title="Pretraining", icon=":material/code:", url_path="pretraining"),
-    st.Page(HERE / "views" / "theorems.py", title="Theorems", icon=":material/function:", url_path="theorems"),
-    st.Page(HERE / "views" / "reproduction.py", title="Reproduction", icon=":material/fact_check:", url_path="reproduction"),
-]
+VIEWS = [st.Page(HERE / "views" / f"{name}.py", title=title, icon=icon, url_path=name)
+         for name, (title, icon) in PAGES.items()]
+MODELS = VIEWS[0]
 
 
 def home() -> None:
@@ -36,7 +29,7 @@ def home() -> None:
     st.switch_page(MODELS)
 
 
-page = st.navigation([st.Page(home, title="Models", default=True, visibility="hidden"), *PAGES])
+page = st.navigation([st.Page(home, title="Models", default=True, visibility="hidden"), *VIEWS])
 with st.sidebar:
     st.caption(f"Checkpoints: `{shared.checkpoints_root()}`")
     st.caption("Positional encoding and length generalization (Kazemnejad et al., NeurIPS 2023). "

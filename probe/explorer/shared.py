@@ -34,7 +34,8 @@ def runs() -> tuple[list[Run], list[tuple[Path, str]]]:
     usable = []
     for run in found:
         try:
-            if isinstance(run.pe, str) and isinstance(run.seed, int) and isinstance(run.config.get("training", {}), dict):
+            if isinstance(run.pe, str) and isinstance(run.seed, int) and isinstance(run.config.get("training", {}),
+                                                                                    dict):
                 usable.append(run)
                 continue
         except (KeyError, TypeError, ValueError, AttributeError):

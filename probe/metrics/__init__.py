@@ -4,8 +4,7 @@ Each implements the paper's definition; the released code's variants are named o
 (``metric="reference-code"``, ``normalization="reference-code"``, ``*_reference_code``).
 """
 
-from probe.metrics.attended import (AttendedDistances, Histogram, attended_distances,
-                                    bimodality_coefficient, histogram)
+from probe.metrics.attended import AttendedDistances, Histogram, attended_distances, bimodality_coefficient, histogram
 from probe.metrics.bootstrap import BootstrapCI, bootstrap_ci
 from probe.metrics.jsd import METRICS, Metric, jsd
 from probe.metrics.ranking import average_ranks, mean_rank, mean_reciprocal_rank_reference_code

@@ -22,7 +22,6 @@ skipping together, where SDPA would need a causal mask added to the bias, and, f
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -35,15 +34,18 @@ from probe.models.positional import PositionalEncoding
 
 def is_hooked(point: HookPoint) -> bool:
     """Whether anything (a user's hook, ``run_with_cache``'s) is registered on ``point``."""
-    return bool(point._forward_hooks or point._forward_pre_hooks or point._backward_hooks
-                or getattr(point, "_backward_pre_hooks", None))
+    return bool(
+        point._forward_hooks
+        or point._forward_pre_hooks
+        or point._backward_hooks
+        or getattr(point, "_backward_pre_hooks", None)
+    )
 
 
 def global_hooks() -> bool:
     """Whether a module-global hook is registered: it would expect every module to run."""
     module = torch.nn.modules.module
-    return bool(module._global_forward_hooks or module._global_forward_pre_hooks
-                or module._global_backward_hooks)
+    return bool(module._global_forward_hooks or module._global_forward_pre_hooks or module._global_backward_hooks)
 
 
 def _project_in(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -60,8 +62,7 @@ class PEAttention(nn.Module):
     fast_path: bool = True
     attn_dropout: float = 0.0  # dropout on the probabilities while training (probe.dropout sets it)
 
-    def __init__(self, n_heads: int, d_model: int, d_head: int, attn_scale: bool, layer: int,
-                 pe: PositionalEncoding):
+    def __init__(self, n_heads: int, d_model: int, d_head: int, attn_scale: bool, layer: int, pe: PositionalEncoding):
         super().__init__()
         self.n_heads, self.d_head, self.layer_id = n_heads, d_head, layer
         # TransformerLens 3.x's order, which the seeded initialisation follows (same seed, same weights)
@@ -101,8 +102,9 @@ class PEAttention(nn.Module):
             and not global_hooks()
         )
 
-    def forward(self, x: torch.Tensor, past_kv_cache_entry=None,
-                attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, past_kv_cache_entry=None, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """[batch, pos, d_model] (normalised) -> [batch, pos, d_model]; ``attention_mask`` [batch, key]
         marks padding keys with 0, ``past_kv_cache_entry`` holds this layer's earlier keys and values."""
         q = self.hook_q(_project_in(x, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
@@ -120,9 +122,17 @@ class PEAttention(nn.Module):
         bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
         fast = self.uses_fast_path()
         drop = self.attn_dropout if self.training else 0.0
-        if fast and bias is not None and offset == 0 and attention_mask is None and not drop and bias_attention.usable(q):
+        if (
+            fast
+            and bias is not None
+            and offset == 0
+            and attention_mask is None
+            and not drop
+            and bias_attention.usable(q)
+        ):
             z = bias_attention.biased_causal_attention(
-                *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1.0 / self.attn_scale)
+                *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1.0 / self.attn_scale
+            )
             return self._project(self.hook_z(z.transpose(1, 2)))  # [batch, query, head, d_head]
         mask = self._additive_mask(query_len, key_len, offset, q, bias, attention_mask)
         if fast:
@@ -131,9 +141,11 @@ class PEAttention(nn.Module):
             # mask's float32 instead, as the hooked path's float32 scores do.
             inputs = (q, k, v) if mask is None else (q.to(mask.dtype), k.to(mask.dtype), v.to(mask.dtype))
             z = F.scaled_dot_product_attention(
-                *(t.transpose(1, 2) for t in inputs), attn_mask=mask,
+                *(t.transpose(1, 2) for t in inputs),
+                attn_mask=mask,
                 is_causal=mask is None and query_len > 1,
-                dropout_p=drop, scale=1.0 / self.attn_scale,
+                dropout_p=drop,
+                scale=1.0 / self.attn_scale,
             )  # [batch, head, query, d_head]
             z = self.hook_z(z.transpose(1, 2).to(q.dtype))  # [batch, query, head, d_head]
         else:

@@ -52,14 +52,20 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
         raise ProbeError(f"{folder} has no config.json: not a model folder") from None
     except ValueError as error:
         raise ProbeError(f"{path} is not valid JSON ({error})") from None
-    if not isinstance(config, dict) or ARCHITECTURE not in config.get("architectures", []) \
-            or "position_encoding_type" not in config:
-        raise ProbeError(f"{folder} is not one of the paper's released models (its config.json names no "
-                         f"{ARCHITECTURE} with a position_encoding_type)")
+    if (
+        not isinstance(config, dict)
+        or ARCHITECTURE not in config.get("architectures", [])
+        or "position_encoding_type" not in config
+    ):
+        raise ProbeError(
+            f"{folder} is not one of the paper's released models (its config.json names no "
+            f"{ARCHITECTURE} with a position_encoding_type)"
+        )
     kind = config["position_encoding_type"]
     if kind not in PE_OF:
-        raise ProbeError(f"{folder}: position_encoding_type {kind!r} is not one probe reads; "
-                         f"accepted: {', '.join(PE_OF)}")
+        raise ProbeError(
+            f"{folder}: position_encoding_type {kind!r} is not one probe reads; accepted: {', '.join(PE_OF)}"
+        )
     if config.get("feed_forward_proj", "relu") != "relu":
         raise ProbeError(f"{folder}: feed_forward_proj {config['feed_forward_proj']!r}; the released models use relu")
     return config
@@ -69,11 +75,22 @@ def model_config(config: dict[str, Any], seed: int = 0) -> ModelConfig:
     """probe's ``ModelConfig`` for their ``config.json`` (``base``'s architecture at their sizes)."""
     pe = PE_OF[config["position_encoding_type"]]
     return ModelConfig(
-        pe=pe, d_vocab=int(config["vocab_size"]), n_layers=int(config.get("num_decoder_layers") or config["num_layers"]),
-        d_model=int(config["d_model"]), n_heads=int(config["num_heads"]), d_head=int(config["d_kv"]),
-        d_mlp=int(config["d_ff"]), n_ctx=N_CTX, act_fn="relu", normalization="RMS",
-        eps=float(config.get("layer_norm_epsilon", 1e-6)), attn_scale=False, bias=False,
-        tie_embeddings=bool(config.get("tie_word_embeddings", True)), init="t5", seed=seed,
+        pe=pe,
+        d_vocab=int(config["vocab_size"]),
+        n_layers=int(config.get("num_decoder_layers") or config["num_layers"]),
+        d_model=int(config["d_model"]),
+        n_heads=int(config["num_heads"]),
+        d_head=int(config["d_kv"]),
+        d_mlp=int(config["d_ff"]),
+        n_ctx=N_CTX,
+        act_fn="relu",
+        normalization="RMS",
+        eps=float(config.get("layer_norm_epsilon", 1e-6)),
+        attn_scale=False,
+        bias=False,
+        tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        init="t5",
+        seed=seed,
         pe_options={"fraction": ROTARY_SHARE} if pe == "rotary" else {},
     )
 
@@ -126,14 +143,19 @@ def convert_state(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[s
         out |= {
             ours + "ln1.w": get(theirs + "0.layer_norm.weight"),
             ours + "ln2.w": get(theirs + "2.layer_norm.weight"),
-            ours + "attn.W_Q": q, ours + "attn.W_K": k,
+            ours + "attn.W_Q": q,
+            ours + "attn.W_K": k,
             ours + "attn.W_V": per_head_in(get(attention + "v.weight")),
             ours + "attn.W_O": get(attention + "o.weight").T.reshape(heads, d_head, d_model),
             ours + "mlp.W_in": get(theirs + "2.DenseReluDense.wi.weight").T,
             ours + "mlp.W_out": get(theirs + "2.DenseReluDense.wo.weight").T,
         }
-        for name, size in (("b_Q", (heads, d_head)), ("b_K", (heads, d_head)), ("b_V", (heads, d_head)),
-                           ("b_O", (d_model,))):
+        for name, size in (
+            ("b_Q", (heads, d_head)),
+            ("b_K", (heads, d_head)),
+            ("b_V", (heads, d_head)),
+            ("b_O", (d_model,)),
+        ):
             out[ours + "attn." + name] = torch.zeros(size)
         out[ours + "mlp.b_in"], out[ours + "mlp.b_out"] = torch.zeros(config.d_mlp), torch.zeros(d_model)
     out["ln_final.w"] = get("decoder.final_layer_norm.weight")

@@ -30,8 +30,9 @@ def usable(q: torch.Tensor) -> bool:
     return q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
 
 
-def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-                            scale: float) -> torch.Tensor:
+def biased_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float
+) -> torch.Tensor:
     """softmax(scale q k^T + bias, causal) v: q, k, v [batch, head, pos, d_head], bias [head, pos, pos]
     in q's dtype -> [batch, head, pos, d_head]. Query t attends to keys 0..t (no cache, no padding).
 
@@ -41,7 +42,8 @@ def biased_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b
     itself under autograd: fewer operators than SDPA's math path, which also builds no causal mask."""
     if not (bias.requires_grad and torch.is_grad_enabled()):
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale)[0]
+            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale
+        )[0]
     if q.size(2) > BLOCK:
         return _BiasedCausalAttention.apply(q, k, v, bias.contiguous(), scale)
     logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(_with_causal_mask(bias))
@@ -59,7 +61,8 @@ class _BiasedCausalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, scale):  # type: ignore[override]
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale)  # [batch, head, pos, d_head], [batch, head, pos]
+            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale
+        )  # [batch, head, pos, d_head], [batch, head, pos]
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale = scale
         return out
@@ -71,7 +74,9 @@ class _BiasedCausalAttention(torch.autograd.Function):
         # Contiguous operands for the block matmuls, each made in one pass. The logits are taken in
         # base 2 (exp2 is about twice as fast as exp on CPU): log2(e) rides on the keys, the lse and
         # the bias, and comes off again where grad_q is written.
-        q_scaled = torch.mul(q, scale, out=torch.empty(q.shape, dtype=q.dtype, device=q.device))  # [batch, head, pos, d_head]
+        q_scaled = torch.mul(
+            q, scale, out=torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        )  # [batch, head, pos, d_head]
         k_log2 = torch.mul(k, LOG2E, out=torch.empty(k.shape, dtype=k.dtype, device=k.device))
         values, grad_out = v.contiguous(), grad_out.contiguous()
         lse_log2 = (lse * LOG2E).unsqueeze(-1)  # [batch, head, pos, 1]
@@ -87,8 +92,7 @@ class _BiasedCausalAttention(torch.autograd.Function):
             q_block, grad_out_block = q_scaled.narrow(2, start, rows), grad_out.narrow(2, start, rows)
             k_seen = k_log2.narrow(2, 0, end)  # [batch, head, end, d_head]
             logits = torch.matmul(q_block, k_seen.transpose(-1, -2))  # [batch, head, rows, end], base 2
-            probs = (logits.add_(bias_log2[:, start:end, :end]).sub_(lse_log2.narrow(2, start, rows))
-                     .exp2_())
+            probs = logits.add_(bias_log2[:, start:end, :end]).sub_(lse_log2.narrow(2, start, rows)).exp2_()
             grad_v.narrow(2, 0, end).add_(torch.matmul(probs.transpose(-1, -2), grad_out_block))
             grad_logits = torch.matmul(grad_out_block, values.narrow(2, 0, end).transpose(-1, -2))
             grad_logits.sub_(delta.narrow(2, start, rows)).mul_(probs)  # dS = P (dP - rowsum(dO O))

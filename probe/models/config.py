@@ -15,6 +15,7 @@ from typing import Any
 from probe.errors import ProbeError
 from probe.models.registry import PE_CLASSES, check_kind
 
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer with one positional encoding (``pe``).
@@ -65,7 +66,7 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         data = _from_legacy_fields(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -75,8 +76,13 @@ class ModelConfig:
 
 
 # Checkpoints written before PEs owned their options kept them as fields of ModelConfig.
-_LEGACY_FIELDS = {"t5_num_buckets": ("t5", "num_buckets"), "t5_max_distance": ("t5", "max_distance"),
-                  "t5_shared": ("t5", "shared"), "rotary_base": ("rotary", "base"), "ape_base": ("ape", "base")}
+_LEGACY_FIELDS = {
+    "t5_num_buckets": ("t5", "num_buckets"),
+    "t5_max_distance": ("t5", "max_distance"),
+    "t5_shared": ("t5", "shared"),
+    "rotary_base": ("rotary", "base"),
+    "ape_base": ("ape", "base"),
+}
 
 
 def _from_legacy_fields(data: dict[str, Any]) -> dict[str, Any]:
@@ -106,18 +112,38 @@ def _from_legacy_fields(data: dict[str, Any]) -> dict[str, Any]:
 # weights, an untied unembedding): T5's tied, d_model^-0.5-scaled output assumes N(0, 1)
 # embeddings, and with small ones it caps the logits and slows training several-fold.
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False),
-    "small": dict(n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False),
+    "tiny": dict(
+        n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False
+    ),
+    "small": dict(
+        n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False
+    ),
     "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
     # The paper's pretrained models (Appendix "Pretraining at 1.3B Scale": the same T5 stack, 24 layers,
     # d_model 1024, 32 heads of d_kv 128, d_ff 16384), for `probe pretrain` on GPUs.
-    "lm-1b": dict(n_layers=24, d_model=1024, n_heads=32, d_head=128, d_mlp=16384, attn_scale=False, init="t5",
-                  dropout=0.0, n_ctx=4096),
+    "lm-1b": dict(
+        n_layers=24,
+        d_model=1024,
+        n_heads=32,
+        d_head=128,
+        d_mlp=16384,
+        attn_scale=False,
+        init="t5",
+        dropout=0.0,
+        n_ctx=4096,
+    ),
 }
 
 
-def resolve_config(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0,
-                   pe_options: dict[str, Any] | None = None, **overrides: Any) -> ModelConfig:
+def resolve_config(
+    pe: str,
+    *,
+    vocab_size: int,
+    preset: str = "tiny",
+    seed: int = 0,
+    pe_options: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> ModelConfig:
     """The preset's fields, then the overrides:
     ``resolve_config("rotary", vocab_size=40, n_layers=1, pe_options={"base": 500})``."""
     if preset not in PRESETS:

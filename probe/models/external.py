@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -86,8 +87,8 @@ class ExternalModel:
 
     spelling: str  # as given: hf:gpt2, hf:./my-model
     folder: Path  # where its files are
-    bridge: "TransformerBridge"
-    tokenizer: "PreTrainedTokenizerBase"  # as published (TransformerLens' copy always adds BOS)
+    bridge: TransformerBridge
+    tokenizer: PreTrainedTokenizerBase  # as published (TransformerLens' copy always adds BOS)
     bos_id: int | None  # put in front of every window: the tokenizer adds it by itself
 
     @property
@@ -114,7 +115,7 @@ class ExternalModel:
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
-def _tokenizer(spelling: str, folder: Path) -> tuple["PreTrainedTokenizerBase", int | None]:
+def _tokenizer(spelling: str, folder: Path) -> tuple[PreTrainedTokenizerBase, int | None]:
     """The folder's tokenizer and the BOS id it adds by itself (None if it adds none)."""
     from transformers import AutoTokenizer
 

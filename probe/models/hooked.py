@@ -13,8 +13,9 @@ attention_mask=...)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, Union
+from typing import Any
 
 import torch
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
@@ -24,7 +25,7 @@ from transformer_lens.utilities import sample_logits
 
 from probe.errors import ProbeError
 
-TextInput = Union[str, Sequence[str]]
+TextInput = str | Sequence[str]
 
 
 @dataclass
@@ -43,12 +44,16 @@ class HookedModel(HookedRootModule):
     tokenizer: Any = None
 
     # --- activations -------------------------------------------------------------------------------
-    def run_with_cache(self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False,
-                       **kwargs: Any) -> tuple[Any, ActivationCache | dict[str, torch.Tensor]]:
+    def run_with_cache(
+        self, *model_args: Any, return_cache_object: bool = True, remove_batch_dim: bool = False, **kwargs: Any
+    ) -> tuple[Any, ActivationCache | dict[str, torch.Tensor]]:
         """TransformerLens' ``run_with_cache``: the output and an ``ActivationCache`` of every hook."""
         out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        return (out, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)) if return_cache_object \
+        return (
+            (out, ActivationCache(cache, self, has_batch_dim=not remove_batch_dim))
+            if return_cache_object
             else (out, cache)
+        )
 
     def set_use_attn_result(self, enabled: bool) -> None:
         """Compute each head's output separately, at ``blocks.{l}.attn.hook_result`` [batch, pos, head, d_model]."""
@@ -73,8 +78,14 @@ class HookedModel(HookedRootModule):
             raise ProbeError("this model has no tokenizer; attach one (Tokenizer.attach_to) or pass token ids")
         return self.tokenizer
 
-    def to_tokens(self, input: TextInput, prepend_bos: bool | None = None, padding_side: str | None = None,
-                  move_to_device: bool = True, truncate: bool = True) -> torch.Tensor:
+    def to_tokens(
+        self,
+        input: TextInput,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        move_to_device: bool = True,
+        truncate: bool = True,
+    ) -> torch.Tensor:
         """[batch, pos] ids of ``input`` (a string or a list, padded on ``padding_side``), with the
         tokenizer's ``bos_token`` first when ``prepend_bos`` (default ``cfg.default_prepend_bos``)."""
         tokenizer = self._need_tokenizer()
@@ -88,8 +99,9 @@ class HookedModel(HookedRootModule):
         width = max(len(row) for row in rows)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         side = padding_side or tokenizer.padding_side
-        padded = [row + [pad] * (width - len(row)) if side == "right" else [pad] * (width - len(row)) + row
-                  for row in rows]
+        padded = [
+            row + [pad] * (width - len(row)) if side == "right" else [pad] * (width - len(row)) + row for row in rows
+        ]
         tokens = torch.tensor(padded, dtype=torch.long)
         return tokens.to(self.cfg.device) if move_to_device else tokens
 
@@ -101,14 +113,21 @@ class HookedModel(HookedRootModule):
             return [tokenizer.decode(row.tolist(), clean_up_tokenization_spaces=False) for row in tokens]
         return tokenizer.decode(tokens.tolist(), clean_up_tokenization_spaces=False)
 
-    def to_str_tokens(self, input: str | torch.Tensor | Sequence[Any], prepend_bos: bool | None = None,
-                      padding_side: str | None = None) -> list[str] | list[list[str]]:
+    def to_str_tokens(
+        self,
+        input: str | torch.Tensor | Sequence[Any],
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+    ) -> list[str] | list[list[str]]:
         """Each token of ``input`` as its own string: a string, a list of strings, or ids [pos] / [batch, pos]."""
         tokenizer = self._need_tokenizer()
         if isinstance(input, (list, tuple)) and input and isinstance(input[0], str):
             return [self.to_str_tokens(text, prepend_bos, padding_side) for text in input]
-        tokens = self.to_tokens(input, prepend_bos, padding_side, move_to_device=False) if isinstance(input, str) \
+        tokens = (
+            self.to_tokens(input, prepend_bos, padding_side, move_to_device=False)
+            if isinstance(input, str)
             else torch.as_tensor(input)
+        )
         if tokens.dim() == 2:
             if tokens.size(0) > 1:
                 return [self.to_str_tokens(row) for row in tokens]
@@ -124,16 +143,32 @@ class HookedModel(HookedRootModule):
 
     # --- generation --------------------------------------------------------------------------------
     @torch.no_grad()
-    def generate(self, input: TextInput | torch.Tensor = "", max_new_tokens: int = 10, stop_at_eos: bool = True,
-                 eos_token_id: int | None = None, do_sample: bool = True, top_k: int | None = None,
-                 top_p: float | None = None, temperature: float = 1.0, freq_penalty: float = 0.0,
-                 use_past_kv_cache: bool = True, prepend_bos: bool | None = None, padding_side: str | None = None,
-                 return_type: str | None = "input", verbose: bool = True, output_logits: bool = False) -> Any:
+    def generate(
+        self,
+        input: TextInput | torch.Tensor = "",
+        max_new_tokens: int = 10,
+        stop_at_eos: bool = True,
+        eos_token_id: int | None = None,
+        do_sample: bool = True,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float = 1.0,
+        freq_penalty: float = 0.0,
+        use_past_kv_cache: bool = True,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        return_type: str | None = "input",
+        verbose: bool = True,
+        output_logits: bool = False,
+    ) -> Any:
         """TransformerLens' ``generate``: sample (or, with ``do_sample=False``, greedily pick)
         ``max_new_tokens`` tokens after ``input`` (text or ids [batch, pos]), reusing keys and values
         with ``use_past_kv_cache``. ``return_type`` ``input`` gives what was given (text for text),
-        ``str`` text (without special tokens), ``tokens`` ids; ``output_logits`` adds each step's logits (a ``GenerateOutput``)."""
-        given_text = isinstance(input, str) or (isinstance(input, (list, tuple)) and input and isinstance(input[0], str))
+        ``str`` text (without special tokens), ``tokens`` ids; ``output_logits`` adds each step's logits
+        (a ``GenerateOutput``)."""
+        given_text = isinstance(input, str) or (
+            isinstance(input, (list, tuple)) and input and isinstance(input[0], str)
+        )
         tokens = self.to_tokens(input, prepend_bos, padding_side) if given_text else torch.as_tensor(input)
         if tokens.dim() == 1:
             tokens = tokens[None]
@@ -151,13 +186,22 @@ class HookedModel(HookedRootModule):
             logits = self(new, past_kv_cache=cache)[:, -1] if cache is not None else self(sequences)[:, -1]
             steps.append(logits)
             if do_sample:
-                token = sample_logits(logits, top_k=top_k, top_p=top_p, temperature=temperature,
-                                      freq_penalty=freq_penalty, tokens=sequences).to(tokens.device)
+                token = sample_logits(
+                    logits,
+                    top_k=top_k,
+                    top_p=top_p,
+                    temperature=temperature,
+                    freq_penalty=freq_penalty,
+                    tokens=sequences,
+                ).to(tokens.device)
             else:
                 token = logits.argmax(-1)
             if stop_at_eos:
-                pad = self.tokenizer.pad_token_id if self.tokenizer is not None and self.tokenizer.pad_token_id \
-                    is not None else eos_token_id
+                pad = (
+                    self.tokenizer.pad_token_id
+                    if self.tokenizer is not None and self.tokenizer.pad_token_id is not None
+                    else eos_token_id
+                )
                 token = torch.where(finished, torch.full_like(token, pad), token)
                 finished |= token == eos_token_id
             sequences = torch.cat([sequences, token[:, None]], dim=1)

@@ -13,13 +13,15 @@ identity (``ModelConfig.pe_options``, the run folder ``<pe>+<option>=<value>``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
 
 from probe.errors import ProbeError
+
 
 class ModelShape(Protocol):
     """What a PE reads of the model it is part of (``probe.models.config.ModelConfig`` has it): the PE

@@ -52,8 +52,9 @@ def _check_scaling(scaling: str, options: dict, config) -> str | None:
     return None
 
 
-def yarn_ramp(inverse_frequencies: torch.Tensor, base: float, original_length: int, beta_fast: float,
-              beta_slow: float) -> torch.Tensor:
+def yarn_ramp(
+    inverse_frequencies: torch.Tensor, base: float, original_length: int, beta_fast: float, beta_slow: float
+) -> torch.Tensor:
     """[r / 2] gamma_j in [0, 1]: 1 keeps theta_j (pairs that turn more than beta_fast times over L),
     0 interpolates it (fewer than beta_slow turns). YaRN's code ramps linearly over the pair index
     between the pairs that turn exactly beta_fast and beta_slow times, rounded outwards (Peng et
@@ -72,15 +73,23 @@ def yarn_ramp(inverse_frequencies: torch.Tensor, base: float, original_length: i
     return 1 - ((index - low) / (high - low)).clamp(0, 1)
 
 
-def llama3_frequencies(inverse_frequencies: torch.Tensor, factor: float, original_length: int, low_freq_factor: float,
-                       high_freq_factor: float) -> torch.Tensor:
+def llama3_frequencies(
+    inverse_frequencies: torch.Tensor,
+    factor: float,
+    original_length: int,
+    low_freq_factor: float,
+    high_freq_factor: float,
+) -> torch.Tensor:
     """[r / 2] Llama 3.1's frequencies: wavelengths 2 pi / theta_j longer than L / low_freq_factor are
     interpolated (theta_j / s), shorter than L / high_freq_factor kept, and blended in between."""
     wavelengths = 2 * math.pi / inverse_frequencies
     smooth = ((original_length / wavelengths - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0, 1)
     blended = (1 - smooth) * inverse_frequencies / factor + smooth * inverse_frequencies
-    return torch.where(wavelengths > original_length / low_freq_factor, inverse_frequencies / factor,
-                       torch.where(wavelengths < original_length / high_freq_factor, inverse_frequencies, blended))
+    return torch.where(
+        wavelengths > original_length / low_freq_factor,
+        inverse_frequencies / factor,
+        torch.where(wavelengths < original_length / high_freq_factor, inverse_frequencies, blended),
+    )
 
 
 class Rotary(PositionalEncoding):
@@ -91,29 +100,47 @@ class Rotary(PositionalEncoding):
     in_paper = True
     rotates = True
     options = {
-        "fraction": Option(float, 1.0, "share of each head's dimensions rotated (the paper's code: 0.25)",
-                           check=_check_fraction),
-        "base": Option(float, 10000.0, "theta_j = base^(-2j/r)", check=lambda v, o, c: None if v > 1 else "must be above 1"),
-        "nope_every": Option(int, 0, "leave every k-th layer unrotated (0: rotate every layer)",
-                             check=lambda v, o, c: None if v >= 0 else "must be 0 or more"),
+        "fraction": Option(
+            float, 1.0, "share of each head's dimensions rotated (the paper's code: 0.25)", check=_check_fraction
+        ),
+        "base": Option(
+            float, 10000.0, "theta_j = base^(-2j/r)", check=lambda v, o, c: None if v > 1 else "must be above 1"
+        ),
+        "nope_every": Option(
+            int,
+            0,
+            "leave every k-th layer unrotated (0: rotate every layer)",
+            check=lambda v, o, c: None if v >= 0 else "must be 0 or more",
+        ),
         "scaling": Option(str, "none", "stretch RoPE past original_length", choices=SCALINGS, check=_check_scaling),
         "factor": Option(float, 1.0, "s: how far to stretch (scaling other than none)"),
         "original_length": Option(int, 0, "L: the length trained on (dynamic, yarn, llama3)"),
         "beta_fast": Option(float, 32.0, "yarn: pairs turning more often over L keep their frequency"),
         "beta_slow": Option(float, 1.0, "yarn: pairs turning less often are interpolated"),
-        "attention_factor": Option(float, 0.0, "yarn: scale of cos and sin (0: 0.1 ln s + 1)",
-                                   check=lambda v, o, c: None if v >= 0 else "must be 0 or more"),
+        "attention_factor": Option(
+            float,
+            0.0,
+            "yarn: scale of cos and sin (0: 0.1 ln s + 1)",
+            check=lambda v, o, c: None if v >= 0 else "must be 0 or more",
+        ),
         "low_freq_factor": Option(float, 1.0, "llama3: wavelengths beyond L / this are interpolated"),
-        "high_freq_factor": Option(float, 4.0, "llama3: wavelengths below L / this are kept",
-                                   check=lambda v, o, c: None if v > o["low_freq_factor"]
-                                   else "must exceed low_freq_factor"),
+        "high_freq_factor": Option(
+            float,
+            4.0,
+            "llama3: wavelengths below L / this are kept",
+            check=lambda v, o, c: None if v > o["low_freq_factor"] else "must exceed low_freq_factor",
+        ),
     }
 
     # The paper's code rotates d_head / 4 of each head at its sizes (`-p fraction=1`: the usual RoPE).
     preset_options = {"base": {"fraction": 0.25}, "lm-1b": {"fraction": 0.25}}
-    examples = ({"fraction": 0.25}, {"nope_every": 2}, {"scaling": "yarn", "factor": 4.0, "original_length": 8},
-                {"scaling": "dynamic", "factor": 2.0, "original_length": 8}, {"scaling": "llama3", "factor": 8.0,
-                                                                               "original_length": 8})
+    examples = (
+        {"fraction": 0.25},
+        {"nope_every": 2},
+        {"scaling": "yarn", "factor": 4.0, "original_length": 8},
+        {"scaling": "dynamic", "factor": 2.0, "original_length": 8},
+        {"scaling": "llama3", "factor": 8.0, "original_length": 8},
+    )
 
     def __init__(self, config):
         super().__init__(config)
@@ -162,6 +189,7 @@ class Rotary(PositionalEncoding):
         """[2, key, r] cos and signed sin at this pass's positions: sin negated on the first half of
         the rotated dimensions, so that the pair rotation (x1, x2) -> (-x2, x1), times sin, is
         ``roll(x, r/2) * signed sin`` (one op, where slicing, negating and joining halves took four)."""
+
         def make() -> torch.Tensor:
             angles = self.angles(self.positions, dtype)
             factor = self.attention_factor()
@@ -191,9 +219,9 @@ class Rotary(PositionalEncoding):
     def _turn(self, x: torch.Tensor, start: int, table: torch.Tensor) -> torch.Tensor:
         """``x`` [batch, pos, head, d_head] at positions ``start ..`` turned by ``table`` [2, key, r]
         (cos, signed sin) on its first r dimensions."""
-        cos, signed_sin = table[:, start:start + x.size(1), None, :]  # [pos, 1, r] each
+        cos, signed_sin = table[:, start : start + x.size(1), None, :]  # [pos, 1, r] each
         half = self.rotary_dim // 2
         if self.rotary_dim == x.size(-1):
             return x * cos + x.roll(half, dims=-1) * signed_sin
-        rotated, passed = x[..., :self.rotary_dim], x[..., self.rotary_dim:]
+        rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
         return torch.cat([rotated * cos + rotated.roll(half, dims=-1) * signed_sin, passed], dim=-1)

@@ -35,8 +35,12 @@ class TransformerXL(PositionalEncoding):
     relative = True
     scores_term = True
     options = {
-        "clamp": Option(int, 1000, "distances beyond clamp share its sinusoid (the released code's 1000)",
-                        check=lambda v, o, c: None if v >= 1 else "must be at least 1"),
+        "clamp": Option(
+            int,
+            1000,
+            "distances beyond clamp share its sinusoid (the released code's 1000)",
+            check=lambda v, o, c: None if v >= 1 else "must be at least 1",
+        ),
     }
     examples = ({"clamp": 3},)
 
@@ -54,8 +58,11 @@ class TransformerXL(PositionalEncoding):
         """As the released code draws them: W_R ~ N(0, d_model^-1/2), u and v ~ N(0, 0.2^2) (T5's
         initializer factor 1)."""
         with torch.no_grad():
-            for table, std in ((self.projection, self.config.d_model ** -0.5), (self.content_bias, 0.2),
-                               (self.position_bias, 0.2)):
+            for table, std in (
+                (self.projection, self.config.d_model**-0.5),
+                (self.content_bias, 0.2),
+                (self.position_bias, 0.2),
+            ):
                 table.copy_(torch.randn(table.shape, generator=generator, dtype=table.dtype) * std)
 
     def sinusoids(self, span: int, dtype: torch.dtype) -> torch.Tensor:
@@ -72,8 +79,14 @@ class TransformerXL(PositionalEncoding):
             q, k = q.to(dtype), k.to(dtype)
             distances = self.distances(q.shape[1], k.shape[1])  # [query, key]
             span = int(distances.max()) + 1
-            r = torch.einsum("sd,dhe->she", self.sinusoids(span, dtype), self.projection[layer].to(dtype))  # [span, head, d_head]
-            by_distance = torch.einsum("bqhe,she->bhqs", q + self.position_bias[layer].to(dtype), r)  # [batch, head, query, span]
+            r = torch.einsum(
+                "sd,dhe->she", self.sinusoids(span, dtype), self.projection[layer].to(dtype)
+            )  # [span, head, d_head]
+            by_distance = torch.einsum(
+                "bqhe,she->bhqs", q + self.position_bias[layer].to(dtype), r
+            )  # [batch, head, query, span]
             position = by_distance.gather(-1, distances.expand(*by_distance.shape[:2], *distances.shape))
-            content = torch.einsum("he,bkhe->bhk", self.content_bias[layer].to(dtype), k)[:, :, None, :]  # [batch, head, 1, key]
+            content = torch.einsum("he,bkhe->bhk", self.content_bias[layer].to(dtype), k)[
+                :, :, None, :
+            ]  # [batch, head, 1, key]
             return (content + position) / self.scale

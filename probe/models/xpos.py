@@ -53,8 +53,12 @@ class XPos(Rotary):
     in_paper = False
     options = {
         **Rotary.options,
-        "scale_base": Option(float, 512.0, "gamma: queries scale by zeta^(n/gamma), keys by zeta^(-m/gamma) (0: no decay)",
-                             check=_check_scale_base),
+        "scale_base": Option(
+            float,
+            512.0,
+            "gamma: queries scale by zeta^(n/gamma), keys by zeta^(-m/gamma) (0: no decay)",
+            check=_check_scale_base,
+        ),
     }
     examples = ({"scale_base": 0}, {"fraction": 0.25, "scale_base": 16.0}, {"nope_every": 2})
     preset_options = {}  # xPos rotates the whole head at every preset
@@ -73,8 +77,9 @@ class XPos(Rotary):
         dtype = self._table_dtype(x)
         table = self._table(dtype)  # [2, key, r]
         if self.option["scale_base"]:
-            table = self.geometry(("xpos", dtype, sign), lambda: table * self.scales(
-                self.positions, sign).to(dtype))  # [2, key, r] x [key, r]
+            table = self.geometry(
+                ("xpos", dtype, sign), lambda: table * self.scales(self.positions, sign).to(dtype)
+            )  # [2, key, r] x [key, r]
         return self._turn(x, start, table)
 
     def rotate(self, layer: int, x: torch.Tensor, start: int) -> torch.Tensor:

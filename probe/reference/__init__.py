@@ -9,7 +9,8 @@ reasoning tasks' file (``results/scratchpad_f.jsonl``) is not in the stored copy
 repository, so those tasks have no reference here.
 
 ``DATASETS`` maps each of the authors' dataset splits to the task and options that rebuild it in
-probe, and to the paper's task category (Figure 1's grouping).
+probe; ``CATEGORIES`` is the paper's grouping of its tasks (Figure mrr-per-category), the one list
+that the sweep report and ``probe reproduce`` rank within.
 """
 
 from __future__ import annotations
@@ -25,18 +26,31 @@ SOURCE_FILES = ("results/classic.jsonl", "results/sanity_check.jsonl")
 PE_NAMES = {"none": "nope", "abs_sinusoid": "ape", "t5_relative_bias": "t5", "alibi": "alibi", "rotary": "rotary"}
 
 DATASETS: dict[str, dict[str, Any]] = {
-    "scan-mdlen_tr25_ts48": {"task": "scan", "options": {"split": "paper"}, "category": "classic"},
-    "pcfg-md_productivity": {"task": "pcfg", "options": {}, "category": "classic"},
-    "s2s_copy-rsc_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "count"}, "category": "primitive"},
-    "s2s_copy-rdc_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "replace"}, "category": "primitive"},
-    "s2s_copy-rsc2x_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "count-2x"}, "category": "primitive"},
-    "s2s_copy-cmc_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "random"}, "category": "primitive"},
-    "s2s_copy-cmc2x_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "random-2x"}, "category": "primitive"},
-    "s2s_reverse-mc_tr20_ts40": {"task": "reverse", "options": {"split": "paper", "variant": "random"}, "category": "primitive"},
-    "s2s_reverse-mc2x_tr20_ts40": {"task": "reverse", "options": {"split": "paper", "variant": "random-2x"}, "category": "primitive"},
-    "s2s_reverse-mcrv_tr20_ts40": {"task": "reverse", "options": {"split": "paper", "variant": "twice"}, "category": "primitive"},
+    "scan-mdlen_tr25_ts48": {"task": "scan", "options": {"split": "paper"}},
+    "pcfg-md_productivity": {"task": "pcfg", "options": {}},
+    "s2s_copy-rsc_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "count"}},
+    "s2s_copy-rdc_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "replace"}},
+    "s2s_copy-rsc2x_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "count-2x"}},
+    "s2s_copy-cmc_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "random"}},
+    "s2s_copy-cmc2x_tr20_ts40": {"task": "copy", "options": {"split": "paper", "variant": "random-2x"}},
+    "s2s_reverse-mc_tr20_ts40": {"task": "reverse", "options": {"split": "paper", "variant": "random"}},
+    "s2s_reverse-mc2x_tr20_ts40": {"task": "reverse", "options": {"split": "paper", "variant": "random-2x"}},
+    "s2s_reverse-mcrv_tr20_ts40": {"task": "reverse", "options": {"split": "paper", "variant": "twice"}},
 }
-"""The authors' dataset split -> probe task, options and the paper's category."""
+"""The authors' dataset split -> probe task and options."""
+
+CATEGORIES: dict[str, tuple[str, ...]] = {  # Figure mrr-per-category: the paper's three groups of tasks
+    "primitive": ("copy", "reverse"),
+    "mathematical & reasoning": ("addition", "polynomial", "sorting", "summation", "parity", "lego"),
+    "classic length generalization": ("scan", "pcfg"),
+}
+
+
+def category(task: str, options: dict[str, Any]) -> str:
+    """The paper's group of a task; runs with a scratchpad form a group of their own, as in its figures."""
+    if options.get("scratchpad"):
+        return "with scratchpad"
+    return next((name for name, tasks in CATEGORIES.items() if task in tasks), "other")
 
 
 @cache

@@ -9,7 +9,9 @@ records each run's state, attempts, timings, node and error as it happens.
 
 Grid format (TOML). Top-level keys are defaults for every ``[[block]]``; a grid without blocks is
 one block. ``task``, ``pe``, ``seed``, ``scratchpad`` and every value of ``options`` may be lists:
-a block is the cross product of its lists. Scratchpad formats other than ``none`` apply only to
+a block is the cross product of its lists. A ``pe`` may name a set of PEs (``paper``: the paper's
+five; ``pretrain``: its three code models; :data:`probe.plans.PE_SETS`).
+Scratchpad formats other than ``none`` apply only to
 tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
 are :class:`probe.train.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
 (test examples evaluated, default the whole test split) and ``eval_valid`` (IID examples).
@@ -32,16 +34,37 @@ runs are validated by held-out perplexity (``probe perplexity`` reads them side 
 """
 
 from probe.sweep.cluster import EventLog, check_resources, connect, execute, prepare_corpora, run_one
-from probe.sweep.cost import estimate_cost, mean_batch_tokens, measure_tokens_per_second, run_state, steps_left, wall_seconds
-from probe.sweep.grid import (EVAL_KEYS, GRID_DIR, LIST_KEYS, SweepRun, expand_grid, grid_from_flags, load_grid, named_grids,
-                              train_keys)
+from probe.sweep.console import Launch, dry_run, run_with_progress, show_outcome, show_report
+from probe.sweep.cost import (
+                              duration,
+                              estimate_cost,
+                              mean_batch_tokens,
+                              measure_tokens_per_second,
+                              run_state,
+                              steps_left,
+                              wall_seconds,
+)
+from probe.sweep.grid import (
+                              EVAL_KEYS,
+                              GRID_DIR,
+                              LIST_KEYS,
+                              SweepRun,
+                              expand_grid,
+                              grid_from_flags,
+                              load_grid,
+                              named_grids,
+                              pick_runs,
+                              train_keys,
+                              with_overrides,
+)
 from probe.sweep.manifest import STATES, Manifest, find_manifests, manifest_path, read_manifest
-from probe.sweep.report import CATEGORIES, aggregate, category, manifest_report, report, report_figure_objects, report_figures
+from probe.sweep.report import aggregate, manifest_report, report, report_figure_objects, report_figures
 
 __all__ = [
-    "CATEGORIES", "EVAL_KEYS", "GRID_DIR", "LIST_KEYS", "STATES", "EventLog", "Manifest", "SweepRun", "aggregate",
-    "category", "check_resources", "connect", "estimate_cost", "execute", "expand_grid", "find_manifests",
-    "grid_from_flags", "load_grid", "manifest_path", "manifest_report", "mean_batch_tokens", "measure_tokens_per_second",
-    "named_grids", "prepare_corpora", "read_manifest", "report", "report_figure_objects", "report_figures", "run_one",
-    "run_state", "steps_left", "train_keys", "wall_seconds",
+    "EVAL_KEYS", "GRID_DIR", "LIST_KEYS", "STATES", "EventLog", "Launch", "Manifest", "SweepRun", "aggregate",
+    "check_resources", "connect", "dry_run", "duration", "estimate_cost", "execute", "expand_grid", "find_manifests",
+    "grid_from_flags", "load_grid", "manifest_path", "manifest_report", "mean_batch_tokens",
+    "measure_tokens_per_second", "named_grids", "pick_runs", "prepare_corpora", "read_manifest", "report",
+    "report_figure_objects", "report_figures", "run_one", "run_state", "run_with_progress", "show_outcome",
+    "show_report", "steps_left", "train_keys", "wall_seconds", "with_overrides",
 ]

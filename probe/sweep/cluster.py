@@ -7,8 +7,9 @@ import importlib.util
 import os
 import socket
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from probe.errors import ProbeError
 from probe.sweep.cost import run_state, steps_left
@@ -66,7 +67,8 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
         config = TrainConfig(**run["config"])
         trained = train_run(config, path, resolve_device(device),
                             on_start=lambda step, total: tell(kind="step", step=step, total=total),
-                            on_step=lambda step, loss, speed: tell(kind="step", step=step, total=config.steps, loss=loss))
+                            on_step=lambda step, loss, speed: tell(kind="step", step=step, total=config.steps,
+                                                                   loss=loss))
         result.update(status=trained.status, steps=trained.steps, train_seconds=trained.seconds,
                       final_loss=trained.final_loss, steps_per_second=trained.steps_per_second)
         if config.task == CODE_TASK:
@@ -83,7 +85,8 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     except RunLocked as error:  # another `probe train`, `probe eval` or sweep has it: not a failure, not ours to retry
         result.update(state="elsewhere", error=None, held_by=describe(error.holder))
     except Exception as error:  # recorded, never retried: the same inputs would fail the same way
-        result.update(state="failed", error=str(error) if isinstance(error, ProbeError) else f"{type(error).__name__}: {error}")
+        message = str(error) if isinstance(error, ProbeError) else f"{type(error).__name__}: {error}"
+        result.update(state="failed", error=message)
     result["finished"] = time.time()
     result["seconds"] = result["finished"] - started
     return result
@@ -111,7 +114,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
             ray.init(address=None if address in (None, "", "local") else address, **kwargs)
         except (ConnectionError, TimeoutError, RuntimeError, ValueError) as error:
             where = address or "a local Ray instance"
-            raise ProbeError(f"cannot start or join Ray at {where}: {str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+            raise ProbeError(f"cannot start or join Ray at {where}: "
+                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
         except OSError as error:  # Ray keeps a token under ~/.ray and its session under the temp folder
             if ray.is_initialized():
                 ray.shutdown()
@@ -180,7 +184,8 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
             todo.append(run)
     manifest.write()
     if on_event:
-        on_event({"kind": "plan", "todo": [r.label for r in todo], "total_steps": {r.label: r.config.steps for r in todo},
+        on_event({"kind": "plan", "todo": [r.label for r in todo],
+                  "total_steps": {r.label: r.config.steps for r in todo},
                   "left": {r.label: steps_left(r) for r in todo}})
     if not todo:
         return manifest
@@ -200,7 +205,8 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
     def attempt(label: str, node: dict[str, Any], started: float) -> None:
         """Count an attempt once, whether its start event or its result is seen first."""
         entry = manifest.entries[label]
-        if not any(a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history", [])):
+        if not any(a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history",
+                                                                                                          [])):
             manifest.update(label, write=False, attempts=entry.get("attempts", 0) + 1,
                             history=[*entry.get("history", []), {"node": node, "started": started}])
 

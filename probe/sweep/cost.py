@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from probe.sweep.grid import SweepRun
 
@@ -91,7 +92,8 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
 
 
 def estimate_cost(runs: Sequence[SweepRun], *, device: str = "cpu", tokens_per_second: float | None = None,
-                  measure_steps: int = 5, threads: int = 1, on_measure: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  measure_steps: int = 5, threads: int = 1, on_measure: Callable[[str],
+                                                                                 None] | None = None) -> dict[str, Any]:
     """Seconds each run still needs: its steps left x tokens per batch / measured tokens per second.
 
     Throughput is measured once per model shape (preset + model overrides) on the first run of
@@ -128,3 +130,12 @@ def wall_seconds(seconds: Iterable[float], slots: int) -> float:
     for s in sorted(seconds, reverse=True):
         loads[loads.index(min(loads))] += s
     return max(loads)
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``12.5 min`` or ``3.1 h``: a time estimate as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:,.1f} h"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from probe.errors import ProbeError
 from probe.runs import run_dir
@@ -70,7 +71,8 @@ def train_keys() -> tuple[str, ...]:
     """The TrainConfig fields a grid may set (all but the ones the grid's lists decide)."""
     from probe.train import TrainConfig
 
-    return tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed", "task_options"))
+    return tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed",
+                                                                                   "task_options"))
 
 
 def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
@@ -78,7 +80,9 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     a mistake stops the sweep before any run starts."""
     from probe.corpus import CODE_TASK, CorpusSpec
     from probe.models.registry import PAPER_PES, PE_KINDS
-    from probe.tasks import SCRATCHPAD_TASKS, TASKS, get as get_task
+    from probe.plans import PE_SETS, expand_pes
+    from probe.tasks import SCRATCHPAD_TASKS, TASKS
+    from probe.tasks import get as get_task
     from probe.tasks.scratchpad import parse_format
     from probe.train import TrainConfig
 
@@ -98,15 +102,19 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
             raise ProbeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(accepted))}")
         for key in (*train_fields, *EVAL_KEYS):
             if isinstance(spec.get(key), list):
-                raise ProbeError(f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)")
-        tasks, pes, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("pe", list(PAPER_PES))), _listed(spec.get("seed", 0))
+                raise ProbeError(f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be "
+                                 "lists)")
+        tasks, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("seed", 0))
+        pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES))))
         scratchpads = _listed(spec.get("scratchpad", "none"))
         for task in tasks:
             if task not in TASKS and task != CODE_TASK:
-                raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)")
+                raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} "
+                                 "(pretraining)")
         for pe in pes:
             if pe not in PE_KINDS:
-                raise ProbeError(f"unknown positional encoding {pe!r}; choose from {', '.join(PE_KINDS)}")
+                raise ProbeError(f"unknown positional encoding {pe!r}; choose from {', '.join(PE_KINDS)} "
+                                 f"(or a set: {', '.join(PE_SETS)})")
         for seed in seeds:
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise ProbeError(f"{where}: seed {seed!r} is not an integer")
@@ -155,7 +163,9 @@ def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | 
                     options: dict[str, list[Any]] | None = None, model: dict[str, Any] | None = None,
                     **train: Any) -> dict[str, Any]:
     """The grid that command-line flags describe (repeated flags become lists). With no PE or seed
-    given, as ``probe train``: every PE at seed 0 plus NoPE seed 1 (NoPE') on each task."""
+    given, as ``probe train``: every PE at seed 0 plus NoPE' (:func:`probe.plans.seed_baseline_blocks`)."""
+    from probe.plans import seed_baseline_blocks
+
     block: dict[str, Any] = {"name": "sweep", "task": list(tasks or ["scan"])}
     if pes:
         block["pe"] = list(pes)
@@ -169,5 +179,40 @@ def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | 
     block.update({k: v for k, v in train.items() if v is not None})
     if not pes and not seeds:
         top = {k: v for k, v in block.items() if k != "seed"}
-        return {**top, "block": [{"seed": 0}, {"pe": "nope", "seed": 1}]}
+        return {**top, "block": seed_baseline_blocks([0])}
     return block
+
+
+def with_overrides(grid: dict[str, Any], train: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """``grid`` with the recipe values given on the command line (``preset``, ``steps`` ...; None keeps the
+    grid's) and model overrides, which win over the grid's and every block's."""
+    overrides = {k: v for k, v in train.items() if v is not None}
+    for table in [grid, *grid.get("block", [])]:
+        for key in overrides:
+            table.pop(key, None)
+        if model and "model" in table:
+            table["model"] = {**table["model"], **model}
+    grid.update(overrides)
+    if model:
+        grid["model"] = {**grid.get("model", {}), **model}
+    return grid
+
+
+def pick_runs(runs: Sequence[SweepRun], grid_name: str, *, tasks: Sequence[str] | None = None,
+              pes: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+              scratchpads: Sequence[str] | None = None) -> list[SweepRun]:
+    """The runs of a grid with one of ``tasks``, ``pes``, ``seeds`` and ``scratchpads`` (None: any), so a
+    part of a shipped grid runs alone; none matching is a ProbeError."""
+    from probe.tasks.scratchpad import parse_format
+
+    try:
+        formats = None if scratchpads is None else {parse_format(f) for f in scratchpads}
+    except ValueError as error:
+        raise ProbeError(str(error)) from None
+    picked = [r for r in runs
+              if (tasks is None or r.config.task in tasks) and (pes is None or r.config.pe in pes)
+              and (seeds is None or r.config.seed in seeds)
+              and (formats is None or parse_format(r.config.task_options.get("scratchpad")) in formats)]
+    if not picked:
+        raise ProbeError(f"no run of grid {grid_name} matches the --task/--pe/--seed/--scratchpad given")
+    return picked

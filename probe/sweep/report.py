@@ -4,24 +4,14 @@ mean ranks per category of tasks), pretraining runs' held-out perplexity, and it
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from probe.errors import ProbeError
+from probe.reference import category
 from probe.sweep.grid import SweepRun
 from probe.sweep.manifest import read_manifest
-
-CATEGORIES = {  # Figure mrr-per-category: the paper's three groups of tasks
-    "primitive": ("copy", "reverse"),
-    "mathematical & reasoning": ("addition", "polynomial", "sorting", "summation", "parity", "lego"),
-    "classic length generalization": ("scan", "pcfg"),
-}
-
-
-def category(task: str, options: dict[str, Any]) -> str:
-    if options.get("scratchpad"):
-        return "with scratchpad"
-    return next((name for name, tasks in CATEGORIES.items() if task in tasks), "other")
 
 
 def report(runs: Sequence[SweepRun]) -> dict[str, Any]:
@@ -82,7 +72,8 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     ranks = {"all tasks": mean_ranks(plain), **{name: mean_ranks(group) for name, group in groups.items()}}
     reciprocal = {"all tasks": mean_reciprocal_ranks(plain),
                   **{name: mean_reciprocal_ranks(group) for name, group in groups.items()}}
-    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows, "pretrained": pretrained,
+    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows,
+            "pretrained": pretrained,
             "mean_rank": {name: value for name, value in ranks.items() if value},
             "mean_reciprocal_rank": {name: value for name, value in reciprocal.items() if value}}
 

@@ -12,9 +12,10 @@ import hashlib
 import numbers
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from probe.errors import ProbeError
 from probe.tasks import scratchpad

@@ -72,6 +72,8 @@ class Copy(GeneratedTask):
 
     def vocabulary(self) -> list[str]:
         if self.options["split"] == "paper":
-            return vocabulary_of(PAPER_PROMPTS.get(self.options["variant"], PAPER_COPY).format(old="", new=""), NEXT, *WORDS)
+            return vocabulary_of(
+                PAPER_PROMPTS.get(self.options["variant"], PAPER_COPY).format(old="", new=""), NEXT, *WORDS
+            )
         prompt = PROMPTS[self.options["variant"]].format(old="", new="")
         return vocabulary_of(prompt, ".", *WORDS)

@@ -16,8 +16,9 @@ the lengths and depths of English sentences), and keeps outputs of at most 64 le
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from functools import cache
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from probe.tasks.base import (
     POSITIVE_INTEGER,

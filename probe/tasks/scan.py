@@ -73,9 +73,12 @@ class Scan(FiniteTask):
     summary = "SCAN commands to actions, length split (Lake & Baroni, 2018) or the paper's"
     length_unit = "output actions"
     OPTIONS: ClassVar[dict[str, Option]] = {
-        "split": split_option("length: Lake & Baroni's (L = 22); paper: the authors' (L = 25, sources start with Solve:)"),
-        "train_length": train_length_option(None, "train on commands with at most this many actions",
-                                            "22, or 25 with split=paper"),
+        "split": split_option(
+            "length: Lake & Baroni's (L = 22); paper: the authors' (L = 25, sources start with Solve:)"
+        ),
+        "train_length": train_length_option(
+            None, "train on commands with at most this many actions", "22, or 25 with split=paper"
+        ),
         "valid_fraction": valid_fraction_option(),
     }
 

@@ -13,8 +13,8 @@ order I, C, O, V, R (``I+C+O``); ``none`` means no scratchpad at all.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 COMPONENTS = ("I", "C", "O", "V", "R")
 COMPONENT_NAMES = {

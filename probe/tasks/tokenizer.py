@@ -17,7 +17,8 @@ distinct and ``decode(encode(text)) == text`` for every single-spaced text.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
 
@@ -49,7 +50,7 @@ def join_words(tokens: Iterable[str]) -> str:
     text = ""
     for token in tokens:
         if token.startswith(GLUED) and len(token) > len(GLUED):
-            text += token[len(GLUED):]
+            text += token[len(GLUED) :]
         else:
             text += (" " if text else "") + token
     return text
@@ -135,8 +136,13 @@ class Tokenizer:
         return [*prompt, *self.encode(example.target), self.eos_id], len(prompt)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "word", "specials": list(SPECIALS), "words": self._vocab[len(SPECIALS):],
-                "bos": self.bos, "separator": self.separator}
+        return {
+            "kind": "word",
+            "specials": list(SPECIALS),
+            "words": self._vocab[len(SPECIALS) :],
+            "bos": self.bos,
+            "separator": self.separator,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Tokenizer:
@@ -169,15 +175,25 @@ class Tokenizer:
         backend = Backend(models.WordLevel(ids, unk_token=" "))  # no word holds a space: unknown words raise
         # A mark is split off when it follows a non-space and only marks follow it up to the word's end.
         trailing = rf"(?=[{re.escape(PUNCTUATION)}]*(?:\s|$))"
-        backend.normalizer = normalizers.Sequence([
-            normalizers.Replace(Regex(rf"(?<=\S){re.escape(mark)}{trailing}"), f" {GLUED}{mark}") for mark in PUNCTUATION
-        ])
+        backend.normalizer = normalizers.Sequence(
+            [
+                normalizers.Replace(Regex(rf"(?<=\S){re.escape(mark)}{trailing}"), f" {GLUED}{mark}")
+                for mark in PUNCTUATION
+            ]
+        )
         backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         backend.decoder = decoders.WordPiece(prefix=GLUED, cleanup=False)
         bos, pad, eos, sep = SPECIALS
-        return PreTrainedTokenizerFast(tokenizer_object=backend, name_or_path="probe-word-level", bos_token=bos,
-                                       eos_token=eos, pad_token=pad, sep_token=sep, add_bos_token=self.bos,
-                                       padding_side="right")
+        return PreTrainedTokenizerFast(
+            tokenizer_object=backend,
+            name_or_path="probe-word-level",
+            bos_token=bos,
+            eos_token=eos,
+            pad_token=pad,
+            sep_token=sep,
+            add_bos_token=self.bos,
+            padding_side="right",
+        )
 
     def attach_to(self, model: Any) -> None:
         """Set :meth:`to_hf` as ``model.tokenizer`` so TransformerLens' string methods work.

@@ -37,7 +37,8 @@ if found is not None:
     run = shared.pick_run("Checkpoint", runs, default_pe="nope", key="attention-run")
     try:
         if shared.is_code(run):
-            raise ProbeError("it is a pretrained code model: the Pretraining page shows its attention on held-out files")
+            raise ProbeError("it is a pretrained code model: the Pretraining page shows its attention on held-out "
+                             "files")
         model = shared.load_model(run)
         if "tokenizer" not in model.metadata:
             raise ProbeError("its config.json has no tokenizer, so no text can be fed to it")

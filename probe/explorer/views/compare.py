@@ -15,7 +15,8 @@ from probe.plots import head_matrix_figure, layer_distance_figure
 st.header("Compare attention between two models")
 st.caption("D^(l)(A, B): for each layer, the minimum over all head pairs of the mean Jensen–Shannon divergence between "
            "their attention rows (Eq. similarity), on the same examples (gold input + output) of every length bucket, "
-           "with 95% bootstrap intervals. A against another seed of itself (NoPE') is the baseline. Code models read the "
+           "with 95% bootstrap intervals. A against another seed of itself (NoPE') is the baseline. Code models read "
+           "the "
            "last c tokens of held-out files instead, c = 1x and 2x the training context T, one bucket per c.")
 
 
@@ -92,11 +93,12 @@ if found is not None:
     for r in report.results:
         if r.paired != list(range(n_layers)):
             st.caption(f"{r.label} has another depth: A's layer l meets its layer at the same relative depth ("
-                       + ", ".join(f"A's L{l} with B's L{m}" for l, m in enumerate(r.paired)) + ").")
+                       + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired)) + ").")
     rows = []
     for r in report.results:
         stats = r.overall
-        rows.append({"A vs": r.label, **{f"layer {l}": float(stats.per_layer.mean[l]) for l in range(n_layers)},
+        rows.append({"A vs": r.label,
+                     **{f"layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)},
                      "average over layers": float(stats.average.mean),
                      "95% CI": f"[{float(stats.average.low):.4f}, {float(stats.average.high):.4f}]",
                      "examples": stats.n_examples})
@@ -105,12 +107,15 @@ if found is not None:
 
     buckets = [b.length for b in result.buckets]
     seen = {b.length: b.seen for b in result.buckets}
-    bucket = st.select_slider("Context size c" if code else "Length bucket λ", ["all", *buckets], value="all", key="bucket",
-                              format_func=lambda b: "all buckets" if b == "all" else f"{b}{'' if seen[b] else ' (unseen)'}")
+    bucket = st.select_slider("Context size c" if code else "Length bucket λ", ["all", *buckets], value="all",
+                              key="bucket",
+                              format_func=lambda b: "all buckets" if b == "all"
+                              else f"{b}{'' if seen[b] else ' (unseen)'}")
     length = None if bucket == "all" else int(bucket)
     label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
     where = "all length buckets" if length is None else f"λ = {length}"
-    st.plotly_chart(layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})", label),
+    st.plotly_chart(layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})",
+                                          label),
                     key="layers")
 
     st.subheader("Head × head distances of one layer")
@@ -132,7 +137,7 @@ if found is not None:
             stats = next((s for s in r.buckets if s.length == b.length), None)
             if stats is None:
                 continue
-            row.update({f"{r.label}: layer {l}": float(stats.per_layer.mean[l]) for l in range(n_layers)})
+            row.update({f"{r.label}: layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)})
             row[f"{r.label}: average"] = float(stats.average.mean)
         table.append(row)
     st.dataframe(table, hide_index=True, column_config={

@@ -26,7 +26,8 @@ if found is not None:
     rows = []
     for r in runs:
         training, metrics, report = r.config.get("training", {}), r.config.get("metrics"), reports[str(r.path)]
-        iid = report.get("iid_accuracy") if report else metrics.get("iid_accuracy") if isinstance(metrics, dict) else None
+        iid = report.get("iid_accuracy") if report else metrics.get("iid_accuracy") if isinstance(metrics,
+                                                                                                  dict) else None
         rows.append({
             "task": shared.task_folder(r), "PE": shared.pe_name(r.pe), "seed": r.seed,
             "preset": training.get("preset", "–"), "steps": training.get("steps_done", training.get("steps")),

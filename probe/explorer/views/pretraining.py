@@ -81,7 +81,8 @@ def show_perplexity(report: dict) -> None:
                             key="pretraining-buckets", help="a bucket is read at the context sizes all its files have")
     if chosen:
         shown = [row for row in rows if row["bucket"] in chosen]
-        figure = perplexity_figure(shown, train_context, f"Held-out perplexity against context size (T = {train_context})",
+        figure = perplexity_figure(shown, train_context,
+                                   f"Held-out perplexity against context size (T = {train_context})",
                                    buckets=len(chosen))
         st.plotly_chart(figure, key="pretraining-perplexity")
     else:
@@ -108,7 +109,8 @@ def read_report(folder: Path) -> dict:
             raise ValueError
         return report
     except (OSError, ValueError, AttributeError, TypeError):
-        raise ProbeError(f"{folder / REPORT} is not a `probe perplexity` report; rerun `probe perplexity` to rewrite it") from None
+        raise ProbeError(f"{folder / REPORT} is not a `probe perplexity` report; rerun `probe perplexity` to "
+                         "rewrite it") from None
 
 
 def measure_here(code: list) -> dict | None:
@@ -180,7 +182,8 @@ if data is not None:
 
 st.subheader("Attention on a held-out file")
 if not code:
-    st.info(f"No code runs under `{root}` to read attention from: `probe pretrain` trains them.", icon=":material/info:")
+    st.info(f"No code runs under `{root}` to read attention from: `probe pretrain` trains them.",
+            icon=":material/info:")
     st.stop()
 run = shared.pick_run("Model", code, default_pe="nope", key="pretraining-run")
 try:
@@ -216,6 +219,7 @@ except ProbeError as error:
 with st.expander(f"The last {context} tokens of {names[index]}"):
     st.code(text, language="python")
 figure = attention_heatmaps(tokens, patterns[layer, head:head + 1], layer,
-                            title=f"{shared.pe_name(run.pe)} (seed {run.seed}) on {names[index]}: layer {layer}, head {head}")
+                            title=f"{shared.pe_name(run.pe)} (seed {run.seed}) on {names[index]}: layer {layer}, head "
+                                  f"{head}")
 figure.layout.annotations[0].text = f"head {head}"
 st.plotly_chart(figure, key="pretraining-attention", width="content")

@@ -12,7 +12,8 @@ from probe.models.constructions import theorem_model
 
 st.header("Theorems 1 and 2: NoPE can represent absolute and relative positions")
 st.caption("Appendix C's weights as a real TransformerLens model (`probe.models.constructions.theorem_model`), run on "
-           "random token sequences that start with `<bos>`. The paper's dimensions 1, 2, 3 are residual indices 0, 1, 2.")
+           "random token sequences that start with `<bos>`. The paper's dimensions 1, 2, 3 are residual indices 0, 1, "
+           "2.")
 
 left, middle, right = st.columns(3)
 max_length = left.select_slider("Longest sequence T_max", [16, 32, 64, 128, 256, 512], value=64,
@@ -74,7 +75,8 @@ if failed:
 else:
     st.success(f"Every claim holds in {dtype} for every length 1 .. {max_length}, within its tolerance.")
 st.dataframe([{"claim": c["claim"], "passed": c["passed"], "max |error|": f"{c['max_error']:.3g}",
-               "tolerance": f"{c['tolerance']:.3g}", "worst at (length, t)": f"({c['worst_length']}, {c['worst_position']})",
+               "tolerance": f"{c['tolerance']:.3g}",
+               "worst at (length, t)": f"({c['worst_length']}, {c['worst_position']})",
                "statement": c["statement"], "read at": c["hook"]} for c in claims], hide_index=True)
 with st.expander("Why these tolerances"):
     for claim, why in theorems.TOLERANCES.items():
@@ -105,9 +107,11 @@ figure = make_subplots(rows=1, cols=3, subplot_titles=[title for _, title in sta
 colors = ("#1f77b4", "#ff7f0e", "#2ca02c")
 for col, (key, _) in enumerate(stages, start=1):
     for dim in range(3):
-        figure.add_trace(go.Scatter(x=residual["t"], y=residual[key][:, dim], mode="lines+markers", name=f"dim {dim + 1}",
+        figure.add_trace(go.Scatter(x=residual["t"], y=residual[key][:, dim], mode="lines+markers",
+                                    name=f"dim {dim + 1}",
                                     line=dict(color=colors[dim]), showlegend=col == 1, legendgroup=f"dim{dim}",
-                                    hovertemplate=f"t %{{x}}<br>dim {dim + 1} = %{{y:.6g}}<extra></extra>"), row=1, col=col)
+                                    hovertemplate=f"t %{{x}}<br>dim {dim + 1} = %{{y:.6g}}<extra></extra>"), row=1,
+                         col=col)
 figure.update_xaxes(title_text="position t")
 figure.update_layout(height=340, template="plotly_white", margin=dict(t=60, b=40))
 st.plotly_chart(figure, key="residual")
@@ -126,7 +130,8 @@ figure.update_yaxes(autorange="reversed")
 figure.update_yaxes(title_text="query t", col=1)
 figure.update_xaxes(title_text="key i")
 figure.update_layout(height=380, template="plotly_white", margin=dict(t=60, b=40),
-                     coloraxis=dict(colorscale="RdBu", cmid=0, colorbar=dict(x=0.645, len=0.9, thickness=12, title="logit")),
+                     coloraxis=dict(colorscale="RdBu", cmid=0, colorbar=dict(x=0.645, len=0.9, thickness=12,
+                                                                             title="logit")),
                      coloraxis2=dict(colorscale="Viridis", colorbar=dict(x=1.0, len=0.9, thickness=12, title="error",
                                                                           exponentformat="e")))
 st.plotly_chart(figure, key="logits")
@@ -140,6 +145,7 @@ figure.add_trace(go.Scatter(x=mlp["knots"], y=mlp["target_at_knots"], mode="mark
                             marker=dict(size=5, color="black")))
 ticks = [2**-k for k in range(max_length.bit_length()) if 2**k <= max_length]
 figure.update_layout(xaxis_title="x = dim 3 after the Theorem 1 head (1/t)", yaxis_title="dim 3 after the MLP",
-                     xaxis=dict(type="log", tickvals=ticks, ticktext=[f"1/{round(1 / x)}" if x < 1 else "1" for x in ticks]),
+                     xaxis=dict(type="log", tickvals=ticks,
+                                ticktext=[f"1/{round(1 / x)}" if x < 1 else "1" for x in ticks]),
                      height=340, margin=dict(t=30), template="plotly_white")
 st.plotly_chart(figure, key="mlp")
