@@ -12,7 +12,9 @@ order and timed on process CPU time:
 - ``authors``: their sequences (no ``<bos>``), batches cut from a plain shuffle (so padded to the
   longest of a random 64), dropout at T5's sites, attention probabilities included (which takes the
   biased layers off the fused kernel while training);
-- ``authors-bf16``: the same under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
+- ``authors-packed``: the authors' batches packed into rows of up to twice the longest example,
+  attention kept within each (``--pack``: the same scored tokens, less padding);
+- ``authors-bf16``: the authors' under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
 
 Each turn takes ``--calls`` consecutive batches of the variant's own stream, so the padding each
 protocol pays is in the time. Ratios are per repeat, median over repeats. Beside them: mean padded
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import time
 
@@ -35,6 +38,7 @@ from probe.data import batch_stream
 from probe.decoding import teacher_forced_exact_match
 from probe.dropout import dropout
 from probe.models.registry import PAPER_PES
+from probe.models.transformer import PETransformer
 from probe.sources import TaskSource
 from probe.train import RECIPES, TrainConfig, target_loss
 
@@ -43,17 +47,17 @@ STUDY_STEPS = 4000
 EVALUATIONS = 20
 
 
-def stepper(model, stream, data, protocol: str, bf16: bool, p: float):
+def stepper(model, stream, data, protocol: str, bf16: bool, p: float, pack: bool = False):
     """One training step per call on the next batch of ``stream``, as ``probe.train.Trainer`` takes it."""
     optimizer = make_optimizer(model, torch.device("cpu"))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 
     def step() -> None:
         _, _, index = next(stream)
-        tokens, mask = data.batch(index)
+        batch = data.packed_batch(index) if pack else data.batch(index)
         model.train()
         with dropout(model, p, protocol), autocast:
-            loss = target_loss(model, tokens, mask)
+            loss = target_loss(model, *batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -62,9 +66,10 @@ def stepper(model, stream, data, protocol: str, bf16: bool, p: float):
     return step
 
 
-def padded_tokens(data, grouped: bool, batches: int) -> float:
+def padded_tokens(data, grouped: bool, batches: int, pack: bool = False) -> float:
     stream = batch_stream(data, BATCH, 0, grouped=grouped)
-    sizes = [data.batch(index)[0].numel() for _, _, index in itertools.islice(stream, batches)]
+    cut = data.packed_batch if pack else data.batch
+    sizes = [cut(index)[0].numel() for _, _, index in itertools.islice(stream, batches)]
     return sum(sizes) / len(sizes)
 
 
@@ -81,28 +86,43 @@ def main() -> None:
     task = {"split": "paper"}
     sources = {name: TaskSource("scan", task, seed=0, authors=name == "authors") for name in ("probe", "authors")}
     data = {name: source.training_set(0) for name, source in sources.items()}
-    result = header("protocol_step", "training step under the authors' protocol vs probe's, and bf16 vs float32, "
-                    "on SCAN's paper split", device, __import__("os").getloadavg())
-    result.update(batch=BATCH, calls=args.calls, repeats=args.repeats, threads=torch.get_num_threads(),
-                  padded_tokens_per_batch={"probe": padded_tokens(data["probe"], True, 500),
-                                           "authors": padded_tokens(data["authors"], False, 500)},
-                  presets={})
+    result = header(
+        "protocol_step",
+        "training step under the authors' protocol vs probe's, and bf16 vs float32, on SCAN's paper split",
+        device,
+        os.getloadavg(),
+    )
+    result.update(
+        batch=BATCH,
+        calls=args.calls,
+        repeats=args.repeats,
+        threads=torch.get_num_threads(),
+        padded_tokens_per_batch={
+            "probe": padded_tokens(data["probe"], True, 500),
+            "authors": padded_tokens(data["authors"], False, 500),
+            "authors-packed": padded_tokens(data["authors"], False, 500, pack=True),
+        },
+        presets={},
+    )
     for preset in args.presets:
         p = RECIPES[preset]["dropout"] or 0.1  # the study's dropout
         rows = {}
         for pe in args.pes:
             variants, models = {}, {}
-            for name, protocol, bf16 in (("probe", "probe", False), ("authors", "authors", False),
-                                         ("authors-bf16", "authors", True)):
-                config = TrainConfig(task="scan", pe=pe, preset=preset, task_options=task, protocol=protocol,
-                                     dropout=p, seed=args.seed)
+            for name, protocol, bf16, pack in (
+                ("probe", "probe", False, False),
+                ("authors", "authors", False, False),
+                ("authors-packed", "authors", False, True),
+                ("authors-bf16", "authors", True, False),
+            ):
+                config = TrainConfig(
+                    task="scan", pe=pe, preset=preset, task_options=task, protocol=protocol, dropout=p, seed=args.seed
+                )
                 torch.manual_seed(args.seed)
-                from probe.models.transformer import PETransformer
-
                 model = PETransformer(config.model_config(sources[protocol].vocab_size))
                 models[name] = model
                 stream = batch_stream(data[protocol], BATCH, args.seed, grouped=protocol == "probe")
-                variants[name] = stepper(model, stream, data[protocol], protocol, bf16, p)
+                variants[name] = stepper(model, stream, data[protocol], protocol, bf16, p, pack)
             print(f"{preset} {pe}", flush=True)
             timings = interleave(variants, repeats=args.repeats, calls=args.calls, warmup=1, device=device)
             valid = sources["authors"].validation_set(1000)
@@ -113,15 +133,20 @@ def main() -> None:
             rows[pe] = {
                 "seconds_per_step": medians(timings["cpu"]),
                 "authors_over_probe": paired_ratio(timings["cpu"], "authors", "probe"),
+                "authors_packed_over_probe": paired_ratio(timings["cpu"], "authors-packed", "probe"),
                 "bf16_over_float32": paired_ratio(timings["cpu"], "authors-bf16", "authors"),
                 "selection_evaluation_seconds": evaluation,
                 "selection_share_of_study_run": EVALUATIONS * evaluation / (STUDY_STEPS * step),
             }
-            print(f"  authors/probe {rows[pe]['authors_over_probe']['median']:.2f}  "
-                  f"bf16/float32 {rows[pe]['bf16_over_float32']['median']:.2f}  "
-                  f"selection {100 * rows[pe]['selection_share_of_study_run']:.1f}% of a run", flush=True)
+            print(
+                f"  authors/probe {rows[pe]['authors_over_probe']['median']:.2f}  "
+                f"packed/probe {rows[pe]['authors_packed_over_probe']['median']:.2f}  "
+                f"bf16/float32 {rows[pe]['bf16_over_float32']['median']:.2f}  "
+                f"selection {100 * rows[pe]['selection_share_of_study_run']:.1f}% of a run",
+                flush=True,
+            )
         result["presets"][preset] = rows
-    result["load_after"] = __import__("os").getloadavg()
+    result["load_after"] = os.getloadavg()
     print(f"wrote {write_json('protocol_step', device, result)}")
 
 

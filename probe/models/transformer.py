@@ -110,13 +110,15 @@ class PETransformer(HookedModel):
                 prepend_bos: bool | None = None, padding_side: str | None = None, start_at_layer: int | None = None,
                 tokens: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 stop_at_layer: int | None = None, past_kv_cache=None,
-                positions: torch.Tensor | None = None) -> Any:
+                positions: torch.Tensor | None = None, segments: torch.Tensor | None = None) -> Any:
         """TransformerLens' forward: ``input`` is text, tokens [batch, pos] / [pos], or with
         ``start_at_layer`` a residual [batch, pos, d_model]; ``return_type`` ``logits``, ``loss``,
         ``both`` or None; ``stop_at_layer`` returns the residual entering that block.
         ``attention_mask`` [batch, pos] marks right padding with 0; ``past_kv_cache`` (a
         ``TransformerLensKeyValueCache``) holds earlier tokens' keys and values; ``positions``
-        [offset + T] (cached tokens first) replaces the default 0, 1, ... for this pass."""
+        [offset + T] (cached tokens first) replaces the default 0, 1, ... for this pass. ``segments``
+        [batch, pos] packs several examples into a row (each token's example within its row): a token
+        attends within its own example, and an embedded PE counts each example's positions from 0."""
         if isinstance(input, (str, list)):
             input = self.to_tokens(input, prepend_bos, padding_side)
         if start_at_layer is None:
@@ -129,13 +131,15 @@ class PETransformer(HookedModel):
                 f"sequence of {offset + new} positions is longer than this model's context "
                 f"(n_ctx={self.cfg.n_ctx}); rebuild it with n_ctx={offset + new} or more"
             )
+        if segments is not None:
+            attention_mask = self._segment_mask(segments, attention_mask, past_kv_cache, positions)
         self.pe.begin_forward(self._positions(offset + new, positions))
         if past_kv_cache is not None:
             batch = input.shape[0] if input.dim() > 1 else 1
             given = attention_mask if attention_mask is not None else torch.ones(batch, new, dtype=torch.long)
             attention_mask = past_kv_cache.append_attention_mask(given)  # [batch, key]
         if start_at_layer is None:
-            residual, start = self._embed(tokens, offset), 0
+            residual, start = self._embed(tokens, offset, segments), 0
         else:
             residual, start = input, start_at_layer % self.cfg.n_layers
         stop = self.cfg.n_layers if stop_at_layer is None else stop_at_layer
@@ -152,11 +156,30 @@ class PETransformer(HookedModel):
         loss = lm_cross_entropy_loss(logits, tokens, per_token=loss_per_token)
         return loss if return_type == "loss" else (logits, loss)
 
-    def _embed(self, tokens: torch.Tensor, offset: int) -> torch.Tensor:
+    def _segment_mask(self, segments: torch.Tensor, attention_mask, past_kv_cache, positions) -> torch.Tensor:
+        """[batch, query, key] True where query and key belong to one example of a packed row."""
+        if attention_mask is not None or past_kv_cache is not None or positions is not None:
+            raise ProbeError("segments (packed rows) take no attention_mask, past_kv_cache or positions")
+        if not type(self.pe).packable() or self.config.random_positions:
+            raise ProbeError(f"{self.config.pe} cannot train on packed rows: its logits read more than each "
+                             "example's relative positions")
+        segments = segments.to(self.embed.W_E.device)
+        return segments[:, :, None] == segments[:, None, :]
+
+    def _embed(self, tokens: torch.Tensor, offset: int, segments: torch.Tensor | None = None) -> torch.Tensor:
         """[batch, pos] -> the residual [batch, pos, d_model]: the token embedding, plus the PE's
-        vectors at these tokens' positions (after ``offset`` cached ones) when it adds any."""
+        vectors at these tokens' positions (after ``offset`` cached ones; in a packed row, each
+        example's own) when it adds any."""
         residual = self.hook_embed(self.embed(tokens))  # [batch, pos, d_model]
-        if self.pe.adds_embedding:
+        if self.pe.adds_embedding and segments is not None:
+            starts = torch.ones_like(segments, dtype=torch.bool)
+            starts[:, 1:] = segments[:, 1:] != segments[:, :-1]  # [batch, pos] first token of each example
+            index = torch.arange(tokens.size(1), device=tokens.device).expand_as(tokens)
+            first = torch.cummax(torch.where(starts, index, torch.zeros_like(index)), dim=1).values
+            own = self.pe.positions[index - first]  # [batch, pos] each example counted from 0
+            pos_embed = self.pe.embedding(own.flatten(), residual.dtype).reshape(*tokens.shape, -1)
+            residual = residual + self.hook_pos_embed(pos_embed)
+        elif self.pe.adds_embedding:
             positions = self.pe.positions[offset:offset + tokens.size(1)]  # [pos]
             pos_embed = self.pe.embedding(positions, residual.dtype).expand(tokens.size(0), -1, -1)
             residual = residual + self.hook_pos_embed(pos_embed)
