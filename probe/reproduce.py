@@ -32,8 +32,9 @@ REPORT = "report"
 Progress = Callable[[str], None]
 
 
-def plan(scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] = (),
-         steps: int | None = None) -> list[SweepRun]:
+def plan(
+    scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] = (), steps: int | None = None
+) -> list[SweepRun]:
     """Every run of the study: each PE at seeds 0..seeds-1 and NoPE' (NoPE at seed ``seeds``);
     ``steps`` overrides the study's (a quick look, not the study)."""
     if scale not in STUDIES:
@@ -44,13 +45,16 @@ def plan(scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] =
     runs = [run for block in seed_baseline_blocks(range(seeds)) for run in expand_grid({**grid, **block}, root)]
     unknown = sorted(set(tasks) - {run.config.task for run in runs})
     if unknown:
-        raise ProbeError(f"the {scale} study has no task {unknown[0]!r}; its tasks: "
-                         f"{', '.join(dict.fromkeys(run.config.task for run in runs))}")
+        raise ProbeError(
+            f"the {scale} study has no task {unknown[0]!r}; its tasks: "
+            f"{', '.join(dict.fromkeys(run.config.task for run in runs))}"
+        )
     return [run for run in runs if not tasks or run.config.task in tasks]
 
 
-def train_and_evaluate(runs: Sequence[SweepRun], device: torch.device, *, jobs: int,
-                       on_event: Callable[..., None] | None = None) -> list[Any]:
+def train_and_evaluate(
+    runs: Sequence[SweepRun], device: torch.device, *, jobs: int, on_event: Callable[..., None] | None = None
+) -> list[Any]:
     """Train the unfinished runs side by side (``probe train``'s local runner), then evaluate every
     run without an eval.json; returns the training results and failures."""
     from probe.evaluation import evaluate_run
@@ -61,13 +65,23 @@ def train_and_evaluate(runs: Sequence[SweepRun], device: torch.device, *, jobs: 
     results = train_parallel([(r.config, r.path) for r in runs], str(device), jobs=jobs, on_event=on_event)
     for run in runs:
         if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
-            evaluate_run(Run(run.path, read_checkpoint_config(run.path)), n_test=run.eval_n, n_valid=run.eval_valid,
-                         device=device)
+            evaluate_run(
+                Run(run.path, read_checkpoint_config(run.path)),
+                n_test=run.eval_n,
+                n_valid=run.eval_valid,
+                device=device,
+            )
     return results
 
 
-def analyse(runs: Sequence[SweepRun], root: str | Path, device: torch.device, *, n_per_bucket: int = 10,
-            progress: Progress | None = None) -> dict[str, Any]:
+def analyse(
+    runs: Sequence[SweepRun],
+    root: str | Path,
+    device: torch.device,
+    *,
+    n_per_bucket: int = 10,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """D(NoPE, ·) per layer (both metrics, NoPE' baseline) and attended distances, per task folder,
     on the seed-0 runs (the paper's analyses use one model per PE)."""
     from probe.analysis import attended_distance_report, compare_report
@@ -84,8 +98,16 @@ def analyse(runs: Sequence[SweepRun], root: str | Path, device: torch.device, *,
             for metric in ("jsd", "reference-code"):
                 if progress:
                     progress(f"{folder}: D(NoPE, ·), {metric}")
-                report = compare_report("nope", root=root, task=task, options=options, seed=0, metric=metric,
-                                        n_per_bucket=n_per_bucket, device=device)
+                report = compare_report(
+                    "nope",
+                    root=root,
+                    task=task,
+                    options=options,
+                    seed=0,
+                    metric=metric,
+                    n_per_bucket=n_per_bucket,
+                    device=device,
+                )
                 entry["compare"][metric] = {"report": report.to_json(), "curves": report.curves()}
         if progress:
             progress(f"{folder}: attended distances")
@@ -107,15 +129,29 @@ def _by_pe(evals: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 by_length.setdefault(bucket["length"], []).append(bucket["accuracy"])
                 seen[bucket["length"]] = bucket["seen"]
         lengths = sorted(by_length)
-        table[pe] = {"iid": _mean([e["iid_accuracy"] for e in mine]),
-                     "ood": _mean([e["ood_accuracy"] for e in mine if e["ood_accuracy"] is not None]),
-                     "seeds": sorted(e["seed"] for e in mine), "lengths": lengths,
-                     "accuracy": [_mean(by_length[n]) for n in lengths], "seen": [seen[n] for n in lengths]}
+        last = [e["last"] for e in mine if "last" in e]  # runs selected on IID validation: their last step
+        table[pe] = {
+            "iid": _mean([e["iid_accuracy"] for e in mine]),
+            "ood": _mean([e["ood_accuracy"] for e in mine if e["ood_accuracy"] is not None]),
+            "seeds": sorted(e["seed"] for e in mine),
+            "lengths": lengths,
+            "accuracy": [_mean(by_length[n]) for n in lengths],
+            "seen": [seen[n] for n in lengths],
+            "selected_steps": [e["selected_step"] for e in mine if "selected_step" in e],
+            "last_iid": _mean([x["iid_accuracy"] for x in last]),
+            "last_ood": _mean([x["ood_accuracy"] for x in last if x["ood_accuracy"] is not None]),
+        }
     return table
 
 
-def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, Any]], folder: str,
-                  gap: float = 0.15, clear: float = 0.05, tie: float = 0.01) -> list[str]:
+def disagreements(
+    ours: dict[str, dict[str, Any]],
+    paper: dict[str, dict[str, Any]],
+    folder: str,
+    gap: float = 0.15,
+    clear: float = 0.05,
+    tie: float = 0.01,
+) -> list[str]:
     """Sentences naming where our OOD accuracy departs from the paper's by ``gap`` or more, and each
     pair of PEs that one side orders clearly (by ``clear`` or more) and the other reverses; pairs
     both sides call close (NoPE ≈ T5 in the paper) are not an inversion, and neither is a pair we
@@ -125,17 +161,21 @@ def disagreements(ours: dict[str, dict[str, Any]], paper: dict[str, dict[str, An
     for pe in pes:
         difference = ours[pe]["ood"] - paper[pe]["ood"]
         if abs(difference) >= gap:
-            notes.append(f"{folder}: {pe} reaches {100 * ours[pe]['ood']:.1f}% OOD where the paper's reaches "
-                         f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} "
-                         "points).")
+            notes.append(
+                f"{folder}: {pe} reaches {100 * ours[pe]['ood']:.1f}% OOD where the paper's reaches "
+                f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} "
+                "points)."
+            )
     for i, a in enumerate(pes):
-        for b in pes[i + 1:]:
+        for b in pes[i + 1 :]:
             mine, theirs = ours[a]["ood"] - ours[b]["ood"], paper[a]["ood"] - paper[b]["ood"]
             if mine * theirs < 0 and abs(mine) >= tie and max(abs(mine), abs(theirs)) >= clear:
                 high, low = (a, b) if mine > 0 else (b, a)
-                notes.append(f"{folder}: we rank {high} above {low} ({100 * ours[high]['ood']:.1f}% vs "
-                             f"{100 * ours[low]['ood']:.1f}% OOD); the paper ranks {low} above {high} "
-                             f"({100 * paper[low]['ood']:.1f}% vs {100 * paper[high]['ood']:.1f}%).")
+                notes.append(
+                    f"{folder}: we rank {high} above {low} ({100 * ours[high]['ood']:.1f}% vs "
+                    f"{100 * ours[low]['ood']:.1f}% OOD); the paper ranks {low} above {high} "
+                    f"({100 * paper[low]['ood']:.1f}% vs {100 * paper[high]['ood']:.1f}%)."
+                )
     return notes
 
 
@@ -172,21 +212,33 @@ def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: s
         for e in mine:
             if e["ood_accuracy"] is not None:
                 ours_queries.setdefault(name, {}).setdefault((folder, e["seed"]), {})[e["pe"]] = e["ood_accuracy"]
-        tasks[folder] = {"task": task, "options": resolved, "category": name, "paper_dataset": dataset,
-                         "ours": ours, "baseline": _by_pe(baseline).get("nope"), "paper": paper,
-                         "notes": disagreements(ours, paper, folder) if paper else
-                         [f"{folder}: the paper's released results hold no run of this task to compare with."],
-                         **analyses.get(folder, {})}
+        tasks[folder] = {
+            "task": task,
+            "options": resolved,
+            "category": name,
+            "paper_dataset": dataset,
+            "ours": ours,
+            "baseline": _by_pe(baseline).get("nope"),
+            "paper": paper,
+            "notes": disagreements(ours, paper, folder)
+            if paper
+            else [f"{folder}: the paper's released results hold no run of this task to compare with."],
+            **analyses.get(folder, {}),
+        }
     paper_queries: dict[str, dict[Any, dict[str, float]]] = {}
     for entry in tasks.values():
         if entry["paper_dataset"]:
             for run in paper_runs(entry["paper_dataset"]):
                 key = (entry["paper_dataset"], run["seed"])
                 paper_queries.setdefault(entry["category"], {}).setdefault(key, {})[run["pe"]] = run["ood"]
-    return {"scale": scale, "tasks": tasks,
-            "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
-            "mean_rank": {"ours": mean_ranks(evaluated)},
-            "missing": missing, "notes": [n for t in tasks.values() for n in t["notes"]]}
+    return {
+        "scale": scale,
+        "tasks": tasks,
+        "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
+        "mean_rank": {"ours": mean_ranks(evaluated)},
+        "missing": missing,
+        "notes": [n for t in tasks.values() for n in t["notes"]],
+    }
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -197,6 +249,14 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def _selection(ours: dict[str, Any]) -> str:
+    """`` best step 3400; last step 94.2% / 20.1% |``: where runs were selected on IID validation."""
+    if not ours.get("selected_steps"):
+        return ""
+    steps = ",".join(map(str, ours["selected_steps"]))
+    return f" best step {steps}; last step {_pct(ours['last_iid'])} / {_pct(ours['last_ood'])} |"
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The Markdown summary: per task, ours beside the paper's; the MRR; the notes."""
     from probe.models.registry import PE_LABELS
@@ -204,24 +264,33 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# probe reproduce ({report['scale']} study)", ""]
     for folder, entry in report["tasks"].items():
         paper = entry["paper"] or {}
-        lines += [f"## {folder} ({entry['category']})", "",
-                  "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"## {folder} ({entry['category']})",
+            "",
+            "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |",
+            "|---|---|---|---|---|---|",
+        ]
         for pe, ours in entry["ours"].items():
             theirs = paper.get(pe, {})
-            lines.append(f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
-                         f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |")
+            lines.append(
+                f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
+                f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |" + _selection(ours)
+            )
         if entry.get("baseline"):
             base = entry["baseline"]
-            lines.append(f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
-                         f"{_pct(base['ood'])} | | |")
+            lines.append(
+                f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
+                f"{_pct(base['ood'])} | | |" + _selection(base)
+            )
         lines.append("")
     lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]
     for who in ("ours", "paper"):
         for name, scores in report["mrr"][who].items():
             ranked = ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
             lines.append(f"- {who}, {name}: {ranked}")
-    lines += ["", "## Where we differ from the paper",
-              ""] + [f"- {note}" for note in report["notes"] or ["nothing flagged"]]
+    lines += ["", "## Where we differ from the paper", ""] + [
+        f"- {note}" for note in report["notes"] or ["nothing flagged"]
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -234,29 +303,47 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for folder, entry in report["tasks"].items():
-        curves = [{"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"],
-                   "accuracy": t["accuracy"]}
-                  for pe, t in entry["ours"].items()]
+        curves = [
+            {"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
+            for pe, t in entry["ours"].items()
+        ]
         if entry.get("baseline"):
             base = entry["baseline"]
-            curves.append({"label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})", "pe": "nope",
-                           "lengths": base["lengths"], "accuracy": base["accuracy"], "dashed": True})
+            curves.append(
+                {
+                    "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
+                    "pe": "nope",
+                    "lengths": base["lengths"],
+                    "accuracy": base["accuracy"],
+                    "dashed": True,
+                }
+            )
         for pe, theirs in (entry["paper"] or {}).items():
             lengths = list(theirs["ood_by_length"])
-            curves.append({"label": f"{PE_LABELS.get(pe, pe)} (paper)", "pe": pe, "dashed": True,
-                           "lengths": lengths, "accuracy": [theirs["ood_by_length"][n] for n in lengths]})
+            curves.append(
+                {
+                    "label": f"{PE_LABELS.get(pe, pe)} (paper)",
+                    "pe": pe,
+                    "dashed": True,
+                    "lengths": lengths,
+                    "accuracy": [theirs["ood_by_length"][n] for n in lengths],
+                }
+            )
         seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
         out[f"accuracy_{folder}"] = accuracy_by_length(
-            curves, (min(seen), max(seen)) if seen else None,
-            f"{folder}: exact match by length; ours solid, the paper's released runs dotted (unseen lengths)")
+            curves,
+            (min(seen), max(seen)) if seen else None,
+            f"{folder}: exact match by length; ours solid, the paper's released runs dotted (unseen lengths)",
+        )
         for metric, data in entry.get("compare", {}).items():
             label = "D^(l), JSD" if metric == "jsd" else "D^(l), released code's metric"
-            out[f"distance_{folder}_{metric}"] = layer_distance_figure(data["curves"],
-                                                                       f"{folder}: D(NoPE, ·) per layer", label)
+            out[f"distance_{folder}_{metric}"] = layer_distance_figure(
+                data["curves"], f"{folder}: D(NoPE, ·) per layer", label
+            )
         if entry.get("distances"):
-            out[f"attended_{folder}"] = attended_distance_figure(entry["distances"]["series"],
-                                                                 f"{folder}: normalized attended distance (unseen "
-                                                                 "lengths)")
+            out[f"attended_{folder}"] = attended_distance_figure(
+                entry["distances"]["series"], f"{folder}: normalized attended distance (unseen lengths)"
+            )
     for who in ("ours", "paper"):
         ranks = report["mrr"][who]
         if not ranks:
@@ -264,11 +351,16 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
         figure = go.Figure()
         for pe in dict.fromkeys(pe for scores in ranks.values() for pe in scores):
             names = [name for name, scores in ranks.items() if pe in scores]
-            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe),
-                                    marker_color=pe_color(pe)))
-        figure.update_layout(title=f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
-                             yaxis_title="mean reciprocal rank (1 = always first)", yaxis_range=[0, 1],
-                             barmode="group", template="plotly_white")
+            figure.add_trace(
+                go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe), marker_color=pe_color(pe))
+            )
+        figure.update_layout(
+            title=f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
+            yaxis_title="mean reciprocal rank (1 = always first)",
+            yaxis_range=[0, 1],
+            barmode="group",
+            template="plotly_white",
+        )
         out[f"mrr_{who}"] = figure
     return out
 
@@ -287,9 +379,12 @@ def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
         parts.append(figure.to_html(full_html=False, include_plotlyjs=first, div_id=name))
         first = False
     notes = "".join(f"<li>{n}</li>" for n in report["notes"]) or "<li>nothing flagged</li>"
-    html = (f"<!doctype html><html><head><meta charset='utf-8'><title>probe reproduce</title></head><body>"
-            f"<h1>probe reproduce ({report['scale']} study)</h1><h2>Where we differ from the paper</h2><ul>{notes}</ul>"
-            + "".join(parts) + "</body></html>")
+    html = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>probe reproduce</title></head><body>"
+        f"<h1>probe reproduce ({report['scale']} study)</h1><h2>Where we differ from the paper</h2><ul>{notes}</ul>"
+        + "".join(parts)
+        + "</body></html>"
+    )
     atomic_write_text(out / "report.html", html)
     return [out / "report.json", out / "summary.md", out / "report.html"]
 
@@ -308,4 +403,3 @@ def read_report(folder: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and "tasks" in data else None
-

@@ -40,6 +40,22 @@ def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> 
                         {"length": 30, "n": 5, "correct": 0, "accuracy": acc, "seen": False}]})
 
 
+def test_a_study_selected_on_validation_reports_the_best_step_and_the_last_beside_it(tmp_path):
+    runs = plan("reduced", tmp_path, tasks=["scan"])
+    fake_evals(runs, {"nope": 0.3, "t5": 0.6, "alibi": 0.45, "rotary": 0.3, "ape": 0.0})
+    nope = next(run for run in runs if run.config.pe == "nope" and run.config.seed == 0)
+    written = json.loads((nope.path / "eval.json").read_text())
+    written.update(selected_step=3400, last={"step": 4000, "iid_accuracy": 0.92, "ood_accuracy": 0.2})
+    atomic_write_json(nope.path / "eval.json", written)
+    report = build_report(runs, {}, scale="reduced")
+    ours = report["tasks"]["scan+split=paper"]["ours"]
+    assert ours["nope"]["selected_steps"] == [3400] and ours["nope"]["last_ood"] == pytest.approx(0.2)
+    assert ours["t5"]["selected_steps"] == [] and ours["t5"]["last_ood"] is None
+    lines = markdown(report).splitlines()
+    assert any(line.startswith("| NoPE |") and line.endswith("| best step 3400; last step 92.0% / 20.0% |")
+               for line in lines)
+
+
 def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
     runs = plan("reduced", tmp_path, tasks=["scan"])
     ours = {"nope": 0.1, "t5": 0.6, "alibi": 0.45, "rotary": 0.3, "ape": 0.0}
