@@ -12,7 +12,7 @@ from probe.decoding import evaluate_examples
 from probe.errors import ProbeError
 from probe.models import build_model, load_checkpoint
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
-from probe.tasks.tokenizer import vocabulary_of
+from probe.tasks.words import vocabulary_of
 from probe.train import TrainConfig, Trainer, train_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
