@@ -33,7 +33,8 @@ def make_checkpoints(root: Path) -> Path:
     is JSON but no run, a run whose weights are corrupt; and an exported construction (no task)."""
     from probe.evaluation import evaluate_run
     from probe.runs import find_runs, run_dir
-    from probe.train import TrainConfig, train_run
+    from probe.training.bookkeeping import train_run
+    from probe.training.config import TrainConfig
 
     tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
     for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):

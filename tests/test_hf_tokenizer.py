@@ -13,7 +13,9 @@ from probe.errors import ProbeError
 from probe.models import build_model, load_checkpoint
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
 from probe.tasks.words import vocabulary_of
-from probe.train import TrainConfig, Trainer, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
+from probe.training.loop import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
