@@ -277,3 +277,18 @@ def test_grids_name_the_pe_sets_the_code_derives(tmp_path):
     for grid, pes in (("paper", PE_SETS["paper"]), ("reproduce", PE_SETS["paper"]), ("pretrain", PE_SETS["pretrain"])):
         runs = sweep.expand_grid(sweep.load_grid(grid), tmp_path)
         assert tuple(dict.fromkeys(r.config.pe for r in runs)) == pes
+
+
+def test_the_default_grid_is_the_runs_probe_train_plans(tmp_path):
+    """default.toml spells out the NoPE' block :func:`probe.plans.seed_baseline_blocks` adds to `probe train`
+    with no arguments, so a sweep and `probe train` share (and skip) each other's runs."""
+    from argparse import Namespace
+
+    from probe.commands.train import planned_runs
+    from probe.plans import seed_baseline_blocks
+
+    grid = sweep.load_grid("default")
+    assert [{k: v if isinstance(v, list) else [v] for k, v in b.items()} for b in grid["block"]] == \
+        seed_baseline_blocks([0])
+    runs = sweep.expand_grid(grid, tmp_path)
+    assert [(r.config.pe, r.config.seed) for r in runs] == planned_runs(Namespace(pe=None, seed=None))
