@@ -142,13 +142,15 @@ def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tu
                 leftover.kill()
 
 
-def assert_stops(process: subprocess.Popen, url: str, server: list, signum: int, log: Path) -> None:
+def assert_stops(process: subprocess.Popen, url: str, children: list, signum: int, log: Path) -> None:
     """`probe app` alone gets signum; it exits 0 once its server has (stopped by the signal, not killed
     after the grace period), and the port is free again."""
-    assert server, "no server process under `probe app`"
+    from probe.explorer import server
+
+    assert children, "no server process under `probe app`"
     process.send_signal(signum)
     assert process.wait(timeout=server.STOP_TIMEOUT) == 0, log.read_text()
-    _, alive = psutil.wait_procs(server, timeout=5)
+    _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"outlived `probe app`: {alive}\n{log.read_text()}"
     server.check_port(int(url.rsplit(":", 1)[1]))  # raises if the port is still held
 
