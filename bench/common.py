@@ -189,7 +189,7 @@ def scan_batch(batch: int, length: int, seed: int, device: torch.device) -> tupl
 
 
 def make_optimizer(model: torch.nn.Module, device: torch.device, lr: float = 1e-4) -> torch.optim.AdamW:
-    """AdamW as ``probe.train.Trainer`` builds it: decay on matrices only, fused on CUDA."""
+    """AdamW as ``probe.training.loop.Trainer`` builds it: decay on matrices only, fused on CUDA."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.05},
@@ -201,9 +201,9 @@ def make_optimizer(model: torch.nn.Module, device: torch.device, lr: float = 1e-
 
 def training_step(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor,
                   device: torch.device) -> Callable[[], None]:
-    """One step as ``probe.train.Trainer`` takes it: target-token loss (bf16 autocast on CUDA),
+    """One step as ``probe.training.loop.Trainer`` takes it: target-token loss (bf16 autocast on CUDA),
     backward, gradient clipping at 1.0, AdamW. No dropout (the ``base`` recipe adds 0.1 through hooks)."""
-    from probe.train import target_loss
+    from probe.training.loop import target_loss
 
     optimizer = make_optimizer(model, device)
     model.train()

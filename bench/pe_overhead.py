@@ -6,7 +6,7 @@
 Builds one model per PE at the preset and times the same training step on the same SCAN batch
 (64 sequences of 24 tokens by default: <bos> source <sep> target <eos>), or with ``--lengths`` on
 random tokens of each length T (every next token scored: a PE's cost does not depend on what the
-tokens say): target-token loss, backward, gradient clipping, AdamW, as ``probe.train.Trainer``
+tokens say): target-token loss, backward, gradient clipping, AdamW, as ``probe.training.loop.Trainer``
 takes it; beside it, each PE's forward pass alone as evaluation takes it (eval mode, no gradient:
 the logits of the same batch). Every registered PE by default (``--pes`` to choose). Every PE is timed with
 its attention on the fast path (scaled_dot_product_attention) and forced onto the explicit,

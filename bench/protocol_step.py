@@ -39,8 +39,10 @@ from probe.decoding import teacher_forced_exact_match
 from probe.dropout import dropout
 from probe.models.registry import PAPER_PES
 from probe.models.transformer import PETransformer
+from probe.presets import RECIPES
 from probe.sources import TaskSource
-from probe.train import RECIPES, TrainConfig, target_loss
+from probe.training.config import TrainConfig
+from probe.training.loop import target_loss
 
 BATCH = 64  # the study's (probe reproduce: 4,000 steps of 64)
 STUDY_STEPS = 4000
@@ -48,7 +50,7 @@ EVALUATIONS = 20
 
 
 def stepper(model, stream, data, protocol: str, bf16: bool, p: float, pack: bool = False):
-    """One training step per call on the next batch of ``stream``, as ``probe.train.Trainer`` takes it."""
+    """One training step per call on the next batch of ``stream``, as ``probe.training.loop.Trainer`` takes it."""
     optimizer = make_optimizer(model, torch.device("cpu"))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
 

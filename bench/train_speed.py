@@ -4,7 +4,7 @@
     python bench/train_speed.py --device cuda           # one GPU (bf16 autocast, fused AdamW)
     python bench/train_speed.py --task code             # `probe pretrain`: the standard library's code
 
-Each preset trains SCAN through ``probe.train.Trainer.train`` itself (length-bucketed batches, the
+Each preset trains SCAN through ``probe.training.loop.Trainer.train`` itself (length-bucketed batches, the
 recipe's batch size, learning rate and dropout, metrics.jsonl and all) into a scratch folder;
 ``--task code`` trains a code language model instead (`probe pretrain`'s recipe and context per
 preset, on the standard library prepared once in a scratch folder). The
@@ -27,9 +27,10 @@ import torch
 from common import header, write_json
 
 from probe.corpus import CODE_TASK, CorpusSpec
-from probe.pretrain import CONTEXTS
+from probe.presets import CONTEXTS, LM_RECIPES, RECIPES
 from probe.sources import CorpusSource
-from probe.train import LM_RECIPES, RECIPES, TrainConfig, Trainer
+from probe.training.config import TrainConfig
+from probe.training.loop import Trainer
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.
 STEPS = {"cpu": {"tiny": (50, 400), "small": (10, 100), "base": (2, 6)},
@@ -96,7 +97,8 @@ def main() -> int:
                 rows.append(row)
     name = "pretrain_speed" if args.task == CODE_TASK else "train_speed"
     corpus = f"code (the standard library, {CorpusSpec().vocab_size}-id BPE)" if args.task == CODE_TASK else "SCAN"
-    what = f"steps/s of probe.train.Trainer.train on {corpus} (NoPE) at each preset's recipe, after warm-up steps"
+    what = (f"steps/s of probe.training.loop.Trainer.train on {corpus} (NoPE) at each preset's recipe, "
+            "after warm-up steps")
     path = write_json(name, device, {**header(name, what, device, load_before),
                                      "task": args.task, "pe": "nope", "results": rows})
     print(f"wrote {path}")

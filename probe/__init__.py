@@ -19,7 +19,7 @@ _LAZY = {
     "load_checkpoint": "probe.models",
     "load_run": "probe.runs",
     "ModelConfig": "probe.models",
-    "PRESETS": "probe.models",
+    "PRESETS": "probe.presets",
     "ProbeError": "probe.errors",
 }
 

@@ -3,7 +3,7 @@
 On a CPU, tiny models use a second core poorly inside one run (small matrices, many small ops),
 so ``probe train`` runs independent runs side by side instead: with 2 cores, two runs of one
 thread each train about twice as fast in total as one run of two threads. Each worker calls
-:func:`probe.train.train_run`, the same code a single run uses; progress comes back on a queue.
+:func:`probe.training.bookkeeping.train_run`, the same code a single run uses; progress comes back on a queue.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.train import RunResult, TrainConfig
+from probe.training.bookkeeping import RunResult
+from probe.training.config import TrainConfig
 
 
 @dataclass
@@ -43,7 +44,7 @@ def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool
     import torch
 
     from probe.locks import say_waiting
-    from probe.train import train_run
+    from probe.training.bookkeeping import train_run
 
     torch.set_num_threads(threads)
     return train_run(

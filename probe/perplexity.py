@@ -40,8 +40,14 @@ PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 
 PAPER_SCORED = 200  # last tokens scored per file
 PAPER_BUCKET = 250  # file-length bucket width
 PAPER_LONGEST = 4500  # its table's last bucket ends here; longer files count in the "all" row only
+LONGEST_MULTIPLE = PAPER_CONTEXTS[-1] / PAPER_CONTEXT  # 2.5: its figure reads up to 2.5x the training context
 N_RESAMPLES = 1000
 Progress = Callable[[str, int, int], None]
+
+
+def context_room(context: int) -> int:
+    """The ``n_ctx`` a code model needs to be read at 2.5x its training context (a multiple of 64)."""
+    return 64 * math.ceil(LONGEST_MULTIPLE * context / 64)
 
 
 @dataclass(frozen=True)

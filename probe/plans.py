@@ -1,6 +1,6 @@
 """Which runs a study trains, said once: the named sets of PEs a grid may give (``pe = "paper"``) and
 the paper's seed baseline NoPE' (NoPE at one more seed), which `probe train`, `probe sweep` and
-`probe reproduce` all add. The PE sets derive from the registry and the pretraining study.
+`probe reproduce` all add. The PE sets derive from the registry (the paper's five, its three pretrained).
 """
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from probe.models.registry import FIGURE_ORDER, PAPER_PES
-from probe.pretrain import PRETRAIN_PES
+from probe.models.registry import FIGURE_ORDER, PAPER_PES, PRETRAIN_PES
 
 PE_SETS: dict[str, tuple[str, ...]] = {
     "paper": tuple(pe for pe in FIGURE_ORDER if pe in PAPER_PES),  # the paper's five, in its figures' order

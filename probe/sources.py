@@ -1,5 +1,5 @@
 """What a run trains on: a task's examples or a code corpus's windows, behind one interface, so
-:mod:`probe.train`'s loop, checkpoints and resumption serve `probe train` and `probe pretrain` alike.
+:mod:`probe.training`'s loop, checkpoints and resumption serve `probe train` and `probe pretrain` alike.
 """
 
 from __future__ import annotations

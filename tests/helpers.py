@@ -33,7 +33,8 @@ def make_checkpoints(root: Path) -> Path:
     is JSON but no run, a run whose weights are corrupt; and an exported construction (no task)."""
     from probe.evaluation import evaluate_run
     from probe.runs import find_runs, run_dir
-    from probe.train import TrainConfig, train_run
+    from probe.training.bookkeeping import train_run
+    from probe.training.config import TrainConfig
 
     tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
     for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):
@@ -141,13 +142,15 @@ def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tu
                 leftover.kill()
 
 
-def assert_stops(process: subprocess.Popen, url: str, server: list, signum: int, log: Path) -> None:
+def assert_stops(process: subprocess.Popen, url: str, children: list, signum: int, log: Path) -> None:
     """`probe app` alone gets signum; it exits 0 once its server has (stopped by the signal, not killed
     after the grace period), and the port is free again."""
-    assert server, "no server process under `probe app`"
+    from probe.explorer import server
+
+    assert children, "no server process under `probe app`"
     process.send_signal(signum)
     assert process.wait(timeout=server.STOP_TIMEOUT) == 0, log.read_text()
-    _, alive = psutil.wait_procs(server, timeout=5)
+    _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"outlived `probe app`: {alive}\n{log.read_text()}"
     server.check_port(int(url.rsplit(":", 1)[1]))  # raises if the port is still held
 

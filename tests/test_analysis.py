@@ -17,7 +17,8 @@ from probe.patterns import collect_patterns
 from probe.runs import run_dir
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
-from probe.train import TrainConfig, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
 
 SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 CPU = torch.device("cpu")

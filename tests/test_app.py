@@ -128,7 +128,8 @@ def code_checkpoints(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
 
     from probe.corpus import CorpusSpec
     from probe.runs import run_dir
-    from probe.train import TrainConfig, train_run
+    from probe.training.bookkeeping import train_run
+    from probe.training.config import TrainConfig
 
     corpus, rng = tmp_path_factory.mktemp("code"), random.Random(0)
     for i in range(24):  # 1 to 4 lines of about 25 tokens: files in buckets below 2.5 T = 40 tokens and above

@@ -13,13 +13,16 @@ from pathlib import Path
 import pytest
 from helpers import running_app
 
+from probe.explorer import PAGES as EXPLORER_PAGES
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-# (page, path and query): 2 examples per length bucket keep Compare and Distances quick
-PAGES = (("models", "models"), ("attention", "attention"), ("compare", "compare?n=2"),
-         ("distances", "distances?per_bucket=2"), ("theorems", "theorems"))
+QUERIES = {"compare": "?n=2", "distances": "?per_bucket=2"}  # 2 examples per length bucket keep them quick
+CHARTLESS = ("pretraining", "reproduction")  # on task runs these pages draw no chart: opened by URL below
+# (page, path and query): every page of the explorer that draws a chart on the fixture's task runs
+PAGES = tuple((name, name + QUERIES.get(name, "")) for name in EXPLORER_PAGES if name not in CHARTLESS)
 # (path, the page's URL once open, its heading): the root opens Models; Reproduction has no chart here
 OPENED_BY_URL = (("", "models", "Models"), ("reproduction", "reproduction", "Reproduction"))
 PAGE_TIMEOUT = 90_000  # ms

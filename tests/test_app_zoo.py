@@ -22,7 +22,8 @@ def zoo(tmp_path_factory) -> Path:
     """reverse with L = 4: one evaluated seed-0 run per registered PE, the optioned Rotary, NoPE seed 1."""
     from probe.evaluation import evaluate_run
     from probe.runs import find_runs, run_dir
-    from probe.train import TrainConfig, train_run
+    from probe.training.bookkeeping import train_run
+    from probe.training.config import TrainConfig
 
     root = tmp_path_factory.mktemp("zoo")
     tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)

@@ -28,7 +28,8 @@ from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.models.checkpoint import read_checkpoint_config
 from probe.runs import Run, run_dir
-from probe.train import TrainConfig, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
 
 T = 16  # training context
 MODEL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)

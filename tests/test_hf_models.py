@@ -43,7 +43,8 @@ from probe.errors import ProbeError
 from probe.models.external import load_external
 from probe.patterns import run_patterns
 from probe.runs import run_dir
-from probe.train import TrainConfig, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
 
 T = 16  # the context every analysis here reads at (1x), and 2x
 N_POSITIONS = 24  # GPT-2's learned table: it reads 1x, not 2x

@@ -12,8 +12,10 @@ from probe.decoding import evaluate_examples
 from probe.errors import ProbeError
 from probe.models import build_model, load_checkpoint
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
-from probe.tasks.tokenizer import vocabulary_of
-from probe.train import TrainConfig, Trainer, train_run
+from probe.tasks.words import vocabulary_of
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
+from probe.training.loop import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -17,7 +17,8 @@ from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.perplexity import PAPER_CONTEXTS, Protocol, perplexity_report, scored_nll
 from probe.runs import run_dir
-from probe.train import TrainConfig, learning_rate, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig, learning_rate
 
 CPU = torch.device("cpu")
 MODEL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64, "n_ctx": 64}

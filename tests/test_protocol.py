@@ -21,7 +21,9 @@ from probe.runs import LAST, find_runs
 from probe.selection import Selection, best_of, every
 from probe.sources import TaskSource
 from probe.tasks import Example, Tokenizer, get
-from probe.train import TrainConfig, settings_differ, target_loss, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig, settings_differ
+from probe.training.loop import target_loss
 
 CPU = torch.device("cpu")
 

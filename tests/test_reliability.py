@@ -23,7 +23,9 @@ from probe.locks import RunLocked, run_lock
 from probe.models import load_checkpoint
 from probe.models.checkpoint import read_checkpoint_config
 from probe.runs import Run, run_dir
-from probe.train import STATE, TrainConfig, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
+from probe.training.loop import STATE
 
 CPU = torch.device("cpu")
 SMALL = ["--task", "reverse", "-o", "train_length=4", "--pe", "nope", "--jobs", "1", "-m", "n_layers=1",
@@ -135,7 +137,7 @@ def test_a_resumed_run_logs_each_step_once(tmp_path):
                     'device" })'),
 ])
 def test_a_full_disk_is_one_line_and_the_last_state_resumes(tmp_path, monkeypatch, failure):
-    import probe.train as train
+    import probe.training.loop as train
 
     whole = train_run(_config(), tmp_path / "whole", CPU)
     real = train.save_file

@@ -14,7 +14,8 @@ from probe import sweep
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
-from probe.train import TrainConfig, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig
 
 TINY = {"task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "steps": 400, "batch_size": 16,
         "checkpoint_every": 20, "log_every": 5, "eval_examples": 16, "eval_n": 32, "eval_valid": 16,
@@ -85,7 +86,7 @@ def test_dry_run_counts_and_prices_the_grid(tmp_path, capsys):
 def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tmp_path, monkeypatch):
     """No cut-down batch (tokens/s at batch 8 is well below batch 64's on a CPU), the torch threads
     each run will get, the first step left out as a warm-up, the median of the rest."""
-    import probe.train
+    import probe.training.loop
 
     run = sweep.expand_grid({**TINY, "batch_size": 64}, tmp_path)[0]
     seen: dict[str, int] = {}
@@ -100,7 +101,7 @@ def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tm
                 on_step(step, 0.0, speed)
             return 0.0, 0.0
 
-    monkeypatch.setattr(probe.train, "Trainer", FakeTrainer)
+    monkeypatch.setattr(probe.training.loop, "Trainer", FakeTrainer)
     before = torch.get_num_threads()
     threads = 2 if before != 2 else 3
     assert sweep.measure_tokens_per_second(run, "cpu", steps=5, threads=threads) == 30.0
@@ -161,7 +162,7 @@ def ray_local(tmp_path_factory):
     def warm(barrier) -> int:
         import time
 
-        import probe.train  # noqa: F401  (what run_one imports first)
+        import probe.training.bookkeeping  # noqa: F401  (what run_one imports first)
 
         ray.get(barrier.arrive.remote())
         deadline = time.time() + 120
@@ -276,3 +277,18 @@ def test_grids_name_the_pe_sets_the_code_derives(tmp_path):
     for grid, pes in (("paper", PE_SETS["paper"]), ("reproduce", PE_SETS["paper"]), ("pretrain", PE_SETS["pretrain"])):
         runs = sweep.expand_grid(sweep.load_grid(grid), tmp_path)
         assert tuple(dict.fromkeys(r.config.pe for r in runs)) == pes
+
+
+def test_the_default_grid_is_the_runs_probe_train_plans(tmp_path):
+    """default.toml spells out the NoPE' block :func:`probe.plans.seed_baseline_blocks` adds to `probe train`
+    with no arguments, so a sweep and `probe train` share (and skip) each other's runs."""
+    from argparse import Namespace
+
+    from probe.commands.train import planned_runs
+    from probe.plans import seed_baseline_blocks
+
+    grid = sweep.load_grid("default")
+    assert [{k: v if isinstance(v, list) else [v] for k, v in b.items()} for b in grid["block"]] == \
+        seed_baseline_blocks([0])
+    runs = sweep.expand_grid(grid, tmp_path)
+    assert [(r.config.pe, r.config.seed) for r in runs] == planned_runs(Namespace(pe=None, seed=None))

@@ -8,7 +8,7 @@ import pytest
 
 from probe.errors import ProbeError
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Example, Tokenizer, get
-from probe.tasks.tokenizer import join_words, split_words
+from probe.tasks.words import join_words, split_words
 
 CONFIGS = [
     *(("copy", {"variant": v}) for v in ("count", "replace", "random", "count-2x", "random-2x")),

@@ -10,7 +10,9 @@ import torch
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
-from probe.train import STATE, TrainConfig, learning_rate, train_run
+from probe.training.bookkeeping import train_run
+from probe.training.config import TrainConfig, learning_rate
+from probe.training.loop import STATE
 
 CPU = torch.device("cpu")
 
@@ -105,7 +107,7 @@ def test_a_finished_run_trained_otherwise_is_one_line_not_a_silent_skip(tmp_path
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_state(tmp_path, monkeypatch):
-    import probe.train as train
+    import probe.training.loop as train
 
     real = train.target_loss
     calls = {"n": 0}

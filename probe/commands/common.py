@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from probe.errors import ProbeError
+from probe.presets import CONTEXTS
 
 
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +59,8 @@ def add_corpus_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", default="stdlib", metavar="DIR",
                         help="stdlib (this Python's standard library, the default), packages (and the installed "
                              "packages) or a folder of source files")
-    parser.add_argument("--context", type=int, help="training context in tokens (default: the preset's, 128 for tiny; "
+    parser.add_argument("--context", type=int, help="training context in tokens (default: the preset's, "
+                        f"{CONTEXTS['tiny']} for tiny; "
                         "the paper: 1024)")
     parser.add_argument("--vocab-size", type=int, default=2048, help="byte-level BPE vocabulary (default 2048)")
     parser.add_argument("--heldout", type=float, default=0.1, help="fraction of files held out (default 0.1)")

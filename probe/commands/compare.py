@@ -141,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.analysis import compare_report, write_compare_report
     from probe.corpus import CODE_TASK
+    from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.models.external import is_external
     from probe.runs import train_command
-    from probe.train import resolve_device
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")

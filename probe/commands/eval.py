@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
+    from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.evaluation import eval_file, evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.locks import say_waiting
@@ -53,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     from probe.models.registry import PE_LABELS, parse_pe_options
     from probe.plots import accuracy_by_length, write_figure
     from probe.runs import Run, beside, find_runs, task_folder_name
-    from probe.train import resolve_device
 
     device = resolve_device(args.device)
     out = console(stderr=args.json)

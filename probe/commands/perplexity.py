@@ -55,15 +55,15 @@ def run(args: argparse.Namespace) -> int:
     from probe.analysis import external_perplexity_report
     from probe.analysis.external import models_home, models_stem
     from probe.corpus import CODE_TASK
+    from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.files import atomic_write_text, write_json_and_csv
     from probe.models.external import is_external
     from probe.models.registry import FIGURE_ORDER, pe_folder_name
     from probe.perplexity import perplexity_report
     from probe.plots import perplexity_figure, write_figure
-    from probe.pretrain import CONTEXTS
+    from probe.presets import CONTEXTS
     from probe.runs import find_runs, task_folder_name
-    from probe.train import resolve_device
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be at least 1, got {args.batch_size}")

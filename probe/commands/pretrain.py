@@ -7,6 +7,7 @@ import argparse
 from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options
 from probe.commands.train import add_training_options, report_results, results_table, train_with_progress
 from probe.errors import ProbeError
+from probe.presets import LM_RECIPES, listed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,33 +19,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "CHECKPOINTS/code[+options]/<pe>/seed<k>/ beside the prepared corpus; finished runs are skipped, interrupted "
         "ones resume. Then `probe perplexity` reads them at 0.5x to 2.5x the training context.",
     )
-    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default: nope, alibi, rotary "
-                        "as the paper; see `probe pes`)")
+    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default: the three the "
+                        "paper pretrains, NoPE, ALiBi and Rotary; see `probe pes`)")
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
     add_corpus_options(parser)
-    parser.add_argument("--preset", default="tiny", help="model size: tiny (CPU default), small, base, or lm-1b (the "
-                        "paper's 1.3B model and recipe, for GPUs)")
+    parser.add_argument("--preset", default="tiny", help=f"model size: {listed(LM_RECIPES)} (default tiny, for a "
+                        "CPU; lm-1b is the paper's 1.3B model and recipe, for GPUs)")
     add_training_options(parser, "windows")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-
     from probe.corpus import CODE_TASK, prepare_corpus
     from probe.corpus.prepared import corpus_of_run
-    from probe.models.config import PRESETS, ModelConfig
-    from probe.models.registry import PE_KINDS
-    from probe.pretrain import CONTEXTS, PRETRAIN_PES, context_room
+    from probe.device import resolve_device
+    from probe.models.config import ModelConfig
+    from probe.models.registry import PRETRAIN_PES, pe_class
+    from probe.perplexity import context_room
+    from probe.presets import PRESETS, training_context
     from probe.runs import run_dir
-    from probe.train import TrainConfig, resolve_device
+    from probe.training.config import TrainConfig
 
-    if args.preset not in PRESETS:
-        raise ProbeError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
+    context = training_context(args.preset)
     pes = args.pe or list(PRETRAIN_PES)
-    unknown = [pe for pe in pes if pe not in PE_KINDS]
-    if unknown:
-        raise ProbeError(f"unknown positional encoding {unknown[0]!r}; choose from {', '.join(PE_KINDS)}")
-    spec = corpus_spec(args, CONTEXTS[args.preset])
+    for pe in pes:
+        pe_class(pe)  # an unknown PE gets its line before the corpus is read
+    spec = corpus_spec(args, context)
     device = resolve_device(args.device)
     model = parse_options(args.model, None)
     if "n_ctx" not in model and PRESETS[args.preset].get("n_ctx", ModelConfig.n_ctx) < context_room(spec.context):

@@ -42,10 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from probe.device import resolve_device
     from probe.parallel import default_jobs, threads_per_job
     from probe.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
     from probe.sweep import duration, estimate_cost, run_state, wall_seconds
-    from probe.train import resolve_device
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
     tasks = [] if args.task and "all" in args.task else list(args.task or ["scan"])

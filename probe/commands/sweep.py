@@ -7,6 +7,7 @@ from typing import Any
 
 from probe.commands.common import add_checkpoints, add_json, console, print_json
 from probe.errors import ProbeError
+from probe.presets import PRESETS, listed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="task option; repeating a key sweeps its values (-o variant=count -o variant=random)")
     grid.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
                       help="model override, e.g. -m n_layers=1 -m d_model=32")
-    grid.add_argument("--preset", help="model size: tiny, small or base (default tiny)")
+    grid.add_argument("--preset", help=f"model size: {listed(PRESETS)} (default tiny)")
     grid.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
     grid.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
     grid.add_argument("--batch-size", type=int)

@@ -15,6 +15,7 @@ from probe.commands.common import (
     print_json,
 )
 from probe.errors import ProbeError
+from probe.presets import RECIPES, listed
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--pe", action="append", help="positional encoding (repeatable; default: the paper's five; see `probe pes`)"
     )
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
-    parser.add_argument("--preset", default="tiny", help="model size: tiny, small or base (default tiny)")
+    parser.add_argument("--preset", default="tiny", help=f"model size: {listed(RECIPES)} (default tiny)")
     add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument(
         "--protocol",
@@ -94,14 +95,13 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
 
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
-    from probe.models.registry import PAPER_PES, PE_KINDS
+    from probe.models.registry import PAPER_PES, pe_class
     from probe.plans import seed_baseline_blocks
 
     pes = args.pe or list(PAPER_PES)
     seeds = args.seed or [0]
-    unknown = [pe for pe in pes if pe not in PE_KINDS]
-    if unknown:
-        raise ProbeError(f"unknown positional encoding {unknown[0]!r}; choose from {', '.join(PE_KINDS)}")
+    for pe in pes:
+        pe_class(pe)  # an unknown PE gets its line before any run starts
     blocks = seed_baseline_blocks(seeds) if args.pe is None and args.seed is None else [{"seed": seeds}]
     return [
         (pe, seed)
@@ -117,8 +117,9 @@ def label(path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from probe.device import resolve_device
     from probe.runs import run_dir
-    from probe.train import TrainConfig, resolve_device
+    from probe.training.config import TrainConfig
 
     runs = planned_runs(args)
     device = resolve_device(args.device)
@@ -197,7 +198,7 @@ def results_table(title: str, results: list, columns: tuple[str, str], cells):
 
 def train_with_progress(configs: list, paths: list, device, args: argparse.Namespace, out) -> list:
     """Train ``configs`` into ``paths`` (``--jobs`` side by side), one progress bar per run; the
-    :class:`~probe.train.RunResult` or :class:`~probe.parallel.RunFailure` of each. Shared by
+    :class:`~probe.training.bookkeeping.RunResult` or :class:`~probe.parallel.RunFailure` of each. Shared by
     `probe train` and `probe pretrain`: ``args`` holds ``jobs``, ``wait`` and ``force``."""
     from rich.progress import (
         BarColumn,
@@ -210,7 +211,7 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
 
     from probe.locks import check_free, say_waiting
     from probe.parallel import default_jobs, train_parallel
-    from probe.train import RunResult, check_writable, train_run
+    from probe.training.bookkeeping import RunResult, check_writable, train_run
 
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")

@@ -36,6 +36,7 @@ class ALiBi(PositionalEncoding):
     color = "#ff7f0e"
     figure_rank = 2
     in_paper = True
+    pretrained_in_paper = True  # Appendix "Pretraining at 1.3B Scale"
     adds_bias = True
 
     def __init__(self, config):

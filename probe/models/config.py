@@ -1,9 +1,9 @@
-"""Model configuration: one dataclass, the presets, and how overrides resolve.
+"""Model configuration: one dataclass, and how a preset's size and overrides resolve into it.
 
-Everything a checkpoint needs to rebuild a model lives in :class:`ModelConfig`, which maps to a
-the TransformerLens config its tools read (``transformer.lens_config``) plus the PE's own fields. Presets follow the
-paper's released code (a T5 decoder stack without cross-attention, Appendix D.2) where
-TransformerLens allows; see ``PRESETS`` for the deviations.
+Everything a checkpoint needs to rebuild a model lives in :class:`ModelConfig`, which maps to the
+TransformerLens config its tools read (``transformer.lens_config``) plus the PE's own fields. The
+sizes are ``probe.presets.PRESETS``: they follow the paper's released code (a T5 decoder stack
+without cross-attention, Appendix D.2) where TransformerLens allows, deviations listed there.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from probe.errors import ProbeError
-from probe.models.registry import PE_CLASSES, check_kind
+from probe.models.registry import pe_class
+from probe.presets import PRESETS, check_preset
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class ModelConfig:
     random_positions: int = 0
 
     def __post_init__(self) -> None:
-        check_kind(self.pe)
+        cls = pe_class(self.pe)
         if self.d_vocab < 1:
             raise ProbeError(f"d_vocab must be positive, got {self.d_vocab}")
         if self.normalization not in ("RMS", "LN", None):
@@ -60,7 +61,7 @@ class ModelConfig:
             raise ProbeError(f"unknown init {self.init!r}; choose 't5' or 'gpt2'")
         if not 0 <= self.random_positions <= self.n_ctx:
             raise ProbeError(f"random_positions must be in 0 .. n_ctx={self.n_ctx}, got {self.random_positions}")
-        object.__setattr__(self, "pe_options", PE_CLASSES[self.pe].resolve_options(self.pe_options, self))
+        object.__setattr__(self, "pe_options", cls.resolve_options(self.pe_options, self))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -101,40 +102,6 @@ def _from_legacy_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in data.items() if k not in legacy}, "pe_options": options}
 
 
-# Sizes. `tiny` trains on a 2-core CPU in a minute or two; `base` is the paper's (Table
-# tab:hyperparam, HuggingFace "base": 12 layers, d_model 768, 12 heads, d_ff 3072).
-# Deviations of `base` from the released code, all TransformerLens-imposed or vocabulary-driven:
-# - word-level vocabulary instead of T5's 32K SentencePiece one (~85M weights, not ~107M);
-# - none in Rotary: like the released code, it rotates d_head / 4 = 16 of each head's dimensions
-#   (``Rotary.preset_options``; `-p fraction=1` rotates the whole head, the usual RoPE);
-# - dropout 0.1 is applied by the training loop through hooks on attention/MLP outputs.
-# `tiny` and `small` use TransformerLens' usual recipe (1/sqrt(d_head) logit scale, N(0, 0.8/sqrt(d))
-# weights, an untied unembedding): T5's tied, d_model^-0.5-scaled output assumes N(0, 1)
-# embeddings, and with small ones it caps the logits and slows training several-fold.
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        n_layers=2, d_model=128, n_heads=4, d_head=32, d_mlp=512, attn_scale=True, init="gpt2", tie_embeddings=False
-    ),
-    "small": dict(
-        n_layers=4, d_model=256, n_heads=8, d_head=32, d_mlp=1024, attn_scale=True, init="gpt2", tie_embeddings=False
-    ),
-    "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
-    # The paper's pretrained models (Appendix "Pretraining at 1.3B Scale": the same T5 stack, 24 layers,
-    # d_model 1024, 32 heads of d_kv 128, d_ff 16384), for `probe pretrain` on GPUs.
-    "lm-1b": dict(
-        n_layers=24,
-        d_model=1024,
-        n_heads=32,
-        d_head=128,
-        d_mlp=16384,
-        attn_scale=False,
-        init="t5",
-        dropout=0.0,
-        n_ctx=4096,
-    ),
-}
-
-
 def resolve_config(
     pe: str,
     *,
@@ -146,14 +113,12 @@ def resolve_config(
 ) -> ModelConfig:
     """The preset's fields, then the overrides:
     ``resolve_config("rotary", vocab_size=40, n_layers=1, pe_options={"base": 500})``."""
-    if preset not in PRESETS:
-        raise ProbeError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    check_preset(preset)
     fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"pe", "d_vocab", "seed", "pe_options"}
     unknown = sorted(set(overrides) - fields)
     if unknown:
         moved = [name for name in unknown if name in _LEGACY_FIELDS or name == "rotary_dim"]
         hint = f" ({moved[0]} is an option of its PE now: see `probe pes`)" if moved else ""
         raise ProbeError(f"unknown model option(s): {', '.join(unknown)}{hint}")
-    check_kind(pe)
-    options = {**PE_CLASSES[pe].preset_options.get(preset, {}), **(pe_options or {})}
+    options = {**pe_class(pe).preset_options.get(preset, {}), **(pe_options or {})}
     return ModelConfig(pe=pe, d_vocab=vocab_size, seed=seed, pe_options=options, **{**PRESETS[preset], **overrides})

@@ -15,3 +15,4 @@ class NoPE(PositionalEncoding):
     color = "#1f77b4"
     figure_rank = 0
     in_paper = True
+    pretrained_in_paper = True  # Appendix "Pretraining at 1.3B Scale"

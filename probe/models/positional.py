@@ -27,6 +27,7 @@ class ModelShape(Protocol):
     """What a PE reads of the model it is part of (``probe.models.config.ModelConfig`` has it): the PE
     layer knows the model's shape, not the config class, so the registry and the config import one way."""
 
+    pe: str
     n_layers: int
     d_model: int
     n_heads: int
@@ -85,6 +86,9 @@ class PositionalEncoding(nn.Module):
     relative: ClassVar[bool] = True  # attention scores invariant to shifting every position (APE's are not)
     figure_rank: ClassVar[int] = 99  # the paper's figures order PEs from most to least NoPE-like
     in_paper: ClassVar[bool] = False  # one of the paper's five: trained by default, in its figures
+    # One of the three PEs the paper pretrains a 1.3B code model with (Appendix "Pretraining at 1.3B
+    # Scale": NoPE, ALiBi, Rotary, Figure pretraining:ppl): `probe pretrain` trains these by default.
+    pretrained_in_paper: ClassVar[bool] = False
     overhead_target: ClassVar[bool] = True  # a bias or rotation held to <= 1.10x NoPE's step (bench/pe_overhead.py)
     options: ClassVar[dict[str, Option]] = {}
     examples: ClassVar[tuple[dict[str, Any], ...]] = ()  # option sets the contract tests check besides the defaults

@@ -7,6 +7,7 @@ A run of a PE with options lives in the folder ``<pe>+<option>=<value>...`` (``p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from probe.errors import ProbeError
@@ -33,24 +34,29 @@ PE_LABELS: dict[str, str] = {kind: cls.label for kind, cls in PE_CLASSES.items()
 PE_COLORS: dict[str, str] = {kind: cls.color for kind, cls in PE_CLASSES.items()}
 FIGURE_ORDER: tuple[str, ...] = tuple(sorted(PE_CLASSES, key=lambda kind: PE_CLASSES[kind].figure_rank))
 RELATIVE: frozenset[str] = frozenset(kind for kind, cls in PE_CLASSES.items() if cls.relative)
+PRETRAIN_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.pretrained_in_paper)
 
 
-def check_kind(pe: str) -> None:
-    """One line naming the known PEs when ``pe`` is not one of them."""
+def pe_class(pe: str, *, sets: Iterable[str] = ()) -> type[PositionalEncoding]:
+    """The class of the PE named ``pe``: the one place a PE name is checked, so every command, config
+    and grid says the same line, naming the known PEs (and the ``sets`` of them a grid also takes)."""
     if pe not in PE_CLASSES:
-        raise ProbeError(f"unknown positional encoding {pe!r}; choose one of {', '.join(PE_KINDS)}")
+        named = ", ".join(sets)
+        raise ProbeError(f"unknown positional encoding {pe!r}; choose one of {', '.join(PE_KINDS)}"
+                         + (f" (or a set: {named})" if named else ""))
+    return PE_CLASSES[pe]
 
 
 def parse_pe_options(pe: str, given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` as the types ``pe``'s options declare (:meth:`PositionalEncoding.parse_options`)."""
-    check_kind(pe)
-    return PE_CLASSES[pe].parse_options(given)
+    """``given`` as the types ``pe``'s options declare (:meth:`PositionalEncoding.parse_options`): the
+    one parse of options from the command line, a grid or a config file."""
+    return pe_class(pe).parse_options(given)
 
 
 def options_for(pe: str, options: dict[str, Any] | None) -> dict[str, Any]:
     """The ones of ``options`` that ``pe`` has: inference options (RoPE ``scaling``) given to several runs
     apply to the runs whose PE offers them and leave the others as they are."""
-    return {name: value for name, value in (options or {}).items() if name in PE_CLASSES[pe].options}
+    return {name: value for name, value in (options or {}).items() if name in pe_class(pe).options}
 
 
 def pe_folder_name(pe: str, options: dict[str, Any] | None = None) -> str:
@@ -71,5 +77,5 @@ def split_pe_name(name: str) -> tuple[str, dict[str, Any]]:
 
 
 def make_positional_encoding(config: ModelShape) -> PositionalEncoding:
-    check_kind(config.pe)
-    return PE_CLASSES[config.pe](config)
+    """The PE module of a model of shape ``config`` (a :class:`ModelConfig`, which named a known PE)."""
+    return pe_class(config.pe)(config)

@@ -98,6 +98,7 @@ class Rotary(PositionalEncoding):
     color = "#d62728"
     figure_rank = 3
     in_paper = True
+    pretrained_in_paper = True  # Appendix "Pretraining at 1.3B Scale"
     rotates = True
     options = {
         "fraction": Option(

@@ -223,8 +223,8 @@ def build_model(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0
                 device: str | torch.device = "cpu", **overrides: Any) -> PETransformer:
     """A fresh model: ``build_model("t5", vocab_size=40, preset="tiny", n_layers=1)``.
 
-    ``preset`` is ``tiny``, ``small`` or ``base`` (``probe.models.config.PRESETS``); any field of
-    ``ModelConfig`` can be overridden. The same seed gives the same weights.
+    ``preset`` names a size of ``probe.presets.PRESETS``; any field of ``ModelConfig`` can be
+    overridden. The same seed gives the same weights.
     """
     from probe.models.config import resolve_config
 

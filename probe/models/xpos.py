@@ -51,6 +51,7 @@ class XPos(Rotary):
     color = "#17becf"
     figure_rank = 8
     in_paper = False
+    pretrained_in_paper = False
     options = {
         **Rotary.options,
         "scale_base": Option(

@@ -1,7 +1,7 @@
 """Sweeps: many ``probe train`` + ``probe eval`` runs from one grid, executed as Ray tasks.
 
 A grid (a TOML file, a named grid shipped in ``probe/grids/``, or command-line flags) expands to
-:class:`SweepRun` s. Each run is one Ray task that calls :func:`probe.train.train_run` and then
+:class:`SweepRun` s. Each run is one Ray task that calls :func:`probe.training.bookkeeping.train_run` and then
 :func:`probe.evaluation.evaluate_run`, exactly what ``probe train`` and ``probe eval`` call, into
 the same run folder (``probe.runs.run_dir``), so a sweep never trains differently from
 ``probe train`` and a rerun skips finished runs and resumes interrupted ones. A manifest (JSON)
@@ -13,7 +13,7 @@ a block is the cross product of its lists. A ``pe`` may name a set of PEs (``pap
 five; ``pretrain``: its three code models; :data:`probe.plans.PE_SETS`).
 Scratchpad formats other than ``none`` apply only to
 tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
-are :class:`probe.train.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
+are :class:`probe.training.config.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
 (test examples evaluated, default the whole test split) and ``eval_valid`` (IID examples).
 Task ``code`` is pretraining on a code corpus (``probe pretrain``; its options are
 :class:`probe.corpus.CorpusSpec`'s): its corpus is prepared once before any run starts, and its

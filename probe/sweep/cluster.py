@@ -55,11 +55,13 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     import torch
 
     from probe.corpus import CODE_TASK
+    from probe.device import resolve_device
     from probe.evaluation import evaluate_run
     from probe.locks import RunLocked, describe
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs import Run
-    from probe.train import TrainConfig, resolve_device, train_run
+    from probe.training.bookkeeping import train_run
+    from probe.training.config import TrainConfig
 
     torch.set_num_threads(max(1, threads))
     result: dict[str, Any] = {"node": node, "started": started}

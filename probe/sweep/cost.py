@@ -20,7 +20,9 @@ def run_state(run: SweepRun, evaluate: bool = True) -> str:
     from probe.corpus import CODE_TASK
     from probe.evaluation import EVAL
     from probe.models.checkpoint import read_checkpoint_config
-    from probe.train import STATE, is_complete, settings_differ
+    from probe.training.bookkeeping import is_complete
+    from probe.training.config import settings_differ
+    from probe.training.loop import STATE
 
     if is_complete(run.path):
         if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
@@ -34,7 +36,8 @@ def steps_left(run: SweepRun) -> int:
     """Training steps a run still has to take (from its resumable state, if any)."""
     from safetensors import safe_open
 
-    from probe.train import STATE, is_complete
+    from probe.training.bookkeeping import is_complete
+    from probe.training.loop import STATE
 
     if is_complete(run.path):
         return 0
@@ -72,8 +75,9 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     (``tiny``) below batch 64's. A dry run of ``base`` on a CPU times its steps for about a minute."""
     import torch
 
+    from probe.device import resolve_device
     from probe.sources import training_source
-    from probe.train import Trainer, resolve_device
+    from probe.training.loop import Trainer
 
     resolved = resolve_device(device)
     previous_threads = torch.get_num_threads()

@@ -23,7 +23,7 @@ EVAL_KEYS = ("eval_n", "eval_valid")
 class SweepRun:
     """One run of a sweep: its training config, its run folder, and how it is evaluated."""
 
-    config: Any  # probe.train.TrainConfig
+    config: Any  # probe.training.config.TrainConfig
     path: Path
     eval_n: int | None = None
     eval_valid: int = 500
@@ -69,7 +69,7 @@ def load_grid(name_or_path: str) -> dict[str, Any]:
 
 def train_keys() -> tuple[str, ...]:
     """The TrainConfig fields a grid may set (all but the ones the grid's lists decide)."""
-    from probe.train import TrainConfig
+    from probe.training.config import TrainConfig
 
     return tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed",
                                                                                    "task_options"))
@@ -79,12 +79,12 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
     a mistake stops the sweep before any run starts."""
     from probe.corpus import CODE_TASK, CorpusSpec
-    from probe.models.registry import PAPER_PES, PE_KINDS
+    from probe.models.registry import PAPER_PES, pe_class
     from probe.plans import PE_SETS, expand_pes
     from probe.tasks import SCRATCHPAD_TASKS, TASKS
     from probe.tasks import get as get_task
     from probe.tasks.scratchpad import parse_format
-    from probe.train import TrainConfig
+    from probe.training.config import TrainConfig
 
     train_fields = train_keys()
     accepted = set(LIST_KEYS) | set(EVAL_KEYS) | set(train_fields) | {"options", "name", "description"}
@@ -112,9 +112,7 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
                 raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} "
                                  "(pretraining)")
         for pe in pes:
-            if pe not in PE_KINDS:
-                raise ProbeError(f"unknown positional encoding {pe!r}; choose from {', '.join(PE_KINDS)} "
-                                 f"(or a set: {', '.join(PE_SETS)})")
+            pe_class(pe, sets=PE_SETS)
         for seed in seeds:
             if not isinstance(seed, int) or isinstance(seed, bool):
                 raise ProbeError(f"{where}: seed {seed!r} is not an integer")

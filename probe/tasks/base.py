@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from probe.errors import ProbeError
 from probe.tasks import scratchpad
 from probe.tasks.scratchpad import Step
-from probe.tasks.tokenizer import vocabulary_of
+from probe.tasks.words import vocabulary_of
 
 SPLITS = ("train", "valid", "test")
 

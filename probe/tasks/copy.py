@@ -18,7 +18,7 @@ import random
 from typing import ClassVar
 
 from probe.tasks.base import Example, GeneratedTask, Option, one_of, split_option, train_length_option
-from probe.tasks.tokenizer import vocabulary_of
+from probe.tasks.words import vocabulary_of
 
 WORDS = tuple(f"w{i}" for i in range(100))
 """The alphabet the words are drawn from (the paper's ``<w1> <w2> ...``; 100 words as in its code)."""

@@ -29,7 +29,7 @@ from probe.tasks.base import (
     train_length_option,
     valid_fraction_option,
 )
-from probe.tasks.tokenizer import vocabulary_of
+from probe.tasks.words import vocabulary_of
 
 Letters = list[str]
 LETTERS = tuple(f"{c}{i}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" for i in range(1, 21))

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from probe.tasks.base import Example, GeneratedTask, Option, one_of, split_option, train_length_option
 from probe.tasks.copy import NEXT, WORDS
-from probe.tasks.tokenizer import vocabulary_of
+from probe.tasks.words import vocabulary_of
 
 VARIANTS = ("random", "twice", "random-2x")
 PROMPTS = {"random": "Reverse the following words:", "twice": "Reverse the following words twice:",

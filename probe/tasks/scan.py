@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any, ClassVar
 
 from probe.tasks.base import Example, FiniteTask, Option, split_option, train_length_option, valid_fraction_option
-from probe.tasks.tokenizer import vocabulary_of
+from probe.tasks.words import vocabulary_of
 
 PRIMITIVES = {"walk": "WALK", "look": "LOOK", "run": "RUN", "jump": "JUMP"}
 TURNS = {"left": "TURN_LEFT", "right": "TURN_RIGHT"}

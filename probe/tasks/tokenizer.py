@@ -6,9 +6,8 @@ tasks their configs give one, ``configs/data/*.jsonnet``' ``decoder_only_input_o
 Every place that builds a prompt or a training sequence asks the run's tokenizer, so a model is
 always given what it was trained on.
 
-Words are whitespace-separated. Punctuation glued to the end of a word ("5." in "The answer is
-5 5 6 4 3.") becomes a token of its own marked ``##`` ("5", "##."), so "3 ." and "3." stay
-distinct and ``decode(encode(text)) == text`` for every single-spaced text.
+Words are split as :mod:`probe.tasks.words` says (punctuation glued to a word is a ``##`` token of
+its own), so ``decode(encode(text)) == text`` for every single-spaced text.
 
 ``Tokenizer.to_hf()`` is the same tokenizer for Hugging Face and TransformerLens (same ids), and
 ``attach_to(model)`` gives it to a model so ``to_tokens``, ``generate`` and friends take strings.
@@ -21,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
+from probe.tasks.words import GLUED, PUNCTUATION, join_words, split_words
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -28,37 +28,6 @@ if TYPE_CHECKING:
     from probe.tasks.base import Example, Task
 
 SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
-GLUED = "##"
-PUNCTUATION = ".,:;?"
-
-
-def split_words(text: str) -> list[str]:
-    """Whitespace words, with trailing punctuation split off as ``##``-marked tokens."""
-    tokens: list[str] = []
-    for word in text.split():
-        glued: list[str] = []
-        while len(word) > 1 and word[-1] in PUNCTUATION:
-            glued.append(GLUED + word[-1])
-            word = word[:-1]
-        tokens.append(word)
-        tokens.extend(reversed(glued))
-    return tokens
-
-
-def join_words(tokens: Iterable[str]) -> str:
-    """Inverse of :func:`split_words`."""
-    text = ""
-    for token in tokens:
-        if token.startswith(GLUED) and len(token) > len(GLUED):
-            text += token[len(GLUED) :]
-        else:
-            text += (" " if text else "") + token
-    return text
-
-
-def vocabulary_of(*texts: str) -> list[str]:
-    """The sorted set of tokens in ``texts``: how tasks list their vocabulary from their alphabet."""
-    return sorted({token for text in texts for token in split_words(text)})
 
 
 class Tokenizer:

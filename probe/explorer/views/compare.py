@@ -26,7 +26,7 @@ def comparison(path_a: str, version_a: float, path_b: str, version_b: float, roo
     """What `probe compare A B` computes; ``hf:`` models read the held-out files of the corpus ``options``
     (JSON) name, at its context."""
     from probe.analysis import compare_report
-    from probe.train import resolve_device
+    from probe.device import resolve_device
 
     return compare_report(path_a, [path_b], root=root, n_per_bucket=n_per_bucket, metric=metric, lengths=lengths,
                           baseline=baseline, options=json.loads(options), device=resolve_device("auto"))

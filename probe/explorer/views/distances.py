@@ -29,7 +29,7 @@ def distances(path: str, version: float, n_per_bucket: int, normalization: str, 
     model, so adding one computes only that one); ``hf:`` models read the held-out files of the corpus
     ``options`` (JSON) name, at its context."""
     from probe.analysis import attended_distance_report
-    from probe.train import resolve_device
+    from probe.device import resolve_device
 
     report = attended_distance_report([path], n_per_bucket=n_per_bucket, normalization=normalization, lengths=lengths,
                                       bins=bins, options=json.loads(options), device=resolve_device("auto"))

@@ -60,8 +60,8 @@ if found is not None:
                 st.info(f"{len(missing)} run(s) have no accuracy by length yet; `{command}` measures it, "
                         "or evaluate them here.", icon=":material/info:")
                 if st.button(f"Evaluate {len(missing)} run(s) now", key=f"evaluate-{folder}"):
+                    from probe.device import resolve_device
                     from probe.evaluation import evaluate_run
-                    from probe.train import resolve_device
 
                     progress, failed = st.progress(0.0, text="evaluating"), False
                     for i, r in enumerate(missing):

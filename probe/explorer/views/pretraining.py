@@ -28,9 +28,9 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
     """What `probe perplexity RUN... --max-files N` writes to perplexity.json (cached per runs and files);
     ``hf:`` models read the held-out files of the corpus ``options`` (JSON) name at their context."""
     from probe.analysis import external_perplexity_report
+    from probe.device import resolve_device
     from probe.models.external import is_external
     from probe.perplexity import perplexity_report
-    from probe.train import resolve_device
 
     if any(is_external(p) for p in paths):
         return external_perplexity_report(list(paths), options=json.loads(options), max_files=max_files,

@@ -1,0 +1,101 @@
+"""The house's layout: modules import one way (no cycle, models/ above nothing but the bottom
+modules), and what a preset means is read from one module."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import probe
+from probe.models.registry import PE_CLASSES, PRETRAIN_PES
+from probe.plans import PE_SETS
+from probe.presets import CONTEXTS, LM_RECIPES, PRESETS, RECIPE_DEFAULTS, RECIPES, listed, training_recipe
+
+PACKAGE = Path(probe.__file__).parent
+BOTTOM = {"probe.errors", "probe.files", "probe.presets"}  # what models/ may import from outside itself
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def imports_at_module_level(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The probe modules ``name`` imports when it is imported (type-checking imports included, imports
+    inside functions not): ``from a import b`` counts as a.b where b is a module, else as a."""
+    found: set[str] = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module or ""
+                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+
+    visit(ast.parse(path.read_text()).body)
+    return {m for m in found if m in modules and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    names = module_names()
+    return {name: imports_at_module_level(name, path, set(names)) for name, path in names.items()}
+
+
+def test_no_module_of_probe_imports_itself_back():
+    graph = import_graph()
+    done: set[str] = set()
+
+    def cycle_from(path: list[str]) -> list[str] | None:
+        """A cycle reachable from the last module of ``path`` (the modules being imported), or None."""
+        for other in sorted(graph[path[-1]]):
+            if other in path:
+                return [*path[path.index(other):], other]
+            if other not in done and (found := cycle_from([*path, other])):
+                return found
+        done.add(path[-1])
+        return None
+
+    for module in sorted(graph):
+        cycle = None if module in done else cycle_from([module])
+        assert cycle is None, " -> ".join(cycle)
+
+
+def test_models_import_nothing_above_them():
+    graph = import_graph()
+    for module, imported in graph.items():
+        if module.startswith("probe.models"):
+            above = {m for m in imported if not m.startswith("probe.models") and m not in BOTTOM}
+            assert not above, f"{module} imports {above}"
+    for module in BOTTOM:
+        assert graph[module] <= {"probe.errors"}, module
+
+
+def test_every_table_of_presets_names_presets_and_each_recipe_is_whole():
+    from probe.training.config import TrainConfig
+
+    recipe_fields = {f.name for f in dataclasses.fields(TrainConfig)} & {
+        "steps", "lr", "dropout", "batch_size", "weight_decay", "warmup", "schedule", "beta2"}
+    assert set(RECIPES) <= set(PRESETS) and set(LM_RECIPES) <= set(PRESETS) and set(CONTEXTS) == set(PRESETS)
+    for table in (RECIPES, LM_RECIPES):
+        for preset, recipe in table.items():
+            assert set({**RECIPE_DEFAULTS, **recipe}) == recipe_fields, preset
+    assert training_recipe("tiny", "scan", code=False) == {**RECIPE_DEFAULTS, **RECIPES["tiny"]}
+    assert listed(RECIPES) == "tiny, small or base" and probe.PRESETS is PRESETS
+
+
+def test_the_pretrained_pes_are_the_papers_three_and_the_pretrain_set():
+    # Appendix "Pretraining at 1.3B Scale": NoPE, ALiBi and Rotary, in the registry's order
+    assert PRETRAIN_PES == ("nope", "alibi", "rotary") == PE_SETS["pretrain"]
+    assert all(PE_CLASSES[pe].in_paper for pe in PRETRAIN_PES)
