@@ -16,7 +16,7 @@ from typing import Sequence
 
 from probe.errors import ProbeError
 
-COMMANDS = ("train", "eval", "compare", "distances", "theorem", "tasks", "pes", "sweep", "reproduce", "pretrain",
+COMMANDS = ("train", "eval", "compare", "distances", "positions", "theorem", "tasks", "pes", "sweep", "reproduce", "pretrain",
             "perplexity", "importing", "app")  # the modules, in the order of `probe --help`
 
 
