@@ -26,7 +26,7 @@ from probe.cli import main
 from probe.commands import app as app_command
 
 EXPLORER = Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"
-PAGES = ("models", "attention", "compare", "distances", "theorems")
+PAGES = ("models", "attention", "compare", "distances", "positions", "theorems")
 FAST = {"n": "2", "per_bucket": "2"}  # query parameters: 2 examples per length bucket on Compare and Distances
 TIMEOUT = 120
 START_TIMEOUT = 90  # seconds `probe app` gets to answer on its port
@@ -127,8 +127,10 @@ def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
         assert at.selectbox(key="compare-a").value.endswith("nope/seed0")
         assert at.selectbox(key="compare-b").value.endswith("t5/seed0")
         assert charts(at) == 1 + 2  # per-layer figure, head matrices of B and of the baseline
-    if page == "distances":  # the corrupt rotary run is left out, with an error naming it; the rest works
+    if page in ("distances", "positions"):  # the corrupt rotary run is left out, with an error naming it; the rest works
         assert "Left out" in texts(at.error) and "rotary" in texts(at.error)
+    if page == "positions":  # NoPE and T5 (seed 0) measured, one summary row each
+        assert list(at.dataframe[0].value["model"]) == ["NoPE", "T5's Relative Bias"]
     if page == "theorems":
         assert "Every claim holds" in texts(at.success)
 

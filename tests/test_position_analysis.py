@@ -38,8 +38,8 @@ def _random_inputs(vocab: int, seen: range, unseen: range, per_length: int = 3, 
     return inputs
 
 
-def _shares(result, layer: int, head: int) -> dict[str, float]:
-    seen = result.decomposition["seen"]
+def _shares(result, layer: int, head: int, view: str = "seen") -> dict[str, float]:
+    seen = result.decomposition[view]
     return {name: seen[name][layer][head] for name in seen}
 
 
@@ -111,6 +111,22 @@ def test_additive_logits_are_explained_by_both_and_by_neither_alone():
     assert torch.allclose(shares["relative"][0], shares["relative"][1], atol=1e-10)
 
 
+def test_row_offsets_leave_the_within_row_view_and_only_it():
+    """x = c(example, i) + f(i − j) with random row offsets c and a random f: softmax ignores c, so within
+    rows f(i − j) explains everything (R² = 1), while on the raw logits c counts against it."""
+    generator = torch.Generator().manual_seed(2)
+    T = 10
+    f = torch.randn(T, generator=generator, dtype=torch.float64)
+    i = torch.arange(T)
+    offsets = 3 * torch.randn(5, 1, T, 1, generator=generator, dtype=torch.float64)  # [batch, head, query, 1]
+    scores = offsets + f[(i[:, None] - i[None, :]).clamp(min=0)]  # [batch, head, query, key]
+    stats = logit_sums(scores, torch.tensor([10, 8, 6, 10, 3]))
+    rows, raw = decompose_logits(stats, within_rows=True), decompose_logits(stats)
+    assert rows["relative"].item() == pytest.approx(1.0, abs=1e-10)
+    assert rows["both"].item() == pytest.approx(1.0, abs=1e-10) and rows["absolute"].item() < 0.95
+    assert raw["relative"].item() < 0.5
+
+
 def test_alibi_head_is_relative(tmp_path):
     """A hand-set ALiBi head: with no content its logits are −m(i − j): R²_rel = 1 and it is "relative";
     with random content, f(d) = −m d is one candidate, so 1 − R²_rel <= Var(content) / Var(logits)."""
@@ -122,6 +138,8 @@ def test_alibi_head_is_relative(tmp_path):
     shares = _shares(result, 0, 0)
     assert shares["relative"] == pytest.approx(1.0, abs=1e-10) and shares["absolute"] < 0.9
     assert result.kinds == [["relative"]]
+    rows = _shares(result, 0, 0, "seen_rows")  # within a row, −m(i − j) = m j − m i: key position explains it too
+    assert rows["relative"] == pytest.approx(1.0, abs=1e-10) and rows["absolute"] == pytest.approx(1.0, abs=1e-10)
 
     content = Content(embed=rng.normal(size=(8, 4)), W_Q=rng.normal(size=(4, 4)) / 4, W_K=rng.normal(size=(4, 4)) / 4,
                       b_Q=np.zeros(4), b_K=np.zeros(4))
@@ -152,6 +170,8 @@ def test_t5_head_without_content_is_relative():
     for head in range(2):
         shares = _shares(result, 0, head)
         assert shares["relative"] == pytest.approx(1.0, abs=1e-10) and shares["absolute"] < 0.99
+        rows = _shares(result, 0, head, "seen_rows")  # T5's buckets are not linear in i − j
+        assert rows["relative"] == pytest.approx(1.0, abs=1e-10) and rows["absolute"] < 0.99
     assert result.kinds == [["relative", "relative"]]
 
 
@@ -167,6 +187,8 @@ def test_ape_model_with_the_content_path_zeroed_is_absolute():
     for head in range(2):
         shares = _shares(result, 0, head)
         assert shares["absolute"] == pytest.approx(1.0, abs=1e-9) and shares["relative"] < 0.99
+        rows = _shares(result, 0, head, "seen_rows")
+        assert rows["absolute"] == pytest.approx(1.0, abs=1e-9) and rows["relative"] < 0.99
     assert result.kinds == [["absolute", "absolute"]]
 
 

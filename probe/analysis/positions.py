@@ -58,7 +58,7 @@ class PositionResult:
     n_heads: int
     n_inputs: dict[str, int]  # seen, unseen
     probes: list[dict[str, Any]]  # one row per (target, stream, set): r2, mae, accuracy with intervals
-    decomposition: dict[str, dict[str, list[list[float]]]]  # lengths -> share -> [layer][head]
+    decomposition: dict[str, dict[str, list[list[float]]]]  # seen, unseen, seen_rows, unseen_rows -> share -> [layer][head]
     kinds: list[list[str]]  # [layer][head] on the seen lengths
     sinks: list[dict[str, Any]]  # one row per (lengths, first k, layer): share with interval, uniform
     variance: dict[str, Any]  # per layer: variance at each position, log-log slope
@@ -74,14 +74,14 @@ class PositionResult:
     def summary(self) -> dict[str, Any]:
         """Per model: head shares averaged over all heads (seen lengths), how many heads of each kind,
         the first-token share of the last layer, and the best position probe per set."""
-        seen = self.decomposition.get("seen", {})
-        shares = {name: _nanmean([v for layer in seen.get(name, []) for v in layer]) for name in SHARES}
+        shares = {view: {name: _nanmean([v for layer in self.decomposition.get(view, {}).get(name, []) for v in layer])
+                         for name in SHARES} for view in ("seen", "seen_rows")}
         kinds = [k for layer in self.kinds for k in layer]
         best = {}
         for rows in (r for r in self.probes if r["target"] == "position" and r["set"] in ("heldout", "unseen")):
             if rows["set"] not in best or rows["r2"] > best[rows["set"]]["r2"]:
                 best[rows["set"]] = {"stream": rows["stream"], "r2": rows["r2"], "accuracy": rows["accuracy"]}
-        return {"shares": shares, "kinds": {k: kinds.count(k) for k in ("relative", "absolute", "content")},
+        return {"shares": shares["seen"], "shares_within_rows": shares["seen_rows"], "kinds": {k: kinds.count(k) for k in ("relative", "absolute", "content")},
                 "best_probe": best}
 
     def probe_rows(self) -> list[dict[str, Any]]:
@@ -273,6 +273,8 @@ def analyse_positions(model, inputs: Sequence[PositionInput], info: RunInfo, *, 
         if got.logits[flag] is not None:
             shares = decompose_logits(got.logits[flag])  # each [layer, head]
             decomposition[name] = {k: v.cpu().tolist() for k, v in shares.items()}
+            rows = decompose_logits(got.logits[flag], within_rows=True)
+            decomposition[f"{name}_rows"] = {k: v.cpu().tolist() for k, v in rows.items()}
             if flag:
                 kinds = head_kind({k: v.cpu() for k, v in shares.items()})
     seen = torch.tensor([x.seen for x in inputs])
@@ -375,11 +377,13 @@ def positions_rows(results: Sequence[PositionResult]) -> list[dict[str, Any]]:
     """One CSV row per (run, layer, head): the decomposition shares on seen lengths and the head's kind."""
     rows = []
     for r in results:
-        seen = r.decomposition.get("seen", {})
+        seen, rows_seen = r.decomposition.get("seen", {}), r.decomposition.get("seen_rows", {})
         for layer in range(r.n_layers):
             for head in range(r.n_heads):
                 rows.append({"run": r.info.label, "pe": r.info.pe, "layer": layer + 1, "head": head,
                              **{name: seen[name][layer][head] if seen else None for name in SHARES},
+                             **{f"{name}_within_rows": rows_seen[name][layer][head] if rows_seen else None
+                                for name in SHARES},
                              "kind": r.kinds[layer][head] if r.kinds else None})
     return rows
 

@@ -1,7 +1,8 @@
 """The probe explorer: `probe app` runs this with Streamlit (`streamlit run probe/explorer/explorer.py` works too).
 
-Seven pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
-Attention, Compare (`probe compare`), Distances (`probe distances`), Pretraining (`probe perplexity`),
+Eight pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
+Attention, Compare (`probe compare`), Distances (`probe distances`), Positions (`probe positions`),
+Pretraining (`probe perplexity`),
 Theorems (`probe theorem`), Reproduction (`probe reproduce`).
 The checkpoint folder comes from ``PROBE_CHECKPOINTS`` (default ``checkpoints/``).
 """
@@ -24,6 +25,7 @@ PAGES = [
     st.Page(HERE / "views" / "attention.py", title="Attention", icon=":material/grid_on:", url_path="attention"),
     st.Page(HERE / "views" / "compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page(HERE / "views" / "distances.py", title="Distances", icon=":material/bar_chart:", url_path="distances"),
+    st.Page(HERE / "views" / "positions.py", title="Positions", icon=":material/pin_drop:", url_path="positions"),
     st.Page(HERE / "views" / "pretraining.py", title="Pretraining", icon=":material/code:", url_path="pretraining"),
     st.Page(HERE / "views" / "theorems.py", title="Theorems", icon=":material/function:", url_path="theorems"),
     st.Page(HERE / "views" / "reproduction.py", title="Reproduction", icon=":material/fact_check:", url_path="reproduction"),

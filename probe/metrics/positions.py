@@ -123,15 +123,20 @@ def bootstrap_probe_scores(per_example: Tensor, n_resamples: int = 1000, confide
 # -- relative vs absolute logits ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class LogitSums:
-    """Sufficient statistics of causal logits, per (query i, key j) cell: what :func:`decompose_logits` reads."""
+    """Sufficient statistics of causal logits, per (query i, key j) cell: what :func:`decompose_logits` reads.
+    ``row_*``: the same of the logits minus their own row's mean (each example's query row over its keys
+    j <= i), the part of the logits softmax sees."""
 
     sums: Tensor  # [..., head, query, key] float64: Σ of the logits in each cell (0 where the cell is empty)
     squares: Tensor  # [..., head] float64: Σ of the squared logits over all cells
+    row_sums: Tensor  # [..., head, query, key] float64: the same, row-centred
+    row_squares: Tensor  # [..., head] float64
     counts: Tensor  # [query, key] float64: how many logits each cell holds
 
     def __add__(self, other: LogitSums) -> LogitSums:
         size = max(self.counts.shape[-1], other.counts.shape[-1])
         return LogitSums(_pad(self.sums, size) + _pad(other.sums, size), self.squares + other.squares,
+                         _pad(self.row_sums, size) + _pad(other.row_sums, size), self.row_squares + other.row_squares,
                          _pad(self.counts, size) + _pad(other.counts, size))
 
 
@@ -154,54 +159,71 @@ def logit_sums(scores: Tensor, lengths: Tensor) -> LogitSums:
     mask = causal & real[:, :, None]  # [batch, query, key]
     mask = mask.reshape(mask.shape[0], *([1] * (scores.ndim - 3)), T, T)
     x = torch.where(mask, scores.double(), 0.0)
-    return LogitSums(x.sum(0), (x * x).sum(dim=(0, -2, -1)), mask.double().sum(0).reshape(T, T))
+    centred = torch.where(mask, x - x.sum(-1, keepdim=True) / (i[:, None] + 1.0), 0.0)
+    return LogitSums(x.sum(0), (x * x).sum(dim=(0, -2, -1)), centred.sum(0), (centred * centred).sum(dim=(0, -2, -1)),
+                     mask.double().sum(0).reshape(T, T))
 
 
-def decompose_logits(stats: LogitSums) -> dict[str, Tensor]:
+def _explained(gram: Tensor, rhs: Tensor) -> Tensor:
+    """rhsᵀ G⁺ rhs: the sum of squares a least-squares fit with Gram matrix ``gram`` [p, p] and Xᵀx = ``rhs``
+    [..., p] explains (Σx² minus it is the SSE), G⁺ the pseudo-inverse (the bases here are rank-deficient)."""
+    solution = torch.linalg.pinv(gram, rtol=1e-10, hermitian=True) @ rhs.unsqueeze(-1)  # [..., p, 1]
+    return (rhs * solution.squeeze(-1)).sum(-1)
+
+
+def decompose_logits(stats: LogitSums, within_rows: bool = False) -> dict[str, Tensor]:
     """Shares of the variance of a head's causal logits explained by functions of position, each [..., head].
 
-    - ``relative``: R² of the best f(i − j) (one-hot basis of the distance; the cell means per distance);
+    - ``relative``: R² of the best f(i − j) (one-hot basis of the distance);
     - ``absolute``: R² of the best g(j) (one-hot basis of the key position);
-    - ``both``: R² of the best additive f(i − j) + g(j) (normal equations of the two bases, one
-      column dropped for the intercept they share);
-    - ``position``: adjusted R² of any function of (i, j) (cell means; adjusted for the number of cells,
+    - ``both``: R² of the best additive f(i − j) + g(j);
+    - ``position``: adjusted R² of any function of (i, j) (cell means, adjusted for the number of cells:
       1 − (SSE/(N − cells)) / (SST/(N − 1)), so a cell with a single logit does not count as explained);
     - ``content``: 1 − ``both``: what neither distance nor key position explains (content, and
       position terms of other shapes, e.g. of the query position).
 
-    R² = 1 − SSE/SST over all causal logits pooled (SST around their grand mean); NaN where the
-    logits are constant. Every SSE is Σx² − βᵀXᵀx, computed in float64.
+    R² = 1 − SSE/SST over all causal logits pooled, SST around their grand mean; NaN where the logits
+    are constant. With ``within_rows``, the logits and the bases are first centred within each query
+    row (per example): softmax ignores a row's offset, so what is left is what shapes attention; but
+    within a row i − j = i − j', so there a linear f(i − j) is a linear g(j): ALiBi's bias counts as
+    both. Every SSE is Σx² − rhsᵀG⁺rhs from the Gram matrix G of the basis, computed in float64.
     """
-    sums, counts, squares = stats.sums, stats.counts, stats.squares
+    counts = stats.counts
+    sums, squares = (stats.row_sums, stats.row_squares) if within_rows else (stats.sums, stats.squares)
     T = counts.shape[-1]
     device = sums.device
     n = counts.sum()
     flat = sums.flatten(-2)  # [..., head, T*T]
     total = flat.sum(-1)  # [..., head]
-    sst = squares - total * total / n
+    sst = squares if within_rows else squares - total * total / n
     i = torch.arange(T, device=device)
     distance = (i[:, None] - i[None, :]).clamp(min=0).flatten()  # [T*T]: i − j of each cell
     by_distance = torch.zeros(*flat.shape[:-1], T, dtype=torch.float64, device=device).index_add_(-1, distance, flat)
-    n_distance = torch.zeros(T, dtype=torch.float64, device=device).index_add_(0, distance, counts.flatten())
-    by_key, n_key = sums.sum(-2), counts.sum(-2)  # [..., head, key], [key]
-
-    def explained(part: Tensor, size: Tensor) -> Tensor:  # Σ_g S_g² / n_g over the non-empty groups
-        return torch.where(size > 0, part * part / size.clamp(min=1), 0.0).sum(-1)
-
-    d_on, k_on = n_distance > 0, n_key > 0
-    k_on = k_on & (i > 0)  # key 0's column is the intercept both bases share
+    by_key = sums.sum(-2)  # [..., head, key]
     cross = torch.zeros(T, T, dtype=torch.float64, device=device)  # [distance, key]: cells with both
     cross.index_put_((distance.view(T, T), i.expand(T, T)), counts, accumulate=True)
-    cross = cross[d_on][:, k_on]
-    normal = torch.cat([torch.cat([torch.diag(n_distance[d_on]), cross], 1),
-                        torch.cat([cross.T, torch.diag(n_key[k_on])], 1)])  # [p, p]
-    rhs = torch.cat([by_distance[..., d_on], by_key[..., k_on]], -1)  # [..., head, p]
-    beta = torch.linalg.solve(normal, rhs.unsqueeze(-1)).squeeze(-1)  # [..., head, p]
+    n_distance, n_key = cross.sum(1), cross.sum(0)  # [distance], [key]
+    if within_rows:  # Σ over rows of the row-mean outer products: Σ_{i >= max(a, b)} rows_i / (i + 1)
+        rows = counts.diagonal() / (i + 1.0)  # [query]: rows of query i, each over i + 1 keys
+        tail = rows.flip(0).cumsum(0).flip(0)  # [T]: Σ_{i >= a}
+        shared = tail[torch.maximum(i[:, None], i[None, :])]  # [T, T]
+    else:  # raw logits: the one-hot bases hold the constant themselves
+        shared = torch.zeros(T, T, dtype=torch.float64, device=device)
+    gram_d, gram_k = torch.diag(n_distance) - shared, torch.diag(n_key) - shared
+    gram_both = torch.cat([torch.cat([gram_d, cross - shared], 1), torch.cat([cross.T - shared, gram_k], 1)])
+    fits = {"relative": _explained(gram_d, by_distance), "absolute": _explained(gram_k, by_key),
+            "both": _explained(gram_both, torch.cat([by_distance, by_key], -1)),
+            "position": torch.where(counts.flatten() > 0, flat * flat / counts.flatten().clamp(min=1), 0.0).sum(-1)}
+    if not within_rows:  # the fits above include the grand mean; R² counts only what it explains beyond it
+        fits = {name: value - total * total / n for name, value in fits.items()}
+    shares = {name: value / sst for name, value in fits.items()}
     cells = (counts > 0).sum()
-    sse = {"relative": squares - explained(by_distance, n_distance), "absolute": squares - explained(by_key, n_key),
-           "both": squares - (beta * rhs).sum(-1), "position": squares - explained(flat, counts.flatten())}
-    shares = {name: 1 - value / sst for name, value in sse.items()}
-    shares["position"] = 1 - (sse["position"] / (n - cells)) / (sst / (n - 1))
+    if within_rows:  # each example's row loses one degree of freedom, and so does each query's set of cells
+        sst_dof = n - counts.diagonal().sum()
+        sse_dof = sst_dof - (cells - (counts.diagonal() > 0).sum())
+    else:
+        sst_dof, sse_dof = n - 1, n - cells
+    shares["position"] = 1 - ((sst - fits["position"]) / sse_dof) / (sst / sst_dof)
     shares["content"] = 1 - shares["both"]
     return shares
 
