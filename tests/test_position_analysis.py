@@ -340,3 +340,51 @@ def test_sequences_longer_than_the_model_are_one_error():
     model = build_model("ape", vocab_size=10, n_layers=1, n_ctx=16)
     with pytest.raises(ProbeError, match="more than this model's context"):
         analyse_positions(model, [PositionInput(torch.zeros(20, dtype=torch.long), True, 20)], INFO)
+
+
+# -- a model TransformerLens loads from Hugging Face files --------------------------------------------------
+@pytest.fixture(scope="module")
+def bloom(tmp_path_factory):
+    """A corpus of small Python files and a tiny BLOOM (ALiBi) whose query, key and value weights are zero:
+    its logits are ALiBi's bias alone."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import BloomConfig, BloomForCausalLM, PreTrainedTokenizerFast
+
+    base = tmp_path_factory.mktemp("hf-positions")
+    source = base / "src"
+    source.mkdir()
+    for i in range(20):
+        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(4)))
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([p.read_text() for p in source.iterdir()], trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    torch.manual_seed(0)
+    model = BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=2, n_head=4,
+                                         bos_token_id=0, eos_token_id=0, pad_token_id=0))
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.self_attention.query_key_value.weight.zero_()
+            block.self_attention.query_key_value.bias.zero_()
+    model.eval().save_pretrained(base / "bloom")
+    tokenizer.save_pretrained(base / "bloom")
+    return f"hf:{base / 'bloom'}", {"corpus": str(source), "heldout": 0.5, "context": 12}
+
+
+def test_hf_bloom_adds_alibi_by_key_position_and_within_rows_it_is_relative(bloom):
+    """BLOOM's code adds ALiBi as m_h · j (the key position; softmax drops the row's −m_h i), so its raw
+    logits are absolute; within rows they are −m_h (i − j) as well: relative and absolute both explain all."""
+    from probe.analysis.positions import positions_report
+
+    name, options = bloom
+    [result] = positions_report([name], options=options, n_per_bucket=4, n_resamples=20)
+    assert result.n_inputs == {"seen": 4, "unseen": 4}  # windows of 12 (1x) and 24 (2x) tokens
+    share = lambda view, name: torch.tensor(result.decomposition[view][name], dtype=torch.float64)  # noqa: E731
+    ones = torch.ones(2, 4, dtype=torch.float64)
+    assert torch.allclose(share("seen", "absolute"), ones, atol=1e-6) and (share("seen", "relative") < 0.5).all()
+    assert result.kinds == [["absolute"] * 4] * 2
+    for name in ("relative", "absolute"):
+        assert torch.allclose(share("seen_rows", name), ones, atol=1e-6)

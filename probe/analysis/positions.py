@@ -161,11 +161,13 @@ def _collect(model, inputs: Sequence[PositionInput], *, pad_id: int, batch_size:
         seen = torch.tensor([x.seen for x in chosen])
         captured: dict[str, Tensor] = {}
 
-        def keep(value: Tensor, hook) -> None:
-            captured[hook.name] = value
+        def keeper(name: str):  # by the name asked for: a bridge's hook may carry its canonical name instead
+            def keep(value: Tensor, hook) -> None:
+                captured[name] = value
+            return keep
 
         model.run_with_hooks(tokens.to(device), return_type=None,
-                             fwd_hooks=[(n, keep) for n in (*streams, *scores, *patterns, *outputs)])
+                             fwd_hooks=[(n, keeper(n)) for n in (*streams, *scores, *patterns, *outputs)])
         on = lengths.to(device)
         for s, name in enumerate(streams):  # [batch, pos, d_model] -> [kept, d_model]
             out.rows[s].append(captured[name][batch_rows.to(device), positions.to(device)].cpu())
