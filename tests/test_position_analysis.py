@@ -382,7 +382,7 @@ def test_hf_bloom_adds_alibi_by_key_position_and_within_rows_it_is_relative(bloo
     name, options = bloom
     [result] = positions_report([name], options=options, n_per_bucket=4, n_resamples=20)
     assert result.n_inputs == {"seen": 4, "unseen": 4}  # windows of 12 (1x) and 24 (2x) tokens
-    share = lambda view, name: torch.tensor(result.decomposition[view][name], dtype=torch.float64)  # noqa: E731
+    share = lambda view, name: torch.tensor(result.decomposition[view][name], dtype=torch.float64)  # noqa: E731  [layer, head]
     ones = torch.ones(2, 4, dtype=torch.float64)
     assert torch.allclose(share("seen", "absolute"), ones, atol=1e-6) and (share("seen", "relative") < 0.5).all()
     assert result.kinds == [["absolute"] * 4] * 2

@@ -19,6 +19,7 @@ the largest one fitted, where rounding a regression is exact only if it extrapol
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -89,7 +90,7 @@ class PositionResult:
 
 
 def _nanmean(values: Sequence[float]) -> float:
-    finite = [v for v in values if v == v]
+    finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else float("nan")
 
 
@@ -140,6 +141,20 @@ class _Collected:
     moments: MomentSums | None  # [layer, pos, d_model]
 
 
+def _run_capturing(model, tokens: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
+    """One forward pass of [batch, pos] ``tokens``; the activations of the hooks ``names``, by the names asked
+    for (a bridge's hook may carry its canonical name instead)."""
+    captured: dict[str, Tensor] = {}
+
+    def keeper(name: str):
+        def keep(value: Tensor, hook) -> None:
+            captured[name] = value
+        return keep
+
+    model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(n, keeper(n)) for n in names])
+    return captured
+
+
 @torch.inference_mode()
 def _collect(model, inputs: Sequence[PositionInput], *, pad_id: int, batch_size: int, max_probe_positions: int,
              device: torch.device, sink_first: Sequence[int]) -> _Collected:
@@ -159,15 +174,7 @@ def _collect(model, inputs: Sequence[PositionInput], *, pad_id: int, batch_size:
         out.example.append(torch.tensor(indices)[batch_rows])
         out.position.append(positions)
         seen = torch.tensor([x.seen for x in chosen])
-        captured: dict[str, Tensor] = {}
-
-        def keeper(name: str):  # by the name asked for: a bridge's hook may carry its canonical name instead
-            def keep(value: Tensor, hook) -> None:
-                captured[name] = value
-            return keep
-
-        model.run_with_hooks(tokens.to(device), return_type=None,
-                             fwd_hooks=[(n, keeper(n)) for n in (*streams, *scores, *patterns, *outputs)])
+        captured = _run_capturing(model, tokens.to(device), [*streams, *scores, *patterns, *outputs])
         on = lengths.to(device)
         for s, name in enumerate(streams):  # [batch, pos, d_model] -> [kept, d_model]
             out.rows[s].append(captured[name][batch_rows.to(device), positions.to(device)].cpu())

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.models.external import is_external
     from probe.plots import write_figure
     from probe.position_plots import head_share_figure, probe_figure, sink_figure, variance_figure
-    from probe.runs import Run, beside, task_folder_name
+    from probe.runs import Run, beside
     from probe.train import resolve_device
 
     _check(args)
