@@ -388,3 +388,27 @@ def test_hf_bloom_adds_alibi_by_key_position_and_within_rows_it_is_relative(bloo
     assert result.kinds == [["absolute"] * 4] * 2
     for name in ("relative", "absolute"):
         assert torch.allclose(share("seen_rows", name), ones, atol=1e-6)
+
+
+def test_code_run_reads_held_out_windows_at_1x_and_2x(tmp_path):
+    """A `probe pretrain`-style NoPE code run (two steps at T = 16): windows of 16 (seen) and 32 (unseen)
+    tokens; no landmark, so only position probes; streams 0 .. n_layers."""
+    from probe.analysis.positions import positions_report
+    from probe.corpus import CorpusSpec
+    from probe.runs import run_dir
+    from probe.train import TrainConfig, train_run
+
+    corpus = tmp_path / "src"
+    corpus.mkdir()
+    for i in range(16):
+        (corpus / f"m{i}.py").write_text("".join(f"def f{i}_{j}(x):\n    return x * {j} + {i}\n" for j in range(6)))
+    options = {"corpus": str(corpus), "vocab_size": 300, "context": 16, "heldout": 0.25}
+    config = TrainConfig(task="code", pe="nope", steps=2, batch_size=4, eval_examples=4, task_options=options,
+                         model={"n_layers": 2, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64, "n_ctx": 64})
+    path = train_run(config, run_dir(tmp_path / "runs", "code", "nope", 0, CorpusSpec.from_options(options).given()),
+                     torch.device("cpu")).path
+    [result] = positions_report([path], n_per_bucket=3, n_resamples=20)
+    assert result.n_inputs == {"seen": 3, "unseen": 3}
+    assert {r["target"] for r in result.probes} == {"position"}
+    assert {r["stream"] for r in result.probes} == {0, 1, 2}
+    assert len(result.variance["position"]) == 32
