@@ -15,6 +15,10 @@ the paper's 1-based layers). They are fitted on half the seen length buckets (ev
 example where there is one seen bucket, as for code windows) and scored on the other half (held-out
 seen lengths) and on the unseen lengths; on the unseen ones also separately on the positions beyond
 the largest one fitted, where rounding a regression is exact only if it extrapolates.
+
+Heads are decomposed on the raw logits (``seen``, ``unseen``) and within query rows (``seen_rows``,
+``unseen_rows``: what softmax sees; :func:`probe.metrics.positions.decompose_logits`); a head's kind
+is read from the raw logits of the seen lengths. Sinks and variance are per layer, heads averaged.
 """
 
 from __future__ import annotations
@@ -108,14 +112,16 @@ def _hook_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
     return streams, scores, patterns, outputs
 
 
-def _batches(inputs: Sequence[PositionInput], batch_size: int, max_tokens: int) -> Iterator[list[int]]:
-    """Indices of consecutive inputs, at most ``batch_size`` and about ``max_tokens`` padded tokens each."""
+def _batches(inputs: Sequence[PositionInput], batch_size: int, per_square_token: int,
+             max_bytes: int) -> Iterator[list[int]]:
+    """Indices of consecutive inputs: at most ``batch_size``, and a padded batch's [batch, head, T, T] maps
+    (``per_square_token`` bytes per query-key pair of one example) within ``max_bytes`` (one input at least)."""
     start = 0
     while start < len(inputs):
         stop, width = start + 1, len(inputs[start].tokens)
         while stop < len(inputs) and stop - start < batch_size:
             wider = max(width, len(inputs[stop].tokens))
-            if (stop - start + 1) * wider > max_tokens:
+            if (stop - start + 1) * wider * wider * per_square_token > max_bytes:
                 break
             width, stop = wider, stop + 1
         yield list(range(start, stop))
@@ -132,65 +138,100 @@ def probe_positions(length: int, most: int) -> Tensor:
 
 @dataclass
 class _Collected:
+    """What the hooks keep, per layer: statistics only, and the probes' rows."""
+
     rows: list[list[Tensor]]  # [stream][batch]: [kept, d_model]
     example: list[Tensor]  # [batch]: [kept] index of the input
     position: list[Tensor]  # [batch]: [kept]
-    logits: dict[bool, LogitSums | None]  # seen -> sums [layer, head, T, T]
-    sinks: dict[int, list[Tensor]]  # first k -> [batch]: [examples, layer, head]
+    logits: list[dict[bool, LogitSums]]  # [layer]: seen -> sums [head, T, T]
+    sinks: dict[int, list[list[Tensor]]]  # first k -> [layer][batch]: [examples, head]
     uniform: dict[int, list[Tensor]]  # first k -> [batch]: [examples]
-    moments: MomentSums | None  # [layer, pos, d_model]
+    moments: list[MomentSums | None]  # [layer]: [pos, d_model]
+
+    def logit_sums(self, seen: bool) -> LogitSums | None:
+        """All layers' sums for seen (or unseen) inputs, stacked: sums [layer, head, T, T]."""
+        parts = [layer.get(seen) for layer in self.logits]
+        if any(p is None for p in parts):
+            return None
+        return LogitSums(torch.stack([p.sums for p in parts]), torch.stack([p.squares for p in parts]),
+                         torch.stack([p.row_sums for p in parts]), torch.stack([p.row_squares for p in parts]),
+                         parts[0].counts)
+
+    def moment_sums(self) -> MomentSums:
+        """All layers' moments stacked: sums [layer, pos, d_model]."""
+        return MomentSums(self.moments[0].count, torch.stack([m.sums for m in self.moments]),
+                          torch.stack([m.squares for m in self.moments]))
 
 
-def _run_capturing(model, tokens: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
-    """One forward pass of [batch, pos] ``tokens``; the activations of the hooks ``names``, by the names asked
-    for (a bridge's hook may carry its canonical name instead)."""
-    captured: dict[str, Tensor] = {}
+HEAD_CHUNK = 8  # heads whose float64 logits are centred and summed at once
 
-    def keeper(name: str):
-        def keep(value: Tensor, hook) -> None:
-            captured[name] = value
-        return keep
 
-    model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(n, keeper(n)) for n in names])
-    return captured
+def _head_chunks(scores: Tensor, lengths: Tensor) -> LogitSums:
+    """:func:`logit_sums` of [batch, head, query, key] logits, ``HEAD_CHUNK`` heads at a time."""
+    parts = [logit_sums(scores[:, h:h + HEAD_CHUNK], lengths) for h in range(0, scores.shape[1], HEAD_CHUNK)]
+    return LogitSums(torch.cat([p.sums for p in parts]), torch.cat([p.squares for p in parts]),
+                     torch.cat([p.row_sums for p in parts]), torch.cat([p.row_squares for p in parts]), parts[0].counts)
 
 
 @torch.inference_mode()
 def _collect(model, inputs: Sequence[PositionInput], *, pad_id: int, batch_size: int, max_probe_positions: int,
-             device: torch.device, sink_first: Sequence[int]) -> _Collected:
+             device: torch.device, sink_first: Sequence[int], max_bytes: int = 2**30) -> _Collected:
+    """One forward pass per batch; each layer's hooks fold its logits, patterns and outputs into statistics
+    at once, so at most one layer's maps are alive. Hooks are bound to the names asked for (a bridge's
+    hook may carry its canonical name instead)."""
     streams, scores, patterns, outputs = _hook_names(model)
-    out = _Collected([[] for _ in streams], [], [], {True: None, False: None}, {k: [] for k in sink_first},
-                     {k: [] for k in sink_first}, None)
+    L = model.cfg.n_layers
+    out = _Collected([[] for _ in streams], [], [], [{} for _ in range(L)],
+                     {k: [[] for _ in range(L)] for k in sink_first}, {k: [] for k in sink_first}, [None] * L)
     model.eval()
-    for indices in _batches(inputs, batch_size, max_tokens=batch_size * 512):
+    batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
+
+    def on_stream(stream: int):
+        def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model] -> [kept, d_model]
+            out.rows[stream].append(value[batch["rows"], batch["positions"]].cpu())
+        return hook
+
+    def on_scores(layer: int):
+        def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
+            for flag, chosen in batch["seen"].items():
+                part = _head_chunks(value[chosen], batch["lengths"][chosen])
+                kept = out.logits[layer].get(flag)
+                out.logits[layer][flag] = part if kept is None else kept + part
+        return hook
+
+    def on_pattern(layer: int):
+        def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
+            for k in sink_first:
+                share, uniform = sink_share(value, batch["lengths"], k)  # [batch, head], [batch]
+                out.sinks[k][layer].append(share.cpu())
+                if layer == 0:
+                    out.uniform[k].append(uniform.cpu())
+        return hook
+
+    def on_output(layer: int):
+        def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model]
+            moments = moment_sums(value, batch["lengths"])
+            out.moments[layer] = moments if out.moments[layer] is None else out.moments[layer] + moments
+        return hook
+
+    hooks = [*((n, on_stream(s)) for s, n in enumerate(streams)), *((n, on_scores(l)) for l, n in enumerate(scores)),
+             *((n, on_pattern(l)) for l, n in enumerate(patterns)), *((n, on_output(l)) for l, n in enumerate(outputs))]
+    per_square_token = model.cfg.n_heads * (4 + 4) + HEAD_CHUNK * 8 * 3  # float32 logits, pattern; float64 chunk
+    for indices in _batches(inputs, batch_size, per_square_token, max_bytes):
         chosen = [inputs[i] for i in indices]
         lengths = torch.tensor([len(x.tokens) for x in chosen])
         tokens = torch.full((len(chosen), int(lengths.max())), pad_id, dtype=torch.long)
         for row, x in enumerate(chosen):
             tokens[row, :len(x.tokens)] = x.tokens
         kept = [probe_positions(len(x.tokens), max_probe_positions) for x in chosen]
-        batch_rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
+        rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
         positions = torch.cat(kept)
-        out.example.append(torch.tensor(indices)[batch_rows])
+        out.example.append(torch.tensor(indices)[rows])
         out.position.append(positions)
-        seen = torch.tensor([x.seen for x in chosen])
-        captured = _run_capturing(model, tokens.to(device), [*streams, *scores, *patterns, *outputs])
-        on = lengths.to(device)
-        for s, name in enumerate(streams):  # [batch, pos, d_model] -> [kept, d_model]
-            out.rows[s].append(captured[name][batch_rows.to(device), positions.to(device)].cpu())
-        logits = torch.stack([captured[n] for n in scores], 1)  # [batch, layer, head, query, key]
-        for flag in (True, False):
-            if (seen == flag).any():
-                part = logit_sums(logits[seen.to(device) == flag], on[seen.to(device) == flag])
-                out.logits[flag] = part if out.logits[flag] is None else out.logits[flag] + part
-        maps = torch.stack([captured[n] for n in patterns], 1)  # [batch, layer, head, query, key]
-        for k in sink_first:
-            share, uniform = sink_share(maps, on, k)  # [batch, layer, head], [batch]
-            out.sinks[k].append(share.cpu())
-            out.uniform[k].append(uniform.cpu())
-        moments = moment_sums(torch.stack([captured[n] for n in outputs], 1), on)  # [batch, layer, pos, d]
-        out.moments = moments if out.moments is None else out.moments + moments
-        del captured, logits, maps
+        seen = torch.tensor([x.seen for x in chosen], device=device)
+        batch.update(rows=rows.to(device), positions=positions.to(device), lengths=lengths.to(device),
+                     seen={flag: seen == flag for flag in (True, False) if (seen == flag).any()})
+        model.run_with_hooks(tokens.to(device), return_type=None, fwd_hooks=hooks)
     return out
 
 
@@ -279,17 +320,19 @@ def analyse_positions(model, inputs: Sequence[PositionInput], info: RunInfo, *, 
     start = time.perf_counter()
     decomposition, kinds = {}, []
     for flag, name in ((True, "seen"), (False, "unseen")):
-        if got.logits[flag] is not None:
-            shares = decompose_logits(got.logits[flag])  # each [layer, head]
+        stats = got.logit_sums(flag)
+        if stats is not None:
+            shares = decompose_logits(stats)  # each [layer, head]
             decomposition[name] = {k: v.cpu().tolist() for k, v in shares.items()}
-            rows = decompose_logits(got.logits[flag], within_rows=True)
+            rows = decompose_logits(stats, within_rows=True)
             decomposition[f"{name}_rows"] = {k: v.cpu().tolist() for k, v in rows.items()}
             if flag:
                 kinds = head_kind({k: v.cpu() for k, v in shares.items()})
     seen = torch.tensor([x.seen for x in inputs])
     sinks = []
     for k in sink_first:
-        share, uniform = torch.cat(got.sinks[k]), torch.cat(got.uniform[k])  # [input, layer, head], [input]
+        share = torch.stack([torch.cat(layer) for layer in got.sinks[k]], 1)  # [input, layer, head]
+        uniform = torch.cat(got.uniform[k])  # [input]
         for flag, name in ((True, "seen"), (False, "unseen")):
             chosen = seen == flag
             if not chosen.any():
@@ -301,14 +344,15 @@ def analyse_positions(model, inputs: Sequence[PositionInput], info: RunInfo, *, 
                               "share_low": ci.low[layer].item(), "share_high": ci.high[layer].item(),
                               "uniform": uniform[chosen].mean().item(),
                               "heads": share[chosen][:, layer].mean(0).tolist()})
-    variance = position_variance(got.moments)  # [layer, pos]
+    moments = got.moment_sums()
+    variance = position_variance(moments)  # [layer, pos]
     t = torch.arange(1, variance.shape[-1] + 1)
     slopes = log_slope(t, variance)
     timings["attention"] = time.perf_counter() - start
     return PositionResult(info, model.cfg.n_layers, model.cfg.n_heads,
                           {"seen": int(seen.sum()), "unseen": int((~seen).sum())}, probes, decomposition, kinds, sinks,
                           {"position": t.tolist(), "layers": variance.cpu().tolist(),
-                           "slope": slopes.cpu().tolist(), "count": got.moments.count.cpu().tolist()},
+                           "slope": slopes.cpu().tolist(), "count": moments.count.cpu().tolist()},
                           skipped, timings)
 
 
