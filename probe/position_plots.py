@@ -29,7 +29,8 @@ def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position")
                 continue
             x = [r["stream"] for r in rows]
             figure.add_trace(go.Scatter(x=x + x[::-1], y=[r["r2_high"] for r in rows] + [r["r2_low"] for r in rows][::-1],
-                                        fill="toself", fillcolor=_rgba(pe_color(pe), 0.15), line=dict(width=0),
+                                        mode="lines", fill="toself", fillcolor=_rgba(pe_color(pe), 0.15),
+                                        line=dict(width=0),
                                         hoverinfo="skip", showlegend=False), row=1, col=col)
             figure.add_trace(go.Scatter(x=x, y=[r["r2"] for r in rows], mode="lines+markers", name=label,
                                         legendgroup=label, showlegend=col == 1, line=dict(color=pe_color(pe)),
