@@ -39,7 +39,6 @@ from probe.metrics.positions import (LogitSums, MomentSums, bootstrap_probe_scor
                                      probe_statistics, sink_share)
 
 SINK_FIRST = (1, 4)  # the first k tokens whose attention share is reported
-SETS = ("heldout", "unseen", "beyond")  # where probes are scored (beyond: unseen positions past the fitted ones)
 SHARES = ("relative", "absolute", "both", "position", "content")
 
 
