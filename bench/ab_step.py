@@ -40,7 +40,7 @@ def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(vocab, (batch, length), generator=generator)
     mask = torch.zeros(batch, length - 1)
-    mask[:, length // 2:] = 1  # the target half scores, as a SCAN batch's does
+    mask[:, length // 2 :] = 1  # the target half scores, as a SCAN batch's does
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-4, foreach=True)
 
@@ -72,8 +72,21 @@ def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
 
 def spawn(python: str, tree: Path, args: argparse.Namespace, pe: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-    command = [python, str(HERE), "--worker", "--preset", args.preset, "--pe", pe, "--batch", str(args.batch),
-               "--length", str(args.length), "--steps", str(args.steps)]
+    command = [
+        python,
+        str(HERE),
+        "--worker",
+        "--preset",
+        args.preset,
+        "--pe",
+        pe,
+        "--batch",
+        str(args.batch),
+        "--length",
+        str(args.length),
+        "--steps",
+        str(args.steps),
+    ]
     process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree)
     if process.stdout.readline().strip() != "ready":
         sys.exit(f"the worker in {tree} did not start")
@@ -114,8 +127,10 @@ def main() -> None:
     for preset in args.presets:
         args.preset = preset
         for pe in args.pes:
-            sides = {"old": spawn(args.old_python, args.old_tree, args, pe),
-                     "new": spawn(args.new_python, args.new_tree, args, pe)}
+            sides = {
+                "old": spawn(args.old_python, args.old_tree, args, pe),
+                "new": spawn(args.new_python, args.new_tree, args, pe),
+            }
             row = {}
             for what in ("step", "forward"):
                 ratios, times = [], {"old": [], "new": []}
@@ -132,19 +147,33 @@ def main() -> None:
                 process.stdin.close()
                 process.wait()
             results.setdefault(preset, {})[pe] = row
-            print(f"{preset:>5} {pe:>7}: step new/old {row['step_new_over_old']:.3f} "
-                  f"({row['step_old_s'] * 1e3:.1f} -> {row['step_new_s'] * 1e3:.1f} ms), "
-                  f"forward {row['forward_new_over_old']:.3f}", flush=True)
-    write_json("ab_step", "cpu", {
-        **header("ab_step", "training step and forward, new checkout / old checkout, same model, batch and "
-                 "machine; process CPU time, one torch thread; median over alternating turns of per-turn ratios",
-                 "cpu", load_before),
-        "old_tree": str(args.old_tree), "new_tree": str(args.new_tree),
-        "batch": [args.batch, args.length], "steps_per_turn": args.steps, "turns": args.turns,
-        "results": results,
-        "max_step_ratio": max(r["step_new_over_old"] for p in results.values() for r in p.values()),
-        "max_forward_ratio": max(r["forward_new_over_old"] for p in results.values() for r in p.values()),
-    })
+            print(
+                f"{preset:>5} {pe:>7}: step new/old {row['step_new_over_old']:.3f} "
+                f"({row['step_old_s'] * 1e3:.1f} -> {row['step_new_s'] * 1e3:.1f} ms), "
+                f"forward {row['forward_new_over_old']:.3f}",
+                flush=True,
+            )
+    write_json(
+        "ab_step",
+        "cpu",
+        {
+            **header(
+                "ab_step",
+                "training step and forward, new checkout / old checkout, same model, batch and "
+                "machine; process CPU time, one torch thread; median over alternating turns of per-turn ratios",
+                "cpu",
+                load_before,
+            ),
+            "old_tree": str(args.old_tree),
+            "new_tree": str(args.new_tree),
+            "batch": [args.batch, args.length],
+            "steps_per_turn": args.steps,
+            "turns": args.turns,
+            "results": results,
+            "max_step_ratio": max(r["step_new_over_old"] for p in results.values() for r in p.values()),
+            "max_forward_ratio": max(r["forward_new_over_old"] for p in results.values() for r in p.values()),
+        },
+    )
 
 
 if __name__ == "__main__":

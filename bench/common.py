@@ -35,10 +35,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def add_common_args(parser: argparse.ArgumentParser, repeats: int | None) -> None:
     """--device, --threads, --repeats (``None``: chosen by ``training_repeats``) and --seed."""
     parser.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (default 1: two threads on a loaded 2-core box stall)")
-    parser.add_argument("--repeats", type=int, default=repeats,
-                        help=f"interleaved rounds; medians over these (default {repeats or '40; 3 for base on CPU'})")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: two threads on a loaded 2-core box stall)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=repeats,
+        help=f"interleaved rounds; medians over these (default {repeats or '40; 3 for base on CPU'})",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -73,9 +81,14 @@ def machine(device: torch.device | str) -> dict[str, object]:
             cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    info: dict[str, object] = {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-                               "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0],
-                               "torch": torch.__version__}
+    info: dict[str, object] = {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+    }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
@@ -84,8 +97,14 @@ def machine(device: torch.device | str) -> dict[str, object]:
 def header(benchmark: str, what: str, device: torch.device | str, load_before: tuple[float, float, float]) -> dict:
     """The fields every result JSON opens with: which benchmark, what it times, the command line,
     the machine, and the load average before and after (the box is shared)."""
-    return {"benchmark": benchmark, "what": what, "command": "python " + " ".join(sys.argv), "device": str(device),
-            "machine": machine(device), "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()}}
+    return {
+        "benchmark": benchmark,
+        "what": what,
+        "command": "python " + " ".join(sys.argv),
+        "device": str(device),
+        "machine": machine(device),
+        "load_average_1_5_15min": {"before": load_before, "after": os.getloadavg()},
+    }
 
 
 def clock(device: torch.device) -> str:
@@ -103,8 +122,15 @@ def time_once(fn: Callable[[], object], calls: int, device: torch.device) -> tup
     return (time.perf_counter() - wall) / calls, (time.process_time() - cpu) / calls
 
 
-def interleave(variants: dict[str, Callable[[], object]], *, repeats: int, calls: int, warmup: int,
-               device: torch.device, progress: bool = True) -> dict[str, dict[str, list[float]]]:
+def interleave(
+    variants: dict[str, Callable[[], object]],
+    *,
+    repeats: int,
+    calls: int,
+    warmup: int,
+    device: torch.device,
+    progress: bool = True,
+) -> dict[str, dict[str, list[float]]]:
     """{"wall" | "cpu": {name: [seconds per call, one per repeat]}}, the variants interleaved in
     rotated order."""
     names = list(variants)
@@ -115,7 +141,7 @@ def interleave(variants: dict[str, Callable[[], object]], *, repeats: int, calls
     runs: dict[str, dict[str, list[float]]] = {"wall": {n: [] for n in names}, "cpu": {n: [] for n in names}}
     primary = clock(device)
     for r in range(repeats):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             wall, cpu = time_once(variants[name], calls, device)
             runs["wall"][name].append(wall)
@@ -126,9 +152,9 @@ def interleave(variants: dict[str, Callable[[], object]], *, repeats: int, calls
     return runs
 
 
-def time_training_steps(variants: dict[str, Callable[[], object]], *, preset: str, repeats: int, calls: int,
-                        device: torch.device) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, int]],
-                                                       int]:
+def time_training_steps(
+    variants: dict[str, Callable[[], object]], *, preset: str, repeats: int, calls: int, device: torch.device
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, int]], int]:
     """(timings as :func:`interleave` returns them, operators per step of each variant, warm-up steps):
     the timing core every training-step benchmark shares."""
     print(f"{preset}: {len(variants)} variants, {calls} step(s) each per repeat, {repeats} repeats", flush=True)
@@ -145,9 +171,13 @@ def medians(runs: dict[str, list[float]]) -> dict[str, float]:
 def paired_ratio(runs: dict[str, list[float]], name: str, baseline: str) -> dict[str, object]:
     """Median of the per-repeat ratios name / baseline, with the spread and the ratio of medians."""
     ratios = [a / b for a, b in zip(runs[name], runs[baseline])]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-            "ratio_of_medians": statistics.median(runs[name]) / statistics.median(runs[baseline]),
-            "per_repeat": ratios}
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "ratio_of_medians": statistics.median(runs[name]) / statistics.median(runs[baseline]),
+        "per_repeat": ratios,
+    }
 
 
 class _OpCounter(TorchDispatchMode):
@@ -180,8 +210,10 @@ def scan_batch(batch: int, length: int, seed: int, device: torch.device) -> tupl
     data = encode(task.examples("train", seed=seed), tokenizer)
     rows = (data.lengths == length).nonzero().flatten()
     if len(rows) == 0:
-        sys.exit(f"--length {length}: no SCAN training sequence has that many tokens "
-                 f"(they have {int(data.lengths.min())} to {int(data.lengths.max())})")
+        sys.exit(
+            f"--length {length}: no SCAN training sequence has that many tokens "
+            f"(they have {int(data.lengths.min())} to {int(data.lengths.max())})"
+        )
     generator = torch.Generator().manual_seed(seed)
     index = rows[torch.randint(len(rows), (batch,), generator=generator)]
     tokens, mask = data.batch(index)
@@ -192,15 +224,20 @@ def make_optimizer(model: torch.nn.Module, device: torch.device, lr: float = 1e-
     """AdamW as ``probe.training.loop.Trainer`` builds it: decay on matrices only, fused on CUDA."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.05},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=lr, betas=(0.9, 0.999), eps=1e-8,
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.05},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=(0.9, 0.999),
+        eps=1e-8,
         **({"fused": True} if device.type == "cuda" else {"foreach": True}),
     )
 
 
-def training_step(model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor,
-                  device: torch.device) -> Callable[[], None]:
+def training_step(
+    model: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, device: torch.device
+) -> Callable[[], None]:
     """One step as ``probe.training.loop.Trainer`` takes it: target-token loss (bf16 autocast on CUDA),
     backward, gradient clipping at 1.0, AdamW. No dropout (the ``base`` recipe adds 0.1 through hooks)."""
     from probe.training.loop import target_loss

@@ -40,6 +40,7 @@ def main() -> int:
 
     from probe.analysis import compare_report, write_compare_report
     from probe.errors import ProbeError
+
     imported = time.perf_counter() - started
 
     if args.threads:
@@ -50,8 +51,15 @@ def main() -> int:
     load_before = os.getloadavg()
     start = time.perf_counter()
     try:
-        report = compare_report("nope", root=args.checkpoints, task=args.task, seed=args.seed,
-                                n_per_bucket=args.n_per_bucket, metric=args.metric, device=args.device)
+        report = compare_report(
+            "nope",
+            root=args.checkpoints,
+            task=args.task,
+            seed=args.seed,
+            n_per_bucket=args.n_per_bucket,
+            metric=args.metric,
+            device=args.device,
+        )
     except ProbeError as error:
         print(f"bench/compare.py: {error}", file=sys.stderr)
         return 2
@@ -64,9 +72,28 @@ def main() -> int:
     cli = None
     if not args.skip_cli:
         with tempfile.TemporaryDirectory() as out:
-            command = [sys.executable, "-m", "probe.cli", "compare", "nope", "--checkpoints", args.checkpoints,
-                       "--task", args.task, "--seed", str(args.seed), "--device", args.device,
-                       "--n-per-bucket", str(args.n_per_bucket), "--metric", args.metric, "--json", "--out", out]
+            command = [
+                sys.executable,
+                "-m",
+                "probe.cli",
+                "compare",
+                "nope",
+                "--checkpoints",
+                args.checkpoints,
+                "--task",
+                args.task,
+                "--seed",
+                str(args.seed),
+                "--device",
+                args.device,
+                "--n-per-bucket",
+                str(args.n_per_bucket),
+                "--metric",
+                args.metric,
+                "--json",
+                "--out",
+                out,
+            ]
             start = time.perf_counter()
             done = subprocess.run(command, capture_output=True, text=True)
             cli = {"command": " ".join(command[2:]), "wall_s": time.perf_counter() - start, "exit": done.returncode}
@@ -79,8 +106,12 @@ def main() -> int:
     model_config = json.loads((Path(report.a.path) / "config.json").read_text())["model"]
     timings = dict(report.timings)
     payload = {
-        **header("compare", "probe compare nope: NoPE vs every other PE and the NoPE' seed baseline, stage by stage",
-                 args.device, load_before),
+        **header(
+            "compare",
+            "probe compare nope: NoPE vs every other PE and the NoPE' seed baseline, stage by stage",
+            args.device,
+            load_before,
+        ),
         "checkpoints": str(Path(args.checkpoints).resolve()),
         "task_folder": report.task_folder,
         "model": {k: model_config[k] for k in ("n_layers", "n_heads", "d_model", "d_head")},
@@ -96,8 +127,10 @@ def main() -> int:
     }
     path = write_json("compare", args.device, payload)
 
-    print(f"{len(report.results)} comparisons × {first.overall.n_examples} examples ({len(first.buckets)} buckets), "
-          f"{payload['model']['n_layers']} layers × {payload['model']['n_heads']} heads")
+    print(
+        f"{len(report.results)} comparisons × {first.overall.n_examples} examples ({len(first.buckets)} buckets), "
+        f"{payload['model']['n_layers']} layers × {payload['model']['n_heads']} heads"
+    )
     for stage, seconds in payload["stages_s"].items():
         print(f"  {stage:<14} {seconds:8.2f} s")
     if cli:

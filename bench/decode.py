@@ -71,12 +71,16 @@ def main() -> int:
 
             def run(model=model, use_cache=use_cache, name=name) -> None:
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-                    outputs[name] = [greedy_decode(model, prompts, n, never, tokenizer.pad_id, use_cache)
-                                     for prompts, n in batches]
+                    outputs[name] = [
+                        greedy_decode(model, prompts, n, never, tokenizer.pad_id, use_cache) for prompts, n in batches
+                    ]
 
             variants[name] = run
-    print(f"{len(examples)} SCAN test examples in {len(batches)} batches, {new_tokens} new tokens per pass; "
-          f"{args.repeats} repeats", flush=True)
+    print(
+        f"{len(examples)} SCAN test examples in {len(batches)} batches, {new_tokens} new tokens per pass; "
+        f"{args.repeats} repeats",
+        flush=True,
+    )
     timings = interleave(variants, repeats=args.repeats, calls=1, warmup=1, device=device)
     runs = timings[clock(device)]
     seconds = medians(runs)
@@ -84,21 +88,33 @@ def main() -> int:
     for pe in args.pes:
         cached, uncached = f"{pe}/cache", f"{pe}/no_cache"
         same = all(torch.equal(a, b) for a, b in zip(outputs[cached], outputs[uncached]))
-        rows.append({
-            "pe": pe,
-            "seconds": {"cache": seconds[cached], "no_cache": seconds[uncached]},
-            "wall_seconds": {"cache": medians(timings["wall"])[cached], "no_cache": medians(timings["wall"])[uncached]},
-            "examples_per_s": {"cache": len(examples) / seconds[cached], "no_cache": len(examples) / seconds[uncached]},
-            "new_tokens_per_s": {"cache": new_tokens / seconds[cached], "no_cache": new_tokens / seconds[uncached]},
-            "cache_speedup": paired_ratio(runs, uncached, cached),
-            "cache_speedup_wall": paired_ratio(timings["wall"], uncached, cached)["median"],
-            "same_tokens_with_and_without_cache": same,
-        })
+        rows.append(
+            {
+                "pe": pe,
+                "seconds": {"cache": seconds[cached], "no_cache": seconds[uncached]},
+                "wall_seconds": {
+                    "cache": medians(timings["wall"])[cached],
+                    "no_cache": medians(timings["wall"])[uncached],
+                },
+                "examples_per_s": {
+                    "cache": len(examples) / seconds[cached],
+                    "no_cache": len(examples) / seconds[uncached],
+                },
+                "new_tokens_per_s": {"cache": new_tokens / seconds[cached], "no_cache": new_tokens / seconds[uncached]},
+                "cache_speedup": paired_ratio(runs, uncached, cached),
+                "cache_speedup_wall": paired_ratio(timings["wall"], uncached, cached)["median"],
+                "same_tokens_with_and_without_cache": same,
+            }
+        )
     payload = {
-        **header("decode",
-                 "probe.decoding.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
-                "KV cache vs full recomputation each step; untrained model with <eos> unreachable, so each "
-                "batch decodes longest gold target + 1 tokens", device, load_before),
+        **header(
+            "decode",
+            "probe.decoding.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
+            "KV cache vs full recomputation each step; untrained model with <eos> unreachable, so each "
+            "batch decodes longest gold target + 1 tokens",
+            device,
+            load_before,
+        ),
         "preset": args.preset,
         "examples": len(examples),
         "batches": len(batches),
@@ -106,15 +122,17 @@ def main() -> int:
         "new_tokens_per_pass": new_tokens,
         "clock": clock(device),
         "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) of one pass over the examples after "
-                  f"one warm-up pass each; seconds on the {clock(device)} clock (process CPU time on CPU, "
-                  "wall on CUDA); speed-ups are medians of per-repeat ratios",
+        f"one warm-up pass each; seconds on the {clock(device)} clock (process CPU time on CPU, "
+        "wall on CUDA); speed-ups are medians of per-repeat ratios",
         "results": rows,
     }
     path = write_json("decode", device, payload)
     print(f"\n{'PE':>7} {'cache ex/s':>11} {'no cache ex/s':>14} {'speed-up':>9} {'same tokens':>12}")
     for row in rows:
-        print(f"{row['pe']:>7} {row['examples_per_s']['cache']:>11.1f} {row['examples_per_s']['no_cache']:>14.1f} "
-              f"{row['cache_speedup']['median']:>8.2f}x {str(row['same_tokens_with_and_without_cache']):>12}")
+        print(
+            f"{row['pe']:>7} {row['examples_per_s']['cache']:>11.1f} {row['examples_per_s']['no_cache']:>14.1f} "
+            f"{row['cache_speedup']['median']:>8.2f}x {str(row['same_tokens_with_and_without_cache']):>12}"
+        )
     print(f"wrote {path}")
     return 0 if all(row["same_tokens_with_and_without_cache"] for row in rows) else 1
 

@@ -99,17 +99,26 @@ def top_ops(step: Callable[[], None], device: torch.device, steps: int, rows: in
         "sorted_by": key,
         "total_self_ms_per_step": total / 1e3 / steps,
         "aten_ops_per_step": sum(e.count for e in events if e.key.startswith("aten::")) / steps,
-        "ops": [{"op": e.key, "self_ms_per_step": getattr(e, key) / 1e3 / steps,
-                 "share": getattr(e, key) / total, "calls_per_step": e.count / steps} for e in ops],
+        "ops": [
+            {
+                "op": e.key,
+                "self_ms_per_step": getattr(e, key) / 1e3 / steps,
+                "share": getattr(e, key) / total,
+                "calls_per_step": e.count / steps,
+            }
+            for e in ops
+        ],
     }
 
 
-def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, vocab: int,
-            device: torch.device) -> dict[str, object]:
+def measure(
+    args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, vocab: int, device: torch.device
+) -> dict[str, object]:
     """Every PE's step on one batch, interleaved: times, ratios to NoPE, hooked over fast."""
     args.repeats, steps = training_repeats(args, device)
-    models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed,
-                              device=device) for pe in args.pes}
+    models = {
+        pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed, device=device) for pe in args.pes
+    }
     steps_of = {pe: training_step(model, tokens, mask, device) for pe, model in models.items()}
     if args.steps is None:
         steps = steps_per_turn(steps_of["nope"], device)
@@ -117,8 +126,9 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
     if not args.no_hooked:
         variants.update({f"{pe}/hooked": on_path(models[pe], False, steps_of[pe]) for pe in args.pes})
     variants.update({f"{pe}/forward": on_path(models[pe], True, forward_pass(models[pe], tokens)) for pe in args.pes})
-    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps,
-                                               device=device)
+    timings, ops, warmup = time_training_steps(
+        variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device
+    )
     runs = timings[clock(device)]
     step_s = medians(runs)
     wall_step_s = medians(timings["wall"])
@@ -129,8 +139,8 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
         "batch": list(tokens.shape),
         "steps_per_repeat": steps,
         "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after {warmup} warm-up step(s) "
-                  f"per variant; step_s and ratios on the {clock(device)} clock (process CPU time on CPU, wall "
-                  "on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
+        f"per variant; step_s and ratios on the {clock(device)} clock (process CPU time on CPU, wall "
+        "on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
         "step_s": step_s,
         "wall_step_s": wall_step_s,
         "runs_s": timings,
@@ -143,8 +153,9 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
         "within_target": {pe: vs_nope[pe]["median"] <= TARGET for pe in vs_nope if pe in TARGETED},
         "forward_s": {pe: step_s[f"{pe}/forward"] for pe in args.pes},
         "forward_vs_nope": forward_vs_nope,
-        "forward_within_target": {pe: forward_vs_nope[pe]["median"] <= TARGET
-                                  for pe in forward_vs_nope if pe in TARGETED},
+        "forward_within_target": {
+            pe: forward_vs_nope[pe]["median"] <= TARGET for pe in forward_vs_nope if pe in TARGETED
+        },
         "hooked_over_fast": hooked_vs_fast,
     }
     if args.profile:
@@ -155,20 +166,26 @@ def measure(args: argparse.Namespace, tokens: torch.Tensor, mask: torch.Tensor, 
             profiled["nope/hooked"] = top_ops(variants["nope/hooked"], device, args.profile_steps, 15)
         profiled["plain"] = top_ops(training_step(plain, tokens, mask, device), device, args.profile_steps, 15)
         section["profile"] = profiled
-    print(f"\n{'PE':>9} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'fwd (ms)':>9} {'x NoPE':>7} {'kernels':>8} "
-          f"{'hooked/fast':>12}")
+    print(
+        f"\n{'PE':>9} {'step (ms)':>10} {'x NoPE':>8} {'target':>7} {'fwd (ms)':>9} {'x NoPE':>7} {'kernels':>8} "
+        f"{'hooked/fast':>12}"
+    )
     for pe in args.pes:
         ratio = vs_nope[pe]["median"] if pe in vs_nope else 1.0
         target = f"<={TARGET:.2f}" if pe in TARGETED else ""
         hooked = f"{hooked_vs_fast[pe]['median']:.3f}" if pe in hooked_vs_fast else ""
         forward = forward_vs_nope[pe]["median"] if pe in forward_vs_nope else 1.0
-        print(f"{pe:>9} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {step_s[f'{pe}/forward'] * 1e3:>9.1f} "
-              f"{forward:>7.3f} {ops[pe]['kernels']:>8} {hooked:>12}")
+        print(
+            f"{pe:>9} {step_s[pe] * 1e3:>10.1f} {ratio:>8.3f} {target:>7} {step_s[f'{pe}/forward'] * 1e3:>9.1f} "
+            f"{forward:>7.3f} {ops[pe]['kernels']:>8} {hooked:>12}"
+        )
     if args.profile:
         for name, prof in section["profile"].items():
             top = ", ".join(f"{op['op']} {op['share']:.0%}" for op in prof["ops"][:5])
-            print(f"profile {name:>13}: {prof['total_self_ms_per_step']:.1f} ms/step, "
-                  f"{prof['aten_ops_per_step']:.0f} aten ops/step; {top}")
+            print(
+                f"profile {name:>13}: {prof['total_self_ms_per_step']:.1f} ms/step, "
+                f"{prof['aten_ops_per_step']:.0f} aten ops/step; {top}"
+            )
     return section
 
 
@@ -180,9 +197,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")
     parser.add_argument("--lengths", type=int, nargs="+", help="time random-token batches of these lengths instead")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="timed steps per variant per repeat (default: as many as "
-                        f"fill {TURN_S} s at NoPE's pace, at most {MAX_STEPS_PER_TURN})")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed steps per variant per repeat (default: as many as "
+        f"fill {TURN_S} s at NoPE's pace, at most {MAX_STEPS_PER_TURN})",
+    )
     parser.add_argument("--no-hooked", action="store_true", help="time the fast path only")
     parser.add_argument("--profile", action="store_true", help="add torch.profiler's top operators per PE")
     parser.add_argument("--profile-steps", type=int, default=5)
@@ -198,17 +219,22 @@ def main() -> int:
             generator = torch.Generator().manual_seed(args.seed)
             tokens = torch.randint(vocab, (args.batch, length), generator=generator).to(device)
             print(f"T = {length}", flush=True)
-            sections[str(length)] = measure(args, tokens, torch.ones(args.batch, length - 1, device=device), vocab,
-                                            device)
+            sections[str(length)] = measure(
+                args, tokens, torch.ones(args.batch, length - 1, device=device), vocab, device
+            )
     else:
         tokens, mask, vocab = scan_batch(args.batch, args.length, args.seed, device)
         sections[str(args.length)] = measure(args, tokens, mask, vocab, device)
     payload = {
-        **header("pe_overhead",
-                 "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
-                "no dropout) and forward time (eval mode, inference_mode) of each PE at one preset, relative to NoPE; "
-                "fast (SDPA) vs forced hooked "
-                "attention path per PE; the same batch for all, per sequence length", device, load_before),
+        **header(
+            "pe_overhead",
+            "training-step time (target-token loss, backward, grad clip, AdamW; bf16 autocast on CUDA; "
+            "no dropout) and forward time (eval mode, inference_mode) of each PE at one preset, relative to NoPE; "
+            "fast (SDPA) vs forced hooked "
+            "attention path per PE; the same batch for all, per sequence length",
+            device,
+            load_before,
+        ),
         "preset": args.preset,
         "clock": clock(device),
         "target_vs_nope": TARGET,

@@ -116,8 +116,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=None)
     parser.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
-    parser.add_argument("--pes", nargs="+", default=["nope"], choices=PE_KINDS,
-                        help="probe models to compare with the plain decoder (default nope: the same architecture)")
+    parser.add_argument(
+        "--pes",
+        nargs="+",
+        default=["nope"],
+        choices=PE_KINDS,
+        help="probe models to compare with the plain decoder (default nope: the same architecture)",
+    )
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per variant per repeat (default 1)")
@@ -128,8 +133,9 @@ def main() -> int:
     load_before = os.getloadavg()
 
     plain = PlainDecoder(resolve_config("nope", vocab_size=vocab, preset=args.preset, seed=args.seed)).to(device)
-    models = {pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed,
-                              device=device) for pe in args.pes}
+    models = {
+        pe: build_model(pe, vocab_size=vocab, preset=args.preset, seed=args.seed, device=device) for pe in args.pes
+    }
     same_function = None
     if "nope" in models:  # same weights in both: the same function, checked on the batch itself
         if trainable(plain) != trainable(models["nope"]):
@@ -139,18 +145,22 @@ def main() -> int:
             same_function = float((plain(tokens) - models["nope"](tokens)).abs().max())
     variants = {"plain": training_step(plain, tokens, mask, device)}
     variants.update({pe: training_step(model, tokens, mask, device) for pe, model in models.items()})
-    timings, ops, warmup = time_training_steps(variants, preset=args.preset, repeats=args.repeats, calls=steps,
-                                               device=device)
+    timings, ops, warmup = time_training_steps(
+        variants, preset=args.preset, repeats=args.repeats, calls=steps, device=device
+    )
     runs = timings[clock(device)]
     step_s = medians(runs)
     ratios = {pe: _inverse(paired_ratio(runs, pe, "plain")) for pe in models}
 
     payload = {
-        **header("plain_decoder",
-                 "training tokens/s of probe's HookedTransformer models vs PlainDecoder (same shape, plain "
-                "PyTorch on scaled_dot_product_attention); one step = target-token loss, backward, grad "
-                "clip, AdamW (foreach on CPU, fused + bf16 autocast on CUDA); no dropout; same SCAN batch", device,
-                 load_before),
+        **header(
+            "plain_decoder",
+            "training tokens/s of probe's HookedTransformer models vs PlainDecoder (same shape, plain "
+            "PyTorch on scaled_dot_product_attention); one step = target-token loss, backward, grad "
+            "clip, AdamW (foreach on CPU, fused + bf16 autocast on CUDA); no dropout; same SCAN batch",
+            device,
+            load_before,
+        ),
         "preset": args.preset,
         "batch": args.batch,
         "length": args.length,
@@ -159,9 +169,9 @@ def main() -> int:
         "max_abs_logit_diff_vs_nope_same_weights": same_function,
         "clock": clock(device),
         "timing": f"{args.repeats} interleaved repeats (order rotated each repeat) after {warmup} warm-up step(s) per "
-                  "variant; "
-                  f"step_s, tokens_per_s and ratios on the {clock(device)} clock (process CPU time on CPU, "
-                  "wall on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
+        "variant; "
+        f"step_s, tokens_per_s and ratios on the {clock(device)} clock (process CPU time on CPU, "
+        "wall on CUDA); ratios are medians of per-repeat ratios; wall-clock figures beside them",
         "step_s": step_s,
         "wall_step_s": medians(timings["wall"]),
         "runs_s": timings,
@@ -171,23 +181,31 @@ def main() -> int:
         "target": "probe/plain tokens/s >= 0.8 at base on an H100",
         # probe tokens/s over plain tokens/s = plain step time over probe step time
         "probe_over_plain_tokens_per_s": ratios,
-        "probe_over_plain_tokens_per_s_wall": {pe: _inverse(paired_ratio(timings["wall"], pe, "plain"))["median"]
-                                               for pe in models},
+        "probe_over_plain_tokens_per_s_wall": {
+            pe: _inverse(paired_ratio(timings["wall"], pe, "plain"))["median"] for pe in models
+        },
     }
     path = write_json(f"plain_decoder_{args.preset}", device, payload)
     print(f"\n{'model':>6} {'step (ms)':>10} {'tokens/s':>10} {'probe/plain':>12} {'kernels':>8}")
     for name, seconds in step_s.items():
         ratio = format(ratios[name]["median"], ".3f") if name in ratios else ""
-        print(f"{name:>6} {seconds * 1e3:>10.1f} {payload['tokens_per_s'][name]:>10.0f} {ratio:>12} "
-              f"{ops[name]['kernels']:>8}")
+        print(
+            f"{name:>6} {seconds * 1e3:>10.1f} {payload['tokens_per_s'][name]:>10.0f} {ratio:>12} "
+            f"{ops[name]['kernels']:>8}"
+        )
     print(f"wrote {path}")
     return 0
 
 
 def _inverse(ratio: dict) -> dict:
     """A time ratio (probe / plain) turned into a throughput ratio (probe / plain tokens/s)."""
-    return {"median": 1 / ratio["median"], "min": 1 / ratio["max"], "max": 1 / ratio["min"],
-            "ratio_of_medians": 1 / ratio["ratio_of_medians"], "per_repeat": [1 / r for r in ratio["per_repeat"]]}
+    return {
+        "median": 1 / ratio["median"],
+        "min": 1 / ratio["max"],
+        "max": 1 / ratio["min"],
+        "ratio_of_medians": 1 / ratio["ratio_of_medians"],
+        "per_repeat": [1 / r for r in ratio["per_repeat"]],
+    }
 
 
 if __name__ == "__main__":

@@ -27,8 +27,16 @@ from probe.models.authors import model_config  # noqa: E402
 from probe.models.transformer import PETransformer  # noqa: E402
 from probe.perplexity import Protocol  # noqa: E402
 
-RELEASED = {"position_encoding_type": "rotary", "vocab_size": 49152, "num_layers": 24, "d_model": 1024,
-            "num_heads": 32, "d_kv": 128, "d_ff": 16384, "layer_norm_epsilon": 1e-6}
+RELEASED = {
+    "position_encoding_type": "rotary",
+    "vocab_size": 49152,
+    "num_layers": 24,
+    "d_model": 1024,
+    "num_heads": 32,
+    "d_kv": 128,
+    "d_ff": 16384,
+    "layer_norm_epsilon": 1e-6,
+}
 
 
 def main() -> None:
@@ -47,9 +55,13 @@ def main() -> None:
                 forward[name] = time.perf_counter() - started
     per_file_tokens = sum(Protocol.scaled(1024).contexts)
     payload = {
-        **header("released_1b", "one forward of a 1024-token window through a model of the released 1B config "
-                 "(random weights), float32 and bf16 autocast, and the projected `probe perplexity` time per file",
-                 "cpu", load_before),
+        **header(
+            "released_1b",
+            "one forward of a 1024-token window through a model of the released 1B config "
+            "(random weights), float32 and bf16 autocast, and the projected `probe perplexity` time per file",
+            "cpu",
+            load_before,
+        ),
         "weights": sum(p.numel() for p in model.parameters()),
         "build_s": build_s,
         "forward_1024_s": forward,

@@ -38,27 +38,44 @@ def main() -> None:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(args.checkpoints or scratch) / "study"
-        flags = ["--checkpoints", str(root), "--device", args.device, *(["--steps",
-                                                                         str(args.steps)] if args.steps else [])]
-        estimate = json.loads(subprocess.run([*PROBE, *flags, "--dry-run", "--json"], check=True,
-                                             stdout=subprocess.PIPE, text=True).stdout)
+        flags = [
+            "--checkpoints",
+            str(root),
+            "--device",
+            args.device,
+            *(["--steps", str(args.steps)] if args.steps else []),
+        ]
+        estimate = json.loads(
+            subprocess.run(
+                [*PROBE, *flags, "--dry-run", "--json"], check=True, stdout=subprocess.PIPE, text=True
+            ).stdout
+        )
         started = time.perf_counter()
-        done = json.loads(subprocess.run([*PROBE, *flags, "--json"], check=True, stdout=subprocess.PIPE,
-                                         text=True).stdout)
+        done = json.loads(
+            subprocess.run([*PROBE, *flags, "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout
+        )
         wall = time.perf_counter() - started
         report = json.loads(Path(done["report"]).read_text())
-        train_seconds = sum(json.loads((Path(p) / "config.json").read_text())["metrics"]["train_seconds"]
-                            for p in estimate["runs"])
+        train_seconds = sum(
+            json.loads((Path(p) / "config.json").read_text())["metrics"]["train_seconds"] for p in estimate["runs"]
+        )
     ood = {folder: {pe: t["ood"] for pe, t in entry["ours"].items()} for folder, entry in report["tasks"].items()}
-    result = {**header("reproduce_wall", "wall time of probe reproduce, beside its --dry-run estimate", args.device,
-                       load),
-              "flags": flags[2:], "estimated_training_seconds": estimate["estimated_training_seconds"],
-              "jobs": estimate["jobs"], "threads_per_job": estimate["threads_per_job"], "wall_seconds": wall,
-              "train_seconds_summed_over_runs": train_seconds, "ood": ood}
+    result = {
+        **header("reproduce_wall", "wall time of probe reproduce, beside its --dry-run estimate", args.device, load),
+        "flags": flags[2:],
+        "estimated_training_seconds": estimate["estimated_training_seconds"],
+        "jobs": estimate["jobs"],
+        "threads_per_job": estimate["threads_per_job"],
+        "wall_seconds": wall,
+        "train_seconds_summed_over_runs": train_seconds,
+        "ood": ood,
+    }
     name = f"reproduce_wall_{load_grid('reproduce')['preset']}" + (f"_{args.steps}steps" if args.steps else "")
     path = write_json(name, args.device, result)
-    print(f"estimate {estimate['estimated_training_seconds'] / 60:.1f} min of training; measured {wall / 60:.1f} min "
-          f"in all; wrote {path}")
+    print(
+        f"estimate {estimate['estimated_training_seconds'] / 60:.1f} min of training; measured {wall / 60:.1f} min "
+        f"in all; wrote {path}"
+    )
 
 
 if __name__ == "__main__":

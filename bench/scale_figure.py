@@ -36,8 +36,10 @@ def weights(training: dict) -> int:
 
 def label(training: dict, device: str) -> str:
     config = resolve_config("nope", vocab_size=18, preset=training["preset"], **training.get("model", {}))
-    return (f"{config.n_layers}x{config.d_model}, {training['steps']} x {training['batch_size']}"
-            f"{', dropout ' + str(training['dropout']) if training.get('dropout') else ''} ({device})")
+    return (
+        f"{config.n_layers}x{config.d_model}, {training['steps']} x {training['batch_size']}"
+        f"{', dropout ' + str(training['dropout']) if training.get('dropout') else ''} ({device})"
+    )
 
 
 def points(report_folders: list[Path]) -> list[dict]:
@@ -49,23 +51,39 @@ def points(report_folders: list[Path]) -> list[dict]:
         device = "H100" if "H100" in str(data["machine"].get("gpu")) else "CPU"
         for point in data["points"]:
             training = point["runs"][0]["training"]
-            found.append({"label": label(training, device), "source": path.name,
-                          "compute": weights(training) * training["steps"] * training["batch_size"],
-                          "iid": {r["pe"]: r["iid"] for r in point["runs"]},
-                          "ood": {r["pe"]: r["ood"] for r in point["runs"]}})
+            found.append(
+                {
+                    "label": label(training, device),
+                    "source": path.name,
+                    "compute": weights(training) * training["steps"] * training["batch_size"],
+                    "iid": {r["pe"]: r["iid"] for r in point["runs"]},
+                    "ood": {r["pe"]: r["ood"] for r in point["runs"]},
+                }
+            )
     for folder in report_folders:
         report = json.loads((folder / "report.json").read_text())
         entry = report["tasks"]["scan+split=paper"]
         config = json.loads(next((folder.parent / "scan+split=paper").glob("*/seed0/config.json")).read_text())
         training = config["training"]
-        found.append({"label": label(training, "CPU, probe reproduce"), "source": str(folder / "report.json"),
-                      "compute": weights(training) * training["steps"] * training["batch_size"],
-                      "iid": {pe: t["iid"] for pe, t in entry["ours"].items()},
-                      "ood": {pe: t["ood"] for pe, t in entry["ours"].items()}})
+        found.append(
+            {
+                "label": label(training, "CPU, probe reproduce"),
+                "source": str(folder / "report.json"),
+                "compute": weights(training) * training["steps"] * training["batch_size"],
+                "iid": {pe: t["iid"] for pe, t in entry["ours"].items()},
+                "ood": {pe: t["ood"] for pe, t in entry["ours"].items()},
+            }
+        )
     paper = paper_summary("scan-mdlen_tr25_ts48")
-    found.append({"label": "12x768, 40000 x 64, dropout 0.1 (the paper, 3 seeds)", "source": "probe.reference",
-                  "compute": PAPER_WEIGHTS * 40_000 * 64,
-                  "iid": {pe: s["iid"] for pe, s in paper.items()}, "ood": {pe: s["ood"] for pe, s in paper.items()}})
+    found.append(
+        {
+            "label": "12x768, 40000 x 64, dropout 0.1 (the paper, 3 seeds)",
+            "source": "probe.reference",
+            "compute": PAPER_WEIGHTS * 40_000 * 64,
+            "iid": {pe: s["iid"] for pe, s in paper.items()},
+            "ood": {pe: s["ood"] for pe, s in paper.items()},
+        }
+    )
     return sorted(found, key=lambda p: p["compute"])
 
 
@@ -78,20 +96,33 @@ def main() -> None:
     table = points([Path(p) for p in args.report])
     figure = go.Figure()
     for pe in PE_KINDS:
-        figure.add_trace(go.Scatter(
-            x=[p["label"] for p in table], y=[100 * p["ood"].get(pe, float("nan")) for p in table],
-                                    mode="lines+markers",
-            name=PE_LABELS[pe], line=dict(color=pe_color(pe)),
-            customdata=[100 * p["iid"].get(pe, float("nan")) for p in table],
-            hovertemplate="OOD %{y:.1f}%<br>IID %{customdata:.1f}%<extra>" + PE_LABELS[pe] + "</extra>"))
-    figure.update_layout(title="SCAN (the paper's split): exact match on unseen lengths 26-48 against scale",
-                         xaxis_title="model (layers x width), steps x batch, where it ran; ordered by training compute",
-                         yaxis_title="OOD exact match (%)", yaxis_range=[-2, 102], template="plotly_white")
+        figure.add_trace(
+            go.Scatter(
+                x=[p["label"] for p in table],
+                y=[100 * p["ood"].get(pe, float("nan")) for p in table],
+                mode="lines+markers",
+                name=PE_LABELS[pe],
+                line=dict(color=pe_color(pe)),
+                customdata=[100 * p["iid"].get(pe, float("nan")) for p in table],
+                hovertemplate="OOD %{y:.1f}%<br>IID %{customdata:.1f}%<extra>" + PE_LABELS[pe] + "</extra>",
+            )
+        )
+    figure.update_layout(
+        title="SCAN (the paper's split): exact match on unseen lengths 26-48 against scale",
+        xaxis_title="model (layers x width), steps x batch, where it ran; ordered by training compute",
+        yaxis_title="OOD exact match (%)",
+        yaxis_range=[-2, 102],
+        template="plotly_white",
+    )
     written = write_figure(figure, RESULTS / "scan_scale_figure")
     (RESULTS / "scan_scale_points.json").write_text(json.dumps(table, indent=1) + "\n")
     for p in table:
-        print(f"{p['label']:<60} " + "  ".join(f"{pe} {100 * p['ood'][pe]:5.1f}/{100 * p['iid'][pe]:5.1f}"
-                                               for pe in PE_KINDS if pe in p["ood"]))
+        print(
+            f"{p['label']:<60} "
+            + "  ".join(
+                f"{pe} {100 * p['ood'][pe]:5.1f}/{100 * p['iid'][pe]:5.1f}" for pe in PE_KINDS if pe in p["ood"]
+            )
+        )
     print("wrote " + ", ".join(map(str, written)))
 
 

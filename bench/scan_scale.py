@@ -47,8 +47,26 @@ PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(mai
 def start_train(root: Path, preset: str, flags: list[str], pes: list[str], device: str) -> subprocess.Popen:
     """``probe train`` of every PE of one point, side by side, in the background (JSON on stdout)."""
     pe_flags = [f for pe in pes for f in ("--pe", pe)]
-    return subprocess.Popen([*PROBE, "train", *TASK, *pe_flags, "--preset", preset, *flags, "--checkpoints", str(root),
-                             "--jobs", str(len(pes)), "--device", device, "--json"], stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            *PROBE,
+            "train",
+            *TASK,
+            *pe_flags,
+            "--preset",
+            preset,
+            *flags,
+            "--checkpoints",
+            str(root),
+            "--jobs",
+            str(len(pes)),
+            "--device",
+            device,
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen) -> list[dict]:
@@ -70,44 +88,95 @@ def main() -> None:
     parser.add_argument("--point", action="append", choices=list(POINTS), help="scale points (default: tiny)")
     parser.add_argument("--pe", action="append", choices=PE_KINDS, help="PEs (default: all five)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fit-seconds", type=float,
-                        help="set each point's steps to what fits this many seconds, every point training at once")
+    parser.add_argument(
+        "--fit-seconds",
+        type=float,
+        help="set each point's steps to what fits this many seconds, every point training at once",
+    )
     parser.add_argument("--steps", type=int, help="every point's training steps (default: each point's own)")
     parser.add_argument("--valid", type=int, default=1000, help="held-out IID examples per run (default 1000)")
     parser.add_argument("--root", default="checkpoints/scan_scale", help="where the runs go")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     pes = args.pe or list(PAPER_PES)
-    results = {**header("scan_scale", "IID and OOD exact match on the paper's SCAN split per PE and scale point",
-                        args.device, os.getloadavg()), "points": []}
+    results = {
+        **header(
+            "scan_scale",
+            "IID and OOD exact match on the paper's SCAN split per PE and scale point",
+            args.device,
+            os.getloadavg(),
+        ),
+        "points": [],
+    }
     names = args.point or ["tiny"]
-    flags = {name: [*POINTS[name][1], "--seed", str(args.seed), *(["--steps", str(args.steps)] if args.steps else [])]
-             for name in names}
+    flags = {
+        name: [*POINTS[name][1], "--seed", str(args.seed), *(["--steps", str(args.steps)] if args.steps else [])]
+        for name in names
+    }
     rates: dict[str, float | None] = dict.fromkeys(names)
     if args.fit_seconds:  # every point side by side, as they will train: 120 steps, the rate after step 50
-        probes = {name: start_train(Path(args.root) / "rate" / name, POINTS[name][0],
-                                    [*flags[name], "--steps", "120", "--force"], pes, args.device) for name in names}
+        probes = {
+            name: start_train(
+                Path(args.root) / "rate" / name,
+                POINTS[name][0],
+                [*flags[name], "--steps", "120", "--force"],
+                pes,
+                args.device,
+            )
+            for name in names
+        }
         for name, process in probes.items():
             rates[name] = min(steady_rate(r["path"]) for r in finish(process))
             flags[name] += ["--steps", str(max(100, int(rates[name] * args.fit_seconds) // 100 * 100))]
     started = time.perf_counter()
-    processes = {name: start_train(Path(args.root) / name, POINTS[name][0], flags[name], pes,
-                                   args.device) for name in names}
+    processes = {
+        name: start_train(Path(args.root) / name, POINTS[name][0], flags[name], pes, args.device) for name in names
+    }
     trained_by_point = {name: finish(process) for name, process in processes.items()}
     wall = time.perf_counter() - started
     for name in names:
         preset, root, trained, rate = POINTS[name][0], Path(args.root) / name, trained_by_point[name], rates[name]
-        done = subprocess.run([*PROBE, "eval", *TASK, "--checkpoints", str(root), "--valid", str(args.valid),
-                               "--device", args.device, "--json"], stdout=subprocess.PIPE, text=True, check=True)
+        done = subprocess.run(
+            [
+                *PROBE,
+                "eval",
+                *TASK,
+                "--checkpoints",
+                str(root),
+                "--valid",
+                str(args.valid),
+                "--device",
+                args.device,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
         report = json.loads(done.stdout)
         config = {r["pe"]: json.loads((Path(r["path"]) / "config.json").read_text())["training"] for r in trained}
-        results["points"].append({
-            "name": name, "preset": preset, "flags": flags[name], "measured_rate": rate, "train_wall_seconds": wall,
-            "runs": [{"pe": r["pe"], "seed": r["seed"], "training": config.get(r["pe"]),
-                      "steps_per_second": next(t["steps_per_second"] for t in trained if t["pe"] == r["pe"]),
-                      "iid": r["iid_accuracy"], "ood": r["ood_accuracy"], "buckets": r["buckets"]}
-                     for r in report["runs"] if r["seed"] == args.seed],
-        })
+        results["points"].append(
+            {
+                "name": name,
+                "preset": preset,
+                "flags": flags[name],
+                "measured_rate": rate,
+                "train_wall_seconds": wall,
+                "runs": [
+                    {
+                        "pe": r["pe"],
+                        "seed": r["seed"],
+                        "training": config.get(r["pe"]),
+                        "steps_per_second": next(t["steps_per_second"] for t in trained if t["pe"] == r["pe"]),
+                        "iid": r["iid_accuracy"],
+                        "ood": r["ood_accuracy"],
+                        "buckets": r["buckets"],
+                    }
+                    for r in report["runs"]
+                    if r["seed"] == args.seed
+                ],
+            }
+        )
         out = write_json("scan_scale", args.device, results)
         for r in results["points"][-1]["runs"]:
             print(f"{name:>10} {r['pe']:>7}  IID {100 * r['iid']:5.1f}%  OOD {100 * (r['ood'] or 0):5.1f}%", flush=True)

@@ -29,12 +29,14 @@ from pathlib import Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--concurrency", type=int, nargs="+",
-                        help="runs at a time (default: 1 2 on CPU, 1 2 4 8 on CUDA)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", help="runs at a time (default: 1 2 on CPU, 1 2 4 8 on CUDA)"
+    )
     parser.add_argument("--runs", type=int, default=4, help="runs per concurrency level (default 4)")
     parser.add_argument("--task", default="scan")
-    parser.add_argument("--steps", type=int, default=100,
-                        help="training steps per run (default 100; tiny's recipe is 4000)")
+    parser.add_argument(
+        "--steps", type=int, default=100, help="training steps per run (default 100; tiny's recipe is 4000)"
+    )
     parser.add_argument("--eval-n", type=int, default=64, help="test examples evaluated per run (default 64)")
     args = parser.parse_args()
     levels = args.concurrency or ([1, 2] if args.device == "cpu" else [1, 2, 4, 8])
@@ -52,9 +54,16 @@ def main() -> int:
     results, load_before = [], os.getloadavg()
     for k in levels:
         with tempfile.TemporaryDirectory() as root:
-            grid = {"name": f"bench{k}", "task": args.task, "preset": "tiny", "steps": args.steps,
-                    "eval_n": args.eval_n, "eval_valid": args.eval_n, "eval_examples": args.eval_n,
-                    "block": [{"pe": pes[i % len(pes)], "seed": i // len(pes)} for i in range(args.runs)]}
+            grid = {
+                "name": f"bench{k}",
+                "task": args.task,
+                "preset": "tiny",
+                "steps": args.steps,
+                "eval_n": args.eval_n,
+                "eval_valid": args.eval_n,
+                "eval_examples": args.eval_n,
+                "block": [{"pe": pes[i % len(pes)], "seed": i // len(pes)} for i in range(args.runs)],
+            }
             runs = sweep.expand_grid(grid, root)
             manifest = sweep.Manifest(Path(root) / "sweep.json", grid["name"], runs)
             if args.device == "cpu":
@@ -73,7 +82,9 @@ def main() -> int:
                 sys.exit(f"k={k}: {len(failed)} run(s) failed: {failed[0].get('error')}")
             seconds = [e["seconds"] for e in entries]
             result = {
-                "concurrency": k, "runs": len(runs), "wall_seconds": wall,
+                "concurrency": k,
+                "runs": len(runs),
+                "wall_seconds": wall,
                 "runs_per_hour": 3600 * len(runs) / wall,
                 "steady_runs_per_hour": 3600 * k / statistics.mean(seconds),
                 "run_seconds_median": statistics.median(seconds),
@@ -83,9 +94,17 @@ def main() -> int:
             results.append(result)
             print(json.dumps(result), flush=True)
     payload = {
-        **header("sweep", "runs per hour of probe.sweep.execute with k runs at a time, fresh local Ray instance "
-                 "per k", args.device, load_before),
-        "ray": ray.__version__, "task": args.task, "preset": "tiny", "steps": args.steps, "eval_n": args.eval_n,
+        **header(
+            "sweep",
+            "runs per hour of probe.sweep.execute with k runs at a time, fresh local Ray instance per k",
+            args.device,
+            load_before,
+        ),
+        "ray": ray.__version__,
+        "task": args.task,
+        "preset": "tiny",
+        "steps": args.steps,
+        "eval_n": args.eval_n,
         "results": results,
     }
     path = write_json("sweep", args.device, payload)

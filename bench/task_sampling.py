@@ -42,8 +42,9 @@ def main() -> int:
         rows.append({"task": label, "examples_per_second": rate, "seconds": seconds})
         print(f"{label:<26} {rate:>12,.0f} examples/s", flush=True)
     what = f"median seconds to draw {args.n} training examples, {args.repeats} seeds, per task"
-    path = write_json("task_sampling", "cpu", {**header("task_sampling", what, "cpu", load_before),
-                                               "n": args.n, "results": rows})
+    path = write_json(
+        "task_sampling", "cpu", {**header("task_sampling", what, "cpu", load_before), "n": args.n, "results": rows}
+    )
     print(f"wrote {path}")
     return 0
 

@@ -16,8 +16,22 @@ from collections.abc import Sequence
 
 from probe.errors import ProbeError
 
-COMMANDS = ("train", "eval", "compare", "distances", "theorem", "tasks", "pes", "sweep", "reproduce", "pretrain",
-            "perplexity", "importing", "app")  # the modules, in the order of `probe --help`
+COMMANDS = (
+    "train",
+    "eval",
+    "compare",
+    "distances",
+    "positions",
+    "theorem",
+    "tasks",
+    "pes",
+    "sweep",
+    "reproduce",
+    "pretrain",
+    "perplexity",
+    "importing",
+    "app",
+)  # the modules, in the order of `probe --help`
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except OSError as error:  # a file the command could not read or write: name it, no traceback
         where = f"{error.filename}: " if error.filename else ""
-        print(f"probe {args.command}: error: {where}{error.strerror or error} (finished work is kept; choose another "
-              "folder with --checkpoints or --out)", file=sys.stderr)
+        print(
+            f"probe {args.command}: error: {where}{error.strerror or error} (finished work is kept; choose another "
+            "folder with --checkpoints or --out)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"probe {args.command}: interrupted", file=sys.stderr)

@@ -45,8 +45,10 @@ def cause(error: BaseException) -> str:
 
 def write_error(path: str | os.PathLike, error: BaseException) -> ProbeError:
     """One line for a failed write: the file, the cause, and what is kept."""
-    return ProbeError(f"cannot write {path}: {cause(error)} (nothing there was replaced; free space or choose "
-                      "another folder, then run the same command again)")
+    return ProbeError(
+        f"cannot write {path}: {cause(error)} (nothing there was replaced; free space or choose "
+        "another folder, then run the same command again)"
+    )
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, make_parents: bool = True) -> None:

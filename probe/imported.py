@@ -43,9 +43,16 @@ def bos_token_id(folder: Path, tokenizer: CodeTokenizer) -> int | None:
     return None
 
 
-def import_released(folder: str | os.PathLike, checkpoints: str | os.PathLike, *, corpus: str = "stdlib",
-                    context: int | None = None, seed: int = 0, force: bool = False,
-                    progress: Callable[[str], None] | None = None) -> Path:
+def import_released(
+    folder: str | os.PathLike,
+    checkpoints: str | os.PathLike,
+    *,
+    corpus: str = "stdlib",
+    context: int | None = None,
+    seed: int = 0,
+    force: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
     """Write ``folder``'s model as a probe run under ``checkpoints``; returns the run folder.
 
     Everything is read and checked before anything is written: a folder that is not such a model, an
@@ -56,15 +63,20 @@ def import_released(folder: str | os.PathLike, checkpoints: str | os.PathLike, *
     try:
         tokenizer_json = (folder / TOKENIZER_FILE).read_text()
     except OSError:
-        raise ProbeError(f"{folder} has no readable {TOKENIZER_FILE}; the released models ship their "
-                         "tokenizer") from None
+        raise ProbeError(
+            f"{folder} has no readable {TOKENIZER_FILE}; the released models ship their tokenizer"
+        ) from None
     tokenizer = CodeTokenizer.from_json(tokenizer_json)
     if len(tokenizer) > model.cfg.d_vocab:
-        raise ProbeError(f"{folder}: its {len(tokenizer)}-token tokenizer does not fit the model's {model.cfg.d_vocab} "
-                         "ids")
+        raise ProbeError(
+            f"{folder}: its {len(tokenizer)}-token tokenizer does not fit the model's {model.cfg.d_vocab} ids"
+        )
     bos = bos_token_id(folder, tokenizer)
-    spec = CorpusSpec(corpus=corpus, context=context or int(config.get("n_positions", RELEASED_CONTEXT)),
-                      tokenizer=tokenizer_digest(tokenizer_json))
+    spec = CorpusSpec(
+        corpus=corpus,
+        context=context or int(config.get("n_positions", RELEASED_CONTEXT)),
+        tokenizer=tokenizer_digest(tokenizer_json),
+    )
     task_folder = Path(checkpoints) / corpus_folder_name(spec.options)
     run = task_folder / model.config.pe / f"seed{seed}"
     if (run / CONFIG).is_file() and not force:
@@ -73,7 +85,8 @@ def import_released(folder: str | os.PathLike, checkpoints: str | os.PathLike, *
     run.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run / TOKENIZER_FILE, prepared.tokenizer.to_json())  # as the corpus keeps it
     save_checkpoint(
-        model, run,
+        model,
+        run,
         task={"name": CODE_TASK, "options": spec.options},
         corpus={"fingerprint": prepared.manifest["fingerprint"], "sizes": prepared.summary()},
         training={"complete": True, "seed": seed, "pe_options": {}, "imported": True},
@@ -92,6 +105,9 @@ def _tokenizer_record(tokenizer: CodeTokenizer, bos: int | None) -> dict[str, An
 
 
 def _provenance(folder: Path, config: dict[str, Any], bos: int | None) -> dict[str, Any]:
-    return {"from": str(folder.resolve()), "architecture": config["architectures"][0],
-            "position_encoding_type": config["position_encoding_type"], "bos_token_id": bos}
-
+    return {
+        "from": str(folder.resolve()),
+        "architecture": config["architectures"][0],
+        "position_encoding_type": config["position_encoding_type"],
+        "bos_token_id": bos,
+    }

@@ -85,13 +85,21 @@ def _unsupported(folder: Path, error: OSError) -> None:
     key = str(folder.parent.parent)
     if key not in _warned:
         _warned.add(key)
-        print(f"probe: warning: this file system takes no locks ({error.strerror}) under {key}; two processes "
-              "could write the same run folder there at once", file=sys.stderr)
+        print(
+            f"probe: warning: this file system takes no locks ({error.strerror}) under {key}; two processes "
+            "could write the same run folder there at once",
+            file=sys.stderr,
+        )
 
 
 @contextmanager
-def run_lock(folder: str | os.PathLike, *, wait: bool = False, command: str = "probe",
-             on_wait: Callable[[dict], None] | None = None) -> Iterator[None]:
+def run_lock(
+    folder: str | os.PathLike,
+    *,
+    wait: bool = False,
+    command: str = "probe",
+    on_wait: Callable[[dict], None] | None = None,
+) -> Iterator[None]:
     """Hold ``folder``'s lock for the ``with`` block.
 
     Busy: raise :class:`RunLocked`, or with ``wait`` block until the holder is gone (calling

@@ -48,17 +48,26 @@ def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool
 
     torch.set_num_threads(threads)
     return train_run(
-        config, Path(path), torch.device(device), force=force, wait=wait, on_wait=lambda holder: say_waiting(path,
-                                                                                                             holder),
+        config,
+        Path(path),
+        torch.device(device),
+        force=force,
+        wait=wait,
+        on_wait=lambda holder: say_waiting(path, holder),
         on_start=lambda step, total: events.put((path, "start", step, None, None)),
         on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
     )
 
 
-def train_parallel(runs: Sequence[tuple[TrainConfig, Path]], device: str, *, jobs: int, force: bool = False,
-                   wait: bool = False,
-                   on_event: Callable[[str, str, int, float | None, float | None], None] | None = None
-                   ) -> list[RunResult | RunFailure]:
+def train_parallel(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    device: str,
+    *,
+    jobs: int,
+    force: bool = False,
+    wait: bool = False,
+    on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
+) -> list[RunResult | RunFailure]:
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``.
 
     A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
@@ -73,8 +82,10 @@ def train_parallel(runs: Sequence[tuple[TrainConfig, Path]], device: str, *, job
         events = manager.Queue()
         results: dict[int, RunResult | RunFailure] = {}
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = {pool.submit(_worker, config, str(path), device, force, wait, threads, events): i
-                       for i, (config, path) in enumerate(runs)}
+            futures = {
+                pool.submit(_worker, config, str(path), device, force, wait, threads, events): i
+                for i, (config, path) in enumerate(runs)
+            }
             pending = set(futures)
             while pending:
                 done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)

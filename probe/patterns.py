@@ -36,8 +36,9 @@ def pattern_hooks(model) -> list[str]:
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
     missing = [name for name in names if name not in model.hook_dict]
     if missing:
-        raise ProbeError(f"the model has no hook {missing[0]}: its attention cannot be read by TransformerLens' "
-                         "hook names")
+        raise ProbeError(
+            f"the model has no hook {missing[0]}: its attention cannot be read by TransformerLens' hook names"
+        )
     return names
 
 
@@ -57,13 +58,16 @@ def run_patterns(model, tokens: Tensor) -> Tensor:
     model.eval()
     model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(name, keep) for name in names])
     if len(captured) != len(names):
-        raise ProbeError(f"only {len(captured)} of the model's {len(names)} attention pattern hooks fired "
-                         "(is its attention computed without explicit probabilities?)")
+        raise ProbeError(
+            f"only {len(captured)} of the model's {len(names)} attention pattern hooks fired "
+            "(is its attention computed without explicit probabilities?)"
+        )
     return torch.stack([captured[name] for name in names], dim=1)  # [batch, layer, head, query, key]
 
 
-def _batches(sizes: Sequence[int], per_position_bytes: int, batch_size: int,
-             max_bytes: int) -> Iterator[tuple[int, int]]:
+def _batches(
+    sizes: Sequence[int], per_position_bytes: int, batch_size: int, max_bytes: int
+) -> Iterator[tuple[int, int]]:
     """Consecutive [start, stop) slices of at most `batch_size` items whose padded maps fit `max_bytes`."""
     start = 0
     while start < len(sizes):
@@ -77,9 +81,16 @@ def _batches(sizes: Sequence[int], per_position_bytes: int, batch_size: int,
         start = stop
 
 
-def collect_patterns(model, tokenizer: Tokenizer, examples: Sequence[Example], *, batch_size: int = 16,
-                     device: str | torch.device | None = None, to_cpu: bool = True,
-                     max_bytes: int = 2**30) -> Iterator[PatternBatch]:
+def collect_patterns(
+    model,
+    tokenizer: Tokenizer,
+    examples: Sequence[Example],
+    *,
+    batch_size: int = 16,
+    device: str | torch.device | None = None,
+    to_cpu: bool = True,
+    max_bytes: int = 2**30,
+) -> Iterator[PatternBatch]:
     """Attention maps of ``model`` on each example's gold input + output, batch by batch, in order.
 
     Yields :class:`PatternBatch` es of up to ``batch_size`` examples (fewer where a batch's maps
@@ -98,8 +109,10 @@ def collect_patterns(model, tokenizer: Tokenizer, examples: Sequence[Example], *
     sizes = [len(ids) for ids, _ in encoded]
     too_long = [size for size in sizes if size > model.cfg.n_ctx]
     if too_long:
-        raise ProbeError(f"{len(too_long)} example(s) have up to {max(too_long)} tokens, more than this "
-                         f"model's context (n_ctx={model.cfg.n_ctx})")
+        raise ProbeError(
+            f"{len(too_long)} example(s) have up to {max(too_long)} tokens, more than this "
+            f"model's context (n_ctx={model.cfg.n_ctx})"
+        )
     per_position = model.cfg.n_layers * model.cfg.n_heads * 4  # float32 bytes per (query, key)
     for start, stop in _batches(sizes, per_position, batch_size, max_bytes):
         rows = encoded[start:stop]
@@ -121,8 +134,9 @@ def collect_patterns(model, tokenizer: Tokenizer, examples: Sequence[Example], *
         )
 
 
-def example_attention(model, tokenizer: Tokenizer, source: str, target: str | None = None, *,
-                      max_new: int = 256) -> tuple[list[str], Tensor]:
+def example_attention(
+    model, tokenizer: Tokenizer, source: str, target: str | None = None, *, max_new: int = 256
+) -> tuple[list[str], Tensor]:
     """Tokens and attention maps [layer, head, query, key] (float32, CPU) of one example.
 
     With ``target=None`` the output is the model's own greedy continuation of ``source`` (up to
@@ -139,16 +153,16 @@ def example_attention(model, tokenizer: Tokenizer, source: str, target: str | No
         if room > 0:
             with torch.inference_mode():
                 model.eval()
-                generated = greedy_decode(model, torch.tensor([prompt], device=device), room,
-                                          tokenizer.eos_id, tokenizer.pad_id)[0].tolist()
+                generated = greedy_decode(
+                    model, torch.tensor([prompt], device=device), room, tokenizer.eos_id, tokenizer.pad_id
+                )[0].tolist()
         if tokenizer.eos_id in generated:
             generated = generated[: generated.index(tokenizer.eos_id) + 1]
         ids = prompt + generated
     else:
         ids = prompt + tokenizer.encode(target) + [tokenizer.eos_id]
     if len(ids) > model.cfg.n_ctx:
-        raise ProbeError(f"the example has {len(ids)} tokens, more than this model's context "
-                         f"(n_ctx={model.cfg.n_ctx})")
+        raise ProbeError(f"the example has {len(ids)} tokens, more than this model's context (n_ctx={model.cfg.n_ctx})")
     patterns = run_patterns(model, torch.tensor([ids], device=device))[0].float().cpu()
     vocab = tokenizer.vocab
     return [vocab[i] for i in ids], patterns  # patterns: [layer, head, query, key]

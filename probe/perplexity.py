@@ -64,21 +64,40 @@ class Protocol:
     def scaled(cls, train_context: int) -> Protocol:
         scale = train_context / PAPER_CONTEXT
         contexts = tuple(dict.fromkeys(max(2, round(c * scale)) for c in PAPER_CONTEXTS))
-        return cls(train_context, contexts, max(1, round(PAPER_SCORED * scale)), max(1, round(PAPER_BUCKET * scale)),
-                   round(PAPER_LONGEST * scale))
+        return cls(
+            train_context,
+            contexts,
+            max(1, round(PAPER_SCORED * scale)),
+            max(1, round(PAPER_BUCKET * scale)),
+            round(PAPER_LONGEST * scale),
+        )
 
     @property
     def multiples(self) -> list[float]:
         return [c / self.train_context for c in self.contexts]
 
     def to_json(self) -> dict[str, Any]:
-        return {"train_context": self.train_context, "contexts": list(self.contexts), "multiples": self.multiples,
-                "scored_tokens": self.scored, "bucket_width": self.bucket_width, "longest_bucket_end": self.longest}
+        return {
+            "train_context": self.train_context,
+            "contexts": list(self.contexts),
+            "multiples": self.multiples,
+            "scored_tokens": self.scored,
+            "bucket_width": self.bucket_width,
+            "longest_bucket_end": self.longest,
+        }
 
 
 @torch.inference_mode()
-def scored_nll(model, files: Sequence[Tensor], context: int, scored: int, *, device: torch.device,
-               batch_size: int = 16, bos: int | None = None) -> Tensor:
+def scored_nll(
+    model,
+    files: Sequence[Tensor],
+    context: int,
+    scored: int,
+    *,
+    device: torch.device,
+    batch_size: int = 16,
+    bos: int | None = None,
+) -> Tensor:
     """[file, scored] float64 NLL of each file's last ``scored`` tokens, read as its last ``context``
     tokens (with ``bos``: that token and the last ``context - 1``). Every file must have at least
     ``context`` tokens, and the model must read ``context`` tokens (the caller checks its n_ctx)."""
@@ -87,18 +106,29 @@ def scored_nll(model, files: Sequence[Tensor], context: int, scored: int, *, dev
     model.eval()
     rows = []
     for start in range(0, len(files), batch_size):
-        windows = torch.stack([f[-context:] for f in files[start:start + batch_size]]).to(device)  # [batch, context]
+        windows = torch.stack([f[-context:] for f in files[start : start + batch_size]]).to(device)  # [batch, context]
         if bos is not None:
             windows[:, 0] = bos
-        logits = model(windows)[:, -scored - 1:-1].double()  # [batch, scored, vocab]: predict the last `scored`
+        logits = model(windows)[:, -scored - 1 : -1].double()  # [batch, scored, vocab]: predict the last `scored`
         targets = windows[:, -scored:]  # [batch, scored]
         rows.append(F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").cpu())
     return torch.cat(rows) if rows else torch.empty(0, scored, dtype=torch.float64)
 
 
-def read_contexts(model, files: Sequence[Tensor], protocol: Protocol, *, device: torch.device, batch_size: int = 16,
-                  bos: int | None = None, max_length: int | None = None, progress: Progress | None = None,
-                  label: str = "", step: int = 0, steps: int = 1) -> Tensor:
+def read_contexts(
+    model,
+    files: Sequence[Tensor],
+    protocol: Protocol,
+    *,
+    device: torch.device,
+    batch_size: int = 16,
+    bos: int | None = None,
+    max_length: int | None = None,
+    progress: Progress | None = None,
+    label: str = "",
+    step: int = 0,
+    steps: int = 1,
+) -> Tensor:
     """[file, context] float64 mean NLL of each file's scored tokens at every context size of
     ``protocol``; NaN where the file is shorter than the context or the context is longer than
     ``max_length`` (the longest input the model reads; None: any). ``progress`` hears one step per
@@ -109,8 +139,15 @@ def read_contexts(model, files: Sequence[Tensor], protocol: Protocol, *, device:
             progress(f"{label} at {context} tokens", step + index, steps)
         long_enough = [i for i, f in enumerate(files) if len(f) >= context]
         if long_enough and (max_length is None or context <= max_length):
-            scores = scored_nll(model, [files[i] for i in long_enough], context, protocol.scored, device=device,
-                                batch_size=batch_size, bos=bos)
+            scores = scored_nll(
+                model,
+                [files[i] for i in long_enough],
+                context,
+                protocol.scored,
+                device=device,
+                batch_size=batch_size,
+                bos=bos,
+            )
             nll[long_enough, index] = scores.mean(1)
     return nll
 
@@ -120,12 +157,14 @@ def pick_files(lengths: Tensor, protocol: Protocol, max_files: int | None, seed:
     drawn with ``seed``, each at least as long as the smallest context; ProbeError if none is."""
     order = torch.arange(len(lengths))
     if max_files is not None and max_files < len(order):
-        order = order[torch.randperm(len(order),
-                                     generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
+        order = (
+            order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
+        )
     order = order[lengths[order] >= protocol.contexts[0]]
     if len(order) == 0:
-        raise ProbeError(f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger "
-                         "corpus")
+        raise ProbeError(
+            f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger corpus"
+        )
     return order
 
 
@@ -155,8 +194,11 @@ class PerplexityReport:
         """(low, high) token bounds of every bucket holding a file, from the smallest context up."""
         width = self.protocol.bucket_width
         lows = sorted({int(n) // width * width for n in self.lengths.tolist()})
-        return [(low, low + width) for low in lows
-                if self.protocol.contexts[0] <= low and low + width <= self.protocol.longest]
+        return [
+            (low, low + width)
+            for low in lows
+            if self.protocol.contexts[0] <= low and low + width <= self.protocol.longest
+        ]
 
     def cell(self, run: RunPerplexity, files: Tensor, context_index: int) -> dict[str, float] | None:
         """Mean file perplexity over ``files`` (bool [file]) at one context size, and its interval."""
@@ -166,8 +208,13 @@ class PerplexityReport:
         per_file = values.exp()  # [file] perplexity of each file
         ci = bootstrap_ci(per_file, N_RESAMPLES, 0.95, self.seed)
         pooled = math.exp(float(values.mean()))  # every file's scored tokens weigh the same
-        return {"perplexity": float(ci.mean), "low": float(ci.low), "high": float(ci.high),
-                "pooled_perplexity": pooled, "files": int(values.numel())}
+        return {
+            "perplexity": float(ci.mean),
+            "low": float(ci.low),
+            "high": float(ci.high),
+            "pooled_perplexity": pooled,
+            "files": int(values.numel()),
+        }
 
     def table(self) -> list[dict[str, Any]]:
         """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens.
@@ -176,8 +223,9 @@ class PerplexityReport:
             return self._rows
         rows = []
         groups = [("all", self.lengths >= self.protocol.contexts[-1], self.protocol.contexts[-1])]
-        groups += [(f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high),
-                    low) for low, high in self.buckets()]
+        groups += [
+            (f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high), low) for low, high in self.buckets()
+        ]
         for run in self.runs:
             for name, files, longest in groups:
                 for index, context in enumerate(self.protocol.contexts):
@@ -185,8 +233,16 @@ class PerplexityReport:
                         continue
                     cell = self.cell(run, files, index)
                     if cell is not None:
-                        rows.append({"run": run.label, "pe": run.pe, "bucket": name, "context": context,
-                                     "multiple": round(context / self.protocol.train_context, 3), **cell})
+                        rows.append(
+                            {
+                                "run": run.label,
+                                "pe": run.pe,
+                                "bucket": name,
+                                "context": context,
+                                "multiple": round(context / self.protocol.train_context, 3),
+                                **cell,
+                            }
+                        )
         self._rows = rows
         return rows
 
@@ -195,48 +251,71 @@ class PerplexityReport:
         context size, "-" where the bucket is not read at that size."""
         rows = self.table()
         contexts = self.protocol.contexts
-        lines = [f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, read with its last "
-                 f"c tokens (training context {self.protocol.train_context}); mean over the bucket's files.", ""]
+        lines = [
+            f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, read with its last "
+            f"c tokens (training context {self.protocol.train_context}); mean over the bucket's files.",
+            "",
+        ]
         for bucket in dict.fromkeys(row["bucket"] for row in rows):
             cells = {(row["run"], row["context"]): row for row in rows if row["bucket"] == bucket}
             files = max(row["files"] for row in cells.values())
             title = "all files of at least 2.5x the context" if bucket == "all" else f"length bucket {bucket}"
-            lines += [f"**{title}** ({files} files)", "", "| model | " + " | ".join(map(str, contexts)) + " |",
-                      "|---|" + "---|" * len(contexts)]
+            lines += [
+                f"**{title}** ({files} files)",
+                "",
+                "| model | " + " | ".join(map(str, contexts)) + " |",
+                "|---|" + "---|" * len(contexts),
+            ]
             for run in self.runs:
-                values = [f"{cells[run.label, c]['perplexity']:.3f}" if (run.label,
-                                                                         c) in cells else "-" for c in contexts]
+                values = [
+                    f"{cells[run.label, c]['perplexity']:.3f}" if (run.label, c) in cells else "-" for c in contexts
+                ]
                 lines.append(f"| {run.label} | " + " | ".join(values) + " |")
             lines.append("")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"protocol": self.protocol.to_json(), "seed": self.seed, "n_files": len(self.files),
-                "runs": [{"label": r.label, "pe": r.pe, "path": r.path, "pe_options": r.pe_options} for r in self.runs],
-                "rows": self.table()}
+        return {
+            "protocol": self.protocol.to_json(),
+            "seed": self.seed,
+            "n_files": len(self.files),
+            "runs": [{"label": r.label, "pe": r.pe, "path": r.path, "pe_options": r.pe_options} for r in self.runs],
+            "rows": self.table(),
+        }
 
 
 def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> PreparedCorpus:
     """The one corpus every run trained on (the folder beside the first), checked by fingerprint."""
     for config, path in zip(configs, paths):
         if task_name(config) != "code":
-            raise ProbeError(f"{path} is not a pretrained code model (task {task_name(config)!r}); "
-                             "perplexity reads runs of `probe pretrain`")
+            raise ProbeError(
+                f"{path} is not a pretrained code model (task {task_name(config)!r}); "
+                "perplexity reads runs of `probe pretrain`"
+            )
     corpus = run_corpus(paths[0], configs[0])
     for config, path in zip(configs[1:], paths[1:]):
         if config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
-            raise ProbeError(f"{path} was trained on another corpus than the one in {corpus.folder}; "
-                             "compare runs of one task folder")
+            raise ProbeError(
+                f"{path} was trained on another corpus than the one in {corpus.folder}; compare runs of one task folder"
+            )
     contexts = {config["task"]["options"]["context"] for config in configs}
     if len(contexts) > 1:
-        raise ProbeError(f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one "
-                         "context")
+        raise ProbeError(
+            f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context"
+        )
     return corpus
 
 
-def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] | None = None,
-                      max_files: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                      batch_size: int = 16, progress: Progress | None = None) -> PerplexityReport:
+def perplexity_report(
+    runs: Sequence[str | Path],
+    *,
+    pe_options: dict[str, Any] | None = None,
+    max_files: int | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    progress: Progress | None = None,
+) -> PerplexityReport:
     """Perplexity of held-out files per run, context size and file-length bucket, the paper's way
     (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
     runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this
@@ -263,14 +342,25 @@ def perplexity_report(runs: Sequence[str | Path], *, pe_options: dict[str, Any] 
             applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
         model = load_run(path, device=device, pe_options=applied or None)
         if model.cfg.n_ctx < protocol.contexts[-1]:
-            raise ProbeError(f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
-                             f"{protocol.contexts[-1]} (train with -m n_ctx={protocol.contexts[-1]})")
+            raise ProbeError(
+                f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
+                f"{protocol.contexts[-1]} (train with -m n_ctx={protocol.contexts[-1]})"
+            )
         training = config.get("training", {}).get("pe_options", {})
         seed_of = config.get("training", {}).get("seed", 0)
         label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
-        nll = read_contexts(model, files, protocol, device=device, batch_size=batch_size, bos=window_bos(config),
-                            progress=progress, label=label, step=done * len(protocol.contexts),
-                            steps=len(paths) * len(protocol.contexts))
+        nll = read_contexts(
+            model,
+            files,
+            protocol,
+            device=device,
+            batch_size=batch_size,
+            bos=window_bos(config),
+            progress=progress,
+            label=label,
+            step=done * len(protocol.contexts),
+            steps=len(paths) * len(protocol.contexts),
+        )
         results.append(RunPerplexity(label, config["pe"], str(path), nll, applied))
         del model
     names = corpus.heldout_names

@@ -63,16 +63,22 @@ class TaskSource:
         from probe.decoding import evaluate_examples
 
         valid = self.task.examples("valid", n=n, seed=self.seed)
-        return {"iid_accuracy": evaluate_examples(model, self.tokenizer, valid, device=device,
-                                                  answer_only=bool(self.task.options.get("scratchpad"))).accuracy}
+        return {
+            "iid_accuracy": evaluate_examples(
+                model, self.tokenizer, valid, device=device, answer_only=bool(self.task.options.get("scratchpad"))
+            ).accuracy
+        }
 
     def validation_set(self, n: int) -> EncodedSet:
         """The held-out IID examples :meth:`validate` decodes, encoded for one teacher-forced pass."""
         return encode(self.task.examples("valid", n=n, seed=self.seed), self.tokenizer)
 
     def metadata(self) -> dict[str, Any]:
-        return {"task": {"name": self.name, "options": self.task.options}, "tokenizer": self.tokenizer.to_dict(),
-                TOKENIZER_KEY: tokenizer_record(self.tokenizer.to_hf(), prepend_bos=self.tokenizer.bos)}
+        return {
+            "task": {"name": self.name, "options": self.task.options},
+            "tokenizer": self.tokenizer.to_dict(),
+            TOKENIZER_KEY: tokenizer_record(self.tokenizer.to_hf(), prepend_bos=self.tokenizer.bos),
+        }
 
     def write_files(self, folder: Path) -> None:
         """The run's tokenizer as a Hugging Face file: a checkpoint folder reads with its strings."""
@@ -114,17 +120,20 @@ class CorpusSource:
         return None
 
     def metadata(self) -> dict[str, Any]:
-        return {"task": {"name": CODE_TASK, "options": self.spec.options},
-                "corpus": {"fingerprint": self.corpus.manifest["fingerprint"], "sizes": self.corpus.summary()},
-                TOKENIZER_KEY: tokenizer_record(self.corpus.tokenizer.to_hf(), prepend_bos=False)}
+        return {
+            "task": {"name": CODE_TASK, "options": self.spec.options},
+            "corpus": {"fingerprint": self.corpus.manifest["fingerprint"], "sizes": self.corpus.summary()},
+            TOKENIZER_KEY: tokenizer_record(self.corpus.tokenizer.to_hf(), prepend_bos=False),
+        }
 
     def write_files(self, folder: Path) -> None:
         """The run's own copy of the tokenizer: a checkpoint folder reads without its corpus."""
         atomic_write_text(folder / TOKENIZER_FILE, self.corpus.tokenizer.to_json())
 
 
-def training_source(task: str, options: dict[str, Any], seed: int, run_path: Path,
-                    authors: bool = False) -> TrainingSource:
+def training_source(
+    task: str, options: dict[str, Any], seed: int, run_path: Path, authors: bool = False
+) -> TrainingSource:
     """The source of ``task``: the code corpus prepared beside the run, or a task's examples (in the
     authors' sequence format with ``authors``)."""
     if task == CODE_TASK:

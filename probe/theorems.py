@@ -41,15 +41,23 @@ JSD_FLOOR = 16 * float(np.finfo(np.float64).eps)
 # (claim, statement, where it is read)
 CLAIMS: tuple[tuple[str, str, str], ...] = (
     ("embedding", "H(0) dims 1-3 = (1, [x = <bos>], 0)  (Eq. word_embedding)", "hook_embed"),
-    ("t1_pattern", "Theorem 1 head attends 1/t to every key <= t  (Eq. abs_attention_prob)",
-     "blocks.0.attn.hook_pattern"),
+    (
+        "t1_pattern",
+        "Theorem 1 head attends 1/t to every key <= t  (Eq. abs_attention_prob)",
+        "blocks.0.attn.hook_pattern",
+    ),
     ("t1_output", "its output, dims 1-3 = (0, 0, 1/t)  (Eq. abs_output2)", "blocks.0.hook_attn_out"),
-    ("t1_mlp", "after the MLP, dims 1-3 = (1, [x = <bos>], t)  (Eq. rel_hidden_state_1)",
-     "blocks.0.hook_resid_post"),
-    ("t2_logits", "layers >= 2: <q_t, k_i> = f_cnt(q_t, k_i) - (t - i), i <= t  (Eq. rel_attention_dot_product)",
-     "blocks.<l>.attn.hook_attn_scores, every l >= 1"),
-    ("t2_kept", "dims 1-3 are never overwritten: still (1, [x = <bos>], t) at the end  (Theorem 2)",
-     "blocks.<last>.hook_resid_post"),
+    ("t1_mlp", "after the MLP, dims 1-3 = (1, [x = <bos>], t)  (Eq. rel_hidden_state_1)", "blocks.0.hook_resid_post"),
+    (
+        "t2_logits",
+        "layers >= 2: <q_t, k_i> = f_cnt(q_t, k_i) - (t - i), i <= t  (Eq. rel_attention_dot_product)",
+        "blocks.<l>.attn.hook_attn_scores, every l >= 1",
+    ),
+    (
+        "t2_kept",
+        "dims 1-3 are never overwritten: still (1, [x = <bos>], t) at the end  (Theorem 2)",
+        "blocks.<last>.hook_resid_post",
+    ),
 )
 
 TOLERANCES: dict[str, str] = {
@@ -57,10 +65,10 @@ TOLERANCES: dict[str, str] = {
     "t1_pattern": "4 eps: equal logits give exp(0) = 1 each, an exact integer sum t, one rounded division",
     "t1_output": "4 eps: one nonzero value times 1/t, then one nonzero W_O entry (values <= 1)",
     "t1_mlp": "4 eps T^1.5: t <= T is a sum of t - 1 positive ReLU terms (each < 3); rounding errors of a "
-              "sum of n terms random-walk to ~sqrt(n) eps times its size, eps T^1.5, and we allow 4x that "
-              "(the worst-case bound, about T^2 eps / 2, is 2.8x looser still at T = 512)",
+    "sum of n terms random-walk to ~sqrt(n) eps times its size, eps T^1.5, and we allow 4x that "
+    "(the worst-case bound, about T^2 eps / 2, is 2.8x looser still at T = 512)",
     "t2_logits": "2 x the t1_mlp tolerance (t and i each carry the MLP's error) + 2 d_head eps (2T + C), "
-                 "C = max sum_j |q_j k_j| over the content components: rounding of the dot product",
+    "C = max sum_j |q_j k_j| over the content components: rounding of the dot product",
     "t2_kept": "the t1_mlp tolerance: later layers add exact zeros to dims 1-3",
 }
 
@@ -175,9 +183,15 @@ class _Worst:
 
 @_one_thread()
 @torch.no_grad()
-def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.float64, seed: int = 0, *,
-                    model: PETransformer | None = None, lengths: Iterable[int] | None = None,
-                    progress: Callable[[int], None] | None = None) -> list[ClaimResult]:
+def verify_theorems(
+    max_length: int = 512,
+    dtype: torch.dtype | str = torch.float64,
+    seed: int = 0,
+    *,
+    model: PETransformer | None = None,
+    lengths: Iterable[int] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[ClaimResult]:
     """Check every claim of Theorems 1 and 2 on a random sequence of each length 1 .. ``max_length``.
 
     ``model``: a construction to check (default: :func:`theorem_model` with ``seed`` in ``dtype``);
@@ -195,9 +209,15 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
     worst = {claim: _Worst() for claim, _, _ in CLAIMS}
     content_size = 0.0
     last = f"blocks.{n_layers - 1}.hook_resid_post"
-    names = {"hook_embed", "blocks.0.attn.hook_pattern", "blocks.0.hook_attn_out", "blocks.0.hook_resid_post", last,
-             *(f"blocks.{layer}.attn.hook_attn_scores" for layer in range(1, n_layers)),
-             *(f"blocks.{layer}.hook_resid_pre" for layer in range(1, n_layers))}
+    names = {
+        "hook_embed",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_post",
+        last,
+        *(f"blocks.{layer}.attn.hook_attn_scores" for layer in range(1, n_layers)),
+        *(f"blocks.{layer}.hook_resid_pre" for layer in range(1, n_layers)),
+    }
     T = max(lengths)
     t_all = _positions(T, dtype)
     causal_all = torch.ones(T, T, dtype=torch.bool).tril()  # [query, key]
@@ -211,8 +231,7 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
         positions = torch.stack([one, bos, t], dim=1)  # [pos, 3]: Eq. rel_hidden_state_1
 
         def check(claim: str, value: torch.Tensor, expected: torch.Tensor) -> None:
-            worst[claim].update((value - expected).abs().flatten(1).amax(dim=1),
-                                length)  # noqa: B023 (called in this pass only)
+            worst[claim].update((value - expected).abs().flatten(1).amax(dim=1), length)  # noqa: B023 (called in this pass only)
 
         check("embedding", cache["hook_embed"][0, :, :3], torch.stack([one, bos, zero], dim=1))
         check("t1_pattern", cache["blocks.0.attn.hook_pattern"][0, 0], uniform_all[:length, :length])
@@ -229,11 +248,27 @@ def verify_theorems(max_length: int = 512, dtype: torch.dtype | str = torch.floa
             progress(length)
 
     mlp = mlp_tolerance(eps, T)
-    tolerance = {"embedding": 0.0, "t1_pattern": 4 * eps, "t1_output": 4 * eps, "t1_mlp": mlp,
-                 "t2_logits": 2 * mlp + 2 * model.cfg.d_head * eps * (2 * T + content_size), "t2_kept": mlp}
-    return [ClaimResult(claim, statement, hook, str(dtype).removeprefix("torch."), worst[claim].error,
-                        tolerance[claim], worst[claim].length, worst[claim].position)
-            for claim, statement, hook in CLAIMS]
+    tolerance = {
+        "embedding": 0.0,
+        "t1_pattern": 4 * eps,
+        "t1_output": 4 * eps,
+        "t1_mlp": mlp,
+        "t2_logits": 2 * mlp + 2 * model.cfg.d_head * eps * (2 * T + content_size),
+        "t2_kept": mlp,
+    }
+    return [
+        ClaimResult(
+            claim,
+            statement,
+            hook,
+            str(dtype).removeprefix("torch."),
+            worst[claim].error,
+            tolerance[claim],
+            worst[claim].length,
+            worst[claim].position,
+        )
+        for claim, statement, hook in CLAIMS
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,8 +291,13 @@ class Match:
     bias_rounding: float  # bound on |f_rel − fl32(f_rel)|: the target adds its bias in float32
 
 
-def match_alibi(slope: float = 0.5, max_length: int = 512, seed: int = 0, dtype: torch.dtype | str = torch.float64,
-                content: Content | None = None) -> Match:
+def match_alibi(
+    slope: float = 0.5,
+    max_length: int = 512,
+    seed: int = 0,
+    dtype: torch.dtype | str = torch.float64,
+    content: Content | None = None,
+) -> Match:
     """ALiBi with ``slope`` (rounded to float32, as ALiBi's bias reaches the logits) on random content.
 
     The NoPE relative term is slope · (i − t) with t and i from the first MLP, each within the
@@ -271,12 +311,25 @@ def match_alibi(slope: float = 0.5, max_length: int = 512, seed: int = 0, dtype:
     target = alibi_target(content, slope, max_length, seed, dtype)
     nope = alibi_match_model(content, slope, max_length, seed, dtype)
     bias = -slope * np.arange(max_length, dtype=np.float64)
-    return Match(f"alibi slope={slope:g}", target, nope, 0,
-                 lambda eps: 2 * abs(slope) * mlp_tolerance(eps, max_length), _float32_rounding(bias))
+    return Match(
+        f"alibi slope={slope:g}",
+        target,
+        nope,
+        0,
+        lambda eps: 2 * abs(slope) * mlp_tolerance(eps, max_length),
+        _float32_rounding(bias),
+    )
 
 
-def match_t5(source: PETransformer, layer: int = 0, head: int = 0, max_length: int = 512, seed: int = 0,
-             dtype: torch.dtype | str = torch.float64, name: str = "t5") -> Match:
+def match_t5(
+    source: PETransformer,
+    layer: int = 0,
+    head: int = 0,
+    max_length: int = 512,
+    seed: int = 0,
+    dtype: torch.dtype | str = torch.float64,
+    name: str = "t5",
+) -> Match:
     """Head ``head`` of layer ``layer`` of a ``t5`` model (e.g. a trained checkpoint).
 
     The NoPE relative term is code(t) · (bias^T code(i)); code feature j carries a rounding error
@@ -290,8 +343,14 @@ def match_t5(source: PETransformer, layer: int = 0, head: int = 0, max_length: i
         bias = target.pe.bias(0, max_length, max_length)[0].double()  # [query, key]
     nope = bias_match_model(content, bias.numpy(), seed, dtype)
     size = bias.tril().abs().max().item()
-    return Match(f"{name} layer {layer} head {head}", target, nope, max_length,
-                 lambda eps: 4 * eps * max_length**1.5 * size, _float32_rounding(bias.numpy()))
+    return Match(
+        f"{name} layer {layer} head {head}",
+        target,
+        nope,
+        max_length,
+        lambda eps: 4 * eps * max_length**1.5 * size,
+        _float32_rounding(bias.numpy()),
+    )
 
 
 def _float32_rounding(values: np.ndarray) -> float:
@@ -336,8 +395,12 @@ def verify_match(match: Match, max_length: int | None = None, n_sequences: int =
     max_length = max_length or nope.cfg.n_ctx
     dtype = nope.W_E.dtype
     tokens = random_tokens(nope.cfg.d_vocab, max_length, torch.Generator().manual_seed(seed), n_sequences)
-    ours_names = ("blocks.1.attn.hook_attn_scores", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_q",
-                  "blocks.1.attn.hook_k")
+    ours_names = (
+        "blocks.1.attn.hook_attn_scores",
+        "blocks.1.attn.hook_pattern",
+        "blocks.1.attn.hook_q",
+        "blocks.1.attn.hook_k",
+    )
     theirs_names = ("blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern")
     _, ours = nope.run_with_cache(tokens, names_filter=lambda name: name in ours_names)
     _, theirs = target.run_with_cache(tokens, names_filter=lambda name: name in theirs_names)
@@ -349,8 +412,17 @@ def verify_match(match: Match, max_length: int | None = None, n_sequences: int =
     size = (q @ k.transpose(1, 2)).max().item()
     eps = torch.finfo(dtype).eps
     tolerance = match.position_error(eps) + 2 * nope.cfg.d_head * eps * size + match.bias_rounding
-    return MatchResult(match.name, str(dtype).removeprefix("torch."), max_length, n_sequences,
-                       divergence.max().item(), divergence.mean().item(), logit_error, tolerance, match.position_dims)
+    return MatchResult(
+        match.name,
+        str(dtype).removeprefix("torch."),
+        max_length,
+        n_sequences,
+        divergence.max().item(),
+        divergence.mean().item(),
+        logit_error,
+        tolerance,
+        match.position_dims,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,8 +460,9 @@ def residual_positions(model: PETransformer, length: int = 64, seed: int = 0) ->
 
 
 @torch.no_grad()
-def relative_logits(model: PETransformer, length: int = 64, seed: int = 0, layer: int = 1,
-                    head: int = 0) -> dict[str, np.ndarray]:
+def relative_logits(
+    model: PETransformer, length: int = 64, seed: int = 0, layer: int = 1, head: int = 0
+) -> dict[str, np.ndarray]:
     """Layer ``layer``'s logits for one head, its content term f_cnt, their difference and the
     paper's −(t − i). [length, length] each, NaN above the diagonal (masked keys)."""
     tokens = random_tokens(model.cfg.d_vocab, length, torch.Generator().manual_seed(seed))
@@ -400,9 +473,13 @@ def relative_logits(model: PETransformer, length: int = 64, seed: int = 0, layer
     t = np.arange(1, length + 1)
     mask = np.tril(np.ones((length, length), dtype=bool))
     masked = lambda x: np.where(mask, x, np.nan)  # noqa: E731
-    return {"t": t, "logits": masked(logits.numpy()), "content": masked(content.double().numpy()),
-            "relative": masked(logits.numpy() - content.double().numpy()),
-            "expected": masked(-(t[:, None] - t[None, :]).astype(np.float64))}
+    return {
+        "t": t,
+        "logits": masked(logits.numpy()),
+        "content": masked(content.double().numpy()),
+        "relative": masked(logits.numpy() - content.double().numpy()),
+        "expected": masked(-(t[:, None] - t[None, :]).astype(np.float64)),
+    }
 
 
 @torch.no_grad()
@@ -415,8 +492,13 @@ def mlp_response(model: PETransformer, points: int = 2001) -> dict[str, np.ndarr
     resid[:, 0] = 1.0
     resid[:, POS] = torch.from_numpy(x)
     value = (resid[:, POS] + model.blocks[0].mlp(resid[None])[0, :, POS]).double().numpy()
-    return {"x": x[:points], "value": value[:points], "knots": x[points:], "at_knots": value[points:],
-            "target_at_knots": np.arange(1, T + 1, dtype=np.float64)}
+    return {
+        "x": x[:points],
+        "value": value[:points],
+        "knots": x[points:],
+        "at_knots": value[points:],
+        "target_at_knots": np.arange(1, T + 1, dtype=np.float64),
+    }
 
 
 def vocabulary(vocab_size: int) -> list[str]:
@@ -426,4 +508,4 @@ def vocabulary(vocab_size: int) -> list[str]:
 
 def tokenizer_dict(vocab: list[str]) -> dict:
     """The word-level tokenizer description other commands read (``probe.tasks.Tokenizer.from_dict``)."""
-    return {"kind": "word", "specials": list(SPECIALS), "words": vocab[len(SPECIALS):]}
+    return {"kind": "word", "specials": list(SPECIALS), "words": vocab[len(SPECIALS) :]}

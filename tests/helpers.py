@@ -38,8 +38,16 @@ def make_checkpoints(root: Path) -> Path:
 
     tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
     for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):
-        config = TrainConfig(task="reverse", pe=pe, seed=seed, task_options=TASK_OPTIONS, steps=3, batch_size=16,
-                             model=tiny, eval_examples=4)
+        config = TrainConfig(
+            task="reverse",
+            pe=pe,
+            seed=seed,
+            task_options=TASK_OPTIONS,
+            steps=3,
+            batch_size=16,
+            model=tiny,
+            eval_examples=4,
+        )
         train_run(config, run_dir(root, "reverse", pe, seed, TASK_OPTIONS), torch.device("cpu"))
     runs, _ = find_runs(root)
     for run in runs:
@@ -70,8 +78,14 @@ def export_construction(directory: Path) -> Path:
 
     model = theorem_model(16)
     vocab = theorems.vocabulary(model.cfg.d_vocab)
-    return save_checkpoint(model, directory / "theorem", construction="theorem1+2", max_length=16,
-                           vocabulary=vocab, tokenizer=theorems.tokenizer_dict(vocab))
+    return save_checkpoint(
+        model,
+        directory / "theorem",
+        construction="theorem1+2",
+        max_length=16,
+        vocabulary=vocab,
+        tokenizer=theorems.tokenizer_dict(vocab),
+    )
 
 
 def run_page(page: str, root: Path, monkeypatch, **query):
@@ -125,9 +139,13 @@ def running_app(probe: list[str], root: Path, log: Path, **popen) -> Iterator[tu
     ignored on purpose)."""
     port = free_port()
     with open(log, "w") as out:
-        process = subprocess.Popen([*probe, "app", "--port", str(port), "--checkpoints", str(root)],
-                                   stdout=out, stderr=subprocess.STDOUT,
-                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **popen)
+        process = subprocess.Popen(
+            [*probe, "app", "--port", str(port), "--checkpoints", str(root)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            **popen,
+        )
     server = []
     try:
         url = f"http://127.0.0.1:{port}"
@@ -153,5 +171,3 @@ def assert_stops(process: subprocess.Popen, url: str, children: list, signum: in
     _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"outlived `probe app`: {alive}\n{log.read_text()}"
     server.check_port(int(url.rsplit(":", 1)[1]))  # raises if the port is still held
-
-

@@ -28,8 +28,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def make_run(root, pe: str, seed: int = 0, **model):
-    config = TrainConfig(task="scan", pe=pe, seed=seed, steps=4, batch_size=8, eval_examples=2,
-                         model={**SMALL, **model})
+    config = TrainConfig(
+        task="scan", pe=pe, seed=seed, steps=4, batch_size=8, eval_examples=2, model={**SMALL, **model}
+    )
     path = run_dir(root, "scan", pe, seed)
     train_run(config, path, CPU)
     return path
@@ -48,6 +49,7 @@ def root(tmp_path_factory):
 @pytest.fixture
 def no_png(monkeypatch):
     """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
+
     def refuse(*args, **kwargs):
         raise RuntimeError("no static export in tests")
 
@@ -86,12 +88,21 @@ def test_compare_shapes_schema_and_determinism(root):
     assert result.baseline is not None and result.baseline.b.seed == 1 and result.baseline.b.label == "NoPE'"
     data = result.to_json()
     assert set(data) >= {"a", "b", "metric", "overall", "buckets", "baseline", "n_layers"}
-    assert set(data["overall"]) == {"length", "seen", "split", "n_examples", "per_layer", "average",
-                                    "head_matrix", "argmin"}
+    assert set(data["overall"]) == {
+        "length",
+        "seen",
+        "split",
+        "n_examples",
+        "per_layer",
+        "average",
+        "head_matrix",
+        "argmin",
+    }
     rows = result.to_rows()
     assert len(rows) == 2 * (n_buckets + 1) * 3  # (buckets + all) × (2 layers + average), baseline too
-    assert json.dumps(data) == json.dumps(compare_runs(a, b, n_per_bucket=2, baseline=run_dir(ckpt, "scan", "nope",
-                                                                                              1)).to_json())
+    assert json.dumps(data) == json.dumps(
+        compare_runs(a, b, n_per_bucket=2, baseline=run_dir(ckpt, "scan", "nope", 1)).to_json()
+    )
 
 
 def test_bucket_means_are_per_example_layer_distances(root):
@@ -120,8 +131,9 @@ def test_a_model_against_itself_is_zero_at_a_same_index_pair(root):
 
 def test_reference_code_metric_visits_pairs_below_the_diagonal(root):
     ckpt = root / "checkpoints"
-    result = compare_runs(run_dir(ckpt, "scan", "nope", 0), run_dir(ckpt, "scan", "t5", 0), n_per_bucket=1,
-                          metric="reference-code")
+    result = compare_runs(
+        run_dir(ckpt, "scan", "nope", 0), run_dir(ckpt, "scan", "t5", 0), n_per_bucket=1, metric="reference-code"
+    )
     assert result.metric == "reference-code"
     assert (result.overall.argmin[:, 1] < result.overall.argmin[:, 0]).all()
 
@@ -165,12 +177,15 @@ def test_cli_compare_json_files_and_exit_codes(root, tmp_path, capsys, no_png):
     assert all(path in data["files"] for path in (str(out / "nope_vs_t5.json"), str(out / "nope_vs_t5.csv")))
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["nope", "sinusoid"], "neither a positional encoding"),
-    (["nope", "t5", "--seed", "7"], "probe train --task scan --pe nope --seed 7"),
-    (["nope", "t5", "--n-per-bucket", "0"], "--n-per-bucket must be at least 1"),
-    (["nope", "t5", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["nope", "sinusoid"], "neither a positional encoding"),
+        (["nope", "t5", "--seed", "7"], "probe train --task scan --pe nope --seed 7"),
+        (["nope", "t5", "--n-per-bucket", "0"], "--n-per-bucket must be at least 1"),
+        (["nope", "t5", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
+    ],
+)
 def test_cli_compare_bad_input_is_one_line_and_exit_2(root, capsys, argv, message):
     shallow = str(run_dir(root / "shallow", "scan", "alibi", 0))
     argv = [arg.format(shallow=shallow) for arg in argv]
@@ -195,8 +210,23 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
     assert (reference.results[0].stats["argmax"].values < 1).all()
 
     out = tmp_path / "distances"
-    assert main(["distances", "--task", "scan", "--checkpoints", str(ckpt), "--n-per-bucket", "1", "--json",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "distances",
+                "--task",
+                "scan",
+                "--checkpoints",
+                str(ckpt),
+                "--n-per-bucket",
+                "1",
+                "--json",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert [r["run"]["pe"] for r in data["runs"]] == ["nope", "t5"]
     assert set(data["runs"][0]["weightings"]) == {"argmax", "attention"}
@@ -218,8 +248,27 @@ def test_compare_applies_rope_scaling_at_inference_to_the_runs_that_have_it(tmp_
     assert scaled.a.inference_options == {} and scaled.b.inference_options == {"scaling": "linear", "factor": 4.0}
     assert scaled.b.label == "Rotary+factor=4+scaling=linear" and scaled.a.label == plain.a.label
     assert not torch.allclose(plain.values, scaled.values)  # positions 4x closer: other attention
-    assert main(["compare", "nope", "rotary", "-p", "scaling=linear", "-p", "factor=4", "--checkpoints", str(ckpt),
-                 "--n-per-bucket", "1", "--no-baseline", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "nope",
+                "rotary",
+                "-p",
+                "scaling=linear",
+                "-p",
+                "factor=4",
+                "--checkpoints",
+                str(ckpt),
+                "--n-per-bucket",
+                "1",
+                "--no-baseline",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "out" / "nope_vs_rotary+factor=4+scaling=linear.json").is_file()
     assert main(["compare", "nope", "rotary", "-p", "scaling=bogus", "--checkpoints", str(ckpt)]) == 2
     assert "scaling" in capsys.readouterr().err

@@ -35,6 +35,7 @@ from probe.explorer import server as app_command
 PAGES = tuple(EXPLORER_PAGES)
 NOT_ON_TASK_RUNS = {"pretraining": "probe pretrain", "reproduction": "probe reproduce"}  # code runs, reports
 
+
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
     at = run_page(page, checkpoints, monkeypatch)
@@ -52,8 +53,13 @@ def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
         assert at.selectbox(key="compare-a").value.endswith("nope/seed0")
         assert at.selectbox(key="compare-b").value.endswith("t5/seed0")
         assert charts(at) == 1 + 2  # per-layer figure, head matrices of B and of the baseline
-    if page == "distances":  # the corrupt rotary run is left out, with an error naming it; the rest works
+    if page in (
+        "distances",
+        "positions",
+    ):  # the corrupt rotary run is left out, with an error naming it; the rest works
         assert "Left out" in texts(at.error) and "rotary" in texts(at.error)
+    if page == "positions":  # NoPE and T5 (seed 0) measured, one summary row each
+        assert list(at.dataframe[0].value["model"]) == ["NoPE", "T5's Relative Bias"]
     if page == "theorems":
         assert "Every claim holds" in texts(at.success)
 
@@ -133,16 +139,29 @@ def code_checkpoints(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
 
     corpus, rng = tmp_path_factory.mktemp("code"), random.Random(0)
     for i in range(24):  # 1 to 4 lines of about 25 tokens: files in buckets below 2.5 T = 40 tokens and above
-        lines = [f"def f{i}_{j}(x, y={j}):\n    return x * {rng.randint(0, 99)} + y  # {'ab' * j}\n"
-                 for j in range(1 + i % 4)]
+        lines = [
+            f"def f{i}_{j}(x, y={j}):\n    return x * {rng.randint(0, 99)} + y  # {'ab' * j}\n"
+            for j in range(1 + i % 4)
+        ]
         (corpus / f"module_{i}.py").write_text("".join(lines))
     options = {"corpus": str(corpus), **CODE_OPTIONS}
     root, paths = tmp_path_factory.mktemp("code-checkpoints"), []
     for pe in ("nope", "alibi"):
-        config = TrainConfig(task="code", pe=pe, steps=6, batch_size=4, log_every=3, eval_examples=4,
-                             task_options=options, model=CODE_MODEL)
-        paths.append(train_run(config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()),
-                               torch.device("cpu")).path)
+        config = TrainConfig(
+            task="code",
+            pe=pe,
+            steps=6,
+            batch_size=4,
+            log_every=3,
+            eval_examples=4,
+            task_options=options,
+            model=CODE_MODEL,
+        )
+        paths.append(
+            train_run(
+                config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()), torch.device("cpu")
+            ).path
+        )
     return root, paths[0].parent.parent, paths
 
 
@@ -153,9 +172,12 @@ def figure_of(chart) -> dict:
 def perplexity_table(at) -> dict[str, dict[int, float]]:
     """The page's table: model -> {context size: perplexity} (empty cells left out)."""
     table = at.dataframe[0].value
-    return {row["model"]: {int(column.split()[0]): row[column] for column in table.columns[1:]
-                           if row[column] == row[column]}
-            for _, row in table.iterrows()}
+    return {
+        row["model"]: {
+            int(column.split()[0]): row[column] for column in table.columns[1:] if row[column] == row[column]
+        }
+        for _, row in table.iterrows()
+    }
 
 
 def expected_cells(report: dict, bucket: str = "all") -> dict[str, dict[int, float]]:
@@ -166,8 +188,9 @@ def expected_cells(report: dict, bucket: str = "all") -> dict[str, dict[int, flo
     return cells
 
 
-def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(code_checkpoints, tmp_path,
-                                                                                  monkeypatch):
+def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
+    code_checkpoints, tmp_path, monkeypatch
+):
     from probe.corpus.prepared import corpus_of_run, load_corpus
     from probe.files import write_json_and_csv
     from probe.models import load_checkpoint
@@ -185,8 +208,11 @@ def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     assert expected_cells(saved)  # the tiny corpus has files of 2.5 T = 40 tokens, so the "all" row is there
 
     at = run_page("pretraining", root, monkeypatch)
-    assert at.selectbox(key="pretraining-report").options == [f"{folder.name}/perplexity",
-                                                              f"{folder.name}/perplexity+scaling=yarn", "measure here"]
+    assert at.selectbox(key="pretraining-report").options == [
+        f"{folder.name}/perplexity",
+        f"{folder.name}/perplexity+scaling=yarn",
+        "measure here",
+    ]
     assert charts(at) == 2  # the perplexity curves, then one head's attention
     curves, attention = (figure_of(c) for c in at.get("plotly_chart"))
     assert {trace["name"] for trace in curves["data"]} == {"nope", "alibi"}
@@ -278,8 +304,13 @@ def test_probe_app_starts_streamlit_on_localhost(tmp_path, monkeypatch):
     command = started["command"]
     assert command[1:4] == ["-m", "streamlit", "run"] and command[4] == str(EXPLORER)
     settings = dict(zip(command[5::2], command[6::2]))
-    assert settings == {"--server.address": "127.0.0.1", "--server.port": "8765", "--server.headless": "true",
-                        "--browser.gatherUsageStats": "false", "--client.toolbarMode": "minimal"}
+    assert settings == {
+        "--server.address": "127.0.0.1",
+        "--server.port": "8765",
+        "--server.headless": "true",
+        "--browser.gatherUsageStats": "false",
+        "--client.toolbarMode": "minimal",
+    }
     assert started["env"]["PROBE_CHECKPOINTS"] == str(tmp_path.resolve())
     assert started["start_new_session"]  # signals reach the server only through `probe app`
 
@@ -326,8 +357,9 @@ def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path,
     # one query (the task at seed 0): the better PE scores 1, the other 1/2; a tie goes against NoPE
     first = "t5" if ood["t5"] >= ood["nope"] else "nope"
     reciprocal = at.dataframe[2].value
-    assert ({pe: float(reciprocal[names[pe]].iloc[0]) for pe in names}
-            == {pe: 1.0 if pe == first else 0.5 for pe in names})
+    assert {pe: float(reciprocal[names[pe]].iloc[0]) for pe in names} == {
+        pe: 1.0 if pe == first else 0.5 for pe in names
+    }
     assert charts(at) == 1 + 3  # the Models chart, then the sweep's accuracy by length, MRR and mean ranks
     assert "2 run(s) of this sweep have no eval.json" in texts(at.info)
     at.selectbox(key="sweep").set_value(tmp_path / "sweep-broken.json").run()

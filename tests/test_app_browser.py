@@ -16,8 +16,14 @@ from helpers import running_app
 from probe.explorer import PAGES as EXPLORER_PAGES
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 QUERIES = {"compare": "?n=2", "distances": "?per_bucket=2"}  # 2 examples per length bucket keep them quick
 CHARTLESS = ("pretraining", "reproduction")  # on task runs these pages draw no chart: opened by URL below
@@ -33,8 +39,10 @@ SCROLL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight,
     ...[...document.querySelectorAll('*')].filter(e => e.scrollHeight > e.clientHeight + 1
         && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY)).map(e => e.scrollHeight))"""
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM} (Debian's "
-                                "`apt-get install chromium`; .ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason=f"no Chromium at {CHROMIUM} (Debian's `apt-get install chromium`; .ci/run installs it)",
+)
 
 
 def assert_opened(page, url: str) -> None:
@@ -52,8 +60,10 @@ def test_every_page_renders_a_plotly_chart_in_chromium(checkpoints, tmp_path):  
 
     shots = tmp_path / "screenshots"
     shots.mkdir()
-    with running_app([sys.executable, "-m", "probe.cli"], checkpoints, tmp_path / "probe-app.log") as (_, served, _), \
-            sync_playwright() as playwright:
+    with (
+        running_app([sys.executable, "-m", "probe.cli"], checkpoints, tmp_path / "probe-app.log") as (_, served, _),
+        sync_playwright() as playwright,
+    ):
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -29,8 +29,17 @@ def zoo(tmp_path_factory) -> Path:
     tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
     planned = [(pe, {}, 0) for pe in PE_CLASSES] + [(OPTIONED[0], OPTIONED[1], 0), ("nope", {}, 1)]
     for pe, options, seed in planned:
-        config = TrainConfig(task="reverse", pe=pe, seed=seed, task_options=TASK_OPTIONS, pe_options=options,
-                             steps=3, batch_size=16, model=tiny, eval_examples=4)
+        config = TrainConfig(
+            task="reverse",
+            pe=pe,
+            seed=seed,
+            task_options=TASK_OPTIONS,
+            pe_options=options,
+            steps=3,
+            batch_size=16,
+            model=tiny,
+            eval_examples=4,
+        )
         train_run(config, run_dir(root, "reverse", pe, seed, TASK_OPTIONS, options), torch.device("cpu"))
     runs, broken = find_runs(root)
     assert not broken and len(runs) == len(planned)

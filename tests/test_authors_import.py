@@ -50,8 +50,10 @@ def imported(tmp_path_factory, source_folder):
     root = tmp_path_factory.mktemp("ck")
     runs = {}
     for kind in KINDS:
-        assert main(["import", str(FIXTURE / kind), "--checkpoints", str(root), "--corpus", str(source_folder),
-                     "--json"]) == 0
+        assert (
+            main(["import", str(FIXTURE / kind), "--checkpoints", str(root), "--corpus", str(source_folder), "--json"])
+            == 0
+        )
         runs[kind] = next(root.glob(f"code+*/{PROBE_PE[kind]}/seed0"))
     return root, runs
 
@@ -141,14 +143,14 @@ def test_perplexity_reads_an_imported_run_with_its_bos_first(imported):
     name = report.files[0]
     tokens = corpus.heldout_file(corpus.heldout_names.index(name))
     context, scored = report.protocol.contexts[0], report.protocol.scored
-    window = torch.cat([torch.tensor([REFERENCE["bos_token_id"]]), tokens[-(context - 1):]])[None]
+    window = torch.cat([torch.tensor([REFERENCE["bos_token_id"]]), tokens[-(context - 1) :]])[None]
     model = load_checkpoint(run)
     with torch.no_grad():
-        logits = model(window)[0, -scored - 1:-1].double()
+        logits = model(window)[0, -scored - 1 : -1].double()
     by_hand = torch.nn.functional.cross_entropy(logits, window[0, -scored:]).item()
     assert report.runs[0].nll[0, 0].item() == pytest.approx(by_hand, rel=1e-9)
     with torch.no_grad():
-        plain = model(tokens[-context:][None])[0, -scored - 1:-1].double()
+        plain = model(tokens[-context:][None])[0, -scored - 1 : -1].double()
     assert abs(torch.nn.functional.cross_entropy(plain, tokens[-scored:]).item() - by_hand) > 1e-6
 
 
@@ -160,8 +162,9 @@ def test_the_explorer_reads_imported_runs(imported, page, monkeypatch):
 
     root, _ = imported
     monkeypatch.setenv("PROBE_CHECKPOINTS", str(root))
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"),
-                           default_timeout=300)
+    at = AppTest.from_file(
+        str(Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"), default_timeout=300
+    )
     at.run()
     if page != "models":
         at.switch_page(f"views/{page}.py").run()

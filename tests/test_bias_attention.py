@@ -46,8 +46,9 @@ def test_the_layers_layout_gets_the_textbook_gradients_back_in_that_layout(dtype
     generator = torch.Generator().manual_seed(3)
     batch, pos, heads, d_head, scale = 2, 2 * bias_attention.BLOCK + 5, 3, 4, 0.5
     tolerance = {"rtol": 1e-9, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
-    q, k, v = (torch.randn(batch, pos, heads, d_head, generator=generator, dtype=dtype).requires_grad_()
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, pos, heads, d_head, generator=generator, dtype=dtype).requires_grad_() for _ in range(3)
+    )
     bias = torch.randn(heads, pos, pos, generator=generator, dtype=dtype).requires_grad_()
     grad_out = torch.randn(batch, heads, pos, d_head, generator=generator, dtype=dtype)
     results = []
@@ -73,8 +74,7 @@ def test_it_serves_float32_and_float64_on_cpu():
 @pytest.mark.parametrize("pos", [1, 7, bias_attention.BLOCK + 22])
 def test_a_fixed_bias_gets_the_textbook_values_and_gradients_of_q_k_v(pos):
     generator = torch.Generator().manual_seed(pos)
-    q, k, v = (torch.randn(2, 3, pos, 4, generator=generator, dtype=torch.float64).requires_grad_()
-               for _ in range(3))
+    q, k, v = (torch.randn(2, 3, pos, 4, generator=generator, dtype=torch.float64).requires_grad_() for _ in range(3))
     bias = torch.randn(3, pos, pos, generator=generator, dtype=torch.float64)  # ALiBi's: no gradient
     grad_out = torch.randn(2, 3, pos, 4, generator=generator, dtype=torch.float64)
     results = []

@@ -48,24 +48,38 @@ def code(tmp_path_factory):
     source.mkdir()
     for i in range(40):
         functions = (1, 2, 4, 6)[i % 4]
-        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n"
-                                                     for j in range(functions)))
+        (source / f"m{i:02d}.py").write_text(
+            "".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions))
+        )
     options = {"corpus": str(source), "vocab_size": 300, "context": T, "heldout": 0.5}
     root = base / "checkpoints"
     paths = {}
     for pe, n_ctx in (("nope", 64), ("rotary", 64), ("alibi", 24)):
-        config = TrainConfig(task="code", pe=pe, steps=3, batch_size=4, eval_examples=2, task_options=options,
-                             model={**MODEL, "n_ctx": n_ctx})
+        config = TrainConfig(
+            task="code",
+            pe=pe,
+            steps=3,
+            batch_size=4,
+            eval_examples=2,
+            task_options=options,
+            model={**MODEL, "n_ctx": n_ctx},
+        )
         paths[pe] = run_dir(root, "code", pe, 0, options)
         train_run(config, paths[pe], CPU)
     corpus = load_corpus(corpus_of_run(paths["nope"]))
-    return SimpleNamespace(source=source, root=root, paths=paths, corpus=corpus,
-                           argv=["--task", "code", "-o", f"corpus={source}", *OPTIONS_ARGV, "--checkpoints", str(root)])
+    return SimpleNamespace(
+        source=source,
+        root=root,
+        paths=paths,
+        corpus=corpus,
+        argv=["--task", "code", "-o", f"corpus={source}", *OPTIONS_ARGV, "--checkpoints", str(root)],
+    )
 
 
 @pytest.fixture
 def no_png(monkeypatch):
     """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
+
     def refuse(*args, **kwargs):
         raise RuntimeError("no static export in tests")
 
@@ -88,11 +102,12 @@ def test_windows_are_the_last_tokens_of_long_enough_heldout_files(code):
         for name, row in zip(w.files, w.tokens):
             assert lengths[name] >= w.context
             ids = tokenizer.encode((code.source / Path(name).name).read_text())  # the file, tokenized here
-            assert len(ids) == lengths[name] and row.tolist() == ids[-w.context:]
+            assert len(ids) == lengths[name] and row.tolist() == ids[-w.context :]
 
     everything = choose_windows(code.corpus, T, n_per_bucket=100, seed=0)
-    assert [sorted(w.files) for w in everything] == [sorted(n for n, k in lengths.items() if k >= c) for c in (T,
-                                                                                                               2 * T)]
+    assert [sorted(w.files) for w in everything] == [
+        sorted(n for n, k in lengths.items() if k >= c) for c in (T, 2 * T)
+    ]
     again = choose_windows(code.corpus, T, n_per_bucket=3, seed=0)
     assert all(w.files == v.files and torch.equal(w.tokens, v.tokens) for w, v in zip(windows, again))
     others = [choose_windows(code.corpus, T, n_per_bucket=3, seed=s) for s in range(1, 6)]
@@ -102,8 +117,9 @@ def test_windows_are_the_last_tokens_of_long_enough_heldout_files(code):
     assert [w.context for w in choose_windows(code.corpus, T, multiples=(2.5, 0.5, 1))] == [8, 16, 40]
 
     # both models of a comparison read the same windows: each run's corpus gives the same ones
-    per_run = [run_windows(code.paths[pe], read_checkpoint_config(code.paths[pe]), n_per_bucket=3) for pe in ("nope",
-                                                                                                              "rotary")]
+    per_run = [
+        run_windows(code.paths[pe], read_checkpoint_config(code.paths[pe]), n_per_bucket=3) for pe in ("nope", "rotary")
+    ]
     for w, v in zip(*per_run):
         assert w.files == v.files and torch.equal(w.tokens, v.tokens)
 
@@ -122,6 +138,7 @@ def test_runs_on_other_corpora_are_not_compared(code, tmp_path):
     config = read_checkpoint_config(path)
     other = json.loads(json.dumps(config))
     other["corpus"]["fingerprint"] = "0" * 64
+
     def info(run, config):
         return RunInfo(str(run), config["pe"], 0, run.name)
 
@@ -168,8 +185,13 @@ def test_layer_distance_is_zero_to_itself_and_the_plain_loop_to_another_model(co
             maps_a, maps_b = (_maps(model, tokens) for model in models)
             row = []
             for layer_a, layer_b in zip(maps_a, maps_b):
-                row.append(min(sum(_jsd(P[t][: t + 1], Q[t][: t + 1]) for t in range(w.context)) / w.context
-                               for P in layer_a for Q in layer_b))
+                row.append(
+                    min(
+                        sum(_jsd(P[t][: t + 1], Q[t][: t + 1]) for t in range(w.context)) / w.context
+                        for P in layer_a
+                        for Q in layer_b
+                    )
+                )
             expected.append(row)
     expected = torch.tensor(expected, dtype=torch.float64)  # [window, layer]
     assert float(expected.min()) > 1e-4  # two different models: a test that can fail
@@ -215,7 +237,10 @@ def test_attended_distances_at_both_contexts_by_default(code):
     report = attended_distance_report(runs, n_per_bucket=2)
     assert report.lengths == "all"
     assert [(r.run.label, r.lengths, r.n_examples, r.skipped) for r in report.results] == [
-        ("NoPE @1x", [T], 2, 0), ("NoPE @2x", [2 * T], 2, 0), ("ALiBi @1x", [T], 2, 2)]  # ALiBi: n_ctx 24 < 2T
+        ("NoPE @1x", [T], 2, 0),
+        ("NoPE @2x", [2 * T], 2, 0),
+        ("ALiBi @1x", [T], 2, 2),
+    ]  # ALiBi: n_ctx 24 < 2T
     assert report.results[1].n_queries == 2 * 2 * T * 2 * 2
     for result in report.results:
         for stats in result.stats.values():
@@ -228,10 +253,13 @@ def test_cli_compare_and_distances_on_code_runs(code, tmp_path, capsys, no_png):
     data = json.loads(capsys.readouterr().out)
     (comparison,) = data["comparisons"]
     assert data["task"] == "code" and comparison["b"]["pe"] == "rotary"
-    assert [(b["length"], b["seen"], b["n_examples"]) for b in comparison["buckets"]] == [(T, True, 2), (2 * T, False,
-                                                                                                         2)]
-    assert {"nope_vs_rotary.json", "nope_vs_rotary.csv",
-            "nope_vs_rotary_layers.html"} <= {p.name for p in out.iterdir()}
+    assert [(b["length"], b["seen"], b["n_examples"]) for b in comparison["buckets"]] == [
+        (T, True, 2),
+        (2 * T, False, 2),
+    ]
+    assert {"nope_vs_rotary.json", "nope_vs_rotary.csv", "nope_vs_rotary_layers.html"} <= {
+        p.name for p in out.iterdir()
+    }
 
     assert main(["compare", "nope", "alibi", *code.argv, "--n-per-bucket", "2"]) == 0  # writes beside the runs
     printed = " ".join(capsys.readouterr().out.split())  # as one line, however rich wrapped it
@@ -240,8 +268,24 @@ def test_cli_compare_and_distances_on_code_runs(code, tmp_path, capsys, no_png):
     assert (code.paths["nope"].parents[1] / "compare" / "nope_vs_alibi.json").is_file()
 
     out = tmp_path / "distances"
-    assert main(["distances", *code.argv, "--pe", "nope", "--pe", "rotary", "--n-per-bucket", "2", "--json",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "distances",
+                *code.argv,
+                "--pe",
+                "nope",
+                "--pe",
+                "rotary",
+                "--n-per-bucket",
+                "2",
+                "--json",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["lengths"] == "all"
     assert [r["run"]["label"] for r in data["runs"]] == ["NoPE @1x", "NoPE @2x", "Rotary @1x", "Rotary @2x"]

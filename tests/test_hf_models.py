@@ -58,8 +58,12 @@ def _bpe(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
 
@@ -79,39 +83,84 @@ def tiny(tmp_path_factory):
     source.mkdir()
     for i in range(40):
         functions = (1, 2, 4, 6)[i % 4]
-        (source / f"m{i:02d}.py").write_text("".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n"
-                                                     for j in range(functions)))
+        (source / f"m{i:02d}.py").write_text(
+            "".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions))
+        )
     texts = [p.read_text() for p in sorted(source.iterdir())]
-    shared = PreTrainedTokenizerFast(tokenizer_object=_bpe(texts, 300, ["<|endoftext|>"]), eos_token="<|endoftext|>",
-                                     bos_token="<|endoftext|>")
+    shared = PreTrainedTokenizerFast(
+        tokenizer_object=_bpe(texts, 300, ["<|endoftext|>"]), eos_token="<|endoftext|>", bos_token="<|endoftext|>"
+    )
     own = _bpe(texts, 280, ["<s>", "</s>"])
-    own.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>",
-                                                                                         own.token_to_id("<s>"))])
+    own.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", own.token_to_id("<s>"))]
+    )
     llama_tokenizer = PreTrainedTokenizerFast(tokenizer_object=own, bos_token="<s>", eos_token="</s>")
     ids = dict(bos_token_id=0, eos_token_id=0, pad_token_id=0)
     torch.manual_seed(0)
     names = {
-        "gpt2": _save(GPT2LMHeadModel(GPT2Config(vocab_size=len(shared), n_positions=N_POSITIONS, n_embd=32, n_layer=3,
-                                                 n_head=4, **ids, **WIDTH)), shared, base / "gpt2"),
-        "neox": _save(GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(shared), hidden_size=32, num_hidden_layers=2,
-                                                       num_attention_heads=4, intermediate_size=64,
-                                                       max_position_embeddings=N_POSITIONS, **ids, **WIDTH)),
-                      shared, base / "neox"),
-        "bloom": _save(BloomForCausalLM(BloomConfig(vocab_size=len(shared), hidden_size=32, n_layer=2, n_head=4, **ids,
-                                                    **WIDTH)), shared, base / "bloom"),
-        "llama": _save(LlamaForCausalLM(LlamaConfig(vocab_size=len(llama_tokenizer), hidden_size=32,
-                                                    num_hidden_layers=3,
-                                                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                                                    max_position_embeddings=N_POSITIONS, bos_token_id=0, eos_token_id=1,
-                                                    pad_token_id=1, **WIDTH)), llama_tokenizer, base / "llama"),
+        "gpt2": _save(
+            GPT2LMHeadModel(
+                GPT2Config(
+                    vocab_size=len(shared), n_positions=N_POSITIONS, n_embd=32, n_layer=3, n_head=4, **ids, **WIDTH
+                )
+            ),
+            shared,
+            base / "gpt2",
+        ),
+        "neox": _save(
+            GPTNeoXForCausalLM(
+                GPTNeoXConfig(
+                    vocab_size=len(shared),
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=N_POSITIONS,
+                    **ids,
+                    **WIDTH,
+                )
+            ),
+            shared,
+            base / "neox",
+        ),
+        "bloom": _save(
+            BloomForCausalLM(BloomConfig(vocab_size=len(shared), hidden_size=32, n_layer=2, n_head=4, **ids, **WIDTH)),
+            shared,
+            base / "bloom",
+        ),
+        "llama": _save(
+            LlamaForCausalLM(
+                LlamaConfig(
+                    vocab_size=len(llama_tokenizer),
+                    hidden_size=32,
+                    num_hidden_layers=3,
+                    num_attention_heads=4,
+                    num_key_value_heads=2,
+                    intermediate_size=64,
+                    max_position_embeddings=N_POSITIONS,
+                    bos_token_id=0,
+                    eos_token_id=1,
+                    pad_token_id=1,
+                    **WIDTH,
+                )
+            ),
+            llama_tokenizer,
+            base / "llama",
+        ),
     }
-    return SimpleNamespace(base=base, source=source, names=names, options={**OPTIONS, "corpus": str(source)},
-                           argv=["-o", f"corpus={source}", "-o", "heldout=0.5", "-o", f"context={T}"])
+    return SimpleNamespace(
+        base=base,
+        source=source,
+        names=names,
+        options={**OPTIONS, "corpus": str(source)},
+        argv=["-o", f"corpus={source}", "-o", "heldout=0.5", "-o", f"context={T}"],
+    )
 
 
 @pytest.fixture
 def no_png(monkeypatch):
     """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
+
     def refuse(*args, **kwargs):
         raise RuntimeError("no static export in tests")
 
@@ -130,8 +179,10 @@ def one_line_error(capsys) -> str:
 
 
 # -- loading and the attention hooks -------------------------------------------------------------
-@pytest.mark.parametrize("family, positions, layers", [("gpt2", "standard", 3), ("neox", "rotary", 2),
-                                                       ("bloom", "alibi", 2), ("llama", "rotary", 3)])
+@pytest.mark.parametrize(
+    "family, positions, layers",
+    [("gpt2", "standard", 3), ("neox", "rotary", 2), ("bloom", "alibi", 2), ("llama", "rotary", 3)],
+)
 def test_hook_patterns_are_the_attention_transformers_returns(tiny, family, positions, layers):
     loaded = load_external(tiny.names[family])
     assert (loaded.positions, loaded.bridge.cfg.n_layers) == (positions, layers)
@@ -147,8 +198,9 @@ def test_hook_patterns_are_the_attention_transformers_returns(tiny, family, posi
 
 
 # -- perplexity ---------------------------------------------------------------------------------
-def oracle_nll(name: str, texts: list[str], contexts: tuple[int, ...], scored: int,
-               longest: int | None) -> torch.Tensor:
+def oracle_nll(
+    name: str, texts: list[str], contexts: tuple[int, ...], scored: int, longest: int | None
+) -> torch.Tensor:
     """[file, context] mean NLL of each text's last ``scored`` tokens read as its last c tokens, from the
     model's own logits and tokenizer (its BOS in front where it adds one); NaN where it cannot be read."""
     model, tokenizer = hf_model(name), AutoTokenizer.from_pretrained(name.removeprefix("hf:"))
@@ -160,10 +212,10 @@ def oracle_nll(name: str, texts: list[str], contexts: tuple[int, ...], scored: i
         for j, c in enumerate(contexts):
             if len(ids) < c or (longest is not None and c > longest):
                 continue
-            window = ([bos] + ids[-(c - 1):]) if bos is not None else ids[-c:]
+            window = ([bos] + ids[-(c - 1) :]) if bos is not None else ids[-c:]
             with torch.no_grad():
                 logits = model(torch.tensor([window])).logits[0].double()  # [c, vocab]
-            log_probs = logits[-scored - 1:-1].log_softmax(-1)  # predictions of the last `scored` tokens
+            log_probs = logits[-scored - 1 : -1].log_softmax(-1)  # predictions of the last `scored` tokens
             out[i, j] = -log_probs[torch.arange(scored), torch.tensor(window[-scored:])].mean()
     return out
 
@@ -203,8 +255,13 @@ def test_distances_on_every_family_are_finite_distributions(tiny):
     names = [tiny.names[f] for f in ("gpt2", "neox", "bloom", "llama")]
     report = attended_distance_report(names, options=tiny.options, n_per_bucket=3)
     found = [(r.run.label, r.lengths, r.n_examples, r.skipped) for r in report.results]
-    assert found == [(names[0] + " @1x", [T], 3, 3)] + [  # GPT-2 cannot read 2T: its 3 windows left out
-        (n + f" @{m}x", [m * T], 3, 0) for n in names[1:] for m in (1, 2)]
+    assert (
+        found
+        == [(names[0] + " @1x", [T], 3, 3)]
+        + [  # GPT-2 cannot read 2T: its 3 windows left out
+            (n + f" @{m}x", [m * T], 3, 0) for n in names[1:] for m in (1, 2)
+        ]
+    )
     for result in report.results:
         for stats in result.stats.values():
             assert math.isfinite(stats.bimodality) and 0 < stats.mean <= 1
@@ -216,13 +273,15 @@ def test_attended_distance_matches_a_hand_count_from_transformers_attention(tiny
     name = tiny.names["llama"]
     (result,) = attended_distance_report([name], options=tiny.options, n_per_bucket=1, lengths="seen").results
     subject = load_subject(name)
-    (w,) = choose_windows(tokenized(subject, heldout_texts([name], tiny.options)), T, n_per_bucket=1, lengths="seen",
-                          bos=subject.bos_id)
+    (w,) = choose_windows(
+        tokenized(subject, heldout_texts([name], tiny.options)), T, n_per_bucket=1, lengths="seen", bos=subject.bos_id
+    )
     assert int(w.tokens[0, 0]) == 0  # <s> in front
     with torch.no_grad():
         maps = hf_model(name)(w.tokens, output_attentions=True).attentions  # [layer]: [1, head, query, key]
-    distances = [(q - int(row.argmax()) + 1) / (q + 1)
-                 for layer in maps for head in layer[0] for q, row in enumerate(head)]
+    distances = [
+        (q - int(row.argmax()) + 1) / (q + 1) for layer in maps for head in layer[0] for q, row in enumerate(head)
+    ]
     assert result.stats["argmax"].mean == pytest.approx(sum(distances) / len(distances), abs=1e-9)
 
 
@@ -245,9 +304,20 @@ def test_compare_pairs_layers_by_relative_depth_on_transformers_attention(tiny):
     with torch.no_grad():
         maps_a = hf_model(gpt2)(w.tokens, output_attentions=True).attentions
         maps_b = hf_model(neox)(w.tokens, output_attentions=True).attentions
-    expected = torch.tensor([[min(sum(_jsd(P[t, : t + 1].double(), Q[t, : t + 1].double()) for t in range(T)) / T
-                                  for P in maps_a[layer][k] for Q in maps_b[other][k])
-                              for layer, other in enumerate([0, 1, 1])] for k in range(2)], dtype=torch.float64)
+    expected = torch.tensor(
+        [
+            [
+                min(
+                    sum(_jsd(P[t, : t + 1].double(), Q[t, : t + 1].double()) for t in range(T)) / T
+                    for P in maps_a[layer][k]
+                    for Q in maps_b[other][k]
+                )
+                for layer, other in enumerate([0, 1, 1])
+            ]
+            for k in range(2)
+        ],
+        dtype=torch.float64,
+    )
     assert float(expected.min()) > 1e-3  # two different models: a test that can fail
     torch.testing.assert_close(result.values, expected, rtol=0, atol=1e-5)  # [window, layer]; float32 maps
 
@@ -255,8 +325,18 @@ def test_compare_pairs_layers_by_relative_depth_on_transformers_attention(tiny):
     assert backwards.paired == [0, 2] and backwards.n_layers == 2
 
 
-@pytest.mark.parametrize("a, b, expected", [(3, 2, [0, 1, 1]), (2, 3, [0, 2]), (1, 4, [0]), (4, 1, [0, 0, 0, 0]),
-                                            (5, 5, [0, 1, 2, 3, 4]), (5, 3, [0, 1, 1, 2, 2]), (12, 24, None)])
+@pytest.mark.parametrize(
+    "a, b, expected",
+    [
+        (3, 2, [0, 1, 1]),
+        (2, 3, [0, 2]),
+        (1, 4, [0]),
+        (4, 1, [0, 0, 0, 0]),
+        (5, 5, [0, 1, 2, 3, 4]),
+        (5, 3, [0, 1, 1, 2, 2]),
+        (12, 24, None),
+    ],
+)
 def test_paired_layers_is_the_same_relative_depth(a, b, expected):
     pairs = paired_layers(a, b)
     if expected is not None:
@@ -309,19 +389,31 @@ def code_runs(tiny, tmp_path_factory):
     options = {"corpus": str(tiny.source), "vocab_size": 300, "context": T, "heldout": 0.5}
     paths = []
     for pe in ("nope", "alibi"):
-        config = TrainConfig(task="code", pe=pe, steps=2, batch_size=4, eval_examples=2, task_options=options,
-                             model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T))
+        config = TrainConfig(
+            task="code",
+            pe=pe,
+            steps=2,
+            batch_size=4,
+            eval_examples=2,
+            task_options=options,
+            model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T),
+        )
         paths.append(train_run(config, run_dir(root, "code", pe, 0, options), torch.device("cpu")).path)
-    return SimpleNamespace(root=root, paths=paths, argv=[*tiny.argv, "-o", "vocab_size=300", "--checkpoints",
-                                                         str(root)])
+    return SimpleNamespace(
+        root=root, paths=paths, argv=[*tiny.argv, "-o", "vocab_size=300", "--checkpoints", str(root)]
+    )
 
 
 def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
     """A code run reads its own corpus's held-out files; an hf: model reads the same files with its tokenizer."""
     nope = str(code_runs.paths[0])
     report = attended_distance_report([nope, tiny.names["bloom"]], n_per_bucket=2)
-    assert [r.run.label for r in report.results] == ["NoPE @1x", "NoPE @2x", tiny.names["bloom"] + " @1x",
-                                                     tiny.names["bloom"] + " @2x"]
+    assert [r.run.label for r in report.results] == [
+        "NoPE @1x",
+        "NoPE @2x",
+        tiny.names["bloom"] + " @1x",
+        tiny.names["bloom"] + " @2x",
+    ]
     assert main(["compare", nope, tiny.names["bloom"], "--task", "code"]) == 2
     assert "tokenizers differ" in one_line_error(capsys)
     assert main(["compare", tiny.names["bloom"], "nope", *code_runs.argv]) == 2  # the run found by its PE name
@@ -350,8 +442,18 @@ def test_explorer_measures_the_perplexity_of_hf_models_beside_code_runs(tiny, co
 def test_explorer_lists_a_perplexity_report_of_hf_models(tiny, code_runs, monkeypatch, no_png):
     from helpers import run_page
 
-    argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--vocab-size", "300", "--context", str(T),
-            "--checkpoints", str(code_runs.root)]
+    argv = [
+        "--corpus",
+        str(tiny.source),
+        "--heldout",
+        "0.5",
+        "--vocab-size",
+        "300",
+        "--context",
+        str(T),
+        "--checkpoints",
+        str(code_runs.root),
+    ]
     assert main(["perplexity", tiny.names["bloom"], *argv]) == 0
     at = run_page("pretraining", code_runs.root, monkeypatch)
     (saved,) = [o for o in at.selectbox(key="pretraining-report").options if "perplexity+hf-bloom-" in o]
@@ -444,12 +546,15 @@ def test_a_hub_id_not_in_the_cache_is_one_line_saying_how_to_fetch_it(tiny, tmp_
     assert "not in the local Hugging Face cache" in err and "hf download EleutherAI/pythia-70m" in err
 
 
-@pytest.mark.parametrize("target, message", [
-    ("missing", "there is no folder"),
-    ("empty", "not a Hugging Face model folder (no config.json)"),
-    ("notes.txt", "not a Hugging Face model folder (no config.json)"),
-    ("bare", "no tokenizer could be read"),  # a config.json and nothing else
-])
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ("missing", "there is no folder"),
+        ("empty", "not a Hugging Face model folder (no config.json)"),
+        ("notes.txt", "not a Hugging Face model folder (no config.json)"),
+        ("bare", "no tokenizer could be read"),  # a config.json and nothing else
+    ],
+)
 def test_a_folder_that_is_not_a_model_is_one_line(tmp_path, capsys, target, message):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("not a model")

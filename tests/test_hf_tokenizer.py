@@ -33,10 +33,13 @@ def scan(tmp_path_factory, one_thread):
     return path, load_checkpoint(path), Tokenizer.for_task(task), task.examples("valid", 8, seed=0)
 
 
-@pytest.mark.parametrize("name, scratchpad", [
-    *((name, None) for name in TASKS),
-    *((name, "full") for name in SCRATCHPAD_TASKS),  # "... is 5 3." glued punctuation
-])
+@pytest.mark.parametrize(
+    "name, scratchpad",
+    [
+        *((name, None) for name in TASKS),
+        *((name, "full") for name in SCRATCHPAD_TASKS),  # "... is 5 3." glued punctuation
+    ],
+)
 def test_hf_ids_and_text_equal_ours_on_task_texts(name, scratchpad):
     task = get(name, **({"scratchpad": scratchpad} if scratchpad else {}))
     ours = Tokenizer.for_task(task)
@@ -49,8 +52,15 @@ def test_hf_ids_and_text_equal_ours_on_task_texts(name, scratchpad):
 
 
 def test_glued_punctuation_and_unknown_words():
-    texts = ["The answer is 5 5 6 4 3.", "Which is equal to 3 .", "If a = -1; b = -a. Then what is b?",
-             "3 1, 4 1 , 5", "5..", "x?. ..", "a,. b"]
+    texts = [
+        "The answer is 5 5 6 4 3.",
+        "Which is equal to 3 .",
+        "If a = -1; b = -a. Then what is b?",
+        "3 1, 4 1 , 5",
+        "5..",
+        "x?. ..",
+        "a,. b",
+    ]
     ours = Tokenizer(vocabulary_of(*texts))
     hf = ours.to_hf()
     for text in texts:
@@ -99,7 +109,7 @@ def test_greedy_generate_stops_at_eos_and_equals_probe_eval(scan):
         (prediction,) = evaluate_examples(model, tokenizer, [example], keep_predictions=True).predictions
         prompt = torch.tensor([tokenizer.encode_prompt(example.source)])  # [1, prompt]
         out = model.generate(prompt, max_new_tokens=limit, do_sample=False, verbose=False)  # [1, prompt + new]
-        new = out[0, prompt.shape[1]:].tolist()
+        new = out[0, prompt.shape[1] :].tolist()
         if tokenizer.eos_id in new:
             assert new.index(tokenizer.eos_id) == len(new) - 1  # stopped right there
             stopped += 1

@@ -40,8 +40,11 @@ def imports_at_module_level(name: str, path: Path, modules: set[str]) -> set[str
             elif isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
-                base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".") \
-                    if node.level else node.module or ""
+                base = (
+                    ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".")
+                    if node.level
+                    else node.module or ""
+                )
                 found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
 
     visit(ast.parse(path.read_text()).body)
@@ -61,7 +64,7 @@ def test_no_module_of_probe_imports_itself_back():
         """A cycle reachable from the last module of ``path`` (the modules being imported), or None."""
         for other in sorted(graph[path[-1]]):
             if other in path:
-                return [*path[path.index(other):], other]
+                return [*path[path.index(other) :], other]
             if other not in done and (found := cycle_from([*path, other])):
                 return found
         done.add(path[-1])
@@ -86,7 +89,15 @@ def test_every_table_of_presets_names_presets_and_each_recipe_is_whole():
     from probe.training.config import TrainConfig
 
     recipe_fields = {f.name for f in dataclasses.fields(TrainConfig)} & {
-        "steps", "lr", "dropout", "batch_size", "weight_decay", "warmup", "schedule", "beta2"}
+        "steps",
+        "lr",
+        "dropout",
+        "batch_size",
+        "weight_decay",
+        "warmup",
+        "schedule",
+        "beta2",
+    }
     assert set(RECIPES) <= set(PRESETS) and set(LM_RECIPES) <= set(PRESETS) and set(CONTEXTS) == set(PRESETS)
     for table in (RECIPES, LM_RECIPES):
         for preset, recipe in table.items():

@@ -17,8 +17,9 @@ DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: dict(rtol=1e-4, atol=2e-6), torch.float64: dict(rtol=1e-10, atol=1e-12)}
 
 
-def causal_patterns(*shape: int, dtype=torch.float64, sharpness: float = 3.0, seed: int = 0,
-                    hard: float = 0.2) -> torch.Tensor:
+def causal_patterns(
+    *shape: int, dtype=torch.float64, sharpness: float = 3.0, seed: int = 0, hard: float = 0.2
+) -> torch.Tensor:
     """Random causal attention maps [*shape[:-1], T, T]; a fraction `hard` of rows one-hot (exact zeros)."""
     gen = torch.Generator().manual_seed(seed)
     T = shape[-1]
@@ -110,6 +111,7 @@ def test_unknown_metric_is_one_clear_error():
 
 # --- head_distance and layer_distances -------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_head_distance_matches_scipy_loop(dtype):
     P, Q = causal_patterns(2, 7, dtype=dtype), causal_patterns(2, 7, dtype=dtype, seed=3)
@@ -151,8 +153,10 @@ def test_minimum_on_a_same_index_pair_is_found_and_reference_code_misses_it():
     assert (ref.per_layer > 0.01).all()  # the (2, 2) pair is never visited
     An, Bn = A.numpy(), B.numpy()
     for layer in range(2):  # the released loop: combinations as (src = head of B, tgt = head of A)
-        visited = {(tgt, src): brute_reference_code(An[layer, tgt], Bn[layer, src], 6)
-                   for src, tgt in itertools.combinations(range(4), 2)}
+        visited = {
+            (tgt, src): brute_reference_code(An[layer, tgt], Bn[layer, src], 6)
+            for src, tgt in itertools.combinations(range(4), 2)
+        }
         best = min(visited, key=visited.get)
         assert float(ref.per_layer[layer]) == pytest.approx(visited[best], rel=1e-9)
         assert tuple(ref.head_pairs[layer].tolist()) == best

@@ -70,9 +70,16 @@ def test_paper_mean_reciprocal_rank_hand_worked_with_a_tie():
     def report(task, seed, pe, ood):
         return {"task_folder": task, "seed": seed, "pe": pe, "ood_accuracy": ood}
 
-    reports = [report("scan", 0, "nope", 0.8), report("scan", 0, "t5", 0.8), report("scan", 0, "alibi", 0.5),
-               report("scan", 1, "nope", 0.9), report("scan", 1, "t5", 0.7), report("scan", 1, "alibi", 0.95),
-               report("copy", 0, "nope", 1.0), report("copy", 0, "t5", 0.2)]  # copy lacks ALiBi: not a query
+    reports = [
+        report("scan", 0, "nope", 0.8),
+        report("scan", 0, "t5", 0.8),
+        report("scan", 0, "alibi", 0.5),
+        report("scan", 1, "nope", 0.9),
+        report("scan", 1, "t5", 0.7),
+        report("scan", 1, "alibi", 0.95),
+        report("copy", 0, "nope", 1.0),
+        report("copy", 0, "t5", 0.2),
+    ]  # copy lacks ALiBi: not a query
     # seed 0: T5 and NoPE tie at 0.8 and the tie goes against NoPE: T5 1, NoPE 2, ALiBi 3.
     # seed 1: ALiBi 1, NoPE 2, T5 3.
     want = {"nope": (1 / 2 + 1 / 2) / 2, "t5": (1 + 1 / 3) / 2, "alibi": (1 / 3 + 1) / 2}

@@ -23,7 +23,6 @@ def test_pe_kinds_are_the_papers_five():
     assert PAPER_PES == ("nope", "ape", "t5", "alibi", "rotary")
 
 
-
 def test_paper_bucket_matrix():
     distances = torch.arange(10)[:, None] - torch.arange(10)[None, :]
     expected = torch.tensor([[PAPER_BUCKETS[max(i - j, 0)] for j in range(10)] for i in range(10)])
@@ -36,8 +35,9 @@ def test_bucket_matches_transformers_t5(buckets, max_distance):
 
     n = torch.arange(0, 1001)
     # transformers takes memory - query = -(query - key) and bidirectional=False for a decoder.
-    reference = T5Attention._relative_position_bucket(-n, bidirectional=False, num_buckets=buckets,
-                                                      max_distance=max_distance)
+    reference = T5Attention._relative_position_bucket(
+        -n, bidirectional=False, num_buckets=buckets, max_distance=max_distance
+    )
     assert torch.equal(t5_relative_bucket(n, buckets, max_distance), reference)
 
 
@@ -76,8 +76,9 @@ def _layer0_scores(model, tokens):
     return cache["blocks.0.attn.hook_attn_scores"][0]  # [head, query, key]
 
 
-@pytest.mark.parametrize("pe,invariant", [("nope", True), ("t5", True), ("alibi", True), ("rotary", True), ("ape",
-                                                                                                            False)])
+@pytest.mark.parametrize(
+    "pe,invariant", [("nope", True), ("t5", True), ("alibi", True), ("rotary", True), ("ape", False)]
+)
 def test_shift_invariance_of_relative_encodings(pe, invariant):
     """Layer-0 logits among a block of tokens are unchanged when the block moves right (relative
     PEs), and change for APE."""
@@ -155,7 +156,6 @@ def test_long_inputs_run_and_too_long_refuses(pe):
         model(torch.randint(0, VOCAB, (1, 1025)))
 
 
-
 def test_bf16_autocast_does_not_round_the_alibi_bias(monkeypatch):
     """Under bf16 autocast the fast path hands SDPA the bias in float32: at distance 500 the last
     head's slope (2^-8) is below bf16's spacing, so a bf16 mask would merge neighbouring keys."""
@@ -164,14 +164,17 @@ def test_bf16_autocast_does_not_round_the_alibi_bias(monkeypatch):
     model = build_model("alibi", vocab_size=VOCAB, seed=0)  # 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8
     seen = []
     real = attention.F.scaled_dot_product_attention
-    monkeypatch.setattr(attention.F, "scaled_dot_product_attention",
-                        lambda *args, **kwargs: seen.append(kwargs["attn_mask"]) or real(*args, **kwargs))
+    monkeypatch.setattr(
+        attention.F,
+        "scaled_dot_product_attention",
+        lambda *args, **kwargs: seen.append(kwargs["attn_mask"]) or real(*args, **kwargs),
+    )
     length = 600
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(torch.randint(0, VOCAB, (1, length)))
     assert torch.isfinite(logits).all() and len(seen) == model.cfg.n_layers
     distance = (torch.arange(length)[:, None] - torch.arange(length)[None, :]).double()  # [query, key]
-    slopes = torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8], dtype=torch.float64)
+    slopes = torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8], dtype=torch.float64)
     expected = torch.where(distance >= 0, -slopes[:, None, None] * distance, -torch.inf).float()  # [head, query, key]
     for mask in seen:
         assert mask.dtype == torch.float32 and torch.equal(mask[0], expected)
@@ -190,8 +193,9 @@ def test_patching_the_position_bias_changes_the_output():
     model = build_model("t5", vocab_size=VOCAB)
     tokens = torch.randint(0, VOCAB, (1, 6))
     clean = model(tokens)
-    patched = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pos_bias", lambda x,
-                                                       hook: x * 0 + 5.0 * torch.arange(6.0))])
+    patched = model.run_with_hooks(
+        tokens, fwd_hooks=[("blocks.0.attn.hook_pos_bias", lambda x, hook: x * 0 + 5.0 * torch.arange(6.0))]
+    )
     assert not torch.allclose(clean, patched)
 
 
@@ -204,7 +208,6 @@ def test_t5_table_is_shared_or_per_layer():
     assert per_layer.pe.relative_attention_bias.shape == (3, 32, per_layer.cfg.n_heads)
 
 
-
 def test_presets_and_overrides():
     base = build_model("nope", vocab_size=100, preset="base")
     assert (base.cfg.n_layers, base.cfg.d_model, base.cfg.n_heads, base.cfg.d_mlp) == (12, 768, 12, 3072)
@@ -212,12 +215,14 @@ def test_presets_and_overrides():
     assert build_model("nope", vocab_size=VOCAB, preset="small").cfg.n_layers == 4
 
 
-
-@pytest.mark.parametrize("bad,match", [
-    (dict(pe="learned2"), "unknown positional encoding"),
-    (dict(pe="nope", preset="huge"), "unknown preset"),
-    (dict(pe="nope", n_layerz=3), "unknown model option"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(pe="learned2"), "unknown positional encoding"),
+        (dict(pe="nope", preset="huge"), "unknown preset"),
+        (dict(pe="nope", n_layerz=3), "unknown model option"),
+    ],
+)
 def test_bad_model_requests(bad, match):
     pe = bad.pop("pe")
     with pytest.raises(ProbeError, match=match):

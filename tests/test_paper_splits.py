@@ -25,14 +25,17 @@ def test_scan_length_split_is_unchanged():
     assert not any(e.source.startswith("Solve:") for e in task.examples("test"))
 
 
-@pytest.mark.parametrize("task, variant, source, target", [
-    ("copy", "random", "Copy: w3 w1 w4", "w3 w1 w4"),
-    ("copy", "random-2x", "Copy: w3 w1 w4", "w3 w1 w4 [NEXT] w3 w1 w4"),
-    ("copy", "count-2x", "Copy: w3 w3", "w3 w3 w3 w3"),
-    ("reverse", "random", "Reverse: w3 w1 w4", "w4 w1 w3"),
-    ("reverse", "random-2x", "Reverse: w3 w1 w4", "w4 w1 w3 [NEXT] w4 w1 w3"),
-    ("reverse", "twice", "Reverse: w3 w1 w4", "w4 w1 w3 [NEXT] w3 w1 w4"),
-])
+@pytest.mark.parametrize(
+    "task, variant, source, target",
+    [
+        ("copy", "random", "Copy: w3 w1 w4", "w3 w1 w4"),
+        ("copy", "random-2x", "Copy: w3 w1 w4", "w3 w1 w4 [NEXT] w3 w1 w4"),
+        ("copy", "count-2x", "Copy: w3 w3", "w3 w3 w3 w3"),
+        ("reverse", "random", "Reverse: w3 w1 w4", "w4 w1 w3"),
+        ("reverse", "random-2x", "Reverse: w3 w1 w4", "w4 w1 w3 [NEXT] w4 w1 w3"),
+        ("reverse", "twice", "Reverse: w3 w1 w4", "w4 w1 w3 [NEXT] w3 w1 w4"),
+    ],
+)
 def test_copy_and_reverse_paper_formats(task, variant, source, target):
     built = get(task, split="paper", variant=variant)
     words = source.split()[1:]
@@ -46,8 +49,11 @@ def test_replace_paper_format():
     assert (example.source, example.target) == ("Replace w3 with w7 in w3 w3", "w7 w7")
 
 
-@pytest.mark.parametrize("task, variant", [("copy", v) for v in ("count", "replace", "random", "count-2x", "random-2x")]
-                         + [("reverse", v) for v in ("random", "random-2x", "twice")])
+@pytest.mark.parametrize(
+    "task, variant",
+    [("copy", v) for v in ("count", "replace", "random", "count-2x", "random-2x")]
+    + [("reverse", v) for v in ("random", "random-2x", "twice")],
+)
 def test_copy_and_reverse_paper_lengths(task, variant):
     built = get(task, split="paper", variant=variant)
     seen = {e.length for e in built.examples("train", n=3000)} | {e.length for e in built.examples("valid", n=500)}

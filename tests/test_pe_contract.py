@@ -86,7 +86,9 @@ def test_kv_cache_equals_full_forward(variant):
     cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, 2)
     steps = [model(tokens[:, :6], past_kv_cache=cache, attention_mask=torch.ones(2, 6, dtype=torch.long))]
     for t in range(6, 10):
-        steps.append(model(tokens[:, t:t + 1], past_kv_cache=cache, attention_mask=torch.ones(2, 1, dtype=torch.long)))
+        steps.append(
+            model(tokens[:, t : t + 1], past_kv_cache=cache, attention_mask=torch.ones(2, 1, dtype=torch.long))
+        )
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-9)
 
 
@@ -98,8 +100,15 @@ def test_generate_with_the_kv_cache_scores_as_a_full_forward(variant):
     if model.pe.depends_on_length:
         pytest.skip("the encoding follows the pass's length (dynamic NTK), so a cache cannot equal a full pass")
     prompt = torch.randint(0, VOCAB, (2, 7), generator=torch.Generator().manual_seed(2))
-    out = model.generate(prompt, max_new_tokens=5, do_sample=False, stop_at_eos=False, verbose=False,
-                         use_past_kv_cache=True, output_logits=True)
+    out = model.generate(
+        prompt,
+        max_new_tokens=5,
+        do_sample=False,
+        stop_at_eos=False,
+        verbose=False,
+        use_past_kv_cache=True,
+        output_logits=True,
+    )
     with torch.no_grad():
         full = model(out.sequences.clone())  # [batch, pos, vocab]; generate's tensors are inference-mode ones
     for step, logits in enumerate(out.logits):

@@ -45,8 +45,7 @@ def test_model_term_matches_x_transformers(attn_scale, npos):
     """In a float64 model, every layer's hook_pos_scores is x-transformers' CoPE term of the
     layer's own queries, its logits q.k / attn_scale after the causal mask, and its table;
     hook_attn_scores is those logits plus the term. npos=4 makes the clamp at p_max = 3 bite."""
-    model = build_model("cope", vocab_size=VOCAB, seed=4, attn_scale=attn_scale,
-                        pe_options={"npos": npos}).double()
+    model = build_model("cope", vocab_size=VOCAB, seed=4, attn_scale=attn_scale, pe_options={"npos": npos}).double()
     tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
     _, cache = model.run_with_cache(tokens)
     scale = math.sqrt(model.cfg.d_head) if attn_scale else 1.0
@@ -58,8 +57,12 @@ def test_model_term_matches_x_transformers(attn_scale, npos):
         term = cache[f"blocks.{layer}.attn.hook_pos_scores"]
         assert term.shape == (2, model.cfg.n_heads, 12, 12)
         torch.testing.assert_close(term, expected, rtol=0, atol=1e-12)
-        torch.testing.assert_close(cache[f"blocks.{layer}.attn.hook_attn_scores"][..., causal],
-                                   (logits + expected)[..., causal], rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            cache[f"blocks.{layer}.attn.hook_attn_scores"][..., causal],
+            (logits + expected)[..., causal],
+            rtol=0,
+            atol=1e-12,
+        )
     if npos == 4:  # some contextual position really exceeds p_max
         assert torch.sigmoid(logits).flip(-1).cumsum(-1).flip(-1).max() > 3
 
@@ -100,8 +103,10 @@ def test_kv_cache_and_generate_equal_the_full_forward():
     full = model(tokens)
     cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, 2)
     steps = [model(tokens[:, :5], past_kv_cache=cache, attention_mask=torch.ones(2, 5, dtype=torch.long))]
-    steps += [model(tokens[:, t:t + 1], past_kv_cache=cache, attention_mask=torch.ones(2, 1, dtype=torch.long))
-              for t in range(5, 11)]
+    steps += [
+        model(tokens[:, t : t + 1], past_kv_cache=cache, attention_mask=torch.ones(2, 1, dtype=torch.long))
+        for t in range(5, 11)
+    ]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=0, atol=1e-10)
     assert not torch.allclose(model(tokens[:, 5:]), full[:, 5:], atol=1e-3)  # the cached prefix matters
 
@@ -168,12 +173,15 @@ def test_table_per_layer_shared_by_heads_and_seeded():
     assert a.pe.position_vectors.std().item() == pytest.approx(0.8 / math.sqrt(a.cfg.d_head), rel=0.1)
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"npos": 1}, "option npos=1 of cope must be at least 2$"),
-    ({"npos": -3}, "option npos=-3 of cope must be at least 2$"),
-    ({"npos": "many"}, "npos"),
-    ({"p_max": 8}, "p_max"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"npos": 1}, "option npos=1 of cope must be at least 2$"),
+        ({"npos": -3}, "option npos=-3 of cope must be at least 2$"),
+        ({"npos": "many"}, "npos"),
+        ({"p_max": 8}, "p_max"),
+    ],
+)
 def test_bad_options_are_one_line(options, match):
     with pytest.raises(ProbeError, match=match) as error:
         build_model("cope", vocab_size=VOCAB, pe_options=options)

@@ -49,8 +49,13 @@ def test_kerple_bias_is_the_papers_kernel(variant, shared):
         table = 0 if shared else layer
         r1, r2 = model.pe.r1[table].tolist(), model.pe.r2[table].tolist()
         assert all(r > 0 for r in r1 + r2) and (variant == "log" or max(r2) <= 2)
-        expected = torch.tensor([[[kerple_kernel(variant, r1[h], r2[h], m, n) if n <= m else 0.0 for n in range(LONG)]
-                                  for m in queries] for h in range(model.cfg.n_heads)], dtype=torch.float64)
+        expected = torch.tensor(
+            [
+                [[kerple_kernel(variant, r1[h], r2[h], m, n) if n <= m else 0.0 for n in range(LONG)] for m in queries]
+                for h in range(model.cfg.n_heads)
+            ],
+            dtype=torch.float64,
+        )
         got = bias[:, queries, :]  # [head, query, key]
         causal = torch.tensor([[n <= m for n in range(LONG)] for m in queries])  # [query, key]
         torch.testing.assert_close(got[:, causal], expected[:, causal], rtol=1e-12, atol=1e-14)
@@ -103,14 +108,17 @@ def fire_parameters(pe, table: int) -> dict:
     return dict(
         c=abs(pe.c[table].item()),
         L=abs(pe.threshold_scale[table].item()) * pe.option["threshold"],
-        w_in=pe.weight_in[table].tolist(), b_in=pe.bias_in[table].tolist(),
-        w_out=pe.weight_out[table].tolist(), b_out=pe.bias_out[table].tolist(),
+        w_in=pe.weight_in[table].tolist(),
+        b_in=pe.bias_in[table].tolist(),
+        w_out=pe.weight_out[table].tolist(),
+        b_out=pe.bias_out[table].tolist(),
     )
 
 
 def fire_bias(p: dict, i: int, j: int, head: int) -> float:
     """b(i, j) = f_theta(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1), f_theta a ReLU MLP
     1 -> hidden -> heads; the paper's listing adds 1e-6 to the normaliser."""
+
     def psi(x: float) -> float:
         return math.log(p["c"] * x + 1)
 
@@ -121,32 +129,37 @@ def fire_bias(p: dict, i: int, j: int, head: int) -> float:
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_fire_bias_is_the_papers_function(shared):
-    model = build_model("fire", vocab_size=VOCAB, seed=4, pe_options={"shared": shared, "threshold": 8.0},
-                        **TINY).double()
+    model = build_model(
+        "fire", vocab_size=VOCAB, seed=4, pe_options={"shared": shared, "threshold": 8.0}, **TINY
+    ).double()
     biases = position_bias(model, tokens_of(LONG))
     threshold = model.pe.option["threshold"]
     queries = [0, 1, int(threshold) - 1, int(threshold), int(threshold) + 1, 40, LONG - 1]  # below, at, above L
     for layer, bias in enumerate(biases):
         p = fire_parameters(model.pe, 0 if shared else layer)
         for i in queries:
-            expected = torch.tensor([[fire_bias(p, i, j, h) for j in range(i + 1)] for h in range(4)],
-                                    dtype=torch.float64)
+            expected = torch.tensor(
+                [[fire_bias(p, i, j, h) for j in range(i + 1)] for h in range(4)], dtype=torch.float64
+            )
             torch.testing.assert_close(bias[:, i, : i + 1], expected, rtol=1e-12, atol=1e-12)
     assert torch.equal(biases[0], biases[1]) == shared
     assert model.pe.weight_out.shape == (1 if shared else 2, 32, 4)
 
 
 def test_fire_distance_zero_and_the_threshold():
-    model = build_model("fire", vocab_size=VOCAB, seed=5, pe_options={"threshold": 8.0}, **{**TINY,
-                                                                                            "n_layers": 1}).double()
+    model = build_model(
+        "fire", vocab_size=VOCAB, seed=5, pe_options={"threshold": 8.0}, **{**TINY, "n_layers": 1}
+    ).double()
     with torch.no_grad():
         model.pe.threshold_scale.fill_(-2.5)  # L = |s| x 8 = 20: the sign is dropped, as in the listing
     bias = position_bias(model, tokens_of(60))[0]  # [head, query, key]
     p = fire_parameters(model.pe, 0)
     assert p["L"] == 20.0
     # distance 0: f_theta(0) = W_out^T relu(b_in) + b_out at every query, whatever i and L
-    f0 = torch.tensor([sum(max(0.0, b) * row[h] for b, row in zip(p["b_in"], p["w_out"])) + p["b_out"][h]
-                       for h in range(4)], dtype=torch.float64)
+    f0 = torch.tensor(
+        [sum(max(0.0, b) * row[h] for b, row in zip(p["b_in"], p["w_out"])) + p["b_out"][h] for h in range(4)],
+        dtype=torch.float64,
+    )
     torch.testing.assert_close(bias.diagonal(dim1=1, dim2=2), f0[:, None].expand(4, 60), rtol=1e-12, atol=1e-12)
     # queries at or below L share the normaliser psi(L): the bias depends on the distance only there
     for d in (1, 5, 12):
@@ -164,8 +177,9 @@ def test_fire_distance_zero_and_the_threshold():
 
 def test_fire_is_shift_invariant_only_below_the_threshold():
     """A prefix of 5 moves every position by 5: below L nothing changes, past L the bias does."""
-    model = build_model("fire", vocab_size=VOCAB, seed=6, pe_options={"threshold": 8.0}, **{**TINY,
-                                                                                            "n_layers": 1}).double()
+    model = build_model(
+        "fire", vocab_size=VOCAB, seed=6, pe_options={"threshold": 8.0}, **{**TINY, "n_layers": 1}
+    ).double()
     window = tokens_of(8)
     shifted = torch.cat([tokens_of(5, seed=1), window], dim=1)
     for scale, invariant in ((4.0, True), (0.25, False)):  # L = 32 > 12, L = 2 < 7
@@ -192,20 +206,26 @@ def test_fire_bias_is_not_rounded_under_bf16_autocast():
 def test_generation_with_the_kv_cache_equals_without(pe, options):
     model = build_model(pe, vocab_size=VOCAB, seed=8, pe_options=options, **TINY).double()
     prompt = tokens_of(12)
-    runs = [model.generate(prompt, max_new_tokens=10, do_sample=False, stop_at_eos=False,
-                           use_past_kv_cache=cache, verbose=False)
-            for cache in (True, False)]
+    runs = [
+        model.generate(
+            prompt, max_new_tokens=10, do_sample=False, stop_at_eos=False, use_past_kv_cache=cache, verbose=False
+        )
+        for cache in (True, False)
+    ]
     assert torch.equal(runs[0], runs[1]) and runs[0].shape == (1, 22)
 
 
-@pytest.mark.parametrize("pe,options,match", [
-    ("kerple", {"variant": "cubic"}, "option variant of kerple is 'cubic'; choose one of log, power$"),
-    ("kerple", {"shared": "sometimes"}, "option shared of kerple: 'sometimes' is not true or false$"),
-    ("fire", {"hidden": 0}, "option hidden=0 of fire must be positive$"),
-    ("fire", {"c": -0.1}, "option c=-0.1 of fire must be positive$"),
-    ("fire", {"threshold": 0}, "option threshold=0 of fire must be positive$"),
-    ("fire", {"width": 8}, "unknown option 'width' of fire; its options: hidden, c, threshold, shared$"),
-])
+@pytest.mark.parametrize(
+    "pe,options,match",
+    [
+        ("kerple", {"variant": "cubic"}, "option variant of kerple is 'cubic'; choose one of log, power$"),
+        ("kerple", {"shared": "sometimes"}, "option shared of kerple: 'sometimes' is not true or false$"),
+        ("fire", {"hidden": 0}, "option hidden=0 of fire must be positive$"),
+        ("fire", {"c": -0.1}, "option c=-0.1 of fire must be positive$"),
+        ("fire", {"threshold": 0}, "option threshold=0 of fire must be positive$"),
+        ("fire", {"width": 8}, "unknown option 'width' of fire; its options: hidden, c, threshold, shared$"),
+    ],
+)
 def test_bad_options_are_one_line(pe, options, match):
     with pytest.raises(ProbeError, match=match) as error:
         build_model(pe, vocab_size=VOCAB, pe_options=options, **TINY)

@@ -31,19 +31,27 @@ def _library_xpos(r: int, base: float, scale_base: float, own_frequencies: bool)
     return library.double()
 
 
-@pytest.mark.parametrize("fraction, base, scale_base, own_frequencies, first", [
-    (1.0, 65536.0, 512.0, True, 0),  # theta_j = 4^-j: the library's float32 frequencies are exact
-    (0.5, 256.0, 16.0, True, 0),  # a strong decay on half of each head
-    (1.0, 10000.0, 512.0, False, 0),  # the defaults
-    (0.25, 10000.0, 32.0, False, 3000),  # far from 0: uncentred positions give the same scores
-])
+@pytest.mark.parametrize(
+    "fraction, base, scale_base, own_frequencies, first",
+    [
+        (1.0, 65536.0, 512.0, True, 0),  # theta_j = 4^-j: the library's float32 frequencies are exact
+        (0.5, 256.0, 16.0, True, 0),  # a strong decay on half of each head
+        (1.0, 10000.0, 512.0, False, 0),  # the defaults
+        (0.25, 10000.0, 32.0, False, 3000),  # far from 0: uncentred positions give the same scores
+    ],
+)
 def test_xpos_scores_match_rotary_embedding_torch(fraction, base, scale_base, own_frequencies, first):
     """Oracle: rotary-embedding-torch's xPos (``rotate_queries_and_keys``). It pairs dimensions 2i and
     2i + 1 where probe pairs j and j + r/2, so the unrotated queries and keys are permuted into its
     layout first; it centres positions, which cancels in q . k, so the scores of every query/key pair
     (above the diagonal too) must agree, and the model's logits are those scores over sqrt(d_head)."""
-    model = build_model("xpos", vocab_size=VOCAB, seed=1, **SMALL,
-                        pe_options={"fraction": fraction, "base": base, "scale_base": scale_base}).double()
+    model = build_model(
+        "xpos",
+        vocab_size=VOCAB,
+        seed=1,
+        **SMALL,
+        pe_options={"fraction": fraction, "base": base, "scale_base": scale_base},
+    ).double()
     d_head, r, length = model.cfg.d_head, round(fraction * model.cfg.d_head), 20
     tokens = torch.randint(0, VOCAB, (2, length), generator=torch.Generator().manual_seed(0))
     _, cache = model.run_with_cache(tokens, positions=torch.arange(first, first + length))
@@ -63,8 +71,9 @@ def test_xpos_scores_match_rotary_embedding_torch(fraction, base, scale_base, ow
     assert torch.allclose(ours, theirs, rtol=1e-12, atol=1e-12)
     lower = torch.ones(length, length, dtype=torch.bool).tril()
     logits = cache["blocks.0.attn.hook_attn_scores"]  # [batch, head, query, key]
-    assert torch.allclose(logits[..., lower], theirs[..., lower] / model.blocks[0].attn.attn_scale, rtol=1e-12,
-                          atol=1e-12)
+    assert torch.allclose(
+        logits[..., lower], theirs[..., lower] / model.blocks[0].attn.attn_scale, rtol=1e-12, atol=1e-12
+    )
     assert not torch.allclose(ours, q @ k.transpose(-1, -2), atol=1e-3)  # rotated and scaled: not q . k
 
 
@@ -101,13 +110,20 @@ def test_bf16_autocast_runs_and_stays_near_float32(pe):
     assert (logits.float() - reference).abs().max() < 0.02 * reference.abs().max()
 
 
-@pytest.mark.parametrize("pe, options, message", [
-    ("xpos", {"scale_base": -1}, "option scale_base=-1 of xpos must be 0 (no decay) or a positive number"),
-    ("xpos", {"scale_base": "nan"}, "option scale_base=nan of xpos must be 0 (no decay) or a positive number"),
-    ("xpos", {"scale_base": "wide"}, "option scale_base of xpos: could not convert string to float: 'wide'"),
-    ("xpos", {"fraction": 0.3}, "option fraction=0.3 of xpos must give an even number of each head's 32 dimensions"),
-    ("learned", {"length": 64}, "unknown option 'length' of learned; its options: none"),
-])
+@pytest.mark.parametrize(
+    "pe, options, message",
+    [
+        ("xpos", {"scale_base": -1}, "option scale_base=-1 of xpos must be 0 (no decay) or a positive number"),
+        ("xpos", {"scale_base": "nan"}, "option scale_base=nan of xpos must be 0 (no decay) or a positive number"),
+        ("xpos", {"scale_base": "wide"}, "option scale_base of xpos: could not convert string to float: 'wide'"),
+        (
+            "xpos",
+            {"fraction": 0.3},
+            "option fraction=0.3 of xpos must give an even number of each head's 32 dimensions",
+        ),
+        ("learned", {"length": 64}, "unknown option 'length' of learned; its options: none"),
+    ],
+)
 def test_bad_options_are_one_line(pe, options, message):
     with pytest.raises(ProbeError) as error:
         build_model(pe, vocab_size=VOCAB, pe_options=options)
@@ -163,13 +179,16 @@ def test_learned_positions_past_the_table_are_one_line():
     model = build_model("learned", vocab_size=VOCAB, n_layers=1, n_ctx=12)
     with pytest.raises(ProbeError) as error:
         model(torch.randint(0, VOCAB, (1, 13)))
-    assert str(error.value) == ("sequence of 13 positions is longer than this model's context (n_ctx=12); "
-                                "rebuild it with n_ctx=13 or more")
+    assert str(error.value) == (
+        "sequence of 13 positions is longer than this model's context (n_ctx=12); rebuild it with n_ctx=13 or more"
+    )
     with pytest.raises(ProbeError) as error:
         model(torch.randint(0, VOCAB, (1, 5)), positions=torch.arange(10, 15))
     assert str(error.value) == "positions 10 .. 14 go past the learned table's 12 rows (positions 0 .. 11, n_ctx=12)"
-    with pytest.raises(ProbeError, match=r"sequence of 13 positions is longer than this model's context \(n_ctx=12\)") \
-            as error:
-        model.generate(torch.randint(0, VOCAB, (1, 10)), max_new_tokens=4, do_sample=False, stop_at_eos=False,
-                       verbose=False)
+    with pytest.raises(
+        ProbeError, match=r"sequence of 13 positions is longer than this model's context \(n_ctx=12\)"
+    ) as error:
+        model.generate(
+            torch.randint(0, VOCAB, (1, 10)), max_new_tokens=4, do_sample=False, stop_at_eos=False, verbose=False
+        )
     assert "\n" not in str(error.value)

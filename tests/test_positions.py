@@ -67,17 +67,22 @@ def test_decoding_a_randomized_model_draws_one_plan_and_the_cache_keeps_it():
     decode: the KV cache and a full recomputation then agree token for token."""
     model = build_model("rotary", vocab_size=VOCAB, random_positions=96, seed=3).double().eval()
     prompts = torch.randint(0, VOCAB, (3, 6))
-    cached = greedy_decode(model, prompts, 12, eos_id=VOCAB, pad_id=0, use_cache=True,
-                           generator=torch.Generator().manual_seed(5))
-    full = greedy_decode(model, prompts, 12, eos_id=VOCAB, pad_id=0, use_cache=False,
-                         generator=torch.Generator().manual_seed(5))
+    cached = greedy_decode(
+        model, prompts, 12, eos_id=VOCAB, pad_id=0, use_cache=True, generator=torch.Generator().manual_seed(5)
+    )
+    full = greedy_decode(
+        model, prompts, 12, eos_id=VOCAB, pad_id=0, use_cache=False, generator=torch.Generator().manual_seed(5)
+    )
     assert torch.equal(cached, full)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"random_positions": 2000}, "random_positions must be in 0 .. n_ctx=1024, got 2000"),
-    ({"random_positions": -1}, "random_positions must be in 0 .. n_ctx=1024, got -1"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"random_positions": 2000}, "random_positions must be in 0 .. n_ctx=1024, got 2000"),
+        ({"random_positions": -1}, "random_positions must be in 0 .. n_ctx=1024, got -1"),
+    ],
+)
 def test_bad_random_positions_are_one_line(overrides, message):
     with pytest.raises(ProbeError, match=message):
         build_model("nope", vocab_size=VOCAB, **overrides)

@@ -30,8 +30,10 @@ def _write_corpus(folder, n_files: int = 40, seed: int = 0):
     rng = random.Random(seed)
     names = ["alpha", "beta", "gamma", "delta", "ünïcode", "value", "total", "count"]
     for i in range(n_files):
-        lines = [f"def f{i}_{j}({rng.choice(names)}, x={j}):\n    return {rng.choice(names)} + x * {j}  # ok é\n"
-                 for j in range(1 if i % 2 else rng.randint(2, 12))]
+        lines = [
+            f"def f{i}_{j}({rng.choice(names)}, x={j}):\n    return {rng.choice(names)} + x * {j}  # ok é\n"
+            for j in range(1 if i % 2 else rng.randint(2, 12))
+        ]
         path = folder / f"pkg{i % 3}" / f"module_{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(lines), encoding="utf-8")
@@ -55,10 +57,12 @@ def code_runs(tmp_path_factory, corpus_folder):
     options = {"corpus": str(corpus_folder), "vocab_size": 300, "context": 16, "heldout": 0.25}
     paths = []
     for pe in ("nope", "rotary"):
-        config = TrainConfig(task="code", pe=pe, steps=30, batch_size=8, log_every=10, eval_examples=8,
-                             task_options=options, model=MODEL)
-        paths.append(train_run(config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()),
-                               CPU).path)
+        config = TrainConfig(
+            task="code", pe=pe, steps=30, batch_size=8, log_every=10, eval_examples=8, task_options=options, model=MODEL
+        )
+        paths.append(
+            train_run(config, run_dir(root, "code", pe, 0, CorpusSpec.from_options(options).given()), CPU).path
+        )
     return root, paths
 
 
@@ -176,7 +180,7 @@ def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
         perplexities = []
         for i in members:  # exp(mean NLL of the last 3 tokens), read with the last `context` tokens, here by hand
             tokens = corpus.heldout_file(corpus.heldout_names.index(report.files[i]))
-            window = tokens[-row["context"]:]
+            window = tokens[-row["context"] :]
             log_probs = torch.log_softmax(model(window[None])[0].double(), -1)
             nll = [-float(log_probs[p - 1, window[p]]) for p in range(len(window) - 3, len(window))]
             perplexities.append(math.exp(sum(nll) / 3))
@@ -203,9 +207,31 @@ def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_f
     root = tmp_path / "ck"
     flags = ["--corpus", str(corpus_folder), "--context", "16", "--vocab-size", "300", "--heldout", "0.25"]
     model = [arg for key, value in MODEL.items() for arg in ("-m", f"{key}={value}")]
-    assert main(["pretrain", *flags, "--steps", "12", "--batch-size", "4", "--jobs", "1", "--pe", "nope", "--pe",
-                 "alibi",
-                 *model, "--checkpoints", str(root), "--device", "cpu", "--json"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                *flags,
+                "--steps",
+                "12",
+                "--batch-size",
+                "4",
+                "--jobs",
+                "1",
+                "--pe",
+                "nope",
+                "--pe",
+                "alibi",
+                *model,
+                "--checkpoints",
+                str(root),
+                "--device",
+                "cpu",
+                "--json",
+            ]
+        )
+        == 0
+    )
     trained = json.loads(capsys.readouterr().out)
     assert [r["pe"] for r in trained] == ["nope", "alibi"] and all(r["heldout_perplexity"] > 1 for r in trained)
     folder = next(root.iterdir())
@@ -219,17 +245,23 @@ def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_f
     assert "| nope |" in (folder / "perplexity" / "perplexity.md").read_text()
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: p / "missing", "does not exist"),
-    (lambda p: (p / "empty").mkdir() or p / "empty", "no readable text files"),
-    (lambda p: ((p / "bin").mkdir(), (p / "bin" / "a.dat").write_bytes(b"\0\1"))[0] or p / "bin",
-     "no readable text files"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "missing", "does not exist"),
+        (lambda p: (p / "empty").mkdir() or p / "empty", "no readable text files"),
+        (
+            lambda p: ((p / "bin").mkdir(), (p / "bin" / "a.dat").write_bytes(b"\0\1"))[0] or p / "bin",
+            "no readable text files",
+        ),
+    ],
+)
 def test_bad_corpus_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, make, message):
     corpus = make(tmp_path)
     root = tmp_path / "ck"
-    assert main(["pretrain", "--corpus", str(corpus), "--checkpoints", str(root), "--steps", "1", "--device",
-                 "cpu"]) == 2
+    assert (
+        main(["pretrain", "--corpus", str(corpus), "--checkpoints", str(root), "--steps", "1", "--device", "cpu"]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not any(p.is_file() for p in root.rglob("*")) if root.exists() else True
@@ -239,8 +271,28 @@ def test_a_context_longer_than_the_model_allows_is_one_line(tmp_path, corpus_fol
     flags = ["--corpus", str(corpus_folder), "--context", "16", "--vocab-size", "300", "--heldout", "0.25"]
     model = [arg for key, value in {**MODEL, "n_ctx": 32}.items() for arg in ("-m", f"{key}={value}")]
     root = tmp_path / "ck"
-    assert main(["pretrain", *flags, "--steps", "4", "--batch-size", "4", "--jobs", "1", "--pe", "nope", *model,
-                 "--checkpoints", str(root), "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                *flags,
+                "--steps",
+                "4",
+                "--batch-size",
+                "4",
+                "--jobs",
+                "1",
+                "--pe",
+                "nope",
+                *model,
+                "--checkpoints",
+                str(root),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["perplexity", *flags, "--checkpoints", str(root), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -249,8 +301,26 @@ def test_a_context_longer_than_the_model_allows_is_one_line(tmp_path, corpus_fol
 
 
 def test_a_training_context_longer_than_the_model_is_one_line(tmp_path, corpus_folder, capsys):
-    assert main(["pretrain", "--corpus", str(corpus_folder), "--context", "64", "-m", "n_ctx=32", "--steps", "1",
-                 "--checkpoints", str(tmp_path / "ck"), "--device", "cpu"]) == 2
+    assert (
+        main(
+            [
+                "pretrain",
+                "--corpus",
+                str(corpus_folder),
+                "--context",
+                "64",
+                "-m",
+                "n_ctx=32",
+                "--steps",
+                "1",
+                "--checkpoints",
+                str(tmp_path / "ck"),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "context 64" in err[0] and "n_ctx=32" in err[0]
     assert not (tmp_path / "ck").exists()
@@ -260,8 +330,17 @@ def test_a_sweep_grid_of_code_runs_trains_them_as_pretrain_does(tmp_path, corpus
     from probe.sweep import aggregate, expand_grid, prepare_corpora, run_one, run_state
 
     options = {"corpus": str(corpus_folder), "vocab_size": 300, "context": 16, "heldout": 0.25}
-    grid = {"name": "t", "task": "code", "pe": ["nope", "alibi"], "seed": 0, "steps": 6, "batch_size": 4,
-            "eval_examples": 4, "options": options, "model": MODEL}
+    grid = {
+        "name": "t",
+        "task": "code",
+        "pe": ["nope", "alibi"],
+        "seed": 0,
+        "steps": 6,
+        "batch_size": 4,
+        "eval_examples": 4,
+        "options": options,
+        "model": MODEL,
+    }
     runs = expand_grid(grid, tmp_path)
     pretrain_folder = run_dir(tmp_path, "code", "nope", 0, CorpusSpec.from_options(options).given())
     assert [r.path for r in runs][0] == pretrain_folder  # the folder `probe pretrain` would use

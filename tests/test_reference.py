@@ -13,15 +13,18 @@ def test_source_is_recorded():
     assert source["repository"].endswith("McGill-NLP/length-generalization") and len(source["commit"]) == 40
 
 
-@pytest.mark.parametrize("dataset, pe, seed, ood, iid", [
-    # results/classic.jsonl and results/sanity_check.jsonl, read by hand
-    ("scan-mdlen_tr25_ts48", "nope", 146317, 0.8284, 1),
-    ("scan-mdlen_tr25_ts48", "t5", 234054, 0.7899, 1),
-    ("scan-mdlen_tr25_ts48", "ape", 256788, 0.0721, 1),
-    ("scan-mdlen_tr25_ts48", "alibi", 234054, 0.4627, 0.9302),
-    ("s2s_copy-rsc_tr20_ts40", "nope", 146317, 0.9835, 0.9959),
-    ("s2s_copy-rsc_tr20_ts40", "rotary", 146317, 0.0006, 0.9959),
-])
+@pytest.mark.parametrize(
+    "dataset, pe, seed, ood, iid",
+    [
+        # results/classic.jsonl and results/sanity_check.jsonl, read by hand
+        ("scan-mdlen_tr25_ts48", "nope", 146317, 0.8284, 1),
+        ("scan-mdlen_tr25_ts48", "t5", 234054, 0.7899, 1),
+        ("scan-mdlen_tr25_ts48", "ape", 256788, 0.0721, 1),
+        ("scan-mdlen_tr25_ts48", "alibi", 234054, 0.4627, 0.9302),
+        ("s2s_copy-rsc_tr20_ts40", "nope", 146317, 0.9835, 0.9959),
+        ("s2s_copy-rsc_tr20_ts40", "rotary", 146317, 0.0006, 0.9959),
+    ],
+)
 def test_values_copied_by_hand(dataset, pe, seed, ood, iid):
     (run,) = [r for r in paper_runs(dataset) if r["pe"] == pe and r["seed"] == seed]
     assert (run["ood"], run["iid"]) == (ood, iid)

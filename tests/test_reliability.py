@@ -28,8 +28,28 @@ from probe.training.config import TrainConfig
 from probe.training.loop import STATE
 
 CPU = torch.device("cpu")
-SMALL = ["--task", "reverse", "-o", "train_length=4", "--pe", "nope", "--jobs", "1", "-m", "n_layers=1",
-         "-m", "d_model=32", "-m", "n_heads=2", "-m", "d_head=16", "-m", "d_mlp=64", "--batch-size", "8"]
+SMALL = [
+    "--task",
+    "reverse",
+    "-o",
+    "train_length=4",
+    "--pe",
+    "nope",
+    "--jobs",
+    "1",
+    "-m",
+    "n_layers=1",
+    "-m",
+    "d_model=32",
+    "-m",
+    "n_heads=2",
+    "-m",
+    "d_head=16",
+    "-m",
+    "d_mlp=64",
+    "--batch-size",
+    "8",
+]
 HOLDER = textwrap.dedent("""
     import sys, time
     from probe.locks import run_lock
@@ -40,17 +60,26 @@ HOLDER = textwrap.dedent("""
 
 
 def _config(**overrides) -> TrainConfig:
-    values = dict(task="reverse", pe="nope", steps=30, batch_size=8, checkpoint_every=10, log_every=5,
-                  eval_examples=16, task_options={"train_length": 4},
-                  model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64))
+    values = dict(
+        task="reverse",
+        pe="nope",
+        steps=30,
+        batch_size=8,
+        checkpoint_every=10,
+        log_every=5,
+        eval_examples=16,
+        task_options={"train_length": 4},
+        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+    )
     values.update(overrides)
     return TrainConfig(**values)
 
 
 def _hold(folder: Path, seconds: float) -> subprocess.Popen:
     """Another process holding ``folder``'s lock for ``seconds`` (returns once it holds it)."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(seconds)], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -131,11 +160,15 @@ def test_a_resumed_run_logs_each_step_once(tmp_path):
 
 
 # -- disk full and other write errors ---------------------------------------------------------
-@pytest.mark.parametrize("failure", [
-    OSError(errno.ENOSPC, "No space left on device"),
-    SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on '
-                    'device" })'),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+        ),
+    ],
+)
 def test_a_full_disk_is_one_line_and_the_last_state_resumes(tmp_path, monkeypatch, failure):
     import probe.training.loop as train
 
@@ -156,8 +189,11 @@ def test_a_full_disk_is_one_line_and_the_last_state_resumes(tmp_path, monkeypatc
     message = str(caught.value)
     assert str(tmp_path / "split" / STATE) in message and "No space left on device" in message
     assert len(message.splitlines()) == 1
-    assert sorted(p.name for p in (tmp_path / "split").iterdir()) == [".lock", "metrics.jsonl",
-                                                                      STATE]  # no temporary left
+    assert sorted(p.name for p in (tmp_path / "split").iterdir()) == [
+        ".lock",
+        "metrics.jsonl",
+        STATE,
+    ]  # no temporary left
     monkeypatch.setattr(train, "save_file", real)
     resumed = train_run(_config(), tmp_path / "split", CPU)  # from the step-10 state, intact
     assert resumed.status == "resumed"
@@ -211,17 +247,21 @@ def test_files_get_the_mode_the_umask_gives(tmp_path, umask, expected):
 # -- where outputs go, and what runs are called -------------------------------------------------
 def test_eval_labels_runs_from_their_config_and_writes_beside_them(tmp_path, monkeypatch, capsys):
     scan = train_run(_config(task="scan", task_options={}, steps=3), tmp_path / "deep" / "scan" / "nope4", CPU).path
-    copy = train_run(_config(task="copy", task_options={"train_length": 4}, steps=3),
-                     tmp_path / "deep" / "copy" / "nope4", CPU).path
+    copy = train_run(
+        _config(task="copy", task_options={"train_length": 4}, steps=3), tmp_path / "deep" / "copy" / "nope4", CPU
+    ).path
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
     assert main(["eval", str(scan), str(copy), "--n", "4", "--valid", "4", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert [r["label"] for r in printed["runs"]] == ["scan/nope/seed0 (nope4)",
-                                                     "copy+train_length=4/nope/seed0 (nope4)"]
-    assert sorted(Path(f).parent for f in printed["figures"] if f.endswith(".html")) == sorted([scan.parent,
-                                                                                                copy.parent])
+    assert [r["label"] for r in printed["runs"]] == [
+        "scan/nope/seed0 (nope4)",
+        "copy+train_length=4/nope/seed0 (nope4)",
+    ]
+    assert sorted(Path(f).parent for f in printed["figures"] if f.endswith(".html")) == sorted(
+        [scan.parent, copy.parent]
+    )
     assert list(cwd.iterdir()) == []
 
 
@@ -248,7 +288,9 @@ def test_runs_in_the_layout_keep_their_labels(tmp_path):
 
 
 def test_subpackages_load_lazily_from_import_probe():
-    code = ("import sys, probe; assert 'probe.models' not in sys.modules; "
-            "probe.models.t5_relative_bucket; probe.tasks.get; probe.metrics; print('ok')")
+    code = (
+        "import sys, probe; assert 'probe.models' not in sys.modules; "
+        "probe.models.t5_relative_bucket; probe.tasks.get; probe.metrics; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

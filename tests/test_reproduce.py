@@ -19,11 +19,14 @@ def test_plan_is_every_pe_at_every_seed_plus_nope_prime(tmp_path):
     runs = plan("reduced", tmp_path, seeds=2, tasks=["scan"])
     pairs = sorted((r.config.pe, r.config.seed) for r in runs)
     assert pairs == sorted([(pe, s) for pe in ("nope", "t5", "alibi", "rotary", "ape") for s in (0, 1)] + [("nope", 2)])
-    assert all(r.config.task_options == {"split": "paper"} and r.path.parent.parent.name == "scan+split=paper"
-               for r in runs)
+    assert all(
+        r.config.task_options == {"split": "paper"} and r.path.parent.parent.name == "scan+split=paper" for r in runs
+    )
     every = plan("reduced", tmp_path)
-    assert {r.path.parent.parent.name for r in every} >= {"copy+split=paper+variant=count",
-                                                          "reverse+split=paper+variant=twice"}
+    assert {r.path.parent.parent.name for r in every} >= {
+        "copy+split=paper+variant=count",
+        "reverse+split=paper+variant=twice",
+    }
 
 
 def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> None:
@@ -32,12 +35,25 @@ def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> 
     for run in runs:
         run.path.mkdir(parents=True, exist_ok=True)
         acc = nope_prime if nope_prime is not None and run.config.seed == 1 else ood[run.config.pe]
-        atomic_write_json(run.path / "eval.json", {
-            "label": run.label, "path": str(run.path), "task": "scan", "task_folder": run.path.parent.parent.name,
-            "task_options": task.options, "pe": run.config.pe, "seed": run.config.seed, "n_examples": 10,
-            "iid_accuracy": 1.0, "ood_accuracy": acc,
-            "buckets": [{"length": 25, "n": 5, "correct": 5, "accuracy": 1.0, "seen": True},
-                        {"length": 30, "n": 5, "correct": 0, "accuracy": acc, "seen": False}]})
+        atomic_write_json(
+            run.path / "eval.json",
+            {
+                "label": run.label,
+                "path": str(run.path),
+                "task": "scan",
+                "task_folder": run.path.parent.parent.name,
+                "task_options": task.options,
+                "pe": run.config.pe,
+                "seed": run.config.seed,
+                "n_examples": 10,
+                "iid_accuracy": 1.0,
+                "ood_accuracy": acc,
+                "buckets": [
+                    {"length": 25, "n": 5, "correct": 5, "accuracy": 1.0, "seen": True},
+                    {"length": 30, "n": 5, "correct": 0, "accuracy": acc, "seen": False},
+                ],
+            },
+        )
 
 
 def test_a_study_selected_on_validation_reports_the_best_step_and_the_last_beside_it(tmp_path):
@@ -52,8 +68,9 @@ def test_a_study_selected_on_validation_reports_the_best_step_and_the_last_besid
     assert ours["nope"]["selected_steps"] == [3400] and ours["nope"]["last_ood"] == pytest.approx(0.2)
     assert ours["t5"]["selected_steps"] == [] and ours["t5"]["last_ood"] is None
     lines = markdown(report).splitlines()
-    assert any(line.startswith("| NoPE |") and line.endswith("| best step 3400; last step 92.0% / 20.0% |")
-               for line in lines)
+    assert any(
+        line.startswith("| NoPE |") and line.endswith("| best step 3400; last step 92.0% / 20.0% |") for line in lines
+    )
 
 
 def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
@@ -72,8 +89,9 @@ def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
     assert "we rank alibi above nope (45.0% vs 10.0% OOD); the paper ranks nope above alibi (79.7% vs 43.8%)" in notes
     # the paper's near-tie is no inversion
     assert "rank t5 above nope" not in notes and "rank alibi above t5" not in notes
-    assert report["mrr"]["ours"]["overall"] == pytest.approx({"t5": 1, "alibi": 1 / 2, "rotary": 1 / 3, "nope": 1 / 4,
-                                                              "ape": 1 / 5})
+    assert report["mrr"]["ours"]["overall"] == pytest.approx(
+        {"t5": 1, "alibi": 1 / 2, "rotary": 1 / 3, "nope": 1 / 4, "ape": 1 / 5}
+    )
     text = markdown(report)
     assert "| NoPE | 0 | 100.0% | 10.0% | 100.0% | 79.7% |" in text
     assert "| NoPE' (the baseline seed) | 1 | 100.0% | 30.0% | | |" in text
@@ -85,7 +103,7 @@ def test_written_report_is_self_contained_and_found(tmp_path):
     written = write_report(build_report(runs, {}, scale="reduced"), tmp_path / "runs" / "report")
     html = (tmp_path / "runs" / "report" / "report.html").read_text()
     assert "<script src=" not in html.replace("\n", "") and "Plotly.newPlot" in html  # plotly.js inlined: works offline
-    assert html.count("class=\"plotly-graph-div\"") == 3  # accuracy by length, MRR ours, MRR paper
+    assert html.count('class="plotly-graph-div"') == 3  # accuracy by length, MRR ours, MRR paper
     assert find_reports(tmp_path / "runs") == [tmp_path / "runs" / "report"]
     assert read_report(written[0].parent)["scale"] == "reduced"
     assert "nothing flagged" in (tmp_path / "runs" / "report" / "summary.md").read_text()
@@ -125,11 +143,14 @@ def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, thread
     assert out["jobs"] == jobs and out["estimated_training_seconds"] == wall
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--task", "nosuch"], "the reduced study has no task 'nosuch'"),
-    (["--seeds", "0"], "--seeds must be at least 1"),
-    (["--steps", "0"], "--steps must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--task", "nosuch"], "the reduced study has no task 'nosuch'"),
+        (["--seeds", "0"], "--seeds must be at least 1"),
+        (["--steps", "0"], "--steps must be at least 1"),
+    ],
+)
 def test_bad_input_is_one_line(argv, message, tmp_path, capsys):
     assert main(["reproduce", *argv, "--checkpoints", str(tmp_path)]) == 2
     err = capsys.readouterr().err

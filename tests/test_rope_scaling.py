@@ -18,9 +18,18 @@ L = 64  # the length "trained on"
 
 
 def _oracle(rope_type: str, fraction: float, seq_len: int | None = None, **parameters) -> tuple[torch.Tensor, float]:
-    config = LlamaConfig(hidden_size=128, num_attention_heads=4, head_dim=32, max_position_embeddings=L,
-                         rope_parameters={"rope_type": rope_type, "rope_theta": 10000.0,
-                                          "partial_rotary_factor": fraction, **parameters})
+    config = LlamaConfig(
+        hidden_size=128,
+        num_attention_heads=4,
+        head_dim=32,
+        max_position_embeddings=L,
+        rope_parameters={
+            "rope_type": rope_type,
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": fraction,
+            **parameters,
+        },
+    )
     return ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
 
 
@@ -30,14 +39,23 @@ def _ours(scaling: str, fraction: float, length: int, **options):
 
 
 @pytest.mark.parametrize("fraction", [1.0, 0.5])
-@pytest.mark.parametrize("rope_type, options, parameters", [
-    ("linear", {"factor": 4.0}, {"factor": 4.0}),
-    ("yarn", {"factor": 4.0, "original_length": L}, {"factor": 4.0, "original_max_position_embeddings": L}),
-    ("yarn", {"factor": 8.0, "original_length": L, "beta_fast": 16.0, "beta_slow": 2.0},
-     {"factor": 8.0, "original_max_position_embeddings": L, "beta_fast": 16.0, "beta_slow": 2.0}),
-    ("llama3", {"factor": 8.0, "original_length": L},
-     {"factor": 8.0, "original_max_position_embeddings": L, "low_freq_factor": 1.0, "high_freq_factor": 4.0}),
-])
+@pytest.mark.parametrize(
+    "rope_type, options, parameters",
+    [
+        ("linear", {"factor": 4.0}, {"factor": 4.0}),
+        ("yarn", {"factor": 4.0, "original_length": L}, {"factor": 4.0, "original_max_position_embeddings": L}),
+        (
+            "yarn",
+            {"factor": 8.0, "original_length": L, "beta_fast": 16.0, "beta_slow": 2.0},
+            {"factor": 8.0, "original_max_position_embeddings": L, "beta_fast": 16.0, "beta_slow": 2.0},
+        ),
+        (
+            "llama3",
+            {"factor": 8.0, "original_length": L},
+            {"factor": 8.0, "original_max_position_embeddings": L, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        ),
+    ],
+)
 def test_inverse_frequencies_and_attention_factor_match_transformers(fraction, rope_type, options, parameters):
     theirs, their_factor = _oracle(rope_type, fraction, **parameters)
     ours, our_factor = _ours(rope_type, fraction, 3 * L, **options)
@@ -73,9 +91,11 @@ def test_yarn_temperature_scales_the_rotated_scores():
     q, k = torch.randn(2, 1, 1, 1, 32, dtype=torch.float64)
     scores = {}
     for scaling in ("linear", "yarn"):
-        model = build_model("rotary", vocab_size=10, pe_options={"scaling": scaling, "factor": 4.0,
-                                                                 "original_length": 1,
-                                                                 "beta_fast": 1e9, "beta_slow": 1e9}).double()
+        model = build_model(
+            "rotary",
+            vocab_size=10,
+            pe_options={"scaling": scaling, "factor": 4.0, "original_length": 1, "beta_fast": 1e9, "beta_slow": 1e9},
+        ).double()
         model.pe.begin_forward(torch.arange(1))
         scores[scaling] = (model.pe.rotate(0, q, 0) * model.pe.rotate(0, k, 0)).sum().item()
     assert scores["yarn"] == pytest.approx(scores["linear"] * (0.1 * math.log(4.0) + 1) ** 2, rel=1e-12)
@@ -87,22 +107,30 @@ def test_scaling_applies_at_inference_to_a_model_trained_without_it():
     float64 rounding), and past L it changes the logits."""
     plain = build_model("rotary", vocab_size=10, seed=1).double()
     tokens = torch.randint(0, 10, (1, 12))
-    stretched = build_model("rotary", vocab_size=10, seed=1,
-                            pe_options={"scaling": "dynamic", "factor": 2.0, "original_length": 12}).double()
+    stretched = build_model(
+        "rotary", vocab_size=10, seed=1, pe_options={"scaling": "dynamic", "factor": 2.0, "original_length": 12}
+    ).double()
     stretched.load_state_dict(plain.state_dict())
     assert torch.allclose(plain(tokens), stretched(tokens), rtol=0, atol=1e-12)
     longer = torch.randint(0, 10, (1, 30))
     assert not torch.allclose(plain(longer), stretched(longer))
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"scaling": "yarn", "factor": 4.0}, "option scaling=yarn of rotary needs original_length"),
-    ({"scaling": "linear", "factor": 0.5}, "option scaling=linear of rotary needs factor >= 1"),
-    ({"scaling": "cubic"},
-     "option scaling of rotary is 'cubic'; choose one of none, linear, ntk, dynamic, yarn, llama3"),
-    ({"scaling": "llama3", "factor": 8.0, "original_length": 64, "high_freq_factor": 0.5},
-     "option high_freq_factor=0.5 of rotary must exceed low_freq_factor"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"scaling": "yarn", "factor": 4.0}, "option scaling=yarn of rotary needs original_length"),
+        ({"scaling": "linear", "factor": 0.5}, "option scaling=linear of rotary needs factor >= 1"),
+        (
+            {"scaling": "cubic"},
+            "option scaling of rotary is 'cubic'; choose one of none, linear, ntk, dynamic, yarn, llama3",
+        ),
+        (
+            {"scaling": "llama3", "factor": 8.0, "original_length": 64, "high_freq_factor": 0.5},
+            "option high_freq_factor=0.5 of rotary must exceed low_freq_factor",
+        ),
+    ],
+)
 def test_bad_scaling_options_are_one_line(options, message):
     with pytest.raises(ProbeError, match=message):
         build_model("rotary", vocab_size=10, pe_options=options)

@@ -17,11 +17,21 @@ from probe.models import load_checkpoint
 from probe.training.bookkeeping import train_run
 from probe.training.config import TrainConfig
 
-TINY = {"task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "steps": 400, "batch_size": 16,
-        "checkpoint_every": 20, "log_every": 5, "eval_examples": 16, "eval_n": 32, "eval_valid": 16,
-        "options": {"train_length": 4}, "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16,
-                                                  "d_mlp": 64},
-        "name": "tiny"}
+TINY = {
+    "task": "reverse",
+    "pe": ["nope", "t5"],
+    "seed": [0, 1],
+    "steps": 400,
+    "batch_size": 16,
+    "checkpoint_every": 20,
+    "log_every": 5,
+    "eval_examples": 16,
+    "eval_n": 32,
+    "eval_valid": 16,
+    "options": {"train_length": 4},
+    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64},
+    "name": "tiny",
+}
 
 
 def test_paper_grid_covers_sections_3_and_5(tmp_path):
@@ -43,29 +53,38 @@ def test_flags_default_is_probe_trains_default_and_scratchpad_only_where_it_exis
     assert len(both) == 12 and {"copy/nope/seed1", "scan/nope/seed1", "copy/ape/seed0"} <= {r.label for r in both}
     grid = sweep.grid_from_flags(tasks=["scan", "addition"], pes=["nope"], scratchpads=["none", "full"])
     assert sorted(r.label for r in sweep.expand_grid(grid, tmp_path)) == [
-        "addition+scratchpad=full/nope/seed0", "addition/nope/seed0", "scan/nope/seed0"]
+        "addition+scratchpad=full/nope/seed0",
+        "addition/nope/seed0",
+        "scan/nope/seed0",
+    ]
 
 
-@pytest.mark.parametrize("grid, message", [
-    ({"task": "nosuch"}, "unknown task"),
-    ({"pe": "nosuch"}, "unknown positional encoding"),
-    ({"task": "copy", "options": {"variant": "nosuch"}}, "variant"),
-    ({"steps": [1, 2]}, "must be one value"),
-    ({"colour": "red"}, "unknown key"),
-    ({"model": {"n_layerz": 1}}, "unknown model option"),
-    ({"pe": "nope", "block": [{"steps": 5}, {"steps": 6}]}, "share the folder"),
-])
+@pytest.mark.parametrize(
+    "grid, message",
+    [
+        ({"task": "nosuch"}, "unknown task"),
+        ({"pe": "nosuch"}, "unknown positional encoding"),
+        ({"task": "copy", "options": {"variant": "nosuch"}}, "variant"),
+        ({"steps": [1, 2]}, "must be one value"),
+        ({"colour": "red"}, "unknown key"),
+        ({"model": {"n_layerz": 1}}, "unknown model option"),
+        ({"pe": "nope", "block": [{"steps": 5}, {"steps": 6}]}, "share the folder"),
+    ],
+)
 def test_bad_grids_fail_before_anything_runs(tmp_path, grid, message):
     with pytest.raises(ProbeError, match=message):
         sweep.expand_grid(grid, tmp_path)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--grid", "nosuch"], "unknown grid"),
-    (["--pe", "nosuch"], "unknown positional encoding"),
-    (["--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
-    (["--address", "ray://127.0.0.1:1"], "cannot reach a Ray cluster"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--grid", "nosuch"], "unknown grid"),
+        (["--pe", "nosuch"], "unknown positional encoding"),
+        (["--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
+        (["--address", "ray://127.0.0.1:1"], "cannot reach a Ray cluster"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main(["sweep", "--checkpoints", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -76,8 +95,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
 def test_dry_run_counts_and_prices_the_grid(tmp_path, capsys):
     grid = tmp_path / "tiny.toml"
     grid.write_text(_toml(TINY))
-    assert main(["sweep", "--grid", str(grid), "--checkpoints", str(tmp_path / "ck"), "--dry-run", "--json",
-                 "--tokens-per-second", "1000"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--grid",
+                str(grid),
+                "--checkpoints",
+                str(tmp_path / "ck"),
+                "--dry-run",
+                "--json",
+                "--tokens-per-second",
+                "1000",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert plan["count"] == 4 and plan["states"]["new"] == 4
     assert all(r["estimated_seconds"] > 0 for r in plan["runs"]) and not (tmp_path / "ck").exists()
@@ -255,7 +288,6 @@ def test_a_failed_run_is_recorded_and_the_others_finish(ray_local, tmp_path):
     assert "loss became" in bad["error"] and json.loads((tmp_path / "m.json").read_text())["counts"]["failed"] == 1
 
 
-
 def test_every_registered_pe_runs_through_a_sweep_and_its_report(tmp_path):
     """The registry is the sweep's source: a grid of every PE (the zoo included) trains, evaluates
     and aggregates each one under its own label, with no list of names in the sweep."""
@@ -288,7 +320,8 @@ def test_the_default_grid_is_the_runs_probe_train_plans(tmp_path):
     from probe.plans import seed_baseline_blocks
 
     grid = sweep.load_grid("default")
-    assert [{k: v if isinstance(v, list) else [v] for k, v in b.items()} for b in grid["block"]] == \
-        seed_baseline_blocks([0])
+    assert [
+        {k: v if isinstance(v, list) else [v] for k, v in b.items()} for b in grid["block"]
+    ] == seed_baseline_blocks([0])
     runs = sweep.expand_grid(grid, tmp_path)
     assert [(r.config.pe, r.config.seed) for r in runs] == planned_runs(Namespace(pe=None, seed=None))

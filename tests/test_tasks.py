@@ -73,12 +73,21 @@ def solve_addition(source: str, options: dict) -> dict:
     columns = max(len(a_digits), len(b_digits))
     outputs = list(reversed(str(total)))  # one digit per column, least significant first
     assert len(outputs) in (columns, columns + 1)
-    carries = [str(int(int("".join(a_digits[-k:]) or 0) + int("".join(b_digits[-k:]) or 0) >= 10**k))
-               for k in range(1, len(outputs) + 1)]
-    remaining = [" ".join(filter(None, [" ".join(a_digits[:-k]), "+", " ".join(b_digits[:-k])]))
-                 for k in range(1, len(outputs) + 1)]
-    return {"answer": answer(" ".join(str(total))), "length": columns, "outputs": outputs,
-            "updates": carries, "remaining": remaining}
+    carries = [
+        str(int(int("".join(a_digits[-k:]) or 0) + int("".join(b_digits[-k:]) or 0) >= 10**k))
+        for k in range(1, len(outputs) + 1)
+    ]
+    remaining = [
+        " ".join(filter(None, [" ".join(a_digits[:-k]), "+", " ".join(b_digits[:-k])]))
+        for k in range(1, len(outputs) + 1)
+    ]
+    return {
+        "answer": answer(" ".join(str(total))),
+        "length": columns,
+        "outputs": outputs,
+        "updates": carries,
+        "remaining": remaining,
+    }
 
 
 def solve_polynomial(source: str, options: dict) -> dict:
@@ -95,8 +104,13 @@ def solve_polynomial(source: str, options: dict) -> dict:
         sums.append(str(total % 10))
     written = m[2].split(" + ")
     remaining = [" + ".join(written[i + 1 :]) for i in range(len(written))]
-    return {"answer": answer(str(total % 10)), "length": len(terms), "outputs": values,
-            "updates": sums, "remaining": remaining}
+    return {
+        "answer": answer(str(total % 10)),
+        "length": len(terms),
+        "outputs": values,
+        "updates": sums,
+        "remaining": remaining,
+    }
 
 
 SINGLE_TOKENS = set("0123456789") | set("ABCDEFGHIJKLMNOPQRSTUVWXYZ") | set("abcdefghijklmn")
@@ -122,8 +136,14 @@ def solve_sorting(source: str, options: dict) -> dict:
         inside = re.fullmatch(r"\[ ?(.*?) ?\]", text)[1]
         return sorted(inside.split(separator)) if inside else []
 
-    return {"answer": answer(separator.join(shown)), "length": len(shown), "outputs": shown,
-            "updates": listed, "remaining": remaining, "read_remaining": as_multiset}
+    return {
+        "answer": answer(separator.join(shown)),
+        "length": len(shown),
+        "outputs": shown,
+        "updates": listed,
+        "remaining": remaining,
+        "read_remaining": as_multiset,
+    }
 
 
 def solve_summation(source: str, options: dict) -> dict:
@@ -131,8 +151,13 @@ def solve_summation(source: str, options: dict) -> dict:
     assert all(1 <= n <= 9 for n in numbers)
     running = [str(s % 10) for s in itertools.accumulate(numbers)]
     remaining = [" + ".join(map(str, numbers[i + 1 :])) for i in range(len(numbers))]
-    return {"answer": answer(str(sum(numbers) % 10)), "length": len(numbers), "outputs": running,
-            "updates": running, "remaining": remaining}
+    return {
+        "answer": answer(str(sum(numbers) % 10)),
+        "length": len(numbers),
+        "outputs": running,
+        "updates": running,
+        "remaining": remaining,
+    }
 
 
 def solve_parity(source: str, options: dict) -> dict:
@@ -140,8 +165,13 @@ def solve_parity(source: str, options: dict) -> dict:
     parities = [str(bits[: i + 1].count("1") % 2) for i in range(len(bits))]
     even = bits.count("1") % 2 == 0
     remaining = [" ".join(["[", *bits[i + 1 :], "]"]) for i in range(len(bits))]
-    return {"answer": answer("Yes" if even else "No"), "length": len(bits), "outputs": parities,
-            "updates": parities, "remaining": remaining}
+    return {
+        "answer": answer("Yes" if even else "No"),
+        "length": len(bits),
+        "outputs": parities,
+        "updates": parities,
+        "remaining": remaining,
+    }
 
 
 def solve_lego(source: str, options: dict) -> dict:
@@ -169,8 +199,13 @@ def solve_lego(source: str, options: dict) -> dict:
         assert [c.split(" = ")[0] for c in m[1].split("; ")] == chain
     unresolved = [set(chain[i + 1 :]) for i in range(query + 1)]
     remaining = ["; ".join(c for c in m[1].split("; ") if c.split(" = ")[0] in left) for left in unresolved]
-    return {"answer": answer(shown[-1]), "length": len(chain), "outputs": shown,
-            "updates": shown, "remaining": remaining}
+    return {
+        "answer": answer(shown[-1]),
+        "length": len(chain),
+        "outputs": shown,
+        "updates": shown,
+        "remaining": remaining,
+    }
 
 
 SOLVERS = {

@@ -34,6 +34,7 @@ LENGTHS = (1, 2, 7, 33, 64)
 
 # --- an independent forward pass, from the weight matrices -----------------------------------
 
+
 def weights(model) -> dict[str, np.ndarray]:
     return {name: value.detach().double().numpy() for name, value in model.state_dict().items()}
 
@@ -65,8 +66,9 @@ def numpy_forward(model, tokens: np.ndarray) -> list[dict[str, np.ndarray]]:
         mid = resid + attn_out
         hidden = np.maximum(mid @ w[f"{p}.mlp.W_in"] + w[f"{p}.mlp.b_in"], 0.0)
         post = mid + hidden @ w[f"{p}.mlp.W_out"] + w[f"{p}.mlp.b_out"]
-        layers.append(dict(resid_pre=resid, q=q, k=k, logits=logits, pattern=pattern, attn_out=attn_out,
-                           resid_post=post))
+        layers.append(
+            dict(resid_pre=resid, q=q, k=k, logits=logits, pattern=pattern, attn_out=attn_out, resid_post=post)
+        )
         resid = post
     return layers
 
@@ -202,13 +204,15 @@ def test_one_corrupted_entry_fails_its_check(what, corrupt, claim):
     results = {r.claim: r for r in theorems.verify_theorems(model=model, seed=1, lengths=[1, 2, 9, 20, 32])}
     assert not results[claim].passed, what
     # the independent recomputation sees it too (embedding: through the 1/t output)
-    errors = claim_errors(model, sequence(model.cfg.d_vocab, 32, 1) if claim != "embedding" else
-                          np.array([BOS_ID, 5, 7, 5, 2]))
+    errors = claim_errors(
+        model, sequence(model.cfg.d_vocab, 32, 1) if claim != "embedding" else np.array([BOS_ID, 5, 7, 5, 2])
+    )
     recomputed = {"embedding": "t1_output"}.get(claim, claim)
     assert errors[recomputed] > 1e-6, (what, errors)
 
 
 # --- beyond the paper: NoPE layers reproducing ALiBi / a T5 head ----------------------------
+
 
 def natural_jsd(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     m = 0.5 * (p + q)
@@ -245,8 +249,9 @@ def test_alibi_match(dtype):
 def random_t5_checkpoint(path, n_layers=1, seed=0):
     model = build_model("t5", vocab_size=20, n_layers=n_layers, seed=seed)
     with torch.no_grad():
-        model.pe.relative_attention_bias.copy_(torch.randn(model.pe.relative_attention_bias.shape,
-                                                           generator=torch.Generator().manual_seed(seed)))
+        model.pe.relative_attention_bias.copy_(
+            torch.randn(model.pe.relative_attention_bias.shape, generator=torch.Generator().manual_seed(seed))
+        )
     save_checkpoint(model, path, task="none")
     return load_checkpoint(path)
 
@@ -261,8 +266,9 @@ def test_t5_match_from_a_checkpoint(tmp_path):
     tokens = torch.from_numpy(sequence(20, T, 4))[None]
     _, src = source.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
     _, tgt = match.target.run_with_cache(tokens, names_filter="blocks.0.attn.hook_pattern")
-    torch.testing.assert_close(tgt["blocks.0.attn.hook_pattern"][0, 0].float(),
-                               src["blocks.0.attn.hook_pattern"][0, 2], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        tgt["blocks.0.attn.hook_pattern"][0, 0].float(), src["blocks.0.attn.hook_pattern"][0, 2], atol=1e-6, rtol=0
+    )
     # independent: numpy forward of the NoPE model vs content + b[bucket(t - i)], and the JSD
     table = source.pe.relative_attention_bias[0, :, 2].detach().double().numpy()
     f_rel = lambda n: table[t5_relative_bucket(torch.from_numpy(n), 32, 128).numpy()]  # noqa: E731
@@ -296,6 +302,7 @@ def test_corrupted_match_weights_fail():
 
 # --- the CLI ---------------------------------------------------------------------------------
 
+
 def test_cli_theorem_table_json_and_export(tmp_path, capsys):
     assert main(["theorem", "--max-length", "24"]) == 0
     out = capsys.readouterr().out
@@ -316,20 +323,37 @@ def test_cli_match(tmp_path, capsys):
     assert main(["theorem", "--match", "alibi", "--slope", "0.125", "--max-length", "32", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["target"] == "alibi slope=0.125"
     random_t5_checkpoint(tmp_path / "t5")
-    code = main(["theorem", "--match", "t5", "--from", str(tmp_path / "t5"), "--head", "1", "--max-length", "32",
-                 "--json", "--export", str(tmp_path / "out")])
+    code = main(
+        [
+            "theorem",
+            "--match",
+            "t5",
+            "--from",
+            str(tmp_path / "t5"),
+            "--head",
+            "1",
+            "--max-length",
+            "32",
+            "--json",
+            "--export",
+            str(tmp_path / "out"),
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["passed"] and all(r["max_jsd"] < 1e-8 for r in data["results"])
     exported = load_checkpoint(data["exported"][0])
     assert exported.metadata["construction"] == "match-t5"
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--match", "t5", "--from", "/nonexistent/ckpt"], "no checkpoint folder"),
-    (["--slope", "0.5"], "--slope"),
-    (["--max-length", "1"], "--max-length"),
-    (["--match", "t5", "--head", "99", "--max-length", "8"], "head 99"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--match", "t5", "--from", "/nonexistent/ckpt"], "no checkpoint folder"),
+        (["--slope", "0.5"], "--slope"),
+        (["--max-length", "1"], "--max-length"),
+        (["--match", "t5", "--head", "99", "--max-length", "8"], "head 99"),
+    ],
+)
 def test_cli_user_errors_are_one_line_exit_2(argv, needle, capsys):
     assert main(["theorem", *argv]) == 2
     err = capsys.readouterr().err

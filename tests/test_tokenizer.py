@@ -18,8 +18,12 @@ CONFIGS = [
     ("sorting", {"variant": "multi-digit"}),
     ("lego", {"shuffle": True}),
 ]
-CONFIGS += [(name, {**options, "scratchpad": fmt}) for name, options in CONFIGS if name in SCRATCHPAD_TASKS
-            for fmt in ("full", "empty", "C+V", "I+O+R")]
+CONFIGS += [
+    (name, {**options, "scratchpad": fmt})
+    for name, options in CONFIGS
+    if name in SCRATCHPAD_TASKS
+    for fmt in ("full", "empty", "C+V", "I+O+R")
+]
 
 
 def test_special_ids_come_first():

@@ -18,9 +18,17 @@ CPU = torch.device("cpu")
 
 
 def _config(**overrides) -> TrainConfig:
-    values = dict(task="reverse", pe="t5", steps=24, batch_size=8, checkpoint_every=10, log_every=1,
-                  eval_examples=16, task_options={"train_length": 4},
-                  model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64))
+    values = dict(
+        task="reverse",
+        pe="t5",
+        steps=24,
+        batch_size=8,
+        checkpoint_every=10,
+        log_every=1,
+        eval_examples=16,
+        task_options={"train_length": 4},
+        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+    )
     values.update(overrides)
     return TrainConfig(**values)
 
@@ -96,8 +104,9 @@ def test_finished_run_is_skipped_unless_forced(tmp_path):
 def test_a_finished_run_trained_otherwise_is_one_line_not_a_silent_skip(tmp_path, capsys):
     train_run(_config(steps=5), tmp_path / "r", CPU)
     assert train_run(_config(steps=5, checkpoint_every=3, log_every=2), tmp_path / "r", CPU).status == "skipped"
-    with pytest.raises(ProbeError,
-                       match=r"already trained with other settings \(steps 5, asked 6; lr 0.001, asked 0.002\)"):
+    with pytest.raises(
+        ProbeError, match=r"already trained with other settings \(steps 5, asked 6; lr 0.001, asked 0.002\)"
+    ):
         train_run(_config(steps=6, lr=2e-3), tmp_path / "r", CPU)
     assert train_run(_config(steps=6), tmp_path / "r", CPU, force=True).status == "trained"
     from probe import sweep
@@ -126,13 +135,31 @@ def test_nan_loss_stops_and_keeps_the_last_good_state(tmp_path, monkeypatch):
 def test_a_tiny_model_learns_and_probe_eval_measures_it(tmp_path, capsys):
     """reverse with L = 4 on a 1-layer model: >= 95% exact match on seen lengths within seconds."""
     root = tmp_path / "ck"
-    code = main(["train", "--task", "reverse", "-o", "train_length=4", "--pe", "t5", "--steps", "800",
-                 "--lr", "3e-3", "--checkpoints", str(root), "--json"])
+    code = main(
+        [
+            "train",
+            "--task",
+            "reverse",
+            "-o",
+            "train_length=4",
+            "--pe",
+            "t5",
+            "--steps",
+            "800",
+            "--lr",
+            "3e-3",
+            "--checkpoints",
+            str(root),
+            "--json",
+        ]
+    )
     assert code == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "/t5/seed0: step " in line]
     assert len(lines) == 10 and "step 800/800, loss" in lines[-1]  # not a terminal: a line per tenth of the run
-    assert main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--n", "200",
-                 "--json"]) == 0
+    assert (
+        main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--n", "200", "--json"])
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     run = report["runs"][0]
     assert run["iid_accuracy"] >= 0.95, run
@@ -141,16 +168,19 @@ def test_a_tiny_model_learns_and_probe_eval_measures_it(tmp_path, capsys):
     assert (root / "reverse+train_length=4" / "eval_accuracy.html").is_file()
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["train", "--task", "sudoku"], "unknown task"),
-    (["train", "--pe", "wavelet"], "unknown positional encoding"),
-    (["train", "--preset", "huge", "--pe", "nope"], "unknown preset"),
-    (["train", "--device", "cuda:7", "--pe", "nope"], "cuda"),
-    (["train", "--pe", "nope", "--steps", "0"], "--steps"),
-    (["eval", "--task", "copy"], "no runs of copy"),
-    (["eval", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
-    (["eval", "--task", "copy", "-o", "colour=red"], "has no option 'colour'"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train", "--task", "sudoku"], "unknown task"),
+        (["train", "--pe", "wavelet"], "unknown positional encoding"),
+        (["train", "--preset", "huge", "--pe", "nope"], "unknown preset"),
+        (["train", "--device", "cuda:7", "--pe", "nope"], "cuda"),
+        (["train", "--pe", "nope", "--steps", "0"], "--steps"),
+        (["eval", "--task", "copy"], "no runs of copy"),
+        (["eval", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
+        (["eval", "--task", "copy", "-o", "colour=red"], "has no option 'colour'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     if torch.cuda.is_available() and "cuda:7" in argv:
         pytest.skip("this machine has a GPU; the check is for one without")

@@ -57,7 +57,7 @@ def test_head_results_and_accumulated_residual_add_up(scan_model):
     tokens = scan_model.to_tokens(["walk twice <sep>", "jump left and run <sep>"])
     _, cache = scan_model.run_with_cache(tokens)
     for layer in range(scan_model.cfg.n_layers):
-        heads = cache.stack_head_results(layer=layer + 1, pos_slice=None)[-scan_model.cfg.n_heads:]  # [head, ...]
+        heads = cache.stack_head_results(layer=layer + 1, pos_slice=None)[-scan_model.cfg.n_heads :]  # [head, ...]
         attn_out = heads.sum(0) + scan_model.blocks[layer].attn.b_O
         assert torch.allclose(attn_out, cache[f"blocks.{layer}.hook_attn_out"], atol=1e-10)
     resid = cache.accumulated_resid()  # [layer + 1, batch, pos, d_model]

@@ -25,8 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "probe")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 # A one-layer model, five steps of four examples: the commands' whole path in seconds
-TINY = ["--steps", "5", "--batch-size", "4", "--jobs", "1", "--device", "cpu",
-        *("-m n_layers=1 -m d_model=32 -m n_heads=2 -m d_head=16 -m d_mlp=64".split())]
+TINY = [
+    "--steps",
+    "5",
+    "--batch-size",
+    "4",
+    "--jobs",
+    "1",
+    "--device",
+    "cpu",
+    *("-m n_layers=1 -m d_model=32 -m n_heads=2 -m d_head=16 -m d_mlp=64".split()),
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +49,21 @@ def wheel(tmp_path_factory) -> Path:
             shutil.copytree(ROOT / name, source / name, ignore=IGNORED)
         else:
             shutil.copy(ROOT / name, source / name)
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", str(tmp / "dist"), str(source)])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp / "dist"),
+            str(source),
+        ]
+    )
     (built,) = (tmp / "dist").glob("probe-*.whl")
     return built
 
@@ -60,8 +82,11 @@ def venv(wheel, tmp_path_factory) -> Path:
 
 
 def site_packages(env: Path) -> Path:
-    return Path(run([str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                    cwd=env).strip()).resolve()
+    return Path(
+        run(
+            [str(env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=env
+        ).strip()
+    ).resolve()
 
 
 def command_env() -> dict[str, str]:
@@ -88,8 +113,15 @@ def test_the_wheel_ships_the_explorer(wheel):
 
 def test_the_installed_wheel_trains_compares_and_serves(venv, tmp_path):
     site = site_packages(venv)
-    found = run([str(venv / "bin" / "python"), "-c", "import probe; from probe.explorer.server import explorer_script; "
-                 "print(probe.__file__); print(explorer_script())"], cwd=tmp_path).split()
+    found = run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import probe; from probe.explorer.server import explorer_script; "
+            "print(probe.__file__); print(explorer_script())",
+        ],
+        cwd=tmp_path,
+    ).split()
     package, script = (Path(line).resolve() for line in found)
     assert package.is_relative_to(site), f"probe imported from {package}, not from the wheel in {site}"
     assert script.is_relative_to(site) and script.is_file()

@@ -39,51 +39,102 @@ from probe.runs import Run, beside, resolve_run, task_folder_name, train_command
 from probe.tasks import Example, Tokenizer
 
 
-def _pattern_pairs(model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], device: torch.device,
-                   batch_size: int) -> Iterator[MapPair]:
+def _pattern_pairs(
+    model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], device: torch.device, batch_size: int
+) -> Iterator[MapPair]:
     """Both models' attention maps on the same batches of examples, with the examples' lengths."""
     keep_on_device = device.type != "cpu"
-    stream_a = collect_patterns(model_a, tokenizer, examples, batch_size=batch_size, device=device,
-                                to_cpu=not keep_on_device)
-    stream_b = collect_patterns(model_b, tokenizer, examples, batch_size=batch_size, device=device,
-                                to_cpu=not keep_on_device)
+    stream_a = collect_patterns(
+        model_a, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device
+    )
+    stream_b = collect_patterns(
+        model_b, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device
+    )
     for batch_a, batch_b in zip(stream_a, stream_b):
         yield batch_a.patterns, batch_b.patterns, batch_a.lengths
 
 
-def _compare_loaded(model_a, a: RunInfo, model_b, b: RunInfo, *, n_per_bucket: int, metric: str, seed: int,
-                    device: torch.device, batch_size: int, lengths: Lengths, timings: dict[str, float],
-                    multiples: Sequence[float] | None = None) -> CompareResult:
+def _compare_loaded(
+    model_a,
+    a: RunInfo,
+    model_b,
+    b: RunInfo,
+    *,
+    n_per_bucket: int,
+    metric: str,
+    seed: int,
+    device: torch.device,
+    batch_size: int,
+    lengths: Lengths,
+    timings: dict[str, float],
+    multiples: Sequence[float] | None = None,
+) -> CompareResult:
     if is_code_run(model_a.metadata) or is_code_run(model_b.metadata):
-        return compare_windows(model_a, a, model_b, b, n_per_bucket=n_per_bucket, metric=metric, seed=seed,
-                               device=device,
-                               batch_size=batch_size, lengths=lengths, timings=timings, multiples=multiples)
+        return compare_windows(
+            model_a,
+            a,
+            model_b,
+            b,
+            n_per_bucket=n_per_bucket,
+            metric=metric,
+            seed=seed,
+            device=device,
+            batch_size=batch_size,
+            lengths=lengths,
+            timings=timings,
+            multiples=multiples,
+        )
     check_comparable(a, model_a.metadata, b, model_b.metadata)
     task, tokenizer = task_of(model_a.metadata)
     n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
     buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, n_ctx)
     examples = [e for bucket in buckets for e in bucket.examples]
     layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
-    values, pairwise = timed_layer_distances(_pattern_pairs(model_a, model_b, tokenizer, examples, device, batch_size),
-                                             layers_b, metric, device, timings)
+    values, pairwise = timed_layer_distances(
+        _pattern_pairs(model_a, model_b, tokenizer, examples, device, batch_size), layers_b, metric, device, timings
+    )
     start = time.perf_counter()
     stats, offset = [], 0
     for bucket in buckets:
         part = slice(offset, offset + len(bucket.examples))
-        stats.append(distance_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen,
-                                    bucket.split))
+        stats.append(
+            distance_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen, bucket.split)
+        )
         offset = part.stop
     overall = distance_stats(values, pairwise, metric, seed)
     timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
-    return CompareResult(a, b, task.name, dict(task.options), metric, seed, n_per_bucket, stats, overall,
-                         values, [e.length for e in examples], skipped, timings=timings, layers_b=layers_b)
+    return CompareResult(
+        a,
+        b,
+        task.name,
+        dict(task.options),
+        metric,
+        seed,
+        n_per_bucket,
+        stats,
+        overall,
+        values,
+        [e.length for e in examples],
+        skipped,
+        timings=timings,
+        layers_b=layers_b,
+    )
 
 
-def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_bucket: int = 10,
-                 metric: Metric = "jsd", seed: int = 0, device: str | torch.device = "cpu",
-                 baseline: str | Path | Run | None = None, batch_size: int = 16,
-                 lengths: Lengths = "all", multiples: Sequence[float] | None = None,
-                 pe_options: Mapping[str, Any] | None = None) -> CompareResult:
+def compare_runs(
+    run_a: str | Path | Run,
+    run_b: str | Path | Run,
+    *,
+    n_per_bucket: int = 10,
+    metric: Metric = "jsd",
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    baseline: str | Path | Run | None = None,
+    batch_size: int = 16,
+    lengths: Lengths = "all",
+    multiples: Sequence[float] | None = None,
+    pe_options: Mapping[str, Any] | None = None,
+) -> CompareResult:
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same examples for both.
 
     ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
@@ -106,8 +157,15 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
     model_a, a = load_run_model(run_a, device, pe_options=pe_options)
     model_b, b = load_run_model(run_b, device, pe_options=pe_options)
     timings["load"] = time.perf_counter() - start
-    options = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
-                   lengths=lengths, multiples=multiples)
+    options = dict(
+        n_per_bucket=n_per_bucket,
+        metric=metric,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+        lengths=lengths,
+        multiples=multiples,
+    )
     result = _compare_loaded(model_a, a, model_b, b, timings=timings, **options)
     if baseline is not None:
         del model_b
@@ -116,7 +174,6 @@ def compare_runs(run_a: str | Path | Run, run_b: str | Path | Run, *, n_per_buck
         timings["load"] += time.perf_counter() - start
         result.baseline = _compare_loaded(model_a, a, model_c, c, timings=timings, **options)
     return result
-
 
 
 def _other_seed(path: Path, seed: int) -> Path | None:
@@ -135,11 +192,24 @@ def _other_seed(path: Path, seed: int) -> Path | None:
     return min(found)[2] if found else None
 
 
-def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path = "checkpoints", task: str = "scan",
-                   seed: int = 0, options: Mapping[str, Any] | None = None, n_per_bucket: int = 10,
-                   metric: Metric = "jsd", device: str | torch.device = "cpu", baseline: bool = True,
-                   batch_size: int = 16, lengths: Lengths = "all", multiples: Sequence[float] | None = None,
-                   pe_options: Mapping[str, Any] | None = None, progress: Progress | None = None) -> CompareReport:
+def compare_report(
+    pe_a: str,
+    pe_b_list: Sequence[str] = (),
+    *,
+    root: str | Path = "checkpoints",
+    task: str = "scan",
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+    n_per_bucket: int = 10,
+    metric: Metric = "jsd",
+    device: str | torch.device = "cpu",
+    baseline: bool = True,
+    batch_size: int = 16,
+    lengths: Lengths = "all",
+    multiples: Sequence[float] | None = None,
+    pe_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under
     ``root``) or run folders; no B compares A with every other PE found. With ``baseline``, adds
     A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
@@ -148,9 +218,21 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
     ``options`` name the corpus (:func:`probe.analysis.external.external_compare_report`).
     """
     if any(is_external(name) for name in (pe_a, *pe_b_list)):
-        return external_compare_report(pe_a, pe_b_list, root=root, seed=seed, options=options,
-                                       n_per_bucket=n_per_bucket, metric=metric, device=device, batch_size=batch_size,
-                                       lengths=lengths, multiples=multiples, pe_options=pe_options, progress=progress)
+        return external_compare_report(
+            pe_a,
+            pe_b_list,
+            root=root,
+            seed=seed,
+            options=options,
+            n_per_bucket=n_per_bucket,
+            metric=metric,
+            device=device,
+            batch_size=batch_size,
+            lengths=lengths,
+            multiples=multiples,
+            pe_options=pe_options,
+            progress=progress,
+        )
     check_metric(metric)
     options = dict(options or {})
     device = torch.device(device)
@@ -162,9 +244,11 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
     else:
         others = [r for r in task_runs(root, task, options, seed=seed) if r.pe != a.pe]
         if not others:
-            raise ProbeError(f"no other PE's run of {task_folder_name(task, options)} seed {seed} under {root} to "
-                             "compare "
-                             f"{a.pe} with (make them with: {train_command(task, options, root)})")
+            raise ProbeError(
+                f"no other PE's run of {task_folder_name(task, options)} seed {seed} under {root} to "
+                "compare "
+                f"{a.pe} with (make them with: {train_command(task, options, root)})"
+            )
         paths_b = [r.path for r in others]
     configs_b = [read_checkpoint_config(p) for p in paths_b]
     infos_b = [run_info(p, c) for p, c in zip(paths_b, configs_b)]
@@ -179,8 +263,16 @@ def compare_report(pe_a: str, pe_b_list: Sequence[str] = (), *, root: str | Path
     start = time.perf_counter()
     model_a, a = load_run_model(path_a, device, pe_options=pe_options)
     timings["load"] = time.perf_counter() - start
-    settings = dict(n_per_bucket=n_per_bucket, metric=metric, seed=seed, device=device, batch_size=batch_size,
-                    lengths=lengths, multiples=multiples, timings=timings)
+    settings = dict(
+        n_per_bucket=n_per_bucket,
+        metric=metric,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+        lengths=lengths,
+        multiples=multiples,
+        timings=timings,
+    )
     comparisons = []
     total = len(paths_b) + (path_base is not None)
     for path, info in zip(paths_b, infos_b):

@@ -22,16 +22,28 @@ from probe.patterns import collect_patterns
 from probe.runs import Run
 
 
-def _attended_buckets(model, info: RunInfo, *, n_per_bucket: int, weightings: Sequence[str], normalization: str,
-                      lengths: Lengths, bins: int, seed: int, device: torch.device, batch_size: int) -> AttendedResult:
+def _attended_buckets(
+    model,
+    info: RunInfo,
+    *,
+    n_per_bucket: int,
+    weightings: Sequence[str],
+    normalization: str,
+    lengths: Lengths,
+    bins: int,
+    seed: int,
+    device: torch.device,
+    batch_size: int,
+) -> AttendedResult:
     """One task run's distribution over the output queries of its sampled length buckets."""
     task, tokenizer = task_of(model.metadata)
     buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, model.cfg.n_ctx)
     examples = [e for bucket in buckets for e in bucket.examples]
     size = max(len(tokenizer.encode_example(e)[0]) for e in examples)
     grids = {w: torch.zeros(size, size, dtype=torch.float64, device=device) for w in weightings}
-    for batch in collect_patterns(model, tokenizer, examples, batch_size=batch_size, device=device,
-                                  to_cpu=device.type == "cpu"):
+    for batch in collect_patterns(
+        model, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=device.type == "cpu"
+    ):
         starts, true_lengths = batch.output_start.to(device), batch.lengths.to(device)
         width = batch.patterns.shape[-1]
         for w in weightings:
@@ -39,16 +51,26 @@ def _attended_buckets(model, info: RunInfo, *, n_per_bucket: int, weightings: Se
     stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
     n_queries = sum(len(tokenizer.encode_example(e)[0]) - tokenizer.encode_example(e)[1] for e in examples)
     n_queries *= model.cfg.n_layers * model.cfg.n_heads
-    return AttendedResult(info, task.name, dict(task.options), len(examples), n_queries, skipped,
-                          [b.length for b in buckets], stats)
+    return AttendedResult(
+        info, task.name, dict(task.options), len(examples), n_queries, skipped, [b.length for b in buckets], stats
+    )
 
 
-def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: int = 10,
-                             weighting: Weighting | Sequence[Weighting] = ("argmax", "attention"),
-                             normalization: Normalization = "text", lengths: Lengths | None = None, bins: int = 20,
-                             seed: int = 0, device: str | torch.device = "cpu", batch_size: int = 16,
-                             multiples: Sequence[float] | None = None, options: Mapping[str, Any] | None = None,
-                             progress: Progress | None = None) -> AttendedReport:
+def attended_distance_report(
+    runs: Sequence[str | Path | Run],
+    *,
+    n_per_bucket: int = 10,
+    weighting: Weighting | Sequence[Weighting] = ("argmax", "attention"),
+    normalization: Normalization = "text",
+    lengths: Lengths | None = None,
+    bins: int = 20,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    multiples: Sequence[float] | None = None,
+    options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
     Per run: up to ``n_per_bucket`` examples per length bucket (``lengths`` default "unseen", as
@@ -72,11 +94,29 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
     device = torch.device(device)
     names = [str(run.path) if isinstance(run, Run) else str(run) for run in runs]
     if any(is_external(name) for name in names):
-        return external_attended_report(names, options=options, n_per_bucket=n_per_bucket, weightings=weightings,
-                                        normalization=normalization, lengths=lengths, bins=bins, seed=seed,
-                                        device=device, batch_size=batch_size, multiples=multiples, progress=progress)
-    settings = dict(n_per_bucket=n_per_bucket, weightings=weightings, normalization=normalization, bins=bins,
-                    seed=seed, device=device, batch_size=batch_size)
+        return external_attended_report(
+            names,
+            options=options,
+            n_per_bucket=n_per_bucket,
+            weightings=weightings,
+            normalization=normalization,
+            lengths=lengths,
+            bins=bins,
+            seed=seed,
+            device=device,
+            batch_size=batch_size,
+            multiples=multiples,
+            progress=progress,
+        )
+    settings = dict(
+        n_per_bucket=n_per_bucket,
+        weightings=weightings,
+        normalization=normalization,
+        bins=bins,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+    )
     results, chosen = [], []
     for done, run in enumerate(runs):
         model, info = load_run_model(run, device)
@@ -89,5 +129,6 @@ def attended_distance_report(runs: Sequence[str | Path | Run], *, n_per_bucket: 
             chosen.append(lengths or "unseen")
             results.append(_attended_buckets(model, info, lengths=chosen[-1], **settings))
         del model
-    return AttendedReport(results, normalization, ", ".join(dict.fromkeys(chosen)) or lengths or "unseen",
-                          n_per_bucket, seed, bins)
+    return AttendedReport(
+        results, normalization, ", ".join(dict.fromkeys(chosen)) or lengths or "unseen", n_per_bucket, seed, bins
+    )

@@ -99,31 +99,43 @@ class HeldoutTexts:
     run_context: int | None  # the code runs' T; None when no code run is among the models
 
 
-def load_subject(name: str | Path, device: str | torch.device = "cpu",
-                 pe_options: Mapping[str, Any] | None = None) -> Subject:
+def load_subject(
+    name: str | Path, device: str | torch.device = "cpu", pe_options: Mapping[str, Any] | None = None
+) -> Subject:
     """``hf:ID`` / ``hf:FOLDER``, or a probe code run's folder (``pe_options`` apply to it at inference)."""
     if is_external(name):
         loaded = load_external(str(name), device)
         info = RunInfo(loaded.spelling, POSITIONS_PE.get(loaded.positions, loaded.positions), 0, loaded.spelling)
-        return Subject(loaded.bridge, info, loaded.encode, loaded.vocabulary(), loaded.bos_id, loaded.n_ctx,
-                       loaded.max_length)
+        return Subject(
+            loaded.bridge, info, loaded.encode, loaded.vocabulary(), loaded.bos_id, loaded.n_ctx, loaded.max_length
+        )
     config = _code_config(Path(name))
     model, info = load_run_model(Path(name), torch.device(device), pe_options=pe_options)
     tokenizer = CodeTokenizer.from_json(run_tokenizer_json(name))
-    return Subject(model, info, tokenizer.encode_batch, tokenizer.tokenizer.get_vocab(), None,
-                   training_context(config), model.cfg.n_ctx)
+    return Subject(
+        model,
+        info,
+        tokenizer.encode_batch,
+        tokenizer.tokenizer.get_vocab(),
+        None,
+        training_context(config),
+        model.cfg.n_ctx,
+    )
 
 
 def _code_config(path: Path) -> dict[str, Any]:
     config = read_checkpoint_config(path)
     if not is_code_run(config):
-        raise ProbeError(f"{path} is a run of task {config.get('task', {}).get('name', '?')}, not a code model: hf: "
-                         "models are read on held-out code, beside the runs of `probe pretrain`")
+        raise ProbeError(
+            f"{path} is a run of task {config.get('task', {}).get('name', '?')}, not a code model: hf: "
+            "models are read on held-out code, beside the runs of `probe pretrain`"
+        )
     return config
 
 
-def resolve_models(names: Sequence[str], *, root: str | Path | None = None, seed: int = 0,
-                   options: Mapping[str, Any] | None = None) -> list[str]:
+def resolve_models(
+    names: Sequence[str], *, root: str | Path | None = None, seed: int = 0, options: Mapping[str, Any] | None = None
+) -> list[str]:
     """Every name checked before anything is read: ``hf:`` spellings found on this machine (kept as
     given); code runs given as folders or, with ``root``, as PE names (resolved for ``seed`` and the
     corpus ``options``)."""
@@ -152,12 +164,15 @@ def heldout_texts(names: Sequence[str], options: Mapping[str, Any] | None = None
             check_same_corpus(infos[0], configs[0], info, config)
         context = training_context(configs[0])
         if options.get("context") not in (None, context):
-            raise ProbeError(f"{runs[0]} was trained at a context of {context} tokens, not {options['context']}: the "
-                             "models are read at multiples of the code runs' context")
+            raise ProbeError(
+                f"{runs[0]} was trained at a context of {context} tokens, not {options['context']}: the "
+                "models are read at multiples of the code runs' context"
+            )
         corpus = run_corpus(runs[0], configs[0])
         decode = corpus.tokenizer.decode
-        files = [SourceFile(name,
-                            decode(corpus.heldout_file(i).tolist())) for i, name in enumerate(corpus.heldout_names)]
+        files = [
+            SourceFile(name, decode(corpus.heldout_file(i).tolist())) for i, name in enumerate(corpus.heldout_names)
+        ]
         return HeldoutTexts(files, str(corpus.folder), dict(configs[0]["task"]["options"]), context)
     spec = CorpusSpec.from_options(options)
     sources, _ = find_sources(spec.corpus)
@@ -185,9 +200,11 @@ def check_same_tokenizer(a: Subject, b: Subject) -> None:
     """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
     if a.vocabulary != b.vocabulary:
         shared = sum(b.vocabulary.get(token) == i for token, i in a.vocabulary.items())
-        raise ProbeError(f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
-                         f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
-                         "compare models that share a tokenizer")
+        raise ProbeError(
+            f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
+            f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
+            "compare models that share a tokenizer"
+        )
 
 
 def _readable(windows: list[ContextWindows], subjects: Sequence[Subject]) -> tuple[list[ContextWindows], int]:
@@ -202,11 +219,22 @@ def _task_options(texts: HeldoutTexts, context: int) -> dict[str, Any]:
     return {**texts.options, "context": context}
 
 
-def external_compare_report(a_name: str, b_names: Sequence[str], *, root: str | Path = "checkpoints", seed: int = 0,
-                            options: Mapping[str, Any] | None = None, n_per_bucket: int = 10, metric: str = "jsd",
-                            device: str | torch.device = "cpu", batch_size: int = 16, lengths: Lengths = "all",
-                            multiples: Sequence[float] | None = None, pe_options: Mapping[str, Any] | None = None,
-                            progress: Progress | None = None) -> CompareReport:
+def external_compare_report(
+    a_name: str,
+    b_names: Sequence[str],
+    *,
+    root: str | Path = "checkpoints",
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+    n_per_bucket: int = 10,
+    metric: str = "jsd",
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    lengths: Lengths = "all",
+    multiples: Sequence[float] | None = None,
+    pe_options: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> CompareReport:
     """``probe compare A B ...`` where a model is ``hf:``: D^(l)(A, B) on windows of held-out code at
     1x and 2x T (module docstring), one "bucket" per context size; no seed baseline."""
     check_metric(metric)
@@ -221,8 +249,15 @@ def external_compare_report(a_name: str, b_names: Sequence[str], *, root: str | 
     a = load_subject(names[0], device, pe_options)
     timings["load"] = time.perf_counter() - start
     context = reference_context(texts, options, a)
-    windows = choose_windows(tokenized(a, texts), context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed,
-                             lengths=lengths, bos=a.bos_id)
+    windows = choose_windows(
+        tokenized(a, texts),
+        context,
+        multiples=multiples,
+        n_per_bucket=n_per_bucket,
+        seed=seed,
+        lengths=lengths,
+        bos=a.bos_id,
+    )
     comparisons = []
     for done, name in enumerate(names[1:]):
         start = time.perf_counter()
@@ -232,21 +267,43 @@ def external_compare_report(a_name: str, b_names: Sequence[str], *, root: str | 
         if progress:
             progress(f"{a.info.label} vs {b.info.label}", done, len(names) - 1)
         kept, skipped = _readable(windows, [a, b])
-        comparisons.append(compare_on_windows(a.model, a.info, b.model, b.info, kept, skipped=skipped,
-                                              task_options=_task_options(texts, context), n_per_bucket=n_per_bucket,
-                                              metric=metric, seed=seed, device=device, batch_size=batch_size,
-                                              timings=timings))
+        comparisons.append(
+            compare_on_windows(
+                a.model,
+                a.info,
+                b.model,
+                b.info,
+                kept,
+                skipped=skipped,
+                task_options=_task_options(texts, context),
+                n_per_bucket=n_per_bucket,
+                metric=metric,
+                seed=seed,
+                device=device,
+                batch_size=batch_size,
+                timings=timings,
+            )
+        )
         del b
     folder = models_home(names, root, options)
     return CompareReport(a.info, comparisons, None, folder.name, folder, timings)
 
 
-def external_attended_report(names: Sequence[str], *, options: Mapping[str, Any] | None = None,
-                             n_per_bucket: int = 10, weightings: Sequence[str] = ("argmax", "attention"),
-                             normalization: str = "text", lengths: Lengths | None = None, bins: int = 20, seed: int = 0,
-                             device: str | torch.device = "cpu", batch_size: int = 16,
-                             multiples: Sequence[float] | None = None,
-                             progress: Progress | None = None) -> AttendedReport:
+def external_attended_report(
+    names: Sequence[str],
+    *,
+    options: Mapping[str, Any] | None = None,
+    n_per_bucket: int = 10,
+    weightings: Sequence[str] = ("argmax", "attention"),
+    normalization: str = "text",
+    lengths: Lengths | None = None,
+    bins: int = 20,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    multiples: Sequence[float] | None = None,
+    progress: Progress | None = None,
+) -> AttendedReport:
     """``probe distances`` where a model is ``hf:``: per model, the attended-distance distributions
     of every query of held-out windows at 1x and 2x its T, read with its own tokenizer."""
     options = dict(options or {})
@@ -259,19 +316,42 @@ def external_attended_report(names: Sequence[str], *, options: Mapping[str, Any]
         if progress:
             progress(subject.info.label, done, len(names))
         context = reference_context(texts, options, subject)
-        windows = choose_windows(tokenized(subject, texts), context, multiples=multiples, n_per_bucket=n_per_bucket,
-                                 seed=seed, lengths=lengths or "all", bos=subject.bos_id)
+        windows = choose_windows(
+            tokenized(subject, texts),
+            context,
+            multiples=multiples,
+            n_per_bucket=n_per_bucket,
+            seed=seed,
+            lengths=lengths or "all",
+            bos=subject.bos_id,
+        )
         kept, skipped = _readable(windows, [subject])
-        results += attended_on_windows(subject.model, subject.info, kept, skipped=skipped,
-                                       task_options=_task_options(texts, context), weightings=weightings,
-                                       normalization=normalization, bins=bins, device=device, batch_size=batch_size)
+        results += attended_on_windows(
+            subject.model,
+            subject.info,
+            kept,
+            skipped=skipped,
+            task_options=_task_options(texts, context),
+            weightings=weightings,
+            normalization=normalization,
+            bins=bins,
+            device=device,
+            batch_size=batch_size,
+        )
         del subject
     return AttendedReport(results, normalization, lengths or "all", n_per_bucket, seed, bins)
 
 
-def external_perplexity_report(names: Sequence[str], *, options: Mapping[str, Any] | None = None,
-                               max_files: int | None = None, seed: int = 0, device: str | torch.device = "cpu",
-                               batch_size: int = 16, progress: Progress | None = None) -> PerplexityReport:
+def external_perplexity_report(
+    names: Sequence[str],
+    *,
+    options: Mapping[str, Any] | None = None,
+    max_files: int | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    progress: Progress | None = None,
+) -> PerplexityReport:
     """``probe perplexity`` where a model is ``hf:``: the paper's protocol (:mod:`probe.perplexity`)
     at T (module docstring), every model reading the same tokens, so all must share the first
     one's tokenizer. A context size a model cannot read (learned positions) is left out for it."""
@@ -294,9 +374,19 @@ def external_perplexity_report(names: Sequence[str], *, options: Mapping[str, An
         if done:
             subject = load_subject(name, device)
             check_same_tokenizer(first, subject)
-        nll = read_contexts(subject.model, files, protocol, device=device, batch_size=batch_size, bos=first.bos_id,
-                            max_length=subject.max_length, progress=progress, label=subject.info.label,
-                            step=done * len(protocol.contexts), steps=steps)
+        nll = read_contexts(
+            subject.model,
+            files,
+            protocol,
+            device=device,
+            batch_size=batch_size,
+            bos=first.bos_id,
+            max_length=subject.max_length,
+            progress=progress,
+            label=subject.info.label,
+            step=done * len(protocol.contexts),
+            steps=steps,
+        )
         results.append(RunPerplexity(subject.info.label, subject.info.pe, subject.info.path, nll))
     return PerplexityReport(protocol, [every.heldout_names[int(i)] for i in order], lengths[order], results, seed)
 

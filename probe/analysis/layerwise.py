@@ -21,8 +21,14 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_layer_distances(pairs: Iterator[MapPair], layers_b: Sequence[int], metric: str, device: torch.device,
-                          timings: dict[str, float], one_layer_at_a_time: bool = False) -> tuple[Tensor, Tensor]:
+def timed_layer_distances(
+    pairs: Iterator[MapPair],
+    layers_b: Sequence[int],
+    metric: str,
+    device: torch.device,
+    timings: dict[str, float],
+    one_layer_at_a_time: bool = False,
+) -> tuple[Tensor, Tensor]:
     """Per-input D^(l) [input, layer of A] and D_AT of every head pair [input, layer, head_A, head_B], layer l
     of A against layer ``layers_b[l]`` of B, in float64, from batches of both models' attention maps.
 
@@ -40,13 +46,21 @@ def timed_layer_distances(pairs: Iterator[MapPair], layers_b: Sequence[int], met
         maps_a, maps_b, lengths = pair
         start = time.perf_counter()
         if one_layer_at_a_time:
-            layers = [layer_distances(maps_a[:, layer:layer + 1].double(), maps_b[:, other:other + 1].double(),
-                                      metric=metric) for layer, other in enumerate(layers_b)]
+            layers = [
+                layer_distances(
+                    maps_a[:, layer : layer + 1].double(), maps_b[:, other : other + 1].double(), metric=metric
+                )
+                for layer, other in enumerate(layers_b)
+            ]
             values.append(torch.cat([r.per_layer for r in layers], 1).cpu())  # [batch, layer]
             pairwise.append(torch.cat([r.pairwise for r in layers], 1).cpu())  # [batch, layer, head_A, head_B]
         else:
-            result = layer_distances(maps_a.double(), maps_b[:, layers_b].double(), metric=metric,
-                                     lengths=None if lengths is None else lengths.to(maps_a.device))
+            result = layer_distances(
+                maps_a.double(),
+                maps_b[:, layers_b].double(),
+                metric=metric,
+                lengths=None if lengths is None else lengths.to(maps_a.device),
+            )
             values.append(result.per_layer.cpu())  # [batch, layer]
             pairwise.append(result.pairwise.cpu())  # [batch, layer, head_A, head_B]
         sync(device)

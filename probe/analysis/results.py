@@ -34,7 +34,10 @@ class DistanceStats:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "length": self.length, "seen": self.seen, "split": self.split, "n_examples": self.n_examples,
+            "length": self.length,
+            "seen": self.seen,
+            "split": self.split,
+            "n_examples": self.n_examples,
             "per_layer": {k: getattr(self.per_layer, k).tolist() for k in ("mean", "low", "high")},
             "average": {k: float(getattr(self.average, k)) for k in ("mean", "low", "high")},
             "head_matrix": self.head_matrix.tolist(),
@@ -78,10 +81,19 @@ class CompareResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "a": self.a.to_json(), "b": self.b.to_json(), "label": self.label, "task": self.task,
-            "task_options": self.task_options, "metric": self.metric, "seed": self.seed,
-            "n_per_bucket": self.n_per_bucket, "confidence": CONFIDENCE, "n_layers": self.n_layers,
-            "layers_b": self.paired, "skipped": self.skipped, "overall": self.overall.to_json(),
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "label": self.label,
+            "task": self.task,
+            "task_options": self.task_options,
+            "metric": self.metric,
+            "seed": self.seed,
+            "n_per_bucket": self.n_per_bucket,
+            "confidence": CONFIDENCE,
+            "n_layers": self.n_layers,
+            "layers_b": self.paired,
+            "skipped": self.skipped,
+            "overall": self.overall.to_json(),
             "buckets": [bucket.to_json() for bucket in self.buckets],
             "baseline": None if self.baseline is None else self.baseline.to_json(),
         }
@@ -91,17 +103,39 @@ class CompareResult:
         ``layer_b``: the layer of B it was compared with."""
         rows = []
         for stats in [*self.buckets, self.overall]:
-            common = {"a": self.a.label, "b": self.b.label, "metric": self.metric,
-                      "length": "all" if stats.length is None else stats.length,
-                      "seen": "" if stats.seen is None else stats.seen, "n_examples": stats.n_examples}
+            common = {
+                "a": self.a.label,
+                "b": self.b.label,
+                "metric": self.metric,
+                "length": "all" if stats.length is None else stats.length,
+                "seen": "" if stats.seen is None else stats.seen,
+                "n_examples": stats.n_examples,
+            }
             for layer, layer_b in enumerate(self.paired):
-                rows.append({**common, "layer": layer, "layer_b": layer_b, "mean": float(stats.per_layer.mean[layer]),
-                             "low": float(stats.per_layer.low[layer]), "high": float(stats.per_layer.high[layer]),
-                             "argmin_head_a": int(stats.argmin[layer, 0]), "argmin_head_b": int(stats.argmin[layer,
-                                                                                                             1])})
-            rows.append({**common, "layer": "average", "layer_b": "", "mean": float(stats.average.mean),
-                         "low": float(stats.average.low), "high": float(stats.average.high),
-                         "argmin_head_a": "", "argmin_head_b": ""})
+                rows.append(
+                    {
+                        **common,
+                        "layer": layer,
+                        "layer_b": layer_b,
+                        "mean": float(stats.per_layer.mean[layer]),
+                        "low": float(stats.per_layer.low[layer]),
+                        "high": float(stats.per_layer.high[layer]),
+                        "argmin_head_a": int(stats.argmin[layer, 0]),
+                        "argmin_head_b": int(stats.argmin[layer, 1]),
+                    }
+                )
+            rows.append(
+                {
+                    **common,
+                    "layer": "average",
+                    "layer_b": "",
+                    "mean": float(stats.average.mean),
+                    "low": float(stats.average.low),
+                    "high": float(stats.average.high),
+                    "argmin_head_a": "",
+                    "argmin_head_b": "",
+                }
+            )
         return rows + (self.baseline.to_rows() if self.baseline is not None else [])
 
 
@@ -124,9 +158,15 @@ class CompareReport:
     def to_json(self) -> dict[str, Any]:
         first = self.results[0]
         return {
-            "a": self.a.to_json(), "task": first.task, "task_options": first.task_options,
-            "task_folder": self.task_folder, "metric": first.metric, "seed": first.seed,
-            "n_per_bucket": first.n_per_bucket, "confidence": CONFIDENCE, "n_layers": first.n_layers,
+            "a": self.a.to_json(),
+            "task": first.task,
+            "task_options": first.task_options,
+            "task_folder": self.task_folder,
+            "metric": first.metric,
+            "seed": first.seed,
+            "n_per_bucket": first.n_per_bucket,
+            "confidence": CONFIDENCE,
+            "n_layers": first.n_layers,
             "comparisons": [result.to_json() for result in self.comparisons],
             "baseline": None if self.baseline is None else self.baseline.to_json(),
         }
@@ -142,15 +182,29 @@ class CompareReport:
             stats = result.overall if length is None else next((s for s in result.buckets if s.length == length), None)
             if stats is None:
                 continue
-            curves.append({"label": result.label, "pe": result.b.pe, "dashed": result is self.baseline,
-                           "mean": stats.per_layer.mean.tolist(), "low": stats.per_layer.low.tolist(),
-                           "high": stats.per_layer.high.tolist(),
-                           "average": [float(stats.average.mean), float(stats.average.low), float(stats.average.high)]})
+            curves.append(
+                {
+                    "label": result.label,
+                    "pe": result.b.pe,
+                    "dashed": result is self.baseline,
+                    "mean": stats.per_layer.mean.tolist(),
+                    "low": stats.per_layer.low.tolist(),
+                    "high": stats.per_layer.high.tolist(),
+                    "average": [float(stats.average.mean), float(stats.average.low), float(stats.average.high)],
+                }
+            )
         return curves
 
 
-def distance_stats(values: Tensor, pairwise: Tensor, metric: str, seed: int, length: int | None = None,
-           seen: bool | None = None, split: str | None = None) -> DistanceStats:
+def distance_stats(
+    values: Tensor,
+    pairwise: Tensor,
+    metric: str,
+    seed: int,
+    length: int | None = None,
+    seen: bool | None = None,
+    split: str | None = None,
+) -> DistanceStats:
     """values: [example, layer]; pairwise: [example, layer, head_A, head_B]."""
     head_matrix = pairwise.mean(0)  # [layer, head_A, head_B]
     visited = head_matrix
@@ -160,10 +214,16 @@ def distance_stats(values: Tensor, pairwise: Tensor, metric: str, seed: int, len
         visited = head_matrix.masked_fill(~below, float("inf"))
     flat = visited.flatten(-2).argmin(-1)  # [layer]
     argmin = torch.stack([flat // head_matrix.shape[-1], flat % head_matrix.shape[-1]], dim=-1)
-    return DistanceStats(length, seen, split, int(values.shape[0]),
-                         bootstrap_ci(values, N_RESAMPLES, CONFIDENCE, seed),
-                         bootstrap_ci(values.mean(1), N_RESAMPLES, CONFIDENCE, seed),
-                         head_matrix, argmin)
+    return DistanceStats(
+        length,
+        seen,
+        split,
+        int(values.shape[0]),
+        bootstrap_ci(values, N_RESAMPLES, CONFIDENCE, seed),
+        bootstrap_ci(values.mean(1), N_RESAMPLES, CONFIDENCE, seed),
+        head_matrix,
+        argmin,
+    )
 
 
 # -- attended distance (probe distances) ------------------------------------------------------
@@ -179,8 +239,12 @@ class AttendedStats:
     weights: Tensor  # [distinct]: its total weight (count of arg-max hits, or attention mass)
 
     def to_json(self) -> dict[str, Any]:
-        return {"weighting": self.weighting, "bimodality": self.bimodality, "mean": self.mean,
-                "histogram": {"edges": self.histogram.edges.tolist(), "mass": self.histogram.mass.tolist()}}
+        return {
+            "weighting": self.weighting,
+            "bimodality": self.bimodality,
+            "mean": self.mean,
+            "histogram": {"edges": self.histogram.edges.tolist(), "mass": self.histogram.mass.tolist()},
+        }
 
 
 @dataclass
@@ -197,9 +261,16 @@ class AttendedResult:
     stats: dict[str, AttendedStats]  # by weighting
 
     def to_json(self) -> dict[str, Any]:
-        return {"run": self.run.to_json(), "task": self.task, "task_options": self.task_options,
-                "n_examples": self.n_examples, "n_queries": self.n_queries, "skipped": self.skipped,
-                "lengths": self.lengths, "weightings": {w: s.to_json() for w, s in self.stats.items()}}
+        return {
+            "run": self.run.to_json(),
+            "task": self.task,
+            "task_options": self.task_options,
+            "n_examples": self.n_examples,
+            "n_queries": self.n_queries,
+            "skipped": self.skipped,
+            "lengths": self.lengths,
+            "weightings": {w: s.to_json() for w, s in self.stats.items()},
+        }
 
 
 @dataclass
@@ -212,8 +283,14 @@ class AttendedReport:
     bins: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"normalization": self.normalization, "lengths": self.lengths, "n_per_bucket": self.n_per_bucket,
-                "seed": self.seed, "bins": self.bins, "runs": [r.to_json() for r in self.results]}
+        return {
+            "normalization": self.normalization,
+            "lengths": self.lengths,
+            "n_per_bucket": self.n_per_bucket,
+            "seed": self.seed,
+            "bins": self.bins,
+            "runs": [r.to_json() for r in self.results],
+        }
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One CSV row per (run, weighting, bin)."""
@@ -222,17 +299,37 @@ class AttendedReport:
             for weighting, stats in result.stats.items():
                 edges, mass = stats.histogram.edges.tolist(), stats.histogram.mass.tolist()
                 for i, m in enumerate(mass):
-                    rows.append({"run": result.run.label, "pe": result.run.pe, "seed": result.run.seed,
-                                 "weighting": weighting, "bin_low": edges[i], "bin_high": edges[i + 1], "mass": m,
-                                 "bimodality": stats.bimodality})
+                    rows.append(
+                        {
+                            "run": result.run.label,
+                            "pe": result.run.pe,
+                            "seed": result.run.seed,
+                            "weighting": weighting,
+                            "bin_low": edges[i],
+                            "bin_high": edges[i + 1],
+                            "mass": m,
+                            "bimodality": stats.bimodality,
+                        }
+                    )
         return rows
 
     def series(self) -> list[dict[str, Any]]:
         """Inputs of ``probe.plots.attended_distance_figure``."""
-        return [{"label": r.run.label, "pe": r.run.pe,
-                 "histograms": {w: {"edges": s.histogram.edges.tolist(), "mass": s.histogram.mass.tolist(),
-                                    "bimodality": s.bimodality} for w, s in r.stats.items()}}
-                for r in self.results]
+        return [
+            {
+                "label": r.run.label,
+                "pe": r.run.pe,
+                "histograms": {
+                    w: {
+                        "edges": s.histogram.edges.tolist(),
+                        "mass": s.histogram.mass.tolist(),
+                        "bimodality": s.bimodality,
+                    }
+                    for w, s in r.stats.items()
+                },
+            }
+            for r in self.results
+        ]
 
 
 def query_key_weights(patterns: Tensor, output_start: Tensor, lengths: Tensor, weighting: str) -> Tensor:
@@ -258,14 +355,20 @@ def _distribution(grid: Tensor, normalization: str) -> tuple[Tensor, Tensor]:
     found = attended_distances(grid[None, None, None], 0, grid.shape[-1], "attention", normalization)
     kept = found.weight > 0
     distinct, index = torch.unique(found.distance[kept], return_inverse=True)
-    total = torch.zeros(distinct.shape, dtype=torch.float64, device=grid.device).index_add_(0, index,
-                                                                                            found.weight[kept])
+    total = torch.zeros(distinct.shape, dtype=torch.float64, device=grid.device).index_add_(
+        0, index, found.weight[kept]
+    )
     return distinct.cpu(), total.cpu()
 
 
 def attended_stats(grid: Tensor, weighting: str, normalization: str, bins: int) -> AttendedStats:
     """The distribution of d̄ held by a [query, key] weight grid: histogram, bimodality, mean."""
     distinct, total = _distribution(grid, normalization)
-    return AttendedStats(weighting, histogram(distinct, total, bins=bins), float(bimodality_coefficient(distinct,
-                                                                                                        total)),
-                         float((distinct * total).sum() / total.sum()), distinct, total)
+    return AttendedStats(
+        weighting,
+        histogram(distinct, total, bins=bins),
+        float(bimodality_coefficient(distinct, total)),
+        float((distinct * total).sum() / total.sum()),
+        distinct,
+        total,
+    )

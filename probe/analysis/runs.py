@@ -48,27 +48,40 @@ class RunInfo:
         return pe_folder_name(self.pe, {**self.pe_options, **self.inference_options})
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "pe": self.pe, "pe_options": dict(self.pe_options), "seed": self.seed,
-                "label": self.label, "inference_options": dict(self.inference_options)}
+        return {
+            "path": self.path,
+            "pe": self.pe,
+            "pe_options": dict(self.pe_options),
+            "seed": self.seed,
+            "label": self.label,
+            "inference_options": dict(self.inference_options),
+        }
 
 
 def run_folder(run: str | Path | Run) -> Path:
     return run.path if isinstance(run, Run) else Path(run)
 
 
-def run_info(path: Path, config: Mapping[str, Any], label: str | None = None,
-          inference: Mapping[str, Any] | None = None) -> RunInfo:
+def run_info(
+    path: Path, config: Mapping[str, Any], label: str | None = None, inference: Mapping[str, Any] | None = None
+) -> RunInfo:
     from probe.models.registry import pe_folder_name
 
     run = Run(Path(path), dict(config))
-    given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe):]  # "+base=500"
-    return RunInfo(str(path), run.pe, run.seed,
-                   label or (pe_label(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
-                   run.pe_options, dict(inference or {}))
+    given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe) :]  # "+base=500"
+    return RunInfo(
+        str(path),
+        run.pe,
+        run.seed,
+        label or (pe_label(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
+        run.pe_options,
+        dict(inference or {}),
+    )
 
 
-def describe_run(config: Mapping[str, Any], where: str = "the checkpoint") -> tuple[dict[str, Any], dict[str, Any],
-                                                                                    int]:
+def describe_run(
+    config: Mapping[str, Any], where: str = "the checkpoint"
+) -> tuple[dict[str, Any], dict[str, Any], int]:
     """(task, tokenizer, n_layers) of a checkpoint's config, or a clear error if it has none."""
     if "task" not in config or "tokenizer" not in config:
         raise ProbeError(f"{where} has no task or tokenizer in its config.json (not a `probe train` run)")
@@ -85,9 +98,11 @@ def check_comparable(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, config
     task_a, tok_a, _ = describe_run(config_a, a.path)
     task_b, tok_b, _ = describe_run(config_b, b.path)
     if task_a != task_b:
-        raise ProbeError(f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
-                         f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
-                         "the runs were trained on different tasks")
+        raise ProbeError(
+            f"cannot compare {a.label} ({task_folder_name(task_a['name'], task_a.get('options'))}) "
+            f"with {b.label} ({task_folder_name(task_b['name'], task_b.get('options'))}): "
+            "the runs were trained on different tasks"
+        )
     if tok_a != tok_b:
         raise ProbeError(f"cannot compare {a.label} with {b.label}: their vocabularies differ")
 
@@ -104,8 +119,9 @@ def paired_layers(layers_a: int, layers_b: int) -> list[int]:
     return [(2 * layer * span_b + span_a) // (2 * span_a) for layer in range(layers_a)]
 
 
-def load_run_model(run: str | Path | Run, device: torch.device, label: str | None = None,
-          pe_options: Mapping[str, Any] | None = None):
+def load_run_model(
+    run: str | Path | Run, device: torch.device, label: str | None = None, pe_options: Mapping[str, Any] | None = None
+):
     """The run's model, with those of ``pe_options`` its PE has applied at inference."""
     from probe.models.registry import options_for
     from probe.runs import load_run
@@ -116,21 +132,33 @@ def load_run_model(run: str | Path | Run, device: torch.device, label: str | Non
     return model, run_info(path, model.metadata, label, applied)
 
 
-def task_runs(root: str | Path, task: str, options: Mapping[str, Any] | None = None, seed: int | None = 0,
-              pes: Sequence[str] | None = None) -> list[Run]:
+def task_runs(
+    root: str | Path,
+    task: str,
+    options: Mapping[str, Any] | None = None,
+    seed: int | None = 0,
+    pes: Sequence[str] | None = None,
+) -> list[Run]:
     """Complete runs of a task folder (optionally one seed, some PEs), in the paper's PE order.
 
     None found: ProbeError with the exact `probe train` command that makes them.
     """
     found, _ = find_runs(root, task, dict(options or {}))
-    runs = [r for r in found if r.config.get("training", {}).get("complete", True)
-            and (seed is None or r.seed == seed) and (pes is None or r.pe in pes)]
+    runs = [
+        r
+        for r in found
+        if r.config.get("training", {}).get("complete", True)
+        and (seed is None or r.seed == seed)
+        and (pes is None or r.pe in pes)
+    ]
     if not runs:
         folder = task_folder_name(task, dict(options or {}))
         which = "" if pes is None else f" of {', '.join(pes)}"
-        raise ProbeError(f"no complete runs{which} of {folder}{'' if seed is None else f' seed {seed}'} under {root} "
-                         "(make them with: "
-                         f"{train_command(task, dict(options or {}), root, seed=seed if seed else None)})")
+        raise ProbeError(
+            f"no complete runs{which} of {folder}{'' if seed is None else f' seed {seed}'} under {root} "
+            "(make them with: "
+            f"{train_command(task, dict(options or {}), root, seed=seed if seed else None)})"
+        )
     rank = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
     return sorted(runs, key=lambda r: (rank.get(r.pe, len(rank)), r.pe, r.seed))
 
@@ -151,15 +179,21 @@ def check_same_corpus(a: RunInfo, config_a: Mapping[str, Any], b: RunInfo, confi
     same training context, so both read the same windows: else one line saying what differs."""
     for info, config in ((a, config_a), (b, config_b)):
         if not is_code_run(config):
-            raise ProbeError(f"cannot compare {a.label} with {b.label}: {info.label} ({info.path}) is not a pretrained "
-                             "code model and the other is (the runs were trained on different tasks)")
+            raise ProbeError(
+                f"cannot compare {a.label} with {b.label}: {info.label} ({info.path}) is not a pretrained "
+                "code model and the other is (the runs were trained on different tasks)"
+            )
     if config_a.get("corpus", {}).get("fingerprint") != config_b.get("corpus", {}).get("fingerprint"):
-        raise ProbeError(f"cannot compare {a.label} with {b.label}: they were trained on different corpora "
-                         "(their fingerprints differ)")
+        raise ProbeError(
+            f"cannot compare {a.label} with {b.label}: they were trained on different corpora "
+            "(their fingerprints differ)"
+        )
     options_a, options_b = config_a["task"]["options"], config_b["task"]["options"]
     for key, what in (("heldout", "held-out fraction"), ("context", "training context")):
         if options_a.get(key) != options_b.get(key):
-            raise ProbeError(f"cannot compare {a.label} ({what} {options_a.get(key)}) with {b.label} ({what} "
-                             f"{options_b.get(key)}): the runs must read the same windows")
+            raise ProbeError(
+                f"cannot compare {a.label} ({what} {options_a.get(key)}) with {b.label} ({what} "
+                f"{options_b.get(key)}): the runs must read the same windows"
+            )
     if run_tokenizer_json(a.path) != run_tokenizer_json(b.path):
         raise ProbeError(f"cannot compare {a.label} with {b.label}: their tokenizers differ")

@@ -15,13 +15,15 @@ from probe.explorer import server
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "app", help="the Streamlit explorer over everything above",
+        "app",
+        help="the Streamlit explorer over everything above",
         description="Start the Streamlit explorer (models, attention, comparisons, attended distances and the "
         "Theorem 1 / 2 constructions) on http://127.0.0.1:PORT, headless, without usage statistics. "
         "Ctrl-C stops it.",
     )
-    parser.add_argument("--port", type=int, default=server.DEFAULT_PORT,
-                        help=f"port on 127.0.0.1 (default {server.DEFAULT_PORT})")
+    parser.add_argument(
+        "--port", type=int, default=server.DEFAULT_PORT, help=f"port on 127.0.0.1 (default {server.DEFAULT_PORT})"
+    )
     add_checkpoints(parser)
     parser.set_defaults(func=run)
 
@@ -34,8 +36,10 @@ def run(args: argparse.Namespace) -> int:
 
     script = server.explorer_script()
     if not script.is_file():
-        raise ProbeError(f"the explorer is missing: no {script} (this installation of probe is incomplete; "
-                         "reinstall it: pip install --force-reinstall probe, or pip install -e . in a clone)")
+        raise ProbeError(
+            f"the explorer is missing: no {script} (this installation of probe is incomplete; "
+            "reinstall it: pip install --force-reinstall probe, or pip install -e . in a clone)"
+        )
     if importlib.util.find_spec("streamlit") is None:
         raise ProbeError("streamlit is not installed in this environment (pip install streamlit)")
     checkpoints = Path(args.checkpoints).resolve()

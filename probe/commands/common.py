@@ -13,8 +13,9 @@ from probe.presets import CONTEXTS
 
 
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoints", metavar="DIR", default="checkpoints",
-                        help="root folder of the runs (default: checkpoints/)")
+    parser.add_argument(
+        "--checkpoints", metavar="DIR", default="checkpoints", help="root folder of the runs (default: checkpoints/)"
+    )
 
 
 def add_device(parser: argparse.ArgumentParser) -> None:
@@ -46,22 +47,39 @@ def console(stderr: bool = False):
 def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:
     """``--scratchpad FORMAT`` and repeatable ``-o KEY=VALUE``: the options that name a task's runs."""
     parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)")
-    parser.add_argument("--split", action=_SplitOption, dest="option", metavar="NAME",
-                        help="the task's split: length (Section 3's, the default) or paper (the authors' released "
-                             "data: SCAN, copy, reverse); the same as -o split=NAME")
+    parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)",
+    )
+    parser.add_argument(
+        "--split",
+        action=_SplitOption,
+        dest="option",
+        metavar="NAME",
+        help="the task's split: length (Section 3's, the default) or paper (the authors' released "
+        "data: SCAN, copy, reverse); the same as -o split=NAME",
+    )
 
 
 def add_corpus_options(parser: argparse.ArgumentParser) -> None:
     """``--corpus``, ``--context``, ``--vocab-size``, ``--heldout``: which code corpus, split and context name
     a pretraining task folder (``code+context=256``), the same flags for `probe pretrain` and what reads its runs."""
-    parser.add_argument("--corpus", default="stdlib", metavar="DIR",
-                        help="stdlib (this Python's standard library, the default), packages (and the installed "
-                             "packages) or a folder of source files")
-    parser.add_argument("--context", type=int, help="training context in tokens (default: the preset's, "
-                        f"{CONTEXTS['tiny']} for tiny; "
-                        "the paper: 1024)")
+    parser.add_argument(
+        "--corpus",
+        default="stdlib",
+        metavar="DIR",
+        help="stdlib (this Python's standard library, the default), packages (and the installed "
+        "packages) or a folder of source files",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        help=f"training context in tokens (default: the preset's, {CONTEXTS['tiny']} for tiny; the paper: 1024)",
+    )
     parser.add_argument("--vocab-size", type=int, default=2048, help="byte-level BPE vocabulary (default 2048)")
     parser.add_argument("--heldout", type=float, default=0.1, help="fraction of files held out (default 0.1)")
 
@@ -70,14 +88,21 @@ def corpus_spec(args: argparse.Namespace, context: int):
     """The :class:`probe.corpus.CorpusSpec` of :func:`add_corpus_options`' flags (``context`` if none given)."""
     from probe.corpus import CorpusSpec
 
-    return CorpusSpec(corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size,
-                      context=args.context or context)
+    return CorpusSpec(
+        corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size, context=args.context or context
+    )
 
 
 def add_pe_options(parser: argparse.ArgumentParser, what: str) -> None:
     """Repeatable ``-p KEY=VALUE``: an option of the positional encoding (see `probe pes`)."""
-    parser.add_argument("-p", "--pe-option", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"option of the positional encoding {what}, e.g. -p base=500 (see `probe pes`)")
+    parser.add_argument(
+        "-p",
+        "--pe-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"option of the positional encoding {what}, e.g. -p base=500 (see `probe pes`)",
+    )
 
 
 class _SplitOption(argparse.Action):

@@ -19,7 +19,8 @@ from probe.commands.common import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "compare", help="layerwise attention distance between runs (NoPE vs T5, ALiBi, ...)",
+        "compare",
+        help="layerwise attention distance between runs (NoPE vs T5, ALiBi, ...)",
         description="D^(l)(A, B) = min over head pairs of the mean JSD between their attention rows (Eq. "
         "similarity), per layer and length bucket, on up to --n-per-bucket examples of every bucket "
         "(gold input + output), with 95% bootstrap intervals. A and B are PE names (runs of --task and "
@@ -31,26 +32,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(default stdlib) with its own tokenizer, at 1x and 2x -o context=T (default: A's n_ctx); models of "
         "different depth pair each layer of A with B's layer at the same relative depth.",
     )
-    parser.add_argument("runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs (or hf:ID, hf:FOLDER) to "
-                        "compare it with")
+    parser.add_argument(
+        "runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs (or hf:ID, hf:FOLDER) to compare it with"
+    )
     parser.add_argument("--task", help="task of the runs named by PE (default scan; code where a model is hf:)")
     add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs named by PE (default 0)")
-    parser.add_argument("--metric", default="jsd", choices=("jsd", "reference-code"),
-                        help="jsd: the paper's definition (default); reference-code: the released code's "
-                        "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only")
-    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
-                        help="examples per length bucket (default 10)")
-    parser.add_argument("--lengths", default="all", choices=("all", "seen", "unseen"),
-                        help="which length buckets (default all)")
-    add_pe_options(parser, "applied at inference to the runs whose PE has it, e.g. RoPE scaling: -p scaling=yarn "
-                   "-p factor=2 (labels and output names say so)")
+    parser.add_argument(
+        "--metric",
+        default="jsd",
+        choices=("jsd", "reference-code"),
+        help="jsd: the paper's definition (default); reference-code: the released code's "
+        "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only",
+    )
+    parser.add_argument(
+        "--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)"
+    )
+    parser.add_argument(
+        "--lengths", default="all", choices=("all", "seen", "unseen"), help="which length buckets (default all)"
+    )
+    add_pe_options(
+        parser,
+        "applied at inference to the runs whose PE has it, e.g. RoPE scaling: -p scaling=yarn "
+        "-p factor=2 (labels and output names say so)",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip A vs A' (another seed of A)")
     parser.add_argument("--detail", action="store_true", help="print every comparison's layer × bucket table")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR",
-                        help="output folder (default: compare/ in the runs' task folder, or beside the run folders "
-                             "given)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output folder (default: compare/ in the runs' task folder, or beside the run folders given)",
+    )
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -65,8 +78,11 @@ def _layer(result, layer: int) -> str:
 
 def pairing_note(report) -> str | None:
     """One line per comparison of models of different depth: which layer of B each layer of A met."""
-    lines = [f"{r.label}: " + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
-             for r in report.results if r.paired != list(range(r.n_layers))]
+    lines = [
+        f"{r.label}: " + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
+        for r in report.results
+        if r.paired != list(range(r.n_layers))
+    ]
     if not lines:
         return None
     return "layers paired at the same relative depth, round(l (L_B - 1) / (L_A - 1)):\n" + "\n".join(lines)
@@ -81,8 +97,10 @@ def summary_table(report):
 
     first = report.results[0]
     n_buckets = len(first.buckets)
-    table = Table(title=f"D^(l)({report.a.label}, ·) on {report.task_folder} ({first.metric}): mean over "
-                  f"{first.overall.n_examples} examples in {n_buckets} length buckets, 95% bootstrap CI")
+    table = Table(
+        title=f"D^(l)({report.a.label}, ·) on {report.task_folder} ({first.metric}): mean over "
+        f"{first.overall.n_examples} examples in {n_buckets} length buckets, 95% bootstrap CI"
+    )
     table.add_column("compared with")
     for layer in range(first.n_layers):
         table.add_column(f"L{layer}", justify="right")
@@ -90,8 +108,9 @@ def summary_table(report):
     for result in report.results:
         stats = result.overall
         style = "dim" if result is report.baseline else None
-        table.add_row(result.label, *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()), _ci(stats.average),
-                      style=style)
+        table.add_row(
+            result.label, *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()), _ci(stats.average), style=style
+        )
     return table
 
 
@@ -106,8 +125,11 @@ def bucket_table(report):
     first = report.results[0]
     for i, bucket in enumerate(first.buckets):
         mark = ("" if bucket.seen else "*") + ("v" if bucket.split == "valid" else "")
-        table.add_row(f"{bucket.length}{mark}", str(bucket.n_examples),
-                      *(f"{float(r.buckets[i].average.mean):.4f}" for r in report.results))
+        table.add_row(
+            f"{bucket.length}{mark}",
+            str(bucket.n_examples),
+            *(f"{float(r.buckets[i].average.mean):.4f}" for r in report.results),
+        )
     return table
 
 
@@ -122,8 +144,13 @@ def detail_table(result):
     table.add_column("average [95% CI]", justify="right")
     for stats in [*result.buckets, result.overall]:
         name = "all" if stats.length is None else f"{stats.length}{'' if stats.seen else '*'}"
-        table.add_row(name, str(stats.n_examples), *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()),
-                      _ci(stats.average), end_section=stats.length is None or stats is result.buckets[-1])
+        table.add_row(
+            name,
+            str(stats.n_examples),
+            *(f"{v:.4f}" for v in stats.per_layer.mean.tolist()),
+            _ci(stats.average),
+            end_section=stats.length is None or stats is result.buckets[-1],
+        )
     return table
 
 
@@ -155,8 +182,14 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
     out = console(stderr=args.json)
-    columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("left"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     progress = Progress(*columns, console=out, transient=True)
     bar = progress.add_task("comparing", total=None)
 
@@ -165,10 +198,22 @@ def run(args: argparse.Namespace) -> int:
         progress.update(bar, description=what, completed=done, total=total)
 
     try:
-        report = compare_report(args.runs[0], args.runs[1:], root=args.checkpoints, task=task, seed=args.seed,
-                                options=options, n_per_bucket=args.n_per_bucket, metric=args.metric, device=device,
-                                baseline=not args.no_baseline, batch_size=args.batch_size, lengths=args.lengths,
-                                pe_options=parse_options(args.pe_option, None), progress=on_progress)
+        report = compare_report(
+            args.runs[0],
+            args.runs[1:],
+            root=args.checkpoints,
+            task=task,
+            seed=args.seed,
+            options=options,
+            n_per_bucket=args.n_per_bucket,
+            metric=args.metric,
+            device=device,
+            baseline=not args.no_baseline,
+            batch_size=args.batch_size,
+            lengths=args.lengths,
+            pe_options=parse_options(args.pe_option, None),
+            progress=on_progress,
+        )
     finally:
         progress.stop()
     out.print(summary_table(report))
@@ -181,10 +226,13 @@ def run(args: argparse.Namespace) -> int:
     if note:
         out.print(note, highlight=False)
     if report.baseline is None and not args.no_baseline and not external:
-        command = train_command(task, options, args.checkpoints, pe=report.a.pe, seed=1,
-                                pe_options=dict(report.a.pe_options))
-        out.print(f"[dim]no other seed of {report.a.label} found, so no {report.a.label}' baseline "
-                  f"(make one with: {command})[/dim]")
+        command = train_command(
+            task, options, args.checkpoints, pe=report.a.pe, seed=1, pe_options=dict(report.a.pe_options)
+        )
+        out.print(
+            f"[dim]no other seed of {report.a.label} found, so no {report.a.label}' baseline "
+            f"(make one with: {command})[/dim]"
+        )
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")

@@ -17,8 +17,8 @@ from probe.commands.common import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "distances", help="normalized attended-distance histograms per PE (--paper: the paper's addition + full "
-        "scratchpad)",
+        "distances",
+        help="normalized attended-distance histograms per PE (--paper: the paper's addition + full scratchpad)",
         description="For every output query, the normalized distance d̄ to the key it attends to, pooled over "
         "layers, heads and up to --n-per-bucket examples per length bucket (gold input + output): one "
         "histogram per run on one figure, for the arg-max key (the paper) and attention-weighted, with "
@@ -30,27 +30,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "or hf:FOLDER (any model TransformerLens loads): read on held-out code of -o corpus=... (default stdlib) with "
         "its own tokenizer, at 1x and 2x -o context=T (default: its n_ctx).",
     )
-    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: the runs "
-                        "of --task, --seed)")
+    parser.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN_DIR",
+        help="run folders or hf:ID, hf:FOLDER (default: the runs of --task, --seed)",
+    )
     parser.add_argument("--task", help="task of the runs (default scan, as `probe train`; code where a model is hf:)")
     add_task_options(parser)
-    parser.add_argument("--paper", action="store_true", help="the paper's figure: the runs of addition with the full "
-                        "scratchpad (the same as --task addition --scratchpad full)")
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help="the paper's figure: the runs of addition with the full "
+        "scratchpad (the same as --task addition --scratchpad full)",
+    )
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    parser.add_argument("--normalization", default="text", choices=("text", "reference-code"),
-                        help="text: d̄ = (t − n + 1)/t as the paper writes (default); reference-code: (t − n)/t "
-                        "as its released notebook computes")
-    parser.add_argument("--lengths", choices=("all", "seen", "unseen"),
-                        help="which length buckets (default unseen, as the released notebook); code runs: seen = 1x, "
-                        "unseen = 2x the training context (default all: both, one histogram each)")
-    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
-                        help="examples per length bucket (default 10)")
+    parser.add_argument(
+        "--normalization",
+        default="text",
+        choices=("text", "reference-code"),
+        help="text: d̄ = (t − n + 1)/t as the paper writes (default); reference-code: (t − n)/t "
+        "as its released notebook computes",
+    )
+    parser.add_argument(
+        "--lengths",
+        choices=("all", "seen", "unseen"),
+        help="which length buckets (default unseen, as the released notebook); code runs: seen = 1x, "
+        "unseen = 2x the training context (default all: both, one histogram each)",
+    )
+    parser.add_argument(
+        "--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)"
+    )
     parser.add_argument("--bins", type=int, default=20, help="histogram bins on [0, 1] (default 20)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR",
-                        help="output folder (default: distances/ in the runs' task folder, or beside the run folders "
-                             "given)")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output folder (default: distances/ in the runs' task folder, or beside the run folders given)",
+    )
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -110,19 +128,28 @@ def run(args: argparse.Namespace) -> int:
         task, scratchpad = args.task or "scan", args.scratchpad
         if args.paper:
             if args.task not in (None, PAPER_TASK) or args.scratchpad not in (None, PAPER_SCRATCHPAD):
-                raise ProbeError(f"--paper is {PAPER_TASK} with the {PAPER_SCRATCHPAD} scratchpad (the paper's "
-                                 "figure); "
-                                 "give either --paper or --task/--scratchpad")
+                raise ProbeError(
+                    f"--paper is {PAPER_TASK} with the {PAPER_SCRATCHPAD} scratchpad (the paper's "
+                    "figure); "
+                    "give either --paper or --task/--scratchpad"
+                )
             task, scratchpad = PAPER_TASK, PAPER_SCRATCHPAD
-        options = parse_options(args.option, None if scratchpad in (None, "none") else scratchpad,
-                                tasks=[] if task == CODE_TASK else [task])
+        options = parse_options(
+            args.option, None if scratchpad in (None, "none") else scratchpad, tasks=[] if task == CODE_TASK else [task]
+        )
         runs = task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe)
         folder = task_folder_name(task, options)
         home = beside(runs) if runs else Path(args.checkpoints) / folder
 
     out = console(stderr=args.json)
-    columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("left"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description:<24}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     progress = Progress(*columns, console=out, transient=True)
     bar = progress.add_task("attended distance", total=len(runs))
 
@@ -131,26 +158,43 @@ def run(args: argparse.Namespace) -> int:
         progress.update(bar, description=what, completed=done)
 
     try:
-        report = attended_distance_report(runs, n_per_bucket=args.n_per_bucket, normalization=args.normalization,
-                                          lengths=args.lengths, bins=args.bins, seed=args.seed, device=device,
-                                          batch_size=args.batch_size, options=options if external else None,
-                                          progress=on_progress)
+        report = attended_distance_report(
+            runs,
+            n_per_bucket=args.n_per_bucket,
+            normalization=args.normalization,
+            lengths=args.lengths,
+            bins=args.bins,
+            seed=args.seed,
+            device=device,
+            batch_size=args.batch_size,
+            options=options if external else None,
+            progress=on_progress,
+        )
     finally:
         progress.stop()
 
-    table = Table(title=f"normalized attended distance d̄ on {folder} ({report.lengths} lengths, "
-                  f"normalization {args.normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes")
+    table = Table(
+        title=f"normalized attended distance d̄ on {folder} ({report.lengths} lengths, "
+        f"normalization {args.normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes"
+    )
     for column in ("run", "n", "bimodality", "weighted", "near", "far", "mean d̄"):
         table.add_column(column, justify="left" if column == "run" else "right")
     for result in report.results:
         argmax, weighted = result.stats["argmax"], result.stats["attention"]
-        table.add_row(result.run.label, str(result.n_examples), f"{argmax.bimodality:.3f}",
-                      f"{weighted.bimodality:.3f}",
-                      f"{100 * _mass(argmax, 0.0, 0.2):.1f}%", f"{100 * _mass(argmax, 0.8, 1.01):.1f}%",
-                      f"{argmax.mean:.3f}")
+        table.add_row(
+            result.run.label,
+            str(result.n_examples),
+            f"{argmax.bimodality:.3f}",
+            f"{weighted.bimodality:.3f}",
+            f"{100 * _mass(argmax, 0.0, 0.2):.1f}%",
+            f"{100 * _mass(argmax, 0.8, 1.01):.1f}%",
+            f"{argmax.mean:.3f}",
+        )
     out.print(table)
-    out.print("[dim]n: examples; bimodality: of the arg-max d̄ (the paper's), weighted: of the attention-weighted "
-              "d̄; near: arg-max d̄ < 0.2; far: arg-max d̄ ≥ 0.8; mean d̄: arg-max[/dim]")
+    out.print(
+        "[dim]n: examples; bimodality: of the arg-max d̄ (the paper's), weighted: of the attention-weighted "
+        "d̄; near: arg-max d̄ < 0.2; far: arg-max d̄ ≥ 0.8; mean d̄: arg-max[/dim]"
+    )
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
@@ -160,8 +204,9 @@ def run(args: argparse.Namespace) -> int:
     stem += f"_{models_stem(runs)}" if external else ""
     data = report.to_json()
     files = [str(p) for p in write_json_and_csv(out_dir, stem, data, report.to_rows())]
-    figure = attended_distance_figure(report.series(),
-                                      f"Normalized attended distance on {folder}, all layers and heads")
+    figure = attended_distance_figure(
+        report.series(), f"Normalized attended distance on {folder}, all layers and heads"
+    )
     files += [str(p) for p in write_figure(figure, out_dir / stem)]
     out.print("wrote: " + ", ".join(files))
     if args.json:

@@ -18,7 +18,8 @@ from probe.commands.common import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "eval", help="exact-match accuracy by length bucket (length generalization)",
+        "eval",
+        help="exact-match accuracy by length bucket (length generalization)",
         description="Greedy exact match per length bucket on held-out IID examples and the test split "
         "(seen and unseen lengths). Writes eval.json into each run folder, a plotly figure of accuracy "
         "against length, and the mean rank of each PE when several tasks were evaluated.",
@@ -26,15 +27,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
     parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
     add_task_options(parser, "of the runs to evaluate (as given to `probe train`)")
-    add_pe_options(parser, "applied at inference to every run evaluated, e.g. RoPE scaling: -p scaling=yarn "
-                   "-p factor=4 -p original_length=50 (results go to eval+<options>.json)")
+    add_pe_options(
+        parser,
+        "applied at inference to every run evaluated, e.g. RoPE scaling: -p scaling=yarn "
+        "-p factor=4 -p original_length=50 (results go to eval+<options>.json)",
+    )
     parser.add_argument("--n", type=int, help="test examples (default: the whole test split of the task)")
     parser.add_argument("--valid", type=int, default=500, metavar="N", help="IID held-out examples (default 500)")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--wait", action="store_true",
-                        help="when another process is training or evaluating a run folder, wait for it (default: stop)")
-    parser.add_argument("--out", metavar="DIR",
-                        help="where the figures go (default: each task folder, or beside the run folders given)")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="when another process is training or evaluating a run folder, wait for it (default: stop)",
+    )
+    parser.add_argument(
+        "--out", metavar="DIR", help="where the figures go (default: each task folder, or beside the run folders given)"
+    )
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -77,9 +85,18 @@ def run(args: argparse.Namespace) -> int:
     with out.status("evaluating") as status:
         for r in runs:
             status.update(f"evaluating {r.label}")
-            reports.append(evaluate_run(r, n_test=args.n, n_valid=args.valid, device=device, batch_size=args.batch_size,
-                                        wait=args.wait, on_wait=lambda holder, r=r: say_waiting(r.path, holder),
-                                        pe_options=at_inference))
+            reports.append(
+                evaluate_run(
+                    r,
+                    n_test=args.n,
+                    n_valid=args.valid,
+                    device=device,
+                    batch_size=args.batch_size,
+                    wait=args.wait,
+                    on_wait=lambda holder, r=r: say_waiting(r.path, holder),
+                    pe_options=at_inference,
+                )
+            )
 
     selected = any("last" in report for report in reports)
     table = Table(title="probe eval: exact match (greedy)")
@@ -91,12 +108,19 @@ def run(args: argparse.Namespace) -> int:
         cells = [_percent(report["iid_accuracy"]), _percent(report["ood_accuracy"])]
         if selected:
             last = report.get("last")
-            cells += [str(report.get("selected_step", "last")),
-                      f"{_percent(last['iid_accuracy'])} / {_percent(last['ood_accuracy'])} (step {last['step']})"
-                      if last else "-"]
-        table.add_row(report["label"], *cells,
-                      " ".join(f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*")
-                               for b in report["buckets"]))
+            cells += [
+                str(report.get("selected_step", "last")),
+                f"{_percent(last['iid_accuracy'])} / {_percent(last['ood_accuracy'])} (step {last['step']})"
+                if last
+                else "-",
+            ]
+        table.add_row(
+            report["label"],
+            *cells,
+            " ".join(
+                f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*") for b in report["buckets"]
+            ),
+        )
     out.print(table)
     selection = "; a run selected on IID validation is reported at its best step, its last step beside it"
     out.print(f"[dim]buckets: length:accuracy%, * = unseen length{selection if selected else ''}[/dim]")
@@ -108,17 +132,27 @@ def run(args: argparse.Namespace) -> int:
         runs_of.setdefault(report["task_folder"], []).append(run)
     figures = []
     for task_folder, task_reports in by_task.items():
-        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})" + _options(r), "pe": r["pe"],
-                   "dashed": r["seed"] != 0,
-                   "lengths": [b["length"] for b in r["buckets"]], "accuracy": [b["accuracy"] for b in r["buckets"]]}
-                  for r in task_reports]
+        curves = [
+            {
+                "label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})" + _options(r),
+                "pe": r["pe"],
+                "dashed": r["seed"] != 0,
+                "lengths": [b["length"] for b in r["buckets"]],
+                "accuracy": [b["accuracy"] for b in r["buckets"]],
+            }
+            for r in task_reports
+        ]
         seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
-        figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
-                                    f"{task_folder}: exact match by length")
+        figure = accuracy_by_length(
+            curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length"
+        )
         target = Path(args.out) if args.out else beside(runs_of[task_folder])
-        figures += [str(p) for p in write_figure(figure, target / eval_file(at_inference).replace("eval",
-                                                                                                  "eval_accuracy", 1)
-                                                 .removesuffix(".json"))]
+        figures += [
+            str(p)
+            for p in write_figure(
+                figure, target / eval_file(at_inference).replace("eval", "eval_accuracy", 1).removesuffix(".json")
+            )
+        ]
     ranks = mean_ranks(reports)
     reciprocal = mean_reciprocal_ranks(reports)
     if ranks:
@@ -127,8 +161,9 @@ def run(args: argparse.Namespace) -> int:
         rank_table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
         rank_table.add_column("mean rank\n(1 = best; ties share)", justify="right")
         for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
-            rank_table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-",
-                               f"{ranks[pe]:.2f}")
+            rank_table.add_row(
+                PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}"
+            )
         out.print(rank_table)
     out.print("figures: " + ", ".join(figures))
     if args.json:

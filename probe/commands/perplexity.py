@@ -19,7 +19,8 @@ from probe.commands.common import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "perplexity", help="held-out perplexity of pretrained code models at 0.5x to 2.5x their training context",
+        "perplexity",
+        help="held-out perplexity of pretrained code models at 0.5x to 2.5x their training context",
         description="Each held-out file is read at each context size c (the paper's 512 ... 2560 for its 1024, scaled "
         "to the training context) as its last c tokens, and its last 200/1024 of a context are scored, the same tokens "
         "at every c; a bucket of file lengths (250/1024 of a context wide) is read at the sizes all its files have. "
@@ -30,13 +31,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tokenizer at multiples of --context (default: the first model's n_ctx); models of one table share a "
         "tokenizer; outputs go to perplexity+<models>/.",
     )
-    parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: the "
-                        "complete runs of the corpus and context given, seed --seed, every PE)")
+    parser.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN_DIR",
+        help="run folders or hf:ID, hf:FOLDER (default: the "
+        "complete runs of the corpus and context given, seed --seed, every PE)",
+    )
     add_corpus_options(parser)
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    add_pe_options(parser, "applied at inference to the runs whose PE has it (RoPE scaling: -p scaling=yarn "
-                   "-p factor=2.5)")
+    add_pe_options(
+        parser, "applied at inference to the runs whose PE has it (RoPE scaling: -p scaling=yarn -p factor=2.5)"
+    )
     parser.add_argument("--max-files", type=int, metavar="N", help="read at most N held-out files (default all)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", metavar="DIR", help="output folder (default: perplexity/ in the runs' task folder)")
@@ -73,10 +80,15 @@ def run(args: argparse.Namespace) -> int:
     external = any(is_external(name) for name in args.runs)
     if external:
         if pe_options:
-            raise ProbeError("-p applies probe's PE options at inference; hf: models are read as published: "
-                             "read them without -p")
-        options = {"corpus": args.corpus, "heldout": args.heldout, "vocab_size": args.vocab_size,
-                   **({"context": args.context} if args.context is not None else {})}
+            raise ProbeError(
+                "-p applies probe's PE options at inference; hf: models are read as published: read them without -p"
+            )
+        options = {
+            "corpus": args.corpus,
+            "heldout": args.heldout,
+            "vocab_size": args.vocab_size,
+            **({"context": args.context} if args.context is not None else {}),
+        }
         paths = list(args.runs)
         home = models_home(paths, args.checkpoints, options)
     elif args.runs:
@@ -86,12 +98,15 @@ def run(args: argparse.Namespace) -> int:
         spec = corpus_spec(args, CONTEXTS["tiny"])
         folder = task_folder_name(CODE_TASK, spec.given())
         runs, _ = find_runs(args.checkpoints, CODE_TASK, spec.given())
-        runs = [r for r in runs
-                if r.complete and r.seed == args.seed and r.in_layout and (not args.pe or r.pe in args.pe)]
+        runs = [
+            r for r in runs if r.complete and r.seed == args.seed and r.in_layout and (not args.pe or r.pe in args.pe)
+        ]
         if not runs:
-            raise ProbeError(f"no finished runs in {Path(args.checkpoints) / folder} (seed {args.seed}); train them "
-                             "with "
-                             f"`probe pretrain --checkpoints {args.checkpoints}`, or give run folders")
+            raise ProbeError(
+                f"no finished runs in {Path(args.checkpoints) / folder} (seed {args.seed}); train them "
+                "with "
+                f"`probe pretrain --checkpoints {args.checkpoints}`, or give run folders"
+            )
         order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
         runs.sort(key=lambda r: (order.get(r.pe, len(order)), r.pe_name))
         paths = [r.path for r in runs]
@@ -106,11 +121,23 @@ def run(args: argparse.Namespace) -> int:
             progress.update(bar, description=what, completed=done, total=total)
 
         if external:
-            report = external_perplexity_report(paths, options=options, max_files=args.max_files, device=device,
-                                                batch_size=args.batch_size, progress=on_progress)
+            report = external_perplexity_report(
+                paths,
+                options=options,
+                max_files=args.max_files,
+                device=device,
+                batch_size=args.batch_size,
+                progress=on_progress,
+            )
         else:
-            report = perplexity_report(paths, pe_options=pe_options, max_files=args.max_files, device=device,
-                                       batch_size=args.batch_size, progress=on_progress)
+            report = perplexity_report(
+                paths,
+                pe_options=pe_options,
+                max_files=args.max_files,
+                device=device,
+                batch_size=args.batch_size,
+                progress=on_progress,
+            )
     rows = report.table()
     protocol = report.protocol
     suffix = models_stem(paths) if external else pe_folder_name("", pe_options).lstrip("+") if pe_options else ""
@@ -118,19 +145,25 @@ def run(args: argparse.Namespace) -> int:
     written = write_json_and_csv(out_dir, "perplexity", report.to_json(), rows)
     atomic_write_text(out_dir / "perplexity.md", report.to_markdown())
     written.append(out_dir / "perplexity.md")
-    figure = perplexity_figure(rows, protocol.train_context,
-                               f"Held-out perplexity against context size (training context {protocol.train_context})")
+    figure = perplexity_figure(
+        rows,
+        protocol.train_context,
+        f"Held-out perplexity against context size (training context {protocol.train_context})",
+    )
     written += write_figure(figure, out_dir / "perplexity")
 
-    table = Table(title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
-                        f"all files of at least {protocol.contexts[-1]} tokens")
+    table = Table(
+        title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
+        f"all files of at least {protocol.contexts[-1]} tokens"
+    )
     table.add_column("model", overflow="fold")
     for context in protocol.contexts:
         table.add_column(f"{context}\n{context / protocol.train_context:.2g}x", justify="right", min_width=5)
     cells = {(row["run"], row["context"]): row["perplexity"] for row in rows if row["bucket"] == "all"}
     for r in report.runs:
-        table.add_row(r.label, *(f"{cells[r.label, c]:.4g}" if (r.label,
-                                                                c) in cells else "-" for c in protocol.contexts))
+        table.add_row(
+            r.label, *(f"{cells[r.label, c]:.4g}" if (r.label, c) in cells else "-" for c in protocol.contexts)
+        )
     out.print(table)
     out.print("wrote " + ", ".join(str(p) for p in written), highlight=False)
     if args.json:

@@ -8,7 +8,8 @@ from typing import Any
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "pes", help="list the positional encodings and their options",
+        "pes",
+        help="list the positional encodings and their options",
         description="List the positional encodings: what each adds to the model, whether it is relative "
         "(shift-invariant), its hook points, and the options `probe train -p KEY=VALUE` takes.",
     )
@@ -22,17 +23,44 @@ def describe() -> list[dict[str, Any]]:
 
     entries = []
     for kind, cls in PE_CLASSES.items():
-        adds = [what for what, flag in (("embedding", cls.adds_embedding), ("attention bias", cls.adds_bias),
-                                       ("rotation", cls.rotates), ("query-dependent term", cls.scores_term)) if flag]
-        hooks = [hook for hook, flag in (("hook_pos_embed", cls.adds_embedding),
-                                         ("blocks.{l}.attn.hook_pos_bias", cls.adds_bias),
-                                         ("blocks.{l}.attn.hook_rot_q/k", cls.rotates),
-                                         ("blocks.{l}.attn.hook_pos_scores", cls.scores_term)) if flag]
-        entries.append({"pe": kind, "label": cls.label, "relative": cls.relative, "adds": adds or ["nothing"],
-                        "hooks": hooks, "options": {name: {"type": option.type.__name__, "default": option.default,
-                                                           "choices": list(option.choices) if option.choices else None,
-                                                           "help": option.help}
-                                                    for name, option in cls.options.items()}})
+        adds = [
+            what
+            for what, flag in (
+                ("embedding", cls.adds_embedding),
+                ("attention bias", cls.adds_bias),
+                ("rotation", cls.rotates),
+                ("query-dependent term", cls.scores_term),
+            )
+            if flag
+        ]
+        hooks = [
+            hook
+            for hook, flag in (
+                ("hook_pos_embed", cls.adds_embedding),
+                ("blocks.{l}.attn.hook_pos_bias", cls.adds_bias),
+                ("blocks.{l}.attn.hook_rot_q/k", cls.rotates),
+                ("blocks.{l}.attn.hook_pos_scores", cls.scores_term),
+            )
+            if flag
+        ]
+        entries.append(
+            {
+                "pe": kind,
+                "label": cls.label,
+                "relative": cls.relative,
+                "adds": adds or ["nothing"],
+                "hooks": hooks,
+                "options": {
+                    name: {
+                        "type": option.type.__name__,
+                        "default": option.default,
+                        "choices": list(option.choices) if option.choices else None,
+                        "help": option.help,
+                    }
+                    for name, option in cls.options.items()
+                },
+            }
+        )
     return entries
 
 
@@ -47,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
     out = console()
     for entry in entries:
         kind = "relative" if entry["relative"] else "absolute"
-        out.print(f"[bold]{entry['pe']}[/bold]  {entry['label']} ({kind}; adds {', '.join(entry['adds'])})",
-                  highlight=False)
+        out.print(
+            f"[bold]{entry['pe']}[/bold]  {entry['label']} ({kind}; adds {', '.join(entry['adds'])})", highlight=False
+        )
         if entry["hooks"]:
             out.print(f"    hooks: {', '.join(entry['hooks'])}", highlight=False)
         for name, option in entry["options"].items():

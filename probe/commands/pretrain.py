@@ -12,19 +12,28 @@ from probe.presets import LM_RECIPES, listed
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "pretrain", help="train a code language model per PE (default: NoPE, ALiBi, Rotary on the standard library)",
+        "pretrain",
+        help="train a code language model per PE (default: NoPE, ALiBi, Rotary on the standard library)",
         description="The paper's pretraining study (its Appendix 'Pretraining at 1.3B Scale'), offline: next-token "
         "loss on packed windows of a code corpus (default: this Python's standard library), split into training and "
         "held-out files by file and tokenized with a byte-level BPE trained on the training files. Runs go to "
         "CHECKPOINTS/code[+options]/<pe>/seed<k>/ beside the prepared corpus; finished runs are skipped, interrupted "
         "ones resume. Then `probe perplexity` reads them at 0.5x to 2.5x the training context.",
     )
-    parser.add_argument("--pe", action="append", help="positional encoding (repeatable; default: the three the "
-                        "paper pretrains, NoPE, ALiBi and Rotary; see `probe pes`)")
+    parser.add_argument(
+        "--pe",
+        action="append",
+        help="positional encoding (repeatable; default: the three the "
+        "paper pretrains, NoPE, ALiBi and Rotary; see `probe pes`)",
+    )
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
     add_corpus_options(parser)
-    parser.add_argument("--preset", default="tiny", help=f"model size: {listed(LM_RECIPES)} (default tiny, for a "
-                        "CPU; lm-1b is the paper's 1.3B model and recipe, for GPUs)")
+    parser.add_argument(
+        "--preset",
+        default="tiny",
+        help=f"model size: {listed(LM_RECIPES)} (default tiny, for a "
+        "CPU; lm-1b is the paper's 1.3B model and recipe, for GPUs)",
+    )
     add_training_options(parser, "windows")
     parser.set_defaults(func=run)
 
@@ -50,23 +59,42 @@ def run(args: argparse.Namespace) -> int:
     if "n_ctx" not in model and PRESETS[args.preset].get("n_ctx", ModelConfig.n_ctx) < context_room(spec.context):
         model["n_ctx"] = context_room(spec.context)  # room to read 2.5x the context
     pe_options = parse_options(args.pe_option, None)
-    configs = [TrainConfig(task=CODE_TASK, pe=pe, seed=seed, preset=args.preset, task_options=spec.given(),
-                           pe_options=pe_options, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                           dropout=args.dropout, model=model, checkpoint_every=args.checkpoint_every)
-               for pe in dict.fromkeys(pes) for seed in dict.fromkeys(args.seed or [0])]
+    configs = [
+        TrainConfig(
+            task=CODE_TASK,
+            pe=pe,
+            seed=seed,
+            preset=args.preset,
+            task_options=spec.given(),
+            pe_options=pe_options,
+            steps=args.steps,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            dropout=args.dropout,
+            model=model,
+            checkpoint_every=args.checkpoint_every,
+        )
+        for pe in dict.fromkeys(pes)
+        for seed in dict.fromkeys(args.seed or [0])
+    ]
     for config in configs:  # a misspelt model field or PE option gets its line before the corpus is read
         n_ctx = config.model_config(vocab_size=spec.vocab_size).n_ctx
         if n_ctx < spec.context:
-            raise ProbeError(f"a training context {spec.context} is longer than the model accepts (n_ctx={n_ctx}); "
-                             f"give -m n_ctx={context_room(spec.context)} or a shorter --context")
+            raise ProbeError(
+                f"a training context {spec.context} is longer than the model accepts (n_ctx={n_ctx}); "
+                f"give -m n_ctx={context_room(spec.context)} or a shorter --context"
+            )
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
     out = console(stderr=args.json)
     with out.status("preparing the corpus") as status:
         corpus = prepare_corpus(spec, corpus_of_run(paths[0]), progress=lambda what: status.update(what))
     sizes = corpus.summary()
-    out.print(f"corpus {spec.corpus}: {sizes['train_files']:,} training files ({sizes['train_tokens']:,} tokens), "
-              f"{sizes['heldout_files']:,} held out ({sizes['heldout_tokens']:,} tokens), {sizes['skipped_files']} "
-              f"skipped; {len(corpus.tokenizer):,}-id BPE; windows of {spec.context} tokens", highlight=False)
+    out.print(
+        f"corpus {spec.corpus}: {sizes['train_files']:,} training files ({sizes['train_tokens']:,} tokens), "
+        f"{sizes['heldout_files']:,} held out ({sizes['heldout_tokens']:,} tokens), {sizes['skipped_files']} "
+        f"skipped; {len(corpus.tokenizer):,}-id BPE; windows of {spec.context} tokens",
+        highlight=False,
+    )
     results = train_with_progress(configs, paths, device, args, out)
 
     def cells(r):
@@ -74,11 +102,18 @@ def run(args: argparse.Namespace) -> int:
         perplexity = r.held_out.get("heldout_perplexity")
         return "-" if speed is None else f"{speed:,.0f}", "-" if perplexity is None else f"{perplexity:.2f}"
 
-    table = results_table(f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} "
-                          f"(runs under {args.checkpoints})", results, ("tokens/s", "held-out perplexity"), cells)
+    table = results_table(
+        f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} (runs under {args.checkpoints})",
+        results,
+        ("tokens/s", "held-out perplexity"),
+        cells,
+    )
     out.print(table)
     if not args.json:
-        out.print(f"next: probe perplexity --checkpoints {args.checkpoints}"
-                  + ("" if spec.corpus == "stdlib" else f" --corpus {args.corpus}")
-                  + ("" if args.context is None else f" --context {spec.context}"), highlight=False)
+        out.print(
+            f"next: probe perplexity --checkpoints {args.checkpoints}"
+            + ("" if spec.corpus == "stdlib" else f" --corpus {args.corpus}")
+            + ("" if args.context is None else f" --context {spec.context}"),
+            highlight=False,
+        )
     return report_results(results, args, out)

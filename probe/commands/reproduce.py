@@ -11,28 +11,44 @@ from probe.errors import ProbeError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "reproduce", help="train + evaluate + analyse a study on the paper's splits; report it beside the paper",
+        "reproduce",
+        help="train + evaluate + analyse a study on the paper's splits; report it beside the paper",
         description="Trains every PE (and NoPE', NoPE at the next seed) on the paper's splits, evaluates them, "
         "computes D(NoPE, ·) per layer and the attended distances, and writes one report (report.html, "
         "report.json, summary.md) with the paper's released numbers beside ours. Resumable: finished runs "
         "are skipped, interrupted ones resume.",
     )
-    parser.add_argument("--scale", default="reduced", choices=["reduced", "paper"],
-                        help="reduced: the study that fits a 2-core CPU (default); paper: the paper's whole grid, "
-                             "preset base")
-    parser.add_argument("--task", action="append", metavar="TASK",
-                        help="task of the study to run (repeatable; default scan; 'all' for every task of the study)")
+    parser.add_argument(
+        "--scale",
+        default="reduced",
+        choices=["reduced", "paper"],
+        help="reduced: the study that fits a 2-core CPU (default); paper: the paper's whole grid, preset base",
+    )
+    parser.add_argument(
+        "--task",
+        action="append",
+        metavar="TASK",
+        help="task of the study to run (repeatable; default scan; 'all' for every task of the study)",
+    )
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per PE (default 1; the paper: 3)")
-    parser.add_argument("--steps", type=int, metavar="N",
-                        help="override the study's training steps (a quick look, not the study)")
+    parser.add_argument(
+        "--steps", type=int, metavar="N", help="override the study's training steps (a quick look, not the study)"
+    )
     parser.add_argument("--checkpoints", metavar="DIR", help="where the runs go (default: checkpoints/reproduce-SCALE)")
     parser.add_argument("--out", metavar="DIR", help="where the report goes (default: CHECKPOINTS/report)")
-    parser.add_argument("--jobs", type=int, metavar="N",
-                        help="runs trained side by side (default: one per CPU core; 1 on a GPU)")
-    parser.add_argument("--n-per-bucket", type=int, default=10, metavar="N",
-                        help="examples per length bucket in the attention analyses (default 10, as the paper)")
-    parser.add_argument("--address",
-                        help="train on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) instead of locally")
+    parser.add_argument(
+        "--jobs", type=int, metavar="N", help="runs trained side by side (default: one per CPU core; 1 on a GPU)"
+    )
+    parser.add_argument(
+        "--n-per-bucket",
+        type=int,
+        default=10,
+        metavar="N",
+        help="examples per length bucket in the attention analyses (default 10, as the paper)",
+    )
+    parser.add_argument(
+        "--address", help="train on a Ray cluster (auto, HOST:PORT or ray://HOST:PORT) instead of locally"
+    )
     parser.add_argument("--dry-run", action="store_true", help="say what would run and how long it should take here")
     add_device(parser)
     add_json(parser)
@@ -64,18 +80,29 @@ def run(args: argparse.Namespace) -> int:
             cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
         wall = wall_seconds(cost["seconds"], jobs)
         folders = list(dict.fromkeys(r.path.parent.parent.name for r in runs))
-        out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under "
-                  f"{root}")
+        out.print(
+            f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}"
+        )
         for folder in folders:
             members = [r for r in runs if r.path.parent.parent.name == folder]
             first = members[0].config
-            out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of "
-                      f"{first.batch_size}")
-        out.print(f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
-                  f"{cost['source']}; evaluation and analyses add minutes)")
+            out.print(
+                f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}"
+            )
+        out.print(
+            f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
+            f"{cost['source']}; evaluation and analyses add minutes)"
+        )
         if args.json:
-            print_json({"runs": [str(r.path) for r in runs], "todo": [str(r.path) for r in todo],
-                        "estimated_training_seconds": wall, "jobs": jobs, "threads_per_job": threads})
+            print_json(
+                {
+                    "runs": [str(r.path) for r in runs],
+                    "todo": [str(r.path) for r in todo],
+                    "estimated_training_seconds": wall,
+                    "jobs": jobs,
+                    "threads_per_job": threads,
+                }
+            )
         return 0
 
     if args.address:
@@ -90,10 +117,13 @@ def run(args: argparse.Namespace) -> int:
             raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
     elif todo:
         with out.status(f"training {len(todo)} runs, {jobs} side by side") as status:
+
             def on_event(path, kind, step, loss, speed):
                 if kind == "step":
-                    status.update(f"training: {Path(path).parent.parent.name}/{Path(path).parent.name}/"
-                                  f"{Path(path).name} step {step}, loss {loss:.4f}")
+                    status.update(
+                        f"training: {Path(path).parent.parent.name}/{Path(path).parent.name}/"
+                        f"{Path(path).name} step {step}, loss {loss:.4f}"
+                    )
 
             results = train_and_evaluate(todo, device, jobs=jobs, on_event=on_event)
         failed = [r for r in results if getattr(r, "error", None)]

@@ -12,7 +12,8 @@ from probe.presets import PRESETS, listed
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "sweep", help="train and evaluate a grid of runs on Ray (resumable; --grid paper for the paper's study)",
+        "sweep",
+        help="train and evaluate a grid of runs on Ray (resumable; --grid paper for the paper's study)",
         description="Train and evaluate every run of a grid, each as a Ray task calling what `probe train` and "
         "`probe eval` call, into the same run folders. The grid comes from flags (repeatable --task, --pe, --seed, "
         "--scratchpad, -o KEY=VALUE) or --grid FILE.toml / a shipped name (default, smoke, paper); with --grid, "
@@ -25,12 +26,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument("--task", action="append", help="task (repeatable; default scan)")
     grid.add_argument("--pe", action="append", help="positional encoding (repeatable; default all)")
     grid.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0, plus NoPE seed 1)")
-    grid.add_argument("--scratchpad", action="append", metavar="FORMAT",
-                      help="scratchpad format (repeatable; none for without)")
-    grid.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                      help="task option; repeating a key sweeps its values (-o variant=count -o variant=random)")
-    grid.add_argument("-m", "--model", action="append", default=[], metavar="KEY=VALUE",
-                      help="model override, e.g. -m n_layers=1 -m d_model=32")
+    grid.add_argument(
+        "--scratchpad", action="append", metavar="FORMAT", help="scratchpad format (repeatable; none for without)"
+    )
+    grid.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="task option; repeating a key sweeps its values (-o variant=count -o variant=random)",
+    )
+    grid.add_argument(
+        "-m",
+        "--model",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model override, e.g. -m n_layers=1 -m d_model=32",
+    )
     grid.add_argument("--preset", help=f"model size: {listed(PRESETS)} (default tiny)")
     grid.add_argument("--steps", type=int, help="training steps (default: the preset's recipe)")
     grid.add_argument("--lr", type=float, help="peak learning rate (default: the preset's recipe)")
@@ -40,31 +54,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument("--eval-valid", type=int, metavar="N", help="IID held-out examples per run (default 500)")
     grid.add_argument("--no-eval", action="store_true", help="train only")
     ray_group = parser.add_argument_group("Ray")
-    ray_group.add_argument("--address",
-                           help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: start a local one)")
-    ray_group.add_argument("--cpus-per-run", type=float, default=1.0, metavar="N",
-                           help="CPUs each run asks Ray for (default 1)")
-    ray_group.add_argument("--gpus-per-run", type=float, default=0.0, metavar="N",
-                           help="GPUs each run asks for; a fraction shares one GPU (0.25: four runs per GPU). >0 "
-                                "trains on CUDA")
+    ray_group.add_argument(
+        "--address", help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: start a local one)"
+    )
+    ray_group.add_argument(
+        "--cpus-per-run", type=float, default=1.0, metavar="N", help="CPUs each run asks Ray for (default 1)"
+    )
+    ray_group.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="GPUs each run asks for; a fraction shares one GPU (0.25: four runs per GPU). >0 trains on CUDA",
+    )
     ray_group.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray instance (default: all)")
-    ray_group.add_argument("--max-retries", type=int, default=3,
-                           help="times Ray restarts a run whose worker died (default 3)")
+    ray_group.add_argument(
+        "--max-retries", type=int, default=3, help="times Ray restarts a run whose worker died (default 3)"
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("--dry-run", action="store_true",
-                     help="print the runs, how many, and their estimated cost; start nothing")
+    out.add_argument(
+        "--dry-run", action="store_true", help="print the runs, how many, and their estimated cost; start nothing"
+    )
     out.add_argument("--list", action="store_true", help="with --dry-run: list every run, not one row per task")
-    out.add_argument("--tokens-per-second", type=float, metavar="N",
-                     help="with --dry-run: price the grid at this training throughput instead of measuring it here")
-    out.add_argument("--measure-steps", type=int, default=5, metavar="N",
-                     help="steps timed per model shape for the estimate")
-    out.add_argument("--cluster-size", type=int, default=8, metavar="N",
-                     help="with --dry-run: also estimate wall time on N such slots")
-    out.add_argument("--report", action="store_true",
-                     help="print the aggregate of the grid's evaluated runs; start nothing")
+    out.add_argument(
+        "--tokens-per-second",
+        type=float,
+        metavar="N",
+        help="with --dry-run: price the grid at this training throughput instead of measuring it here",
+    )
+    out.add_argument(
+        "--measure-steps", type=int, default=5, metavar="N", help="steps timed per model shape for the estimate"
+    )
+    out.add_argument(
+        "--cluster-size",
+        type=int,
+        default=8,
+        metavar="N",
+        help="with --dry-run: also estimate wall time on N such slots",
+    )
+    out.add_argument(
+        "--report", action="store_true", help="print the aggregate of the grid's evaluated runs; start nothing"
+    )
     out.add_argument("--out", metavar="DIR", help="where report figures go (default: CHECKPOINTS/sweep-NAME-report)")
-    out.add_argument("--name",
-                     help="sweep name for the manifest CHECKPOINTS/sweep-NAME.json (default: the grid's name)")
+    out.add_argument(
+        "--name", help="sweep name for the manifest CHECKPOINTS/sweep-NAME.json (default: the grid's name)"
+    )
     add_checkpoints(parser)
     add_json(parser)
     parser.set_defaults(func=run)
@@ -90,11 +124,25 @@ def build_grid(args: argparse.Namespace) -> dict[str, Any]:
     from probe.sweep import grid_from_flags, load_grid, with_overrides
 
     model = {k: v[-1] for k, v in _pairs(args.model, "model override").items()}
-    train = {"preset": args.preset, "steps": args.steps, "lr": args.lr, "batch_size": args.batch_size,
-             "checkpoint_every": args.checkpoint_every, "eval_n": args.eval_n, "eval_valid": args.eval_valid}
+    train = {
+        "preset": args.preset,
+        "steps": args.steps,
+        "lr": args.lr,
+        "batch_size": args.batch_size,
+        "checkpoint_every": args.checkpoint_every,
+        "eval_n": args.eval_n,
+        "eval_valid": args.eval_valid,
+    }
     if not args.grid:
-        return grid_from_flags(tasks=args.task, pes=args.pe, seeds=args.seed, scratchpads=args.scratchpad,
-                               options=_pairs(args.option, "option"), model=model, **train)
+        return grid_from_flags(
+            tasks=args.task,
+            pes=args.pe,
+            seeds=args.seed,
+            scratchpads=args.scratchpad,
+            options=_pairs(args.option, "option"),
+            model=model,
+            **train,
+        )
     if args.option:
         raise ProbeError("-o/--option cannot be combined with --grid; put task options in the grid file")
     return with_overrides(load_grid(args.grid), train, model)
@@ -109,17 +157,32 @@ def run(args: argparse.Namespace) -> int:
         runs = pick_runs(runs, args.grid, tasks=args.task, pes=args.pe, seeds=args.seed, scratchpads=args.scratchpad)
     name = args.name or str(grid.get("name", "sweep"))
     out = console(stderr=args.json)
-    launch = Launch(args.checkpoints, evaluate=not args.no_eval, cpus_per_run=args.cpus_per_run,
-                    gpus_per_run=args.gpus_per_run, max_retries=args.max_retries, address=args.address,
-                    num_cpus=args.num_cpus, report_out=args.out)
+    launch = Launch(
+        args.checkpoints,
+        evaluate=not args.no_eval,
+        cpus_per_run=args.cpus_per_run,
+        gpus_per_run=args.gpus_per_run,
+        max_retries=args.max_retries,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        report_out=args.out,
+    )
     if args.report:
         summary = show_report(runs, name, launch, out)
         if args.json:
             print_json(summary)
         return 0
     if args.dry_run:
-        plan = dry_run(runs, name, launch, out, tokens_per_second=args.tokens_per_second,
-                       measure_steps=args.measure_steps, cluster_size=args.cluster_size, list_runs=args.list)
+        plan = dry_run(
+            runs,
+            name,
+            launch,
+            out,
+            tokens_per_second=args.tokens_per_second,
+            measure_steps=args.measure_steps,
+            cluster_size=args.cluster_size,
+            list_runs=args.list,
+        )
         if args.json:
             print_json(plan)
         return 0

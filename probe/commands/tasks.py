@@ -33,15 +33,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     show.add_argument("task", metavar="TASK", help="task name (see 'probe tasks')")
     show.add_argument("--split", default="train", help="train, valid or test (default: train)")
-    show.add_argument("--n", type=int, default=None, help=f"number of examples (default: {SHOWN} printed; "
-                      "with --jsonl the whole split, or the task's default size for generated tasks)")
+    show.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help=f"number of examples (default: {SHOWN} printed; "
+        "with --jsonl the whole split, or the task's default size for generated tasks)",
+    )
     show.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    show.add_argument("--scratchpad", metavar="FMT", default=None,
-                      help="scratchpad format: none, full, empty, or components like I+C+O")
-    show.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                      help="a task option, e.g. variant=count or train_length=8 (repeatable)")
-    show.add_argument("--jsonl", metavar="FILE", default=None,
-                      help="write the examples as JSON lines to FILE ('-': stdout)")
+    show.add_argument(
+        "--scratchpad",
+        metavar="FMT",
+        default=None,
+        help="scratchpad format: none, full, empty, or components like I+C+O",
+    )
+    show.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a task option, e.g. variant=count or train_length=8 (repeatable)",
+    )
+    show.add_argument(
+        "--jsonl", metavar="FILE", default=None, help="write the examples as JSON lines to FILE ('-': stdout)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -121,8 +137,16 @@ def show(args: argparse.Namespace) -> int:
     examples = task.examples(args.split, n=n, seed=args.seed)
     if args.jsonl:
         lines = [
-            json.dumps({"task": task.name, "split": args.split, "source": ex.source, "target": ex.target,
-                        "length": ex.length, "seen": task.is_seen(ex.length)})
+            json.dumps(
+                {
+                    "task": task.name,
+                    "split": args.split,
+                    "source": ex.source,
+                    "target": ex.target,
+                    "length": ex.length,
+                    "seen": task.is_seen(ex.length),
+                }
+            )
             for ex in examples
         ]
         write_lines(args.jsonl, lines)

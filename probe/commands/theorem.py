@@ -20,18 +20,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "absolute error of each claim against its tolerance. Exit status 1 if any claim fails. "
         "--match builds a NoPE layer whose relative term reproduces ALiBi or a T5 head instead.",
     )
-    parser.add_argument("--max-length", type=int, default=512, metavar="T",
-                        help="longest sequence (tokens, <bos> included) the constructions are built and checked "
-                        "for (default 512)")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=512,
+        metavar="T",
+        help="longest sequence (tokens, <bos> included) the constructions are built and checked for (default 512)",
+    )
     parser.add_argument("--dtype", choices=("float32", "float64", "both"), default="both", help="default: both")
     parser.add_argument("--seed", type=int, default=0, help="seed of the arbitrary weights and the token sequences")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--export", metavar="DIR", help="also write the constructed model(s) as checkpoints under DIR")
-    parser.add_argument("--match", choices=("alibi", "t5"),
-                        help="beyond the paper: a NoPE layer reproducing ALiBi's bias or a T5 head's bucket bias")
+    parser.add_argument(
+        "--match",
+        choices=("alibi", "t5"),
+        help="beyond the paper: a NoPE layer reproducing ALiBi's bias or a T5 head's bucket bias",
+    )
     parser.add_argument("--slope", type=float, default=None, help="ALiBi slope for --match alibi (default 0.5)")
-    parser.add_argument("--from", dest="source", metavar="CHECKPOINT_DIR",
-                        help="t5 checkpoint for --match t5 (default: a random bias table)")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        metavar="CHECKPOINT_DIR",
+        help="t5 checkpoint for --match t5 (default: a random bias table)",
+    )
     parser.add_argument("--layer", type=int, default=0, help="layer of the t5 head to match (default 0)")
     parser.add_argument("--head", type=int, default=0, help="t5 head to match (default 0)")
     parser.add_argument("--sequences", type=int, default=4, help="random sequences for --match (default 4)")
@@ -62,16 +73,31 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     for dtype in dtypes:
-        results += _with_progress(f"Theorems 1-2, {dtype}", args.max_length, lambda progress, dtype=dtype:
-                                  theorems.verify_theorems(args.max_length, dtype, args.seed, progress=progress))
+        results += _with_progress(
+            f"Theorems 1-2, {dtype}",
+            args.max_length,
+            lambda progress, dtype=dtype: theorems.verify_theorems(
+                args.max_length, dtype, args.seed, progress=progress
+            ),
+        )
     exported = []
     if args.export:
         exported.append(_export_theorem(Path(args.export), args, [r for r in results if r.dtype == dtypes[0]]))
     passed = all(r.passed for r in results)
     if args.json:
-        print(json.dumps({"max_length": args.max_length, "seed": args.seed, "passed": passed,
-                          "claims": [r.to_dict() for r in results], "tolerances": theorems.TOLERANCES,
-                          "exported": [str(p) for p in exported]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "max_length": args.max_length,
+                    "seed": args.seed,
+                    "passed": passed,
+                    "claims": [r.to_dict() for r in results],
+                    "tolerances": theorems.TOLERANCES,
+                    "exported": [str(p) for p in exported],
+                },
+                indent=2,
+            )
+        )
     else:
         _print_claims(console, results, dtypes, args)
         for path in exported:
@@ -101,8 +127,11 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
 
     from probe.theorems import CLAIMS, TOLERANCES
 
-    table = Table(title=f"Theorems 1 and 2, constructed NoPE weights: max |error| over a random sequence of "
-                        f"every length 1..{args.max_length} (seed {args.seed})", title_justify="left")
+    table = Table(
+        title=f"Theorems 1 and 2, constructed NoPE weights: max |error| over a random sequence of "
+        f"every length 1..{args.max_length} (seed {args.seed})",
+        title_justify="left",
+    )
     table.add_column("claim")
     for dtype in dtypes:
         table.add_column(f"{dtype} |error|", justify="right")
@@ -115,12 +144,15 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
             r = by_key[(claim, dtype)]
             ok &= r.passed
             error = f"{r.max_error:.3g}"
-            row += [error if r.passed else f"[red]{error} (length {r.worst_length}, t={r.worst_position})[/red]",
-                    f"{r.tolerance:.3g}"]
+            row += [
+                error if r.passed else f"[red]{error} (length {r.worst_length}, t={r.worst_position})[/red]",
+                f"{r.tolerance:.3g}",
+            ]
         table.add_row(*row, "[green]ok[/green]" if ok else "[red]FAIL[/red]")
     console.print(table)
-    console.print("[dim]t is the 1-based position (<bos> at t = 1); eps the dtype's machine epsilon; "
-                  "T = --max-length[/dim]")
+    console.print(
+        "[dim]t is the 1-based position (<bos> at t = 1); eps the dtype's machine epsilon; T = --max-length[/dim]"
+    )
     for claim, statement, hook in CLAIMS:
         console.print(f"[bold]{claim}[/bold]  {escape(statement)}", highlight=False)
         console.print(f"[dim]    read at {hook}; tolerance {escape(TOLERANCES[claim])}[/dim]", highlight=False)
@@ -152,29 +184,52 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
         exported.append(_export_match(Path(args.export), args, matches[dtypes[0]], results[0], source))
     passed = all(r.passed for r in results)
     if args.json:
-        print(json.dumps({"match": args.match, "passed": passed, "note": note,
-                          "results": [r.to_dict() for r in results], "exported": [str(p) for p in exported]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "match": args.match,
+                    "passed": passed,
+                    "note": note,
+                    "results": [r.to_dict() for r in results],
+                    "exported": [str(p) for p in exported],
+                },
+                indent=2,
+            )
+        )
         return 0 if passed else 1
     from rich.table import Table
 
-    table = Table(title=f"NoPE layer 2 vs the target head on the same tokens: {args.sequences} random sequences "
-                        f"of {args.max_length} tokens (so every query position 1..{args.max_length})",
-                  title_justify="left")
+    table = Table(
+        title=f"NoPE layer 2 vs the target head on the same tokens: {args.sequences} random sequences "
+        f"of {args.max_length} tokens (so every query position 1..{args.max_length})",
+        title_justify="left",
+    )
     for column in ("target", "dtype", "max JSD", "mean JSD", "max |Δlogit|", "tolerance", ""):
         table.add_column(column, justify="left" if column in ("target", "dtype") else "right")
     for r in results:
-        table.add_row(r.target, r.dtype, f"{r.max_jsd:.3g}", f"{r.mean_jsd:.3g}", f"{r.max_logit_error:.3g}",
-                      f"{r.tolerance:.3g}", "[green]ok[/green]" if r.passed else "[red]FAIL[/red]")
+        table.add_row(
+            r.target,
+            r.dtype,
+            f"{r.max_jsd:.3g}",
+            f"{r.mean_jsd:.3g}",
+            f"{r.max_logit_error:.3g}",
+            f"{r.tolerance:.3g}",
+            "[green]ok[/green]" if r.passed else "[red]FAIL[/red]",
+        )
     console.print(table)
     if note:
         console.print(f"[dim]{note}[/dim]")
-    code = ("position code: none beyond dims 1-3 (Theorem 2 with its position components scaled by the slope)"
-            if results[0].position_dims == 0 else
-            f"position code: {results[0].position_dims} residual dims (the first MLP writes a one-hot code of t; "
-            "the key reads it through the bias matrix)")
+    code = (
+        "position code: none beyond dims 1-3 (Theorem 2 with its position components scaled by the slope)"
+        if results[0].position_dims == 0
+        else f"position code: {results[0].position_dims} residual dims (the first MLP writes a one-hot code of t; "
+        "the key reads it through the bias matrix)"
+    )
     console.print(f"[dim]{code}[/dim]")
-    console.print("[dim]JSD in nats per query row; pass: max |Δlogit| <= tolerance and max JSD <= tolerance² "
-                  "+ 16 eps(float64) (the JSD's own rounding)[/dim]")
+    console.print(
+        "[dim]JSD in nats per query row; pass: max |Δlogit| <= tolerance and max JSD <= tolerance² "
+        "+ 16 eps(float64) (the JSD's own rounding)[/dim]"
+    )
     for path in exported:
         console.print(f"wrote {path}")
     return 0 if passed else 1
@@ -187,9 +242,15 @@ def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
 
     model = theorem_model(args.max_length, seed=args.seed)
     vocab = theorems.vocabulary(model.cfg.d_vocab)
-    return save_checkpoint(model, directory / "theorem", construction="theorem1+2", max_length=args.max_length,
-                           vocabulary=vocab, tokenizer=theorems.tokenizer_dict(vocab),
-                           claims=[r.to_dict() for r in results])
+    return save_checkpoint(
+        model,
+        directory / "theorem",
+        construction="theorem1+2",
+        max_length=args.max_length,
+        vocabulary=vocab,
+        tokenizer=theorems.tokenizer_dict(vocab),
+        claims=[r.to_dict() for r in results],
+    )
 
 
 def _export_match(directory: Path, args: argparse.Namespace, match, result, source) -> Path:
@@ -202,6 +263,14 @@ def _export_match(directory: Path, args: argparse.Namespace, match, result, sour
     metadata = getattr(source, "metadata", None) or {}
     tokenizer = metadata.get("tokenizer")
     vocab = metadata.get("vocabulary") or theorems.vocabulary(model.cfg.d_vocab)
-    return save_checkpoint(model, directory / f"match-{args.match}", construction=f"match-{args.match}",
-                           target=match.name, source=args.source, max_length=args.max_length, vocabulary=vocab,
-                           tokenizer=tokenizer or theorems.tokenizer_dict(vocab), match=result.to_dict())
+    return save_checkpoint(
+        model,
+        directory / f"match-{args.match}",
+        construction=f"match-{args.match}",
+        target=match.name,
+        source=args.source,
+        max_length=args.max_length,
+        vocabulary=vocab,
+        tokenizer=tokenizer or theorems.tokenizer_dict(vocab),
+        match=result.to_dict(),
+    )

@@ -9,5 +9,16 @@ from probe.corpus.bpe import CodeTokenizer, train_bpe
 from probe.corpus.files import SourceFile, find_sources, is_heldout, split_files
 from probe.corpus.prepared import CODE_TASK, CorpusSpec, PreparedCorpus, corpus_folder_name, prepare_corpus
 
-__all__ = ["CODE_TASK", "CodeTokenizer", "CorpusSpec", "PreparedCorpus", "SourceFile", "corpus_folder_name",
-           "find_sources", "is_heldout", "prepare_corpus", "split_files", "train_bpe"]
+__all__ = [
+    "CODE_TASK",
+    "CodeTokenizer",
+    "CorpusSpec",
+    "PreparedCorpus",
+    "SourceFile",
+    "corpus_folder_name",
+    "find_sources",
+    "is_heldout",
+    "prepare_corpus",
+    "split_files",
+    "train_bpe",
+]

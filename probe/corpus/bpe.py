@@ -62,8 +62,13 @@ class CodeTokenizer:
         from transformers import PreTrainedTokenizerFast
 
         # No bos_token: a window of code has no start-of-sequence token, so to_tokens prepends nothing.
-        return PreTrainedTokenizerFast(tokenizer_object=self.tokenizer, name_or_path="probe-code-bpe",
-                                       eos_token=END_OF_FILE, pad_token=END_OF_FILE, padding_side="right")
+        return PreTrainedTokenizerFast(
+            tokenizer_object=self.tokenizer,
+            name_or_path="probe-code-bpe",
+            eos_token=END_OF_FILE,
+            pad_token=END_OF_FILE,
+            padding_side="right",
+        )
 
     def attach_to(self, model: Any) -> None:
         """``model.tokenizer`` = :meth:`to_hf`, so ``to_tokens``, ``to_str_tokens`` and ``generate`` take code."""
@@ -76,12 +81,17 @@ class CodeTokenizer:
 def train_bpe(texts: Iterable[str], vocab_size: int) -> CodeTokenizer:
     """A byte-level BPE of ``vocab_size`` ids (256 bytes, ``<|endoftext|>`` and merges) learnt from ``texts``."""
     if vocab_size < 258:
-        raise ProbeError("vocab_size must be at least 258 (256 bytes, the end-of-file token, one merge), got "
-                         f"{vocab_size}")
+        raise ProbeError(
+            f"vocab_size must be at least 258 (256 bytes, the end-of-file token, one merge), got {vocab_size}"
+        )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[END_OF_FILE], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_FILE],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return CodeTokenizer(tokenizer)

@@ -39,8 +39,9 @@ def corpus_roots(corpus: str) -> list[tuple[str, Path, str]]:
         return [stdlib] + [(f"packages{i or ''}", site, ".py") for i, site in enumerate(sites)]
     folder = Path(corpus).expanduser()
     if not folder.exists():
-        raise ProbeError(f"corpus folder {corpus} does not exist; give a folder of source files, 'stdlib' or "
-                         "'packages'")
+        raise ProbeError(
+            f"corpus folder {corpus} does not exist; give a folder of source files, 'stdlib' or 'packages'"
+        )
     if not folder.is_dir():
         raise ProbeError(f"corpus {corpus} is not a folder; give a folder of source files, 'stdlib' or 'packages'")
     return [("", folder.resolve(), "")]
@@ -85,8 +86,10 @@ def find_sources(corpus: str) -> tuple[list[SourceFile], int]:
             relative = path.relative_to(folder).as_posix()
             files.append(SourceFile(f"{prefix}/{relative}" if prefix else relative, text))
     if not files:
-        raise ProbeError(f"corpus {corpus} has no readable text files ({skipped} skipped: binary, empty or not "
-                         "UTF-8); give a folder of source files")
+        raise ProbeError(
+            f"corpus {corpus} has no readable text files ({skipped} skipped: binary, empty or not "
+            "UTF-8); give a folder of source files"
+        )
     return files, skipped
 
 
@@ -106,8 +109,9 @@ def split_files(files: list[SourceFile], fraction: float) -> tuple[list[SourceFi
     if not 0 < fraction < 1:
         raise ProbeError(f"heldout must be a fraction in (0, 1), got {fraction}")
     if len(files) < 2:
-        raise ProbeError(f"the corpus has {len(files)} readable file(s); at least two are needed (one to train on, "
-                         "one held out)")
+        raise ProbeError(
+            f"the corpus has {len(files)} readable file(s); at least two are needed (one to train on, one held out)"
+        )
     heldout = [f for f in files if is_heldout(f.name, fraction)]
     if not heldout:
         heldout = [min(files, key=lambda f: split_fraction(f.name))]

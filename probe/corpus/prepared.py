@@ -74,8 +74,9 @@ class CorpusSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options or {}) - known)
         if unknown:
-            raise ProbeError(f"unknown option(s) of {CODE_TASK}: {', '.join(unknown)}; accepted: "
-                             f"{', '.join(sorted(known))}")
+            raise ProbeError(
+                f"unknown option(s) of {CODE_TASK}: {', '.join(unknown)}; accepted: {', '.join(sorted(known))}"
+            )
         return cls(**(options or {}))
 
     @property
@@ -132,17 +133,21 @@ class PreparedCorpus:
         prediction in a window is scored."""
         n = self.train.numel() // context
         if n < 1:
-            raise ProbeError(f"the corpus has {self.train.numel()} training tokens, fewer than one window of "
-                             f"{context}; "
-                             "give a larger corpus or a shorter context")
+            raise ProbeError(
+                f"the corpus has {self.train.numel()} training tokens, fewer than one window of "
+                f"{context}; "
+                "give a larger corpus or a shorter context"
+            )
         tokens = self.train[: n * context].view(n, context).long()
         return EncodedSet(tokens, torch.full((n,), context), torch.ones(n, dtype=torch.long))
 
     def heldout_windows(self, context: int) -> torch.Tensor:
         """[windows, context] long: every held-out file's non-overlapping windows, file after file
         (none across files)."""
-        rows = [tokens[: len(tokens) // context * context].view(-1, context)
-                for tokens in (self.heldout_file(i) for i in range(len(self.heldout_names)))]
+        rows = [
+            tokens[: len(tokens) // context * context].view(-1, context)
+            for tokens in (self.heldout_file(i) for i in range(len(self.heldout_names)))
+        ]
         rows = [r for r in rows if len(r)]
         return torch.cat(rows) if rows else torch.empty(0, context, dtype=torch.long)
 
@@ -172,23 +177,35 @@ def _build(spec: CorpusSpec, folder: Path, progress: Progress | None, tokenizer_
     heldout_ids = tokenizer.encode_batch([f.text for f in heldout])
     lengths = [len(ids) for ids in heldout_ids]
     eof = [tokenizer.eof_id]
-    tensors = {"train": torch.cat([torch.tensor(ids + eof, dtype=torch.int32) for ids in train_ids]),
-               "heldout": torch.tensor([t for ids in heldout_ids for t in ids], dtype=torch.int32),
-               "heldout_offsets": torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)}
-    sizes = {"files": len(files), "skipped_files": skipped,
-             "train_files": len(train), "train_bytes": sum(len(f.text.encode()) for f in train),
-             "train_tokens": sum(len(ids) for ids in train_ids),
-             "heldout_files": len(heldout), "heldout_bytes": sum(len(f.text.encode()) for f in heldout),
-             "heldout_tokens": sum(lengths)}
-    manifest = {"spec": spec.source(), "fingerprint": _fingerprint(files), "sizes": sizes,
-                "heldout_files": [f.name for f in heldout]}
+    tensors = {
+        "train": torch.cat([torch.tensor(ids + eof, dtype=torch.int32) for ids in train_ids]),
+        "heldout": torch.tensor([t for ids in heldout_ids for t in ids], dtype=torch.int32),
+        "heldout_offsets": torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0),
+    }
+    sizes = {
+        "files": len(files),
+        "skipped_files": skipped,
+        "train_files": len(train),
+        "train_bytes": sum(len(f.text.encode()) for f in train),
+        "train_tokens": sum(len(ids) for ids in train_ids),
+        "heldout_files": len(heldout),
+        "heldout_bytes": sum(len(f.text.encode()) for f in heldout),
+        "heldout_tokens": sum(lengths),
+    }
+    manifest = {
+        "spec": spec.source(),
+        "fingerprint": _fingerprint(files),
+        "sizes": sizes,
+        "heldout_files": [f.name for f in heldout],
+    }
     atomic_write_text(folder / TOKENIZER, tokenizer.to_json())
     atomic_write(folder / TOKENS, lambda tmp: save_file(tensors, str(tmp)))
     atomic_write_json(folder / MANIFEST, manifest)
 
 
-def prepare_corpus(spec: CorpusSpec, folder: str | Path, progress: Progress | None = None,
-                   tokenizer_json: str | None = None) -> PreparedCorpus:
+def prepare_corpus(
+    spec: CorpusSpec, folder: str | Path, progress: Progress | None = None, tokenizer_json: str | None = None
+) -> PreparedCorpus:
     """The corpus of ``spec`` prepared in ``folder``: read from there if it is ready and was made
     from the same spec, else built (read, split, BPE or ``tokenizer_json``, tokenize) and written there first.
 
@@ -196,14 +213,18 @@ def prepare_corpus(spec: CorpusSpec, folder: str | Path, progress: Progress | No
     same tokens. Delete the folder to prepare it again."""
     folder = Path(folder)
     if spec.tokenizer != BPE and (tokenizer_json is None or tokenizer_digest(tokenizer_json) != spec.tokenizer):
-        raise ProbeError(f"the corpus of {folder} is tokenized with a given tokenizer ({spec.tokenizer}); "
-                         "`probe import` prepares it with the model's tokenizer.json")
+        raise ProbeError(
+            f"the corpus of {folder} is tokenized with a given tokenizer ({spec.tokenizer}); "
+            "`probe import` prepares it with the model's tokenizer.json"
+        )
     manifest = folder / MANIFEST
     if manifest.is_file():
         stored = _read_manifest(manifest)
         if {"tokenizer": BPE, **stored.get("spec", {})} != spec.source():  # corpora prepared before `tokenizer`
-            raise ProbeError(f"{folder} holds a corpus prepared with other settings ({stored.get('spec')}); "
-                             "choose another --checkpoints or delete that folder")
+            raise ProbeError(
+                f"{folder} holds a corpus prepared with other settings ({stored.get('spec')}); "
+                "choose another --checkpoints or delete that folder"
+            )
     else:
         _build(spec, folder, progress, tokenizer_json)
     return load_corpus(folder)
@@ -213,8 +234,9 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise ProbeError(f"{path} is not a readable corpus manifest ({error}); delete its folder to prepare it "
-                         "again") from None
+        raise ProbeError(
+            f"{path} is not a readable corpus manifest ({error}); delete its folder to prepare it again"
+        ) from None
     if not isinstance(manifest, dict) or not {"spec", "sizes", "heldout_files"} <= set(manifest):
         raise ProbeError(f"{path} is not a probe corpus manifest; delete its folder to prepare it again")
     return manifest
@@ -230,8 +252,9 @@ def load_corpus(folder: str | Path) -> PreparedCorpus:
         tokenizer = CodeTokenizer.from_json((folder / TOKENIZER).read_text())
         tensors = load_file(str(folder / TOKENS))
     except (OSError, SafetensorError, ValueError) as error:
-        raise ProbeError(f"the corpus in {folder} is damaged ({error}); delete that folder to prepare it "
-                         "again") from None
+        raise ProbeError(
+            f"the corpus in {folder} is damaged ({error}); delete that folder to prepare it again"
+        ) from None
     if len(tensors["heldout_offsets"]) != len(manifest["heldout_files"]) + 1:
         raise ProbeError(f"the corpus in {folder} does not match its manifest; delete that folder to prepare it again")
     return PreparedCorpus(folder, tokenizer, tensors["train"], tensors["heldout"], tensors["heldout_offsets"], manifest)
@@ -254,8 +277,10 @@ def run_corpus(path: str | Path, config: dict[str, Any]) -> PreparedCorpus:
     """The prepared corpus beside a code run, checked to be the one it was trained on."""
     folder = corpus_of_run(path)
     if not (folder / MANIFEST).is_file():
-        raise ProbeError(f"no prepared corpus at {folder}: perplexity and the code analyses read the held-out files of "
-                         f"the corpus {path} was trained on, prepared beside its task folder by `probe pretrain`")
+        raise ProbeError(
+            f"no prepared corpus at {folder}: perplexity and the code analyses read the held-out files of "
+            f"the corpus {path} was trained on, prepared beside its task folder by `probe pretrain`"
+        )
     corpus = load_corpus(folder)
     if corpus.manifest.get("fingerprint") != config.get("corpus", {}).get("fingerprint"):
         raise ProbeError(f"the corpus in {folder} is not the one {path} was trained on (their fingerprints differ)")

@@ -9,6 +9,7 @@ PAGES: dict[str, tuple[str, str]] = {  # views/<name>.py, served at /<name>: (ti
     "attention": ("Attention", ":material/grid_on:"),
     "compare": ("Compare", ":material/compare_arrows:"),
     "distances": ("Distances", ":material/bar_chart:"),
+    "positions": ("Positions", ":material/pin_drop:"),
     "pretraining": ("Pretraining", ":material/code:"),
     "theorems": ("Theorems", ":material/function:"),
     "reproduction": ("Reproduction", ":material/fact_check:"),

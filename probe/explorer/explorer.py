@@ -1,7 +1,8 @@
 """The probe explorer: `probe app` runs this with Streamlit (`streamlit run probe/explorer/explorer.py` works too).
 
-Seven pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
-Attention, Compare (`probe compare`), Distances (`probe distances`), Pretraining (`probe perplexity`),
+Eight pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
+Attention, Compare (`probe compare`), Distances (`probe distances`), Positions (`probe positions`),
+Pretraining (`probe perplexity`),
 Theorems (`probe theorem`), Reproduction (`probe reproduce`).
 The checkpoint folder comes from ``PROBE_CHECKPOINTS`` (default ``checkpoints/``).
 """
@@ -18,8 +19,10 @@ HERE = Path(__file__).resolve().parent
 
 st.set_page_config(page_title="probe explorer", page_icon=":material/insights:", layout="wide")
 
-VIEWS = [st.Page(HERE / "views" / f"{name}.py", title=title, icon=icon, url_path=name)
-         for name, (title, icon) in PAGES.items()]
+VIEWS = [
+    st.Page(HERE / "views" / f"{name}.py", title=title, icon=icon, url_path=name)
+    for name, (title, icon) in PAGES.items()
+]
 MODELS = VIEWS[0]
 
 
@@ -32,6 +35,8 @@ def home() -> None:
 page = st.navigation([st.Page(home, title="Models", default=True, visibility="hidden"), *VIEWS])
 with st.sidebar:
     st.caption(f"Checkpoints: `{shared.checkpoints_root()}`")
-    st.caption("Positional encoding and length generalization (Kazemnejad et al., NeurIPS 2023). "
-               "Every view here is also a `probe` command.")
+    st.caption(
+        "Positional encoding and length generalization (Kazemnejad et al., NeurIPS 2023). "
+        "Every view here is also a `probe` command."
+    )
 page.run()

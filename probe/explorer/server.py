@@ -41,9 +41,23 @@ def check_port(port: int) -> None:
 
 def streamlit_command(script: Path, port: int) -> list[str]:
     """Streamlit serving ``script`` on HOST:``port``, headless, without usage statistics."""
-    return [sys.executable, "-m", "streamlit", "run", str(script),
-            "--server.address", HOST, "--server.port", str(port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(script),
+        "--server.address",
+        HOST,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--client.toolbarMode",
+        "minimal",
+    ]
 
 
 def serve(command: list[str], env: dict[str, str]) -> int:
@@ -60,8 +74,11 @@ def serve(command: list[str], env: dict[str, str]) -> int:
     def record(signum: int, frame: object) -> None:
         stops.append(signum)
 
-    previous = {signum: signal.signal(signum, record) for signum in STOP_SIGNALS
-                if signal.getsignal(signum) is not signal.SIG_IGN}
+    previous = {
+        signum: signal.signal(signum, record)
+        for signum in STOP_SIGNALS
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
     try:
         process = subprocess.Popen(command, env=env, start_new_session=True)
         forwarded, deadline = 0, None
@@ -77,8 +94,11 @@ def serve(command: list[str], env: dict[str, str]) -> int:
             if stops and deadline is None:
                 deadline = time.monotonic() + STOP_TIMEOUT
             if deadline is not None and time.monotonic() > deadline:
-                print(f"probe app: the server did not stop within {STOP_TIMEOUT:.0f} s; killed it",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"probe app: the server did not stop within {STOP_TIMEOUT:.0f} s; killed it",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 process.kill()
                 process.wait()
                 return 0

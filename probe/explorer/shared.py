@@ -34,14 +34,22 @@ def runs() -> tuple[list[Run], list[tuple[Path, str]]]:
     usable = []
     for run in found:
         try:
-            if isinstance(run.pe, str) and isinstance(run.seed, int) and isinstance(run.config.get("training", {}),
-                                                                                    dict):
+            if (
+                isinstance(run.pe, str)
+                and isinstance(run.seed, int)
+                and isinstance(run.config.get("training", {}), dict)
+            ):
                 usable.append(run)
                 continue
         except (KeyError, TypeError, ValueError, AttributeError):
             pass
-        broken.append((run.path, f"{run.path / 'config.json'} does not describe a probe run (its pe, seed or training "
-                                 "entry is missing or malformed)"))
+        broken.append(
+            (
+                run.path,
+                f"{run.path / 'config.json'} does not describe a probe run (its pe, seed or training "
+                "entry is missing or malformed)",
+            )
+        )
     return usable, broken
 
 
@@ -127,14 +135,20 @@ def require_runs(trained: bool = False) -> tuple[list[Run], list[tuple[Path, str
     found, broken = runs()
     show_broken(broken)
     if trained and found and not any(is_trained(r) for r in found):
-        st.info(f"No run under `{checkpoints_root()}` was trained on a task or pretrained on code (only constructions "
-                f"or bare models). {TRAIN_HINT}; `probe pretrain` makes code models.", icon=":material/info:")
+        st.info(
+            f"No run under `{checkpoints_root()}` was trained on a task or pretrained on code (only constructions "
+            f"or bare models). {TRAIN_HINT}; `probe pretrain` makes code models.",
+            icon=":material/info:",
+        )
         return None
     if trained:
         found = [r for r in found if is_trained(r)]
     if not found:
-        st.info(f"No checkpoints under `{checkpoints_root()}`. {TRAIN_HINT}; then `probe eval` measures "
-                "their accuracy. The **Theorems** page needs none.", icon=":material/info:")
+        st.info(
+            f"No checkpoints under `{checkpoints_root()}`. {TRAIN_HINT}; then `probe eval` measures "
+            "their accuracy. The **Theorems** page needs none.",
+            icon=":material/info:",
+        )
         return None
     return found, broken
 
@@ -145,8 +159,14 @@ def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key:
     return by_path[pick_model(label, choices, default_pe=default_pe, key=key)]
 
 
-def pick_model(label: str, choices: list[Run], external: list[str] | None = None, default_pe: str | None = None,
-               key: str | None = None, other_than: str | None = None) -> str:
+def pick_model(
+    label: str,
+    choices: list[Run],
+    external: list[str] | None = None,
+    default_pe: str | None = None,
+    key: str | None = None,
+    other_than: str | None = None,
+) -> str:
     """A select box over the runs ``choices``, then the ``external`` models (``hf:`` spellings); returns a
     run folder or a spelling. Preselects, other than ``other_than``, the first external model, else a
     trained run of ``default_pe`` (lowest seed first)."""
@@ -161,15 +181,17 @@ def pick_model(label: str, choices: list[Run], external: list[str] | None = None
         return option == other_than, True, not is_trained(run), run.pe != default_pe, run.seed
 
     index = min(range(len(options)), key=lambda i: rank(options[i])) if default_pe or external else 0
-    return st.selectbox(label, options, index=index, key=key,
-                        format_func=lambda p: run_title(by_path[p]) if p in by_path else p)
+    return st.selectbox(
+        label, options, index=index, key=key, format_func=lambda p: run_title(by_path[p]) if p in by_path else p
+    )
 
 
 def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | None = None) -> str:
     folders = sorted({task_folder(r) for r in found})
     index = folders.index(preferred) if preferred in folders else 0
-    return st.selectbox("Task", folders, index=index, key=key,
-                        help="the task folder under the checkpoint folder (task and its options)")
+    return st.selectbox(
+        "Task", folders, index=index, key=key, help="the task folder under the checkpoint folder (task and its options)"
+    )
 
 
 def hf_models(label: str, key: str) -> list[str]:
@@ -177,9 +199,13 @@ def hf_models(label: str, key: str) -> list[str]:
     a word without ``hf:`` is named in an error and left out."""
     from probe.models.external import is_external
 
-    typed = st.text_input(label, key=key, placeholder="hf:EleutherAI/pythia-70m hf:./my-model",
-                          help="any model TransformerLens loads, read with its own tokenizer on this folder's "
-                          "held-out files at its context: a Hugging Face id in the local cache, or a folder")
+    typed = st.text_input(
+        label,
+        key=key,
+        placeholder="hf:EleutherAI/pythia-70m hf:./my-model",
+        help="any model TransformerLens loads, read with its own tokenizer on this folder's "
+        "held-out files at its context: a Hugging Face id in the local cache, or a folder",
+    )
     words = typed.split()
     for word in words:
         if not is_external(word):

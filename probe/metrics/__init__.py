@@ -11,8 +11,20 @@ from probe.metrics.ranking import average_ranks, mean_rank, mean_reciprocal_rank
 from probe.metrics.similarity import LayerDistances, head_distance, layer_distances
 
 __all__ = [
-    "AttendedDistances", "BootstrapCI", "Histogram", "LayerDistances", "METRICS", "Metric",
-    "attended_distances", "average_ranks", "bimodality_coefficient", "bootstrap_ci",
-    "head_distance", "histogram", "jsd", "layer_distances", "mean_rank",
+    "AttendedDistances",
+    "BootstrapCI",
+    "Histogram",
+    "LayerDistances",
+    "METRICS",
+    "Metric",
+    "attended_distances",
+    "average_ranks",
+    "bimodality_coefficient",
+    "bootstrap_ci",
+    "head_distance",
+    "histogram",
+    "jsd",
+    "layer_distances",
+    "mean_rank",
     "mean_reciprocal_rank_reference_code",
 ]

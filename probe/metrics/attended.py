@@ -33,9 +33,13 @@ class Histogram(NamedTuple):
     edges: Tensor  # [bin + 1]
 
 
-def attended_distances(patterns: Tensor, output_start: Tensor | int, lengths: Tensor | int,
-                       weighting: Weighting = "argmax",
-                       normalization: Normalization = "text") -> AttendedDistances:
+def attended_distances(
+    patterns: Tensor,
+    output_start: Tensor | int,
+    lengths: Tensor | int,
+    weighting: Weighting = "argmax",
+    normalization: Normalization = "text",
+) -> AttendedDistances:
     """d̄ between each output-token query q_t and the key k_n it attends to, over all layers and heads.
 
     patterns: [example, layer, head, query, key] causal maps (or [layer, head, query, key] for one
@@ -54,8 +58,9 @@ def attended_distances(patterns: Tensor, output_start: Tensor | int, lengths: Te
     if patterns.dim() == 4:
         patterns = patterns[None]
     if patterns.dim() != 5 or patterns.shape[-1] != patterns.shape[-2]:
-        raise ProbeError(f"patterns must be [example, layer, head, query, key] with square maps; "
-                         f"got {tuple(patterns.shape)}")
+        raise ProbeError(
+            f"patterns must be [example, layer, head, query, key] with square maps; got {tuple(patterns.shape)}"
+        )
     if weighting not in ("argmax", "attention"):
         raise ProbeError(f"unknown weighting {weighting!r}; accepted: argmax, attention")
     if normalization not in ("text", "reference-code"):
@@ -65,8 +70,10 @@ def attended_distances(patterns: Tensor, output_start: Tensor | int, lengths: Te
     output_start = torch.as_tensor(output_start, device=device).reshape(-1)
     lengths = torch.as_tensor(lengths, device=device).reshape(-1)
     if output_start.shape != (n_examples,) or lengths.shape != (n_examples,):
-        raise ProbeError(f"output_start and lengths need one value per example ({n_examples}); got "
-                         f"{tuple(output_start.shape)} and {tuple(lengths.shape)}")
+        raise ProbeError(
+            f"output_start and lengths need one value per example ({n_examples}); got "
+            f"{tuple(output_start.shape)} and {tuple(lengths.shape)}"
+        )
     if (lengths > n_positions).any() or (output_start < 0).any():
         raise ProbeError(f"need 0 ≤ output_start and lengths ≤ {n_positions} (the padded length)")
 
@@ -90,8 +97,9 @@ def attended_distances(patterns: Tensor, output_start: Tensor | int, lengths: Te
     return AttendedDistances(distance[keep], weight[keep], layer[keep], head[keep])
 
 
-def histogram(values: Tensor, weights: Tensor | None = None, bins: int = 20,
-              range: tuple[float, float] = (0.0, 1.0)) -> Histogram:
+def histogram(
+    values: Tensor, weights: Tensor | None = None, bins: int = 20, range: tuple[float, float] = (0.0, 1.0)
+) -> Histogram:
     """Weighted histogram on any device: bins [e_i, e_i+1), the last one closed (numpy's rule);
     values outside `range` are dropped; `mass` is normalized to sum to 1."""
     weights = torch.ones_like(values) if weights is None else weights.to(values.dtype)

@@ -16,8 +16,7 @@ class BootstrapCI(NamedTuple):
     high: Tensor  # [...]
 
 
-def bootstrap_ci(values: Tensor, n_resamples: int = 1000, confidence: float = 0.95,
-                 seed: int = 0) -> BootstrapCI:
+def bootstrap_ci(values: Tensor, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0) -> BootstrapCI:
     """Mean over examples (dim 0) and its percentile bootstrap interval, for every other entry at once.
 
     values: [example, ...]. Each resample draws len(values) examples with replacement; the

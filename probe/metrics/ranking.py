@@ -45,6 +45,7 @@ def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool =
     s = scores if higher_is_better else -scores
     order = torch.arange(s.shape[-1], device=s.device)
     ahead = (s[..., None, :] > s[..., :, None]) | (
-        (s[..., None, :] == s[..., :, None]) & (order < order[:, None]))  # [..., method, other]
+        (s[..., None, :] == s[..., :, None]) & (order < order[:, None])
+    )  # [..., method, other]
     reciprocal = 1.0 / (ahead.sum(-1) + 1)  # [..., method]
     return reciprocal.reshape(-1, s.shape[-1]).mean(0)

@@ -33,8 +33,9 @@ class LayerDistances(NamedTuple):
     pairwise: Tensor  # [..., layer, head_A, head_B]
 
 
-def _query_weights(lengths: Tensor | None, batch_shape: torch.Size, n_positions: int,
-                   device: torch.device, dtype: torch.dtype) -> Tensor:
+def _query_weights(
+    lengths: Tensor | None, batch_shape: torch.Size, n_positions: int, device: torch.device, dtype: torch.dtype
+) -> Tensor:
     """Weight of each query position in the mean over positions: 1/length on real tokens, 0 on padding.
 
     `lengths` (true lengths of right-padded sequences) has the shape of a leading part of
@@ -45,16 +46,17 @@ def _query_weights(lengths: Tensor | None, batch_shape: torch.Size, n_positions:
         return torch.full((n_positions,), 1.0 / n_positions, device=device, dtype=dtype)
     lengths = torch.as_tensor(lengths, device=device)
     if tuple(lengths.shape) != tuple(batch_shape[: lengths.dim()]):
-        raise ProbeError(f"lengths has shape {tuple(lengths.shape)}; expected the leading "
-                         f"dimensions of the patterns' batch shape {tuple(batch_shape)}")
+        raise ProbeError(
+            f"lengths has shape {tuple(lengths.shape)}; expected the leading "
+            f"dimensions of the patterns' batch shape {tuple(batch_shape)}"
+        )
     if lengths.numel() and (lengths.min() < 1 or lengths.max() > n_positions):
         raise ProbeError(f"lengths must lie in [1, {n_positions}] (the padded sequence length)")
     lengths = lengths.reshape(*lengths.shape, *[1] * (len(batch_shape) - lengths.dim()), 1)
     return (positions < lengths).to(dtype) / lengths.to(dtype)  # [*lengths.shape, 1.., query]
 
 
-def head_distance(P: Tensor, Q: Tensor, lengths: Tensor | None = None,
-                  metric: Metric = "jsd") -> Tensor:
+def head_distance(P: Tensor, Q: Tensor, lengths: Tensor | None = None, metric: Metric = "jsd") -> Tensor:
     """D_AT(P, Q): mean over query positions t of JSD(P_t ‖ Q_t), keys ≤ t (Section 4.2).
 
     P, Q: [..., query, key] causal patterns (broadcasting). With `lengths` (true lengths of
@@ -66,8 +68,9 @@ def head_distance(P: Tensor, Q: Tensor, lengths: Tensor | None = None,
     return torch.where(weights > 0, rows * weights, 0.0).sum(-1)
 
 
-def layer_distances(A: Tensor, B: Tensor, lengths: Tensor | None = None,
-                    metric: Metric = "jsd", chunk_elements: int | None = None) -> LayerDistances:
+def layer_distances(
+    A: Tensor, B: Tensor, lengths: Tensor | None = None, metric: Metric = "jsd", chunk_elements: int | None = None
+) -> LayerDistances:
     """D^(l)(A, B) = min over all head pairs (P, Q) ∈ A_l × B_l of D_AT(P, Q) (Eq. similarity).
 
     A: [..., layer, head_A, query, key] and B: [..., layer, head_B, query, key], the same leading
@@ -83,19 +86,24 @@ def layer_distances(A: Tensor, B: Tensor, lengths: Tensor | None = None,
     """
     check_metric(metric)
     if A.dim() < 4 or B.dim() != A.dim():
-        raise ProbeError(f"patterns must be [..., layer, head, query, key] with the same number of "
-                         f"dimensions; got {tuple(A.shape)} and {tuple(B.shape)}")
+        raise ProbeError(
+            f"patterns must be [..., layer, head, query, key] with the same number of "
+            f"dimensions; got {tuple(A.shape)} and {tuple(B.shape)}"
+        )
     if A.shape[:-3] != B.shape[:-3]:
-        raise ProbeError(f"A has {A.shape[-4]} layers and B has {B.shape[-4]} (batch "
-                         f"{tuple(A.shape[:-4])} vs {tuple(B.shape[:-4])}): the layerwise distance "
-                         f"needs the same examples and models of the same depth")
+        raise ProbeError(
+            f"A has {A.shape[-4]} layers and B has {B.shape[-4]} (batch "
+            f"{tuple(A.shape[:-4])} vs {tuple(B.shape[:-4])}): the layerwise distance "
+            f"needs the same examples and models of the same depth"
+        )
     if A.shape[-2:] != B.shape[-2:] or A.shape[-1] != A.shape[-2]:
-        raise ProbeError(f"patterns must be square [query, key] maps of the same length; got "
-                         f"{tuple(A.shape[-2:])} and {tuple(B.shape[-2:])}")
+        raise ProbeError(
+            f"patterns must be square [query, key] maps of the same length; got "
+            f"{tuple(A.shape[-2:])} and {tuple(B.shape[-2:])}"
+        )
     heads_a, heads_b, n_positions = A.shape[-3], B.shape[-3], A.shape[-1]
     if metric == "reference-code" and heads_a < 2:
-        raise ProbeError("metric 'reference-code' visits head pairs head_B < head_A only: "
-                         "it needs at least 2 heads")
+        raise ProbeError("metric 'reference-code' visits head pairs head_B < head_A only: it needs at least 2 heads")
     dtype = torch.promote_types(A.dtype, B.dtype)
     if not dtype.is_floating_point:
         raise ProbeError(f"attention patterns must be floating point, got {dtype}")
@@ -111,8 +119,9 @@ def layer_distances(A: Tensor, B: Tensor, lengths: Tensor | None = None,
     scale = weights.amax(-1).expand(batch_shape)  # [..., layer]: 1/length, each real query's weight
 
     budget = chunk_elements or (2**18 if A.device.type == "cpu" else 2**26)
-    pairwise = _pair_sums(a.reshape(-1, heads_a, a.shape[-1]), b.reshape(-1, heads_b, b.shape[-1]),
-                          metric, budget).reshape(*batch_shape, heads_a, heads_b)
+    pairwise = _pair_sums(
+        a.reshape(-1, heads_a, a.shape[-1]), b.reshape(-1, heads_b, b.shape[-1]), metric, budget
+    ).reshape(*batch_shape, heads_a, heads_b)
     if metric == "jsd":
         # JSD = ½Σp·log p + ½Σq·log q − Σm·log m, and with s = p + q,
         # Σm·log m = ½Σs·log s − ½·ln 2·Σs: only Σ s·log s needs both heads at once

@@ -9,6 +9,15 @@ from probe.models.t5 import t5_relative_bucket
 from probe.models.transformer import PETransformer, build_model
 
 __all__ = [
-    "PAPER_PES", "PE_KINDS", "ModelConfig", "PETransformer", "alibi_slopes", "build_model",
-    "load_checkpoint", "resolve_config", "save_checkpoint", "sinusoidal_embedding", "t5_relative_bucket",
+    "PAPER_PES",
+    "PE_KINDS",
+    "ModelConfig",
+    "PETransformer",
+    "alibi_slopes",
+    "build_model",
+    "load_checkpoint",
+    "resolve_config",
+    "save_checkpoint",
+    "sinusoidal_embedding",
+    "t5_relative_bucket",
 ]

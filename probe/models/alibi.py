@@ -45,6 +45,7 @@ class ALiBi(PositionalEncoding):
 
     def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
         """Computed once per forward pass (in float64, so slope x distance is exact) for all layers."""
+
         def make() -> torch.Tensor:
             distance = self.distances(query_len, key_len)  # [query, key]
             return -self.slopes.to(distance.device)[:, None, None] * distance[None]  # [head, query, key]

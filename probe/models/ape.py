@@ -34,8 +34,11 @@ class SinusoidalAPE(PositionalEncoding):
     figure_rank = 4
     in_paper = True
     adds_embedding = True
-    options = {"base": Option(float, 10000.0, "omega_i = 1 / base^(2i/d)",
-                              check=lambda v, o, c: None if v > 1 else "must be above 1")}
+    options = {
+        "base": Option(
+            float, 10000.0, "omega_i = 1 / base^(2i/d)", check=lambda v, o, c: None if v > 1 else "must be above 1"
+        )
+    }
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return sinusoidal_embedding(positions, self.config.d_model, self.option["base"]).to(dtype)

@@ -76,8 +76,10 @@ def tokenizer_record(tokenizer: Any, prepend_bos: bool) -> dict[str, Any]:
     """What ``config.json`` says of a run's ``tokenizer.json`` (a ``PreTrainedTokenizerFast``): its
     special tokens, and whether ``to_tokens`` puts the BOS first."""
     names = ("bos_token", "eos_token", "pad_token", "sep_token", "unk_token")
-    return {"special_tokens": {name: getattr(tokenizer, name) for name in names if getattr(tokenizer, name)},
-            "prepend_bos": prepend_bos}
+    return {
+        "special_tokens": {name: getattr(tokenizer, name) for name in names if getattr(tokenizer, name)},
+        "prepend_bos": prepend_bos,
+    }
 
 
 def attach_tokenizer(model: torch.nn.Module, directory: Path, config: dict[str, Any]) -> None:
@@ -121,8 +123,9 @@ def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
-def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "cpu",
-                    pe_options: dict[str, Any] | None = None):
+def load_checkpoint(
+    directory: str | os.PathLike, device: str | torch.device = "cpu", pe_options: dict[str, Any] | None = None
+):
     """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and the
     tokenizer the run carries (``tokenizer.json``) on ``model.tokenizer``. Runs saved before runs
     carried one: ``probe.runs.load_run``.
@@ -144,8 +147,9 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
         from probe.models.registry import parse_pe_options
 
         given = parse_pe_options(model_config.pe, pe_options)
-        model_config = ModelConfig.from_dict({**model_config.to_dict(),
-                                              "pe_options": {**model_config.pe_options, **given}})
+        model_config = ModelConfig.from_dict(
+            {**model_config.to_dict(), "pe_options": {**model_config.pe_options, **given}}
+        )
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as error:
@@ -156,8 +160,10 @@ def load_checkpoint(directory: str | os.PathLike, device: str | torch.device = "
     except RuntimeError as error:
         first = str(error).strip().splitlines()[0]
         if pe_options:
-            raise ProbeError(f"{', '.join(pe_options)} would change the weights of {directory}'s PE; such options "
-                             "are set at training (probe train -p), not at inference") from None
+            raise ProbeError(
+                f"{', '.join(pe_options)} would change the weights of {directory}'s PE; such options "
+                "are set at training (probe train -p), not at inference"
+            ) from None
         raise ProbeError(f"{weights} does not fit its config ({first})") from None
     model.metadata = config
     attach_tokenizer(model, directory, config)

@@ -113,8 +113,9 @@ class Block(nn.Module):
         self.hook_mlp_out = HookPoint()  # [batch, pos, d_model]
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
-    def forward(self, resid_pre: torch.Tensor, past_kv_cache_entry=None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, resid_pre: torch.Tensor, past_kv_cache_entry=None, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(resid_pre)  # [batch, pos, d_model]
         attn_out = self.hook_attn_out(self.attn(self.ln1(resid_pre), past_kv_cache_entry, attention_mask))
         resid_mid = self.hook_resid_mid(resid_pre + attn_out)  # [batch, pos, d_model]

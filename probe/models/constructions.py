@@ -94,8 +94,14 @@ def _load(model: PETransformer, weights: Weights, dtype: torch.dtype) -> PETrans
     return model.eval()
 
 
-def _theorem1_layer(w: Weights, rng: np.random.Generator, d_model: int, random_heads: bool,
-                    code: np.ndarray | None = None, code_columns: list[int] | None = None) -> None:
+def _theorem1_layer(
+    w: Weights,
+    rng: np.random.Generator,
+    d_model: int,
+    random_heads: bool,
+    code: np.ndarray | None = None,
+    code_columns: list[int] | None = None,
+) -> None:
     """Layer 1 (``blocks.0``): head 0 of Eq. abs_key_value / abs_output, the interpolation MLP.
 
     Head 0's W_Q is arbitrary (random); its keys read index 0 (all ones, Eq. abs_key), its value
@@ -126,9 +132,17 @@ def _theorem1_layer(w: Weights, rng: np.random.Generator, d_model: int, random_h
         W_out[:, code_columns] = interpolation_mlp(code)[2]
 
 
-def theorem_model(max_length: int = 512, *, vocab_size: int = 16, d_model: int = 32, n_heads: int = 2,
-                  d_head: int = 8, n_layers: int = 2, seed: int = 0,
-                  dtype: torch.dtype = torch.float32) -> PETransformer:
+def theorem_model(
+    max_length: int = 512,
+    *,
+    vocab_size: int = 16,
+    d_model: int = 32,
+    n_heads: int = 2,
+    d_head: int = 8,
+    n_layers: int = 2,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> PETransformer:
     """The NoPE model of Theorems 1 and 2, valid for sequences of up to ``max_length`` tokens.
 
     Layer 1: Theorem 1 (head 0 writes 1/t to index 2, the MLP turns it into t); layers 2 ..
@@ -140,10 +154,21 @@ def theorem_model(max_length: int = 512, *, vocab_size: int = 16, d_model: int =
     if max_length < 2:
         raise ProbeError(f"max_length must be at least 2, got {max_length}")
     if vocab_size < 2 or d_model < 4 or d_head < 2 or n_heads < 1 or n_layers < 2:
-        raise ProbeError("the construction needs vocab_size >= 2, d_model >= 4, d_head >= 2, n_heads >= 1 "
-                         "and n_layers >= 2")
-    model = build_model("nope", vocab_size=vocab_size, seed=seed, n_layers=n_layers, d_model=d_model,
-                        n_heads=n_heads, d_head=d_head, d_mlp=max_length, n_ctx=max_length, **CONSTRUCTION_OPTIONS)
+        raise ProbeError(
+            "the construction needs vocab_size >= 2, d_model >= 4, d_head >= 2, n_heads >= 1 and n_layers >= 2"
+        )
+    model = build_model(
+        "nope",
+        vocab_size=vocab_size,
+        seed=seed,
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        d_head=d_head,
+        d_mlp=max_length,
+        n_ctx=max_length,
+        **CONSTRUCTION_OPTIONS,
+    )
     rng = np.random.default_rng(seed)
     w = _zeros(model)
     W_E = w["embed.W_E"]
@@ -196,18 +221,34 @@ class Content:
 
 def random_content(vocab_size: int = 16, d_content: int = 16, d_head: int = 8, seed: int = 0) -> Content:
     rng = np.random.default_rng(seed)
-    return Content(embed=rng.normal(size=(vocab_size, d_content)),
-                   W_Q=rng.normal(size=(d_content, d_head)) / np.sqrt(d_content),
-                   W_K=rng.normal(size=(d_content, d_head)) / np.sqrt(d_content),
-                   b_Q=np.zeros(d_head), b_K=np.zeros(d_head))
+    return Content(
+        embed=rng.normal(size=(vocab_size, d_content)),
+        W_Q=rng.normal(size=(d_content, d_head)) / np.sqrt(d_content),
+        W_K=rng.normal(size=(d_content, d_head)) / np.sqrt(d_content),
+        b_Q=np.zeros(d_head),
+        b_K=np.zeros(d_head),
+    )
 
 
 def _target(pe: str, content: Content, max_length: int, seed: int, dtype: torch.dtype, **options) -> PETransformer:
     """A one-layer, one-head model of PE ``pe`` whose head computes ``content`` + its PE term."""
     d_content, d_head = content.W_Q.shape
-    model = build_model(pe, vocab_size=content.vocab_size, seed=seed, n_layers=1, n_heads=1, d_model=d_content,
-                        d_head=d_head, d_mlp=1, n_ctx=max_length, normalization=None, bias=True,
-                        tie_embeddings=False, attn_scale=False, **options)
+    model = build_model(
+        pe,
+        vocab_size=content.vocab_size,
+        seed=seed,
+        n_layers=1,
+        n_heads=1,
+        d_model=d_content,
+        d_head=d_head,
+        d_mlp=1,
+        n_ctx=max_length,
+        normalization=None,
+        bias=True,
+        tie_embeddings=False,
+        attn_scale=False,
+        **options,
+    )
     model.to(dtype)
     state = model.state_dict()
     with torch.no_grad():
@@ -219,16 +260,18 @@ def _target(pe: str, content: Content, max_length: int, seed: int, dtype: torch.
     return model.eval()
 
 
-def alibi_target(content: Content, slope: float, max_length: int = 512, seed: int = 0,
-                 dtype: torch.dtype = torch.float32) -> PETransformer:
+def alibi_target(
+    content: Content, slope: float, max_length: int = 512, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> PETransformer:
     """One ALiBi head with slope ``slope`` on ``content``: logits = content − slope (t − i)."""
     model = _target("alibi", content, max_length, seed, dtype)
     model.pe.slopes.fill_(slope)
     return model
 
 
-def t5_head_target(source: PETransformer, layer: int, head: int, max_length: int = 512,
-                   dtype: torch.dtype = torch.float32) -> tuple[PETransformer, Content]:
+def t5_head_target(
+    source: PETransformer, layer: int, head: int, max_length: int = 512, dtype: torch.dtype = torch.float32
+) -> tuple[PETransformer, Content]:
     """Head ``head`` of layer ``layer`` of a ``t5`` model, fed the (normalized) token embeddings.
 
     Its logits are (ln1(e_t) W_Q + b_Q) · (ln1(e_i) W_K + b_K) / scale + b_head[bucket(t − i)]; for
@@ -246,27 +289,48 @@ def t5_head_target(source: PETransformer, layer: int, head: int, max_length: int
     with torch.no_grad():
         embed = block.ln1(source.W_E[None])[0].double()  # [vocab, d_model]: what layer 0 reads
         attn = block.attn
-        content = Content(embed=embed.numpy(), W_Q=attn.W_Q[head].double().numpy(), W_K=attn.W_K[head].double().numpy(),
-                          b_Q=attn.b_Q[head].double().numpy(), b_K=attn.b_K[head].double().numpy(),
-                          scale=float(attn.attn_scale))
+        content = Content(
+            embed=embed.numpy(),
+            W_Q=attn.W_Q[head].double().numpy(),
+            W_K=attn.W_K[head].double().numpy(),
+            b_Q=attn.b_Q[head].double().numpy(),
+            b_K=attn.b_K[head].double().numpy(),
+            scale=float(attn.attn_scale),
+        )
         table = source.pe.relative_attention_bias[0 if c.pe_options["shared"] else layer, :, head]
-        target = _target("t5", content, max_length, c.seed, dtype, pe_options={
-            "num_buckets": c.pe_options["num_buckets"], "max_distance": c.pe_options["max_distance"]})
+        target = _target(
+            "t5",
+            content,
+            max_length,
+            c.seed,
+            dtype,
+            pe_options={"num_buckets": c.pe_options["num_buckets"], "max_distance": c.pe_options["max_distance"]},
+        )
         target.pe.relative_attention_bias[0, :, 0] = table
     return target, content
 
 
-def _match_skeleton(content: Content, max_length: int, n_code: int, n_position: int,
-                    seed: int) -> tuple[PETransformer, Weights, int]:
+def _match_skeleton(
+    content: Content, max_length: int, n_code: int, n_position: int, seed: int
+) -> tuple[PETransformer, Weights, int]:
     """A two-layer, one-head NoPE model: indices 0-2 as in Theorem 1, ``n_code`` dims for a position
     code at 3 .. 3 + n_code, then the content embedding; its heads have ``n_position`` positional
     components before the content's. Returns the model, zero weights with the embedding filled
     in, and the first content index."""
     d_content, d_head = content.W_Q.shape
     first = 3 + n_code
-    model = build_model("nope", vocab_size=content.vocab_size, seed=seed, n_layers=2, n_heads=1,
-                        d_model=first + d_content, d_head=n_position + d_head, d_mlp=max_length,
-                        n_ctx=max_length, **CONSTRUCTION_OPTIONS)
+    model = build_model(
+        "nope",
+        vocab_size=content.vocab_size,
+        seed=seed,
+        n_layers=2,
+        n_heads=1,
+        d_model=first + d_content,
+        d_head=n_position + d_head,
+        d_mlp=max_length,
+        n_ctx=max_length,
+        **CONSTRUCTION_OPTIONS,
+    )
     w = _zeros(model)
     W_E = w["embed.W_E"]
     W_E[:, ONE] = 1.0
@@ -287,8 +351,9 @@ def _content_head(w: Weights, content: Content, first: int, column: int) -> None
     W_K[ONE, cols] = content.b_K
 
 
-def alibi_match_model(content: Content, slope: float, max_length: int = 512, seed: int = 0,
-                      dtype: torch.dtype = torch.float32) -> PETransformer:
+def alibi_match_model(
+    content: Content, slope: float, max_length: int = 512, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> PETransformer:
     """NoPE model whose layer-2 head computes ``content`` − slope (t − i): Theorem 2 with the position
     components scaled by the slope (q = [slope, −slope t, ...], k = [i, 1, ...])."""
     model, w, first = _match_skeleton(content, max_length, 0, 2, seed)
@@ -300,8 +365,9 @@ def alibi_match_model(content: Content, slope: float, max_length: int = 512, see
     return _load(model, w, dtype)
 
 
-def bias_match_model(content: Content, bias: np.ndarray, seed: int = 0,
-                     dtype: torch.dtype = torch.float32) -> PETransformer:
+def bias_match_model(
+    content: Content, bias: np.ndarray, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> PETransformer:
     """NoPE model whose layer-2 head computes ``content`` + bias[t, i] for any causal bias matrix.
 
     bias: [T, T], query t, key i (0-based); only i <= t matters. The first MLP writes a one-hot

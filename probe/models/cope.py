@@ -45,8 +45,12 @@ class CoPE(PositionalEncoding):
     relative = True
     scores_term = True
     options = {
-        "npos": Option(int, 64, "position vectors e[0 .. npos-1]; contextual positions clamp at p_max = npos - 1",
-                       check=lambda v, o, c: None if v >= 2 else "must be at least 2"),
+        "npos": Option(
+            int,
+            64,
+            "position vectors e[0 .. npos-1]; contextual positions clamp at p_max = npos - 1",
+            check=lambda v, o, c: None if v >= 2 else "must be at least 2",
+        ),
     }
 
     examples = ({"npos": 4},)

@@ -43,7 +43,7 @@ def is_external(name: object) -> bool:
 def file_name(spelling: str) -> str:
     """A name for output files about the model: ``hf-gpt2``, ``hf-EleutherAI--pythia-70m``; a local
     folder by its name and a hash of its path (``hf-my-model-1a2b3c4d``), as a corpus folder is named."""
-    target = spelling[len(HF_PREFIX):] if is_external(spelling) else spelling
+    target = spelling[len(HF_PREFIX) :] if is_external(spelling) else spelling
     if _is_path(target):
         path = str(Path(target).expanduser().resolve())
         target = f"{Path(path).name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
@@ -56,7 +56,7 @@ def _is_path(target: str) -> bool:
 
 def model_folder(spelling: str) -> Path:
     """The local folder holding ``spelling``'s files; ProbeError (one line) where there is none."""
-    target = spelling[len(HF_PREFIX):] if is_external(spelling) else spelling
+    target = spelling[len(HF_PREFIX) :] if is_external(spelling) else spelling
     if not target:
         raise ProbeError(f"{spelling!r} names no model; spell it {SPELLING}")
     if _is_path(target):
@@ -64,8 +64,10 @@ def model_folder(spelling: str) -> Path:
         if not folder.exists():
             raise ProbeError(f"{spelling}: there is no folder {target}")
         if not (folder / "config.json").is_file():
-            raise ProbeError(f"{spelling}: {folder} is not a Hugging Face model folder (no config.json); give a folder "
-                             "with config.json, the weights and the tokenizer files")
+            raise ProbeError(
+                f"{spelling}: {folder} is not a Hugging Face model folder (no config.json); give a folder "
+                "with config.json, the weights and the tokenizer files"
+            )
         return folder.resolve()
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
@@ -73,12 +75,15 @@ def model_folder(spelling: str) -> Path:
     try:
         return Path(snapshot_download(target, local_files_only=True))
     except HFValidationError:
-        raise ProbeError(f"{spelling}: {target!r} is neither a folder nor a Hugging Face id (owner/name); "
-                         f"spell it {SPELLING}") from None
+        raise ProbeError(
+            f"{spelling}: {target!r} is neither a folder nor a Hugging Face id (owner/name); spell it {SPELLING}"
+        ) from None
     except LocalEntryNotFoundError:
-        raise ProbeError(f"{spelling}: {target} is not in the local Hugging Face cache and probe downloads nothing; "
-                         f"fetch it on a machine with network (`hf download {target}`, or `huggingface-cli download "
-                         f"{target}`) and copy the cache here (HF_HOME), or give its folder as hf:/path") from None
+        raise ProbeError(
+            f"{spelling}: {target} is not in the local Hugging Face cache and probe downloads nothing; "
+            f"fetch it on a machine with network (`hf download {target}`, or `huggingface-cli download "
+            f"{target}`) and copy the cache here (HF_HOME), or give its folder as hf:/path"
+        ) from None
 
 
 @dataclass(eq=False)
@@ -122,12 +127,14 @@ def _tokenizer(spelling: str, folder: Path) -> tuple[PreTrainedTokenizerBase, in
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as error:  # transformers raises OSError, ValueError, KeyError ... for missing or odd files
-        raise ProbeError(f"{spelling}: no tokenizer could be read from {folder} ({first_line(error)}); the analyses "
-                         "read text with the model's own tokenizer") from None
+        raise ProbeError(
+            f"{spelling}: no tokenizer could be read from {folder} ({first_line(error)}); the analyses "
+            "read text with the model's own tokenizer"
+        ) from None
     bare = tokenizer.encode("a", add_special_tokens=False)
     full = tokenizer.encode("a")
     bos = tokenizer.bos_token_id
-    prepends = bos is not None and len(full) > len(bare) and full[0] == bos and full[1:len(bare) + 1] == bare
+    prepends = bos is not None and len(full) > len(bare) and full[0] == bos and full[1 : len(bare) + 1] == bare
     return tokenizer, bos if prepends else None
 
 
@@ -153,6 +160,8 @@ def load_external(spelling: str, device: str | torch.device = "cpu") -> External
             logging.enable_progress_bar()
     bridge.eval()
     if len(tokenizer) > bridge.cfg.d_vocab:
-        raise ProbeError(f"{spelling}: its tokenizer has {len(tokenizer)} tokens, more than the model's "
-                         f"{bridge.cfg.d_vocab} embeddings")
+        raise ProbeError(
+            f"{spelling}: its tokenizer has {len(tokenizer)} tokens, more than the model's "
+            f"{bridge.cfg.d_vocab} embeddings"
+        )
     return ExternalModel(spelling, folder, bridge, tokenizer, bos)

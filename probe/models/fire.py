@@ -48,8 +48,12 @@ class FIRE(PositionalEncoding):
     options = {
         "hidden": Option(int, 32, "width of the MLP f_theta (the paper's 32)", check=_positive),
         "c": Option(float, 0.1, "initial c of psi(x) = log(c x + 1), learned (the paper's 0.1)", check=_positive),
-        "threshold": Option(float, 512.0, "initial threshold L of the normaliser psi(max(L, i)), learned "
-                                           "(the paper's listing's 512)", check=_positive),
+        "threshold": Option(
+            float,
+            512.0,
+            "initial threshold L of the normaliser psi(max(L, i)), learned (the paper's listing's 512)",
+            check=_positive,
+        ),
         "shared": Option(bool, False, "one FIRE for every layer (the paper's layerwise sharing), or one per layer"),
     }
     examples = ({"shared": True}, {"threshold": 8.0, "hidden": 8})
@@ -70,8 +74,12 @@ class FIRE(PositionalEncoding):
         """``torch.nn.Linear``'s U(+-1/sqrt(fan_in)) for the MLP (the paper's listing builds it from
         ``nn.Linear``), whatever ``init``; c and s at their starting values."""
         with torch.no_grad():
-            for param, fan_in in ((self.weight_in, 1), (self.bias_in, 1),
-                                  (self.weight_out, self.option["hidden"]), (self.bias_out, self.option["hidden"])):
+            for param, fan_in in (
+                (self.weight_in, 1),
+                (self.bias_in, 1),
+                (self.weight_out, self.option["hidden"]),
+                (self.bias_out, self.option["hidden"]),
+            ):
                 bound = 1 / math.sqrt(fan_in)
                 param.copy_((torch.rand(param.shape, generator=generator, dtype=param.dtype) * 2 - 1) * bound)
             self.c.fill_(self.option["c"])
@@ -89,7 +97,7 @@ class FIRE(PositionalEncoding):
         def make() -> torch.Tensor:
             c = self.c[table].abs()
             with torch.autocast(device_type=c.device.type, enabled=False):
-                queries = self.positions[key_len - query_len:key_len].to(c.dtype)  # [query]
+                queries = self.positions[key_len - query_len : key_len].to(c.dtype)  # [query]
                 distance = self.distances(query_len, key_len).to(c.dtype)  # [query, key]
                 normaliser = torch.log1p(c * torch.maximum(queries, self.threshold(table))) + EPS  # [query]
                 x = torch.log1p(c * distance) / normaliser[:, None]  # [query, key], in [0, 1]

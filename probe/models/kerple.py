@@ -38,8 +38,9 @@ class KERPLE(PositionalEncoding):
     figure_rank = 6
     adds_bias = True
     options = {
-        "variant": Option(str, "log", "kernel: log, -r1 log(1 + r2 |m - n|), or power, -r1 |m - n|^r2",
-                          choices=VARIANTS),
+        "variant": Option(
+            str, "log", "kernel: log, -r1 log(1 + r2 |m - n|), or power, -r1 |m - n|^r2", choices=VARIANTS
+        ),
         "shared": Option(bool, True, "one r1, r2 per head for every layer (the authors' code), or one per layer"),
     }
     examples = ({"variant": "power"}, {"shared": False})

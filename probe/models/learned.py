@@ -46,6 +46,8 @@ class LearnedAPE(PositionalEncoding):
         """[pos, d_model] rows of W_pos (``F.embedding``: a deterministic backward, as PEEmbed's)."""
         n_ctx = self.W_pos.size(0)
         if len(positions) and not (0 <= int(positions.min()) and int(positions.max()) < n_ctx):
-            raise ProbeError(f"positions {int(positions.min())} .. {int(positions.max())} go past the learned "
-                             f"table's {n_ctx} rows (positions 0 .. {n_ctx - 1}, n_ctx={n_ctx})")
+            raise ProbeError(
+                f"positions {int(positions.min())} .. {int(positions.max())} go past the learned "
+                f"table's {n_ctx} rows (positions 0 .. {n_ctx - 1}, n_ctx={n_ctx})"
+            )
         return F.embedding(positions, self.W_pos).to(dtype)

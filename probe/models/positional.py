@@ -137,8 +137,10 @@ class PositionalEncoding(nn.Module):
         for name, option in cls.options.items():
             value = resolved[name]
             if option.choices is not None and value not in option.choices:
-                raise ProbeError(f"option {name} of {cls.kind} is {value!r}; choose one of "
-                                 f"{', '.join(map(format_option, option.choices))}")
+                raise ProbeError(
+                    f"option {name} of {cls.kind} is {value!r}; choose one of "
+                    f"{', '.join(map(format_option, option.choices))}"
+                )
         for name, option in cls.options.items():
             complaint = option.check(resolved[name], resolved, config) if option.check else None
             if complaint:
@@ -153,8 +155,11 @@ class PositionalEncoding(nn.Module):
         the layers will attend to (cached ones included); drops ``per_pass`` tensors, and
         ``geometry`` unless the positions are the last pass's."""
         self._pass.clear()
-        if not (positions.shape == self.positions.shape and positions.device == self.positions.device
-                and torch.equal(positions, self.positions)):
+        if not (
+            positions.shape == self.positions.shape
+            and positions.device == self.positions.device
+            and torch.equal(positions, self.positions)
+        ):
             self._geometry.clear()
         self.positions = positions
 
@@ -212,9 +217,10 @@ class PositionalEncoding(nn.Module):
     def distances(self, query_len: int, key_len: int) -> torch.Tensor:
         """[query, key] t - i of this pass's positions, clamped at 0 above the diagonal, where the
         causal mask hides the keys anyway."""
+
         def make() -> torch.Tensor:
             keys = self.positions[:key_len]
-            queries = keys[key_len - query_len:]
+            queries = keys[key_len - query_len :]
             return (queries[:, None] - keys[None, :]).clamp(min=0)
 
         return self.geometry(("distances", query_len, key_len), make)

@@ -25,8 +25,8 @@ from probe.models.txl import TransformerXL
 from probe.models.xpos import XPos
 
 PE_CLASSES: dict[str, type[PositionalEncoding]] = {
-    cls.kind: cls for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE,
-                              TransformerXL)
+    cls.kind: cls
+    for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE, TransformerXL)
 }
 PE_KINDS: tuple[str, ...] = tuple(PE_CLASSES)  # registry order: the CLI's order of runs
 PAPER_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.in_paper)  # trained by default
@@ -42,8 +42,10 @@ def pe_class(pe: str, *, sets: Iterable[str] = ()) -> type[PositionalEncoding]:
     and grid says the same line, naming the known PEs (and the ``sets`` of them a grid also takes)."""
     if pe not in PE_CLASSES:
         named = ", ".join(sets)
-        raise ProbeError(f"unknown positional encoding {pe!r}; choose one of {', '.join(PE_KINDS)}"
-                         + (f" (or a set: {named})" if named else ""))
+        raise ProbeError(
+            f"unknown positional encoding {pe!r}; choose one of {', '.join(PE_KINDS)}"
+            + (f" (or a set: {named})" if named else "")
+        )
     return PE_CLASSES[pe]
 
 

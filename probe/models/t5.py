@@ -40,10 +40,18 @@ class T5RelativeBias(PositionalEncoding):
     in_paper = True
     adds_bias = True
     options = {
-        "num_buckets": Option(int, 32, "B: distance buckets (half exact, half log-spaced)",
-                              check=lambda v, o, c: None if v >= 2 else "must be at least 2"),
-        "max_distance": Option(int, 128, "D: distances from D on share the last bucket",
-                               check=lambda v, o, c: None if v >= 1 else "must be positive"),
+        "num_buckets": Option(
+            int,
+            32,
+            "B: distance buckets (half exact, half log-spaced)",
+            check=lambda v, o, c: None if v >= 2 else "must be at least 2",
+        ),
+        "max_distance": Option(
+            int,
+            128,
+            "D: distances from D on share the last bucket",
+            check=lambda v, o, c: None if v >= 1 else "must be positive",
+        ),
         "shared": Option(bool, True, "one table for every layer (T5), or one per layer"),
     }
     examples = ({"shared": False}, {"num_buckets": 8, "max_distance": 12})
@@ -64,8 +72,12 @@ class T5RelativeBias(PositionalEncoding):
 
     def buckets(self, query_len: int, key_len: int) -> torch.Tensor:
         """[query, key] bucket indices of this pass's positions."""
-        return self.geometry(("buckets", query_len, key_len), lambda: t5_relative_bucket(
-            self.distances(query_len, key_len), self.option["num_buckets"], self.option["max_distance"]))
+        return self.geometry(
+            ("buckets", query_len, key_len),
+            lambda: t5_relative_bucket(
+                self.distances(query_len, key_len), self.option["num_buckets"], self.option["max_distance"]
+            ),
+        )
 
     def bias(self, layer: int, query_len: int, key_len: int) -> torch.Tensor:
         table = 0 if self.option["shared"] else layer

@@ -39,10 +39,20 @@ _LEGACY_BUFFERS = (".attn.mask", ".attn.IGNORE", ".attn.rotary_sin", ".attn.rota
 def lens_config(config: ModelConfig) -> TransformerLensConfig:
     """The TransformerLens view of ``config``: the fields its tools read."""
     return TransformerLensConfig(
-        d_model=config.d_model, d_head=config.d_head, n_layers=config.n_layers, n_ctx=config.n_ctx,
-        n_heads=config.n_heads, d_mlp=config.d_mlp, d_vocab=config.d_vocab, device="cpu",
-        default_prepend_bos=False, positional_embedding_type=config.pe, act_fn=config.act_fn,
-        normalization_type=config.normalization, uses_rms_norm=config.normalization == "RMS", eps=config.eps,
+        d_model=config.d_model,
+        d_head=config.d_head,
+        n_layers=config.n_layers,
+        n_ctx=config.n_ctx,
+        n_heads=config.n_heads,
+        d_mlp=config.d_mlp,
+        d_vocab=config.d_vocab,
+        device="cpu",
+        default_prepend_bos=False,
+        positional_embedding_type=config.pe,
+        act_fn=config.act_fn,
+        normalization_type=config.normalization,
+        uses_rms_norm=config.normalization == "RMS",
+        eps=config.eps,
         final_rms=config.normalization == "RMS",
     )
 
@@ -61,13 +71,22 @@ class PETransformer(HookedModel):
         if pe.adds_embedding:
             self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList(
-            Block(config.normalization, config.d_model, config.d_mlp, config.act_fn, config.eps,
-                  PEAttention(config.n_heads, config.d_model, config.d_head, config.attn_scale, layer, pe))
+            Block(
+                config.normalization,
+                config.d_model,
+                config.d_mlp,
+                config.act_fn,
+                config.eps,
+                PEAttention(config.n_heads, config.d_model, config.d_head, config.attn_scale, layer, pe),
+            )
             for layer in range(config.n_layers)
         )
         self.ln_final = make_norm(config.normalization, config.d_model, config.eps)
-        self.unembed = (TiedUnembed(self.embed, config.d_model, config.d_vocab) if config.tie_embeddings
-                        else Unembed(config.d_model, config.d_vocab))
+        self.unembed = (
+            TiedUnembed(self.embed, config.d_model, config.d_vocab)
+            if config.tie_embeddings
+            else Unembed(config.d_model, config.d_vocab)
+        )
         self.pe = pe  # registered last: parameters keep TransformerLens 3.x's order (optimizer states resume)
         self._initialise()
         if not config.bias:
@@ -106,11 +125,21 @@ class PETransformer(HookedModel):
                 param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * std)
             self.pe.initialise(generator, c.init)  # the PE's own parameters, drawn last
 
-    def forward(self, input: Any, return_type: str | None = "logits", loss_per_token: bool = False,
-                prepend_bos: bool | None = None, padding_side: str | None = None, start_at_layer: int | None = None,
-                tokens: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                stop_at_layer: int | None = None, past_kv_cache=None,
-                positions: torch.Tensor | None = None, segments: torch.Tensor | None = None) -> Any:
+    def forward(
+        self,
+        input: Any,
+        return_type: str | None = "logits",
+        loss_per_token: bool = False,
+        prepend_bos: bool | None = None,
+        padding_side: str | None = None,
+        start_at_layer: int | None = None,
+        tokens: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        stop_at_layer: int | None = None,
+        past_kv_cache=None,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+    ) -> Any:
         """TransformerLens' forward: ``input`` is text, tokens [batch, pos] / [pos], or with
         ``start_at_layer`` a residual [batch, pos, d_model]; ``return_type`` ``logits``, ``loss``,
         ``both`` or None; ``stop_at_layer`` returns the residual entering that block.
@@ -161,8 +190,10 @@ class PETransformer(HookedModel):
         if attention_mask is not None or past_kv_cache is not None or positions is not None:
             raise ProbeError("segments (packed rows) take no attention_mask, past_kv_cache or positions")
         if not type(self.pe).packable() or self.config.random_positions:
-            raise ProbeError(f"{self.config.pe} cannot train on packed rows: its logits read more than each "
-                             "example's relative positions")
+            raise ProbeError(
+                f"{self.config.pe} cannot train on packed rows: its logits read more than each "
+                "example's relative positions"
+            )
         segments = segments.to(self.embed.W_E.device)
         return segments[:, :, None] == segments[:, None, :]
 
@@ -180,7 +211,7 @@ class PETransformer(HookedModel):
             pos_embed = self.pe.embedding(own.flatten(), residual.dtype).reshape(*tokens.shape, -1)
             residual = residual + self.hook_pos_embed(pos_embed)
         elif self.pe.adds_embedding:
-            positions = self.pe.positions[offset:offset + tokens.size(1)]  # [pos]
+            positions = self.pe.positions[offset : offset + tokens.size(1)]  # [pos]
             pos_embed = self.pe.embedding(positions, residual.dtype).expand(tokens.size(0), -1, -1)
             residual = residual + self.hook_pos_embed(pos_embed)
         return residual
@@ -203,8 +234,9 @@ class PETransformer(HookedModel):
         if given is None:
             return self.sample_positions(length) if self.training else torch.arange(length, device=device)
         if given.shape != (length,):
-            raise ProbeError(f"positions must give one per token, cached ones included ({length}); "
-                             f"got shape {tuple(given.shape)}")
+            raise ProbeError(
+                f"positions must give one per token, cached ones included ({length}); got shape {tuple(given.shape)}"
+            )
         return given.to(device)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):  # type: ignore[override]
@@ -219,8 +251,15 @@ class PETransformer(HookedModel):
             block.attn.fast_path = enabled
 
 
-def build_model(pe: str, *, vocab_size: int, preset: str = "tiny", seed: int = 0,
-                device: str | torch.device = "cpu", **overrides: Any) -> PETransformer:
+def build_model(
+    pe: str,
+    *,
+    vocab_size: int,
+    preset: str = "tiny",
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    **overrides: Any,
+) -> PETransformer:
     """A fresh model: ``build_model("t5", vocab_size=40, preset="tiny", n_layers=1)``.
 
     ``preset`` names a size of ``probe.presets.PRESETS``; any field of ``ModelConfig`` can be

@@ -80,9 +80,11 @@ def paper_summary(dataset: str) -> dict[str, dict[str, Any]]:
         runs = [run for run in paper_runs(dataset) if run["pe"] == pe]
         lengths = sorted({int(k) for run in runs for k in run["ood_buckets"]})
         summary[pe] = {
-            "iid": mean(run["iid"] for run in runs), "ood": mean(run["ood"] for run in runs),
+            "iid": mean(run["iid"] for run in runs),
+            "ood": mean(run["ood"] for run in runs),
             "seeds": [run["seed"] for run in runs],
-            "ood_by_length": {n: mean(run["ood_buckets"][str(n)] for run in runs if str(n) in run["ood_buckets"])
-                              for n in lengths},
+            "ood_by_length": {
+                n: mean(run["ood_buckets"][str(n)] for run in runs if str(n) in run["ood_buckets"]) for n in lengths
+            },
         }
     return summary

@@ -20,8 +20,11 @@ from probe.reference import DATASETS, PE_NAMES, RESULTS_FILE, SOURCE_FILES
 
 def buckets(run: dict[str, Any], split: str) -> dict[str, float]:
     prefix = f"sum__pred/{split}_acc_"
-    found = {int(key[len(prefix):]): value for key, value in run.items()
-             if key.startswith(prefix) and key[len(prefix):].isdigit() and value is not None}
+    found = {
+        int(key[len(prefix) :]): value
+        for key, value in run.items()
+        if key.startswith(prefix) and key[len(prefix) :].isdigit() and value is not None
+    }
     return {str(length): found[length] for length in sorted(found)}
 
 
@@ -33,18 +36,31 @@ def build(repo: Path, commit: str) -> dict[str, Any]:
             dataset = run["run_group"].split("___data-")[-1]
             if run.get("job_type") != "best_run_seed_exp" or dataset not in DATASETS:
                 continue
-            runs.append({
-                "dataset": dataset, "pe": PE_NAMES[run["cfg__model.position_encoding_type"]],
-                "seed": run["cfg__global_vars.seed"],
-                "iid": run["sum__pred/valid_acc_overall"], "ood": run["sum__pred/test_acc_overall"],
-                "iid_buckets": buckets(run, "valid"), "ood_buckets": buckets(run, "test"),
-                "steps": run["cfg__trainer.max_steps"], "batch_size": run["cfg__trainer.target_batch_size"],
-                "lr": run["cfg__trainer.learning_rate"], "source": f"{name}#{run['id']}",
-            })
+            runs.append(
+                {
+                    "dataset": dataset,
+                    "pe": PE_NAMES[run["cfg__model.position_encoding_type"]],
+                    "seed": run["cfg__global_vars.seed"],
+                    "iid": run["sum__pred/valid_acc_overall"],
+                    "ood": run["sum__pred/test_acc_overall"],
+                    "iid_buckets": buckets(run, "valid"),
+                    "ood_buckets": buckets(run, "test"),
+                    "steps": run["cfg__trainer.max_steps"],
+                    "batch_size": run["cfg__trainer.target_batch_size"],
+                    "lr": run["cfg__trainer.learning_rate"],
+                    "source": f"{name}#{run['id']}",
+                }
+            )
     runs.sort(key=lambda r: (r["dataset"], r["pe"], r["seed"]))
-    return {"source": {"repository": "https://github.com/McGill-NLP/length-generalization", "commit": commit,
-                       "files": list(SOURCE_FILES)},
-            "datasets": DATASETS, "runs": runs}
+    return {
+        "source": {
+            "repository": "https://github.com/McGill-NLP/length-generalization",
+            "commit": commit,
+            "files": list(SOURCE_FILES),
+        },
+        "datasets": DATASETS,
+        "runs": runs,
+    }
 
 
 if __name__ == "__main__":

@@ -67,20 +67,35 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     result: dict[str, Any] = {"node": node, "started": started}
     try:
         config = TrainConfig(**run["config"])
-        trained = train_run(config, path, resolve_device(device),
-                            on_start=lambda step, total: tell(kind="step", step=step, total=total),
-                            on_step=lambda step, loss, speed: tell(kind="step", step=step, total=config.steps,
-                                                                   loss=loss))
-        result.update(status=trained.status, steps=trained.steps, train_seconds=trained.seconds,
-                      final_loss=trained.final_loss, steps_per_second=trained.steps_per_second)
+        trained = train_run(
+            config,
+            path,
+            resolve_device(device),
+            on_start=lambda step, total: tell(kind="step", step=step, total=total),
+            on_step=lambda step, loss, speed: tell(kind="step", step=step, total=config.steps, loss=loss),
+        )
+        result.update(
+            status=trained.status,
+            steps=trained.steps,
+            train_seconds=trained.seconds,
+            final_loss=trained.final_loss,
+            steps_per_second=trained.steps_per_second,
+        )
         if config.task == CODE_TASK:
             result.update(trained.held_out)
         elif evaluate:
             begin = time.time()
-            report = evaluate_run(Run(path, read_checkpoint_config(path)), n_test=run["eval_n"],
-                                  n_valid=run["eval_valid"], device=resolve_device(device))
-            result.update(eval_seconds=time.time() - begin, iid_accuracy=report["iid_accuracy"],
-                          ood_accuracy=report["ood_accuracy"])
+            report = evaluate_run(
+                Run(path, read_checkpoint_config(path)),
+                n_test=run["eval_n"],
+                n_valid=run["eval_valid"],
+                device=resolve_device(device),
+            )
+            result.update(
+                eval_seconds=time.time() - begin,
+                iid_accuracy=report["iid_accuracy"],
+                ood_accuracy=report["ood_accuracy"],
+            )
         else:
             result["iid_accuracy"] = trained.iid_accuracy
         result["state"] = "done"
@@ -107,8 +122,10 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
             _check_reachable(address)
         if address and address.startswith("ray://"):
             if importlib.util.find_spec("grpc") is None:  # the Ray client's transport
-                raise ProbeError("ray:// addresses need the Ray client: pip install 'ray[client]' "
-                                 "(or run probe sweep on a cluster node with --address auto)")
+                raise ProbeError(
+                    "ray:// addresses need the Ray client: pip install 'ray[client]' "
+                    "(or run probe sweep on a cluster node with --address auto)"
+                )
         kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         if address in (None, "", "local"):
             kwargs.update(num_cpus=num_cpus, num_gpus=num_gpus, object_store_memory=200 * 2**20)
@@ -116,19 +133,26 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus
             ray.init(address=None if address in (None, "", "local") else address, **kwargs)
         except (ConnectionError, TimeoutError, RuntimeError, ValueError) as error:
             where = address or "a local Ray instance"
-            raise ProbeError(f"cannot start or join Ray at {where}: "
-                             f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+            raise ProbeError(
+                f"cannot start or join Ray at {where}: "
+                f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+            ) from None
         except OSError as error:  # Ray keeps a token under ~/.ray and its session under the temp folder
             if ray.is_initialized():
                 ray.shutdown()
-            raise ProbeError(f"Ray cannot write {error.filename or 'its files'}: {error.strerror or error}; give it "
-                             "writable folders (HOME=DIR for ~/.ray, RAY_TMPDIR=DIR for its session files)") from None
+            raise ProbeError(
+                f"Ray cannot write {error.filename or 'its files'}: {error.strerror or error}; give it "
+                "writable folders (HOME=DIR for ~/.ray, RAY_TMPDIR=DIR for its session files)"
+            ) from None
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    return {"address": address or "local", "nodes": len(nodes),
-            "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes),
-            "gpus": sum(n["Resources"].get("GPU", 0) for n in nodes),
-            "max_node_cpus": max((n["Resources"].get("CPU", 0) for n in nodes), default=0),
-            "max_node_gpus": max((n["Resources"].get("GPU", 0) for n in nodes), default=0)}
+    return {
+        "address": address or "local",
+        "nodes": len(nodes),
+        "cpus": sum(n["Resources"].get("CPU", 0) for n in nodes),
+        "gpus": sum(n["Resources"].get("GPU", 0) for n in nodes),
+        "max_node_cpus": max((n["Resources"].get("CPU", 0) for n in nodes), default=0),
+        "max_node_gpus": max((n["Resources"].get("GPU", 0) for n in nodes), default=0),
+    }
 
 
 def _check_reachable(address: str, timeout: float = 5.0) -> None:
@@ -140,8 +164,10 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as error:
-        raise ProbeError(f"cannot reach a Ray cluster at {address} ({error.strerror or error}); "
-                         "start one with `ray start --head` or check the address") from None
+        raise ProbeError(
+            f"cannot reach a Ray cluster at {address} ({error.strerror or error}); "
+            "start one with `ray start --head` or check the address"
+        ) from None
 
 
 def check_resources(cluster: dict[str, Any], cpus_per_run: float, gpus_per_run: float) -> None:
@@ -150,11 +176,15 @@ def check_resources(cluster: dict[str, Any], cpus_per_run: float, gpus_per_run: 
         if value < 0 or (value > 1 and value != int(value)):
             raise ProbeError(f"{name} {value:g}: give a fraction below 1 or a whole number")
     if cpus_per_run > cluster["max_node_cpus"]:
-        raise ProbeError(f"--cpus-per-run {cpus_per_run:g} is more than any node of the Ray cluster has "
-                         f"(largest: {cluster['max_node_cpus']:g} CPUs)")
+        raise ProbeError(
+            f"--cpus-per-run {cpus_per_run:g} is more than any node of the Ray cluster has "
+            f"(largest: {cluster['max_node_cpus']:g} CPUs)"
+        )
     if gpus_per_run > cluster["max_node_gpus"]:
-        raise ProbeError(f"--gpus-per-run {gpus_per_run:g} is more than any node of the Ray cluster has "
-                         f"(largest: {cluster['max_node_gpus']:g} GPUs)")
+        raise ProbeError(
+            f"--gpus-per-run {gpus_per_run:g} is more than any node of the Ray cluster has "
+            f"(largest: {cluster['max_node_gpus']:g} GPUs)"
+        )
 
 
 def prepare_corpora(runs: Sequence[SweepRun]) -> None:
@@ -168,9 +198,17 @@ def prepare_corpora(runs: Sequence[SweepRun]) -> None:
         prepare_corpus(CorpusSpec.from_options(options), folder)
 
 
-def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float = 1, gpus_per_run: float = 0,
-            max_retries: int = 3, evaluate: bool = True,
-            on_event: Callable[[dict[str, Any]], None] | None = None, poll: float = 0.25) -> Manifest:
+def execute(
+    runs: Sequence[SweepRun],
+    manifest: Manifest,
+    *,
+    cpus_per_run: float = 1,
+    gpus_per_run: float = 0,
+    max_retries: int = 3,
+    evaluate: bool = True,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    poll: float = 0.25,
+) -> Manifest:
     """Run every unfinished run as a Ray task (Ray must be connected, see :func:`connect`);
     finished ones are marked done without starting anything. Failures are recorded and the others
     go on; a worker that dies is retried by Ray (``max_retries``) and resumes from its last state."""
@@ -186,9 +224,14 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
             todo.append(run)
     manifest.write()
     if on_event:
-        on_event({"kind": "plan", "todo": [r.label for r in todo],
-                  "total_steps": {r.label: r.config.steps for r in todo},
-                  "left": {r.label: steps_left(r) for r in todo}})
+        on_event(
+            {
+                "kind": "plan",
+                "todo": [r.label for r in todo],
+                "total_steps": {r.label: r.config.steps for r in todo},
+                "left": {r.label: steps_left(r) for r in todo},
+            }
+        )
     if not todo:
         return manifest
     import ray
@@ -198,8 +241,9 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
     log = ray.remote(num_cpus=0)(EventLog).remote()
     ray.get(log.drain.remote())  # up before any run starts: a busy node can take seconds to start it,
     # and until it is up every progress event waits behind it
-    task = ray.remote(run_one).options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries,
-                                       retry_exceptions=False)
+    task = ray.remote(run_one).options(
+        num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False
+    )
     threads = max(1, int(cpus_per_run))
     refs = {task.remote(run.to_dict(), device, threads, evaluate, log): run for run in todo}
     running = {run.label for run in todo}
@@ -207,10 +251,15 @@ def execute(runs: Sequence[SweepRun], manifest: Manifest, *, cpus_per_run: float
     def attempt(label: str, node: dict[str, Any], started: float) -> None:
         """Count an attempt once, whether its start event or its result is seen first."""
         entry = manifest.entries[label]
-        if not any(a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history",
-                                                                                                          [])):
-            manifest.update(label, write=False, attempts=entry.get("attempts", 0) + 1,
-                            history=[*entry.get("history", []), {"node": node, "started": started}])
+        if not any(
+            a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history", [])
+        ):
+            manifest.update(
+                label,
+                write=False,
+                attempts=entry.get("attempts", 0) + 1,
+                history=[*entry.get("history", []), {"node": node, "started": started}],
+            )
 
     def drain() -> None:
         for event in ray.get(log.drain.remote()):

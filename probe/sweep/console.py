@@ -38,8 +38,17 @@ def _shape(key: str) -> str:
     return preset + "".join(f" {k}={v}" for k, v in model.items())
 
 
-def dry_run(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any, *, tokens_per_second: float | None = None,
-            measure_steps: int = 5, cluster_size: int = 8, list_runs: bool = False) -> dict[str, Any]:
+def dry_run(
+    runs: Sequence[SweepRun],
+    name: str,
+    launch: Launch,
+    out: Any,
+    *,
+    tokens_per_second: float | None = None,
+    measure_steps: int = 5,
+    cluster_size: int = 8,
+    list_runs: bool = False,
+) -> dict[str, Any]:
     """Print the runs (one row per task folder, or every run), their states and the estimated training
     time on this machine and on ``cluster_size`` such slots; start nothing. Returns the plan."""
     from rich.table import Table
@@ -47,8 +56,14 @@ def dry_run(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any, *, to
     states = [run_state(r, launch.evaluate) for r in runs]
     device = "cuda" if launch.gpus_per_run > 0 else "cpu"
     with out.status("estimating cost") as status:
-        cost = estimate_cost(runs, device=device, tokens_per_second=tokens_per_second, measure_steps=measure_steps,
-                             threads=max(1, int(launch.cpus_per_run)), on_measure=status.update)
+        cost = estimate_cost(
+            runs,
+            device=device,
+            tokens_per_second=tokens_per_second,
+            measure_steps=measure_steps,
+            threads=max(1, int(launch.cpus_per_run)),
+            on_measure=status.update,
+        )
     seconds = cost["seconds"]
     if launch.gpus_per_run > 0:
         slots = max(1, int(1 / launch.gpus_per_run)) if launch.gpus_per_run < 1 else 1
@@ -60,8 +75,9 @@ def dry_run(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any, *, to
     table = Table(title=f"probe sweep {name} --dry-run: {len(runs)} runs under {launch.checkpoints}")
     if list_runs:
         columns = ("run", "preset", "steps", "state", "estimate")
-        rows = [(r.label, r.config.preset, str(r.config.steps), s, duration(t)) for r, s, t in zip(runs, states,
-                                                                                                   seconds)]
+        rows = [
+            (r.label, r.config.preset, str(r.config.steps), s, duration(t)) for r, s, t in zip(runs, states, seconds)
+        ]
     else:
         columns = ("task", "PEs", "seeds", "preset", "steps", "runs", "to start", "estimate")
         groups: dict[str, list] = {}
@@ -69,12 +85,18 @@ def dry_run(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any, *, to
             groups.setdefault(r.path.parent.parent.name, []).append((r, s, t))
         rows = []
         for folder, members in groups.items():
-            rows.append((folder, " ".join(dict.fromkeys(r.config.pe for r, _, _ in members)),
-                         " ".join(str(x) for x in dict.fromkeys(r.config.seed for r, _, _ in members)),
-                         " ".join(dict.fromkeys(r.config.preset for r, _, _ in members)),
-                         " ".join(str(x) for x in dict.fromkeys(r.config.steps for r, _, _ in members)),
-                         str(len(members)), str(sum(s != "done" for _, s, _ in members)),
-                         duration(sum(t for _, _, t in members))))
+            rows.append(
+                (
+                    folder,
+                    " ".join(dict.fromkeys(r.config.pe for r, _, _ in members)),
+                    " ".join(str(x) for x in dict.fromkeys(r.config.seed for r, _, _ in members)),
+                    " ".join(dict.fromkeys(r.config.preset for r, _, _ in members)),
+                    " ".join(str(x) for x in dict.fromkeys(r.config.steps for r, _, _ in members)),
+                    str(len(members)),
+                    str(sum(s != "done" for _, s, _ in members)),
+                    duration(sum(t for _, _, t in members)),
+                )
+            )
     for column in columns:
         numeric = column in ("steps", "runs", "to start", "estimate")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
@@ -83,19 +105,30 @@ def dry_run(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any, *, to
     out.print(table)
     counts = {s: states.count(s) for s in ("new", "resume", "evaluate", "done")}
     speed = "; ".join(f"{_shape(shape)}: {tps:,.0f} tokens/s" for shape, tps in cost["tokens_per_second"].items())
-    out.print(f"runs: {len(runs)} ({counts['new']} new, {counts['resume']} to resume, {counts['evaluate']} to "
-              f"evaluate, {counts['done']} done)")
+    out.print(
+        f"runs: {len(runs)} ({counts['new']} new, {counts['resume']} to resume, {counts['evaluate']} to "
+        f"evaluate, {counts['done']} done)"
+    )
     out.print(f"throughput ({cost['source']}): {speed or '-'}")
-    out.print(f"estimated training time: {duration(cost['total_seconds'])} of run time in all; wall "
-              f"{duration(wall_one)} on {machine} ({slots} run(s) at a time), {duration(wall_cluster)} on "
-              f"{cluster_size} of them (evaluation not included; runs assumed not to slow each other)")
+    out.print(
+        f"estimated training time: {duration(cost['total_seconds'])} of run time in all; wall "
+        f"{duration(wall_one)} on {machine} ({slots} run(s) at a time), {duration(wall_cluster)} on "
+        f"{cluster_size} of them (evaluation not included; runs assumed not to slow each other)"
+    )
     if not list_runs and len(runs) <= 40:
         out.print("[dim]--list shows every run[/dim]")
-    return {"name": name, "runs": [{**r.to_dict(), "state": s, "estimated_seconds": t}
-                                   for r, s, t in zip(runs, states, seconds)],
-            "count": len(runs), "states": counts, "tokens_per_second": cost["tokens_per_second"],
-            "throughput_source": cost["source"], "device": device, "total_seconds": cost["total_seconds"],
-            "wall_seconds": {"1": wall_one, str(cluster_size): wall_cluster}, "runs_at_a_time": slots}
+    return {
+        "name": name,
+        "runs": [{**r.to_dict(), "state": s, "estimated_seconds": t} for r, s, t in zip(runs, states, seconds)],
+        "count": len(runs),
+        "states": counts,
+        "tokens_per_second": cost["tokens_per_second"],
+        "throughput_source": cost["source"],
+        "device": device,
+        "total_seconds": cost["total_seconds"],
+        "wall_seconds": {"1": wall_one, str(cluster_size): wall_cluster},
+        "runs_at_a_time": slots,
+    }
 
 
 def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any) -> Manifest:
@@ -112,12 +145,24 @@ def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: 
     with out.status("starting Ray" if not launch.address else f"joining Ray at {launch.address}"):
         cluster = connect(launch.address, num_cpus=launch.num_cpus)
         check_resources(cluster, launch.cpus_per_run, launch.gpus_per_run)
-    manifest.ray = {**cluster, "cpus_per_run": launch.cpus_per_run, "gpus_per_run": launch.gpus_per_run,
-                    "max_retries": launch.max_retries}
-    out.print(f"Ray: {cluster['nodes']} node(s), {cluster['cpus']:g} CPUs, {cluster['gpus']:g} GPUs; "
-              f"each run asks for {launch.cpus_per_run:g} CPU, {launch.gpus_per_run:g} GPU; manifest {path}")
-    columns = (TextColumn("{task.description:<40}"), BarColumn(), TextColumn("{task.fields[info]}"),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    manifest.ray = {
+        **cluster,
+        "cpus_per_run": launch.cpus_per_run,
+        "gpus_per_run": launch.gpus_per_run,
+        "max_retries": launch.max_retries,
+    }
+    out.print(
+        f"Ray: {cluster['nodes']} node(s), {cluster['cpus']:g} CPUs, {cluster['gpus']:g} GPUs; "
+        f"each run asks for {launch.cpus_per_run:g} CPU, {launch.gpus_per_run:g} GPU; manifest {path}"
+    )
+    columns = (
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=out, transient=False) as progress:
         state: dict[str, Any] = {"bars": {}, "steps": {}}
         overall = progress.add_task(f"sweep {name}", total=1, info="")
@@ -126,16 +171,19 @@ def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: 
             c = manifest.counts()
             left = c["pending"] + c["interrupted"]
             elsewhere = f"  elsewhere {c['elsewhere']}" if c["elsewhere"] else ""
-            progress.update(overall, completed=sum(state["steps"].values()),
-                            info=f"done {c['done']}  running {c['running']}  failed {c['failed']}{elsewhere}  left "
-                                 f"{left}")
+            progress.update(
+                overall,
+                completed=sum(state["steps"].values()),
+                info=f"done {c['done']}  running {c['running']}  failed {c['failed']}{elsewhere}  left {left}",
+            )
 
         def on_event(event: dict[str, Any]) -> None:
             kind, label = event["kind"], event.get("label")
             if kind == "plan":
                 state["steps"] = {lab: event["total_steps"][lab] - left for lab, left in event["left"].items()}
-                progress.reset(overall, total=sum(event["total_steps"].values()) or 1,
-                               completed=sum(state["steps"].values()))
+                progress.reset(
+                    overall, total=sum(event["total_steps"].values()) or 1, completed=sum(state["steps"].values())
+                )
             elif kind == "start" and label not in state["bars"]:
                 state["bars"][label] = progress.add_task(f"  {label}", total=1, info=event["node"]["host"])
             elif kind == "step":
@@ -157,8 +205,15 @@ def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: 
                     progress.console.print(f"[yellow]in use[/yellow] {label}: by {entry['held_by']}; left to it")
             refresh()
 
-        execute(runs, manifest, cpus_per_run=launch.cpus_per_run, gpus_per_run=launch.gpus_per_run,
-                max_retries=launch.max_retries, evaluate=launch.evaluate, on_event=on_event)
+        execute(
+            runs,
+            manifest,
+            cpus_per_run=launch.cpus_per_run,
+            gpus_per_run=launch.gpus_per_run,
+            max_retries=launch.max_retries,
+            evaluate=launch.evaluate,
+            on_event=on_event,
+        )
     return manifest
 
 
@@ -170,8 +225,17 @@ def show_outcome(runs: Sequence[SweepRun], manifest: Manifest, name: str, launch
     counts = manifest.counts()
     table = Table(title=f"probe sweep {name}: {counts['done']} done, {counts['failed']} failed")
     perplexity = any("heldout_perplexity" in entry for entry in manifest.entries.values())
-    for column in ("run", "state", "attempts", "node", "seconds", "IID", "OOD",
-                   *(["held-out perplexity"] if perplexity else []), "error"):
+    for column in (
+        "run",
+        "state",
+        "attempts",
+        "node",
+        "seconds",
+        "IID",
+        "OOD",
+        *(["held-out perplexity"] if perplexity else []),
+        "error",
+    ):
         table.add_column(column)
 
     def pct(value: float | None) -> str:
@@ -179,16 +243,23 @@ def show_outcome(runs: Sequence[SweepRun], manifest: Manifest, name: str, launch
 
     for entry in manifest.entries.values():
         held_out = entry.get("heldout_perplexity")
-        table.add_row(entry["label"], entry["state"], str(entry.get("attempts", 0)),
-                      (entry.get("node") or {}).get("host", "-"),
-                      "-" if entry.get("seconds") is None else f"{entry['seconds']:.0f}",
-                      pct(entry.get("iid_accuracy")), pct(entry.get("ood_accuracy")),
-                      *([("-" if held_out is None else f"{held_out:.2f}")] if perplexity else []),
-                      entry.get("error") or (f"in use by {entry['held_by']}" if entry["state"] == "elsewhere" else ""))
+        table.add_row(
+            entry["label"],
+            entry["state"],
+            str(entry.get("attempts", 0)),
+            (entry.get("node") or {}).get("host", "-"),
+            "-" if entry.get("seconds") is None else f"{entry['seconds']:.0f}",
+            pct(entry.get("iid_accuracy")),
+            pct(entry.get("ood_accuracy")),
+            *([("-" if held_out is None else f"{held_out:.2f}")] if perplexity else []),
+            entry.get("error") or (f"in use by {entry['held_by']}" if entry["state"] == "elsewhere" else ""),
+        )
     out.print(table)
     if counts["elsewhere"]:
-        out.print(f"[yellow]{counts['elsewhere']} run(s) were in use by another process and left to it; "
-                  "run the same sweep again once they are done to pick up their results[/yellow]")
+        out.print(
+            f"[yellow]{counts['elsewhere']} run(s) were in use by another process and left to it; "
+            "run the same sweep again once they are done to pick up their results[/yellow]"
+        )
     summary = show_report(runs, name, launch, out) if launch.evaluate else None
     return {"manifest": manifest.to_dict(), "report": summary}
 
@@ -201,32 +272,48 @@ def show_report(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any) -
     from probe.models.registry import PE_LABELS
 
     summary = report(runs)
-    table = Table(title=f"probe sweep {name} --report: {summary['evaluated']} of {summary['runs']} runs evaluated "
-                        "(exact match, mean over seeds)")
+    table = Table(
+        title=f"probe sweep {name} --report: {summary['evaluated']} of {summary['runs']} runs evaluated "
+        "(exact match, mean over seeds)"
+    )
     for column in ("task", "PE", "seeds", "IID", "OOD", "by length (* unseen)"):
         table.add_column(column)
     for row in summary["aggregate"]:
-        table.add_row(row["task_folder"], PE_LABELS.get(row["pe"], row["pe"]), str(len(row["seeds"])),
-                      f"{100 * row['iid_accuracy']:.1f}%",
-                      "-" if row["ood_accuracy"] is None else f"{100 * row['ood_accuracy']:.1f}%",
-                      " ".join(f"{n}:{100 * a:.0f}" + ("" if s else "*")
-                               for n, a, s in zip(row["lengths"], row["accuracy"], row["seen"])))
+        table.add_row(
+            row["task_folder"],
+            PE_LABELS.get(row["pe"], row["pe"]),
+            str(len(row["seeds"])),
+            f"{100 * row['iid_accuracy']:.1f}%",
+            "-" if row["ood_accuracy"] is None else f"{100 * row['ood_accuracy']:.1f}%",
+            " ".join(
+                f"{n}:{100 * a:.0f}" + ("" if s else "*")
+                for n, a, s in zip(row["lengths"], row["accuracy"], row["seen"])
+            ),
+        )
     if summary["aggregate"] or not summary["pretrained"]:
         out.print(table)
     for group, ranks in summary["mean_reciprocal_rank"].items():
-        out.print(f"mean reciprocal rank ({group}; the paper's figures, 1 = always first): "
-                  + ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in ranks.items()))
+        out.print(
+            f"mean reciprocal rank ({group}; the paper's figures, 1 = always first): "
+            + ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in ranks.items())
+        )
     for group, ranks in summary["mean_rank"].items():
-        out.print(f"mean rank ({group}; 1 = best): "
-                  + ", ".join(f"{PE_LABELS.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items()))
+        out.print(
+            f"mean rank ({group}; 1 = best): "
+            + ", ".join(f"{PE_LABELS.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items())
+        )
     for run in summary["pretrained"]:
-        out.print(f"{run['run']}: held-out perplexity {run['heldout_perplexity']:.2f} at its training context",
-                  highlight=False)
+        out.print(
+            f"{run['run']}: held-out perplexity {run['heldout_perplexity']:.2f} at its training context",
+            highlight=False,
+        )
     if summary["pretrained"]:
         out.print("perplexity against context size: probe perplexity --checkpoints " + str(launch.checkpoints))
     if summary["missing"]:
-        out.print(f"[yellow]{len(summary['missing'])} run(s) not evaluated yet[/yellow]"
-                  + (f": {', '.join(summary['missing'][:5])}" + (" ..." if len(summary["missing"]) > 5 else "")))
+        out.print(
+            f"[yellow]{len(summary['missing'])} run(s) not evaluated yet[/yellow]"
+            + (f": {', '.join(summary['missing'][:5])}" + (" ..." if len(summary["missing"]) > 5 else ""))
+        )
     target = Path(launch.report_out) if launch.report_out else Path(launch.checkpoints) / f"sweep-{name}-report"
     figures = [str(p) for p in report_figures(summary, target)] if summary["aggregate"] else []
     if figures:

@@ -86,8 +86,9 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     speeds: list[float] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            source = training_source(config.task, config.task_options, config.seed, run.path,
-                                     authors=config.protocol == "authors")
+            source = training_source(
+                config.task, config.task_options, config.seed, run.path, authors=config.protocol == "authors"
+            )
             trainer = Trainer(config, Path(scratch), resolved, source=source)
             trainer.train(lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     finally:
@@ -95,9 +96,15 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     return sorted(speeds)[len(speeds) // 2]
 
 
-def estimate_cost(runs: Sequence[SweepRun], *, device: str = "cpu", tokens_per_second: float | None = None,
-                  measure_steps: int = 5, threads: int = 1, on_measure: Callable[[str],
-                                                                                 None] | None = None) -> dict[str, Any]:
+def estimate_cost(
+    runs: Sequence[SweepRun],
+    *,
+    device: str = "cpu",
+    tokens_per_second: float | None = None,
+    measure_steps: int = 5,
+    threads: int = 1,
+    on_measure: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Seconds each run still needs: its steps left x tokens per batch / measured tokens per second.
 
     Throughput is measured once per model shape (preset + model overrides) on the first run of
@@ -124,8 +131,12 @@ def estimate_cost(runs: Sequence[SweepRun], *, device: str = "cpu", tokens_per_s
         if folder not in tokens:
             tokens[folder] = mean_batch_tokens(run)
         per_run.append(left * tokens[folder] / speeds[shape])
-    return {"seconds": per_run, "total_seconds": sum(per_run), "tokens_per_second": speeds,
-            "source": "given" if tokens_per_second is not None else f"measured on {device}"}
+    return {
+        "seconds": per_run,
+        "total_seconds": sum(per_run),
+        "tokens_per_second": speeds,
+        "source": "given" if tokens_per_second is not None else f"measured on {device}",
+    }
 
 
 def wall_seconds(seconds: Iterable[float], slots: int) -> float:

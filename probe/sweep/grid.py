@@ -33,8 +33,13 @@ class SweepRun:
         return f"{self.path.parent.parent.name}/{self.config.pe}/seed{self.config.seed}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "path": str(self.path), "config": self.config.to_dict(),
-                "eval_n": self.eval_n, "eval_valid": self.eval_valid}
+        return {
+            "label": self.label,
+            "path": str(self.path),
+            "config": self.config.to_dict(),
+            "eval_n": self.eval_n,
+            "eval_valid": self.eval_valid,
+        }
 
 
 def named_grids() -> list[str]:
@@ -71,8 +76,9 @@ def train_keys() -> tuple[str, ...]:
     """The TrainConfig fields a grid may set (all but the ones the grid's lists decide)."""
     from probe.training.config import TrainConfig
 
-    return tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed",
-                                                                                   "task_options"))
+    return tuple(
+        f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed", "task_options")
+    )
 
 
 def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
@@ -102,15 +108,17 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
             raise ProbeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(accepted))}")
         for key in (*train_fields, *EVAL_KEYS):
             if isinstance(spec.get(key), list):
-                raise ProbeError(f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be "
-                                 "lists)")
+                raise ProbeError(
+                    f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)"
+                )
         tasks, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("seed", 0))
         pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES))))
         scratchpads = _listed(spec.get("scratchpad", "none"))
         for task in tasks:
             if task not in TASKS and task != CODE_TASK:
-                raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} "
-                                 "(pretraining)")
+                raise ProbeError(
+                    f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)"
+                )
         for pe in pes:
             pe_class(pe, sets=PE_SETS)
         for seed in seeds:
@@ -142,12 +150,18 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
                 except TypeError as error:
                     raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
                 config.model_config(vocab_size=8)
-                run = SweepRun(config, run_dir(root, task, pe, seed, options, config.pe_options),
-                               spec.get("eval_n"), spec.get("eval_valid", 500))
+                run = SweepRun(
+                    config,
+                    run_dir(root, task, pe, seed, options, config.pe_options),
+                    spec.get("eval_n"),
+                    spec.get("eval_valid", 500),
+                )
                 earlier = runs.get(run.path)
                 if earlier is not None and earlier.config != config:
-                    raise ProbeError(f"{where}: two runs of the grid share the folder {run.path} with different "
-                                     "settings (preset, steps, model ...); a run folder holds one run")
+                    raise ProbeError(
+                        f"{where}: two runs of the grid share the folder {run.path} with different "
+                        "settings (preset, steps, model ...); a run folder holds one run"
+                    )
                 runs.setdefault(run.path, run)
     return list(runs.values())
 
@@ -156,10 +170,16 @@ def _listed(value: Any) -> list[Any]:
     return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
 
 
-def grid_from_flags(*, tasks: Sequence[str] | None = None, pes: Sequence[str] | None = None,
-                    seeds: Sequence[int] | None = None, scratchpads: Sequence[str] | None = None,
-                    options: dict[str, list[Any]] | None = None, model: dict[str, Any] | None = None,
-                    **train: Any) -> dict[str, Any]:
+def grid_from_flags(
+    *,
+    tasks: Sequence[str] | None = None,
+    pes: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    scratchpads: Sequence[str] | None = None,
+    options: dict[str, list[Any]] | None = None,
+    model: dict[str, Any] | None = None,
+    **train: Any,
+) -> dict[str, Any]:
     """The grid that command-line flags describe (repeated flags become lists). With no PE or seed
     given, as ``probe train``: every PE at seed 0 plus NoPE' (:func:`probe.plans.seed_baseline_blocks`)."""
     from probe.plans import seed_baseline_blocks
@@ -196,9 +216,15 @@ def with_overrides(grid: dict[str, Any], train: dict[str, Any], model: dict[str,
     return grid
 
 
-def pick_runs(runs: Sequence[SweepRun], grid_name: str, *, tasks: Sequence[str] | None = None,
-              pes: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
-              scratchpads: Sequence[str] | None = None) -> list[SweepRun]:
+def pick_runs(
+    runs: Sequence[SweepRun],
+    grid_name: str,
+    *,
+    tasks: Sequence[str] | None = None,
+    pes: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    scratchpads: Sequence[str] | None = None,
+) -> list[SweepRun]:
     """The runs of a grid with one of ``tasks``, ``pes``, ``seeds`` and ``scratchpads`` (None: any), so a
     part of a shipped grid runs alone; none matching is a ProbeError."""
     from probe.tasks.scratchpad import parse_format
@@ -207,10 +233,14 @@ def pick_runs(runs: Sequence[SweepRun], grid_name: str, *, tasks: Sequence[str] 
         formats = None if scratchpads is None else {parse_format(f) for f in scratchpads}
     except ValueError as error:
         raise ProbeError(str(error)) from None
-    picked = [r for r in runs
-              if (tasks is None or r.config.task in tasks) and (pes is None or r.config.pe in pes)
-              and (seeds is None or r.config.seed in seeds)
-              and (formats is None or parse_format(r.config.task_options.get("scratchpad")) in formats)]
+    picked = [
+        r
+        for r in runs
+        if (tasks is None or r.config.task in tasks)
+        and (pes is None or r.config.pe in pes)
+        and (seeds is None or r.config.seed in seeds)
+        and (formats is None or parse_format(r.config.task_options.get("scratchpad")) in formats)
+    ]
     if not picked:
         raise ProbeError(f"no run of grid {grid_name} matches the --task/--pe/--seed/--scratchpad given")
     return picked

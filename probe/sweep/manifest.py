@@ -33,14 +33,44 @@ class Manifest:
         self.created = time.time()
         self.entries: dict[str, dict[str, Any]] = {}
         for run in runs:
-            entry = {"label": run.label, "path": str(run.path), "task": run.path.parent.parent.name,
-                     "pe": run.config.pe, "seed": run.config.seed, "state": "pending", "attempts": 0,
-                     "node": None, "started": None, "finished": None, "seconds": None, "error": None}
+            entry = {
+                "label": run.label,
+                "path": str(run.path),
+                "task": run.path.parent.parent.name,
+                "pe": run.config.pe,
+                "seed": run.config.seed,
+                "state": "pending",
+                "attempts": 0,
+                "node": None,
+                "started": None,
+                "finished": None,
+                "seconds": None,
+                "error": None,
+            }
             old = previous.get(run.label, {})
-            entry.update({k: old[k] for k in ("attempts", "node", "started", "finished", "seconds", "error",
-                                              "train_seconds", "eval_seconds", "status", "iid_accuracy",
-                                              "ood_accuracy", "heldout_loss", "heldout_perplexity", "history",
-                                              "held_by") if k in old})
+            entry.update(
+                {
+                    k: old[k]
+                    for k in (
+                        "attempts",
+                        "node",
+                        "started",
+                        "finished",
+                        "seconds",
+                        "error",
+                        "train_seconds",
+                        "eval_seconds",
+                        "status",
+                        "iid_accuracy",
+                        "ood_accuracy",
+                        "heldout_loss",
+                        "heldout_perplexity",
+                        "history",
+                        "held_by",
+                    )
+                    if k in old
+                }
+            )
             self.entries[run.label] = entry
 
     def update(self, label: str, write: bool = True, **fields: Any) -> dict[str, Any]:
@@ -56,8 +86,14 @@ class Manifest:
         return counts
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "created": self.created, "updated": time.time(), "ray": self.ray,
-                "counts": self.counts(), "runs": list(self.entries.values())}
+        return {
+            "name": self.name,
+            "created": self.created,
+            "updated": time.time(),
+            "ray": self.ray,
+            "counts": self.counts(),
+            "runs": list(self.entries.values()),
+        }
 
     def write(self) -> None:
         from probe.files import atomic_write_json

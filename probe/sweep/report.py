@@ -47,7 +47,8 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     curves: dict[str, dict[str, dict[str, Any]]] = {}
     for r in evaluated:
         curve = curves.setdefault(r["task_folder"], {}).setdefault(
-            r["pe"], {"seeds": [], "by_length": {}, "seen": {}, "iid": [], "ood": []})
+            r["pe"], {"seeds": [], "by_length": {}, "seen": {}, "iid": [], "ood": []}
+        )
         curve["seeds"].append(r["seed"])
         curve["iid"].append(r["iid_accuracy"])
         if r["ood_accuracy"] is not None:
@@ -59,23 +60,36 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     for folder, by_pe in curves.items():
         for pe, c in by_pe.items():
             lengths = sorted(c["by_length"])
-            rows.append({
-                "task_folder": folder, "pe": pe, "seeds": sorted(c["seeds"]),
-                "iid_accuracy": _mean(c["iid"]), "ood_accuracy": _mean(c["ood"]) if c["ood"] else None,
-                "lengths": lengths, "accuracy": [_mean(c["by_length"][n]) for n in lengths],
-                "seen": [c["seen"][n] for n in lengths],
-            })
+            rows.append(
+                {
+                    "task_folder": folder,
+                    "pe": pe,
+                    "seeds": sorted(c["seeds"]),
+                    "iid_accuracy": _mean(c["iid"]),
+                    "ood_accuracy": _mean(c["ood"]) if c["ood"] else None,
+                    "lengths": lengths,
+                    "accuracy": [_mean(c["by_length"][n]) for n in lengths],
+                    "seen": [c["seen"][n] for n in lengths],
+                }
+            )
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in evaluated:
         groups.setdefault(category(r["task"], r.get("task_options", {})), []).append(r)
     plain = [r for r in evaluated if not r.get("task_options", {}).get("scratchpad")]
     ranks = {"all tasks": mean_ranks(plain), **{name: mean_ranks(group) for name, group in groups.items()}}
-    reciprocal = {"all tasks": mean_reciprocal_ranks(plain),
-                  **{name: mean_reciprocal_ranks(group) for name, group in groups.items()}}
-    return {"runs": len(runs), "evaluated": len(evaluated), "missing": missing, "aggregate": rows,
-            "pretrained": pretrained,
-            "mean_rank": {name: value for name, value in ranks.items() if value},
-            "mean_reciprocal_rank": {name: value for name, value in reciprocal.items() if value}}
+    reciprocal = {
+        "all tasks": mean_reciprocal_ranks(plain),
+        **{name: mean_reciprocal_ranks(group) for name, group in groups.items()},
+    }
+    return {
+        "runs": len(runs),
+        "evaluated": len(evaluated),
+        "missing": missing,
+        "aggregate": rows,
+        "pretrained": pretrained,
+        "mean_rank": {name: value for name, value in ranks.items() if value},
+        "mean_reciprocal_rank": {name: value for name, value in reciprocal.items() if value},
+    }
 
 
 def _pretrained(folder: Path) -> dict[str, Any] | None:
@@ -89,8 +103,12 @@ def _pretrained(folder: Path) -> dict[str, Any] | None:
     metrics = config.get("metrics", {})
     if task_name(config) != "code" or "heldout_perplexity" not in metrics:
         return None
-    return {"run": str(folder), "pe": config["pe"], "seed": config.get("training", {}).get("seed", 0),
-            "heldout_perplexity": metrics["heldout_perplexity"]}
+    return {
+        "run": str(folder),
+        "pe": config["pe"],
+        "seed": config.get("training", {}).get("seed", 0),
+        "heldout_perplexity": metrics["heldout_perplexity"],
+    }
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -121,23 +139,36 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
     for row in summary["aggregate"]:
         by_folder.setdefault(row["task_folder"], []).append(row)
     for folder, rows in by_folder.items():
-        curves = [{"label": f"{PE_LABELS.get(r['pe'], r['pe'])} ({len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)})",
-                   "pe": r["pe"], "lengths": r["lengths"], "accuracy": r["accuracy"]} for r in rows]
+        curves = [
+            {
+                "label": f"{PE_LABELS.get(r['pe'], r['pe'])} ({len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)})",
+                "pe": r["pe"],
+                "lengths": r["lengths"],
+                "accuracy": r["accuracy"],
+            }
+            for r in rows
+        ]
         seen = [n for r in rows for n, s in zip(r["lengths"], r["seen"]) if s]
-        figures[f"accuracy_{folder}"] = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
-                                                           f"{folder}: exact match by length (mean over seeds)")
+        figures[f"accuracy_{folder}"] = accuracy_by_length(
+            curves, (min(seen), max(seen)) if seen else None, f"{folder}: exact match by length (mean over seeds)"
+        )
     for key, title, axis in (
-            ("mean_reciprocal_rank", "mean reciprocal rank by OOD accuracy (the paper's figures; higher is better)",
-             "mean reciprocal rank (1 = always first)"),
-            ("mean_rank", "mean rank by OOD accuracy (1 = best; ties share)", "mean rank (lower is better)")):
+        (
+            "mean_reciprocal_rank",
+            "mean reciprocal rank by OOD accuracy (the paper's figures; higher is better)",
+            "mean reciprocal rank (1 = always first)",
+        ),
+        ("mean_rank", "mean rank by OOD accuracy (1 = best; ties share)", "mean rank (lower is better)"),
+    ):
         ranks = summary.get(key) or {}
         if not ranks:
             continue
         figure = go.Figure()
         for pe in sorted({pe for scores in ranks.values() for pe in scores}):
             names = [name for name, scores in ranks.items() if pe in scores]
-            figure.add_trace(go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe),
-                                    marker_color=pe_color(pe)))
+            figure.add_trace(
+                go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe), marker_color=pe_color(pe))
+            )
         figure.update_layout(title=title, yaxis_title=axis, barmode="group", template="plotly_white")
         figures[key] = figure
     return figures

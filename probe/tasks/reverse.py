@@ -19,8 +19,11 @@ from probe.tasks.copy import NEXT, WORDS
 from probe.tasks.words import vocabulary_of
 
 VARIANTS = ("random", "twice", "random-2x")
-PROMPTS = {"random": "Reverse the following words:", "twice": "Reverse the following words twice:",
-           "random-2x": "Reverse the following words, twice over:"}
+PROMPTS = {
+    "random": "Reverse the following words:",
+    "twice": "Reverse the following words twice:",
+    "random-2x": "Reverse the following words, twice over:",
+}
 PAPER_PROMPT = "Reverse:"
 
 

@@ -83,5 +83,7 @@ class Sorting(ScratchpadTask):
         return ["Sort the following numbers: 0, ? The answer is 0.", *symbols]
 
     def scratchpad_alphabet(self) -> list[str]:
-        return ["For 0, We take the minimum of [ ] Which is equal to . We update the sorted list to [ ].",
-                "So, the remaining input is"]
+        return [
+            "For 0, We take the minimum of [ ] Which is equal to . We update the sorted list to [ ].",
+            "So, the remaining input is",
+        ]

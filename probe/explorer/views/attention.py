@@ -13,8 +13,10 @@ from probe.tasks import get as get_task
 from probe.tasks.tokenizer import SPECIALS
 
 st.header("Attention")
-st.caption("`blocks.{l}.attn.hook_pattern` of a checkpoint on `<bos> input <sep> output <eos>`: the gold output of a "
-           "test example, or a typed input with a typed output or the model's own greedy continuation.")
+st.caption(
+    "`blocks.{l}.attn.hook_pattern` of a checkpoint on `<bos> input <sep> output <eos>`: the gold output of a "
+    "test example, or a typed input with a typed output or the model's own greedy continuation."
+)
 
 
 @st.cache_data(show_spinner="Generating the task's test split…", max_entries=8)
@@ -37,8 +39,9 @@ if found is not None:
     run = shared.pick_run("Checkpoint", runs, default_pe="nope", key="attention-run")
     try:
         if shared.is_code(run):
-            raise ProbeError("it is a pretrained code model: the Pretraining page shows its attention on held-out "
-                             "files")
+            raise ProbeError(
+                "it is a pretrained code model: the Pretraining page shows its attention on held-out files"
+            )
         model = shared.load_model(run)
         if "tokenizer" not in model.metadata:
             raise ProbeError("its config.json has no tokenizer, so no text can be fed to it")
@@ -65,12 +68,21 @@ if found is not None:
         left, right = st.columns([1, 3])
         lengths = sorted(by_length)
         seen = [i for i, n in enumerate(lengths) if task.is_seen(n)]
-        length = left.selectbox("Length bucket λ", lengths, index=seen[-1] if seen else 0,
-                                format_func=lambda n: f"{n} ({'seen' if task.is_seen(n) else 'unseen'})",
-                                key="attention-length", help="preselected: the longest training length")
+        length = left.selectbox(
+            "Length bucket λ",
+            lengths,
+            index=seen[-1] if seen else 0,
+            format_func=lambda n: f"{n} ({'seen' if task.is_seen(n) else 'unseen'})",
+            key="attention-length",
+            help="preselected: the longest training length",
+        )
         choices = by_length[length][:50]
-        index = right.selectbox("Example", range(len(choices)), key="attention-example",
-                                format_func=lambda i: f"{i + 1}. {choices[i].source[:120]}")
+        index = right.selectbox(
+            "Example",
+            range(len(choices)),
+            key="attention-example",
+            format_func=lambda i: f"{i + 1}. {choices[i].source[:120]}",
+        )
         example = choices[index]
         source = example.source
         gold = st.toggle("Gold output (off: the model's own greedy output)", value=True, key="attention-gold")
@@ -80,7 +92,7 @@ if found is not None:
         typed = st.text_input("Output (empty: the model's own greedy continuation)", key="attention-output")
         target = typed.strip() or None
         with st.expander("This task's vocabulary"):
-            st.code(" ".join(tokenizer.vocab[len(SPECIALS):]), language=None, wrap_lines=True)
+            st.code(" ".join(tokenizer.vocab[len(SPECIALS) :]), language=None, wrap_lines=True)
         if not source.strip():
             st.info("Type an input to see the attention maps.", icon=":material/keyboard:")
             st.stop()
@@ -96,5 +108,8 @@ if found is not None:
     shown = list(range(n_layers)) if n_layers <= 4 else [0, n_layers - 1]
     layers = st.multiselect("Layers", list(range(n_layers)), default=shown, key="attention-layers")
     for layer in layers:
-        st.plotly_chart(attention_heatmaps(tokens, patterns, layer, title=f"{shared.run_title(run)}: layer {layer}"),
-                        key=f"attention-layer-{layer}", width="content")
+        st.plotly_chart(
+            attention_heatmaps(tokens, patterns, layer, title=f"{shared.run_title(run)}: layer {layer}"),
+            key=f"attention-layer-{layer}",
+            width="content",
+        )

@@ -13,23 +13,44 @@ from probe.explorer import shared
 from probe.plots import head_matrix_figure, layer_distance_figure
 
 st.header("Compare attention between two models")
-st.caption("D^(l)(A, B): for each layer, the minimum over all head pairs of the mean Jensen–Shannon divergence between "
-           "their attention rows (Eq. similarity), on the same examples (gold input + output) of every length bucket, "
-           "with 95% bootstrap intervals. A against another seed of itself (NoPE') is the baseline. Code models read "
-           "the "
-           "last c tokens of held-out files instead, c = 1x and 2x the training context T, one bucket per c.")
+st.caption(
+    "D^(l)(A, B): for each layer, the minimum over all head pairs of the mean Jensen–Shannon divergence between "
+    "their attention rows (Eq. similarity), on the same examples (gold input + output) of every length bucket, "
+    "with 95% bootstrap intervals. A against another seed of itself (NoPE') is the baseline. Code models read "
+    "the "
+    "last c tokens of held-out files instead, c = 1x and 2x the training context T, one bucket per c."
+)
 
 
 @st.cache_data(show_spinner="Collecting attention and comparing every head pair…", show_time=True, max_entries=32)
-def comparison(path_a: str, version_a: float, path_b: str, version_b: float, root: str, n_per_bucket: int,
-               metric: str, lengths: str, baseline: bool, options: str = "{}"):
+def comparison(
+    path_a: str,
+    version_a: float,
+    path_b: str,
+    version_b: float,
+    root: str,
+    n_per_bucket: int,
+    metric: str,
+    lengths: str,
+    baseline: bool,
+    options: str = "{}",
+):
     """What `probe compare A B` computes; ``hf:`` models read the held-out files of the corpus ``options``
     (JSON) name, at its context."""
     from probe.analysis import compare_report
     from probe.device import resolve_device
 
-    return compare_report(path_a, [path_b], root=root, n_per_bucket=n_per_bucket, metric=metric, lengths=lengths,
-                          baseline=baseline, options=json.loads(options), device=resolve_device("auto"))
+    return compare_report(
+        path_a,
+        [path_b],
+        root=root,
+        n_per_bucket=n_per_bucket,
+        metric=metric,
+        lengths=lengths,
+        baseline=baseline,
+        options=json.loads(options),
+        device=resolve_device("auto"),
+    )
 
 
 found = shared.require_runs(trained=True)
@@ -39,31 +60,57 @@ if found is not None:
     members = [r for r in runs if shared.task_folder(r) == folder]
     by_path = {str(r.path): r for r in members}
     code = shared.is_code(members[0])
-    external = shared.hf_models("Hugging Face models to compare, beside the runs (A and B must share a tokenizer)",
-                                "compare-hf") if code else []
+    external = (
+        shared.hf_models(
+            "Hugging Face models to compare, beside the runs (A and B must share a tokenizer)", "compare-hf"
+        )
+        if code
+        else []
+    )
     if len(members) + len(external) < 2:
         more = "; or type an hf: model" if code else ""
-        st.info(f"Comparing needs two models of {folder}; there is {len(members)}. `probe train` makes one per PE "
-                f"(`--task`, `--pe`, `--seed` choose which){more}.", icon=":material/info:")
+        st.info(
+            f"Comparing needs two models of {folder}; there is {len(members)}. `probe train` makes one per PE "
+            f"(`--task`, `--pe`, `--seed` choose which){more}.",
+            icon=":material/info:",
+        )
         st.stop()
     with st.form("compare-settings", border=False):
         left, right = st.columns(2)
         with left:
             name_a = shared.pick_model("Model A", members, external, default_pe="nope", key="compare-a")
         with right:
-            name_b = shared.pick_model("Model B", members, external, default_pe="t5", key="compare-b",
-                                       other_than=name_a)
+            name_b = shared.pick_model(
+                "Model B", members, external, default_pe="t5", key="compare-b", other_than=name_a
+            )
         c1, c2, c3, c4 = st.columns(4)
-        n_per_bucket = c1.number_input("Examples per length bucket", min_value=1, max_value=200, value=10, key="n",
-                                       bind="query-params", help="the paper uses up to 10; code models: windows per "
-                                       "context size")
-        metric = c2.selectbox("Metric", ["jsd", "reference-code"], key="metric", bind="query-params",
-                              help="jsd: the paper's definition; reference-code: the released code's "
-                              "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only")
-        lengths = c3.selectbox("Length buckets", ["all", "seen", "unseen"], key="lengths", bind="query-params",
-                               help="code models: seen = 1x, unseen = 2x the training context")
-        baseline = c4.toggle("A' baseline (another seed of A)", value=True, key="compare-baseline",
-                             help="not for hf: models")
+        n_per_bucket = c1.number_input(
+            "Examples per length bucket",
+            min_value=1,
+            max_value=200,
+            value=10,
+            key="n",
+            bind="query-params",
+            help="the paper uses up to 10; code models: windows per context size",
+        )
+        metric = c2.selectbox(
+            "Metric",
+            ["jsd", "reference-code"],
+            key="metric",
+            bind="query-params",
+            help="jsd: the paper's definition; reference-code: the released code's "
+            "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only",
+        )
+        lengths = c3.selectbox(
+            "Length buckets",
+            ["all", "seen", "unseen"],
+            key="lengths",
+            bind="query-params",
+            help="code models: seen = 1x, unseen = 2x the training context",
+        )
+        baseline = c4.toggle(
+            "A' baseline (another seed of A)", value=True, key="compare-baseline", help="not for hf: models"
+        )
         st.form_submit_button("Compare", type="primary")
 
     hf = name_a in external or name_b in external
@@ -71,12 +118,23 @@ if found is not None:
     if name_a == name_b:
         st.warning("A and B are the same model: every distance is 0.")
     flags = "".join(f" -o {k}={options[k]}" for k in ("corpus", "heldout", "context")) if hf else ""
-    command = (f"probe compare {name_a} {name_b}{flags} --n-per-bucket {n_per_bucket} --metric {metric} "
-               f"--lengths {lengths}{'' if baseline else ' --no-baseline'}")
+    command = (
+        f"probe compare {name_a} {name_b}{flags} --n-per-bucket {n_per_bucket} --metric {metric} "
+        f"--lengths {lengths}{'' if baseline else ' --no-baseline'}"
+    )
     try:
-        report = comparison(name_a, shared.stamp(by_path[name_a]) if name_a in by_path else 0.0, name_b,
-                            shared.stamp(by_path[name_b]) if name_b in by_path else 0.0, str(shared.checkpoints_root()),
-                            int(n_per_bucket), metric, lengths, baseline, json.dumps(options))
+        report = comparison(
+            name_a,
+            shared.stamp(by_path[name_a]) if name_a in by_path else 0.0,
+            name_b,
+            shared.stamp(by_path[name_b]) if name_b in by_path else 0.0,
+            str(shared.checkpoints_root()),
+            int(n_per_bucket),
+            metric,
+            lengths,
+            baseline,
+            json.dumps(options),
+        )
     except ProbeError as error:
         shared.error_line(error)
         st.stop()
@@ -84,39 +142,58 @@ if found is not None:
     result = report.comparisons[0]
     if baseline and report.baseline is None and not hf:
         trainer = "pretrain" if code else "train"
-        st.info(f"No other seed of {result.a.label} in {folder}, so no A' baseline (`probe {trainer} "
-                f"--seed 1 --pe {by_path[name_a].pe}` with this folder's options makes one).", icon=":material/info:")
+        st.info(
+            f"No other seed of {result.a.label} in {folder}, so no A' baseline (`probe {trainer} "
+            f"--seed 1 --pe {by_path[name_a].pe}` with this folder's options makes one).",
+            icon=":material/info:",
+        )
     if result.skipped:
         st.warning(f"{result.skipped} example(s) longer than the models' context were left out.")
 
     n_layers = result.n_layers
     for r in report.results:
         if r.paired != list(range(n_layers)):
-            st.caption(f"{r.label} has another depth: A's layer l meets its layer at the same relative depth ("
-                       + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired)) + ").")
+            st.caption(
+                f"{r.label} has another depth: A's layer l meets its layer at the same relative depth ("
+                + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
+                + ")."
+            )
     rows = []
     for r in report.results:
         stats = r.overall
-        rows.append({"A vs": r.label,
-                     **{f"layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)},
-                     "average over layers": float(stats.average.mean),
-                     "95% CI": f"[{float(stats.average.low):.4f}, {float(stats.average.high):.4f}]",
-                     "examples": stats.n_examples})
-    st.dataframe(rows, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%.4f") for c in rows[0] if c.startswith(("layer", "average"))})
+        rows.append(
+            {
+                "A vs": r.label,
+                **{f"layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)},
+                "average over layers": float(stats.average.mean),
+                "95% CI": f"[{float(stats.average.low):.4f}, {float(stats.average.high):.4f}]",
+                "examples": stats.n_examples,
+            }
+        )
+    st.dataframe(
+        rows,
+        hide_index=True,
+        column_config={
+            c: st.column_config.NumberColumn(format="%.4f") for c in rows[0] if c.startswith(("layer", "average"))
+        },
+    )
 
     buckets = [b.length for b in result.buckets]
     seen = {b.length: b.seen for b in result.buckets}
-    bucket = st.select_slider("Context size c" if code else "Length bucket λ", ["all", *buckets], value="all",
-                              key="bucket",
-                              format_func=lambda b: "all buckets" if b == "all"
-                              else f"{b}{'' if seen[b] else ' (unseen)'}")
+    bucket = st.select_slider(
+        "Context size c" if code else "Length bucket λ",
+        ["all", *buckets],
+        value="all",
+        key="bucket",
+        format_func=lambda b: "all buckets" if b == "all" else f"{b}{'' if seen[b] else ' (unseen)'}",
+    )
     length = None if bucket == "all" else int(bucket)
     label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
     where = "all length buckets" if length is None else f"λ = {length}"
-    st.plotly_chart(layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})",
-                                          label),
-                    key="layers")
+    st.plotly_chart(
+        layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})", label),
+        key="layers",
+    )
 
     st.subheader("Head × head distances of one layer")
     layer = st.selectbox("Layer", list(range(n_layers)), key="layer")
@@ -125,8 +202,9 @@ if found is not None:
         stats = r.overall if length is None else next((s for s in r.buckets if s.length == length), None)
         if stats is None:
             continue
-        figure = head_matrix_figure(stats.head_matrix[layer], stats.argmin[layer].tolist(), f"layer {layer}",
-                                    labels=(r.a.label, r.label))
+        figure = head_matrix_figure(
+            stats.head_matrix[layer], stats.argmin[layer].tolist(), f"layer {layer}", labels=(r.a.label, r.label)
+        )
         column.plotly_chart(figure, key=f"heads-{r.label}")
 
     st.subheader("Per length bucket")
@@ -140,5 +218,8 @@ if found is not None:
             row.update({f"{r.label}: layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)})
             row[f"{r.label}: average"] = float(stats.average.mean)
         table.append(row)
-    st.dataframe(table, hide_index=True, column_config={
-        c: st.column_config.NumberColumn(format="%.4f") for c in table[0] if ": " in c})
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={c: st.column_config.NumberColumn(format="%.4f") for c in table[0] if ": " in c},
+    )

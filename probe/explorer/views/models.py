@@ -26,17 +26,26 @@ if found is not None:
     rows = []
     for r in runs:
         training, metrics, report = r.config.get("training", {}), r.config.get("metrics"), reports[str(r.path)]
-        iid = report.get("iid_accuracy") if report else metrics.get("iid_accuracy") if isinstance(metrics,
-                                                                                                  dict) else None
-        rows.append({
-            "task": shared.task_folder(r), "PE": shared.pe_name(r.pe), "seed": r.seed,
-            "preset": training.get("preset", "–"), "steps": training.get("steps_done", training.get("steps")),
-            "IID accuracy": percent(iid), "OOD accuracy": percent(report and report.get("ood_accuracy")),
-            "folder": str(r.path),
-        })
+        iid = (
+            report.get("iid_accuracy") if report else metrics.get("iid_accuracy") if isinstance(metrics, dict) else None
+        )
+        rows.append(
+            {
+                "task": shared.task_folder(r),
+                "PE": shared.pe_name(r.pe),
+                "seed": r.seed,
+                "preset": training.get("preset", "–"),
+                "steps": training.get("steps_done", training.get("steps")),
+                "IID accuracy": percent(iid),
+                "OOD accuracy": percent(report and report.get("ood_accuracy")),
+                "folder": str(r.path),
+            }
+        )
     st.dataframe(rows, hide_index=True)
-    st.caption("IID: held-out examples of the training lengths; OOD: lengths beyond them (from `probe eval`; "
-               "before it, IID is the accuracy measured at the end of training).")
+    st.caption(
+        "IID: held-out examples of the training lengths; OOD: lengths beyond them (from `probe eval`; "
+        "before it, IID is the accuracy measured at the end of training)."
+    )
 
     st.subheader("Exact match against length")
     folders = sorted({shared.task_folder(r) for r in runs if shared.has_task(r)})
@@ -48,17 +57,28 @@ if found is not None:
             evaluated = [(r, reports[str(r.path)]) for r in members if reports[str(r.path)]]
             missing = [r for r in members if not reports[str(r.path)]]
             if evaluated:
-                curves = [{"label": f"{shared.pe_name(r.pe)} (seed {r.seed})", "pe": r.pe, "dashed": r.seed != 0,
-                           "lengths": [b["length"] for b in rep["buckets"]],
-                           "accuracy": [b["accuracy"] for b in rep["buckets"]]} for r, rep in evaluated]
+                curves = [
+                    {
+                        "label": f"{shared.pe_name(r.pe)} (seed {r.seed})",
+                        "pe": r.pe,
+                        "dashed": r.seed != 0,
+                        "lengths": [b["length"] for b in rep["buckets"]],
+                        "accuracy": [b["accuracy"] for b in rep["buckets"]],
+                    }
+                    for r, rep in evaluated
+                ]
                 seen = [b["length"] for _, rep in evaluated for b in rep["buckets"] if b["seen"]]
-                figure = accuracy_by_length(curves, (min(seen), max(seen)) if seen else None,
-                                            f"{folder}: exact match by length")
+                figure = accuracy_by_length(
+                    curves, (min(seen), max(seen)) if seen else None, f"{folder}: exact match by length"
+                )
                 st.plotly_chart(figure, key=f"accuracy-{folder}")
             if missing:
                 command = "probe eval " + " ".join(str(r.path) for r in missing)
-                st.info(f"{len(missing)} run(s) have no accuracy by length yet; `{command}` measures it, "
-                        "or evaluate them here.", icon=":material/info:")
+                st.info(
+                    f"{len(missing)} run(s) have no accuracy by length yet; `{command}` measures it, "
+                    "or evaluate them here.",
+                    icon=":material/info:",
+                )
                 if st.button(f"Evaluate {len(missing)} run(s) now", key=f"evaluate-{folder}"):
                     from probe.device import resolve_device
                     from probe.evaluation import evaluate_run
@@ -78,28 +98,53 @@ if found is not None:
 manifests = find_manifests(shared.checkpoints_root())
 if manifests:
     st.subheader("Sweep report")
-    st.caption("What `probe sweep --report` prints for a sweep whose manifest is in this folder: exact match per "
-               "task and PE (mean over seeds) and each PE's mean rank by OOD accuracy (Figures teaser, "
-               "mrr-per-category).")
+    st.caption(
+        "What `probe sweep --report` prints for a sweep whose manifest is in this folder: exact match per "
+        "task and PE (mean over seeds) and each PE's mean rank by OOD accuracy (Figures teaser, "
+        "mrr-per-category)."
+    )
     chosen = st.selectbox("Sweep", manifests, format_func=lambda p: p.stem.removeprefix("sweep-"), key="sweep")
     try:
         summary = manifest_report(chosen)
     except ProbeError as error:
         shared.error_line(error)
     else:
-        st.markdown(f"**{summary['evaluated']} of {summary['runs']} runs evaluated**; states: "
-                    + ", ".join(f"{state} {n}" for state, n in summary["states"].items() if n) + ".")
-        st.dataframe([{"task": row["task_folder"], "PE": shared.pe_name(row["pe"]), "seeds": len(row["seeds"]),
-                       "IID accuracy": percent(row["iid_accuracy"]), "OOD accuracy": percent(row["ood_accuracy"])}
-                      for row in summary["aggregate"]], hide_index=True)
-        for key, what in (("mean_reciprocal_rank", "mean reciprocal rank (the paper's figures; higher is better)"),
-                          ("mean_rank", "mean rank (1 = best)")):
+        st.markdown(
+            f"**{summary['evaluated']} of {summary['runs']} runs evaluated**; states: "
+            + ", ".join(f"{state} {n}" for state, n in summary["states"].items() if n)
+            + "."
+        )
+        st.dataframe(
+            [
+                {
+                    "task": row["task_folder"],
+                    "PE": shared.pe_name(row["pe"]),
+                    "seeds": len(row["seeds"]),
+                    "IID accuracy": percent(row["iid_accuracy"]),
+                    "OOD accuracy": percent(row["ood_accuracy"]),
+                }
+                for row in summary["aggregate"]
+            ],
+            hide_index=True,
+        )
+        for key, what in (
+            ("mean_reciprocal_rank", "mean reciprocal rank (the paper's figures; higher is better)"),
+            ("mean_rank", "mean rank (1 = best)"),
+        ):
             if summary.get(key):
                 st.caption(what)
-                st.dataframe([{"tasks": group, **{shared.pe_name(pe): round(value, 2) for pe, value in ranks.items()}}
-                              for group, ranks in summary[key].items()], hide_index=True)
+                st.dataframe(
+                    [
+                        {"tasks": group, **{shared.pe_name(pe): round(value, 2) for pe, value in ranks.items()}}
+                        for group, ranks in summary[key].items()
+                    ],
+                    hide_index=True,
+                )
         for name, figure in report_figure_objects(summary).items():
             st.plotly_chart(figure, key=f"sweep-{name}")
         if summary["missing"]:
-            st.info(f"{len(summary['missing'])} run(s) of this sweep have no eval.json yet (`probe sweep` evaluates "
-                    "them when it runs them).", icon=":material/info:")
+            st.info(
+                f"{len(summary['missing'])} run(s) of this sweep have no eval.json yet (`probe sweep` evaluates "
+                "them when it runs them).",
+                icon=":material/info:",
+            )

@@ -18,9 +18,11 @@ MEASURE = "measure here"
 REPORT = "perplexity.json"
 
 st.header("Pretraining")
-st.caption("Code language models, one per PE, trained on windows of T tokens of a corpus split by file (Appendix "
-           "\"Pretraining at 1.3B Scale\"). Each held-out file is read as its last c tokens for c from 0.5T to 2.5T, "
-           "and the same last tokens are scored at every c.")
+st.caption(
+    "Code language models, one per PE, trained on windows of T tokens of a corpus split by file (Appendix "
+    '"Pretraining at 1.3B Scale"). Each held-out file is read as its last c tokens for c from 0.5T to 2.5T, '
+    "and the same last tokens are scored at every c."
+)
 
 
 @st.cache_data(show_spinner="Reading the held-out files at every context size…", show_time=True, max_entries=16)
@@ -33,8 +35,9 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
     from probe.perplexity import perplexity_report
 
     if any(is_external(p) for p in paths):
-        return external_perplexity_report(list(paths), options=json.loads(options), max_files=max_files,
-                                          device=resolve_device("auto")).to_json()
+        return external_perplexity_report(
+            list(paths), options=json.loads(options), max_files=max_files, device=resolve_device("auto")
+        ).to_json()
     return perplexity_report(list(paths), max_files=max_files, device=resolve_device("auto")).to_json()
 
 
@@ -70,30 +73,45 @@ def show_perplexity(report: dict) -> None:
     protocol, rows = report["protocol"], report["rows"]
     train_context, contexts = protocol["train_context"], protocol["contexts"]
     if not rows:
-        st.info("No held-out file is long enough for any context size; give `probe perplexity` more files.",
-                icon=":material/info:")
+        st.info(
+            "No held-out file is long enough for any context size; give `probe perplexity` more files.",
+            icon=":material/info:",
+        )
         return
-    st.caption(f"{report['n_files']} held-out files; the last {protocol['scored_tokens']} tokens of each scored; "
-               f"buckets of {protocol['bucket_width']} tokens; training context T = {train_context} (dashed).")
+    st.caption(
+        f"{report['n_files']} held-out files; the last {protocol['scored_tokens']} tokens of each scored; "
+        f"buckets of {protocol['bucket_width']} tokens; training context T = {train_context} (dashed)."
+    )
     names = list(dict.fromkeys(row["bucket"] for row in rows))
     default = names if len(names) <= 6 else names[:1] + names[-5:]
-    chosen = st.multiselect("File-length buckets", names, default=default, format_func=bucket_name,
-                            key="pretraining-buckets", help="a bucket is read at the context sizes all its files have")
+    chosen = st.multiselect(
+        "File-length buckets",
+        names,
+        default=default,
+        format_func=bucket_name,
+        key="pretraining-buckets",
+        help="a bucket is read at the context sizes all its files have",
+    )
     if chosen:
         shown = [row for row in rows if row["bucket"] in chosen]
-        figure = perplexity_figure(shown, train_context,
-                                   f"Held-out perplexity against context size (T = {train_context})",
-                                   buckets=len(chosen))
+        figure = perplexity_figure(
+            shown, train_context, f"Held-out perplexity against context size (T = {train_context})", buckets=len(chosen)
+        )
         st.plotly_chart(figure, key="pretraining-perplexity")
     else:
         st.info("Pick at least one bucket to draw.", icon=":material/info:")
     bucket = st.selectbox("Table of", names, format_func=bucket_name, key="pretraining-table")
     cells = {(row["run"], row["context"]): row["perplexity"] for row in rows if row["bucket"] == bucket}
     columns = {c: f"{c} ({c / train_context:.2g}x)" for c in contexts}
-    table = [{"model": run["label"], **{columns[c]: cells.get((run["label"], c)) for c in contexts}}
-             for run in report["runs"]]
-    st.dataframe(table, hide_index=True,
-                 column_config={name: st.column_config.NumberColumn(format="%.2f") for name in columns.values()})
+    table = [
+        {"model": run["label"], **{columns[c]: cells.get((run["label"], c)) for c in contexts}}
+        for run in report["runs"]
+    ]
+    st.dataframe(
+        table,
+        hide_index=True,
+        column_config={name: st.column_config.NumberColumn(format="%.2f") for name in columns.values()},
+    )
     st.caption("Mean perplexity over the bucket's files; empty where the bucket is not read at that context size.")
 
 
@@ -109,8 +127,9 @@ def read_report(folder: Path) -> dict:
             raise ValueError
         return report
     except (OSError, ValueError, AttributeError, TypeError):
-        raise ProbeError(f"{folder / REPORT} is not a `probe perplexity` report; rerun `probe perplexity` to "
-                         "rewrite it") from None
+        raise ProbeError(
+            f"{folder / REPORT} is not a `probe perplexity` report; rerun `probe perplexity` to rewrite it"
+        ) from None
 
 
 def measure_here(code: list) -> dict | None:
@@ -119,17 +138,31 @@ def measure_here(code: list) -> dict | None:
 
     folder = shared.pick_task_folder(code, key="pretraining-folder")
     order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
-    members = sorted((r for r in code if shared.task_folder(r) == folder),
-                     key=lambda r: (order.get(r.pe, len(order)), r.pe_name, r.seed))
+    members = sorted(
+        (r for r in code if shared.task_folder(r) == folder),
+        key=lambda r: (order.get(r.pe, len(order)), r.pe_name, r.seed),
+    )
     by_path = {str(r.path): r for r in members}
     default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe_name == r.pe_name)]
     with st.form("pretraining-settings", border=False):
-        chosen = st.multiselect("Runs", list(by_path), default=default, key="pretraining-runs",
-                                format_func=lambda p: shared.run_title(by_path[p]))
-        max_files = st.number_input("Held-out files (at most)", min_value=1, max_value=100_000, value=50,
-                                    key="pretraining-files", help="drawn at random; `probe perplexity` reads all")
-        external = shared.hf_models("Or Hugging Face models, read instead of the runs (sharing a tokenizer)",
-                                    "pretraining-hf")
+        chosen = st.multiselect(
+            "Runs",
+            list(by_path),
+            default=default,
+            key="pretraining-runs",
+            format_func=lambda p: shared.run_title(by_path[p]),
+        )
+        max_files = st.number_input(
+            "Held-out files (at most)",
+            min_value=1,
+            max_value=100_000,
+            value=50,
+            key="pretraining-files",
+            help="drawn at random; `probe perplexity` reads all",
+        )
+        external = shared.hf_models(
+            "Or Hugging Face models, read instead of the runs (sharing a tokenizer)", "pretraining-hf"
+        )
         st.form_submit_button("Measure", type="primary")
     if external:
         options = shared.corpus_options(members)
@@ -160,15 +193,22 @@ shared.show_broken(broken)
 code = [r for r in found if shared.is_code(r)]
 reports = saved_reports(root)
 if not code and not reports:
-    st.info(f"No pretrained code models under `{root}`: `probe pretrain` trains them, then `probe perplexity` "
-            "measures their held-out perplexity against context size.", icon=":material/info:")
+    st.info(
+        f"No pretrained code models under `{root}`: `probe pretrain` trains them, then `probe perplexity` "
+        "measures their held-out perplexity against context size.",
+        icon=":material/info:",
+    )
     st.stop()
 
 st.subheader("Perplexity against context size")
 sources = [str(folder) for folder in reports] + ([MEASURE] if code else [])
-source = st.selectbox("Report", sources, key="pretraining-report",
-                      format_func=lambda s: s if s == MEASURE else str(Path(s).relative_to(root)),
-                      help="a report `probe perplexity` wrote, or one measured here on runs of this folder")
+source = st.selectbox(
+    "Report",
+    sources,
+    key="pretraining-report",
+    format_func=lambda s: s if s == MEASURE else str(Path(s).relative_to(root)),
+    help="a report `probe perplexity` wrote, or one measured here on runs of this folder",
+)
 if source == MEASURE:
     data = measure_here(code)
 else:
@@ -182,8 +222,9 @@ if data is not None:
 
 st.subheader("Attention on a held-out file")
 if not code:
-    st.info(f"No code runs under `{root}` to read attention from: `probe pretrain` trains them.",
-            icon=":material/info:")
+    st.info(
+        f"No code runs under `{root}` to read attention from: `probe pretrain` trains them.", icon=":material/info:"
+    )
     st.stop()
 run = shared.pick_run("Model", code, default_pe="nope", key="pretraining-run")
 try:
@@ -199,16 +240,28 @@ names, lengths = corpus.heldout_names, corpus.heldout_lengths().tolist()
 longest = max(c for _, c in sizes)
 first = next((i for i, n in enumerate(lengths) if n >= longest), max(range(len(lengths)), key=lengths.__getitem__))
 left, middle, right, far = st.columns([4, 2, 1, 1])
-index = left.selectbox("Held-out file", range(len(names)), index=first, key="pretraining-file",
-                       format_func=lambda i: f"{names[i]} ({lengths[i]} tokens)")
+index = left.selectbox(
+    "Held-out file",
+    range(len(names)),
+    index=first,
+    key="pretraining-file",
+    format_func=lambda i: f"{names[i]} ({lengths[i]} tokens)",
+)
 fitting = [(m, c) for m, c in sizes if c <= lengths[index]]
 if not fitting:
-    st.info(f"{names[index]} has {lengths[index]} tokens, fewer than the training context {train_context}: "
-            "pick a longer file.", icon=":material/info:")
+    st.info(
+        f"{names[index]} has {lengths[index]} tokens, fewer than the training context {train_context}: "
+        "pick a longer file.",
+        icon=":material/info:",
+    )
     st.stop()
-context = middle.selectbox("Context c (its last c tokens)", [c for _, c in fitting], index=len(fitting) - 1,
-                           key="pretraining-context", format_func=lambda c: f"{c} tokens ({c / train_context:g}x, "
-                           f"{'seen' if c <= train_context else 'unseen'})")
+context = middle.selectbox(
+    "Context c (its last c tokens)",
+    [c for _, c in fitting],
+    index=len(fitting) - 1,
+    key="pretraining-context",
+    format_func=lambda c: f"{c} tokens ({c / train_context:g}x, {'seen' if c <= train_context else 'unseen'})",
+)
 layer = right.selectbox("Layer", range(model.cfg.n_layers), key="pretraining-layer")
 head = far.selectbox("Head", range(model.cfg.n_heads), key="pretraining-head")
 try:
@@ -218,8 +271,11 @@ except ProbeError as error:
     st.stop()
 with st.expander(f"The last {context} tokens of {names[index]}"):
     st.code(text, language="python")
-figure = attention_heatmaps(tokens, patterns[layer, head:head + 1], layer,
-                            title=f"{shared.pe_name(run.pe)} (seed {run.seed}) on {names[index]}: layer {layer}, head "
-                                  f"{head}")
+figure = attention_heatmaps(
+    tokens,
+    patterns[layer, head : head + 1],
+    layer,
+    title=f"{shared.pe_name(run.pe)} (seed {run.seed}) on {names[index]}: layer {layer}, head {head}",
+)
 figure.layout.annotations[0].text = f"head {head}"
 st.plotly_chart(figure, key="pretraining-attention", width="content")

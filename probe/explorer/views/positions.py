@@ -1,0 +1,143 @@
+"""Positions: how each model represents position (`probe positions`): linear position probes per layer,
+the relative-vs-absolute decomposition of every head's logits, attention sinks and the variance of the
+attention output against position, on a task's runs or on code models (held-out windows at 1x and 2x)."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from probe.errors import ProbeError
+from probe.explorer import shared
+from probe.position_plots import head_share_figure, probe_figure, sink_figure, variance_figure
+
+st.header("Positions")
+st.caption(
+    "Section 5 of the paper says NoPE can represent absolute and relative position. Here it is measured: a "
+    "ridge read-out of the absolute position (and of the distance to <sep>) from the embedding and after every "
+    "layer, fitted on half the seen lengths and scored on the other half and on unseen lengths (Haviv et al. "
+    "2022); how much of each head's logits a function of i − j, of the key position j, or of both explains "
+    "(the rest: content); the attention on the first token (Xiao et al. 2023); and the variance of the "
+    "attention output against position (Chi et al. 2023)."
+)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def measure(path: str, version: float, n_per_bucket: int, options: str = "{}") -> dict:
+    """One model's measures as `probe positions` writes them (cached per model)."""
+    from probe.analysis.positions import positions_report
+    from probe.device import resolve_device
+
+    result = positions_report(
+        [path], n_per_bucket=n_per_bucket, options=json.loads(options), device=resolve_device("auto")
+    )[0]
+    return result.to_json()
+
+
+found = shared.require_runs(trained=True)
+if found is not None:
+    runs, _ = found
+    folder = shared.pick_task_folder(runs, key="positions-task")
+    members = [r for r in runs if shared.task_folder(r) == folder]
+    code = shared.is_code(members[0])
+    by_path = {str(r.path): r for r in members}
+    default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
+    with st.form("positions-settings", border=False):
+        chosen = st.multiselect(
+            "Runs",
+            list(by_path),
+            default=default,
+            key="positions-runs",
+            format_func=lambda p: shared.run_title(by_path[p]),
+        )
+        external = shared.hf_models("Hugging Face models, measured beside the runs", "positions-hf") if code else []
+        n_per_bucket = st.number_input(
+            "Examples per length bucket",
+            min_value=1,
+            max_value=200,
+            value=10,
+            key="per_bucket",
+            bind="query-params",
+            help="code models: windows per context size",
+        )
+        st.form_submit_button("Measure", type="primary")
+
+    chosen = [*chosen, *external]
+    if not chosen:
+        st.info("Pick at least one run.", icon=":material/info:")
+        st.stop()
+    options = json.dumps(shared.corpus_options(members) if external else {})
+    results = []
+    progress = st.progress(0.0)
+    for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
+        title = shared.run_title(by_path[name]) if name in by_path else name
+        progress.progress(i / len(chosen), text=f"Measuring {title} ({i + 1}/{len(chosen)})…")
+        try:
+            results.append(
+                measure(name, shared.stamp(by_path[name]) if name in by_path else 0.0, int(n_per_bucket), options)
+            )
+        except ProbeError as error:
+            st.error(f"Left out {name}: {error}", icon=":material/error:")
+    progress.empty()
+    if not results:
+        st.stop()
+    flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+    st.caption(
+        f"Same as: `probe positions {' '.join(r['run']['path'] for r in results)}{flags} --n-per-bucket {n_per_bucket}`"
+    )
+    st.dataframe(
+        [
+            {
+                "model": r["run"]["label"],
+                "probe R² held-out": r["summary"]["best_probe"].get("heldout", {}).get("r2"),
+                "probe R² unseen": r["summary"]["best_probe"].get("unseen", {}).get("r2"),
+                "relative": r["summary"]["shares"]["relative"],
+                "absolute": r["summary"]["shares"]["absolute"],
+                "content": r["summary"]["shares"]["content"],
+                "heads relative / absolute / content": "{relative} / {absolute} / {content}".format(
+                    **r["summary"]["kinds"]
+                ),
+            }
+            for r in results
+        ],
+        hide_index=True,
+        column_config={
+            c: st.column_config.NumberColumn(format="%.3f")
+            for c in ("probe R² held-out", "probe R² unseen", "relative", "absolute", "content")
+        },
+    )
+    probes, heads, sinks, variance = st.tabs(["Position probes", "Heads", "Attention sinks", "Variance"])
+    with probes:
+        target = st.radio(
+            "Read-out of",
+            ["position", "landmark_distance"],
+            horizontal=True,
+            key="positions-target",
+            format_func=lambda t: "absolute position" if t == "position" else "distance to <sep>",
+        )
+        st.plotly_chart(probe_figure(results, target), key="positions-probes")
+        st.caption(
+            "Stream 0 is the embedding, l the residual stream after layer l. Exact accuracy on unseen lengths "
+            "past the largest fitted position needs a read-out that extrapolates (see the table below)."
+        )
+        st.dataframe(
+            [
+                {"model": r["run"]["label"], **{k: v for k, v in row.items() if not k.endswith(("_low", "_high"))}}
+                for r in results
+                for row in r["probes"]
+                if row["target"] == target
+            ],
+            hide_index=True,
+        )
+    with heads:
+        st.plotly_chart(head_share_figure(results), key="positions-heads")
+        st.caption(
+            "Raw logits. Softmax ignores a query row's offset: the within-row shares (JSON, CSV) leave it out, "
+            "but there a linear function of i − j is a linear function of j, so ALiBi counts as both."
+        )
+    with sinks:
+        first = st.radio("First tokens", [1, 4], horizontal=True, key="positions-first")
+        st.plotly_chart(sink_figure(results, first), key="positions-sinks")
+    with variance:
+        st.plotly_chart(variance_figure(results), key="positions-variance")
