@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from probe.analysis.positions import PositionInput, analyse_positions, probe_positions
+from probe.analysis.position_hooks import PositionInput, probe_positions
+from probe.analysis.positions import analyse_positions
 from probe.analysis.runs import RunInfo
 from probe.cli import main
 from probe.metrics.positions import (

@@ -3,13 +3,14 @@ the relative-vs-absolute decomposition of every head's logits, attention sinks a
 attention outputs against position (:mod:`probe.metrics.positions` holds the measures).
 
 Inputs are :class:`PositionInput` s: a task run's gold examples, up to ``n_per_bucket`` per length
-bucket, seen and unseen (``<bos> source <sep> target <eos>``; the landmark is ``<sep>``), or windows
-of held-out code at 1x (seen) and 2x (unseen) the training context for a code run or an ``hf:`` model.
-One forward pass per batch feeds every measure through hooks (``blocks.{l}.hook_resid_pre/post``,
+bucket, seen and unseen, in the run's own sequence format (``<bos> source <sep> target <eos>``, or
+the authors' without ``<bos>``; the landmark is ``<sep>``), or windows of held-out code at 1x (seen)
+and 2x (unseen) the training context for a code run or an ``hf:`` model. One forward pass per batch
+feeds every measure through hooks (:mod:`probe.analysis.position_hooks`: ``blocks.{l}.hook_resid_pre/post``,
 ``attn.hook_attn_scores``, ``attn.hook_pattern``, ``hook_attn_out``); only sufficient statistics and
 the probes' rows are kept.
 
-Probes read position 0-based (``<bos>`` at 0) from stream s: s = 0 the embedding (``blocks.0.hook_resid_pre``,
+Probes read position 0-based (the first token at 0) from stream s: s = 0 the embedding (``blocks.0.hook_resid_pre``,
 token and absolute position embeddings), s = l the residual after layer l (``blocks.{l-1}.hook_resid_post``,
 the paper's 1-based layers). They are fitted on half the seen length buckets (every other one; by
 example where there is one seen bucket, as for code windows) and scored on the other half (held-out
@@ -24,7 +25,7 @@ is read from the raw logits of the seen lengths. Sinks and variance are per laye
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,37 +33,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from probe.analysis.position_hooks import PositionInput, collect
 from probe.analysis.runs import Progress, RunInfo
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
 from probe.metrics.positions import (
-    LogitSums,
-    MomentSums,
     bootstrap_probe_scores,
     decompose_logits,
     fit_ridge,
     head_kind,
     log_slope,
-    logit_sums,
-    moment_sums,
     position_variance,
     probe_statistics,
-    sink_share,
 )
 
 SINK_FIRST = (1, 4)  # the first k tokens whose attention share is reported
 SHARES = ("relative", "absolute", "both", "position", "content")
-
-
-@dataclass(frozen=True)
-class PositionInput:
-    """One sequence to read: its tokens, whether its length was seen in training, its group (length
-    bucket or context size) and its landmark (index of ``<sep>``; None where there is none)."""
-
-    tokens: Tensor  # [pos] long
-    seen: bool
-    group: int
-    landmark: int | None = None
 
 
 @dataclass
@@ -127,185 +113,6 @@ class PositionResult:
 def _nanmean(values: Sequence[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else float("nan")
-
-
-def _hook_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
-    """(streams, logits, patterns, attention outputs): TransformerLens' hook names, checked to exist."""
-    L = model.cfg.n_layers
-    streams = ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(L))]
-    scores = [f"blocks.{layer}.attn.hook_attn_scores" for layer in range(L)]
-    patterns = [f"blocks.{layer}.attn.hook_pattern" for layer in range(L)]
-    outputs = [f"blocks.{layer}.hook_attn_out" for layer in range(L)]
-    missing = [n for n in (*streams, *scores, *patterns, *outputs) if n not in model.hook_dict]
-    if missing:
-        raise ProbeError(
-            f"the model has no hook {missing[0]}: its positions cannot be read by TransformerLens' hook names"
-        )
-    return streams, scores, patterns, outputs
-
-
-def _batches(
-    inputs: Sequence[PositionInput], batch_size: int, per_square_token: int, max_bytes: int
-) -> Iterator[list[int]]:
-    """Indices of consecutive inputs: at most ``batch_size``, and a padded batch's [batch, head, T, T] maps
-    (``per_square_token`` bytes per query-key pair of one example) within ``max_bytes`` (one input at least)."""
-    start = 0
-    while start < len(inputs):
-        stop, width = start + 1, len(inputs[start].tokens)
-        while stop < len(inputs) and stop - start < batch_size:
-            wider = max(width, len(inputs[stop].tokens))
-            if (stop - start + 1) * wider * wider * per_square_token > max_bytes:
-                break
-            width, stop = wider, stop + 1
-        yield list(range(start, stop))
-        start = stop
-
-
-def probe_positions(length: int, most: int) -> Tensor:
-    """[kept] the positions of a sequence of ``length`` whose streams the probes read: all of them,
-    or ``most`` evenly spaced ones (first and last included) for longer sequences."""
-    if length <= most:
-        return torch.arange(length)
-    return torch.linspace(0, length - 1, most).round().long().unique()
-
-
-@dataclass
-class _Collected:
-    """What the hooks keep, per layer: statistics only, and the probes' rows."""
-
-    rows: list[list[Tensor]]  # [stream][batch]: [kept, d_model]
-    example: list[Tensor]  # [batch]: [kept] index of the input
-    position: list[Tensor]  # [batch]: [kept]
-    logits: list[dict[bool, LogitSums]]  # [layer]: seen -> sums [head, T, T]
-    sinks: dict[int, list[list[Tensor]]]  # first k -> [layer][batch]: [examples, head]
-    uniform: dict[int, list[Tensor]]  # first k -> [batch]: [examples]
-    moments: list[MomentSums | None]  # [layer]: [pos, d_model]
-
-    def logit_sums(self, seen: bool) -> LogitSums | None:
-        """All layers' sums for seen (or unseen) inputs, stacked: sums [layer, head, T, T]."""
-        parts = [layer.get(seen) for layer in self.logits]
-        if any(p is None for p in parts):
-            return None
-        return LogitSums(
-            torch.stack([p.sums for p in parts]),
-            torch.stack([p.squares for p in parts]),
-            torch.stack([p.row_sums for p in parts]),
-            torch.stack([p.row_squares for p in parts]),
-            parts[0].counts,
-        )
-
-    def moment_sums(self) -> MomentSums:
-        """All layers' moments stacked: sums [layer, pos, d_model]."""
-        return MomentSums(
-            self.moments[0].count,
-            torch.stack([m.sums for m in self.moments]),
-            torch.stack([m.squares for m in self.moments]),
-        )
-
-
-HEAD_CHUNK = 8  # heads whose float64 logits are centred and summed at once
-
-
-def _head_chunks(scores: Tensor, lengths: Tensor) -> LogitSums:
-    """:func:`logit_sums` of [batch, head, query, key] logits, ``HEAD_CHUNK`` heads at a time."""
-    parts = [logit_sums(scores[:, h : h + HEAD_CHUNK], lengths) for h in range(0, scores.shape[1], HEAD_CHUNK)]
-    return LogitSums(
-        torch.cat([p.sums for p in parts]),
-        torch.cat([p.squares for p in parts]),
-        torch.cat([p.row_sums for p in parts]),
-        torch.cat([p.row_squares for p in parts]),
-        parts[0].counts,
-    )
-
-
-@torch.inference_mode()
-def _collect(
-    model,
-    inputs: Sequence[PositionInput],
-    *,
-    pad_id: int,
-    batch_size: int,
-    max_probe_positions: int,
-    device: torch.device,
-    sink_first: Sequence[int],
-    max_bytes: int = 2**30,
-) -> _Collected:
-    """One forward pass per batch; each layer's hooks fold its logits, patterns and outputs into statistics
-    at once, so at most one layer's maps are alive. Hooks are bound to the names asked for (a bridge's
-    hook may carry its canonical name instead)."""
-    streams, scores, patterns, outputs = _hook_names(model)
-    L = model.cfg.n_layers
-    out = _Collected(
-        [[] for _ in streams],
-        [],
-        [],
-        [{} for _ in range(L)],
-        {k: [[] for _ in range(L)] for k in sink_first},
-        {k: [] for k in sink_first},
-        [None] * L,
-    )
-    model.eval()
-    batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
-
-    def on_stream(stream: int):
-        def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model] -> [kept, d_model]
-            out.rows[stream].append(value[batch["rows"], batch["positions"]].cpu())
-
-        return hook
-
-    def on_scores(layer: int):
-        def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
-            for flag, chosen in batch["seen"].items():
-                part = _head_chunks(value[chosen], batch["lengths"][chosen])
-                kept = out.logits[layer].get(flag)
-                out.logits[layer][flag] = part if kept is None else kept + part
-
-        return hook
-
-    def on_pattern(layer: int):
-        def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
-            for k in sink_first:
-                share, uniform = sink_share(value, batch["lengths"], k)  # [batch, head], [batch]
-                out.sinks[k][layer].append(share.cpu())
-                if layer == 0:
-                    out.uniform[k].append(uniform.cpu())
-
-        return hook
-
-    def on_output(layer: int):
-        def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model]
-            moments = moment_sums(value, batch["lengths"])
-            out.moments[layer] = moments if out.moments[layer] is None else out.moments[layer] + moments
-
-        return hook
-
-    hooks = [
-        *((n, on_stream(s)) for s, n in enumerate(streams)),
-        *((n, on_scores(layer)) for layer, n in enumerate(scores)),
-        *((n, on_pattern(layer)) for layer, n in enumerate(patterns)),
-        *((n, on_output(layer)) for layer, n in enumerate(outputs)),
-    ]
-    per_square_token = model.cfg.n_heads * (4 + 4) + HEAD_CHUNK * 8 * 3  # float32 logits, pattern; float64 chunk
-    for indices in _batches(inputs, batch_size, per_square_token, max_bytes):
-        chosen = [inputs[i] for i in indices]
-        lengths = torch.tensor([len(x.tokens) for x in chosen])
-        tokens = torch.full((len(chosen), int(lengths.max())), pad_id, dtype=torch.long)
-        for row, x in enumerate(chosen):
-            tokens[row, : len(x.tokens)] = x.tokens
-        kept = [probe_positions(len(x.tokens), max_probe_positions) for x in chosen]
-        rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
-        positions = torch.cat(kept)
-        out.example.append(torch.tensor(indices)[rows])
-        out.position.append(positions)
-        seen = torch.tensor([x.seen for x in chosen], device=device)
-        batch.update(
-            rows=rows.to(device),
-            positions=positions.to(device),
-            lengths=lengths.to(device),
-            seen={flag: seen == flag for flag in (True, False) if (seen == flag).any()},
-        )
-        model.run_with_hooks(tokens.to(device), return_type=None, fwd_hooks=hooks)
-    return out
 
 
 def _split(inputs: Sequence[PositionInput]) -> Tensor:
@@ -405,7 +212,7 @@ def analyse_positions(
     device = torch.device(device)
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    got = _collect(
+    got = collect(
         model,
         inputs,
         pad_id=pad_id,
