@@ -171,3 +171,22 @@ def test_the_explorer_reads_imported_runs(imported, page, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     cells = " ".join(str(cell) for frame in at.dataframe for cell in frame.value.to_numpy().ravel())
     assert all(f"/{pe}/seed0" in cells or f" {pe} " in f" {cells} " for pe in PROBE_PE.values()), cells
+
+
+def test_probe_positions_reads_an_imported_run_on_code_windows(tmp_path, capsys):
+    """The released models' way in (`probe import`, then `probe positions`): held-out windows of a corpus
+    at 1x and 2x the model's context (1,024 and 2,048 tokens), read with its own tokenizer, BOS first."""
+    corpus = tmp_path / "src"
+    corpus.mkdir()
+    for i in range(8):  # files of about 3,000 tokens: a 2,048-token window fits in every held-out one
+        (corpus / f"m{i}.py").write_text("".join(f"def f{i}_{j}(x):\n    return x * {j} + {i}\n\n" for j in range(180)))
+    root = tmp_path / "ck"
+    assert main(["import", str(FIXTURE / "rotary"), "--checkpoints", str(root), "--corpus", str(corpus)]) == 0
+    run = next(root.glob("code+*/rotary/seed0"))
+    capsys.readouterr()
+    args = ["positions", str(run), "--n-per-bucket", "2", "--resamples", "20", "--max-positions", "32"]
+    assert main([*args, "--out", str(tmp_path / "out"), "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)["models"]
+    assert result["n_inputs"] == {"seen": 2, "unseen": 2}
+    assert {row["stream"] for row in result["probes"]} == set(range(load_checkpoint(run).cfg.n_layers + 1))
+    assert any((tmp_path / "out").iterdir())
