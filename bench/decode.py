@@ -24,6 +24,7 @@ from common import add_common_args, clock, header, interleave, medians, paired_r
 from probe.decoding import greedy_decode
 from probe.models import build_model
 from probe.models.registry import PE_KINDS
+from probe.presets import PRESETS
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 
@@ -46,7 +47,7 @@ def decode_batches(examples, tokenizer: Tokenizer, batch_size: int, device: torc
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=5)
-    parser.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
+    parser.add_argument("--preset", default="tiny", choices=list(PRESETS))
     parser.add_argument("--pes", nargs="+", default=["nope"], choices=PE_KINDS)
     parser.add_argument("--examples", type=int, default=512, help="SCAN test examples (a seeded sample; 0: all)")
     parser.add_argument("--batch-size", type=int, default=256)

@@ -43,6 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from probe.models import build_model
 from probe.models.registry import PE_CLASSES, PE_KINDS
+from probe.presets import PRESETS
 
 TARGET = 1.10  # issue 14: every bias and rotary PE at most this x NoPE's step time up to T = 512
 TARGETED = frozenset(kind for kind, cls in PE_CLASSES.items() if (cls.adds_bias or cls.rotates) and cls.overhead_target)
@@ -192,7 +193,7 @@ def measure(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=None)
-    parser.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
+    parser.add_argument("--preset", default="tiny", choices=list(PRESETS))
     parser.add_argument("--pes", nargs="+", default=list(PE_KINDS), choices=PE_KINDS)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--length", type=int, default=24, help="tokens per SCAN sequence")

@@ -39,6 +39,7 @@ from torch import nn
 from probe.models import build_model
 from probe.models.config import ModelConfig, resolve_config
 from probe.models.registry import PE_KINDS
+from probe.presets import PRESETS
 
 
 class Block(nn.Module):
@@ -115,7 +116,7 @@ def trainable(model: nn.Module) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=None)
-    parser.add_argument("--preset", default="tiny", choices=["tiny", "small", "base"])
+    parser.add_argument("--preset", default="tiny", choices=list(PRESETS))
     parser.add_argument(
         "--pes",
         nargs="+",

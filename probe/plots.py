@@ -68,7 +68,7 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
     return figure
 
 
-def _rgba(hex_color: str, alpha: float) -> str:
+def rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
@@ -99,7 +99,7 @@ def layer_distance_figure(curves: Sequence[Mapping[str, Any]], title: str, metri
                 y=list(curve["high"]) + list(curve["low"])[::-1],
                 mode="lines",
                 fill="toself",
-                fillcolor=_rgba(color, 0.15),
+                fillcolor=rgba(color, 0.15),
                 line=dict(width=0),
                 hoverinfo="skip",
                 showlegend=False,
@@ -210,7 +210,7 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str):
                     mode="lines",
                     line=dict(color=color, shape="hv", width=2),
                     fill="tozeroy",
-                    fillcolor=_rgba(color, 0.08),
+                    fillcolor=rgba(color, 0.08),
                     name=s["label"],
                     legendgroup=s["label"],
                     showlegend=col == 1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from probe.plots import _rgba, pe_color
+from probe.plots import pe_color, rgba
 
 SHARE_COLORS = {
     "relative only": "#1f77b4",
@@ -41,7 +41,7 @@ def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position")
                     y=[r["r2_high"] for r in rows] + [r["r2_low"] for r in rows][::-1],
                     mode="lines",
                     fill="toself",
-                    fillcolor=_rgba(pe_color(pe), 0.15),
+                    fillcolor=rgba(pe_color(pe), 0.15),
                     line=dict(width=0),
                     hoverinfo="skip",
                     showlegend=False,

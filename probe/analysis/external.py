@@ -207,7 +207,7 @@ def check_same_tokenizer(a: Subject, b: Subject) -> None:
         )
 
 
-def _readable(windows: list[ContextWindows], subjects: Sequence[Subject]) -> tuple[list[ContextWindows], int]:
+def readable_windows(windows: list[ContextWindows], subjects: Sequence[Subject]) -> tuple[list[ContextWindows], int]:
     """The windows every subject reads (a learned table of positions stops at n_ctx), and how many were left out."""
     limits = [s.max_length for s in subjects if s.max_length is not None]
     if not limits:
@@ -266,7 +266,7 @@ def external_compare_report(
         check_same_tokenizer(a, b)
         if progress:
             progress(f"{a.info.label} vs {b.info.label}", done, len(names) - 1)
-        kept, skipped = _readable(windows, [a, b])
+        kept, skipped = readable_windows(windows, [a, b])
         comparisons.append(
             compare_on_windows(
                 a.model,
@@ -325,7 +325,7 @@ def external_attended_report(
             lengths=lengths or "all",
             bos=subject.bos_id,
         )
-        kept, skipped = _readable(windows, [subject])
+        kept, skipped = readable_windows(windows, [subject])
         results += attended_on_windows(
             subject.model,
             subject.info,

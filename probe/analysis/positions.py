@@ -354,9 +354,9 @@ def positions_report(
     of their held-out corpus at 1x and 2x their context) and ``hf:`` models (held-out code of the
     corpus ``options`` name, as `probe distances` reads them)."""
     from probe.analysis.external import (
-        _readable,
         heldout_texts,
         load_subject,
+        readable_windows,
         reference_context,
         resolve_models,
         tokenized,
@@ -392,7 +392,7 @@ def positions_report(
                 seed=seed,
                 bos=subject.bos_id,
             )
-            kept, skipped = _readable(windows, [subject])
+            kept, skipped = readable_windows(windows, [subject])
             results.append(
                 analyse_positions(subject.model, window_inputs(kept), subject.info, skipped=skipped, **settings)
             )
