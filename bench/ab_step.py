@@ -7,10 +7,10 @@ Two checkouts cannot be imported by one process (they are both ``probe``, on dif
 TransformerLens releases), so each side is a worker process: this file run with ``--worker``, by
 that side's interpreter, with that side's tree first on ``PYTHONPATH``. Both build the same model
 (``build_model``, same preset and seed) and the same batch (SCAN-shaped random tokens), and time
-training steps (target-token loss through ``probe.training.loop.target_loss``, backward, gradient
+training steps (target-token loss through each side's ``target_loss``, backward, gradient
 clipping, AdamW) and forwards (eval mode, no gradient) on process CPU time, one torch thread.
 The driver alternates which side goes first, turn by turn, so both see the same machine; ratios
-new/old are per turn, median over turns. Writes bench/results/ab_step_cpu.json.
+new/old are per turn, median over turns. Writes bench/results/ab_step_cpu.json (``--name``: another name).
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
     """Answer each line of stdin ("step" or "forward") with the CPU seconds of ``steps`` of it."""
     torch.set_num_threads(1)
     from probe.models import build_model
-    from probe.training.loop import target_loss
+
+    try:
+        from probe.training.loop import target_loss
+    except ImportError:  # a checkout from before probe/training/ (probe.train)
+        from probe.train import target_loss
 
     vocab = 40
     model = build_model(pe, vocab_size=vocab, preset=preset, seed=0)
@@ -114,6 +118,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=24)
     parser.add_argument("--steps", type=int, default=10, help="steps per timed turn")
     parser.add_argument("--turns", type=int, default=15)
+    parser.add_argument("--name", default="ab_step", help="results file: bench/results/<name>_cpu.json")
     args = parser.parse_args()
     if args.worker:
         return worker(args.preset, args.pe, args.batch, args.length, args.steps)
@@ -154,7 +159,7 @@ def main() -> None:
                 flush=True,
             )
     write_json(
-        "ab_step",
+        args.name,
         "cpu",
         {
             **header(
