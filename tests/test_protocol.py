@@ -336,3 +336,19 @@ def test_a_packed_batch_gives_each_example_the_loss_and_gradient_it_has_alone(pe
     # or a shifted position moves the loss by percents)
     assert torch.allclose(loss, expected, rtol=1e-6)
     assert all(torch.allclose(g, e, rtol=1e-4, atol=1e-7) for g, e in zip(grads, expected_grads))
+
+
+def test_the_cost_estimate_counts_the_tokens_a_packed_study_pays(tmp_path):
+    """`probe reproduce --dry-run` prices a packed run by its packed batches: between the real tokens and
+    the padded ones."""
+    import dataclasses
+
+    from probe.reproduce import plan
+    from probe.sweep.cost import mean_batch_tokens
+
+    [run, *_] = plan("reduced", tmp_path, tasks=["scan"])
+    assert run.config.pack and run.config.protocol == "authors"
+    data = TaskSource("scan", {"split": "paper"}, 0, authors=True).training_set(0)
+    real = float(data.lengths.float().mean()) * run.config.batch_size
+    padded = mean_batch_tokens(dataclasses.replace(run, config=dataclasses.replace(run.config, pack=False)))
+    assert real <= mean_batch_tokens(run) < 0.7 * padded

@@ -54,7 +54,7 @@ def steps_left(run: SweepRun) -> int:
 # -- cost ------------------------------------------------------------------------------------
 def mean_batch_tokens(run: SweepRun) -> float:
     """Tokens in one training batch of ``run``, padding included, the mean over the first epoch's
-    batches as the trainer cuts them (its tokens/s counts padded tokens too)."""
+    batches as the trainer cuts them, packed where it packs (its tokens/s counts padded tokens too)."""
     from probe.corpus import CODE_TASK, CorpusSpec
     from probe.data import epoch_batches
     from probe.sources import TaskSource
@@ -64,6 +64,8 @@ def mean_batch_tokens(run: SweepRun) -> float:
     authors = run.config.protocol == "authors"  # random batches: padded to the longest of a random draw
     data = TaskSource(run.config.task, run.config.task_options, run.config.seed, authors).training_set(run.config.seed)
     batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0, grouped=not authors)
+    if run.config.pack:
+        return sum(data.packed_batch(batch)[0].numel() for batch in batches) / len(batches)
     return sum(int(data.lengths[batch].max()) * len(batch) for batch in batches) / len(batches)
 
 
