@@ -21,7 +21,7 @@ against context size, D^(l)(A, B) and attended distances on windows of held-out 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,6 +219,52 @@ def _task_options(texts: HeldoutTexts, context: int) -> dict[str, Any]:
     return {**texts.options, "context": context}
 
 
+@dataclass
+class SubjectWindows:
+    """One ``hf:`` model with the held-out windows it can read (at ``multiples`` of its context)."""
+
+    subject: Subject | None  # None once the next model is asked for
+    kept: list[ContextWindows]
+    skipped: int
+    task_options: dict[str, Any]
+
+
+def subject_windows(
+    names: Sequence[str],
+    options: Mapping[str, Any],
+    device: torch.device,
+    *,
+    multiples: Sequence[float] | None,
+    n_per_bucket: int,
+    seed: int,
+    lengths: Lengths = "all",
+    progress: Progress | None = None,
+) -> Iterator[SubjectWindows]:
+    """Each model of ``names`` in turn (one loaded at a time), with held-out windows of the same files
+    read with its own tokenizer, its BOS first: what `probe distances` and `probe positions` read."""
+    names = resolve_models(names)
+    texts = heldout_texts(names, options)
+    for done, name in enumerate(names):
+        subject = load_subject(name, device)
+        if progress:
+            progress(subject.info.label, done, len(names))
+        context = reference_context(texts, options, subject)
+        windows = choose_windows(
+            tokenized(subject, texts),
+            context,
+            multiples=multiples,
+            n_per_bucket=n_per_bucket,
+            seed=seed,
+            lengths=lengths,
+            bos=subject.bos_id,
+        )
+        kept, skipped = readable_windows(windows, [subject])
+        read = SubjectWindows(subject, kept, skipped, _task_options(texts, context))
+        del subject
+        yield read
+        read.subject = None  # released before the next model loads (1B models: one at a time)
+
+
 def external_compare_report(
     a_name: str,
     b_names: Sequence[str],
@@ -306,39 +352,29 @@ def external_attended_report(
 ) -> AttendedReport:
     """``probe distances`` where a model is ``hf:``: per model, the attended-distance distributions
     of every query of held-out windows at 1x and 2x its T, read with its own tokenizer."""
-    options = dict(options or {})
-    device = torch.device(device)
-    names = resolve_models(names)
-    texts = heldout_texts(names, options)
     results: list[AttendedResult] = []
-    for done, name in enumerate(names):
-        subject = load_subject(name, device)
-        if progress:
-            progress(subject.info.label, done, len(names))
-        context = reference_context(texts, options, subject)
-        windows = choose_windows(
-            tokenized(subject, texts),
-            context,
-            multiples=multiples,
-            n_per_bucket=n_per_bucket,
-            seed=seed,
-            lengths=lengths or "all",
-            bos=subject.bos_id,
-        )
-        kept, skipped = readable_windows(windows, [subject])
+    for read in subject_windows(
+        names,
+        dict(options or {}),
+        torch.device(device),
+        multiples=multiples,
+        n_per_bucket=n_per_bucket,
+        seed=seed,
+        lengths=lengths or "all",
+        progress=progress,
+    ):
         results += attended_on_windows(
-            subject.model,
-            subject.info,
-            kept,
-            skipped=skipped,
-            task_options=_task_options(texts, context),
+            read.subject.model,
+            read.subject.info,
+            read.kept,
+            skipped=read.skipped,
+            task_options=read.task_options,
             weightings=weightings,
             normalization=normalization,
             bins=bins,
-            device=device,
+            device=torch.device(device),
             batch_size=batch_size,
         )
-        del subject
     return AttendedReport(results, normalization, lengths or "all", n_per_bucket, seed, bins)
 
 

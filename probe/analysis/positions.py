@@ -353,16 +353,9 @@ def positions_report(
     """:func:`analyse_positions` on each of ``names``: task runs (their length buckets), code runs (windows
     of their held-out corpus at 1x and 2x their context) and ``hf:`` models (held-out code of the
     corpus ``options`` name, as `probe distances` reads them)."""
-    from probe.analysis.external import (
-        heldout_texts,
-        load_subject,
-        readable_windows,
-        reference_context,
-        resolve_models,
-        tokenized,
-    )
+    from probe.analysis.external import subject_windows
     from probe.analysis.runs import is_code_run, load_run_model
-    from probe.analysis.windows import choose_windows, fitting_windows, run_windows
+    from probe.analysis.windows import fitting_windows, run_windows
     from probe.models.external import is_external
 
     device = torch.device(device)
@@ -377,27 +370,19 @@ def positions_report(
     names = [str(n) for n in names]
     results = []
     if any(is_external(n) for n in names):
-        names = resolve_models(names)
-        texts = heldout_texts(names, options)
-        for done, name in enumerate(names):
-            subject = load_subject(name, device)
-            if progress:
-                progress(subject.info.label, done, len(names))
-            context = reference_context(texts, options, subject)
-            windows = choose_windows(
-                tokenized(subject, texts),
-                context,
-                multiples=multiples,
-                n_per_bucket=n_per_bucket,
-                seed=seed,
-                bos=subject.bos_id,
-            )
-            kept, skipped = readable_windows(windows, [subject])
-            results.append(
-                analyse_positions(subject.model, window_inputs(kept), subject.info, skipped=skipped, **settings)
-            )
-            del subject
-        return results
+        reads = subject_windows(
+            names,
+            dict(options or {}),
+            device,
+            multiples=multiples,
+            n_per_bucket=n_per_bucket,
+            seed=seed,
+            progress=progress,
+        )
+        return [
+            analyse_positions(r.subject.model, window_inputs(r.kept), r.subject.info, skipped=r.skipped, **settings)
+            for r in reads
+        ]
     for done, name in enumerate(names):
         model, info = load_run_model(Path(name), device)
         if progress:
