@@ -3,7 +3,7 @@
     python bench/protocol_step.py                        # tiny and small, the paper's five PEs, 1 thread
     python bench/protocol_step.py --presets small --pes nope t5
 
-Per preset and PE, three variants train the same model from the same weights on the paper's SCAN
+Per preset and PE, five variants train the same model from the same weights on the paper's SCAN
 split (``split=paper``), each drawing its own batches as its protocol does, interleaved in rotated
 order and timed on process CPU time:
 
@@ -14,7 +14,8 @@ order and timed on process CPU time:
   biased layers off the fused kernel while training);
 - ``authors-packed``: the authors' batches packed into rows of up to twice the longest example,
   attention kept within each (``--pack``: the same scored tokens, less padding);
-- ``authors-bf16``: the authors' under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
+- ``authors-bf16``: the authors' under ``torch.autocast("cpu", dtype=torch.bfloat16)``;
+- ``authors-packed-bf16``: packed and under bf16 autocast (``--pack --precision bf16``).
 
 Each turn takes ``--calls`` consecutive batches of the variant's own stream, so the padding each
 protocol pays is in the time. Ratios are per repeat, median over repeats. Beside them: mean padded
@@ -116,6 +117,7 @@ def main() -> None:
                 ("authors", "authors", False, False),
                 ("authors-packed", "authors", False, True),
                 ("authors-bf16", "authors", True, False),
+                ("authors-packed-bf16", "authors", True, True),
             ):
                 config = TrainConfig(
                     task="scan", pe=pe, preset=preset, task_options=task, protocol=protocol, dropout=p, seed=args.seed
@@ -137,13 +139,15 @@ def main() -> None:
                 "authors_over_probe": paired_ratio(timings["cpu"], "authors", "probe"),
                 "authors_packed_over_probe": paired_ratio(timings["cpu"], "authors-packed", "probe"),
                 "bf16_over_float32": paired_ratio(timings["cpu"], "authors-bf16", "authors"),
+                "packed_bf16_over_packed": paired_ratio(timings["cpu"], "authors-packed-bf16", "authors-packed"),
                 "selection_evaluation_seconds": evaluation,
                 "selection_share_of_study_run": EVALUATIONS * evaluation / (STUDY_STEPS * step),
             }
             print(
                 f"  authors/probe {rows[pe]['authors_over_probe']['median']:.2f}  "
                 f"packed/probe {rows[pe]['authors_packed_over_probe']['median']:.2f}  "
-                f"bf16/float32 {rows[pe]['bf16_over_float32']['median']:.2f}  "
+                f"bf16/float32 {rows[pe]['bf16_over_float32']['median']:.2f} "
+                f"(packed {rows[pe]['packed_bf16_over_packed']['median']:.2f})  "
                 f"selection {100 * rows[pe]['selection_share_of_study_run']:.1f}% of a run",
                 flush=True,
             )

@@ -54,6 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pack several examples into each row, attention kept within each: the same scored tokens in "
         "less padding (PEs whose logits read only relative positions, and embedded ones)",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bf16"),
+        default="auto",
+        help="the forward pass in float32 or under bf16 autocast (default auto: bf16 on a GPU, float32 on a CPU)",
+    )
     add_training_options(parser, "examples")
     parser.set_defaults(func=run)
 
@@ -142,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             protocol=args.protocol,
             pack=args.pack,
+            precision=args.precision,
             eval_every=args.eval_every,
         )
         for pe, seed in runs

@@ -109,15 +109,16 @@ def estimate_cost(
 ) -> dict[str, Any]:
     """Seconds each run still needs: its steps left x tokens per batch / measured tokens per second.
 
-    Throughput is measured once per model shape (preset + model overrides) on the first run of
-    that shape, with ``threads`` torch threads (what each run will train with), or taken from
-    ``tokens_per_second`` (to price hardware you do not have here). Evaluation time is not included.
+    Throughput is measured once per model shape and precision (preset, model overrides,
+    ``precision``) on the first run of that kind, with ``threads`` torch threads (what each run will
+    train with), or taken from ``tokens_per_second`` (to price hardware you do not have here).
+    Evaluation time is not included.
     """
     speeds: dict[str, float] = {}
     tokens: dict[str, float] = {}
     per_run: list[float] = []
     for run in runs:
-        shape = json.dumps([run.config.preset, run.config.model], sort_keys=True)
+        shape = json.dumps([run.config.preset, run.config.model, run.config.precision], sort_keys=True)
         folder = json.dumps([run.config.task, run.config.task_options, run.config.batch_size], sort_keys=True)
         left = steps_left(run)
         if left == 0:

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from probe.errors import ProbeError
 from probe.models.config import ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options, pe_class
@@ -15,6 +17,7 @@ from probe.presets import training_recipe
 from probe.selection import every
 
 PROTOCOLS = ("probe", "authors")
+PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA, float32 elsewhere
 AUTHORS_EPS = 1e-6  # their T5 config's layer_norm_epsilon
 SCHEDULES = ("polynomial", "cosine")
 BOOKKEEPING = (
@@ -26,7 +29,8 @@ BOOKKEEPING = (
     "selection",
     "selected_step",
 )  # not the model
-LEGACY = {"protocol": "probe", "pack": False}  # what a run saved before a setting existed was trained with
+# what a run saved before a setting existed was trained with
+LEGACY = {"protocol": "probe", "pack": False, "precision": "auto"}
 
 
 @dataclass
@@ -57,6 +61,7 @@ class TrainConfig:
     protocol: str | None = None  # probe or authors; the authors' on split=paper
     eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
     pack: bool = False  # several examples per row (probe.data.EncodedSet.packed_batch): less padding
+    precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (bf16 on CUDA only)
 
     def __post_init__(self) -> None:
         from probe.corpus import CODE_TASK
@@ -78,6 +83,8 @@ class TrainConfig:
             raise ProbeError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
         if self.protocol == "authors" and self.task == CODE_TASK:
             raise ProbeError("the authors' protocol is their synthetic tasks'; pretraining on code takes probe's")
+        if self.precision not in PRECISIONS:
+            raise ProbeError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if self.eval_every is None:
             self.eval_every = every(self.steps) if self.protocol == "authors" else 0
         if self.eval_every < 0:
@@ -89,6 +96,14 @@ class TrainConfig:
                 else f"{self.pe}'s logits read more than each example's relative positions"
             )
             raise ProbeError(f"--pack does not apply here: {what}")
+
+    def autocast_dtype(self, device_type: str) -> torch.dtype | None:
+        """The dtype the forward pass autocasts to on ``device_type`` (None: the weights' float32).
+        ``auto`` keeps float32 on a CPU: bf16 there is faster (bench/protocol_step.py) but not shown
+        to train to the same accuracy."""
+        if self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda"):
+            return torch.bfloat16
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -135,7 +135,8 @@ class Trainer:
         stream = batch_stream(
             data, config.batch_size, config.seed, self.epoch, self.position, grouped=config.protocol == "probe"
         )
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
+        dtype = config.autocast_dtype(self.device.type)
+        autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else nullcontext()
         self.model.train()
         if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
             torch.manual_seed(config.seed)
