@@ -4,7 +4,8 @@ Reads every ``bench/results/scan_scale*.json`` (``scan_scale.py``) and any ``pro
 report given with ``--report`` (its SCAN runs), orders the points by training compute (weights x
 tokens seen), adds the paper's released runs (T5-base, 40K steps of 64, mean of 3 seeds) at the
 right, and writes ``bench/results/scan_scale_figure.html`` (and ``.png`` where kaleido can) and
-``scan_scale_points.json`` (the table it drew).
+``scan_scale_points.json`` (the table it drew). Points from reports drawn before stay in that table
+(their study folders may be gone) unless a report of the same label is given again.
 
     python bench/scale_figure.py --report checkpoints/reproduce-reduced/report
 """
@@ -24,6 +25,8 @@ from probe.models.registry import PE_KINDS, PE_LABELS  # noqa: E402
 from probe.plots import pe_color, write_figure  # noqa: E402
 from probe.reference import paper_summary  # noqa: E402
 
+POINTS = RESULTS / "scan_scale_points.json"
+AUTHORS = ", the authors' protocol"
 PAPER_WEIGHTS = 107e6  # the paper's T5-base decoder with T5's vocabulary (its Section 3)
 
 
@@ -38,8 +41,15 @@ def label(training: dict, device: str) -> str:
     config = resolve_config("nope", vocab_size=18, preset=training["preset"], **training.get("model", {}))
     return (
         f"{config.n_layers}x{config.d_model}, {training['steps']} x {training['batch_size']}"
-        f"{', dropout ' + str(training['dropout']) if training.get('dropout') else ''} ({device})"
+        f"{', dropout ' + str(training['dropout']) if training.get('dropout') else ''}"
+        f"{AUTHORS if training.get('protocol') == 'authors' else ''} ({device})"
     )
+
+
+def seeds_note(entry: dict) -> str:
+    """``, mean of 2 seeds`` for a report whose PEs were trained at more than one seed."""
+    seeds = max(len(t["seeds"]) for t in entry["ours"].values())
+    return f", mean of {seeds} seeds" if seeds > 1 else ""
 
 
 def points(report_folders: list[Path]) -> list[dict]:
@@ -67,13 +77,17 @@ def points(report_folders: list[Path]) -> list[dict]:
         training = config["training"]
         found.append(
             {
-                "label": label(training, "CPU, probe reproduce"),
+                "label": label(training, f"CPU, probe reproduce{seeds_note(entry)}"),
                 "source": str(folder / "report.json"),
                 "compute": weights(training) * training["steps"] * training["batch_size"],
                 "iid": {pe: t["iid"] for pe, t in entry["ours"].items()},
                 "ood": {pe: t["ood"] for pe, t in entry["ours"].items()},
             }
         )
+    read = {point["label"] for point in found}
+    if POINTS.is_file():  # reports drawn before (their study folders may be gone): kept unless read again
+        earlier = json.loads(POINTS.read_text())
+        found += [p for p in earlier if p["source"].endswith("report.json") and p["label"] not in read]
     paper = paper_summary("scan-mdlen_tr25_ts48")
     found.append(
         {
@@ -115,7 +129,7 @@ def main() -> None:
         template="plotly_white",
     )
     written = write_figure(figure, RESULTS / "scan_scale_figure")
-    (RESULTS / "scan_scale_points.json").write_text(json.dumps(table, indent=1) + "\n")
+    POINTS.write_text(json.dumps(table, indent=1) + "\n")
     for p in table:
         print(
             f"{p['label']:<60} "
