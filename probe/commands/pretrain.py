@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             dropout=args.dropout,
             model=model,
             checkpoint_every=args.checkpoint_every,
+            precision=args.precision,
         )
         for pe in dict.fromkeys(pes)
         for seed in dict.fromkeys(args.seed or [0])

@@ -54,12 +54,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pack several examples into each row, attention kept within each: the same scored tokens in "
         "less padding (PEs whose logits read only relative positions, and embedded ones)",
     )
-    parser.add_argument(
-        "--precision",
-        choices=("auto", "float32", "bf16"),
-        default="auto",
-        help="the forward pass in float32 or under bf16 autocast (default auto: bf16 on a GPU, float32 on a CPU)",
-    )
     add_training_options(parser, "examples")
     parser.set_defaults(func=run)
 
@@ -78,6 +72,12 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="model config override, e.g. -m n_layers=4 (fields of probe.ModelConfig)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bf16"),
+        default="auto",
+        help="the forward pass in float32 or under bf16 autocast (default auto: bf16 on a GPU, float32 on a CPU)",
     )
     add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
     parser.add_argument(
