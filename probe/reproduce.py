@@ -250,9 +250,10 @@ def _pct(value: float | None) -> str:
 
 
 def _selection(ours: dict[str, Any]) -> str:
-    """`` best step 3400; last step 94.2% / 20.1% |``: where runs were selected on IID validation."""
+    """`` best step 3400; last step 94.2% / 20.1% |`` where runs were selected on IID validation, else
+    an empty cell."""
     if not ours.get("selected_steps"):
-        return ""
+        return " |"
     steps = ",".join(map(str, ours["selected_steps"]))
     return f" best step {steps}; last step {_pct(ours['last_iid'])} / {_pct(ours['last_ood'])} |"
 
@@ -264,23 +265,27 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# probe reproduce ({report['scale']} study)", ""]
     for folder, entry in report["tasks"].items():
         paper = entry["paper"] or {}
+        rows = [*entry["ours"].values(), *([entry["baseline"]] if entry.get("baseline") else [])]
+        selected = any(row.get("selected_steps") for row in rows)  # a column for the selection, if any
         lines += [
             f"## {folder} ({entry['category']})",
             "",
-            "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |",
-            "|---|---|---|---|---|---|",
+            "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |"
+            + (" selected on IID validation (last step IID / OOD) |" if selected else ""),
+            "|---|---|---|---|---|---|" + ("---|" if selected else ""),
         ]
         for pe, ours in entry["ours"].items():
             theirs = paper.get(pe, {})
             lines.append(
                 f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
-                f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |" + _selection(ours)
+                f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |"
+                + (_selection(ours) if selected else "")
             )
         if entry.get("baseline"):
             base = entry["baseline"]
             lines.append(
                 f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
-                f"{_pct(base['ood'])} | | |" + _selection(base)
+                f"{_pct(base['ood'])} | | |" + (_selection(base) if selected else "")
             )
         lines.append("")
     lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]

@@ -71,6 +71,9 @@ def test_a_study_selected_on_validation_reports_the_best_step_and_the_last_besid
     assert any(
         line.startswith("| NoPE |") and line.endswith("| best step 3400; last step 92.0% / 20.0% |") for line in lines
     )
+    table = [line for line in lines if line.startswith("|")]
+    assert table[0].endswith("| selected on IID validation (last step IID / OOD) |")
+    assert {line.count("|") for line in table} == {8}  # every row has the header's cells, T5's selection empty
 
 
 def test_report_sets_the_paper_beside_ours_and_says_where_they_differ(tmp_path):
