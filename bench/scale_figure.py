@@ -1,11 +1,12 @@
 """The figure of OOD exact match against scale on the paper's SCAN split, from measured results.
 
-Reads every ``bench/results/scan_scale*.json`` (``scan_scale.py``) and any ``probe reproduce``
-report given with ``--report`` (its SCAN runs), orders the points by training compute (weights x
+Reads every ``bench/results/scan_scale*.json`` (``scan_scale.py``), any ``probe reproduce``
+report given with ``--report`` (its SCAN runs) and any ``bench/study_results.py`` file given with
+``--results`` (its means over seeds), orders the points by training compute (weights x
 tokens seen), adds the paper's released runs (T5-base, 40K steps of 64, mean of 3 seeds) at the
 right, and writes ``bench/results/scan_scale_figure.html`` (and ``.png`` where kaleido can) and
-``scan_scale_points.json`` (the table it drew). Points from reports drawn before stay in that table
-(their study folders may be gone) unless a report of the same label is given again.
+``scan_scale_points.json`` (the table it drew). Points from reports and results drawn before stay in
+that table (their study folders may be gone) unless one of the same label is given again.
 
     python bench/scale_figure.py --report checkpoints/reproduce-reduced/report
 """
@@ -52,7 +53,7 @@ def seeds_note(entry: dict) -> str:
     return f", mean of {seeds} seeds" if seeds > 1 else ""
 
 
-def points(report_folders: list[Path]) -> list[dict]:
+def points(report_folders: list[Path], result_files: list[Path] = ()) -> list[dict]:
     found = []
     for path in sorted(RESULTS.glob("scan_scale*.json")):
         if path.name == "scan_scale_points.json":
@@ -84,10 +85,23 @@ def points(report_folders: list[Path]) -> list[dict]:
                 "ood": {pe: t["ood"] for pe, t in entry["ours"].items()},
             }
         )
+    for path in result_files:
+        study = json.loads(path.read_text())
+        seeds = max(len(row["seeds"]) for row in study["means"].values())
+        training = study["runs"][0]["training"]
+        found.append(
+            {
+                "label": label(training, "CPU" + (f", mean of {seeds} seeds" if seeds > 1 else "")),
+                "source": path.name,
+                "compute": weights(training) * training["steps"] * training["batch_size"],
+                "iid": {pe: row["iid"] for pe, row in study["means"].items()},
+                "ood": {pe: row["ood"] for pe, row in study["means"].items()},
+            }
+        )
     read = {point["label"] for point in found}
-    if POINTS.is_file():  # reports drawn before (their study folders may be gone): kept unless read again
+    if POINTS.is_file():  # reports and results drawn before (their folders may be gone): kept unless read again
         earlier = json.loads(POINTS.read_text())
-        found += [p for p in earlier if p["source"].endswith("report.json") and p["label"] not in read]
+        found += [p for p in earlier if p["label"] not in read and p["source"] != "probe.reference"]
     paper = paper_summary("scan-mdlen_tr25_ts48")
     found.append(
         {
@@ -106,8 +120,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--report", action="append", default=[], help="a probe reproduce report folder")
+    parser.add_argument(
+        "--results", action="append", default=[], help="a bench/study_results.py file: its means over seeds"
+    )
     args = parser.parse_args()
-    table = points([Path(p) for p in args.report])
+    table = points([Path(p) for p in args.report], [Path(p) for p in args.results])
     figure = go.Figure()
     for pe in PE_KINDS:
         figure.add_trace(
