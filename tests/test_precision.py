@@ -57,3 +57,31 @@ def test_the_cli_refuses_an_unknown_precision(capsys):
         main(["train", "--precision", "half"])
     assert exit_.value.code == 2
     assert "invalid choice: 'half'" in capsys.readouterr().err
+
+
+def test_a_sweep_measures_each_precision_and_says_which(tmp_path, monkeypatch):
+    """bf16 and float32 steps cost different times: the estimate measures each once, and the dry run
+    names the precision beside the shape."""
+    from probe import sweep
+    from probe.sweep import cost as cost_module
+    from probe.sweep.console import _shape
+
+    measured = []
+    monkeypatch.setattr(
+        cost_module,
+        "measure_tokens_per_second",
+        lambda run, *args: (
+            measured.append(run.config.precision) or (2000.0 if run.config.precision == "bf16" else 1000.0)
+        ),
+    )
+    grid = {"task": "reverse", "pe": ["nope"], "seed": [0, 1], "steps": 40, "batch_size": 16, "model": SMALL}
+    runs = [
+        run
+        for precision in ("auto", "bf16")
+        for run in sweep.expand_grid({**grid, "precision": precision}, tmp_path / precision)
+    ]
+    cost = sweep.estimate_cost(runs)
+    assert measured == ["auto", "bf16"]  # once per precision, not once per run
+    assert cost["seconds"][2] == pytest.approx(cost["seconds"][0] / 2)
+    shapes = sorted(_shape(key) for key in cost["tokens_per_second"])
+    assert shapes == ["tiny d_head=16 d_mlp=64 d_model=32 n_heads=2 n_layers=1" + tail for tail in ("", " bf16")]

@@ -34,8 +34,9 @@ class Launch:
 
 
 def _shape(key: str) -> str:
-    preset, model = json.loads(key)
-    return preset + "".join(f" {k}={v}" for k, v in model.items())
+    """``small n_layers=8 bf16``: a cost estimate's model shape and precision, as the dry run prints it."""
+    preset, model, precision = json.loads(key)
+    return preset + "".join(f" {k}={v}" for k, v in model.items()) + ("" if precision == "auto" else f" {precision}")
 
 
 def dry_run(
