@@ -196,6 +196,11 @@ def tokenized(subject: Subject, texts: HeldoutTexts) -> TokenizedFiles:
     return TokenizedFiles(texts.folder, [f.name for f in texts.files], [torch.tensor(i, dtype=torch.long) for i in ids])
 
 
+def subject_choice(subject: Subject, texts: HeldoutTexts, context: int, **choice: Any) -> list[ContextWindows]:
+    """:func:`choose_windows` over the held-out files in ``subject``'s tokens, its BOS first."""
+    return choose_windows(tokenized(subject, texts), context, bos=subject.bos_id, **choice)
+
+
 def check_same_tokenizer(a: Subject, b: Subject) -> None:
     """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
     if a.vocabulary != b.vocabulary:
@@ -249,14 +254,8 @@ def subject_windows(
         if progress:
             progress(subject.info.label, done, len(names))
         context = reference_context(texts, options, subject)
-        windows = choose_windows(
-            tokenized(subject, texts),
-            context,
-            multiples=multiples,
-            n_per_bucket=n_per_bucket,
-            seed=seed,
-            lengths=lengths,
-            bos=subject.bos_id,
+        windows = subject_choice(
+            subject, texts, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
         )
         kept, skipped = readable_windows(windows, [subject])
         read = SubjectWindows(subject, kept, skipped, _task_options(texts, context))
@@ -295,14 +294,8 @@ def external_compare_report(
     a = load_subject(names[0], device, pe_options)
     timings["load"] = time.perf_counter() - start
     context = reference_context(texts, options, a)
-    windows = choose_windows(
-        tokenized(a, texts),
-        context,
-        multiples=multiples,
-        n_per_bucket=n_per_bucket,
-        seed=seed,
-        lengths=lengths,
-        bos=a.bos_id,
+    windows = subject_choice(
+        a, texts, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
     )
     comparisons = []
     for done, name in enumerate(names[1:]):
