@@ -124,7 +124,11 @@ def main() -> None:
         "--results", action="append", default=[], help="a bench/study_results.py file: its means over seeds"
     )
     args = parser.parse_args()
-    table = points([Path(p) for p in args.report], [Path(p) for p in args.results])
+    reports, results = [Path(p) for p in args.report], [Path(p) for p in args.results]
+    missing = [p for p in [*(r / "report.json" for r in reports), *results] if not p.is_file()]
+    if missing:
+        sys.exit(f"no such file: {missing[0]}")
+    table = points(reports, results)
     figure = go.Figure()
     for pe in PE_KINDS:
         figure.add_trace(
