@@ -89,24 +89,8 @@ def main() -> None:
     task = {"split": "paper"}
     sources = {name: TaskSource("scan", task, seed=0, authors=name == "authors") for name in ("probe", "authors")}
     data = {name: source.training_set(0) for name, source in sources.items()}
-    result = header(
-        "protocol_step",
-        "training step under the authors' protocol vs probe's, and bf16 vs float32, on SCAN's paper split",
-        device,
-        os.getloadavg(),
-    )
-    result.update(
-        batch=BATCH,
-        calls=args.calls,
-        repeats=args.repeats,
-        threads=torch.get_num_threads(),
-        padded_tokens_per_batch={
-            "probe": padded_tokens(data["probe"], True, 500),
-            "authors": padded_tokens(data["authors"], False, 500),
-            "authors-packed": padded_tokens(data["authors"], False, 500, pack=True),
-        },
-        presets={},
-    )
+    load = os.getloadavg()
+    presets = {}
     for preset in args.presets:
         p = RECIPES[preset]["dropout"] or 0.1  # the study's dropout
         rows = {}
@@ -151,8 +135,25 @@ def main() -> None:
                 f"selection {100 * rows[pe]['selection_share_of_study_run']:.1f}% of a run",
                 flush=True,
             )
-        result["presets"][preset] = rows
-    result["load_after"] = os.getloadavg()
+        presets[preset] = rows
+    result = {
+        **header(
+            "protocol_step",
+            "training step under the authors' protocol vs probe's, and bf16 vs float32, on SCAN's paper split",
+            device,
+            load,
+        ),
+        "batch": BATCH,
+        "calls": args.calls,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads(),
+        "padded_tokens_per_batch": {
+            "probe": padded_tokens(data["probe"], True, 500),
+            "authors": padded_tokens(data["authors"], False, 500),
+            "authors-packed": padded_tokens(data["authors"], False, 500, pack=True),
+        },
+        "presets": presets,
+    }
     print(f"wrote {write_json('protocol_step', device, result)}")
 
 

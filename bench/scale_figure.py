@@ -47,6 +47,12 @@ def label(training: dict, device: str) -> str:
     )
 
 
+def tick(label: str) -> str:
+    """A point's label as the axis shows it: one line per part, so ten points fit side by side."""
+    parts = label.replace(" (", ", ").removesuffix(")").split(", ")
+    return "<br>".join(part.removeprefix("the ") for part in parts)
+
+
 def seeds_note(entry: dict) -> str:
     """``, mean of 2 seeds`` for a report whose PEs were trained at more than one seed."""
     seeds = max(len(t["seeds"]) for t in entry["ours"].values())
@@ -130,10 +136,10 @@ def main() -> None:
         sys.exit(f"no such file: {missing[0]}")
     table = points(reports, results)
     figure = go.Figure()
-    for pe in PE_KINDS:
+    for pe in [pe for pe in PE_KINDS if any(pe in p["ood"] for p in table)]:
         figure.add_trace(
             go.Scatter(
-                x=[p["label"] for p in table],
+                x=[tick(p["label"]) for p in table],
                 y=[100 * p["ood"].get(pe, float("nan")) for p in table],
                 mode="lines+markers",
                 name=PE_LABELS[pe],
@@ -145,9 +151,14 @@ def main() -> None:
     figure.update_layout(
         title="SCAN (the paper's split): exact match on unseen lengths 26-48 against scale",
         xaxis_title="model (layers x width), steps x batch, where it ran; ordered by training compute",
+        xaxis_tickangle=0,
+        xaxis_tickfont_size=10,
         yaxis_title="OOD exact match (%)",
         yaxis_range=[-2, 102],
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0),
         template="plotly_white",
+        width=1400,
+        height=700,
     )
     written = write_figure(figure, RESULTS / "scan_scale_figure")
     POINTS.write_text(json.dumps(table, indent=1) + "\n")

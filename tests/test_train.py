@@ -75,6 +75,24 @@ def test_interrupted_run_resumes_to_the_same_weights(tmp_path, dropout):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_resumed_runs_train_seconds_count_every_session(tmp_path):
+    """``train_seconds`` is the run's training time, not its last session's; the speed is the last session's."""
+    import time
+
+    def slow_then_interrupt(step, loss, speed):
+        time.sleep(0.1)
+        if step == 17:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(_config(), tmp_path / "r", CPU, on_step=slow_then_interrupt)
+    resumed = train_run(_config(), tmp_path / "r", CPU)
+    metrics = json.loads((tmp_path / "r" / "config.json").read_text())["metrics"]
+    assert metrics["train_seconds"] == pytest.approx(resumed.seconds)
+    assert resumed.seconds >= 17 * 0.1
+    assert metrics["steps_per_second"] >= (24 - 17) / (resumed.seconds - 17 * 0.1)  # 7 steps in this session
+
+
 def test_killed_run_resumes_from_the_last_periodic_state(tmp_path):
     """A crash that cannot save (not Ctrl-C) loses the steps after the last periodic state only."""
     train_run(_config(), tmp_path / "whole", CPU)

@@ -126,9 +126,10 @@ def _train_locked(
     if on_start:
         on_start(trainer.step, config.steps)
     start_step = trainer.step
-    loss, seconds = trainer.train(on_step)
+    loss, session = trainer.train(on_step)
+    seconds = trainer.earlier_seconds + session  # a resumed run counts its earlier sessions too
     held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
-    steps_per_second = (trainer.step - start_step) / seconds if seconds > 0 else None
+    steps_per_second = (trainer.step - start_step) / session if session > 0 else None  # this session's
     metrics = trainer.publish(
         {"final_loss": loss, **held_out, "train_seconds": seconds, "steps_per_second": steps_per_second}
     )

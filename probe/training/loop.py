@@ -65,6 +65,8 @@ class Trainer:
             **({"fused": True} if device.type == "cuda" else {"foreach": True}),
         )
         self.step, self.epoch, self.position = 0, 0, 0
+        self.earlier_seconds = 0.0  # training time of earlier sessions, up to the state resumed from
+        self._started: float | None = None
         self.selection = Selection() if config.eval_every else None
         self.validation = self.source.validation_set(config.eval_examples) if config.eval_every else None
         if config.eval_every and self.validation is None:
@@ -88,6 +90,7 @@ class Trainer:
             "step": self.step,
             "epoch": self.epoch,
             "position": self.position,
+            "seconds": self.seconds(),
             "train_config": self.config.to_dict(),
             "selection": self.selection.to_dict() if self.selection else None,
         }
@@ -122,6 +125,7 @@ class Trainer:
         if "rng.cuda" in tensors and self.device.type == "cuda":
             torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
+        self.earlier_seconds = meta.get("seconds", 0.0)  # states saved before it was recorded: unknown
         if self.selection:
             best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
             self.selection = Selection.from_dict(meta.get("selection") or {}, best or None)
@@ -129,7 +133,7 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------------
     def train(self, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
-        """Train to ``config.steps``; returns (last logged loss, seconds spent)."""
+        """Train to ``config.steps``; returns (last logged loss, seconds spent in this call)."""
         config = self.config
         data = self.source.training_set(config.seed)
         stream = batch_stream(
@@ -140,7 +144,7 @@ class Trainer:
         self.model.train()
         if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
             torch.manual_seed(config.seed)
-        started = time.perf_counter()
+        self._started = started = time.perf_counter()
         self._updating, self._last_loss = False, float("nan")
         try:
             with dropout(self.model, config.dropout, config.protocol):
@@ -213,6 +217,12 @@ class Trainer:
         self.selection.consider(self.step, score, self.model)
         self._log({"step": self.step, "valid_exact_match": score, "time": time.time()})
         self.model.train()
+
+    def seconds(self) -> float:
+        """Training time of the run so far, over every session: the steps a killed session lost
+        after its last state are not counted, as they are trained again."""
+        session = 0.0 if self._started is None else time.perf_counter() - self._started
+        return self.earlier_seconds + session
 
     def _saved_step(self) -> int:
         path = self.path / STATE
