@@ -9,7 +9,8 @@ share the memory bus and caches, and each run also pays for its data, logging, p
 under the authors' protocol, its 20 selection evaluations. This benchmark trains the study's recipe
 (``small``, batch 64, dropout 0.1, SCAN's paper split) for ``--steps`` steps as the study would, one
 variant after another in an order rotated per repeat, and reads each run's ``steps_per_second`` from
-its ``config.json``:
+its ``config.json``. The authors' runs validate every 200 steps, as the study's do, so selection costs
+the same share of a step as there (a shorter run would otherwise still validate 20 times):
 
 - ``probe``: ``--protocol probe`` (``<bos>``, length-grouped batches, the last step);
 - ``authors-packed``: the study's default (the authors' protocol with ``--pack``);
@@ -34,6 +35,7 @@ from common import header, write_json
 
 PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())", "train"]
 RECIPE = ["--task", "scan", "--split", "paper", "--preset", "small", "--batch-size", "64", "--dropout", "0.1"]
+STUDY_EVAL_EVERY = 200  # the study's selection interval: 20 evaluations in 4,000 steps
 VARIANTS = {
     "probe": ["--protocol", "probe"],
     "authors-packed": ["--pack"],
@@ -44,6 +46,8 @@ VARIANTS = {
 def train_pair(pes: list[str], steps: int, flags: list[str], folder: Path) -> dict[str, float]:
     """Train ``pes`` side by side (``--jobs 2``) and return each run's steps per second."""
     command = [*PROBE, *RECIPE, *(f for pe in pes for f in ("--pe", pe)), "--seed", "0", "--steps", str(steps)]
+    if "--protocol" not in flags:  # the authors' selection, at the study's interval rather than 20 a run
+        command += ["--eval-every", str(STUDY_EVAL_EVERY)]
     subprocess.run(
         [*command, *flags, "--jobs", str(len(pes)), "--checkpoints", str(folder)],
         check=True,
