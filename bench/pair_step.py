@@ -48,11 +48,11 @@ def train_pair(pes: list[str], steps: int, flags: list[str], folder: Path) -> di
     command = [*PROBE, *RECIPE, *(f for pe in pes for f in ("--pe", pe)), "--seed", "0", "--steps", str(steps)]
     if "--protocol" not in flags:  # the authors' selection, at the study's interval rather than 20 a run
         command += ["--eval-every", str(STUDY_EVAL_EVERY)]
-    subprocess.run(
-        [*command, *flags, "--jobs", str(len(pes)), "--checkpoints", str(folder)],
-        check=True,
-        stdout=subprocess.DEVNULL,
+    done = subprocess.run(
+        [*command, *flags, "--jobs", str(len(pes)), "--checkpoints", str(folder)], stdout=subprocess.DEVNULL
     )
+    if done.returncode:  # probe train has said why on stderr, in one line
+        sys.exit(f"probe train exited {done.returncode} for {' '.join(pes)} with {' '.join(flags)}")
     configs = {pe: folder / "scan+split=paper" / pe / "seed0" / "config.json" for pe in pes}
     missing = [str(path) for path in configs.values() if not path.is_file()]
     if missing:
