@@ -14,12 +14,15 @@ def pe_color(pe: str) -> str:
 
 
 def write_figure(figure, path: str | Path) -> list[Path]:
-    """Write ``path``.html, and ``path``.png if a static renderer (kaleido + Chrome) is available."""
+    """Write ``path``.html, and ``path``.png if a static renderer (kaleido + Chrome) is available.
+
+    The HTML carries plotly.js itself (about 4 MB), so it draws with no network and wherever it is
+    copied; one loading the library from a CDN is blank offline."""
     from probe.files import atomic_write
 
     path = Path(path)
     written = [path.with_suffix(".html")]
-    atomic_write(written[0], lambda tmp: figure.write_html(tmp, include_plotlyjs="cdn"))
+    atomic_write(written[0], lambda tmp: figure.write_html(tmp, include_plotlyjs=True))
     try:
         figure.write_image(path.with_suffix(".png"), scale=2)
         written.append(path.with_suffix(".png"))
