@@ -6,14 +6,15 @@
 ``bench/protocol_step.py`` times one step in one process on one thread. The study instead trains two
 runs at once on a 2-core machine (``probe reproduce``: ``--jobs 2``, one thread each), where the runs
 share the memory bus and caches, and each run also pays for its data, logging, periodic states and,
-under the authors' protocol, its 20 selection evaluations. This benchmark trains the study's recipe
-(``small``, batch 64, dropout 0.1, SCAN's paper split) for ``--steps`` steps as the study would, one
-variant after another in an order rotated per repeat, and reads each run's ``steps_per_second`` from
-its ``config.json``. The authors' runs validate every 200 steps, as the study's do, so selection costs
-the same share of a step as there (a shorter run would otherwise still validate 20 times):
+under the authors' protocol, its 20 selection evaluations. This benchmark trains the study's
+recipe (``probe/grids/reproduce.toml``: ``small``, batch 64, dropout 0.1, SCAN's paper split) for
+``--steps`` steps as the study would, one variant after another in an order rotated per repeat, and
+reads each run's ``steps_per_second`` from its ``config.json``. The authors' runs validate at the
+study's interval (every 200 of its 4,000 steps), so selection costs the same share of a step as
+there (a shorter run would otherwise still validate 20 times):
 
-- ``probe``: ``--protocol probe`` (``<bos>``, length-grouped batches, the last step);
-- ``authors-packed``: the study's default (the authors' protocol with ``--pack``);
+- ``probe``: ``--protocol probe`` (``<bos>``, length-grouped batches, the last step), in float32;
+- ``authors-packed``: the study's protocol (the authors' with ``--pack``), in float32;
 - ``authors-packed-bf16``: the same under ``--precision bf16``.
 
 Ratios of the pair's mean seconds per step are taken per repeat, then the median. Absolute rates
@@ -33,12 +34,19 @@ from pathlib import Path
 
 from common import header, write_json
 
+from probe.selection import every
+from probe.sweep import load_grid
+
 PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())", "train"]
-RECIPE = ["--task", "scan", "--split", "paper", "--preset", "small", "--batch-size", "64", "--dropout", "0.1"]
-STUDY_EVAL_EVERY = 200  # the study's selection interval: 20 evaluations in 4,000 steps
-VARIANTS = {
-    "probe": ["--protocol", "probe"],
-    "authors-packed": ["--pack"],
+STUDY = load_grid("reproduce")
+RECIPE = [
+    *("--task", "scan", "--split", "paper", "--preset", STUDY["preset"]),
+    *("--batch-size", str(STUDY["batch_size"]), "--dropout", str(STUDY["dropout"])),
+]
+STUDY_EVAL_EVERY = every(STUDY["steps"])  # the study's selection interval: 20 evaluations a run
+VARIANTS = {  # each names its precision: `auto` is bf16 at some presets on a CPU
+    "probe": ["--protocol", "probe", "--precision", "float32"],
+    "authors-packed": ["--pack", "--precision", "float32"],
     "authors-packed-bf16": ["--pack", "--precision", "bf16"],
 }
 

@@ -1,13 +1,15 @@
 """Wall time of `probe reproduce` on this machine, beside its own --dry-run estimate.
 
-    python bench/reproduce_wall.py                     # the reduced study as shipped (small, ~90 min on 2 cores)
+    python bench/reproduce_wall.py                     # the reduced study as shipped (small, 6 runs on 2 cores)
     python bench/reproduce_wall.py --steps 200         # a quick look at the pipeline's fixed costs
 
 Runs the study from scratch in a temporary folder (or ``--checkpoints``), then writes
-``bench/results/reproduce_wall_<preset>[_<N>steps]_<device>.json`` (the study's preset; the steps
-when ``--steps`` overrides them): the estimate, the measured wall time, the split between training
-and the rest (evaluation, analyses, report), and the study's OOD per PE. ``reproduce_wall_cpu.json``
-and ``reproduce_wall_10k_cpu.json`` are the earlier ``tiny`` studies (16,000 and 10,000 steps).
+``bench/results/reproduce_wall_<preset>_<precision>[_<N>steps]_<device>.json`` (the study's preset,
+the precision its forward passes trained in, the steps when ``--steps`` overrides them): the
+estimate, the measured wall time, the training time summed over runs, and the study's OOD per PE.
+``reproduce_wall_small_float32_cpu.json`` is the study before ``auto`` meant bf16 at ``small`` on
+a CPU; ``reproduce_wall_cpu.json`` and ``reproduce_wall_10k_cpu.json`` are the earlier ``tiny``
+studies (16,000 and 10,000 steps).
 """
 
 from __future__ import annotations
@@ -56,21 +58,24 @@ def main() -> None:
         )
         wall = time.perf_counter() - started
         report = json.loads(Path(done["report"]).read_text())
-        train_seconds = sum(
-            json.loads((Path(p) / "config.json").read_text())["metrics"]["train_seconds"] for p in estimate["runs"]
-        )
+        metrics = [json.loads((Path(p) / "config.json").read_text())["metrics"] for p in estimate["runs"]]
+    train_seconds = sum(m["train_seconds"] for m in metrics)
+    precision = "+".join(sorted({m["forward_precision"] for m in metrics}))
     ood = {folder: {pe: t["ood"] for pe, t in entry["ours"].items()} for folder, entry in report["tasks"].items()}
     result = {
         **header("reproduce_wall", "wall time of probe reproduce, beside its --dry-run estimate", args.device, load),
         "flags": flags[2:],
         "estimated_training_seconds": estimate["estimated_training_seconds"],
+        "forward_precision": precision,
         "jobs": estimate["jobs"],
         "threads_per_job": estimate["threads_per_job"],
         "wall_seconds": wall,
         "train_seconds_summed_over_runs": train_seconds,
         "ood": ood,
     }
-    name = f"reproduce_wall_{load_grid('reproduce')['preset']}" + (f"_{args.steps}steps" if args.steps else "")
+    name = f"reproduce_wall_{load_grid('reproduce')['preset']}_{precision}" + (
+        f"_{args.steps}steps" if args.steps else ""
+    )
     path = write_json(name, args.device, result)
     print(
         f"estimate {estimate['estimated_training_seconds'] / 60:.1f} min of training; measured {wall / 60:.1f} min "

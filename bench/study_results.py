@@ -7,9 +7,9 @@ Reads every ``<checkpoints>/scan+split=paper/<pe>/seed<k>`` that has an ``eval.j
 or ``probe reproduce`` wrote it) and writes ``bench/results/<name>_cpu.json``: per run its IID and OOD
 exact match, the step selection kept (with the last step's numbers and the validation history, under
 the authors' protocol), its training seconds and accuracy per length; per PE the mean over seeds.
-``bench/scale_figure.py --results`` draws the means as one point. Training seconds are those of the
-run's last session (a resumed run counts only what it trained after resuming); ``--conditions`` says
-what else the machine ran meanwhile.
+``bench/scale_figure.py --results`` draws the means as one point. Training seconds count every session
+of a run (runs trained before a resumed run recorded its earlier sessions count only the last);
+``--conditions`` says what else the machine ran meanwhile.
 """
 
 from __future__ import annotations

@@ -84,6 +84,7 @@ def measure(
         "steps_per_second": (last - first) / (end - start),
         "tokens_per_second": sum(tokens) / len(tokens),
         "batch_size": config.batch_size,
+        "forward_precision": trainer.forward_precision,  # `auto`'s choice for this preset and device
         "timed_steps": last - first,
         **({"context": CONTEXTS[preset]} if task == CODE_TASK else {}),
     }

@@ -1,43 +1,90 @@
-"""Training precision (``--precision``): float32, bf16 autocast, or auto (bf16 on CUDA only); what a
-run trains in is a setting of the run, so resuming or reusing it in another precision is refused."""
+"""Training precision (``--precision``): float32, bf16 autocast, or auto (bf16 on CUDA, and on a CPU at
+the presets of ``probe.presets.CPU_BF16``); what a run trains in is a setting of the run, so resuming
+or reusing it in another precision is refused, and a run keeps what ``auto`` chose when it started."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
+import probe.training.config as training_config
 from probe.cli import main
+from probe.corpus import CODE_TASK
 from probe.errors import ProbeError
+from probe.presets import CPU_BF16
 from probe.training.config import TrainConfig, settings_differ
-from probe.training.loop import Trainer
+from probe.training.loop import STATE, Trainer
 
 CPU = torch.device("cpu")
 SMALL = dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 
 
-def forward_dtypes(precision: str, tmp_path) -> set[torch.dtype]:
-    """Dtypes of the first MLP's pre-activation over two training steps: a linear layer's output is
-    bf16 under autocast and float32 without it."""
-    config = TrainConfig(task="copy", pe="nope", steps=2, batch_size=8, precision=precision, model=SMALL)
-    trainer = Trainer(config, tmp_path, CPU)
+def forward_dtypes(precision: str, path, preset: str = "tiny", stop_at: int | None = None) -> set[torch.dtype]:
+    """Dtypes of the first MLP's pre-activation over a 4-step run's training steps (resumed from its
+    state in ``path`` if there is one; stopped as by Ctrl-C after step ``stop_at``): a linear layer's
+    output is bf16 under autocast and float32 without it."""
+    config = TrainConfig(
+        task="copy", pe="nope", preset=preset, steps=4, batch_size=8, log_every=1, precision=precision, model=SMALL
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config, path, CPU)
+    trainer.load_state()
     seen: set[torch.dtype] = set()
     trainer.model.blocks[0].mlp.hook_pre.add_hook(lambda x, hook: seen.add(x.dtype))
-    loss, _ = trainer.train()
-    assert loss == loss  # finite: a bf16 step trains
+
+    def stop(step: int, loss: float, tokens_per_s: float) -> None:
+        if step == stop_at:
+            raise KeyboardInterrupt
+
+    try:
+        loss, _ = trainer.train(stop)
+        assert loss == loss  # finite: a bf16 step trains
+    except KeyboardInterrupt:
+        assert (path / STATE).is_file()
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # autocast keeps float32 weights
     return seen
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("float32", torch.float32)])
 def test_training_runs_the_forward_pass_in_the_precision_asked(tmp_path, precision, dtype):
-    assert forward_dtypes(precision, tmp_path) == {dtype}
+    assert forward_dtypes(precision, tmp_path / "run") == {dtype}
 
 
-def test_auto_is_float32_on_a_cpu_and_bf16_on_cuda(tmp_path):
-    assert forward_dtypes("auto", tmp_path) == {torch.float32}
-    config = TrainConfig(precision="auto")
-    assert config.autocast_dtype("cuda") is torch.bfloat16 and config.autocast_dtype("cpu") is None
-    assert TrainConfig(precision="float32").autocast_dtype("cuda") is None
+def test_auto_is_bf16_on_cuda_and_on_a_cpu_only_at_the_presets_measured_for_it(tmp_path):
+    assert forward_dtypes("auto", tmp_path / "tiny") == {torch.float32}
+    assert forward_dtypes("auto", tmp_path / "small", preset="small") == {torch.bfloat16}
+    for preset in ("tiny", "small", "base"):
+        config = TrainConfig(preset=preset, precision="auto")
+        assert config.autocast_dtype("cuda") is torch.bfloat16
+        assert config.autocast_dtype("cpu") is (torch.bfloat16 if preset in CPU_BF16 else None)
+        assert TrainConfig(preset=preset, precision="float32").autocast_dtype("cuda") is None
+        assert TrainConfig(preset=preset, precision="bf16").autocast_dtype("cpu") is torch.bfloat16
+    assert CPU_BF16 == {"small"}  # tiny's default `probe train` and its 10-minute target stay float32
+    code = TrainConfig(task=CODE_TASK, preset="small", precision="auto")
+    assert code.autocast_dtype("cpu") is None and code.autocast_dtype("cuda") is torch.bfloat16  # not measured
+
+
+def test_a_resumed_auto_run_keeps_the_precision_it_started_with(tmp_path, monkeypatch):
+    """A state records what ``auto`` chose; a later version choosing otherwise does not switch a run
+    midway. States saved before the choice was recorded resume under the rule of their time."""
+    assert forward_dtypes("auto", tmp_path / "run", preset="small", stop_at=2) == {torch.bfloat16}
+    monkeypatch.setattr(training_config, "CPU_BF16", frozenset())  # a version that thinks otherwise
+    assert forward_dtypes("auto", tmp_path / "run", preset="small") == {torch.bfloat16}
+    assert forward_dtypes("auto", tmp_path / "fresh", preset="small") == {torch.float32}
+
+    monkeypatch.setattr(training_config, "CPU_BF16", frozenset({"small"}))
+    assert forward_dtypes("auto", tmp_path / "old", preset="small", stop_at=2) == {torch.bfloat16}
+    state = tmp_path / "old" / STATE
+    tensors = load_file(str(state))
+    with safe_open(str(state), "pt") as handle:
+        meta = json.loads(handle.metadata()["probe"])
+    del meta["forward"]  # as written before the choice was recorded, when auto was float32 on a CPU
+    save_file(tensors, str(state), metadata={"probe": json.dumps(meta)})
+    assert forward_dtypes("auto", tmp_path / "old", preset="small") == {torch.float32}
 
 
 def test_an_unknown_precision_is_one_line():

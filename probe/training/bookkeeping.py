@@ -131,7 +131,13 @@ def _train_locked(
     held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
     steps_per_second = (trainer.step - start_step) / session if session > 0 else None  # this session's
     metrics = trainer.publish(
-        {"final_loss": loss, **held_out, "train_seconds": seconds, "steps_per_second": steps_per_second}
+        {
+            "final_loss": loss,
+            **held_out,
+            "train_seconds": seconds,
+            "steps_per_second": steps_per_second,
+            "forward_precision": trainer.forward_precision,
+        }
     )
     held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}
     return RunResult(

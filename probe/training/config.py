@@ -13,11 +13,11 @@ import torch
 from probe.errors import ProbeError
 from probe.models.config import ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options, pe_class
-from probe.presets import training_recipe
+from probe.presets import CPU_BF16, training_recipe
 from probe.selection import every
 
 PROTOCOLS = ("probe", "authors")
-PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA, float32 elsewhere
+PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA; see autocast_dtype
 AUTHORS_EPS = 1e-6  # their T5 config's layer_norm_epsilon
 SCHEDULES = ("polynomial", "cosine")
 BOOKKEEPING = (
@@ -61,7 +61,7 @@ class TrainConfig:
     protocol: str | None = None  # probe or authors; the authors' on split=paper
     eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
     pack: bool = False  # several examples per row (probe.data.EncodedSet.packed_batch): less padding
-    precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (bf16 on CUDA only)
+    precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (see autocast_dtype)
 
     def __post_init__(self) -> None:
         from probe.corpus import CODE_TASK
@@ -98,12 +98,17 @@ class TrainConfig:
             raise ProbeError(f"--pack does not apply here: {what}")
 
     def autocast_dtype(self, device_type: str) -> torch.dtype | None:
-        """The dtype the forward pass autocasts to on ``device_type`` (None: the weights' float32).
-        ``auto`` keeps float32 on a CPU: bf16 there is faster (bench/protocol_step.py) but not shown
-        to train to the same accuracy."""
-        if self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda"):
-            return torch.bfloat16
-        return None
+        """The dtype a new run's forward pass autocasts to on ``device_type`` (None: the weights'
+        float32). ``auto`` is bf16 on a GPU; on a CPU, at the presets measured to train the paper's
+        tasks as well and faster in it (``probe.presets.CPU_BF16``), code pretraining excepted (its
+        perplexity was not measured in bf16). A resumed run keeps what it started with
+        (``Trainer.load_state``)."""
+        from probe.corpus import CODE_TASK
+
+        if self.precision == "auto":
+            cpu_bf16 = self.preset in CPU_BF16 and self.task != CODE_TASK
+            return torch.bfloat16 if device_type == "cuda" or cpu_bf16 else None
+        return torch.bfloat16 if self.precision == "bf16" else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

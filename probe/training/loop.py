@@ -29,6 +29,7 @@ from probe.training.config import TrainConfig, learning_rate, settings_differ
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"
+FORWARD = {"float32": None, "bf16": torch.bfloat16}  # the forward pass's precision: its autocast dtype
 
 
 def target_loss(
@@ -66,6 +67,7 @@ class Trainer:
         )
         self.step, self.epoch, self.position = 0, 0, 0
         self.earlier_seconds = 0.0  # training time of earlier sessions, up to the state resumed from
+        self.forward_dtype = config.autocast_dtype(device.type)  # a resumed run's: the state's
         self._started: float | None = None
         self.selection = Selection() if config.eval_every else None
         self.validation = self.source.validation_set(config.eval_examples) if config.eval_every else None
@@ -91,6 +93,7 @@ class Trainer:
             "epoch": self.epoch,
             "position": self.position,
             "seconds": self.seconds(),
+            "forward": self.forward_precision,
             "train_config": self.config.to_dict(),
             "selection": self.selection.to_dict() if self.selection else None,
         }
@@ -126,6 +129,10 @@ class Trainer:
             torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
         self.earlier_seconds = meta.get("seconds", 0.0)  # states saved before it was recorded: unknown
+        if "forward" in meta:  # `auto` can change its mind between versions; the run does not
+            self.forward_dtype = FORWARD[meta["forward"]]
+        elif self.config.precision == "auto":  # saved when auto meant bf16 on CUDA only
+            self.forward_dtype = torch.bfloat16 if self.device.type == "cuda" else None
         if self.selection:
             best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
             self.selection = Selection.from_dict(meta.get("selection") or {}, best or None)
@@ -139,8 +146,7 @@ class Trainer:
         stream = batch_stream(
             data, config.batch_size, config.seed, self.epoch, self.position, grouped=config.protocol == "probe"
         )
-        dtype = config.autocast_dtype(self.device.type)
-        autocast = torch.autocast(self.device.type, dtype=dtype) if dtype else nullcontext()
+        autocast = torch.autocast(self.device.type, dtype=self.forward_dtype) if self.forward_dtype else nullcontext()
         self.model.train()
         if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
             torch.manual_seed(config.seed)
@@ -217,6 +223,11 @@ class Trainer:
         self.selection.consider(self.step, score, self.model)
         self._log({"step": self.step, "valid_exact_match": score, "time": time.time()})
         self.model.train()
+
+    @property
+    def forward_precision(self) -> str:
+        """``float32`` or ``bf16``: what this run's forward pass trains in."""
+        return next(name for name, dtype in FORWARD.items() if dtype == self.forward_dtype)
 
     def seconds(self) -> float:
         """Training time of the run so far, over every session: the steps a killed session lost
