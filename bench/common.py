@@ -1,5 +1,5 @@
 """What every benchmark in bench/ shares: flags, the machine, interleaved timing, the SCAN training
-batch and training step, and the JSON writer (bench/results/<name>_<device>.json).
+batch and training steps, and the JSON writer (bench/results/<name>_<device>.json).
 
 Shared machines are noisy, so variants are never timed one after the other: each repeat times
 every variant once, in an order rotated by one per repeat (A B C, B C A, C A B, ...), and ratios
@@ -248,6 +248,45 @@ def training_step(
     def step() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
             loss = target_loss(model, tokens, mask)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+def streamed_training_step(
+    model: torch.nn.Module,
+    stream,
+    data,
+    *,
+    sites: str,
+    p: float,
+    pack: bool = False,
+    bf16: bool = False,
+    attention_dropout: bool = True,
+    lr: float = 1e-4,
+) -> Callable[[], None]:
+    """One CPU training step per call on the next batch of ``stream``, as ``probe.training.loop.Trainer``
+    takes it: the batch cut (packed rows with ``pack``), dropout ``p`` at ``sites``, the target-token
+    loss (under bf16 autocast with ``bf16``), backward, clipping at 1.0, AdamW. ``attention_dropout``
+    False leaves the attention probabilities undropped under the authors' sites (a diagnostic)."""
+    from probe.dropout import dropout
+    from probe.training.loop import target_loss
+
+    optimizer = make_optimizer(model, torch.device("cpu"), lr=lr)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+    def step() -> None:
+        _, _, index = next(stream)
+        batch = data.packed_batch(index) if pack else data.batch(index)
+        model.train()
+        with dropout(model, p, sites), autocast:
+            if not attention_dropout:
+                for block in model.blocks:
+                    block.attn.attn_dropout = 0.0
+            loss = target_loss(model, *batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -18,10 +18,13 @@ order and timed on process CPU time:
 - ``authors-packed-bf16``: packed and under bf16 autocast (``--pack --precision bf16``).
 
 Each turn takes ``--calls`` consecutive batches of the variant's own stream, so the padding each
-protocol pays is in the time. Ratios are per repeat, median over repeats. Beside them: mean padded
-tokens per batch of each stream, and the time of one selection evaluation (teacher-forced exact
-match on the 1,000 validation examples) as a share of the study's 4,000-step run, which evaluates 20
-times. Writes bench/results/protocol_step_<device>.json.
+protocol pays is in the time. Turns must be long: probe's length-grouped batches cost 360-500 ms a
+step at ``small`` depending on the lengths a turn draws, so 4 calls a turn put the packed step at
+1.07-1.15x probe's where 30 calls put it at 1.23x (``protocol_step_small_nope_calls30_cpu.json``).
+Ratios are per repeat, median over repeats. Beside them: mean padded tokens per batch of each
+stream, and the time of one selection evaluation (teacher-forced exact match on the 1,000
+validation examples) as a share of the study's 4,000-step run, which evaluates 20 times. Writes
+bench/results/protocol_step_<device>.json.
 """
 
 from __future__ import annotations
@@ -33,40 +36,28 @@ import sys
 import time
 
 import torch
-from common import add_common_args, header, interleave, make_optimizer, medians, paired_ratio, setup, write_json
+from common import (
+    add_common_args,
+    header,
+    interleave,
+    medians,
+    paired_ratio,
+    setup,
+    streamed_training_step,
+    write_json,
+)
 
 from probe.data import batch_stream
 from probe.decoding import teacher_forced_exact_match
-from probe.dropout import dropout
 from probe.models.registry import PAPER_PES
 from probe.models.transformer import PETransformer
 from probe.presets import RECIPES
 from probe.sources import TaskSource
 from probe.training.config import TrainConfig
-from probe.training.loop import target_loss
 
 BATCH = 64  # the study's (probe reproduce: 4,000 steps of 64)
 STUDY_STEPS = 4000
 EVALUATIONS = 20
-
-
-def stepper(model, stream, data, protocol: str, bf16: bool, p: float, pack: bool = False):
-    """One training step per call on the next batch of ``stream``, as ``probe.training.loop.Trainer`` takes it."""
-    optimizer = make_optimizer(model, torch.device("cpu"))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
-
-    def step() -> None:
-        _, _, index = next(stream)
-        batch = data.packed_batch(index) if pack else data.batch(index)
-        model.train()
-        with dropout(model, p, protocol), autocast:
-            loss = target_loss(model, *batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-
-    return step
 
 
 def padded_tokens(data, grouped: bool, batches: int, pack: bool = False) -> float:
@@ -80,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
     parser.add_argument("--pes", nargs="+", default=list(PAPER_PES))
-    parser.add_argument("--calls", type=int, default=8, help="consecutive steps per variant per turn")
+    parser.add_argument("--calls", type=int, default=30, help="consecutive steps per variant per turn (default 30)")
     add_common_args(parser, repeats=5)
     args = parser.parse_args()
     device = setup(args)
@@ -110,7 +101,9 @@ def main() -> None:
                 model = PETransformer(config.model_config(sources[protocol].vocab_size))
                 models[name] = model
                 stream = batch_stream(data[protocol], BATCH, args.seed, grouped=protocol == "probe")
-                variants[name] = stepper(model, stream, data[protocol], protocol, bf16, p, pack)
+                variants[name] = streamed_training_step(
+                    model, stream, data[protocol], sites=protocol, p=p, pack=pack, bf16=bf16
+                )
             print(f"{preset} {pe}", flush=True)
             timings = interleave(variants, repeats=args.repeats, calls=args.calls, warmup=1, device=device)
             valid = sources["authors"].validation_set(1000)
