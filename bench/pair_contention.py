@@ -61,20 +61,27 @@ def build_steps(preset: str, pe: str, seed: int) -> dict[str, Callable[[], None]
     from probe.sources import TaskSource
     from probe.training.config import TrainConfig
 
+    sources = {authors: TaskSource("scan", {"split": "paper"}, seed=seed, authors=authors) for authors in (False, True)}
+    data = {authors: source.training_set(seed) for authors, source in sources.items()}
     steps = {}
     for name, (authors, sites, attention_dropout) in VARIANTS.items():
         protocol = "authors" if authors else "probe"
-        source = TaskSource("scan", {"split": "paper"}, seed=seed, authors=authors)
-        data = source.training_set(seed)
         config = TrainConfig(
             task="scan", pe=pe, preset=preset, task_options={"split": "paper"}, protocol=protocol, seed=seed
         )
         torch.manual_seed(seed)
-        model = PETransformer(config.model_config(source.vocab_size))
+        model = PETransformer(config.model_config(sources[authors].vocab_size))
         model.train()
-        stream = batch_stream(data, BATCH, seed, grouped=not authors)
+        stream = batch_stream(data[authors], BATCH, seed, grouped=not authors)
         steps[name] = streamed_training_step(
-            model, stream, data, sites=sites, p=DROPOUT, pack=authors, attention_dropout=attention_dropout, lr=5e-4
+            model,
+            stream,
+            data[authors],
+            sites=sites,
+            p=DROPOUT,
+            pack=authors,
+            attention_dropout=attention_dropout,
+            lr=5e-4,
         )
     return steps
 
@@ -83,8 +90,14 @@ def worker(connection, preset: str, pe: str, seed: int) -> None:
     """Build the variants, then time what the parent asks for until it says stop."""
     import torch
 
+    from probe.errors import ProbeError
+
     torch.set_num_threads(1)
-    steps = build_steps(preset, pe, seed)
+    try:
+        steps = build_steps(preset, pe, seed)
+    except ProbeError as error:  # an unknown PE or preset: the parent says it in one line
+        connection.send(str(error))
+        return
     for step in steps.values():
         step(), step()  # warm-up: allocator, first-call paths
     connection.send("ready")
@@ -135,6 +148,8 @@ def main() -> None:
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:
         sys.exit("pairing two runs needs 2 cores")
+    if args.steps < 1 or args.repeats < 1:
+        sys.exit(f"--steps and --repeats must be at least 1, got {args.steps} and {args.repeats}")
     load = os.getloadavg()
     context = mp.get_context("spawn")
     pipes = [context.Pipe() for _ in range(2)]
@@ -145,8 +160,8 @@ def main() -> None:
         process.start()
     workers = [parent for parent, _ in pipes]
     for connection in workers:
-        if connection.recv() != "ready":
-            sys.exit("a worker did not start")
+        if (answer := connection.recv()) != "ready":
+            sys.exit(answer)
     turns = [(setting, name) for setting in SETTINGS for name in VARIANTS]
     seconds: dict[str, dict[str, list[dict]]] = {name: {s: [] for s in SETTINGS} for name in VARIANTS}
     for repeat in range(args.repeats):
