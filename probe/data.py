@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 import torch
 
@@ -32,17 +33,24 @@ class EncodedSet:
     def __len__(self) -> int:
         return self.tokens.size(0)
 
-    def batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(
+        self, index: torch.Tensor, width: int | None = None, rows: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens [batch, pos] trimmed to the longest row, and the loss mask [batch, pos - 1] that
-        marks which next-token predictions are target tokens."""
-        width = int(self.lengths[index].max())
+        marks which next-token predictions are target tokens. With ``width`` and ``rows`` (a fixed
+        geometry's) the grid is padded to exactly that: padding rows score nothing."""
+        width = width or int(self.lengths[index].max())
         tokens = self.tokens[index, :width]
         position = torch.arange(1, width)[None, :]  # position of each predicted token
         mask = (position >= self.target_start[index, None]) & (position < self.lengths[index, None])
+        pad_rows, pad_cols = (rows or len(index)) - len(index), width - tokens.size(1)
+        if pad_rows or pad_cols:
+            tokens = torch.nn.functional.pad(tokens, (0, pad_cols, 0, pad_rows), value=self.pad_id)
+            mask = torch.nn.functional.pad(mask, (0, 0, 0, pad_rows), value=False)
         return tokens, mask
 
     def packed_batch(
-        self, index: torch.Tensor, width: int | None = None
+        self, index: torch.Tensor, width: int | None = None, rows: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The same examples packed into as few rows of ``width`` tokens (default: 2x the longest) as
         first-fit, longest first, puts them in: tokens [rows, width], the loss mask [rows, width - 1]
@@ -51,34 +59,88 @@ class EncodedSet:
         pairs are :meth:`batch`'s, in fewer padded tokens: on SCAN's paper split, random batches of
         64 hold 2,374 tokens padded and 1,521 packed (1,437 real; length-grouped ones 1,530). Rows
         twice the longest pack as tightly as longer ones there and keep attention, whose cost grows
-        with a row's length, small."""
+        with a row's length, small. With ``rows`` (a fixed geometry's), the grid is exactly ``rows`` x
+        ``width``, padded with rows of padding; otherwise trimmed to what it holds."""
         lengths = self.lengths[index].tolist()
         width = width or PACKED_WIDTH * max(lengths)
         if width < max(lengths):
             raise ValueError(f"rows of {width} tokens cannot hold an example of {max(lengths)}")
-        rows: list[list[int]] = []  # positions in ``index`` per row
-        room: list[int] = []
-        for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-            row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
-            if row is None:
-                rows.append([])
-                room.append(width)
-                row = len(rows) - 1
-            rows[row].append(i)
-            room[row] -= lengths[i]
-        width = min(width, max(sum(lengths[i] for i in members) for members in rows))  # no all-padding tail
-        tokens = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        segments = torch.full((len(rows), width), -1, dtype=torch.long)
-        scored = torch.zeros(len(rows), width, dtype=torch.bool)  # [rows, width] target tokens
-        for r, members in enumerate(rows):
+        packing = first_fit(lengths, width)
+        if rows is None:
+            rows = len(packing)
+            width = min(width, max(sum(lengths[i] for i in members) for members in packing))  # no padding tail
+        elif rows < len(packing):
+            raise ValueError(f"a grid of {rows} rows cannot hold this batch: it packs into {len(packing)}")
+        row, start, segment = [0] * len(lengths), [0] * len(lengths), [0] * len(lengths)  # per example
+        for r, members in enumerate(packing):
             at = 0
             for k, i in enumerate(members):
-                example, n = int(index[i]), lengths[i]
-                tokens[r, at : at + n] = self.tokens[example, :n]
-                segments[r, at : at + n] = k
-                scored[r, at + int(self.target_start[example]) : at + n] = True
-                at += n
+                row[i], start[i], segment[i] = r, at, k
+                at += lengths[i]
+        counts = torch.tensor(lengths)
+        owner = torch.repeat_interleave(torch.arange(len(lengths)), counts)  # [tokens] each real token's example
+        offset = torch.arange(len(owner)) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        at = (torch.tensor(row)[owner], torch.tensor(start)[owner] + offset)  # its cell in the grid
+        example = index[owner]
+        tokens = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        segments = torch.full((rows, width), -1, dtype=torch.long)
+        scored = torch.zeros(rows, width, dtype=torch.bool)  # [rows, width] target tokens
+        tokens[at] = self.tokens[example, offset]
+        segments[at] = torch.tensor(segment)[owner]
+        scored[at] = offset >= self.target_start[example]
         return tokens, scored[:, 1:], segments
+
+
+def first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
+    """Positions in ``lengths`` per row, longest first, each into the first row with room."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        n = lengths[i]
+        for r, free in enumerate(room):
+            if free >= n:
+                rows[r].append(i)
+                room[r] = free - n
+                break
+        else:
+            rows.append([i])
+            room.append(width - n)
+    return rows
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One batch shape for every step of a run, so a step compiles once and can be captured: ``rows``
+    x ``width`` tokens, examples packed into rows (``packed``) or one to a row, right-padded."""
+
+    rows: int
+    width: int
+    packed: bool
+
+    def cut(self, data: EncodedSet, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The batch of ``index`` on this grid: :meth:`EncodedSet.packed_batch`'s or :meth:`EncodedSet.batch`'s."""
+        if self.packed:
+            return data.packed_batch(index, self.width, self.rows)
+        return data.batch(index, self.width, self.rows)
+
+
+def fixed_geometry(
+    data: EncodedSet, batch_size: int, seed: int, steps: int, *, grouped: bool, packed: bool
+) -> Geometry:
+    """The smallest grid that holds every batch of a run of ``steps`` from its start: ``batch_size``
+    rows of the longest example, or, ``packed``, rows of :data:`PACKED_WIDTH` x the longest example,
+    as many as the fullest of the run's batches packs into (found by packing each: the stream is
+    deterministic, so a resumed run's batches are among them)."""
+    longest = int(data.lengths.max())
+    if not packed:
+        return Geometry(batch_size, longest, False)
+    width = PACKED_WIDTH * longest
+    lengths = data.lengths.tolist()
+    rows = max(
+        len(first_fit([lengths[i] for i in index.tolist()], width))
+        for _, _, index in islice(batch_stream(data, batch_size, seed, grouped=grouped), steps)
+    )
+    return Geometry(rows, width, True)
 
 
 def encode(examples: Sequence[Example], tokenizer: Tokenizer) -> EncodedSet:

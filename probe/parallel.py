@@ -1,4 +1,5 @@
-"""Several training runs at once on one machine: one process per run, one thread each.
+"""Several training runs at once on one machine: one process per run, one thread each
+(:func:`train_parallel`), or runs that read one batch stream as one program (:func:`train_stacked`).
 
 On a CPU, tiny models use a second core poorly inside one run (small matrices, many small ops),
 so ``probe train`` runs independent runs side by side instead: with 2 cores, two runs of one
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from probe.training.bookkeeping import RunResult
 from probe.training.config import TrainConfig
+from probe.training.engine import Engine
 
 
 @dataclass
@@ -26,6 +28,13 @@ class RunFailure:
     path: Path
     config: TrainConfig
     error: str
+
+
+def default_stack(device_type: str) -> bool:
+    """Whether runs that can train together do by default: on a GPU, where one program replaying
+    each member's captured step keeps the card busy; not on a CPU, where side-by-side processes
+    already use every core and a fixed batch geometry would only add padding."""
+    return device_type == "cuda"
 
 
 def default_jobs(n_runs: int, device_type: str) -> int:
@@ -40,7 +49,9 @@ def threads_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
-def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool, threads: int, events) -> RunResult:
+def _worker(
+    config: TrainConfig, path: str, device: str, force: bool, wait: bool, threads: int, events, engine: Engine
+) -> RunResult:
     import torch
 
     from probe.locks import say_waiting
@@ -56,6 +67,7 @@ def _worker(config: TrainConfig, path: str, device: str, force: bool, wait: bool
         on_wait=lambda holder: say_waiting(path, holder),
         on_start=lambda step, total: events.put((path, "start", step, None, None)),
         on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
+        engine=engine,
     )
 
 
@@ -67,6 +79,7 @@ def train_parallel(
     force: bool = False,
     wait: bool = False,
     on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
+    engine: Engine | None = None,
 ) -> list[RunResult | RunFailure]:
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``.
 
@@ -83,7 +96,7 @@ def train_parallel(
         results: dict[int, RunResult | RunFailure] = {}
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             futures = {
-                pool.submit(_worker, config, str(path), device, force, wait, threads, events): i
+                pool.submit(_worker, config, str(path), device, force, wait, threads, events, engine or Engine()): i
                 for i, (config, path) in enumerate(runs)
             }
             pending = set(futures)
@@ -109,3 +122,43 @@ def _drain(events, on_event) -> None:
             return
         if on_event:
             on_event(*event)
+
+
+def train_stacked(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    device,
+    *,
+    engine: Engine,
+    force: bool = False,
+    wait: bool = False,
+    on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
+    on_wait: Callable[[Path, dict], None] | None = None,
+) -> list[RunResult | RunFailure]:
+    """Train ``runs`` in this process, those of one :func:`~probe.training.loop.group_key` together
+    (:func:`~probe.training.bookkeeping.train_group`); results in the order of ``runs``, a run that
+    failed (NaN loss, another's folder) as a :class:`RunFailure` while the others go on."""
+    from probe.errors import ProbeError
+    from probe.training.bookkeeping import train_group
+    from probe.training.loop import group_key
+
+    groups: dict[tuple, list[int]] = {}
+    for i, (config, _) in enumerate(runs):
+        groups.setdefault(group_key(config), []).append(i)
+    results: dict[int, RunResult | RunFailure] = {}
+    for members in groups.values():
+        outcomes = train_group(
+            [runs[i] for i in members],
+            device,
+            engine=engine,
+            force=force,
+            wait=wait,
+            on_wait=on_wait,
+            on_start=(lambda path, step, total: on_event(str(path), "start", step, None, None)) if on_event else None,
+            on_step=(lambda path, step, loss, speed: on_event(str(path), "step", step, loss, speed))
+            if on_event
+            else None,
+        )
+        for i, outcome in zip(members, outcomes):
+            config, path = runs[i]
+            results[i] = RunFailure(Path(path), config, str(outcome)) if isinstance(outcome, ProbeError) else outcome
+    return [results[i] for i in range(len(runs))]

@@ -53,16 +53,27 @@ def plan(
 
 
 def train_and_evaluate(
-    runs: Sequence[SweepRun], device: torch.device, *, jobs: int, on_event: Callable[..., None] | None = None
+    runs: Sequence[SweepRun],
+    device: torch.device,
+    *,
+    jobs: int,
+    stack: bool = False,
+    on_event: Callable[..., None] | None = None,
 ) -> list[Any]:
-    """Train the unfinished runs side by side (``probe train``'s local runner), then evaluate every
-    run without an eval.json; returns the training results and failures."""
+    """Train the unfinished runs (``probe train``'s local runners: side by side, or with ``stack`` the
+    runs of one batch stream as one program), then evaluate every run without an eval.json; returns
+    the training results and failures."""
     from probe.evaluation import evaluate_run
     from probe.models.checkpoint import read_checkpoint_config
-    from probe.parallel import train_parallel
+    from probe.parallel import train_parallel, train_stacked
     from probe.runs import Run
+    from probe.training.engine import Engine
 
-    results = train_parallel([(r.config, r.path) for r in runs], str(device), jobs=jobs, on_event=on_event)
+    pairs = [(r.config, r.path) for r in runs]
+    if stack:
+        results = train_stacked(pairs, device, engine=Engine.for_device(device), on_event=on_event)
+    else:
+        results = train_parallel(pairs, str(device), jobs=jobs, on_event=on_event)
     for run in runs:
         if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
             evaluate_run(

@@ -51,9 +51,8 @@ class Selection:
         improves = not self.history or score > self.best[1]
         self.history.append((step, score))
         if improves:
-            self.best_state = {
-                name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()
-            }
+            # kept where the model is: a GPU's copy costs no transfer and no sync
+            self.best_state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
     def to_dict(self) -> dict[str, Any]:
         step, score = self.best if self.history else (None, None)

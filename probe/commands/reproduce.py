@@ -40,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--jobs", type=int, metavar="N", help="runs trained side by side (default: one per CPU core; 1 on a GPU)"
     )
     parser.add_argument(
+        "--stack",
+        action=argparse.BooleanOptionalAction,
+        help="train the PEs of each seed as one program (default: on a GPU, not on a CPU)",
+    )
+    parser.add_argument(
         "--n-per-bucket",
         type=int,
         default=10,
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.device import resolve_device
-    from probe.parallel import default_jobs, threads_per_job
+    from probe.parallel import default_jobs, default_stack, threads_per_job
     from probe.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
     from probe.sweep import duration, estimate_cost, run_state, wall_seconds
 
@@ -71,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
-    jobs = args.jobs or default_jobs(len(runs), device.type)
+    stack = default_stack(device.type) if args.stack is None else args.stack
+    jobs = 1 if stack else args.jobs or default_jobs(len(runs), device.type)
     out = console(stderr=args.json)
     todo = [r for r in runs if run_state(r) != "done"]
     if args.dry_run:
@@ -116,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
     elif todo:
-        with out.status(f"training {len(todo)} runs, {jobs} side by side") as status:
+        how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
+        with out.status(f"training {len(todo)} runs, {how}") as status:
 
             def on_event(path, kind, step, loss, speed):
                 if kind == "step":
@@ -125,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                         f"{Path(path).name} step {step}, loss {loss:.4f}"
                     )
 
-            results = train_and_evaluate(todo, device, jobs=jobs, on_event=on_event)
+            results = train_and_evaluate(todo, device, jobs=jobs, stack=stack, on_event=on_event)
         failed = [r for r in results if getattr(r, "error", None)]
         for failure in failed:
             out.print(f"[red]{failure.path}: {failure.error}[/red]")

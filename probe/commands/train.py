@@ -96,6 +96,17 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
         metavar="N",
         help="runs trained side by side, one process each (default: one per CPU core; 1 on a GPU)",
     )
+    parser.add_argument(
+        "--stack",
+        action=argparse.BooleanOptionalAction,
+        help="train runs that read the same batches (the PEs of one seed) as one program, each still written "
+        "to its own run folder (default: on a GPU, not on a CPU)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the forward pass through torch.compile, on one fixed batch shape for the whole run",
+    )
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -218,12 +229,17 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
     )
 
     from probe.locks import check_free, say_waiting
-    from probe.parallel import default_jobs, train_parallel
+    from probe.parallel import default_jobs, default_stack, train_parallel, train_stacked
     from probe.training.bookkeeping import RunResult, check_writable, train_run
+    from probe.training.engine import Engine
 
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
-    jobs = args.jobs or default_jobs(len(configs), device.type)
+    stack = default_stack(device.type) if args.stack is None else args.stack
+    engine = Engine.for_device(device, compile=args.compile)
+    if stack and args.jobs not in (None, 1):
+        raise ProbeError("--stack trains its runs in one process; leave out --jobs, or pass --no-stack")
+    jobs = 1 if stack else args.jobs or default_jobs(len(configs), device.type)
     for path in paths:
         check_writable(path)
         if not args.wait:
@@ -262,9 +278,25 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
                     highlight=False,
                 )
 
-        if jobs > 1:
+        if stack:
+            results = train_stacked(
+                list(zip(configs, paths)),
+                device,
+                engine=engine,
+                force=args.force,
+                wait=args.wait,
+                on_event=on_event,
+                on_wait=say_waiting,
+            )
+        elif jobs > 1:
             results = train_parallel(
-                list(zip(configs, paths)), str(device), jobs=jobs, force=args.force, wait=args.wait, on_event=on_event
+                list(zip(configs, paths)),
+                str(device),
+                jobs=jobs,
+                force=args.force,
+                wait=args.wait,
+                on_event=on_event,
+                engine=engine,
             )
         else:
             results = [
@@ -277,6 +309,7 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
                     on_wait=lambda holder, p=path: say_waiting(p, holder),
                     on_start=lambda step, total, p=str(path): on_event(p, "start", step, None, None),
                     on_step=lambda step, loss, speed, p=str(path): on_event(p, "step", step, loss, speed),
+                    engine=engine,
                 )
                 for c, path in zip(configs, paths)
             ]

@@ -168,8 +168,9 @@ class PEAttention(nn.Module):
     def _causal_mask(self, query_len: int, key_len: int, offset: int, device, dtype) -> torch.Tensor:
         query = torch.arange(offset, offset + query_len, device=device)[:, None]
         key = torch.arange(key_len, device=device)[None, :]
-        zero = torch.zeros((), device=device, dtype=dtype)
-        return torch.where(key <= query, zero, torch.tensor(float("-inf"), device=device, dtype=dtype))  # [query, key]
+        # filled on the device: no host tensor copied in, so a captured step can hold it
+        mask = torch.zeros(query_len, key_len, device=device, dtype=dtype)
+        return mask.masked_fill_(key > query, float("-inf"))  # [query, key]
 
     def _additive_mask(self, query_len, key_len, offset, q, bias, attention_mask):
         """[batch or 1, head or 1, query, key] ``bias`` [head, query, key] + causal mask, or None for a

@@ -153,9 +153,10 @@ class PositionalEncoding(nn.Module):
     def begin_forward(self, positions: torch.Tensor) -> None:
         """Called once at the start of every forward pass with the [key] positions of every token
         the layers will attend to (cached ones included); drops ``per_pass`` tensors, and
-        ``geometry`` unless the positions are the last pass's."""
+        ``geometry`` unless the positions are the last pass's (the same tensor, as the model hands
+        every pass of one length without ``positions=``, needs no look at its contents)."""
         self._pass.clear()
-        if not (
+        if positions is not self.positions and not (
             positions.shape == self.positions.shape
             and positions.device == self.positions.device
             and torch.equal(positions, self.positions)

@@ -64,7 +64,7 @@ class PETransformer(HookedModel):
         super().__init__()
         self.config = config
         self.cfg = lens_config(config)
-        self._given_positions: torch.Tensor | None = None
+        self._aranges: dict[tuple[int, torch.device], torch.Tensor] = {}  # see _positions
         self.embed = Embed(config.d_vocab, config.d_model)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         pe = make_positional_encoding(config)
@@ -232,7 +232,14 @@ class PETransformer(HookedModel):
         else random ones while training with ``random_positions``, else 0 .. length - 1."""
         device = self.embed.W_E.device
         if given is None:
-            return self.sample_positions(length) if self.training else torch.arange(length, device=device)
+            if self.config.random_positions and self.training:
+                return self.sample_positions(length)
+            # one tensor per length, so the PE recognises the last pass's positions by identity: no
+            # comparison of contents (a host sync), nothing rebuilt between training steps
+            key = (length, device)
+            if key not in self._aranges:
+                self._aranges[key] = torch.arange(length, device=device)
+            return self._aranges[key]
         if given.shape != (length,):
             raise ProbeError(
                 f"positions must give one per token, cached ones included ({length}); got shape {tuple(given.shape)}"

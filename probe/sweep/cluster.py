@@ -33,9 +33,16 @@ class EventLog:
 
 
 def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log: Any = None) -> dict[str, Any]:
-    """Train (``train_run``) then evaluate (``evaluate_run``) one run; a user-level failure (NaN loss,
-    bad option) comes back as a failed result instead of an exception, so Ray does not retry it."""
-    label, path = run["label"], Path(run["path"])
+    """:func:`run_group` of one run."""
+    return run_group([run], device, threads, evaluate, log)[0]
+
+
+def run_group(
+    runs: list[dict[str, Any]], device: str, threads: int, evaluate: bool, log: Any = None
+) -> list[dict[str, Any]]:
+    """Train runs of one batch stream together (``train_group``; one run alone) then evaluate each
+    (``evaluate_run``); a user-level failure (NaN loss, bad option) comes back as a failed result
+    instead of an exception, so Ray does not retry it."""
     started = time.time()
     node = {"host": socket.gethostname(), "pid": os.getpid()}
     try:
@@ -47,33 +54,58 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     except Exception:
         pass
 
-    def tell(**event: Any) -> None:
+    def tell(label: str, **event: Any) -> None:
         if log is not None:
             log.push.remote({"label": label, **event})
 
-    tell(kind="start", node=node, time=started)  # before the imports: a fresh worker spends seconds on them
+    for run in runs:  # before the imports: a fresh worker spends seconds on them
+        tell(run["label"], kind="start", node=node, time=started)
     import torch
 
-    from probe.corpus import CODE_TASK
     from probe.device import resolve_device
+    from probe.training.bookkeeping import train_group
+    from probe.training.config import TrainConfig
+    from probe.training.engine import Engine
+
+    torch.set_num_threads(max(1, threads))
+    results = [{"node": node, "started": started} for _ in runs]
+    resolved = None
+    try:
+        resolved = resolve_device(device)
+        configs = [TrainConfig(**run["config"]) for run in runs]
+        labels = {str(Path(run["path"])): run["label"] for run in runs}
+        steps = {str(Path(run["path"])): config.steps for run, config in zip(runs, configs)}
+        trained = train_group(
+            [(config, Path(run["path"])) for run, config in zip(runs, configs)],
+            resolved,
+            engine=Engine.for_device(resolved),
+            on_start=lambda path, step, total: tell(labels[str(path)], kind="step", step=step, total=total),
+            on_step=lambda path, step, loss, speed: tell(
+                labels[str(path)], kind="step", step=step, total=steps[str(path)], loss=loss
+            ),
+        )
+    except Exception as error:  # before any run trained: every run of the task failed alike
+        trained = [error] * len(runs)
+    for run, result, outcome in zip(runs, results, trained):
+        result.update(_finish_run(run, outcome, resolved, evaluate))
+        result["finished"] = time.time()
+        result["seconds"] = result["finished"] - started
+    return results
+
+
+def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) -> dict[str, Any]:
+    """What a sweep records of one run: its training, its evaluation, or why it failed."""
+    from probe.corpus import CODE_TASK
     from probe.evaluation import evaluate_run
     from probe.locks import RunLocked, describe
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs import Run
-    from probe.training.bookkeeping import train_run
-    from probe.training.config import TrainConfig
 
-    torch.set_num_threads(max(1, threads))
-    result: dict[str, Any] = {"node": node, "started": started}
+    path = Path(run["path"])
+    result: dict[str, Any] = {}
     try:
-        config = TrainConfig(**run["config"])
-        trained = train_run(
-            config,
-            path,
-            resolve_device(device),
-            on_start=lambda step, total: tell(kind="step", step=step, total=total),
-            on_step=lambda step, loss, speed: tell(kind="step", step=step, total=config.steps, loss=loss),
-        )
+        if isinstance(trained, Exception):
+            raise trained
         result.update(
             status=trained.status,
             steps=trained.steps,
@@ -81,7 +113,7 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
             final_loss=trained.final_loss,
             steps_per_second=trained.steps_per_second,
         )
-        if config.task == CODE_TASK:
+        if trained.config.task == CODE_TASK:
             result.update(trained.held_out)
         elif evaluate:
             begin = time.time()
@@ -89,7 +121,7 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
                 Run(path, read_checkpoint_config(path)),
                 n_test=run["eval_n"],
                 n_valid=run["eval_valid"],
-                device=resolve_device(device),
+                device=device,
             )
             result.update(
                 eval_seconds=time.time() - begin,
@@ -104,12 +136,9 @@ def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log:
     except Exception as error:  # recorded, never retried: the same inputs would fail the same way
         message = str(error) if isinstance(error, ProbeError) else f"{type(error).__name__}: {error}"
         result.update(state="failed", error=message)
-    result["finished"] = time.time()
-    result["seconds"] = result["finished"] - started
     return result
 
 
-# -- the sweep on Ray ------------------------------------------------------------------------
 def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None) -> dict[str, Any]:
     """``ray.init`` a local instance (no address) or join a cluster (``auto``, ``host:port``,
     ``ray://host:port``); returns the cluster's nodes and resources. Unreachable: ProbeError."""
@@ -241,11 +270,14 @@ def execute(
     log = ray.remote(num_cpus=0)(EventLog).remote()
     ray.get(log.drain.remote())  # up before any run starts: a busy node can take seconds to start it,
     # and until it is up every progress event waits behind it
-    task = ray.remote(run_one).options(
+    task = ray.remote(run_group).options(
         num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False
     )
     threads = max(1, int(cpus_per_run))
-    refs = {task.remote(run.to_dict(), device, threads, evaluate, log): run for run in todo}
+    refs = {
+        task.remote([run.to_dict() for run in group], device, threads, evaluate, log): group
+        for group in tasks(todo, device)
+    }
     running = {run.label for run in todo}
 
     def attempt(label: str, node: dict[str, Any], started: float) -> None:
@@ -278,21 +310,40 @@ def execute(
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=poll)
             drain()
             for ref in ready:
-                run = refs.pop(ref)
-                running.discard(run.label)
+                group = refs.pop(ref)
+                running.difference_update(run.label for run in group)
                 try:
-                    result = ray.get(ref)
-                    attempt(run.label, result["node"], result["started"])
+                    results = ray.get(ref)
+                    for run, result in zip(group, results):
+                        attempt(run.label, result["node"], result["started"])
                 except RayError as error:  # the worker died more often than max_retries allows
                     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                    result = {"state": "failed", "error": f"{type(error).__name__}: {first}", "finished": time.time()}
-                entry = manifest.update(run.label, **result)
-                if on_event:
-                    on_event({"kind": "finish", "label": run.label, "entry": entry})
+                    failed = {"state": "failed", "error": f"{type(error).__name__}: {first}", "finished": time.time()}
+                    results = [failed] * len(group)
+                for run, result in zip(group, results):
+                    entry = manifest.update(run.label, **result)
+                    if on_event:
+                        on_event({"kind": "finish", "label": run.label, "entry": entry})
     except KeyboardInterrupt:
-        for ref, run in refs.items():
+        for ref, group in refs.items():
             ray.cancel(ref, force=True)
-            manifest.update(run.label, write=False, state="interrupted")
+            for run in group:
+                manifest.update(run.label, write=False, state="interrupted")
         manifest.write()
         raise
     return manifest
+
+
+def tasks(runs: Sequence[SweepRun], device: str) -> list[list[SweepRun]]:
+    """The Ray tasks that train ``runs``: on a GPU, the runs of one batch stream (a study's PEs at a
+    seed) in one task that trains them together (``probe.parallel.default_stack``); one run a task
+    otherwise."""
+    from probe.parallel import default_stack
+    from probe.training.loop import group_key
+
+    if not default_stack(device):
+        return [[run] for run in runs]
+    groups: dict[tuple, list[SweepRun]] = {}
+    for run in runs:
+        groups.setdefault(group_key(run.config), []).append(run)
+    return list(groups.values())

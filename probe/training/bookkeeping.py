@@ -1,11 +1,13 @@
 """A run folder's bookkeeping: train it from nothing or from a kill to published, under its lock
-(:func:`train_run`); skip it when it is complete and was trained as asked (:func:`is_complete`,
+(:func:`train_run`; runs that read one batch stream together, :func:`train_group`); skip it when it
+is complete and was trained as asked (:func:`is_complete`,
 :func:`probe.training.config.settings_differ`), one line when it was trained otherwise."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +17,10 @@ from probe.errors import ProbeError
 from probe.locks import run_lock
 from probe.models.checkpoint import CONFIG, read_checkpoint_config
 from probe.runs import LAST
+from probe.sources import TrainingSource, training_source
 from probe.training.config import TrainConfig, settings_differ
-from probe.training.loop import METRICS, STATE, Trainer
+from probe.training.engine import Engine
+from probe.training.loop import METRICS, STATE, Trainer, group_key, train_together
 
 
 @dataclass
@@ -67,20 +71,109 @@ def train_run(
     on_start: Callable[[int, int], None] | None = None,
     wait: bool = False,
     on_wait: Callable[[dict], None] | None = None,
+    engine: Engine | None = None,
 ) -> RunResult:
     """Train one run to completion (resuming if it can); skip it if already complete.
 
     The run folder is locked meanwhile (:func:`probe.locks.run_lock`): another process training
     or evaluating it raises :class:`~probe.locks.RunLocked`, or with ``wait`` is waited for.
     """
-    run_path = Path(run_path)
-    if is_complete(run_path) and not force:
-        return _skipped(config, run_path)
-    check_writable(run_path)
-    with run_lock(run_path, wait=wait, command=f"probe train {config.task} {config.pe}", on_wait=on_wait):
-        if is_complete(run_path) and not force:  # the holder we waited for finished it
-            return _skipped(config, run_path)
-        return _train_locked(config, run_path, device, force, on_step, on_start)
+    (result,) = train_group(
+        [(config, Path(run_path))],
+        device,
+        force=force,
+        wait=wait,
+        engine=engine,
+        on_wait=(lambda path, holder: on_wait(holder)) if on_wait else None,
+        on_start=(lambda path, step, total: on_start(step, total)) if on_start else None,
+        on_step=(lambda path, step, loss, speed: on_step(step, loss, speed)) if on_step else None,
+    )
+    if isinstance(result, ProbeError):
+        raise result
+    return result
+
+
+def train_group(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    device: torch.device,
+    *,
+    force: bool = False,
+    wait: bool = False,
+    engine: Engine | None = None,
+    on_wait: Callable[[Path, dict], None] | None = None,
+    on_start: Callable[[Path, int, int], None] | None = None,
+    on_step: Callable[[Path, int, float, float], None] | None = None,
+) -> list[RunResult | ProbeError]:
+    """Train ``runs`` (one :func:`~probe.training.loop.group_key`: a study's PEs at one seed) as one
+    program on ``device``, each into its run folder exactly as :func:`train_run` writes it; complete
+    ones are skipped. Runs resumed from different steps train in turn, each batch of equal steps
+    together. Per run its result, or the ProbeError that stopped it (the others go on); a folder
+    trained with other settings, or held by another process without ``wait``, is that run's error
+    before any run starts."""
+    if len({group_key(config) for config, _ in runs}) > 1:
+        raise ValueError("runs trained together share a batch stream: one group_key")
+    engine = engine or Engine()
+    results: dict[int, RunResult | ProbeError] = {}
+    with ExitStack() as stack:
+        todo = []
+        for i, (config, path) in enumerate(runs):
+            try:
+                if _held(stack, config, Path(path), force, wait, on_wait):
+                    todo.append(i)
+                else:
+                    results[i] = _skipped(config, Path(path))
+            except ProbeError as error:  # trained otherwise, or another process's: this run only
+                results[i] = error
+        if todo:
+            source = training_source(
+                runs[todo[0]][0].task,
+                runs[todo[0]][0].task_options,
+                runs[todo[0]][0].seed,
+                Path(runs[todo[0]][1]),
+                authors=runs[todo[0]][0].protocol == "authors",
+            )
+            prepared = {i: _prepare(*runs[i], device, force, engine, source) for i in todo}
+            for step in sorted({trainer.step for trainer, _ in prepared.values()}):
+                members = [i for i in todo if prepared[i][0].step == step]
+                for i in members:
+                    if on_start:
+                        on_start(Path(runs[i][1]), step, runs[i][0].steps)
+                outcomes = train_together(
+                    [prepared[i][0] for i in members],
+                    [_progress(on_step, Path(runs[i][1])) for i in members],
+                )
+                for i, outcome in zip(members, outcomes):
+                    trainer, resumed = prepared[i]
+                    failed = isinstance(outcome, ProbeError)
+                    results[i] = outcome if failed else _finish(trainer, resumed, step, *outcome)
+    return [results[i] for i in range(len(runs))]
+
+
+def _held(
+    stack: ExitStack,
+    config: TrainConfig,
+    path: Path,
+    force: bool,
+    wait: bool,
+    on_wait: Callable[[Path, dict], None] | None,
+) -> bool:
+    """Whether ``path`` is to be trained: if so its lock is taken for ``stack``'s duration; if not
+    (complete, and not ``force``), :func:`_skipped` says whether it was trained as asked."""
+    if is_complete(path) and not force:
+        return False
+    check_writable(path)
+    hold = run_lock(
+        path,
+        wait=wait,
+        command=f"probe train {config.task} {config.pe}",
+        on_wait=(lambda holder: on_wait(path, holder)) if on_wait else None,
+    )
+    stack.enter_context(hold)
+    return force or not is_complete(path)  # the holder we waited for may have finished it
+
+
+def _progress(on_step, path: Path) -> Callable[[int, float, float], None] | None:
+    return (lambda step, loss, speed: on_step(path, step, loss, speed)) if on_step else None
 
 
 def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
@@ -108,25 +201,23 @@ def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
     )
 
 
-def _train_locked(
-    config: TrainConfig,
-    run_path: Path,
-    device: torch.device,
-    force: bool,
-    on_step: Callable[[int, float, float], None] | None,
-    on_start: Callable[[int, int], None] | None,
-) -> RunResult:
+def _prepare(
+    config: TrainConfig, run_path: Path, device: torch.device, force: bool, engine: Engine, source: TrainingSource
+) -> tuple[Trainer, bool]:
+    """The run's trainer, resumed from its state if it has one (``force``: its files removed first)."""
     if force:
         for name in (STATE, METRICS, CONFIG, "model.safetensors", "eval.json"):
             (run_path / name).unlink(missing_ok=True)
         shutil.rmtree(run_path / LAST, ignore_errors=True)
-    trainer = Trainer(config, run_path, device)
+    trainer = Trainer(config, run_path, device, source=source, engine=engine)
     resumed = trainer.load_state()
     trainer.trim_log()
-    if on_start:
-        on_start(trainer.step, config.steps)
-    start_step = trainer.step
-    loss, session = trainer.train(on_step)
+    return trainer, resumed
+
+
+def _finish(trainer: Trainer, resumed: bool, start_step: int, loss: float, session: float) -> RunResult:
+    """Validate and publish a run whose steps are done."""
+    config, device = trainer.config, trainer.device
     seconds = trainer.earlier_seconds + session  # a resumed run counts its earlier sessions too
     held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
     steps_per_second = (trainer.step - start_step) / session if session > 0 else None  # this session's
@@ -141,7 +232,7 @@ def _train_locked(
     )
     held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}
     return RunResult(
-        run_path,
+        trainer.path,
         config,
         "resumed" if resumed else "trained",
         trainer.step,

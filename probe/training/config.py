@@ -15,6 +15,7 @@ from probe.models.config import ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options, pe_class
 from probe.presets import CPU_BF16, training_recipe
 from probe.selection import every
+from probe.training.optimizer import DECAY_GROUPS
 
 PROTOCOLS = ("probe", "authors")
 PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA; see autocast_dtype
@@ -30,7 +31,7 @@ BOOKKEEPING = (
     "selected_step",
 )  # not the model
 # what a run saved before a setting existed was trained with
-LEGACY = {"protocol": "probe", "pack": False, "precision": "auto"}
+LEGACY = {"protocol": "probe", "pack": False, "precision": "auto", "weight_decay_groups": "probe"}
 
 
 @dataclass
@@ -62,6 +63,7 @@ class TrainConfig:
     eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
     pack: bool = False  # several examples per row (probe.data.EncodedSet.packed_batch): less padding
     precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (see autocast_dtype)
+    weight_decay_groups: str | None = None  # which weights AdamW decays (probe.training.optimizer); the protocol's
 
     def __post_init__(self) -> None:
         from probe.corpus import CODE_TASK
@@ -83,6 +85,12 @@ class TrainConfig:
             raise ProbeError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
         if self.protocol == "authors" and self.task == CODE_TASK:
             raise ProbeError("the authors' protocol is their synthetic tasks'; pretraining on code takes probe's")
+        if self.weight_decay_groups is None:
+            self.weight_decay_groups = self.protocol
+        if self.weight_decay_groups not in DECAY_GROUPS:
+            raise ProbeError(
+                f"unknown weight-decay groups {self.weight_decay_groups!r}; choose one of {', '.join(DECAY_GROUPS)}"
+            )
         if self.precision not in PRECISIONS:
             raise ProbeError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if self.eval_every is None:

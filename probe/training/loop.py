@@ -1,13 +1,16 @@
 """The training loop: one run's model, optimizer and steps (:class:`Trainer`), its resumable state in
 one atomically replaced file, and what it publishes (the best checkpoint on IID validation under
-the authors' protocol, the last step's otherwise)."""
+the authors' protocol, the last step's otherwise); runs that read one batch stream trained together
+(:func:`train_together`: a study's PEs at one seed), each still the run it is alone."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from probe.data import batch_stream
+from probe.data import batch_stream, fixed_geometry
 from probe.decoding import teacher_forced_exact_match
 from probe.dropout import dropout
 from probe.errors import ProbeError
@@ -25,7 +28,10 @@ from probe.models.transformer import PETransformer
 from probe.runs import LAST
 from probe.selection import Selection
 from probe.sources import TrainingSource, training_source
+from probe.training.background import StateWriter, prefetched
 from probe.training.config import TrainConfig, learning_rate, settings_differ
+from probe.training.engine import CapturedStep, Engine
+from probe.training.optimizer import make_optimizer
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"
@@ -44,50 +50,70 @@ def target_loss(
 
 
 class Trainer:
-    """One run: build or resume, train, publish. ``on_step(step, loss, tokens_per_s)`` reports progress."""
+    """One run: build or resume, train, publish. ``on_step(step, loss, tokens_per_s)`` reports progress.
 
-    def __init__(self, config: TrainConfig, run_path: Path, device: torch.device, source: TrainingSource | None = None):
+    :meth:`train` trains it alone; :func:`train_together` trains several on one batch stream. Both
+    run the same three calls a step (:meth:`run_step`, :meth:`end_step`), so a run trained with
+    others is the run trained alone."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_path: Path,
+        device: torch.device,
+        source: TrainingSource | None = None,
+        engine: Engine | None = None,
+    ):
         self.config = config
         self.path = Path(run_path)
         self.device = device
+        self.engine = engine or Engine()
         self.source = source or training_source(
             config.task, config.task_options, config.seed, self.path, authors=config.protocol == "authors"
         )
         self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
         self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        self.forward = torch.compile(self.model, dynamic=False) if self.engine.compile else self.model
+        self.optimizer = make_optimizer(
+            self.model,
             lr=config.lr,
-            betas=(0.9, config.beta2),
-            eps=1e-8,
-            **({"fused": True} if device.type == "cuda" else {"foreach": True}),
+            weight_decay=config.weight_decay,
+            beta2=config.beta2,
+            groups=config.weight_decay_groups,
+            device=device,
         )
         self.step, self.epoch, self.position = 0, 0, 0
+        self.saved_step = 0  # the step of the last state written (or resumed from)
         self.earlier_seconds = 0.0  # training time of earlier sessions, up to the state resumed from
         self.forward_dtype = config.autocast_dtype(device.type)  # a resumed run's: the state's
+        self.rng: dict[str, torch.Tensor] | None = None  # this run's generator states between its steps
+        self.writer = StateWriter()
+        self._captured: CapturedStep | None = None
+        self._window = (0.0, 0, 0.0, 0)  # since the last log line: its start, tokens, loss sum, losses
+        self._resumed_window: tuple = (0, 0.0, 0)
         self._started: float | None = None
+        self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) not yet read: one sync reads them all
+        self._updating = False
+        self._last_loss = float("nan")
         self.selection = Selection() if config.eval_every else None
         self.validation = self.source.validation_set(config.eval_examples) if config.eval_every else None
         if config.eval_every and self.validation is None:
             raise ProbeError(f"{config.task} has no validation examples to select a checkpoint by; pass --eval-every 0")
 
-    # -- resumable state: one file, replaced atomically ---------------------------------------
+    # -- resumable state: one file, replaced atomically, written off the training thread ----------
     def save_state(self) -> None:
-        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
-        optim = self.optimizer.state_dict()
-        for index, state in optim["state"].items():
+        """Snapshot the state between two steps and write it in the background (:meth:`StateWriter.wait`
+        joins it): weights, optimizer moments, the best checkpoint so far, RNG, data position."""
+        copy = {"device": "cpu", "copy": True}  # a CPU tensor the next step would change in place, too
+        tensors = {f"model.{k}": v.detach().to(**copy).contiguous() for k, v in self.model.state_dict().items()}
+        for index, state in self.optimizer.state_dict()["state"].items():
             for key, value in state.items():
-                tensors[f"optim.{index}.{key}"] = (
-                    value.detach().cpu().reshape(-1) if value.dim() == 0 else value.detach().cpu().contiguous()
-                )
+                value = value.detach().to(**copy)
+                tensors[f"optim.{index}.{key}"] = value.reshape(-1) if value.dim() == 0 else value.contiguous()
         if self.selection and self.selection.best_state is not None:
-            tensors.update({f"best.{k}": v.contiguous() for k, v in self.selection.best_state.items()})
-        tensors["rng.torch"] = torch.get_rng_state()
-        if self.device.type == "cuda":
-            tensors["rng.cuda"] = torch.cuda.get_rng_state(self.device)
+            best = self.selection.best_state.items()
+            tensors.update({f"best.{k}": v.detach().to(**copy).contiguous() for k, v in best})
+        tensors.update({f"rng.{name}": state.clone() for name, state in (self.rng or self._seeded_rng()).items()})
         meta = {
             "step": self.step,
             "epoch": self.epoch,
@@ -96,8 +122,13 @@ class Trainer:
             "forward": self.forward_precision,
             "train_config": self.config.to_dict(),
             "selection": self.selection.to_dict() if self.selection else None,
+            "log_window": list(self._window[1:]),  # tokens, loss sum, losses since the last log line
         }
-        atomic_write(self.path / STATE, lambda tmp: save_file(tensors, str(tmp), metadata={"probe": json.dumps(meta)}))
+        path = self.path / STATE
+        self.writer.submit(
+            lambda: atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata={"probe": json.dumps(meta)}))
+        )
+        self.saved_step = self.step
 
     def load_state(self) -> bool:
         path = self.path / STATE
@@ -124,92 +155,162 @@ class Trainer:
                     value = tensors[key]
                     optim["state"][index][name] = value.reshape(()) if name == "step" else value.to(self.device)
         self.optimizer.load_state_dict(optim)
-        torch.set_rng_state(tensors["rng.torch"])
-        if "rng.cuda" in tensors and self.device.type == "cuda":
-            torch.cuda.set_rng_state(tensors["rng.cuda"], self.device)
+        self.rng = {name[4:]: tensors[name] for name in ("rng.torch", "rng.cuda") if name in tensors}
+        if self.device.type == "cuda" and "cuda" not in self.rng:  # written on a CPU: the GPU's from the seed
+            self.rng["cuda"] = self._seeded_rng()["cuda"]
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
+        self.saved_step = meta["step"]
         self.earlier_seconds = meta.get("seconds", 0.0)  # states saved before it was recorded: unknown
+        self._resumed_window = tuple(meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
         if "forward" in meta:  # `auto` can change its mind between versions; the run does not
             self.forward_dtype = FORWARD[meta["forward"]]
         elif self.config.precision == "auto":  # saved when auto meant bf16 on CUDA only
             self.forward_dtype = torch.bfloat16 if self.device.type == "cuda" else None
         if self.selection:
-            best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")}
+            best = {k[5:]: v.to(self.device) for k, v in tensors.items() if k.startswith("best.")}
             self.selection = Selection.from_dict(meta.get("selection") or {}, best or None)
         return True
 
-    # -- the loop -----------------------------------------------------------------------------
-    def train(self, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
-        """Train to ``config.steps``; returns (last logged loss, seconds spent in this call)."""
-        config = self.config
-        data = self.source.training_set(config.seed)
-        stream = batch_stream(
-            data, config.batch_size, config.seed, self.epoch, self.position, grouped=config.protocol == "probe"
-        )
-        autocast = torch.autocast(self.device.type, dtype=self.forward_dtype) if self.forward_dtype else nullcontext()
-        self.model.train()
-        if self.step == 0:  # dropout draws from the global RNG; a resumed run restored it instead
-            torch.manual_seed(config.seed)
-        self._started = started = time.perf_counter()
-        self._updating, self._last_loss = False, float("nan")
-        try:
-            with dropout(self.model, config.dropout, config.protocol):
-                self._evaluate_if_due()  # a run stopped between a step and its evaluation
-                self._steps(data, stream, autocast, on_step)
-        except KeyboardInterrupt:
-            if not self._updating and self.step > self._saved_step():
-                self.save_state()  # Ctrl-C: keep every finished step
-            raise
-        finally:
-            self.model.eval()
-        return self._last_loss, time.perf_counter() - started
+    # -- this run's random numbers: dropout's masks, its own stream whatever else trains beside it ---
+    def _seeded_rng(self) -> dict[str, torch.Tensor]:
+        """The generator states ``torch.manual_seed(seed)`` gives, without touching the process's."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.config.seed)
+            return self._rng_states()
 
-    def _steps(self, data, stream, autocast, on_step: Callable[[int, float, float], None] | None) -> None:
-        config = self.config
-        window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
-        while self.step < config.steps:
-            epoch, position, index = next(stream)
-            batch = data.packed_batch(index) if config.pack else data.batch(index)  # tokens, mask[, segments]
-            tokens, *rest = (tensor.to(self.device, non_blocking=True) for tensor in batch)
+    def _rng_states(self) -> dict[str, torch.Tensor]:
+        states = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            states["cuda"] = torch.cuda.get_rng_state(self.device)
+        return states
+
+    def _set_rng(self, states: dict[str, torch.Tensor]) -> None:
+        torch.set_rng_state(states["torch"])
+        if "cuda" in states:
+            torch.cuda.set_rng_state(states["cuda"], self.device)
+
+    # -- a step: run_step on a batch, then end_step's bookkeeping ---------------------------------
+    def begin(self) -> None:
+        """Start a session of steps: training mode, this run's RNG, the clock."""
+        self.model.train()
+        if self.rng is None:  # a fresh run; a resumed one restored its own
+            self.rng = self._seeded_rng()
+        self._started = time.perf_counter()
+        self._window = (time.perf_counter(), *self._resumed_window)  # start, tokens, loss sum, losses
+        self._evaluate_if_due()  # a run stopped between a step and its evaluation
+
+    def run_step(self, batch: tuple[torch.Tensor, ...]) -> None:
+        """One optimizer step on ``batch`` (tokens, loss mask[, segments], on the device); no host sync."""
+        self._updating = True  # weights and counters change together; never save in between
+        if self.engine.capture:
+            self._captured = self._captured or CapturedStep(
+                self._compute,
+                self.optimizer,
+                [learning_rate(s, self.config) for s in range(self.config.steps)],
+                self.step,
+                self.device,
+            )
+            loss = self._captured(batch).clone()  # the graph's loss buffer is rewritten by the next replay
+        else:
+            outer = self._rng_states()
+            self._set_rng(self.rng)
             for group in self.optimizer.param_groups:
-                group["lr"] = learning_rate(self.step, config)
-            with autocast:
-                loss = target_loss(self.model, tokens, *rest)
-            if not torch.isfinite(loss):
+                group["lr"] = learning_rate(self.step, self.config)
+            loss = self._compute(batch)
+            self.rng = self._rng_states()
+            self._set_rng(outer)
+        self._losses.append((self.step, loss))
+
+    def _compute(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Forward, backward, clipping and AdamW at the optimizer's learning rate: the captured part."""
+        autocast = torch.autocast(self.device.type, dtype=self.forward_dtype) if self.forward_dtype else nullcontext()
+        with autocast:
+            loss = target_loss(self.forward, *batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        return loss.detach()
+
+    def end_step(
+        self, epoch: int, position: int, tokens: int, on_step: Callable[[int, float, float], None] | None = None
+    ) -> None:
+        """Count the step taken on the stream's batch (``epoch``, ``position``) of ``tokens`` tokens;
+        log, validate and save state when due (each reads the losses first: one host sync)."""
+        config = self.config
+        self.step += 1
+        self.epoch, self.position = epoch, position + 1
+        self._updating = False
+        start, window_tokens, loss_sum, loss_n = self._window
+        self._window = (start, window_tokens + tokens, loss_sum, loss_n)
+        if self.step % config.log_every == 0 or self.step == config.steps:
+            self.read_losses()
+            start, window_tokens, loss_sum, loss_n = self._window
+            self._last_loss = loss_sum / max(loss_n, 1)
+            tokens_per_s = window_tokens / max(time.perf_counter() - start, 1e-9)
+            self._log(
+                {
+                    "step": self.step,
+                    "loss": self._last_loss,
+                    "lr": learning_rate(self.step - 1, config),
+                    "tokens_per_s": tokens_per_s,
+                    "time": time.time(),
+                }
+            )
+            self._window = (time.perf_counter(), 0, 0.0, 0)  # before on_step, which may be Ctrl-C's way in
+            if on_step:
+                on_step(self.step, self._last_loss, tokens_per_s)
+        self._evaluate_if_due()
+        if self.step % config.checkpoint_every == 0 and self.step < config.steps:
+            self.read_losses()
+            self.save_state()
+
+    def read_losses(self) -> None:
+        """Read the losses since the last read (one host sync); a non-finite one stops the run with
+        its step, the state kept being the last one written before it."""
+        if not self._losses:
+            return
+        steps = [step for step, _ in self._losses]
+        values = torch.stack([loss.float() for _, loss in self._losses]).tolist()
+        self._losses = []
+        for step, value in zip(steps, values):
+            if not math.isfinite(value):
+                self.writer.wait()
                 raise ProbeError(
-                    f"loss became {loss.item()} at step {self.step} of {self.path}; the last good state "
-                    f"(step {self._saved_step()}) is kept — lower --lr or change the seed"
+                    f"loss became {value} at step {step} of {self.path}; the last good state "
+                    f"(step {self.saved_step}) is kept — lower --lr or change the seed"
                 )
-            self._updating = True  # weights and counters change together; never save in between
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-            self.optimizer.step()
-            self.step += 1
-            self.epoch, self.position = epoch, position + 1
-            self._updating = False
-            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-            window_tokens += tokens.numel()
-            if self.step % config.log_every == 0 or self.step == config.steps:
-                elapsed = time.perf_counter() - window_start
-                self._last_loss = loss_sum / loss_n
-                tokens_per_s = window_tokens / max(elapsed, 1e-9)
-                self._log(
-                    {
-                        "step": self.step,
-                        "loss": self._last_loss,
-                        "lr": learning_rate(self.step - 1, config),
-                        "tokens_per_s": tokens_per_s,
-                        "time": time.time(),
-                    }
-                )
-                if on_step:
-                    on_step(self.step, self._last_loss, tokens_per_s)
-                window_start, window_tokens, loss_sum, loss_n = time.perf_counter(), 0, 0.0, 0
-            self._evaluate_if_due()
-            if self.step % config.checkpoint_every == 0 and self.step < config.steps:
-                self.save_state()
+        start, window_tokens, loss_sum, loss_n = self._window
+        self._window = (start, window_tokens, loss_sum + sum(values), loss_n + len(values))
+
+    def keep_finished_steps(self) -> None:
+        """On Ctrl-C: write the state of every finished step, unless a step is half taken or went
+        non-finite."""
+        if self._updating or self.step <= self.saved_step:
+            return
+        try:
+            self.read_losses()
+        except ProbeError:
+            return
+        self.save_state()
+        self.writer.wait()
+
+    def close(self) -> None:
+        """End the session: every loss read (a non-finite one raises), every state write on disk."""
+        try:
+            self.read_losses()
+        finally:
+            self.writer.wait()
+            self.model.eval()
+
+    def train(self, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
+        """Train to ``config.steps`` alone; returns (last logged loss, seconds spent in this call)."""
+        (outcome,) = train_together([self], [on_step])
+        if isinstance(outcome, ProbeError):
+            raise outcome
+        return outcome
 
     def _evaluate_if_due(self) -> None:
         """Score the IID validation set at the selection interval and at the last step (once each)."""
@@ -218,6 +319,7 @@ class Trainer:
         due = self.step % self.config.eval_every == 0 or self.step == self.config.steps
         if not due or (self.selection.history and self.selection.history[-1][0] == self.step):
             return
+        self.read_losses()  # never select weights that a non-finite loss already spoilt
         correct = teacher_forced_exact_match(self.model, self.validation, device=self.device)
         score = sum(correct) / len(correct)
         self.selection.consider(self.step, score, self.model)
@@ -235,14 +337,8 @@ class Trainer:
         session = 0.0 if self._started is None else time.perf_counter() - self._started
         return self.earlier_seconds + session
 
-    def _saved_step(self) -> int:
-        path = self.path / STATE
-        if not path.is_file():
-            return 0
-        from safetensors import safe_open
-
-        with safe_open(str(path), "pt") as handle:
-            return json.loads(handle.metadata()["probe"])["step"]
+    def session_seconds(self) -> float:
+        return 0.0 if self._started is None else time.perf_counter() - self._started
 
     def trim_log(self) -> None:
         """Drop log lines past the state training resumes from (a killed run logged steps it then
@@ -263,6 +359,7 @@ class Trainer:
         ``metrics`` are the last step's. With selection the run's model is the best checkpoint on IID
         validation, and the last step's, where another, is written to ``last/``. Returns the metrics
         of the model published as the run's."""
+        self.writer.wait()  # a state still being written would land after its removal
         training = {**self.config.to_dict(), "complete": True, "steps_done": self.step}
         if self.selection is not None and self.selection.history:
             best_step, _ = self.selection.best
@@ -281,6 +378,88 @@ class Trainer:
     def _write(self, folder: Path, training: dict[str, Any], metrics: dict[str, Any]) -> None:
         self.source.write_files(folder)
         save_checkpoint(self.model, folder, **self.source.metadata(), training=training, metrics=metrics)
+
+
+def group_key(config: TrainConfig) -> tuple:
+    """What runs share to read one batch stream and validate at the same steps: the task and its
+    options, the seed, the preset, the steps and batch size, the protocol (its sequence format and
+    batch order), packing, and the selection schedule. Code pretraining reads a corpus of its own."""
+    from probe.corpus import CODE_TASK
+
+    if config.task == CODE_TASK:
+        return (id(config),)
+    return (
+        config.task,
+        json.dumps(config.task_options, sort_keys=True),
+        config.seed,
+        config.preset,
+        config.steps,
+        config.batch_size,
+        config.protocol,
+        config.pack,
+        config.eval_every,
+        config.eval_examples,
+        config.log_every,
+        config.checkpoint_every,
+    )
+
+
+def train_together(
+    trainers: Sequence[Trainer], on_steps: Sequence[Callable[[int, float, float], None] | None] | None = None
+) -> list[tuple[float, float] | ProbeError]:
+    """Train ``trainers`` (one :func:`group_key`, at one step) to their last step on one batch stream:
+    each batch is cut once, on one fixed geometry when their engine needs one, and every member
+    takes its step on it in turn. Per member: (last logged loss, seconds of this session), or the
+    ProbeError that stopped it (a non-finite loss), the others going on."""
+    lead = trainers[0]
+    config = lead.config
+    if len({group_key(t.config) for t in trainers}) > 1 or len({t.step for t in trainers}) > 1:
+        raise ValueError("runs trained together share a batch stream: one group_key, one step")
+    on_steps = list(on_steps or [None] * len(trainers))
+    data = lead.source.training_set(config.seed)
+    grouped = config.protocol == "probe"
+    if lead.engine.fixed_shapes:
+        geometry = fixed_geometry(
+            data, config.batch_size, config.seed, config.steps, grouped=grouped, packed=config.pack
+        )
+        cut = partial(geometry.cut, data)
+    else:
+        cut = data.packed_batch if config.pack else data.batch
+    stream = batch_stream(data, config.batch_size, config.seed, lead.epoch, lead.position, grouped=grouped)
+    outcomes: dict[int, tuple[float, float] | ProbeError] = {}
+    active = list(range(len(trainers)))
+    with ExitStack() as stack:
+        for trainer in trainers:
+            stack.enter_context(dropout(trainer.model, config.dropout, config.protocol))
+        batches = prefetched(stream, cut, lead.device)
+        stack.callback(batches.close)
+        try:
+            for trainer in trainers:
+                trainer.begin()
+            while active and trainers[active[0]].step < config.steps:
+                epoch, position, batch = next(batches)
+                for i in list(active):
+                    try:
+                        trainers[i].run_step(batch)
+                        trainers[i].end_step(epoch, position, batch[0].numel(), on_steps[i])
+                    except ProbeError as error:
+                        outcomes[i] = error
+                        active.remove(i)
+            for i in list(active):
+                try:
+                    trainers[i].close()
+                    outcomes[i] = (trainers[i]._last_loss, trainers[i].session_seconds())
+                except ProbeError as error:
+                    outcomes[i] = error
+        except KeyboardInterrupt:
+            for i in active:
+                trainers[i].keep_finished_steps()  # Ctrl-C: keep every finished step
+            raise
+        finally:
+            for trainer in trainers:
+                trainer.model.eval()
+                trainer.writer.wait()
+    return [outcomes[i] for i in range(len(trainers))]
 
 
 def _logged_step(line: str) -> float:

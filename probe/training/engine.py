@@ -1,0 +1,102 @@
+"""How a run's steps execute: eagerly, compiled (``torch.compile``), and on a GPU captured as one CUDA
+graph per run. None of these changes what a step computes beyond float rounding; each is proved
+equal to the eager step by a test on the CPU where it can run there (captured graphs need a GPU).
+
+At the paper's scale a step is about 1,500 tokens through 12 x 768 (bench/paper_scale.py): on an H100
+it is bound by its ~2,000 kernel launches, not by arithmetic. A captured step replays them as one
+launch. Capture needs what the rest of the loop provides: one batch shape for the whole run
+(:class:`probe.data.Geometry`), no host sync inside a step (losses are read every ``log_every``
+steps), and the learning rate on the device (:class:`CapturedStep` indexes a table of the schedule
+with a step counter it keeps there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from probe.errors import ProbeError
+
+WARMUP_STEPS = 3  # eager steps before capture: the optimizer's state, cuBLAS's workspace, autograd's buffers
+
+
+@dataclass(frozen=True)
+class Engine:
+    """``compile``: the model's forward through ``torch.compile``; ``capture``: each step replayed
+    as a CUDA graph (GPU only). Either one trains on one fixed batch geometry."""
+
+    compile: bool = False
+    capture: bool = False
+
+    @classmethod
+    def for_device(cls, device: torch.device, *, compile: bool | None = None, capture: bool | None = None) -> Engine:
+        """The default for ``device``: eager on a CPU (fixed shapes would only add padding there);
+        captured on a GPU. ``compile`` and ``capture`` force either way."""
+        if capture and device.type != "cuda":
+            raise ProbeError("CUDA graphs need a GPU; leave out --capture on a CPU")
+        return cls(
+            compile=bool(compile),
+            capture=device.type == "cuda" if capture is None else capture,
+        )
+
+    @property
+    def fixed_shapes(self) -> bool:
+        return self.compile or self.capture
+
+
+class CapturedStep:
+    """One run's training step as a CUDA graph: ``step(batch)`` copies the batch into the graph's
+    input buffers and replays it, returning the step's loss (a device scalar, valid until the next
+    replay). The first :data:`WARMUP_STEPS` calls run ``eager`` (real steps, on a side stream, as
+    capture requires); the next one captures and replays."""
+
+    def __init__(
+        self,
+        eager: Callable[[tuple[torch.Tensor, ...]], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        schedule: list[float],
+        first_step: int,
+        device: torch.device,
+    ):
+        self.eager, self.optimizer, self.device = eager, optimizer, device
+        self.schedule = torch.tensor(schedule, dtype=torch.float32, device=device)  # [steps] lr at each step
+        self.counter = torch.full((), first_step, dtype=torch.long, device=device)
+        self.lr = self.schedule[min(first_step, len(schedule) - 1)].clone()
+        for group in optimizer.param_groups:
+            group["lr"] = self.lr  # read by the fused kernel on the device, every step
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.inputs: tuple[torch.Tensor, ...] = ()
+        self.loss: torch.Tensor | None = None
+        self.side = torch.cuda.Stream(device)
+
+    def _advance(self) -> None:
+        """The learning rate of the step the counter names, then the counter on by one: device ops."""
+        self.lr.copy_(self.schedule[self.counter.clamp(max=len(self.schedule) - 1)])
+        self.counter += 1
+
+    def __call__(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        if self.graph is not None:
+            for buffer, tensor in zip(self.inputs, batch):
+                buffer.copy_(tensor, non_blocking=True)
+            self.graph.replay()
+            return self.loss
+        if self.calls < WARMUP_STEPS:
+            self.calls += 1
+            self.side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self.side):
+                self._advance()
+                loss = self.eager(batch)
+            torch.cuda.current_stream(self.device).wait_stream(self.side)
+            return loss
+        self.inputs = tuple(t.clone() for t in batch)
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are the graph's own, made while capturing
+        torch.cuda.synchronize(self.device)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._advance()
+            self.loss = self.eager(self.inputs)
+        self.graph.replay()  # capturing records the step; this runs it
+        return self.loss
