@@ -8,7 +8,9 @@ TransformerLens releases), so each side is a worker process: this file run with 
 that side's interpreter, with that side's tree first on ``PYTHONPATH``. Both build the same model
 (``build_model``, same preset and seed) and the same batch (SCAN-shaped random tokens), and time
 training steps (target-token loss through each side's ``target_loss``, backward, gradient
-clipping, AdamW) and forwards (eval mode, no gradient) on process CPU time, one torch thread.
+clipping, AdamW), forwards (eval mode, no gradient) and the Trainer's own loop (``loop``: batches
+cut from its stream, dropout, loss bookkeeping and logging around the step; a reverse run with each
+side's ``Trainer``) on process CPU time, one torch thread.
 The driver alternates which side goes first, turn by turn, so both see the same machine; ratios
 new/old are per turn, median over turns. Writes bench/results/ab_step_cpu.json (``--name``: another name).
 """
@@ -21,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,13 +64,45 @@ def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
         with torch.inference_mode():
             model(tokens)
 
+    def loop() -> float:
+        """CPU seconds of the Trainer's own loop over ``steps`` steps (batches cut from its stream,
+        dropout, loss bookkeeping and logging around the same step), its setup left out."""
+        from probe.training.config import TrainConfig
+        from probe.training.loop import Trainer
+
+        try:
+            from probe.training.together import train_alone
+        except ImportError:  # a checkout from before runs trained together
+            train_alone = Trainer.train
+
+        with tempfile.TemporaryDirectory() as folder:
+            config = TrainConfig(
+                task="reverse",
+                task_options={"train_length": 8},
+                pe=pe,
+                preset=preset,
+                steps=steps,
+                batch_size=batch,
+                dropout=0.1,
+                log_every=5,
+                checkpoint_every=10**9,
+            )
+            trainer = Trainer(config, Path(folder), torch.device("cpu"))
+            started = time.process_time()
+            train_alone(trainer)
+            return time.process_time() - started
+
     work = {"step": step, "forward": forward}
     for name in work:  # warm-up
         for _ in range(3):
             work[name]()
+    loop()
     print("ready", flush=True)
     for line in sys.stdin:
         name = line.strip()
+        if name == "loop":
+            print(json.dumps(loop()), flush=True)
+            continue
         started = time.process_time()
         for _ in range(steps):
             work[name]()
@@ -137,7 +172,7 @@ def main() -> None:
                 "new": spawn(args.new_python, args.new_tree, args, pe),
             }
             row = {}
-            for what in ("step", "forward"):
+            for what in ("step", "forward", "loop"):
                 ratios, times = [], {"old": [], "new": []}
                 for turn in range(args.turns):
                     order = ("old", "new") if turn % 2 == 0 else ("new", "old")
@@ -155,7 +190,7 @@ def main() -> None:
             print(
                 f"{preset:>5} {pe:>7}: step new/old {row['step_new_over_old']:.3f} "
                 f"({row['step_old_s'] * 1e3:.1f} -> {row['step_new_s'] * 1e3:.1f} ms), "
-                f"forward {row['forward_new_over_old']:.3f}",
+                f"forward {row['forward_new_over_old']:.3f}, loop {row['loop_new_over_old']:.3f}",
                 flush=True,
             )
     write_json(
@@ -164,8 +199,8 @@ def main() -> None:
         {
             **header(
                 "ab_step",
-                "training step and forward, new checkout / old checkout, same model, batch and "
-                "machine; process CPU time, one torch thread; median over alternating turns of per-turn ratios",
+                "training step, forward and the Trainer's loop, new checkout / old checkout, same model, batch "
+                "and machine; process CPU time, one torch thread; median over alternating turns of per-turn ratios",
                 "cpu",
                 load_before,
             ),
@@ -177,6 +212,7 @@ def main() -> None:
             "results": results,
             "max_step_ratio": max(r["step_new_over_old"] for p in results.values() for r in p.values()),
             "max_forward_ratio": max(r["forward_new_over_old"] for p in results.values() for r in p.values()),
+            "max_loop_ratio": max(r["loop_new_over_old"] for p in results.values() for r in p.values()),
         },
     )
 

@@ -31,6 +31,7 @@ from probe.presets import CONTEXTS, LM_RECIPES, RECIPES
 from probe.sources import CorpusSource
 from probe.training.config import TrainConfig
 from probe.training.loop import Trainer
+from probe.training.together import train_alone
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.
 STEPS = {
@@ -78,7 +79,7 @@ def measure(
                 task="scan", pe="nope", preset=preset, steps=warm + timed, log_every=warm, checkpoint_every=10**9
             )
             trainer = Trainer(config, Path(folder), device)
-        trainer.train(on_step=on_step)
+        train_alone(trainer, on_step)
     (first, start), (last, end) = marks[0], marks[-1]
     return {
         "steps_per_second": (last - first) / (end - start),

@@ -139,7 +139,7 @@ def train_stacked(
     failed (NaN loss, another's folder) as a :class:`RunFailure` while the others go on."""
     from probe.errors import ProbeError
     from probe.training.bookkeeping import train_group
-    from probe.training.loop import group_key
+    from probe.training.together import group_key
 
     groups: dict[tuple, list[int]] = {}
     for i, (config, _) in enumerate(runs):

@@ -80,6 +80,16 @@ def test_runs_trained_together_are_the_runs_trained_alone(tmp_path, dropout, pro
         assert stored[0]["metrics"]["iid_accuracy"] == stored[1]["metrics"]["iid_accuracy"]
 
 
+def test_each_member_drops_out_at_its_own_rate(tmp_path):
+    rates = {"nope": 0.1, "t5": 0.0, "alibi": 0.3}
+    for pe, rate in rates.items():
+        train_run(_config(pe, dropout=rate), tmp_path / "alone" / pe, CPU)
+    train_group([(_config(pe, dropout=rate), tmp_path / "together" / pe) for pe, rate in rates.items()], CPU)
+    for pe in rates:
+        a, b = _weights(tmp_path / "alone" / pe), _weights(tmp_path / "together" / pe)
+        assert all(torch.equal(a[k], b[k]) for k in a), pe
+
+
 def test_a_rerun_with_dropout_is_bit_identical(tmp_path):
     runs = lambda root: [(_config(pe, dropout=0.1), root / pe) for pe in ("nope", "t5")]  # noqa: E731
     train_group(runs(tmp_path / "a"), CPU)
@@ -331,3 +341,18 @@ def test_capture_on_a_cpu_is_one_line():
     with pytest.raises(ProbeError, match="CUDA graphs need a GPU"):
         Engine.for_device(CPU, capture=True)
     assert Engine.for_device(CPU) == Engine() and Engine.for_device(torch.device("cuda")).capture
+
+
+def test_a_gpu_sweep_gives_each_batch_stream_one_task(tmp_path):
+    """The paper's grid shape: PEs x seeds; on a GPU one Ray task per seed holds its PEs, on a CPU one per run."""
+    from probe.sweep import expand_grid
+    from probe.sweep.cluster import tasks
+
+    grid = {"task": "reverse", "pe": ["nope", "t5", "alibi"], "seed": [0, 1], "steps": 10, "batch_size": 8}
+    runs = expand_grid(grid, tmp_path)
+    on_gpu = tasks(runs, "cuda")
+    assert sorted(sorted((r.config.pe, r.config.seed) for r in task) for task in on_gpu) == [
+        [("alibi", 0), ("nope", 0), ("t5", 0)],
+        [("alibi", 1), ("nope", 1), ("t5", 1)],
+    ]
+    assert [len(task) for task in tasks(runs, "cpu")] == [1] * 6

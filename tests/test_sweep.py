@@ -120,6 +120,7 @@ def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tm
     """No cut-down batch (tokens/s at batch 8 is well below batch 64's on a CPU), the torch threads
     each run will get, the first step left out as a warm-up, the median of the rest."""
     import probe.training.loop
+    import probe.training.together
 
     run = sweep.expand_grid({**TINY, "batch_size": 64}, tmp_path)[0]
     seen: dict[str, int] = {}
@@ -128,13 +129,14 @@ def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tm
         def __init__(self, config: TrainConfig, path, device, source=None) -> None:
             seen["batch_size"], seen["steps"] = config.batch_size, config.steps
 
-        def train(self, on_step) -> tuple[float, float]:
-            seen["threads"] = torch.get_num_threads()
-            for step, speed in enumerate([1.0, 50.0, 10.0, 30.0, 20.0, 40.0], start=1):
-                on_step(step, 0.0, speed)
-            return 0.0, 0.0
+    def fake_train_alone(trainer, on_step) -> tuple[float, float]:
+        seen["threads"] = torch.get_num_threads()
+        for step, speed in enumerate([1.0, 50.0, 10.0, 30.0, 20.0, 40.0], start=1):
+            on_step(step, 0.0, speed)
+        return 0.0, 0.0
 
     monkeypatch.setattr(probe.training.loop, "Trainer", FakeTrainer)
+    monkeypatch.setattr(probe.training.together, "train_alone", fake_train_alone)
     before = torch.get_num_threads()
     threads = 2 if before != 2 else 3
     assert sweep.measure_tokens_per_second(run, "cpu", steps=5, threads=threads) == 30.0

@@ -339,7 +339,7 @@ def tasks(runs: Sequence[SweepRun], device: str) -> list[list[SweepRun]]:
     seed) in one task that trains them together (``probe.parallel.default_stack``); one run a task
     otherwise."""
     from probe.parallel import default_stack
-    from probe.training.loop import group_key
+    from probe.training.together import group_key
 
     if not default_stack(device):
         return [[run] for run in runs]

@@ -80,6 +80,7 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     from probe.device import resolve_device
     from probe.sources import training_source
     from probe.training.loop import Trainer
+    from probe.training.together import train_alone
 
     resolved = resolve_device(device)
     previous_threads = torch.get_num_threads()
@@ -92,7 +93,7 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
                 config.task, config.task_options, config.seed, run.path, authors=config.protocol == "authors"
             )
             trainer = Trainer(config, Path(scratch), resolved, source=source)
-            trainer.train(lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
+            train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     finally:
         torch.set_num_threads(previous_threads)
     return sorted(speeds)[len(speeds) // 2]

@@ -3,14 +3,20 @@ the output tokens only, checkpoints that survive a kill and resume to the same w
 
 - :mod:`probe.training.config`: :class:`TrainConfig` (what decides a run's weights: the preset's
   recipe from :mod:`probe.presets`, overrides, the protocol) and the learning-rate schedule;
+- :mod:`probe.training.optimizer`: AdamW and its weight-decay groups, per protocol;
 - :mod:`probe.training.loop`: :class:`Trainer`, one run's model, optimizer, resumable state and steps;
-- :mod:`probe.training.bookkeeping`: :func:`train_run`, a run folder from nothing (or a kill) to
-  published, locked meanwhile; whether a folder is complete and trained as asked.
+- :mod:`probe.training.together`: :func:`train_together`, runs that read one batch stream (a study's
+  PEs at one seed) as one program, each the run it is alone; one of them is a run trained alone;
+- :mod:`probe.training.engine`: how a step executes (eager, compiled, captured as a CUDA graph);
+- :mod:`probe.training.background`: states written and batches cut off the training thread;
+- :mod:`probe.training.bookkeeping`: :func:`train_run` and :func:`train_group`, run folders from
+  nothing (or a kill) to published, locked meanwhile; whether a folder is complete and trained as asked.
 
 A run lives in its run folder (``probe.runs.run_dir``). While it trains, ``train_state.safetensors``
 (weights, optimizer moments, RNG, data position, all in one atomically replaced file) is written
 every ``checkpoint_every`` steps; the published checkpoint (``model.safetensors`` + ``config.json``)
 is written at the end, when the IID accuracy is known. ``metrics.jsonl`` gets one line per log.
+States are written by a thread of their own; a kill mid-write leaves the previous one.
 
 Two protocols. ``probe``'s: ``<bos>`` first, batches of one length, dropout on the embedding and
 the sublayer outputs, the last step published. The ``authors``' (the default on the paper's splits,

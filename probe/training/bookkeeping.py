@@ -20,7 +20,8 @@ from probe.runs import LAST
 from probe.sources import TrainingSource, training_source
 from probe.training.config import TrainConfig, settings_differ
 from probe.training.engine import Engine
-from probe.training.loop import METRICS, STATE, Trainer, group_key, train_together
+from probe.training.loop import METRICS, STATE, Trainer
+from probe.training.together import group_key, train_together
 
 
 @dataclass

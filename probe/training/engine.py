@@ -59,8 +59,9 @@ class CapturedStep:
         schedule: list[float],
         first_step: int,
         device: torch.device,
+        hold: Callable[[], object] = lambda: None,
     ):
-        self.eager, self.optimizer, self.device = eager, optimizer, device
+        self.eager, self.optimizer, self.device, self.hold = eager, optimizer, device, hold
         self.schedule = torch.tensor(schedule, dtype=torch.float32, device=device)  # [steps] lr at each step
         self.counter = torch.full((), first_step, dtype=torch.long, device=device)
         self.lr = self.schedule[min(first_step, len(schedule) - 1)].clone()
@@ -68,13 +69,16 @@ class CapturedStep:
             group["lr"] = self.lr  # read by the fused kernel on the device, every step
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.held: object = None  # what the graph reads that was made before it (the PE's tables): kept alive
         self.inputs: tuple[torch.Tensor, ...] = ()
         self.loss: torch.Tensor | None = None
         self.side = torch.cuda.Stream(device)
 
     def _advance(self) -> None:
-        """The learning rate of the step the counter names, then the counter on by one: device ops."""
-        self.lr.copy_(self.schedule[self.counter.clamp(max=len(self.schedule) - 1)])
+        """The learning rate of the step the counter names, then the counter on by one: device ops
+        (``index_select``: indexing with a 0-d tensor would read it on the host)."""
+        at = self.counter.clamp(max=len(self.schedule) - 1).reshape(1)
+        self.lr.copy_(self.schedule.index_select(0, at).reshape(()))
         self.counter += 1
 
     def __call__(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -86,6 +90,8 @@ class CapturedStep:
         if self.calls < WARMUP_STEPS:
             self.calls += 1
             self.side.wait_stream(torch.cuda.current_stream(self.device))
+            for tensor in batch:
+                tensor.record_stream(self.side)  # made on the main stream, read on this one
             with torch.cuda.stream(self.side):
                 self._advance()
                 loss = self.eager(batch)
@@ -98,5 +104,6 @@ class CapturedStep:
         with torch.cuda.graph(self.graph):
             self._advance()
             self.loss = self.eager(self.inputs)
+        self.held = self.hold()
         self.graph.replay()  # capturing records the step; this runs it
         return self.loss

@@ -1,16 +1,15 @@
-"""The training loop: one run's model, optimizer and steps (:class:`Trainer`), its resumable state in
-one atomically replaced file, and what it publishes (the best checkpoint on IID validation under
-the authors' protocol, the last step's otherwise); runs that read one batch stream trained together
-(:func:`train_together`: a study's PEs at one seed), each still the run it is alone."""
+"""The training loop's member: one run's model, optimizer and steps (:class:`Trainer`), its resumable
+state in one atomically replaced file, and what it publishes (the best checkpoint on IID validation
+under the authors' protocol, the last step's otherwise). :func:`probe.training.together.train_together`
+drives one or several of them over a batch stream."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack, nullcontext
-from functools import partial
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from probe.data import batch_stream, fixed_geometry
 from probe.decoding import teacher_forced_exact_match
-from probe.dropout import dropout
 from probe.errors import ProbeError
 from probe.files import append_line, atomic_write, atomic_write_text
 from probe.models.checkpoint import save_checkpoint
@@ -28,7 +25,7 @@ from probe.models.transformer import PETransformer
 from probe.runs import LAST
 from probe.selection import Selection
 from probe.sources import TrainingSource, training_source
-from probe.training.background import StateWriter, prefetched
+from probe.training.background import StateWriter
 from probe.training.config import TrainConfig, learning_rate, settings_differ
 from probe.training.engine import CapturedStep, Engine
 from probe.training.optimizer import make_optimizer
@@ -50,11 +47,9 @@ def target_loss(
 
 
 class Trainer:
-    """One run: build or resume, train, publish. ``on_step(step, loss, tokens_per_s)`` reports progress.
-
-    :meth:`train` trains it alone; :func:`train_together` trains several on one batch stream. Both
-    run the same three calls a step (:meth:`run_step`, :meth:`end_step`), so a run trained with
-    others is the run trained alone."""
+    """One run: build or resume, step, publish. :func:`~probe.training.together.train_together` runs
+    its session (:meth:`begin`, then :meth:`run_step` and :meth:`end_step` a step, then :meth:`close`),
+    alone or beside others on the same batches."""
 
     def __init__(
         self,
@@ -196,6 +191,8 @@ class Trainer:
         self.model.train()
         if self.rng is None:  # a fresh run; a resumed one restored its own
             self.rng = self._seeded_rng()
+        if self.engine.capture:  # replays draw from the device's generator, in member order: seed it
+            self._set_rng(self.rng)
         self._started = time.perf_counter()
         self._window = (time.perf_counter(), *self._resumed_window)  # start, tokens, loss sum, losses
         self._evaluate_if_due()  # a run stopped between a step and its evaluation
@@ -210,6 +207,7 @@ class Trainer:
                 [learning_rate(s, self.config) for s in range(self.config.steps)],
                 self.step,
                 self.device,
+                hold=lambda: (dict(self.model.pe._geometry), self.model.pe.positions),
             )
             loss = self._captured(batch).clone()  # the graph's loss buffer is rewritten by the next replay
         else:
@@ -224,7 +222,12 @@ class Trainer:
 
     def _compute(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Forward, backward, clipping and AdamW at the optimizer's learning rate: the captured part."""
-        autocast = torch.autocast(self.device.type, dtype=self.forward_dtype) if self.forward_dtype else nullcontext()
+        autocast = (
+            # a captured step keeps no casts between replays: autocast's weight cache would hold stale ones
+            torch.autocast(self.device.type, dtype=self.forward_dtype, cache_enabled=not self.engine.capture)
+            if self.forward_dtype
+            else nullcontext()
+        )
         with autocast:
             loss = target_loss(self.forward, *batch)
         self.optimizer.zero_grad(set_to_none=True)
@@ -305,13 +308,6 @@ class Trainer:
             self.writer.wait()
             self.model.eval()
 
-    def train(self, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
-        """Train to ``config.steps`` alone; returns (last logged loss, seconds spent in this call)."""
-        (outcome,) = train_together([self], [on_step])
-        if isinstance(outcome, ProbeError):
-            raise outcome
-        return outcome
-
     def _evaluate_if_due(self) -> None:
         """Score the IID validation set at the selection interval and at the last step (once each)."""
         if self.selection is None or self.step == 0:
@@ -338,7 +334,13 @@ class Trainer:
         return self.earlier_seconds + session
 
     def session_seconds(self) -> float:
+        """Seconds since this session's :meth:`begin`."""
         return 0.0 if self._started is None else time.perf_counter() - self._started
+
+    @property
+    def last_loss(self) -> float:
+        """The mean loss of the last log line's window (NaN before the first)."""
+        return self._last_loss
 
     def trim_log(self) -> None:
         """Drop log lines past the state training resumes from (a killed run logged steps it then
@@ -378,88 +380,6 @@ class Trainer:
     def _write(self, folder: Path, training: dict[str, Any], metrics: dict[str, Any]) -> None:
         self.source.write_files(folder)
         save_checkpoint(self.model, folder, **self.source.metadata(), training=training, metrics=metrics)
-
-
-def group_key(config: TrainConfig) -> tuple:
-    """What runs share to read one batch stream and validate at the same steps: the task and its
-    options, the seed, the preset, the steps and batch size, the protocol (its sequence format and
-    batch order), packing, and the selection schedule. Code pretraining reads a corpus of its own."""
-    from probe.corpus import CODE_TASK
-
-    if config.task == CODE_TASK:
-        return (id(config),)
-    return (
-        config.task,
-        json.dumps(config.task_options, sort_keys=True),
-        config.seed,
-        config.preset,
-        config.steps,
-        config.batch_size,
-        config.protocol,
-        config.pack,
-        config.eval_every,
-        config.eval_examples,
-        config.log_every,
-        config.checkpoint_every,
-    )
-
-
-def train_together(
-    trainers: Sequence[Trainer], on_steps: Sequence[Callable[[int, float, float], None] | None] | None = None
-) -> list[tuple[float, float] | ProbeError]:
-    """Train ``trainers`` (one :func:`group_key`, at one step) to their last step on one batch stream:
-    each batch is cut once, on one fixed geometry when their engine needs one, and every member
-    takes its step on it in turn. Per member: (last logged loss, seconds of this session), or the
-    ProbeError that stopped it (a non-finite loss), the others going on."""
-    lead = trainers[0]
-    config = lead.config
-    if len({group_key(t.config) for t in trainers}) > 1 or len({t.step for t in trainers}) > 1:
-        raise ValueError("runs trained together share a batch stream: one group_key, one step")
-    on_steps = list(on_steps or [None] * len(trainers))
-    data = lead.source.training_set(config.seed)
-    grouped = config.protocol == "probe"
-    if lead.engine.fixed_shapes:
-        geometry = fixed_geometry(
-            data, config.batch_size, config.seed, config.steps, grouped=grouped, packed=config.pack
-        )
-        cut = partial(geometry.cut, data)
-    else:
-        cut = data.packed_batch if config.pack else data.batch
-    stream = batch_stream(data, config.batch_size, config.seed, lead.epoch, lead.position, grouped=grouped)
-    outcomes: dict[int, tuple[float, float] | ProbeError] = {}
-    active = list(range(len(trainers)))
-    with ExitStack() as stack:
-        for trainer in trainers:
-            stack.enter_context(dropout(trainer.model, config.dropout, config.protocol))
-        batches = prefetched(stream, cut, lead.device)
-        stack.callback(batches.close)
-        try:
-            for trainer in trainers:
-                trainer.begin()
-            while active and trainers[active[0]].step < config.steps:
-                epoch, position, batch = next(batches)
-                for i in list(active):
-                    try:
-                        trainers[i].run_step(batch)
-                        trainers[i].end_step(epoch, position, batch[0].numel(), on_steps[i])
-                    except ProbeError as error:
-                        outcomes[i] = error
-                        active.remove(i)
-            for i in list(active):
-                try:
-                    trainers[i].close()
-                    outcomes[i] = (trainers[i]._last_loss, trainers[i].session_seconds())
-                except ProbeError as error:
-                    outcomes[i] = error
-        except KeyboardInterrupt:
-            for i in active:
-                trainers[i].keep_finished_steps()  # Ctrl-C: keep every finished step
-            raise
-        finally:
-            for trainer in trainers:
-                trainer.model.eval()
-                trainer.writer.wait()
-    return [outcomes[i] for i in range(len(trainers))]
 
 
 def _logged_step(line: str) -> float:

@@ -1,0 +1,110 @@
+"""Runs that read one batch stream, trained as one program (:func:`train_together`): a study's PEs
+at one seed read the same batches in the same order, so each batch is cut once and every member
+takes its step on it in turn. Each member is a :class:`~probe.training.loop.Trainer` doing exactly
+what it does alone (its own model, optimizer, RNG, log and state), so a run trained with others is
+the run trained alone; one member is how a run trains alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from functools import partial
+
+from probe.data import batch_stream, fixed_geometry
+from probe.dropout import dropout
+from probe.errors import ProbeError
+from probe.training.background import prefetched
+from probe.training.config import TrainConfig
+from probe.training.loop import Trainer
+
+
+def group_key(config: TrainConfig) -> tuple:
+    """What runs share to read one batch stream and validate at the same steps: the task and its
+    options, the seed, the preset, the steps and batch size, the protocol (its sequence format and
+    batch order), packing, and the selection schedule. Code pretraining reads a corpus of its own."""
+    from probe.corpus import CODE_TASK
+
+    if config.task == CODE_TASK:
+        return (id(config),)
+    return (
+        config.task,
+        json.dumps(config.task_options, sort_keys=True),
+        config.seed,
+        config.preset,
+        config.steps,
+        config.batch_size,
+        config.protocol,
+        config.pack,
+        config.eval_every,
+        config.eval_examples,
+        config.log_every,
+        config.checkpoint_every,
+    )
+
+
+def train_together(
+    trainers: Sequence[Trainer], on_steps: Sequence[Callable[[int, float, float], None] | None] | None = None
+) -> list[tuple[float, float] | ProbeError]:
+    """Train ``trainers`` (one :func:`group_key`, at one step) to their last step on one batch stream:
+    each batch is cut once, on one fixed geometry when their engine needs one, and every member
+    takes its step on it in turn. Per member: (last logged loss, seconds of this session), or the
+    ProbeError that stopped it (a non-finite loss), the others going on."""
+    lead = trainers[0]
+    config = lead.config
+    if len({group_key(t.config) for t in trainers}) > 1 or len({t.step for t in trainers}) > 1:
+        raise ValueError("runs trained together share a batch stream: one group_key, one step")
+    on_steps = list(on_steps or [None] * len(trainers))
+    data = lead.source.training_set(config.seed)
+    grouped = config.protocol == "probe"
+    if lead.engine.fixed_shapes:
+        geometry = fixed_geometry(
+            data, config.batch_size, config.seed, config.steps, grouped=grouped, packed=config.pack
+        )
+        cut = partial(geometry.cut, data)
+    else:
+        cut = data.packed_batch if config.pack else data.batch
+    stream = batch_stream(data, config.batch_size, config.seed, lead.epoch, lead.position, grouped=grouped)
+    outcomes: dict[int, tuple[float, float] | ProbeError] = {}
+    active = list(range(len(trainers)))
+    with ExitStack() as stack:
+        for trainer in trainers:  # each member its own rate
+            stack.enter_context(dropout(trainer.model, trainer.config.dropout, trainer.config.protocol))
+        batches = prefetched(stream, cut, lead.device)
+        stack.callback(batches.close)
+        try:
+            for trainer in trainers:
+                trainer.begin()
+            while active and trainers[active[0]].step < config.steps:
+                epoch, position, batch = next(batches)
+                for i in list(active):
+                    try:
+                        trainers[i].run_step(batch)
+                        trainers[i].end_step(epoch, position, batch[0].numel(), on_steps[i])
+                    except ProbeError as error:
+                        outcomes[i] = error
+                        active.remove(i)
+            for i in list(active):
+                try:
+                    trainers[i].close()
+                    outcomes[i] = (trainers[i].last_loss, trainers[i].session_seconds())
+                except ProbeError as error:
+                    outcomes[i] = error
+        except KeyboardInterrupt:
+            for i in active:
+                trainers[i].keep_finished_steps()  # Ctrl-C: keep every finished step
+            raise
+        finally:
+            for trainer in trainers:
+                trainer.model.eval()
+                trainer.writer.wait()
+    return [outcomes[i] for i in range(len(trainers))]
+
+
+def train_alone(trainer: Trainer, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
+    """Train one run to ``config.steps``: (last logged loss, seconds spent in this call); a non-finite
+    loss raises its ProbeError."""
+    (outcome,) = train_together([trainer], [on_step])
+    if isinstance(outcome, ProbeError):
+        raise outcome
+    return outcome
