@@ -143,6 +143,8 @@ def evaluate(path: Path, device: torch.device, n_valid: int) -> dict:
         },
         "selected_step": training.get("selected_step"),
         "best_valid_exact_match": training.get("selection", {}).get("best_valid_exact_match"),
+        "step_engine": meta["metrics"].get("step_engine"),  # captured or not, as it trained
+        "train_seconds": meta["metrics"].get("train_seconds"),
         "n_examples": len(examples),
     }
 

@@ -229,6 +229,7 @@ def _finish(trainer: Trainer, resumed: bool, start_step: int, loss: float, sessi
             "train_seconds": seconds,
             "steps_per_second": steps_per_second,
             "forward_precision": trainer.forward_precision,
+            "step_engine": trainer.step_engine,
         }
     )
     held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}

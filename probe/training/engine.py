@@ -12,6 +12,7 @@ with a step counter it keeps there).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,7 +51,8 @@ class CapturedStep:
     """One run's training step as a CUDA graph: ``step(batch)`` copies the batch into the graph's
     input buffers and replays it, returning the step's loss (a device scalar, valid until the next
     replay). The first :data:`WARMUP_STEPS` calls run ``eager`` (real steps, on a side stream, as
-    capture requires); the next one captures and replays."""
+    capture requires); the next one captures and replays. If capturing fails (an op the graph cannot
+    hold), the step says so in one line on stderr and runs eagerly from then on (``failed``)."""
 
     def __init__(
         self,
@@ -72,6 +74,7 @@ class CapturedStep:
         self.held: object = None  # what the graph reads that was made before it (the PE's tables): kept alive
         self.inputs: tuple[torch.Tensor, ...] = ()
         self.loss: torch.Tensor | None = None
+        self.failed: str | None = None  # why capturing failed, if it did
         self.side = torch.cuda.Stream(device)
 
     def _advance(self) -> None:
@@ -87,6 +90,9 @@ class CapturedStep:
                 buffer.copy_(tensor, non_blocking=True)
             self.graph.replay()
             return self.loss
+        if self.failed:
+            self._advance()
+            return self.eager(batch)
         if self.calls < WARMUP_STEPS:
             self.calls += 1
             self.side.wait_stream(torch.cuda.current_stream(self.device))
@@ -101,9 +107,16 @@ class CapturedStep:
         self.optimizer.zero_grad(set_to_none=True)  # gradients are the graph's own, made while capturing
         torch.cuda.synchronize(self.device)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        try:
+            with torch.cuda.graph(self.graph):
+                self._advance()
+                self.loss = self.eager(self.inputs)
+        except RuntimeError as error:  # nothing captured ran: the step is still to take
+            self.graph, self.failed = None, str(error).strip().splitlines()[0] if str(error).strip() else "?"
+            print(f"probe: capturing the training step failed ({self.failed}); it runs eagerly", file=sys.stderr)
+            torch.cuda.synchronize(self.device)
             self._advance()
-            self.loss = self.eager(self.inputs)
+            return self.eager(batch)
         self.held = self.hold()
         self.graph.replay()  # capturing records the step; this runs it
         return self.loss

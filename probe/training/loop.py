@@ -338,6 +338,17 @@ class Trainer:
         return 0.0 if self._started is None else time.perf_counter() - self._started
 
     @property
+    def step_engine(self) -> dict[str, Any]:
+        """How this session's steps ran: compiled, captured (and if capturing failed, why)."""
+        captured = self._captured
+        return {
+            "compile": self.engine.compile,
+            "capture": self.engine.capture,
+            "captured": bool(captured and captured.graph is not None),
+            **({"capture_failed": captured.failed} if captured and captured.failed else {}),
+        }
+
+    @property
     def last_loss(self) -> float:
         """The mean loss of the last log line's window (NaN before the first)."""
         return self._last_loss
