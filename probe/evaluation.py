@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from probe.decoding import evaluate_examples
+from probe.errors import ProbeError
 from probe.files import atomic_write_json
 from probe.locks import run_lock
 from probe.models.registry import PE_KINDS
@@ -38,16 +39,35 @@ def evaluate_run(
     wait: bool = False,
     on_wait: Callable[[dict], None] | None = None,
     pe_options: dict[str, Any] | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
     (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
-    run folder's lock (:func:`probe.locks.run_lock`) meanwhile."""
+    run folder's lock (:func:`probe.locks.run_lock`) meanwhile. An evaluation on fewer examples than the
+    one already there (a quick ``--n 100`` look after the full one) never replaces it unless ``force``:
+    it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where."""
+    if n_test is not None and n_test < 1:
+        raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
     if not write:
         return _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
         report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
-        atomic_write_json(run.path / eval_file(report["pe_options_at_inference"]), report)
+        target = run.path / eval_file(report["pe_options_at_inference"])
+        kept = _examples_in(target)
+        if kept is not None and kept > report["n_examples"] and not force:
+            target = target.with_name(f"{target.stem}+n={report['n_examples']}.json")
+        report["written_to"] = str(target)
+        atomic_write_json(target, report)
     return report
+
+
+def _examples_in(path: Path) -> int | None:
+    """How many examples the evaluation in ``path`` scored (None: no readable evaluation there)."""
+    try:
+        report = json.loads(path.read_text())
+        return int(report["n_examples"]) if isinstance(report, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _evaluate(

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil  # a dependency of transformer-lens: finds the server under `probe app`
+import psutil  # the test extra's: finds the server under `probe app`
 import pytest
 import torch
 

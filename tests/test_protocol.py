@@ -93,8 +93,12 @@ def test_tokenizers_saved_before_formats_read_as_probes():
 
 def test_runs_saved_before_protocols_are_probes_runs():
     stored = TrainConfig(task="scan", task_options={"split": "paper"}, protocol="probe").to_dict()
-    del stored["protocol"]
-    assert settings_differ(stored, TrainConfig(task="scan", task_options={"split": "paper"}).to_dict())
+    del stored["protocol"], stored["weight_decay_groups"]  # a run saved before either setting existed
+    assert settings_differ(stored, TrainConfig(task="scan", task_options={"split": "paper"}).to_dict()) == [
+        "protocol 'probe', asked 'authors'",
+        "eval_every 0, asked 200",  # probe's protocol publishes the last step
+        "weight_decay_groups 'probe', asked 'authors'",
+    ]
 
 
 # -- batches --------------------------------------------------------------------------------------

@@ -179,6 +179,7 @@ def test_verify_theorems_passes(dtype):
 def test_verify_theorems_deeper_model_and_given_lengths():
     model = theorem_model(40, n_layers=3, n_heads=3, seed=5, dtype=torch.float64)
     results = theorems.verify_theorems(model=model, lengths=[1, 17, 40], seed=5)
+    assert {r.claim for r in results} == {claim for claim, _, _ in theorems.CLAIMS}  # every claim checked
     assert all(r.passed for r in results)
 
 

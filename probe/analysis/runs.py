@@ -16,7 +16,7 @@ from probe.corpus import CODE_TASK
 from probe.corpus.prepared import run_tokenizer_json
 from probe.errors import ProbeError
 from probe.models.checkpoint import read_checkpoint_config, task_name
-from probe.models.registry import FIGURE_ORDER, PE_LABELS
+from probe.models.registry import FIGURE_ORDER, PE_LABELS, pe_class
 from probe.runs import Run, find_runs, task_folder_name, train_command
 
 Lengths = Literal["all", "seen", "unseen"]
@@ -141,8 +141,11 @@ def task_runs(
 ) -> list[Run]:
     """Complete runs of a task folder (optionally one seed, some PEs), in the paper's PE order.
 
-    None found: ProbeError with the exact `probe train` command that makes them.
+    An unknown PE: ProbeError naming it (and the known ones). None found: ProbeError with the exact
+    `probe train` command that makes them.
     """
+    for pe in pes or ():
+        pe_class(pe)
     found, _ = find_runs(root, task, dict(options or {}))
     runs = [
         r

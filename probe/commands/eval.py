@@ -36,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--valid", type=int, default=500, metavar="N", help="IID held-out examples (default 500)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an evaluation on more examples (default: a smaller one goes beside it, eval+n=N.json)",
+    )
+    parser.add_argument(
         "--wait",
         action="store_true",
         help="when another process is training or evaluating a run folder, wait for it (default: stop)",
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.evaluation import eval_file, evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.locks import say_waiting
     from probe.models.checkpoint import read_checkpoint_config
-    from probe.models.registry import PE_LABELS, parse_pe_options
+    from probe.models.registry import PE_LABELS, options_for, parse_pe_options
     from probe.plots import accuracy_by_length, write_figure
     from probe.runs import Run, beside, find_runs, task_folder_name
 
@@ -78,9 +83,17 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             tasks = ", ".join(task_folder_name(t, options) for t in args.task or ["scan"])
             raise ProbeError(f"no runs of {tasks} under {args.checkpoints}; train them first with `probe train`")
-    at_inference = parse_options(args.pe_option, None)
-    for r in runs:  # every run must take the options before any is evaluated
-        parse_pe_options(r.pe, at_inference)
+    given = parse_options(args.pe_option, None)
+    if given:  # inference options apply to the runs whose PE has them, as in `probe compare`
+        taking = [r for r in runs if options_for(r.pe, given)]
+        for r in runs:
+            if r not in taking:
+                out.print(f"[dim]skipping {r.label}: {r.pe} has none of {', '.join(sorted(given))}[/dim]")
+        if not taking:
+            raise ProbeError(f"no run here has the option(s) {', '.join(sorted(given))}; see `probe pes`")
+        runs = taking
+    for r in runs:  # every run must take its options before any is evaluated
+        parse_pe_options(r.pe, options_for(r.pe, given))
     reports = []
     with out.status("evaluating") as status:
         for r in runs:
@@ -94,8 +107,15 @@ def run(args: argparse.Namespace) -> int:
                     batch_size=args.batch_size,
                     wait=args.wait,
                     on_wait=lambda holder, r=r: say_waiting(r.path, holder),
-                    pe_options=at_inference,
+                    pe_options=options_for(r.pe, given),
+                    force=args.force,
                 )
+            )
+    for report in reports:
+        if Path(report["written_to"]).name != eval_file(report["pe_options_at_inference"]):
+            out.print(
+                f"[yellow]{report['label']}: its evaluation on more examples is kept; this one ({report['n_examples']} "
+                f"examples) is in {report['written_to']} (--force replaces it)[/yellow]"
             )
 
     selected = any("last" in report for report in reports)
@@ -150,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         figures += [
             str(p)
             for p in write_figure(
-                figure, target / eval_file(at_inference).replace("eval", "eval_accuracy", 1).removesuffix(".json")
+                figure, target / eval_file(given).replace("eval", "eval_accuracy", 1).removesuffix(".json")
             )
         ]
     ranks = mean_ranks(reports)

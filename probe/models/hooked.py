@@ -91,7 +91,15 @@ class HookedModel(HookedRootModule):
         tokenizer = self._need_tokenizer()
         prepend = self.cfg.default_prepend_bos if prepend_bos is None else prepend_bos
         texts = [input] if isinstance(input, str) else list(input)
-        rows = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        try:
+            rows = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        except Exception as error:  # tokenizers' WordLevel without an unknown token: "Missing [UNK] token"
+            if "Missing [UNK]" not in str(error):
+                raise
+            raise ProbeError(
+                f"unknown word(s) {', '.join(map(repr, _unknown_words(tokenizer, texts)))} "
+                "(not in this model's vocabulary)"
+            ) from None
         if prepend and tokenizer.bos_token_id is not None:
             rows = [[tokenizer.bos_token_id, *row] for row in rows]
         if truncate:
@@ -270,3 +278,19 @@ class HookedModel(HookedRootModule):
         if isinstance(tokens, int):
             return self.W_U[:, tokens]
         return self.W_U[:, tokens.to(self.W_U.device)].movedim(0, -1)
+
+
+def _unknown_words(tokenizer: Any, texts: Sequence[str]) -> list[str]:
+    """The words of ``texts`` that ``tokenizer``'s vocabulary lacks, as its own normalizer and
+    pre-tokenizer split them (by whitespace where it has neither)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocab = tokenizer.get_vocab()
+    words: list[str] = []
+    for text in texts:
+        if backend is not None and backend.normalizer is not None:
+            text = backend.normalizer.normalize_str(text)
+        if backend is not None and backend.pre_tokenizer is not None:
+            words += [word for word, _ in backend.pre_tokenizer.pre_tokenize_str(text)]
+        else:
+            words += text.split()
+    return [word for word in dict.fromkeys(words) if word not in vocab][:10]

@@ -1,0 +1,85 @@
+"""What a user meets: `probe eval` keeps a finished evaluation and applies inference options to the runs
+that have them; an unknown PE or word is named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.models.checkpoint import load_checkpoint
+
+COMMON = ["--task", "reverse", "-o", "train_length=4"]
+MODEL = ["-m", "n_layers=1", "-m", "d_model=32", "-m", "n_heads=2", "-m", "d_head=16", "-m", "d_mlp=64"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """NoPE and Rotary on reverse, a few steps each: enough to evaluate."""
+    folder = tmp_path_factory.mktemp("eval") / "ck"
+    argv = ["train", *COMMON, "--pe", "nope", "--pe", "rotary", "--steps", "20", *MODEL, "--checkpoints", str(folder)]
+    assert main(argv) == 0
+    return folder
+
+
+def _eval(root, *extra) -> int:
+    return main(["eval", *COMMON, "--checkpoints", str(root), "--valid", "20", *extra])
+
+
+def _run(root, pe):
+    return root / "reverse+train_length=4" / pe / "seed0"
+
+
+def test_a_smaller_evaluation_goes_beside_the_finished_one(root, capsys):
+    assert _eval(root, "--n", "60") == 0
+    full = json.loads((_run(root, "nope") / "eval.json").read_text())
+    capsys.readouterr()
+    assert _eval(root, "--n", "10") == 0
+    assert "its evaluation on more examples is kept" in capsys.readouterr().out
+    assert json.loads((_run(root, "nope") / "eval.json").read_text()) == full
+    quick = json.loads((_run(root, "nope") / "eval+n=30.json").read_text())
+    assert quick["n_examples"] == 30 and full["n_examples"] == 80
+    assert _eval(root, "--n", "10", "--force") == 0
+    assert json.loads((_run(root, "nope") / "eval.json").read_text())["n_examples"] == 30
+
+
+def test_no_test_examples_is_one_line(root, capsys):
+    before = (_run(root, "nope") / "eval.json").read_bytes() if (_run(root, "nope") / "eval.json").exists() else None
+    assert _eval(root, "--n", "0") == 2
+    err = capsys.readouterr().err
+    assert "--n must be at least 1" in err and "Traceback" not in err
+    after = (_run(root, "nope") / "eval.json").read_bytes() if (_run(root, "nope") / "eval.json").exists() else None
+    assert after == before
+
+
+def test_rope_scaling_applies_to_the_runs_that_have_it(root, capsys):
+    """The README's example over a NoPE and a Rotary run: Rotary evaluated scaled, NoPE left alone."""
+    scaled = ["-p", "scaling=yarn", "-p", "factor=4", "-p", "original_length=50", "--n", "10", "--json"]
+    assert _eval(root, *scaled) == 0
+    captured = capsys.readouterr()
+    reports = json.loads(captured.out)["runs"]
+    assert [r["pe"] for r in reports] == ["rotary"]
+    assert reports[0]["pe_options_at_inference"] == {"scaling": "yarn", "factor": 4.0, "original_length": 50}
+    assert (_run(root, "rotary") / "eval+factor=4+original_length=50+scaling=yarn.json").is_file()
+    assert not list(_run(root, "nope").glob("eval+factor*"))
+    assert "skipping" in captured.err and "nope has none of" in captured.err
+
+
+def test_an_option_no_run_has_is_one_line(root, capsys):
+    assert _eval(root, "-p", "slopes=geometric") == 2
+    err = capsys.readouterr().err
+    assert "no run here has the option(s) slopes" in err and "Traceback" not in err
+
+
+def test_an_unknown_pe_is_named_before_runs_are_looked_for(tmp_path, capsys):
+    assert main(["distances", "--pe", "alibbi", "--checkpoints", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown positional encoding 'alibbi'" in err and "probe train" not in err
+
+
+def test_to_tokens_names_the_words_the_vocabulary_lacks(root):
+    model = load_checkpoint(_run(root, "nope"))
+    with pytest.raises(ProbeError, match=r"unknown word\(s\) 'walk', 'twicee'"):
+        model.to_tokens("walk twicee")
