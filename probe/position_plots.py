@@ -89,7 +89,7 @@ def head_share_figure(results: Sequence[Mapping[str, Any]]):
         if not seen:
             continue
         labels, parts = [], {name: [] for name in SHARE_COLORS}
-        for layer, (rel, abs_, both) in enumerate(zip(seen["relative"], seen["absolute"], seen["both"]), start=1):
+        for layer, (rel, abs_, both) in enumerate(zip(seen["relative"], seen["absolute"], seen["both"])):
             for head, (r, a, b) in enumerate(zip(rel, abs_, both)):
                 labels.append(f"L{layer}H{head}")
                 parts["relative only"].append(b - a)

@@ -5,6 +5,7 @@ with no position information."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -369,6 +370,9 @@ def test_command_writes_json_csv_and_figures(runs, capsys):
     assert {r["target"] for r in model["probes"]} == {"position", "landmark_distance"}
     assert {r["stream"] for r in model["probes"]} == {0, 1, 2}
     assert len(model["decomposition"]["seen"]["relative"]) == 2 and len(model["kinds"][0]) == 2
+    assert {s["layer"] for s in model["sinks"]} == {0, 1}  # blocks.0, blocks.1: TransformerLens' numbering
+    table = next(p for p in data["files"] if p.endswith("/positions.csv"))
+    assert {row["layer"] for row in csv.DictReader(open(table))} == {"0", "1"}
     names = {p.rsplit("/", 1)[-1] for p in data["files"]}
     assert {
         "positions.json",

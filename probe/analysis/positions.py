@@ -281,7 +281,7 @@ def analyse_positions(
                     {
                         "lengths": name,
                         "first": k,
-                        "layer": layer + 1,
+                        "layer": layer,  # blocks.{layer}: TransformerLens' numbering
                         "share": ci.mean[layer].item(),
                         "share_low": ci.low[layer].item(),
                         "share_high": ci.high[layer].item(),
@@ -409,7 +409,7 @@ def positions_rows(results: Sequence[PositionResult]) -> list[dict[str, Any]]:
                     {
                         "run": r.info.label,
                         "pe": r.info.pe,
-                        "layer": layer + 1,
+                        "layer": layer,  # blocks.{layer}: TransformerLens' numbering
                         "head": head,
                         **{name: seen[name][layer][head] if seen else None for name in SHARES},
                         **{

@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         beyond = next(
             (p for p in r.probes if p["target"] == "position" and p["set"] == "beyond" and p["stream"] == stream), None
         )
-        sinks = {s["lengths"]: s for s in r.sinks if s["first"] == 1 and s["layer"] == r.n_layers}
+        sinks = {s["lengths"]: s for s in r.sinks if s["first"] == 1 and s["layer"] == r.n_layers - 1}
         shares, kinds = summary["shares"], summary["kinds"]
         cell = lambda b: f"{b['r2']:.3f} / {100 * b['accuracy']:.0f}% @{b['stream']}" if b else "–"  # noqa: E731
         table.add_row(
