@@ -21,7 +21,24 @@ _LAZY = {
     "ModelConfig": "probe.models",
     "PRESETS": "probe.presets",
     "ProbeError": "probe.errors",
+    "Tokenizer": "probe.tasks",
+    "TrainConfig": "probe.training.config",
+    "train_run": "probe.training.bookkeeping",
+    "train_group": "probe.training.bookkeeping",
+    "evaluate_run": "probe.evaluation",
+    "compare_runs": "probe.analysis",
+    "compare_report": "probe.analysis",
+    "attended_distance_report": "probe.analysis",
 }
+__all__ = sorted(_LAZY)
+
+
+def __dir__() -> list[str]:
+    """The public names and the subpackages, for a notebook's tab completion (nothing is imported)."""
+    import pkgutil
+
+    modules = {info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_")}
+    return sorted({*globals(), *_LAZY, *modules})
 
 
 def __getattr__(name: str) -> Any:

@@ -83,3 +83,17 @@ def test_to_tokens_names_the_words_the_vocabulary_lacks(root):
     model = load_checkpoint(_run(root, "nope"))
     with pytest.raises(ProbeError, match=r"unknown word\(s\) 'walk', 'twicee'"):
         model.to_tokens("walk twicee")
+
+
+def test_dir_of_probe_lists_the_public_api_without_importing_it():
+    """A notebook's tab completion: the entry points and subpackages, and `import probe` still light."""
+    import subprocess
+    import sys
+
+    names = ("build_model", "compare_runs", "train_group", "evaluate_run", "analysis", "models")
+    code = f"import probe, sys; d = dir(probe); print(all(n in d for n in {names!r}), 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False"]
+    import probe
+
+    assert all(getattr(probe, name) is not None for name in probe.__all__)
