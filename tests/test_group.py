@@ -19,9 +19,10 @@ from probe.models.checkpoint import load_checkpoint
 from probe.sources import TaskSource
 from probe.training.bookkeeping import train_group, train_run
 from probe.training.config import TrainConfig, settings_differ
-from probe.training.engine import Engine
+from probe.training.engine import CapturedStep, Engine
 from probe.training.loop import STATE, Trainer, target_loss
 from probe.training.optimizer import decayed
+from probe.training.together import train_alone
 
 CPU = torch.device("cpu")
 PAPER = ("nope", "t5", "alibi", "rotary", "ape")
@@ -271,6 +272,45 @@ def test_the_compiled_forward_equals_the_eager_one(tmp_path):
     for (name, a), b in zip(eager.model.named_parameters(), compiled.model.parameters()):
         if a.grad is not None:
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+class CapturedOnCPU(CapturedStep):
+    """:class:`CapturedStep` with its two CUDA parts replaced: warm-up steps run in line, and
+    "recording" keeps the step's body, which each replay then runs on the input buffers."""
+
+    def _warm_up(self, batch):
+        self._advance()
+        return self.eager(batch)
+
+    def _record(self, body):
+        return body
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_captured_step_takes_each_step_once_at_its_learning_rate(tmp_path, protocol, monkeypatch):
+    """Float64, 12 steps (3 warm-up, the capture, 8 replays) on the fixed geometry against the eager
+    loop: the same weights and logged losses, so no step is taken twice or skipped, and the learning
+    rate read from the device's table is the schedule's at every step."""
+    import probe.training.loop as loop
+
+    monkeypatch.setattr(loop, "CapturedStep", CapturedOnCPU)
+    config = _config("t5", steps=12, log_every=2, checkpoint_every=100, **protocol)
+    trainers = []
+    for name, engine in (("eager", Engine()), ("captured", Engine(capture=True))):
+        (tmp_path / name).mkdir()
+        trainer = Trainer(config, tmp_path / name, CPU, engine=engine)
+        trainer.model.double()
+        # a tensor learning rate needs the for-loop AdamW on a CPU (the GPU's is fused)
+        trainer.optimizer = torch.optim.AdamW([{**g, "foreach": False} for g in trainer.optimizer.param_groups])
+        train_alone(trainer)
+        trainers.append(trainer)
+    eager, captured = trainers
+    assert captured._captured.captured and captured.step == eager.step == 12
+    assert int(captured._captured.counter) == 12
+    for (name, a), b in zip(eager.model.named_parameters(), captured.model.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-10, atol=0, msg=name)
+    losses = [[line["loss"] for line in _log(tmp_path / name) if "loss" in line] for name in ("eager", "captured")]
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-10, atol=0)
 
 
 AUTHORS_NO_DECAY = {"pe.relative_attention_bias"}  # their Trainer: names with "bias", nn.LayerNorm's

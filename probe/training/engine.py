@@ -52,7 +52,10 @@ class CapturedStep:
     input buffers and replays it, returning the step's loss (a device scalar, valid until the next
     replay). The first :data:`WARMUP_STEPS` calls run ``eager`` (real steps, on a side stream, as
     capture requires); the next one captures and replays. If capturing fails (an op the graph cannot
-    hold), the step says so in one line on stderr and runs eagerly from then on (``failed``)."""
+    hold), the step says so in one line on stderr and runs eagerly from then on (``failed``).
+
+    What is CUDA's is in :meth:`_warm_up` and :meth:`_record`; the rest (input buffers, the schedule
+    on the device, which call takes which step) is tested on a CPU with those two replaced."""
 
     def __init__(
         self,
@@ -64,18 +67,22 @@ class CapturedStep:
         hold: Callable[[], object] = lambda: None,
     ):
         self.eager, self.optimizer, self.device, self.hold = eager, optimizer, device, hold
-        self.schedule = torch.tensor(schedule, dtype=torch.float32, device=device)  # [steps] lr at each step
+        dtype = optimizer.param_groups[0]["params"][0].dtype  # the weights' (float32; float64 in a test)
+        self.schedule = torch.tensor(schedule, dtype=dtype, device=device)  # [steps] lr at each step
         self.counter = torch.full((), first_step, dtype=torch.long, device=device)
         self.lr = self.schedule[min(first_step, len(schedule) - 1)].clone()
         for group in optimizer.param_groups:
             group["lr"] = self.lr  # read by the fused kernel on the device, every step
         self.calls = 0
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.replay: Callable[[], None] | None = None
         self.held: object = None  # what the graph reads that was made before it (the PE's tables): kept alive
         self.inputs: tuple[torch.Tensor, ...] = ()
         self.loss: torch.Tensor | None = None
         self.failed: str | None = None  # why capturing failed, if it did
-        self.side = torch.cuda.Stream(device)
+
+    @property
+    def captured(self) -> bool:
+        return self.replay is not None
 
     def _advance(self) -> None:
         """The learning rate of the step the counter names, then the counter on by one: device ops
@@ -84,39 +91,54 @@ class CapturedStep:
         self.lr.copy_(self.schedule.index_select(0, at).reshape(()))
         self.counter += 1
 
+    def _body(self) -> None:
+        """The step the graph holds: its learning rate, then forward, backward and AdamW on the inputs."""
+        self._advance()
+        self.loss = self.eager(self.inputs)
+
     def __call__(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        if self.graph is not None:
+        if self.replay is not None:
             for buffer, tensor in zip(self.inputs, batch):
                 buffer.copy_(tensor, non_blocking=True)
-            self.graph.replay()
+            self.replay()
             return self.loss
         if self.failed:
             self._advance()
             return self.eager(batch)
         if self.calls < WARMUP_STEPS:
             self.calls += 1
-            self.side.wait_stream(torch.cuda.current_stream(self.device))
-            for tensor in batch:
-                tensor.record_stream(self.side)  # made on the main stream, read on this one
-            with torch.cuda.stream(self.side):
-                self._advance()
-                loss = self.eager(batch)
-            torch.cuda.current_stream(self.device).wait_stream(self.side)
-            return loss
+            return self._warm_up(batch)
         self.inputs = tuple(t.clone() for t in batch)
         self.optimizer.zero_grad(set_to_none=True)  # gradients are the graph's own, made while capturing
-        torch.cuda.synchronize(self.device)
-        self.graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(self.graph):
-                self._advance()
-                self.loss = self.eager(self.inputs)
+            replay = self._record(self._body)
         except RuntimeError as error:  # nothing captured ran: the step is still to take
-            self.graph, self.failed = None, str(error).strip().splitlines()[0] if str(error).strip() else "?"
+            self.failed = str(error).strip().splitlines()[0] if str(error).strip() else "?"
             print(f"probe: capturing the training step failed ({self.failed}); it runs eagerly", file=sys.stderr)
             torch.cuda.synchronize(self.device)
             self._advance()
             return self.eager(batch)
-        self.held = self.hold()
-        self.graph.replay()  # capturing records the step; this runs it
+        self.held, self.replay = self.hold(), replay
+        self.replay()  # capturing records the step; this runs it
         return self.loss
+
+    def _warm_up(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """An eager step on a side stream, as the steps before a capture must be."""
+        main = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(main)
+        for tensor in batch:
+            tensor.record_stream(side)  # made on the main stream, read on this one
+        with torch.cuda.stream(side):
+            self._advance()
+            loss = self.eager(batch)
+        main.wait_stream(side)
+        return loss
+
+    def _record(self, body: Callable[[], None]) -> Callable[[], None]:
+        """``body`` captured as a CUDA graph (recorded, not run); returns its replay."""
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+        return graph.replay

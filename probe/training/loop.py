@@ -41,7 +41,8 @@ def target_loss(
     """Mean cross-entropy of the target tokens (and <eos>) given everything before them (in their own
     example, for rows packed with ``segments``)."""
     logits = model(tokens, segments=segments)[:, :-1]  # [batch, pos - 1, vocab]
-    losses = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten(), reduction="none")
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up; float64 stays
+    losses = F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
     mask = mask.flatten().to(losses.dtype)
     return (losses * mask).sum() / mask.sum()
 
@@ -344,7 +345,7 @@ class Trainer:
         return {
             "compile": self.engine.compile,
             "capture": self.engine.capture,
-            "captured": bool(captured and captured.graph is not None),
+            "captured": bool(captured and captured.captured),
             **({"capture_failed": captured.failed} if captured and captured.failed else {}),
         }
 
