@@ -10,11 +10,26 @@ import plotly.graph_objects as go
 from probe.plots import write_figure
 
 
-def test_a_written_figure_draws_offline(tmp_path, monkeypatch):
-    monkeypatch.setattr(go.Figure, "write_image", lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError()))
+def test_figures_draw_offline_from_one_library_per_folder(tmp_path, monkeypatch, capsys):
+    """No script from elsewhere: each HTML loads plotly.js from the file beside it, written once for
+    the folder; with no static renderer, the HTML alone and one line saying why, once."""
+    import probe.plots
+
+    monkeypatch.setattr(probe.plots, "_told", set())
+
+    def no_renderer(*args, **kwargs):
+        raise RuntimeError("no kaleido")
+
+    monkeypatch.setattr(go.Figure, "write_image", no_renderer)
     figure = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]))
-    written = write_figure(figure, tmp_path / "figure")
-    assert written == [tmp_path / "figure.html"]  # no static renderer: the HTML alone
-    html = written[0].read_text()
-    assert not re.findall(r"<script[^>]*\bsrc=", html)  # nothing fetched: no script loads from elsewhere
-    assert f"plotly.js v{plotly.offline.get_plotlyjs_version()}" in html  # the library's own banner, inlined
+    written = write_figure(figure, tmp_path / "figure") + write_figure(figure, tmp_path / "other")
+    assert written == [tmp_path / "figure.html", tmp_path / "other.html"]  # no static renderer: the HTML alone
+    for page in written:
+        html = page.read_text()
+        assert re.findall(r"<script[^>]*\bsrc=\"([^\"]+)\"", html) == ["plotly.min.js"]  # the sibling, no URL
+        assert len(html) < 100_000  # the library is not inlined
+    library = (tmp_path / "plotly.min.js").read_text()
+    assert f"plotly.js v{plotly.offline.get_plotlyjs_version()}" in library  # the library's own banner
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figure.html", "other.html", "plotly.min.js"]
+    err = capsys.readouterr().err
+    assert err.count("no PNG (no kaleido; pip install kaleido)") == 1
