@@ -9,9 +9,10 @@ import torch
 from helpers import make_checkpoints
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """Tiny models on a shared CPU: one thread avoids oversubscription stalls."""
+    """Tiny models on a shared CPU: one thread avoids oversubscription stalls (every module; a test
+    that means another count sets it itself)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

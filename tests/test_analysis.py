@@ -24,9 +24,6 @@ SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 CPU = torch.device("cpu")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
 def make_run(root, pe: str, seed: int = 0, **model):
     config = TrainConfig(
         task="scan", pe=pe, seed=seed, steps=4, batch_size=8, eval_examples=2, model={**SMALL, **model}

@@ -14,9 +14,6 @@ from probe.tasks import get as get_task
 SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
-
 @pytest.fixture(scope="module")
 def scan():
     task = get_task("scan")

@@ -36,8 +36,6 @@ MODEL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 OPTIONS_ARGV = ["-o", "vocab_size=300", "-o", f"context={T}", "-o", "heldout=0.5"]
 CPU = torch.device("cpu")
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
 
 @pytest.fixture(scope="module")
 def code(tmp_path_factory):

@@ -51,8 +51,6 @@ N_POSITIONS = 24  # GPT-2's learned table: it reads 1x, not 2x
 OPTIONS = {"corpus": None, "heldout": 0.5, "context": T}  # corpus: the fixture's folder
 WIDTH = dict(initializer_range=0.5)  # large weights: peaked attention, so the oracles can fail
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
 
 def _bpe(texts: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())

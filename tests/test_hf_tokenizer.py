@@ -17,15 +17,13 @@ from probe.training.bookkeeping import train_run
 from probe.training.config import TrainConfig
 from probe.training.loop import Trainer
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
 CPU = torch.device("cpu")
 SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
 CONFIG = TrainConfig(task="scan", pe="t5", steps=200, lr=3e-3, batch_size=32, eval_examples=8, model=SMALL)
 
 
 @pytest.fixture(scope="module")
-def scan(tmp_path_factory, one_thread):
+def scan(tmp_path_factory):
     """A SCAN checkpoint trained just enough to end most answers with <eos>, loaded, and a few examples."""
     path = tmp_path_factory.mktemp("runs") / "scan"
     train_run(CONFIG, path, CPU)

@@ -16,7 +16,6 @@ from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 
 VOCAB = 13
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def oracle_term(q: torch.Tensor, scores: torch.Tensor, table: torch.Tensor) -> torch.Tensor:

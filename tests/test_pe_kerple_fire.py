@@ -15,8 +15,6 @@ VOCAB = 17
 TINY = dict(n_layers=2, d_model=32, n_heads=4, d_head=8, d_mlp=64)
 LONG = 300  # past a training-like length: this toolkit trains on sequences of tens of tokens
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
 
 def position_bias(model, tokens: torch.Tensor) -> list[torch.Tensor]:
     """[head, query, key] of ``blocks.{l}.attn.hook_pos_bias``, one per layer, from run_with_cache."""

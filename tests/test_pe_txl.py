@@ -13,8 +13,6 @@ from probe.models import build_model
 VOCAB = 17
 TINY = dict(n_layers=2, d_model=12, n_heads=2, d_head=6, d_mlp=24)
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
-
 
 def sinusoid(distance: int, d_model: int, clamp: int) -> list[float]:
     """R_d = [sin(d w_0) ... sin(d w_{m-1}), cos(d w_0) ... cos(d w_{m-1})], w_k = 10000^(-2k/d_model)."""

@@ -31,7 +31,6 @@ from probe.metrics.positions import (
 from probe.models import build_model
 from probe.models.constructions import Content, alibi_target, theorem_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 INFO = RunInfo("test", "nope", 0, "test")
 
 
