@@ -78,7 +78,7 @@ LM_RECIPES: dict[str, dict[str, Any]] = {
 # Presets whose forward pass `--precision auto` runs under bf16 autocast on a CPU too (on a GPU it
 # always does): where a bf16 step is faster on this 2-core CPU (bench/results/protocol_step_cpu.json)
 # and the default study trains to the same accuracy in it (reproduce_small_authors_bf16_cpu.json
-# against the float32 study; the README's `--precision`). `tiny` is faster too but stays float32: the
+# against the float32 study; docs/reproducing.md's `--precision`). `tiny` is faster too but stays float32: the
 # default `probe train` and its 10-minute target are measured in float32, and only NoPE was trained
 # both ways.
 CPU_BF16 = frozenset({"small"})
