@@ -99,12 +99,12 @@ def test_dir_of_probe_lists_the_public_api_without_importing_it():
     assert all(getattr(probe, name) is not None for name in probe.__all__)
 
 
-def test_the_readme_counts_the_paper_grid_as_the_grid_does(tmp_path):
+def test_the_docs_count_the_paper_grid_as_the_grid_does(tmp_path):
     import re
     from pathlib import Path
 
     from probe.sweep import expand_grid, load_grid
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    (said,) = re.findall(r"the paper's (\d+) runs", readme)
+    page = (Path(__file__).resolve().parent.parent / "docs" / "sweeps.md").read_text()
+    (said,) = re.findall(r"the paper's (\d+) runs", page)
     assert int(said) == len(expand_grid(load_grid("paper"), tmp_path))
