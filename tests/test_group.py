@@ -360,7 +360,9 @@ def test_probe_train_stack_writes_the_run_folders_every_command_reads(tmp_path, 
     model = ["-m", "n_layers=1", "-m", "d_model=32", "-m", "n_heads=2", "-m", "d_head=16", "-m", "d_mlp=64"]
     argv = ["train", *common, "--pe", "nope", "--pe", "t5", "--steps", "40", "--stack", *model, "--json"]
     assert main(argv) == 0
-    trained = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    trained = json.loads(captured.out)
+    assert "IID exact match: greedy, on 1000 held-out examples of the training lengths" in captured.err
     assert [(r["pe"], r["status"]) for r in trained] == [("nope", "trained"), ("t5", "trained")]
     assert main(["eval", *common, "--n", "20", "--json"]) == 0
     assert {run["pe"] for run in json.loads(capsys.readouterr().out)["runs"]} == {"nope", "t5"}

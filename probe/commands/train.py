@@ -182,6 +182,12 @@ def run(args: argparse.Namespace) -> int:
             ),
         )
     )
+    examples = {c.eval_examples for c in configs}
+    out.print(
+        f"[dim]IID exact match: greedy, on {', '.join(map(str, sorted(examples)))} held-out examples of the "
+        "training lengths (`probe eval` scores its own draw, with the test split's seen lengths: its IID "
+        "differs a little)[/dim]"
+    )
     return report_results(results, args, out)
 
 
