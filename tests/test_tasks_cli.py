@@ -26,21 +26,21 @@ def test_json_listing(capsys):
 
 
 def test_show_prints_examples(capsys):
-    assert main(["tasks", "show", "addition", "--scratchpad", "full", "--n", "2", "--split", "test"]) == 0
+    assert main(["tasks", "show", "addition", "--scratchpad", "full", "--n", "2", "--part", "test"]) == 0
     out = capsys.readouterr().out
     assert "<scratch>" in out and "Compute:" in out and "train_length=8" in out
 
 
 def test_jsonl_export_matches_the_library(tmp_path, capsys):
     path = tmp_path / "copy.jsonl"
-    args = ["tasks", "show", "copy", "-o", "variant=count", "-o", "train_length=4", "--split", "test", "--seed", "3"]
+    args = ["tasks", "show", "copy", "-o", "variant=count", "-o", "train_length=4", "--part", "test", "--seed", "3"]
     assert main([*args, "--n", "25", "--jsonl", str(path)]) == 0
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     task = get("copy", variant="count", train_length=4)
     expected = task.examples("test", n=25, seed=3)
     assert [(r["source"], r["target"], r["length"]) for r in rows] == [(e.source, e.target, e.length) for e in expected]
     assert [r["seen"] for r in rows] == [e.length <= 4 for e in expected]
-    assert main(["tasks", "show", "scan", "--split", "valid", "--jsonl", "-"]) == 0
+    assert main(["tasks", "show", "scan", "--part", "valid", "--jsonl", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(get("scan").examples("valid"))
     assert not list(tmp_path.glob(".tmp-*"))
@@ -53,7 +53,9 @@ def test_jsonl_export_matches_the_library(tmp_path, capsys):
         (["tasks", "show", "copy", "--scratchpad", "full"], ["scratchpad", "variant"]),
         (["tasks", "show", "parity", "--scratchpad", "X"], ["I+C+O"]),
         (["tasks", "show", "copy", "-o", "variant"], ["KEY=VALUE"]),
-        (["tasks", "show", "copy", "--split", "dev"], ["train, valid, test"]),
+        (["tasks", "show", "copy", "--part", "dev"], ["train", "valid", "test"]),
+        (["tasks", "show", "copy", "--split", "test"], ["--part test"]),
+        (["tasks", "show", "scan", "--split", "paper", "--part", "nope"], ["train", "valid", "test"]),
         (["tasks", "show", "copy", "--jsonl", "/nonexistent/dir/x.jsonl"], ["cannot write"]),
     ],
 )

@@ -11,7 +11,10 @@ import json
 import sys
 from typing import Any
 
-from probe.commands.common import parse_options
+from probe.commands.common import add_task_options, parse_options
+from probe.errors import ProbeError
+
+PARTS = ("train", "valid", "test")
 
 SHOWN = 5
 
@@ -21,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tasks",
         help="list the paper's tasks, or show a task's examples",
         description="List the ten tasks with their options and scratchpad formats (Section 3, Appendix D.1, "
-        "Section 5), or show the examples of one task's split with 'probe tasks show TASK'.",
+        "Section 5), or show the examples of one part of a task (train, valid, test) with 'probe tasks show TASK'.",
     )
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -32,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "or export them as JSONL.",
     )
     show.add_argument("task", metavar="TASK", help="task name (see 'probe tasks')")
-    show.add_argument("--split", default="train", help="train, valid or test (default: train)")
+    show.add_argument(
+        "--part",
+        default="train",
+        help="which examples: train, valid (held-out IID) or test (default: train)",
+    )
     show.add_argument(
         "--n",
         type=int,
@@ -41,20 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "with --jsonl the whole split, or the task's default size for generated tasks)",
     )
     show.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    show.add_argument(
-        "--scratchpad",
-        metavar="FMT",
-        default=None,
-        help="scratchpad format: none, full, empty, or components like I+C+O",
-    )
-    show.add_argument(
-        "-o",
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a task option, e.g. variant=count or train_length=8 (repeatable)",
-    )
+    add_task_options(show, "of the task (none, full, empty, or components like I+C+O)")
     show.add_argument(
         "--jsonl", metavar="FILE", default=None, help="write the examples as JSON lines to FILE ('-': stdout)"
     )
@@ -132,15 +126,23 @@ def list_tasks(as_json: bool) -> int:
 def show(args: argparse.Namespace) -> int:
     from probe.tasks import Tokenizer, get
 
-    task = get(args.task, **parse_options(args.option, args.scratchpad))
+    options = parse_options(args.option, args.scratchpad)
+    if options.get("split") in PARTS:  # --split once chose these here; it names the task's split everywhere
+        raise ProbeError(
+            f"--split names the task's split (length or paper), as in every command; for its "
+            f"{options['split']} examples use --part {options['split']}"
+        )
+    if args.part not in PARTS:
+        raise ProbeError(f"--part {args.part!r}: choose one of {', '.join(PARTS)}")
+    task = get(args.task, **options)
     n = args.n if args.n is not None or args.jsonl else SHOWN
-    examples = task.examples(args.split, n=n, seed=args.seed)
+    examples = task.examples(args.part, n=n, seed=args.seed)
     if args.jsonl:
         lines = [
             json.dumps(
                 {
                     "task": task.name,
-                    "split": args.split,
+                    "part": args.part,
                     "source": ex.source,
                     "target": ex.target,
                     "length": ex.length,
@@ -156,7 +158,7 @@ def show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     tokenizer = Tokenizer.for_task(task)
-    table = Table(title=f"{task!r} · {args.split} · seed {args.seed}", show_lines=True)
+    table = Table(title=f"{task!r} · {args.part} · seed {args.seed}", show_lines=True)
     for column in ("λ", "seen", "tokens", "source", "target"):
         table.add_column(column, overflow="fold")
     for ex in examples:
