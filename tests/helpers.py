@@ -27,6 +27,12 @@ TASK_OPTIONS = {"train_length": 4}
 FOLDER = "reverse+train_length=4"
 
 
+def tiny_model(n_layers: int = 2, **extra: int) -> dict[str, int]:
+    """The model the tests train and build: ``n_layers`` x d_model 32, 2 heads of 16, d_mlp 64 (``extra``:
+    more ModelConfig fields, e.g. ``n_ctx``). One shape for every module, said once."""
+    return dict(n_layers=n_layers, d_model=32, n_heads=2, d_head=16, d_mlp=64, **extra)
+
+
 def make_checkpoints(root: Path) -> Path:
     """Runs of reverse with L = 4 (short sequences, quick to train and read): NoPE seeds 0 and 1, T5
     seed 0 (the seed-0 runs with eval.json); broken entries: a config.json that is not JSON, one that
@@ -36,7 +42,7 @@ def make_checkpoints(root: Path) -> Path:
     from probe.training.bookkeeping import train_run
     from probe.training.config import TrainConfig
 
-    tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+    tiny = tiny_model()
     for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):
         config = TrainConfig(
             task="reverse",

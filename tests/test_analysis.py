@@ -7,6 +7,7 @@ import json
 import plotly.graph_objects as go
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.analysis import attended_distance_report, compare_report, compare_runs, sample_buckets, task_runs
 from probe.cli import main
@@ -20,7 +21,7 @@ from probe.tasks import get as get_task
 from probe.training.bookkeeping import train_run
 from probe.training.config import TrainConfig
 
-SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+SMALL = tiny_model(2)
 CPU = torch.device("cpu")
 
 

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-import psutil  # a dependency of transformer-lens: finds the server under `probe app`
+import psutil  # the test extra's: finds the server under `probe app`
 import pytest
 import torch
 from helpers import (
@@ -26,6 +26,7 @@ from helpers import (
     run_page,
     running_app,
     texts,
+    tiny_model,
 )
 
 from probe.cli import main
@@ -123,7 +124,7 @@ def test_compare_head_matrix_follows_layer_and_bucket(checkpoints, monkeypatch):
 
 
 CODE_OPTIONS = {"vocab_size": 300, "context": 16, "heldout": 0.25}  # + the corpus folder
-CODE_MODEL = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64, "n_ctx": 64}
+CODE_MODEL = tiny_model(2, n_ctx=64)
 
 
 @pytest.fixture(scope="module")

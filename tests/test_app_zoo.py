@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import FOLDER, TASK_OPTIONS, charts, run_page, texts
+from helpers import FOLDER, TASK_OPTIONS, charts, run_page, texts, tiny_model
 
 from probe.models.registry import PE_CLASSES
 
@@ -26,7 +26,7 @@ def zoo(tmp_path_factory) -> Path:
     from probe.training.config import TrainConfig
 
     root = tmp_path_factory.mktemp("zoo")
-    tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+    tiny = tiny_model(2)
     planned = [(pe, {}, 0) for pe in PE_CLASSES] + [(OPTIONED[0], OPTIONED[1], 0), ("nope", {}, 1)]
     for pe, options, seed in planned:
         config = TrainConfig(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.errors import ProbeError
 from probe.models import PE_KINDS, build_model
@@ -11,7 +12,7 @@ from probe.patterns import collect_patterns, example_attention, run_patterns
 from probe.tasks import Example, Tokenizer
 from probe.tasks import get as get_task
 
-SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+SMALL = tiny_model(2)
 
 
 @pytest.fixture(scope="module")

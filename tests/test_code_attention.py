@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.analysis import (
     RunInfo,
@@ -32,7 +33,7 @@ from probe.training.bookkeeping import train_run
 from probe.training.config import TrainConfig
 
 T = 16  # training context
-MODEL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+MODEL = tiny_model(2)
 OPTIONS_ARGV = ["-o", "vocab_size=300", "-o", f"context={T}", "-o", "heldout=0.5"]
 CPU = torch.device("cpu")
 

@@ -9,6 +9,7 @@ from itertools import islice
 
 import pytest
 import torch
+from helpers import tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from probe.cli import main
@@ -39,7 +40,7 @@ def _config(pe: str, **overrides) -> TrainConfig:
         eval_examples=16,
         dropout=0.0,
         task_options={"train_length": 4},
-        model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+        model=tiny_model(2),
     )
     values.update(overrides)
     return TrainConfig(**values)
@@ -257,7 +258,7 @@ def test_the_sync_watch_sees_a_host_scalar_and_a_comparison():
 
 def test_the_compiled_forward_equals_the_eager_one(tmp_path):
     """torch.compile on the fixed geometry: the same loss and gradients within float32 rounding."""
-    config = _config("t5", model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64))
+    config = _config("t5", model=tiny_model(1))
     eager = Trainer(config, tmp_path / "eager", CPU)
     compiled = Trainer(config, tmp_path / "compiled", CPU, engine=Engine(compile=True))
     data = eager.source.training_set(0)

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
+from helpers import tiny_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -394,7 +395,7 @@ def code_runs(tiny, tmp_path_factory):
             batch_size=4,
             eval_examples=2,
             task_options=options,
-            model=dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64, n_ctx=2 * T),
+            model=tiny_model(2, n_ctx=2 * T),
         )
         paths.append(train_run(config, run_dir(root, "code", pe, 0, options), torch.device("cpu")).path)
     return SimpleNamespace(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import transformer_lens.utilities as tl_utils
+from helpers import tiny_model
 from safetensors.torch import load_file
 
 from probe.decoding import evaluate_examples
@@ -18,7 +19,7 @@ from probe.training.config import TrainConfig
 from probe.training.loop import Trainer
 
 CPU = torch.device("cpu")
-SMALL = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+SMALL = tiny_model(2)
 CONFIG = TrainConfig(task="scan", pe="t5", steps=200, lr=3e-3, batch_size=32, eval_examples=8, model=SMALL)
 
 

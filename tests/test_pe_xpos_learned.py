@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import tiny_model
 from rotary_embedding_torch import RotaryEmbedding
 
 from probe.errors import ProbeError
 from probe.models import build_model
 
 VOCAB = 23
-SMALL = dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+SMALL = tiny_model(1)
 
 
 def _library_xpos(r: int, base: float, scale_base: float, own_frequencies: bool) -> RotaryEmbedding:

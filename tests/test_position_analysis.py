@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.analysis.position_hooks import PositionInput, probe_positions
 from probe.analysis.positions import analyse_positions
@@ -329,7 +330,7 @@ def runs(tmp_path_factory):
     from probe.training.config import TrainConfig
 
     root = tmp_path_factory.mktemp("positions")
-    tiny = dict(n_layers=2, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+    tiny = tiny_model(2)
     for pe in ("nope", "alibi"):
         config = TrainConfig(
             task="reverse",
@@ -490,7 +491,7 @@ def test_code_run_reads_held_out_windows_at_1x_and_2x(tmp_path):
         batch_size=4,
         eval_examples=4,
         task_options=options,
-        model={"n_layers": 2, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64, "n_ctx": 64},
+        model=tiny_model(2, n_ctx=64),
     )
     path = train_run(
         config,

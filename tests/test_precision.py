@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -21,7 +22,7 @@ from probe.training.loop import STATE, Trainer
 from probe.training.together import train_alone
 
 CPU = torch.device("cpu")
-SMALL = dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64)
+SMALL = tiny_model(1)
 
 
 def forward_dtypes(precision: str, path, preset: str = "tiny", stop_at: int | None = None) -> set[torch.dtype]:

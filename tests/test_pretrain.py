@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.cli import main
 from probe.corpus import CorpusSpec, SourceFile, find_sources, prepare_corpus, split_files
@@ -21,7 +22,7 @@ from probe.training.bookkeeping import train_run
 from probe.training.config import TrainConfig, learning_rate
 
 CPU = torch.device("cpu")
-MODEL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64, "n_ctx": 64}
+MODEL = tiny_model(1, n_ctx=64)
 
 
 def _write_corpus(folder, n_files: int = 40, seed: int = 0):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.data import encode, epoch_batches
 from probe.decoding import evaluate_examples, teacher_forced_exact_match
@@ -74,7 +75,7 @@ def test_a_run_without_bos_tells_transformer_lens(tmp_path):
         steps=2,
         batch_size=4,
         eval_examples=8,
-        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+        model=tiny_model(1),
     )
     train_run(config, tmp_path / "run", CPU)
     model = load_checkpoint(tmp_path / "run")
@@ -262,7 +263,7 @@ def test_the_best_validation_checkpoint_is_published_and_the_last_kept_beside_it
         eval_every=5,
         lr=3e-3,
         checkpoint_every=10,
-        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+        model=tiny_model(1),
     )
     assert config.protocol == "authors"
     result = train_run(config, tmp_path / "run", CPU)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_model
 from safetensors import SafetensorError
 
 from probe.cli import main
@@ -69,7 +70,7 @@ def _config(**overrides) -> TrainConfig:
         log_every=5,
         eval_examples=16,
         task_options={"train_length": 4},
-        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+        model=tiny_model(1),
     )
     values.update(overrides)
     return TrainConfig(**values)

@@ -9,6 +9,7 @@ import signal
 
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe import sweep
 from probe.cli import main
@@ -29,7 +30,7 @@ TINY = {
     "eval_n": 32,
     "eval_valid": 16,
     "options": {"train_length": 4},
-    "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_head": 16, "d_mlp": 64},
+    "model": tiny_model(1),
     "name": "tiny",
 }
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_model
 
 from probe.cli import main
 from probe.errors import ProbeError
@@ -27,7 +28,7 @@ def _config(**overrides) -> TrainConfig:
         log_every=1,
         eval_examples=16,
         task_options={"train_length": 4},
-        model=dict(n_layers=1, d_model=32, n_heads=2, d_head=16, d_mlp=64),
+        model=tiny_model(1),
     )
     values.update(overrides)
     return TrainConfig(**values)
