@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import header, write_json  # noqa: E402
 
-from probe.data import batch_stream, fixed_geometry  # noqa: E402
+from probe.data import EncodedSet, batch_stream, fixed_geometry  # noqa: E402
 from probe.decoding import teacher_forced_examples  # noqa: E402
 from probe.device import resolve_device  # noqa: E402
 from probe.dropout import dropout  # noqa: E402
@@ -79,11 +79,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def baseline(args: argparse.Namespace, runs: list[TrainConfig], device: torch.device, scratch: Path) -> dict:
+def baseline(
+    args: argparse.Namespace,
+    runs: list[TrainConfig],
+    device: torch.device,
+    scratch: Path,
+    source: TaskSource,
+    data: EncodedSet,
+) -> dict:
     """Today's path for ``--baseline-seconds``: each PE alone, eager, batches trimmed to their shapes;
     member-steps/s over the steps after the first few (allocator and kernel warm-up)."""
-    source = TaskSource("scan", {"split": "paper"}, args.seed, authors=True)
-    data = source.training_set(args.seed)
     share = args.baseline_seconds / len(runs)
     steps, seconds, per_pe = 0, 0.0, {}
     for config in runs:
@@ -179,8 +184,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         root = args.checkpoints or scratch / "runs"
+        source = TaskSource("scan", {"split": "paper"}, args.seed, authors=True)
+        data = source.training_set(args.seed)  # the baseline's batches, and the grid the FLOPs are counted on
         if args.baseline_seconds:
-            out["baseline"] = baseline(args, runs, device, scratch)
+            out["baseline"] = baseline(args, runs, device, scratch, source, data)
         engine = Engine.for_device(device, compile=args.compile, capture=False if args.no_capture else None)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -198,10 +205,7 @@ def main() -> None:
         first = next(((t, s) for t, s in marks if s >= 2 * runs[0].log_every), marks[0])
         last = marks[-1]
         rate = len(runs) * (last[1] - first[1]) / max(last[0] - first[0], 1e-9)
-        source = TaskSource("scan", {"split": "paper"}, args.seed, authors=True)
-        geometry = fixed_geometry(
-            source.training_set(args.seed), runs[0].batch_size, args.seed, args.steps, grouped=False, packed=True
-        )
+        geometry = fixed_geometry(data, runs[0].batch_size, args.seed, args.steps, grouped=False, packed=True)
         shape = load_checkpoint(root / runs[0].pe) if runs[0].pe not in failed else None
         flops = flops_per_member_step(shape, geometry.rows, geometry.width) if shape is not None else None
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""

@@ -126,12 +126,9 @@ def train_group(
             except ProbeError as error:  # trained otherwise, or another process's: this run only
                 results[i] = error
         if todo:
+            first, path = runs[todo[0]]  # one group: one task, options, seed and protocol
             source = training_source(
-                runs[todo[0]][0].task,
-                runs[todo[0]][0].task_options,
-                runs[todo[0]][0].seed,
-                Path(runs[todo[0]][1]),
-                authors=runs[todo[0]][0].protocol == "authors",
+                first.task, first.task_options, first.seed, Path(path), authors=first.protocol == "authors"
             )
             prepared = {i: _prepare(*runs[i], device, force, engine, source) for i in todo}
             for step in sorted({trainer.step for trainer, _ in prepared.values()}):

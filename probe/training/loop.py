@@ -86,7 +86,6 @@ class Trainer:
         self.writer = StateWriter()
         self._captured: CapturedStep | None = None
         self._window = (0.0, 0, 0.0, 0)  # since the last log line: its start, tokens, loss sum, losses
-        self._resumed_window: tuple = (0, 0.0, 0)
         self._started: float | None = None
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) not yet read: one sync reads them all
         self._updating = False
@@ -157,7 +156,7 @@ class Trainer:
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
         self.saved_step = meta["step"]
         self.earlier_seconds = meta.get("seconds", 0.0)  # states saved before it was recorded: unknown
-        self._resumed_window = tuple(meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
+        self._window = (0.0, *meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
         if "forward" in meta:  # `auto` can change its mind between versions; the run does not
             self.forward_dtype = FORWARD[meta["forward"]]
         elif self.config.precision == "auto":  # saved when auto meant bf16 on CUDA only
@@ -195,7 +194,7 @@ class Trainer:
         if self.engine.capture:  # replays draw from the device's generator, in member order: seed it
             self._set_rng(self.rng)
         self._started = time.perf_counter()
-        self._window = (time.perf_counter(), *self._resumed_window)  # start, tokens, loss sum, losses
+        self._window = (time.perf_counter(), *self._window[1:])  # the clock restarts; a resumed window goes on
         self._evaluate_if_due()  # a run stopped between a step and its evaluation
 
     def run_step(self, batch: tuple[torch.Tensor, ...]) -> None:
