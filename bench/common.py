@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from probe.data import encode
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
+from probe.tasks.batches import encode
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -272,7 +272,7 @@ def streamed_training_step(
     takes it: the batch cut (packed rows with ``pack``), dropout ``p`` at ``sites``, the target-token
     loss (under bf16 autocast with ``bf16``), backward, clipping at 1.0, AdamW. ``attention_dropout``
     False leaves the attention probabilities undropped under the authors' sites (a diagnostic)."""
-    from probe.dropout import dropout
+    from probe.training.dropout import dropout
     from probe.training.loop import target_loss
 
     optimizer = make_optimizer(model, torch.device("cpu"), lr=lr)

@@ -3,7 +3,7 @@
     python bench/decode.py [--device cuda] [--pes nope t5] [--examples 512]
 
 Decodes SCAN test examples (the length-generalization split: targets longer than training's)
-with ``probe.decoding.greedy_decode`` the way ``evaluate_examples`` does: grouped by prompt length,
+with ``probe.tasks.decoding.greedy_decode`` the way ``evaluate_examples`` does: grouped by prompt length,
 batches of up to ``--batch-size``, as many new tokens as the longest gold target plus <eos>
 (bf16 autocast on CUDA). The model is built at ``--preset`` (default tiny) and untrained, so
 <eos> is replaced by an id it can never produce: every batch decodes its full budget, which is
@@ -21,12 +21,12 @@ from collections import defaultdict
 import torch
 from common import add_common_args, clock, header, interleave, medians, paired_ratio, setup, write_json
 
-from probe.decoding import greedy_decode
 from probe.models import build_model
 from probe.models.registry import PE_KINDS
 from probe.presets import PRESETS
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
+from probe.tasks.decoding import greedy_decode
 
 
 def decode_batches(examples, tokenizer: Tokenizer, batch_size: int, device: torch.device):
@@ -110,7 +110,7 @@ def main() -> int:
     payload = {
         **header(
             "decode",
-            "probe.decoding.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
+            "probe.tasks.decoding.greedy_decode over SCAN test examples grouped as evaluate_examples groups them, "
             "KV cache vs full recomputation each step; untrained model with <eos> unreachable, so each "
             "batch decodes longest gold target + 1 tokens",
             device,

@@ -56,10 +56,10 @@ def build_steps(preset: str, pe: str, seed: int) -> dict[str, Callable[[], None]
     """A training step for each variant, on its own model and batch stream."""
     import torch
 
-    from probe.data import batch_stream
     from probe.models.transformer import PETransformer
-    from probe.sources import TaskSource
-    from probe.training.config import TrainConfig
+    from probe.tasks.batches import batch_stream
+    from probe.training.sources import TaskSource
+    from probe.training.train_config import TrainConfig
 
     sources = {authors: TaskSource("scan", {"split": "paper"}, seed=seed, authors=authors) for authors in (False, True)}
     data = {authors: source.training_set(seed) for authors, source in sources.items()}

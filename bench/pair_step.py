@@ -7,7 +7,7 @@
 runs at once on a 2-core machine (``probe reproduce``: ``--jobs 2``, one thread each), where the runs
 share the memory bus and caches, and each run also pays for its data, logging, periodic states and,
 under the authors' protocol, its 20 selection evaluations. This benchmark trains the study's
-recipe (``probe/grids/reproduce.toml``: ``small``, batch 64, dropout 0.1, SCAN's paper split) for
+recipe (``probe/studies/grids/reproduce.toml``: ``small``, batch 64, dropout 0.1, SCAN's paper split) for
 ``--steps`` steps as the study would, one variant after another in an order rotated per repeat, and
 reads each run's ``steps_per_second`` from its ``config.json``. The authors' runs validate at the
 study's interval (every 200 of its 4,000 steps), so selection costs the same share of a step as
@@ -34,8 +34,8 @@ from pathlib import Path
 
 from common import header, write_json
 
-from probe.selection import every
-from probe.sweep import load_grid
+from probe.studies.sweep import load_grid
+from probe.training.selection import every
 
 PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())", "train"]
 STUDY = load_grid("reproduce")

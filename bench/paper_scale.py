@@ -35,22 +35,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import header, write_json  # noqa: E402
 
-from probe.data import EncodedSet, batch_stream, fixed_geometry  # noqa: E402
-from probe.decoding import teacher_forced_examples  # noqa: E402
+from probe.analysis.evaluation import split_accuracy  # noqa: E402
 from probe.device import resolve_device  # noqa: E402
-from probe.dropout import dropout  # noqa: E402
-from probe.evaluation import split_accuracy  # noqa: E402
 from probe.models.checkpoint import load_checkpoint, read_checkpoint_config  # noqa: E402
 from probe.models.registry import PAPER_PES, pe_class  # noqa: E402
 from probe.presets import RECIPES  # noqa: E402
 from probe.reference import paper_summary  # noqa: E402
-from probe.sources import TaskSource  # noqa: E402
 from probe.tasks import Tokenizer  # noqa: E402
 from probe.tasks import get as get_task  # noqa: E402
+from probe.tasks.batches import EncodedSet, batch_stream, fixed_geometry  # noqa: E402
+from probe.tasks.decoding import teacher_forced_examples  # noqa: E402
 from probe.training.bookkeeping import train_group  # noqa: E402
-from probe.training.config import TrainConfig  # noqa: E402
+from probe.training.dropout import dropout  # noqa: E402
 from probe.training.engine import Engine  # noqa: E402
 from probe.training.loop import Trainer  # noqa: E402
+from probe.training.sources import TaskSource  # noqa: E402
+from probe.training.train_config import TrainConfig  # noqa: E402
 
 DATASET = "scan-mdlen_tr25_ts48"  # the authors' name for SCAN's length split (probe.reference)
 BF16_PEAK = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense bf16 FLOP/s, the vendors' sheets

@@ -42,11 +42,13 @@ from plain_decoder import PlainDecoder
 from torch.profiler import ProfilerActivity, profile
 
 from probe.models import build_model
-from probe.models.registry import PE_CLASSES, PE_KINDS
+from probe.models.registry import PE_CLASSES, PE_KINDS, REGISTRY
 from probe.presets import PRESETS
 
 TARGET = 1.10  # issue 14: every bias and rotary PE at most this x NoPE's step time up to T = 512
-TARGETED = frozenset(kind for kind, cls in PE_CLASSES.items() if (cls.adds_bias or cls.rotates) and cls.overhead_target)
+TARGETED = frozenset(
+    kind for kind, cls in PE_CLASSES.items() if (cls.adds_bias or cls.rotates) and REGISTRY[kind].overhead_target
+)
 PAPER_STEPS = 40_000  # the paper's training run (Table tab:hyperparam)
 TURN_S = 0.25  # a timed turn lasts about this long (steps_per_turn) unless --steps says otherwise
 MAX_STEPS_PER_TURN = 16
@@ -63,7 +65,7 @@ def on_path(model, fast: bool, step: Callable[[], None]) -> Callable[[], None]:
 
 
 def forward_pass(model, tokens: torch.Tensor) -> Callable[[], None]:
-    """The forward pass as evaluation takes it (``probe.decoding``): eval mode, no autograd, bf16
+    """The forward pass as evaluation takes it (``probe.tasks.decoding``): eval mode, no autograd, bf16
     autocast on CUDA, every position's logits."""
 
     def run() -> None:

@@ -37,7 +37,7 @@ from common import (
 from torch import nn
 
 from probe.models import build_model
-from probe.models.config import ModelConfig, resolve_config
+from probe.models.model_config import ModelConfig, resolve_config
 from probe.models.registry import PE_KINDS
 from probe.presets import PRESETS
 

@@ -47,13 +47,13 @@ from common import (
     write_json,
 )
 
-from probe.data import batch_stream
-from probe.decoding import teacher_forced_exact_match
 from probe.models.registry import PAPER_PES
 from probe.models.transformer import PETransformer
 from probe.presets import RECIPES
-from probe.sources import TaskSource
-from probe.training.config import TrainConfig
+from probe.tasks.batches import batch_stream
+from probe.tasks.decoding import teacher_forced_exact_match
+from probe.training.sources import TaskSource
+from probe.training.train_config import TrainConfig
 
 BATCH = 64  # the study's (probe reproduce: 4,000 steps of 64)
 STUDY_STEPS = 4000

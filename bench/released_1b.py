@@ -23,9 +23,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
-from probe.models.authors import model_config  # noqa: E402
+from probe.analysis.perplexity import Protocol  # noqa: E402
+from probe.models.released import model_config  # noqa: E402
 from probe.models.transformer import PETransformer  # noqa: E402
-from probe.perplexity import Protocol  # noqa: E402
 
 RELEASED = {
     "position_encoding_type": "rotary",

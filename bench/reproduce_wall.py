@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
-from probe.sweep import load_grid  # noqa: E402
+from probe.studies.sweep import load_grid  # noqa: E402
 
 PROBE = [sys.executable, "-c", "from probe.cli import main; raise SystemExit(main())", "reproduce"]
 

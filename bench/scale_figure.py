@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS  # noqa: E402
 
-from probe.models.config import resolve_config  # noqa: E402
+from probe.figures import pe_color, write_figure  # noqa: E402
+from probe.models.model_config import resolve_config  # noqa: E402
 from probe.models.registry import PE_KINDS, PE_LABELS  # noqa: E402
-from probe.plots import pe_color, write_figure  # noqa: E402
 from probe.reference import paper_summary  # noqa: E402
 
 POINTS = RESULTS / "scan_scale_points.json"

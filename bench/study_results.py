@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS  # noqa: E402
 
+from probe.analysis.eval_report import mean_over_seeds, read_eval  # noqa: E402
 from probe.models.registry import FIGURE_ORDER  # noqa: E402
 
 FOLDER = "scan+split=paper"
@@ -32,39 +33,32 @@ def gather(root: Path) -> list[dict]:
     rows = []
     for pe in FIGURE_ORDER:
         for run in sorted((root / FOLDER / pe).glob("seed*"), key=lambda p: int(p.name[4:])):
-            if not (run / "eval.json").is_file():
+            evaluation = read_eval(run)
+            if evaluation is None:
                 continue
-            evaluation = json.loads((run / "eval.json").read_text())
             config = json.loads((run / "config.json").read_text())
             selection = config["training"].get("selection") or {}
             rows.append(
                 {
                     "pe": pe,
                     "seed": config["training"]["seed"],
-                    "iid": evaluation["iid_accuracy"],
-                    "ood": evaluation["ood_accuracy"],
-                    "selected_step": evaluation.get("selected_step"),
-                    "last": evaluation.get("last"),
+                    "iid": evaluation.iid_accuracy,
+                    "ood": evaluation.ood_accuracy,
+                    "selected_step": evaluation.selected_step,
+                    "last": evaluation.last and evaluation.last.to_json(),
                     "validation_history": selection.get("history"),
                     "train_seconds": config["metrics"].get("train_seconds"),
                     "training": config["training"],
-                    "buckets": evaluation["buckets"],
+                    "buckets": [b.to_json() for b in evaluation.buckets],
                 }
             )
     return rows
 
 
-def means(rows: list[dict]) -> dict[str, dict]:
-    """Per PE: IID and OOD means over its seeds, and the seeds."""
-    table = {}
-    for pe in dict.fromkeys(row["pe"] for row in rows):
-        mine = [row for row in rows if row["pe"] == pe]
-        table[pe] = {
-            "seeds": [row["seed"] for row in mine],
-            "iid": sum(row["iid"] for row in mine) / len(mine),
-            "ood": sum(row["ood"] for row in mine) / len(mine),
-        }
-    return table
+def means(root: Path) -> dict[str, dict]:
+    """Per PE: IID and OOD means over its seeds (:func:`probe.analysis.eval_report.mean_over_seeds`), and the seeds."""
+    reports = [r for pe in FIGURE_ORDER for run in sorted((root / FOLDER / pe).glob("seed*")) if (r := read_eval(run))]
+    return {m.pe: {"seeds": m.seeds, "iid": m.iid_accuracy, "ood": m.ood_accuracy} for m in mean_over_seeds(reports)}
 
 
 def main() -> None:
@@ -82,7 +76,7 @@ def main() -> None:
         "what": args.what,
         "conditions": args.conditions,
         "command": " ".join(sys.argv),
-        "means": means(rows),
+        "means": means(Path(args.checkpoints)),
         "runs": rows,
     }
     path = RESULTS / f"{args.name}_cpu.json"

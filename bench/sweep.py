@@ -5,7 +5,7 @@
 
 For each concurrency k a fresh local Ray instance runs the same ``--runs`` runs (preset ``tiny``,
 ``--steps`` steps, evaluated on ``--eval-n`` test examples) into a scratch folder through
-``probe.sweep.execute``, exactly as ``probe sweep`` does. On CPU, k runs ask for one CPU each (one
+``probe.studies.sweep.execute``, exactly as ``probe sweep`` does. On CPU, k runs ask for one CPU each (one
 torch thread) from a Ray instance of k CPUs; on CUDA each run asks for 1/k of the one GPU.
 
 Reported per k: ``runs_per_hour`` (runs / wall time from submission to the last result, Ray worker
@@ -45,8 +45,8 @@ def main() -> int:
     import torch
     from common import header, write_json
 
-    from probe import sweep
-    from probe.plans import PE_SETS
+    from probe.studies import sweep
+    from probe.studies.plans import PE_SETS
 
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device is visible to torch; use --device cpu")
@@ -96,7 +96,7 @@ def main() -> int:
     payload = {
         **header(
             "sweep",
-            "runs per hour of probe.sweep.execute with k runs at a time, fresh local Ray instance per k",
+            "runs per hour of probe.studies.sweep.execute with k runs at a time, fresh local Ray instance per k",
             args.device,
             load_before,
         ),

@@ -1,7 +1,7 @@
 """`probe`: the command-line face of the library.
 
 Each subcommand lives in ``probe/commands/<module>.py`` and exposes ``register(subparsers)`` (``import``,
-a Python keyword, lives in ``importing.py``);
+a Python keyword, lives in ``released.py``: it imports the released models);
 command modules import torch and the library lazily, inside their handlers, so ``probe --help``
 stays instant. A :class:`ProbeError` (a user's mistake) or an OS error (a folder that cannot be
 written) becomes one line on stderr and exit 2.
@@ -29,7 +29,7 @@ COMMANDS = (
     "reproduce",
     "pretrain",
     "perplexity",
-    "importing",
+    "released",
     "app",
 )  # the modules, in the order of `probe --help`
 

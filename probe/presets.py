@@ -2,7 +2,7 @@
 training context on a code corpus. Every help text, error and command reads presets from here.
 
 This module sits at the bottom of the house (it imports nothing of probe's but the error type), so
-``probe.models.config`` reads its sizes without importing anything above the models.
+``probe.models.model_config`` reads its sizes without importing anything above the models.
 """
 
 from __future__ import annotations

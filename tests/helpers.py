@@ -37,10 +37,10 @@ def make_checkpoints(root: Path) -> Path:
     """Runs of reverse with L = 4 (short sequences, quick to train and read): NoPE seeds 0 and 1, T5
     seed 0 (the seed-0 runs with eval.json); broken entries: a config.json that is not JSON, one that
     is JSON but no run, a run whose weights are corrupt; and an exported construction (no task)."""
-    from probe.evaluation import evaluate_run
-    from probe.runs import find_runs, run_dir
+    from probe.analysis.evaluation import evaluate_run
+    from probe.runs.folders import find_runs, run_dir
     from probe.training.bookkeeping import train_run
-    from probe.training.config import TrainConfig
+    from probe.training.train_config import TrainConfig
 
     tiny = tiny_model()
     for pe, seed in (("nope", 0), ("t5", 0), ("nope", 1)):
@@ -78,7 +78,7 @@ def make_checkpoints(root: Path) -> Path:
 
 def export_construction(directory: Path) -> Path:
     """The Theorem 1 / 2 model as `probe theorem --export` writes it: a tokenizer, no task."""
-    from probe import theorems
+    from probe.analysis import theorems
     from probe.models import save_checkpoint
     from probe.models.constructions import theorem_model
 

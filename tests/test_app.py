@@ -134,9 +134,9 @@ def code_checkpoints(tmp_path_factory) -> tuple[Path, Path, list[Path]]:
     import random
 
     from probe.corpus import CorpusSpec
-    from probe.runs import run_dir
+    from probe.runs.folders import run_dir
     from probe.training.bookkeeping import train_run
-    from probe.training.config import TrainConfig
+    from probe.training.train_config import TrainConfig
 
     corpus, rng = tmp_path_factory.mktemp("code"), random.Random(0)
     for i in range(24):  # 1 to 4 lines of about 25 tokens: files in buckets below 2.5 T = 40 tokens and above
@@ -192,10 +192,10 @@ def expected_cells(report: dict, bucket: str = "all") -> dict[str, dict[int, flo
 def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     code_checkpoints, tmp_path, monkeypatch
 ):
+    from probe.analysis.perplexity import perplexity_report
+    from probe.atomic import write_json_and_csv
     from probe.corpus.prepared import corpus_of_run, load_corpus
-    from probe.files import write_json_and_csv
     from probe.models import load_checkpoint
-    from probe.perplexity import perplexity_report
 
     source, folder, paths = code_checkpoints
     root = tmp_path / "ck"
@@ -333,7 +333,7 @@ def test_probe_app_under_nohup_outlives_a_hangup(tmp_path):
 
 
 def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path, monkeypatch):
-    from probe import sweep
+    from probe.studies import sweep
 
     grid = {"name": "mine", "task": "reverse", "pe": ["nope", "t5"], "seed": [0, 1], "options": TASK_OPTIONS}
     runs = sweep.expand_grid(grid, tmp_path)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import FOLDER, TASK_OPTIONS, charts, run_page, texts, tiny_model
 
-from probe.models.registry import PE_CLASSES
+from probe.models.registry import PE_CLASSES, REGISTRY
 
 OPTIONED = ("rotary", {"fraction": 0.5})  # a run whose folder name carries its PE options
 
@@ -20,10 +20,10 @@ OPTIONED = ("rotary", {"fraction": 0.5})  # a run whose folder name carries its 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory) -> Path:
     """reverse with L = 4: one evaluated seed-0 run per registered PE, the optioned Rotary, NoPE seed 1."""
-    from probe.evaluation import evaluate_run
-    from probe.runs import find_runs, run_dir
+    from probe.analysis.evaluation import evaluate_run
+    from probe.runs.folders import find_runs, run_dir
     from probe.training.bookkeeping import train_run
-    from probe.training.config import TrainConfig
+    from probe.training.train_config import TrainConfig
 
     root = tmp_path_factory.mktemp("zoo")
     tiny = tiny_model(2)
@@ -57,8 +57,8 @@ def _seed0_paths(root: Path) -> dict[str, str]:
 def test_the_models_page_lists_every_pe(zoo, monkeypatch):
     at = run_page("models", zoo, monkeypatch)
     table = "\n".join(frame.value.to_string() for frame in at.dataframe)
-    for kind, cls in PE_CLASSES.items():
-        assert kind in table or cls.label in table, kind
+    for kind, entry in REGISTRY.items():
+        assert kind in table or entry.label in table, kind
     assert charts(at) >= 1
 
 

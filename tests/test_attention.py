@@ -6,9 +6,9 @@ import pytest
 import torch
 from helpers import tiny_model
 
+from probe.analysis.patterns import collect_patterns, example_attention, run_patterns
 from probe.errors import ProbeError
 from probe.models import PE_KINDS, build_model
-from probe.patterns import collect_patterns, example_attention, run_patterns
 from probe.tasks import Example, Tokenizer
 from probe.tasks import get as get_task
 

@@ -17,7 +17,7 @@ import torch
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
-from probe.models.authors import load_authors_model
+from probe.models.released import load_authors_model
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "authors_t5"
 REFERENCE = json.loads((FIXTURE / "logits.json").read_text())
@@ -132,8 +132,8 @@ def test_a_pickle_that_would_run_code_is_refused_unrun(tmp_path, capsys):
 def test_perplexity_reads_an_imported_run_with_its_bos_first(imported):
     """The 1B models were trained with <jupyter_start> opening every block: each window read is that
     token and the last c - 1 tokens of the file, scored as by hand from the model's own logits."""
+    from probe.analysis.perplexity import perplexity_report
     from probe.corpus.prepared import run_corpus
-    from probe.perplexity import perplexity_report
 
     _, runs = imported
     run = runs["rotary"]

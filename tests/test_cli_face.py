@@ -103,7 +103,7 @@ def test_the_docs_count_the_paper_grid_as_the_grid_does(tmp_path):
     import re
     from pathlib import Path
 
-    from probe.sweep import expand_grid, load_grid
+    from probe.studies.sweep import expand_grid, load_grid
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "sweeps.md").read_text()
     (said,) = re.findall(r"the paper's (\d+) runs", page)

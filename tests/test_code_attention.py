@@ -28,9 +28,9 @@ from probe.corpus.prepared import corpus_of_run, load_corpus
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.models.checkpoint import read_checkpoint_config
-from probe.runs import Run, run_dir
+from probe.runs.folders import Run, run_dir
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig
+from probe.training.train_config import TrainConfig
 
 T = 16  # training context
 MODEL = tiny_model(2)

@@ -13,17 +13,17 @@ from helpers import tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from probe.cli import main
-from probe.data import batch_stream, fixed_geometry
 from probe.errors import ProbeError
 from probe.models import build_model
 from probe.models.checkpoint import load_checkpoint
-from probe.sources import TaskSource
+from probe.tasks.batches import batch_stream, fixed_geometry
 from probe.training.bookkeeping import train_group, train_run
-from probe.training.config import TrainConfig, settings_differ
 from probe.training.engine import CapturedStep, Engine
 from probe.training.loop import STATE, Trainer, target_loss
 from probe.training.optimizer import decayed
+from probe.training.sources import TaskSource
 from probe.training.together import train_alone
+from probe.training.train_config import TrainConfig, settings_differ
 
 CPU = torch.device("cpu")
 PAPER = ("nope", "t5", "alibi", "rotary", "ape")
@@ -237,7 +237,7 @@ def test_a_training_step_reads_nothing_back_to_the_host(tmp_path, pe, protocol, 
     data = trainer.source.training_set(0)
     geometry = fixed_geometry(data, 8, 0, 5, grouped=True, packed=trainer.config.pack)
     batch = geometry.cut(data, torch.arange(8))
-    from probe.dropout import dropout
+    from probe.training.dropout import dropout
 
     trainer.model.train()
     with dropout(trainer.model, 0.1, trainer.config.protocol):
@@ -388,8 +388,8 @@ def test_capture_on_a_cpu_is_one_line():
 
 def test_a_gpu_sweep_gives_each_batch_stream_one_task(tmp_path):
     """The paper's grid shape: PEs x seeds; on a GPU one Ray task per seed holds its PEs, on a CPU one per run."""
-    from probe.sweep import expand_grid
-    from probe.sweep.cluster import tasks
+    from probe.studies.sweep import expand_grid
+    from probe.studies.sweep.cluster import tasks
 
     grid = {"task": "reverse", "pe": ["nope", "t5", "alibi"], "seed": [0, 1], "steps": 10, "batch_size": 8}
     runs = expand_grid(grid, tmp_path)

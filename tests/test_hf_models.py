@@ -38,14 +38,14 @@ from probe.analysis import (
     load_subject,
     paired_layers,
 )
-from probe.analysis.external import heldout_texts, tokenized
+from probe.analysis.patterns import run_patterns
+from probe.analysis.subjects import heldout_texts, tokenized
 from probe.cli import main
 from probe.errors import ProbeError
-from probe.models.external import load_external
-from probe.patterns import run_patterns
-from probe.runs import run_dir
+from probe.models.hf import load_external
+from probe.runs.folders import run_dir
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig
+from probe.training.train_config import TrainConfig
 
 T = 16  # the context every analysis here reads at (1x), and 2x
 N_POSITIONS = 24  # GPT-2's learned table: it reads 1x, not 2x

@@ -9,14 +9,14 @@ import transformer_lens.utilities as tl_utils
 from helpers import tiny_model
 from safetensors.torch import load_file
 
-from probe.decoding import evaluate_examples
 from probe.errors import ProbeError
 from probe.models import build_model, load_checkpoint
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
+from probe.tasks.decoding import evaluate_examples
 from probe.tasks.words import vocabulary_of
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig
 from probe.training.loop import Trainer
+from probe.training.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 SMALL = tiny_model(2)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 import probe
-from probe.models.registry import PE_CLASSES, PRETRAIN_PES
-from probe.plans import PE_SETS
+from probe.models.registry import PRETRAIN_PES, REGISTRY
 from probe.presets import CONTEXTS, LM_RECIPES, PRESETS, RECIPE_DEFAULTS, RECIPES, listed, training_recipe
+from probe.studies.plans import PE_SETS
 
 PACKAGE = Path(probe.__file__).parent
-BOTTOM = {"probe.errors", "probe.files", "probe.presets"}  # what models/ may import from outside itself
+BOTTOM = {"probe", "probe.errors", "probe.atomic", "probe.presets"}  # what models/ may import from outside itself
 
 
 def module_names() -> dict[str, Path]:
@@ -24,11 +25,22 @@ def module_names() -> dict[str, Path]:
     return names
 
 
-def imports_at_module_level(name: str, path: Path, modules: set[str]) -> set[str]:
-    """The probe modules ``name`` imports when it is imported (type-checking imports included, imports
-    inside functions not): ``from a import b`` counts as a.b where b is a module, else as a."""
+def imports_of(name: str, path: Path, modules: set[str], everywhere: bool) -> set[str]:
+    """The probe modules ``name`` imports: at module level (type-checking imports included), or with
+    ``everywhere`` also inside functions. ``from a import b`` counts as a.b where b is a module, else as a."""
     found: set[str] = set()
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+
+    def record(node: ast.stmt) -> None:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = (
+                ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".")
+                if node.level
+                else node.module or ""
+            )
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
 
     def visit(body: list[ast.stmt]) -> None:
         for node in body:
@@ -37,23 +49,66 @@ def imports_at_module_level(name: str, path: Path, modules: set[str]) -> set[str
                 visit(node.orelse)
                 for handler in getattr(node, "handlers", []):
                     visit(handler.body)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = (
-                    ".".join(package[: len(package) - node.level + 1] + [node.module or ""]).strip(".")
-                    if node.level
-                    else node.module or ""
-                )
-                found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names)
+            record(node)
 
-    visit(ast.parse(path.read_text()).body)
+    tree = ast.parse(path.read_text())
+    if everywhere:
+        for node in ast.walk(tree):
+            record(node)
+    else:
+        visit(tree.body)
     return {m for m in found if m in modules and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(everywhere: bool = False) -> dict[str, set[str]]:
     names = module_names()
-    return {name: imports_at_module_level(name, path, set(names)) for name, path in names.items()}
+    return {name: imports_of(name, path, set(names), everywhere) for name, path in names.items()}
+
+
+def documented_layers() -> list[list[str]]:
+    """The architecture page's map, bottom first: each line's leading names (``tasks/, corpus/``)."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = text.split("```")[1].strip().splitlines()
+    layers = []
+    for line in block:
+        if line.startswith(" "):
+            continue  # a continuation of the line above
+        names = re.match(r"((?:[\w.]+/?,\s*)*[\w.]+/?)", line).group(1)
+        layers.append([n.strip().removesuffix("/").removesuffix(".py") for n in names.split(",")])
+    return layers
+
+
+def layer_of(module: str, layers: list[list[str]]) -> int:
+    top = "__init__" if module == "probe" else module.split(".")[1]
+    return next(i for i, names in enumerate(layers) if top in names)
+
+
+def test_every_module_sits_on_a_documented_layer_and_imports_none_above_it():
+    layers = documented_layers()
+    documented = {name for names in layers for name in names}
+    top_level = {"__init__" if m == "probe" else m.split(".")[1] for m in module_names()}
+    assert top_level == documented, f"undocumented: {top_level - documented}; gone: {documented - top_level}"
+    graph = import_graph(everywhere=True)
+    upward = [
+        f"{module} imports {other}"
+        for module, imported in sorted(graph.items())
+        for other in sorted(imported)
+        if layer_of(other, layers) > layer_of(module, layers)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_layering_test_sees_imports_inside_functions(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("import probe.errors\n\ndef f():\n    from probe.studies import plans\n")
+    modules = {"probe.errors", "probe.studies", "probe.studies.plans"}
+    assert imports_of("probe.x", source, modules, everywhere=False) == {"probe.errors"}
+    assert imports_of("probe.x", source, modules, everywhere=True) == {"probe.errors", "probe.studies.plans"}
+
+
+def test_the_root_holds_only_the_top_level():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "atomic.py", "cli.py", "device.py", "errors.py", "presets.py"]
 
 
 def test_no_module_of_probe_imports_itself_back():
@@ -76,7 +131,7 @@ def test_no_module_of_probe_imports_itself_back():
 
 
 def test_models_import_nothing_above_them():
-    graph = import_graph()
+    graph = import_graph(everywhere=True)
     for module, imported in graph.items():
         if module.startswith("probe.models"):
             above = {m for m in imported if not m.startswith("probe.models") and m not in BOTTOM}
@@ -86,7 +141,7 @@ def test_models_import_nothing_above_them():
 
 
 def test_every_table_of_presets_names_presets_and_each_recipe_is_whole():
-    from probe.training.config import TrainConfig
+    from probe.training.train_config import TrainConfig
 
     recipe_fields = {f.name for f in dataclasses.fields(TrainConfig)} & {
         "steps",
@@ -109,4 +164,4 @@ def test_every_table_of_presets_names_presets_and_each_recipe_is_whole():
 def test_the_pretrained_pes_are_the_papers_three_and_the_pretrain_set():
     # Appendix "Pretraining at 1.3B Scale": NoPE, ALiBi and Rotary, in the registry's order
     assert PRETRAIN_PES == ("nope", "alibi", "rotary") == PE_SETS["pretrain"]
-    assert all(PE_CLASSES[pe].in_paper for pe in PRETRAIN_PES)
+    assert all(REGISTRY[pe].in_paper for pe in PRETRAIN_PES)

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from probe.models import load_checkpoint
-from probe.runs import load_run
+from probe.runs.folders import load_run
 
 ROOT = Path(__file__).resolve().parent / "fixtures" / "legacy_checkpoints"
 LOGITS = load_file(str(ROOT / "logits.safetensors"))

@@ -65,10 +65,11 @@ def test_bootstrap_of_a_constant_collapses():
 
 
 def test_paper_mean_reciprocal_rank_hand_worked_with_a_tie():
-    from probe.evaluation import mean_reciprocal_ranks
+    from probe.analysis.eval_report import EvalReport
+    from probe.analysis.evaluation import mean_reciprocal_ranks
 
     def report(task, seed, pe, ood):
-        return {"task_folder": task, "seed": seed, "pe": pe, "ood_accuracy": ood}
+        return EvalReport(pe, "", task, task, pe, seed, 1.0, ood, [], 0)
 
     reports = [
         report("scan", 0, "nope", 0.8),

@@ -7,15 +7,15 @@ import re
 import plotly
 import plotly.graph_objects as go
 
-from probe.plots import write_figure
+from probe.figures import write_figure
 
 
 def test_figures_draw_offline_from_one_library_per_folder(tmp_path, monkeypatch, capsys):
     """No script from elsewhere: each HTML loads plotly.js from the file beside it, written once for
     the folder; with no static renderer, the HTML alone and one line saying why, once."""
-    import probe.plots
+    import probe.figures.output
 
-    monkeypatch.setattr(probe.plots, "_told", set())
+    monkeypatch.setattr(probe.figures.output, "_told", set())
 
     def no_renderer(*args, **kwargs):
         raise RuntimeError("no kaleido")

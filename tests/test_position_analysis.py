@@ -1,4 +1,4 @@
-"""`probe positions` and :mod:`probe.metrics.positions` on answers known without the code under test:
+"""`probe positions` and :mod:`probe.metrics.position_stats` on answers known without the code under test:
 hand-worked numbers, exact additive logits, the Theorem 1 and 2 constructions, a hand-set ALiBi head,
 a T5 head and an APE model with the content path zeroed, hand-made attention patterns, and a model
 with no position information."""
@@ -15,9 +15,9 @@ from helpers import tiny_model
 
 from probe.analysis.position_hooks import PositionInput, probe_positions
 from probe.analysis.positions import analyse_positions
-from probe.analysis.runs import RunInfo
+from probe.analysis.run_info import RunInfo
 from probe.cli import main
-from probe.metrics.positions import (
+from probe.metrics.position_stats import (
     bootstrap_probe_scores,
     decompose_logits,
     fit_ridge,
@@ -325,9 +325,9 @@ def test_probe_positions_keeps_all_or_evenly_spaced():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Three-step runs of reverse with L = 4: NoPE and ALiBi."""
-    from probe.runs import run_dir
+    from probe.runs.folders import run_dir
     from probe.training.bookkeeping import train_run
-    from probe.training.config import TrainConfig
+    from probe.training.train_config import TrainConfig
 
     root = tmp_path_factory.mktemp("positions")
     tiny = tiny_model(2)
@@ -475,9 +475,9 @@ def test_code_run_reads_held_out_windows_at_1x_and_2x(tmp_path):
     tokens; no landmark, so only position probes; streams 0 .. n_layers."""
     from probe.analysis.positions import positions_report
     from probe.corpus import CorpusSpec
-    from probe.runs import run_dir
+    from probe.runs.folders import run_dir
     from probe.training.bookkeeping import train_run
-    from probe.training.config import TrainConfig
+    from probe.training.train_config import TrainConfig
 
     corpus = tmp_path / "src"
     corpus.mkdir()

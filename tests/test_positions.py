@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import probe
-from probe.decoding import greedy_decode
 from probe.errors import ProbeError
 from probe.models import build_model, sinusoidal_embedding
+from probe.tasks.decoding import greedy_decode
 
 VOCAB = 11
 

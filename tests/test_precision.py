@@ -12,14 +12,14 @@ from helpers import tiny_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-import probe.training.config as training_config
+import probe.training.train_config as training_config
 from probe.cli import main
 from probe.corpus import CODE_TASK
 from probe.errors import ProbeError
 from probe.presets import CPU_BF16
-from probe.training.config import TrainConfig, settings_differ
 from probe.training.loop import STATE, Trainer
 from probe.training.together import train_alone
+from probe.training.train_config import TrainConfig, settings_differ
 
 CPU = torch.device("cpu")
 SMALL = tiny_model(1)
@@ -111,9 +111,9 @@ def test_the_cli_refuses_an_unknown_precision(capsys):
 def test_a_sweep_measures_each_precision_and_says_which(tmp_path, monkeypatch):
     """bf16 and float32 steps cost different times: the estimate measures each once, and the dry run
     names the precision beside the shape."""
-    from probe import sweep
-    from probe.sweep import cost as cost_module
-    from probe.sweep.console import _shape
+    from probe.studies import sweep
+    from probe.studies.sweep import cost as cost_module
+    from probe.studies.sweep.console import _shape
 
     measured = []
     monkeypatch.setattr(

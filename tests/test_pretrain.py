@@ -10,16 +10,16 @@ import pytest
 import torch
 from helpers import tiny_model
 
+from probe.analysis.perplexity import PAPER_CONTEXTS, Protocol, perplexity_report, scored_nll
 from probe.cli import main
 from probe.corpus import CorpusSpec, SourceFile, find_sources, prepare_corpus, split_files
 from probe.corpus.files import split_fraction
 from probe.corpus.prepared import MANIFEST, corpus_of_run, load_corpus
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
-from probe.perplexity import PAPER_CONTEXTS, Protocol, perplexity_report, scored_nll
-from probe.runs import run_dir
+from probe.runs.folders import run_dir
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig, learning_rate
+from probe.training.train_config import TrainConfig, learning_rate
 
 CPU = torch.device("cpu")
 MODEL = tiny_model(1, n_ctx=64)
@@ -328,7 +328,7 @@ def test_a_training_context_longer_than_the_model_is_one_line(tmp_path, corpus_f
 
 
 def test_a_sweep_grid_of_code_runs_trains_them_as_pretrain_does(tmp_path, corpus_folder):
-    from probe.sweep import aggregate, expand_grid, prepare_corpora, run_one, run_state
+    from probe.studies.sweep import aggregate, expand_grid, prepare_corpora, run_one, run_state
 
     options = {"corpus": str(corpus_folder), "vocab_size": 300, "context": 16, "heldout": 0.25}
     grid = {

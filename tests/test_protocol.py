@@ -10,21 +10,21 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe.data import encode, epoch_batches
-from probe.decoding import evaluate_examples, teacher_forced_exact_match
-from probe.dropout import dropout, hook_sites
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
-from probe.models.config import resolve_config
+from probe.models.model_config import resolve_config
 from probe.models.registry import PE_CLASSES
 from probe.models.transformer import PETransformer
-from probe.runs import LAST, find_runs
-from probe.selection import Selection, best_of, every
-from probe.sources import TaskSource
+from probe.runs.folders import LAST, find_runs
 from probe.tasks import Example, Tokenizer, get
+from probe.tasks.batches import encode, epoch_batches
+from probe.tasks.decoding import evaluate_examples, teacher_forced_exact_match
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig, settings_differ
+from probe.training.dropout import dropout, hook_sites
 from probe.training.loop import target_loss
+from probe.training.selection import Selection, best_of, every
+from probe.training.sources import TaskSource
+from probe.training.train_config import TrainConfig, settings_differ
 
 CPU = torch.device("cpu")
 
@@ -348,8 +348,8 @@ def test_the_cost_estimate_counts_the_tokens_a_packed_study_pays(tmp_path):
     the padded ones."""
     import dataclasses
 
-    from probe.reproduce import plan
-    from probe.sweep.cost import mean_batch_tokens
+    from probe.studies.reproduce import plan
+    from probe.studies.sweep.cost import mean_batch_tokens
 
     [run, *_] = plan("reduced", tmp_path, tasks=["scan"])
     assert run.config.pack and run.config.protocol == "authors"

@@ -20,13 +20,13 @@ from safetensors import SafetensorError
 
 from probe.cli import main
 from probe.errors import ProbeError
-from probe.locks import RunLocked, run_lock
 from probe.models import load_checkpoint
 from probe.models.checkpoint import read_checkpoint_config
-from probe.runs import Run, run_dir
+from probe.runs.folders import Run, run_dir
+from probe.runs.locks import RunLocked, run_lock
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig
 from probe.training.loop import STATE
+from probe.training.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 SMALL = [
@@ -53,7 +53,7 @@ SMALL = [
 ]
 HOLDER = textwrap.dedent("""
     import sys, time
-    from probe.locks import run_lock
+    from probe.runs.locks import run_lock
     with run_lock(sys.argv[1], command="test holder"):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -121,7 +121,7 @@ def test_wait_blocks_until_the_holder_is_done(tmp_path, capsys):
 
 
 def test_evaluation_takes_the_lock_too(tmp_path):
-    from probe.evaluation import evaluate_run
+    from probe.analysis.evaluation import evaluate_run
 
     path = train_run(_config(steps=5), tmp_path / "r", CPU).path
     holder = _hold(path, 120)
@@ -135,7 +135,7 @@ def test_evaluation_takes_the_lock_too(tmp_path):
 
 
 def test_a_sweep_leaves_a_locked_run_to_its_holder(tmp_path):
-    from probe.sweep import SweepRun, run_one
+    from probe.studies.sweep import SweepRun, run_one
 
     config = _config(steps=5)
     run = SweepRun(config, tmp_path / "reverse" / "nope" / "seed0", eval_n=4, eval_valid=4)
@@ -203,7 +203,7 @@ def test_a_full_disk_is_one_line_and_the_last_state_resumes(tmp_path, monkeypatc
 
 
 def test_the_cli_reports_a_full_disk_in_one_line(tmp_path, monkeypatch, capsys):
-    import probe.files as files
+    import probe.atomic as files
 
     def full(path, mode="r", *args, **kwargs):
         if "a" in mode and str(path).endswith("metrics.jsonl"):
@@ -221,7 +221,7 @@ def test_an_os_error_outside_the_library_is_still_one_line(tmp_path, monkeypatch
     def denied(path, text, make_parents=True):
         raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    monkeypatch.setattr("probe.files.atomic_write_text", denied)
+    monkeypatch.setattr("probe.atomic.atomic_write_text", denied)
     code = main(["tasks", "show", "scan", "--n", "3", "--jsonl", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "x.jsonl: Permission denied" in err, err
@@ -230,7 +230,7 @@ def test_an_os_error_outside_the_library_is_still_one_line(tmp_path, monkeypatch
 # -- file modes -------------------------------------------------------------------------------
 @pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_files_get_the_mode_the_umask_gives(tmp_path, umask, expected):
-    from probe.evaluation import evaluate_run
+    from probe.analysis.evaluation import evaluate_run
 
     old = os.umask(umask)
     try:

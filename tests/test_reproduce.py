@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from probe.atomic import atomic_write_json
 from probe.cli import main
-from probe.files import atomic_write_json
-from probe.reproduce import build_report, find_reports, markdown, plan, read_report, write_report
+from probe.studies.reproduce import build_report, find_reports, markdown, plan, read_report, write_report
 from probe.tasks import get
 
 PAPER_SCAN_OOD = {"nope": 0.797, "t5": 0.798, "alibi": 0.438, "rotary": 0.283, "ape": 0.057}  # rounded, for reading
@@ -130,7 +130,7 @@ def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, thread
     times its steps that way, and the wall time shares the 6 runs among the jobs."""
     import os
 
-    import probe.sweep
+    import probe.studies.sweep
 
     asked: list[int] = []
 
@@ -139,7 +139,7 @@ def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, thread
         return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
 
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(probe.sweep, "estimate_cost", estimate_cost)
+    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
     assert main(["reproduce", "--dry-run", "--jobs", str(jobs), "--checkpoints", str(tmp_path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert asked == [threads] and out["threads_per_job"] == threads
@@ -187,7 +187,7 @@ def test_reproduction_page_without_a_report_says_how_to_make_one(tmp_path, monke
 
 
 def test_disagreements_name_gaps_and_inversions_but_not_our_ties():
-    from probe.reproduce import disagreements
+    from probe.studies.reproduce import disagreements
 
     paper = {"nope": {"ood": 0.80}, "rotary": {"ood": 0.28}, "ape": {"ood": 0.06}}
     ours = {"nope": {"ood": 0.0}, "rotary": {"ood": 0.0004}, "ape": {"ood": 0.30}}

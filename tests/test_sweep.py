@@ -11,12 +11,12 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe import sweep
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
+from probe.studies import sweep
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig
+from probe.training.train_config import TrainConfig
 
 TINY = {
     "task": "reverse",
@@ -146,8 +146,8 @@ def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tm
 
 def test_batch_tokens_are_the_padded_tokens_the_trainer_times(tmp_path):
     """tokens/s counts every token of a padded batch, so the tokens a step costs must too."""
-    from probe.data import batch_stream
-    from probe.sources import TaskSource
+    from probe.tasks.batches import batch_stream
+    from probe.training.sources import TaskSource
 
     run = sweep.expand_grid({**TINY, "options": {"train_length": 8}}, tmp_path)[0]
     config = run.config
@@ -307,7 +307,7 @@ def test_every_registered_pe_runs_through_a_sweep_and_its_report(tmp_path):
 
 
 def test_grids_name_the_pe_sets_the_code_derives(tmp_path):
-    from probe.plans import PE_SETS
+    from probe.studies.plans import PE_SETS
 
     for grid, pes in (("paper", PE_SETS["paper"]), ("reproduce", PE_SETS["paper"]), ("pretrain", PE_SETS["pretrain"])):
         runs = sweep.expand_grid(sweep.load_grid(grid), tmp_path)
@@ -315,12 +315,12 @@ def test_grids_name_the_pe_sets_the_code_derives(tmp_path):
 
 
 def test_the_default_grid_is_the_runs_probe_train_plans(tmp_path):
-    """default.toml spells out the NoPE' block :func:`probe.plans.seed_baseline_blocks` adds to `probe train`
+    """default.toml spells out the NoPE' block :func:`probe.studies.plans.seed_baseline_blocks` adds to `probe train`
     with no arguments, so a sweep and `probe train` share (and skip) each other's runs."""
     from argparse import Namespace
 
     from probe.commands.train import planned_runs
-    from probe.plans import seed_baseline_blocks
+    from probe.studies.plans import seed_baseline_blocks
 
     grid = sweep.load_grid("default")
     assert [

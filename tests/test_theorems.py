@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from probe import theorems
+from probe.analysis import theorems
 from probe.cli import main
 from probe.models import build_model, load_checkpoint, save_checkpoint, t5_relative_bucket
 from probe.models.constructions import (

@@ -12,8 +12,8 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.training.bookkeeping import train_run
-from probe.training.config import TrainConfig, learning_rate
 from probe.training.loop import STATE
+from probe.training.train_config import TrainConfig, learning_rate
 
 CPU = torch.device("cpu")
 
@@ -128,7 +128,7 @@ def test_a_finished_run_trained_otherwise_is_one_line_not_a_silent_skip(tmp_path
     ):
         train_run(_config(steps=6, lr=2e-3), tmp_path / "r", CPU)
     assert train_run(_config(steps=6), tmp_path / "r", CPU, force=True).status == "trained"
-    from probe import sweep
+    from probe.studies import sweep
 
     run = sweep.SweepRun(_config(steps=7), tmp_path / "r")
     assert sweep.run_state(run) == "conflict"

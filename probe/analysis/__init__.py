@@ -14,7 +14,7 @@ Runs of pretrained code models (task "code") read windows of held-out files at 1
 training context instead of length buckets (:mod:`probe.analysis.windows`); their results have
 the same types, a context size standing for a length bucket. Any model TransformerLens loads from
 Hugging Face files (``hf:ID``, ``hf:FOLDER``) is read the same way, with its own tokenizer, alone
-or beside code runs (:mod:`probe.analysis.external`, which also holds its perplexity). Models of
+or beside code runs (:mod:`probe.analysis.subjects`, which also holds its perplexity). Models of
 different depth are compared layer by layer at the same relative depth (``runs.paired_layers``).
 
 Modules, each importing only those listed before it: ``runs`` (which runs, comparable or not),
@@ -29,12 +29,6 @@ Everything is deterministic given ``seed`` (examples, and the bootstrap resample
 from probe.analysis.compare import compare_report, compare_runs, write_compare_report
 from probe.analysis.distances import attended_distance_report
 from probe.analysis.examples import Bucket, sample_buckets
-from probe.analysis.external import (
-    external_attended_report,
-    external_compare_report,
-    external_perplexity_report,
-    load_subject,
-)
 from probe.analysis.results import (
     CONFIDENCE,
     N_RESAMPLES,
@@ -45,7 +39,7 @@ from probe.analysis.results import (
     CompareResult,
     DistanceStats,
 )
-from probe.analysis.runs import (
+from probe.analysis.run_info import (
     Lengths,
     Progress,
     RunInfo,
@@ -55,6 +49,12 @@ from probe.analysis.runs import (
     paired_layers,
     task_runs,
     training_context,
+)
+from probe.analysis.subjects import (
+    external_attended_report,
+    external_compare_report,
+    external_perplexity_report,
+    load_subject,
 )
 from probe.analysis.windows import (
     MULTIPLES,

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from probe.analysis.examples import fitting_examples, sample_buckets, task_of
-from probe.analysis.external import external_compare_report
 from probe.analysis.layerwise import MapPair, timed_layer_distances
+from probe.analysis.patterns import collect_patterns
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
-from probe.analysis.runs import (
+from probe.analysis.run_info import (
     Lengths,
     Progress,
     RunInfo,
@@ -28,14 +28,14 @@ from probe.analysis.runs import (
     run_info,
     task_runs,
 )
+from probe.analysis.subjects import external_compare_report
 from probe.analysis.windows import compare_windows
 from probe.errors import ProbeError
 from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
 from probe.models.checkpoint import read_checkpoint_config
-from probe.models.external import is_external
-from probe.patterns import collect_patterns
-from probe.runs import Run, beside, resolve_run, task_folder_name, train_command
+from probe.models.hf import is_external
+from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 from probe.tasks import Example, Tokenizer
 
 
@@ -215,7 +215,7 @@ def compare_report(
     A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
     (runs exist, same task) before any model is loaded. ``multiples``, ``pe_options``: see
     :func:`compare_runs`. Where a model is ``hf:ID`` or ``hf:FOLDER``, the task is code and
-    ``options`` name the corpus (:func:`probe.analysis.external.external_compare_report`).
+    ``options`` name the corpus (:func:`probe.analysis.subjects.external_compare_report`).
     """
     if any(is_external(name) for name in (pe_a, *pe_b_list)):
         return external_compare_report(
@@ -297,7 +297,7 @@ def compare_report(
 
 
 def _file_stem(info: RunInfo) -> str:
-    from probe.models.external import file_name
+    from probe.models.hf import file_name
 
     if is_external(info.path):
         return file_name(info.path)
@@ -307,8 +307,8 @@ def _file_stem(info: RunInfo) -> str:
 def write_compare_report(report: CompareReport, out_dir: str | Path, metric: str) -> list[str]:
     """JSON, CSV and the per-layer figure of ``report`` under ``out_dir``, named after the runs (``nope_vs_t5``),
     as `probe compare` writes them; returns the paths written."""
-    from probe.files import write_json_and_csv
-    from probe.plots import layer_distance_figure, write_figure
+    from probe.atomic import write_json_and_csv
+    from probe.figures import layer_distance_figure, write_figure
 
     out_dir = Path(out_dir)
     stem = f"{_file_stem(report.a)}_vs_{'+'.join(_file_stem(r.b) for r in report.comparisons)}"

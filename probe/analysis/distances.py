@@ -11,15 +11,15 @@ from typing import Any
 import torch
 
 from probe.analysis.examples import fitting_examples, sample_buckets, task_of
-from probe.analysis.external import external_attended_report
+from probe.analysis.patterns import collect_patterns
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
-from probe.analysis.runs import Lengths, Progress, RunInfo, is_code_run, load_run_model
+from probe.analysis.run_info import Lengths, Progress, RunInfo, is_code_run, load_run_model
+from probe.analysis.subjects import external_attended_report
 from probe.analysis.windows import attended_windows
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
-from probe.models.external import is_external
-from probe.patterns import collect_patterns
-from probe.runs import Run
+from probe.models.hf import is_external
+from probe.runs.folders import Run
 
 
 def _attended_buckets(
@@ -81,7 +81,7 @@ def attended_distance_report(
     A code run gives one result per context size (``multiples`` of its training context, default
     1x and 2x; ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
     Where a model is ``hf:ID`` or ``hf:FOLDER``, every model is read as a code model and ``options``
-    name the corpus (:func:`probe.analysis.external.external_attended_report`).
+    name the corpus (:func:`probe.analysis.subjects.external_attended_report`).
     """
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
     for w in weightings:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from probe.analysis.runs import Lengths, describe_run
+from probe.analysis.run_info import Lengths, describe_run
 from probe.errors import ProbeError
 from probe.tasks import Example, Task, Tokenizer
 from probe.tasks import get as get_task

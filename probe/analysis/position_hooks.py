@@ -1,6 +1,6 @@
 """The one forward pass `probe positions` makes per batch: hooks on every residual stream, every
 head's logits and pattern and every attention output fold what they see into sufficient statistics
-(:mod:`probe.metrics.positions`) and the probes' rows, so only one layer's maps are alive at a time
+(:mod:`probe.metrics.position_stats`) and the probes' rows, so only one layer's maps are alive at a time
 and a 1B model reads long windows within a memory budget.
 """
 
@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from probe.errors import ProbeError
-from probe.metrics.positions import LogitSums, MomentSums, logit_sums, moment_sums, sink_share
+from probe.metrics.position_stats import LogitSums, MomentSums, logit_sums, moment_sums, sink_share
 
 
 @dataclass(frozen=True)

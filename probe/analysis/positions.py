@@ -1,6 +1,6 @@
 """How each model represents position (`probe positions`): linear position probes per residual stream,
 the relative-vs-absolute decomposition of every head's logits, attention sinks and the variance of
-attention outputs against position (:mod:`probe.metrics.positions` holds the measures).
+attention outputs against position (:mod:`probe.metrics.position_stats` holds the measures).
 
 Inputs are :class:`PositionInput` s: a task run's gold examples, up to ``n_per_bucket`` per length
 bucket, seen and unseen, in the run's own sequence format (``<bos> source <sep> target <eos>``, or
@@ -18,7 +18,7 @@ seen lengths) and on the unseen lengths; on the unseen ones also separately on t
 the largest one fitted, where rounding a regression is exact only if it extrapolates.
 
 Heads are decomposed on the raw logits (``seen``, ``unseen``) and within query rows (``seen_rows``,
-``unseen_rows``: what softmax sees; :func:`probe.metrics.positions.decompose_logits`); a head's kind
+``unseen_rows``: what softmax sees; :func:`probe.metrics.position_stats.decompose_logits`); a head's kind
 is read from the raw logits of the seen lengths. Sinks and variance are per layer, heads averaged.
 """
 
@@ -34,10 +34,10 @@ import torch
 from torch import Tensor
 
 from probe.analysis.position_hooks import PositionInput, collect
-from probe.analysis.runs import Progress, RunInfo
+from probe.analysis.run_info import Progress, RunInfo
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
-from probe.metrics.positions import (
+from probe.metrics.position_stats import (
     bootstrap_probe_scores,
     decompose_logits,
     fit_ridge,
@@ -353,10 +353,10 @@ def positions_report(
     """:func:`analyse_positions` on each of ``names``: task runs (their length buckets), code runs (windows
     of their held-out corpus at 1x and 2x their context) and ``hf:`` models (held-out code of the
     corpus ``options`` name, as `probe distances` reads them)."""
-    from probe.analysis.external import subject_windows
-    from probe.analysis.runs import is_code_run, load_run_model
+    from probe.analysis.run_info import is_code_run, load_run_model
+    from probe.analysis.subjects import subject_windows
     from probe.analysis.windows import fitting_windows, run_windows
-    from probe.models.external import is_external
+    from probe.models.hf import is_external
 
     device = torch.device(device)
     settings = dict(

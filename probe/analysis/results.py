@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.runs import RunInfo
+from probe.analysis.run_info import RunInfo
 from probe.metrics import BootstrapCI, Histogram, attended_distances, bimodality_coefficient, bootstrap_ci, histogram
 
 N_RESAMPLES = 1000
@@ -147,7 +147,7 @@ class CompareReport:
     comparisons: list[CompareResult]
     baseline: CompareResult | None
     task_folder: str
-    folder: Path  # where outputs about these runs belong (probe.runs.beside)
+    folder: Path  # where outputs about these runs belong (probe.runs.folders.beside)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -175,7 +175,7 @@ class CompareReport:
         return [row for result in self.results for row in result.to_rows()]
 
     def curves(self, length: int | None = None) -> list[dict[str, Any]]:
-        """Inputs of ``probe.plots.layer_distance_figure``: one curve per comparison (the baseline
+        """Inputs of ``probe.figures.layer_distance_figure``: one curve per comparison (the baseline
         dashed), over all buckets or for bucket ``length``."""
         curves = []
         for result in self.results:
@@ -314,7 +314,7 @@ class AttendedReport:
         return rows
 
     def series(self) -> list[dict[str, Any]]:
-        """Inputs of ``probe.plots.attended_distance_figure``."""
+        """Inputs of ``probe.figures.attended_distance_figure``."""
         return [
             {
                 "label": r.run.label,

@@ -24,17 +24,17 @@ import torch
 from torch import Tensor
 
 from probe.analysis.layerwise import MapPair, timed_layer_distances
+from probe.analysis.patterns import run_patterns
 from probe.analysis.results import AttendedResult, CompareResult, attended_stats, distance_stats, query_key_weights
-from probe.analysis.runs import Lengths, RunInfo, check_comparable, paired_layers, training_context
+from probe.analysis.run_info import Lengths, RunInfo, check_comparable, paired_layers, training_context
 from probe.corpus import CODE_TASK
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.models.checkpoint import window_bos
-from probe.patterns import run_patterns
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
-MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.patterns.collect_patterns
+MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.analysis.patterns.collect_patterns
 
 
 class HeldoutFiles(Protocol):
@@ -243,7 +243,7 @@ def compare_on_windows(
     timings: dict[str, float],
 ) -> CompareResult:
     """D^(l)(A, B) on windows both models read, one "bucket" per context size; each layer of A
-    against the layer of B at its relative depth (:func:`probe.analysis.runs.paired_layers`)."""
+    against the layer of B at its relative depth (:func:`probe.analysis.run_info.paired_layers`)."""
     layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
     parts = [
         timed_layer_distances(

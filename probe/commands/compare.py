@@ -170,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
-    from probe.models.external import is_external
-    from probe.runs import train_command
+    from probe.models.hf import is_external
+    from probe.runs.folders import train_command
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")

@@ -98,15 +98,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.analysis import attended_distance_report, task_runs
-    from probe.analysis.external import models_home, models_stem
+    from probe.analysis.subjects import models_home, models_stem
+    from probe.atomic import write_json_and_csv
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
-    from probe.files import write_json_and_csv
+    from probe.figures import attended_distance_figure, write_figure
     from probe.models.checkpoint import read_checkpoint_config
-    from probe.models.external import is_external
-    from probe.plots import attended_distance_figure, write_figure
-    from probe.runs import Run, beside, task_folder_name
+    from probe.models.hf import is_external
+    from probe.runs.folders import Run, beside, task_folder_name
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")

@@ -55,45 +55,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from rich.table import Table
-
+    from probe.analysis.evaluation import accuracy_figures, evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.device import resolve_device
-    from probe.errors import ProbeError
-    from probe.evaluation import eval_file, evaluate_run, mean_ranks, mean_reciprocal_ranks
-    from probe.locks import say_waiting
-    from probe.models.checkpoint import read_checkpoint_config
-    from probe.models.registry import PE_LABELS, options_for, parse_pe_options
-    from probe.plots import accuracy_by_length, write_figure
-    from probe.runs import Run, beside, find_runs, task_folder_name
+    from probe.runs.locks import say_waiting
 
-    device = resolve_device(args.device)
     out = console(stderr=args.json)
-    if args.runs:
-        runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
-    else:
-        runs = []
-        options = parse_options(args.option, args.scratchpad, tasks=args.task or ["scan"])
-        for task in args.task or ["scan"]:
-            found, broken = find_runs(args.checkpoints, task, options)
-            for path, why in broken:
-                out.print(f"[yellow]skipping {path}: {why}[/yellow]")
-            runs += found
-        if not runs:
-            tasks = ", ".join(task_folder_name(t, options) for t in args.task or ["scan"])
-            raise ProbeError(f"no runs of {tasks} under {args.checkpoints}; train them first with `probe train`")
-    given = parse_options(args.pe_option, None)
-    if given:  # inference options apply to the runs whose PE has them, as in `probe compare`
-        taking = [r for r in runs if options_for(r.pe, given)]
-        for r in runs:
-            if r not in taking:
-                out.print(f"[dim]skipping {r.label}: {r.pe} has none of {', '.join(sorted(given))}[/dim]")
-        if not taking:
-            raise ProbeError(f"no run here has the option(s) {', '.join(sorted(given))}; see `probe pes`")
-        runs = taking
-    for r in runs:  # every run must take its options before any is evaluated
-        parse_pe_options(r.pe, options_for(r.pe, given))
+    runs, given = _runs(args, out)
+    device = resolve_device(args.device)
     reports = []
     with out.status("evaluating") as status:
         for r in runs:
@@ -107,96 +75,94 @@ def run(args: argparse.Namespace) -> int:
                     batch_size=args.batch_size,
                     wait=args.wait,
                     on_wait=lambda holder, r=r: say_waiting(r.path, holder),
-                    pe_options=options_for(r.pe, given),
+                    pe_options=given[r.path],
                     force=args.force,
                 )
             )
     for report in reports:
-        if Path(report["written_to"]).name != eval_file(report["pe_options_at_inference"]):
+        if report.beside_another:
             out.print(
-                f"[yellow]{report['label']}: its evaluation on more examples is kept; this one ({report['n_examples']} "
-                f"examples) is in {report['written_to']} (--force replaces it)[/yellow]"
+                f"[yellow]{report.label}: its evaluation on more examples is kept; this one ({report.n_examples} "
+                f"examples) is in {report.written_to} (--force replaces it)[/yellow]"
             )
+    out.print(_accuracy_table(reports))
+    selected = any(report.last for report in reports)
+    selection = "; a run selected on IID validation is reported at its best step, its last step beside it"
+    out.print(f"[dim]buckets: length:accuracy%, * = unseen length{selection if selected else ''}[/dim]")
+    figures = [str(p) for p in accuracy_figures(reports, runs, args.out, parse_options(args.pe_option, None))]
+    ranks, reciprocal = mean_ranks(reports), mean_reciprocal_ranks(reports)
+    if ranks:
+        out.print(_rank_table(ranks, reciprocal))
+    out.print("figures: " + ", ".join(figures))
+    if args.json:
+        runs_json = [r.to_json() for r in reports]
+        print_json({"runs": runs_json, "mean_rank": ranks, "mean_reciprocal_rank": reciprocal, "figures": figures})
+    return 0
 
-    selected = any("last" in report for report in reports)
+
+def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
+    """The runs to evaluate (the folders given, else every run of the tasks), and per run folder the ``-p``
+    options it takes (those its PE has: runs whose PE has none of them are skipped, one dim line each)."""
+    from pathlib import Path
+
+    from probe.analysis.evaluation import inference_options
+    from probe.errors import ProbeError
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run, find_runs, task_folder_name
+
+    tasks = args.task or ["scan"]
+    if args.runs:
+        runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
+    else:
+        runs, options = [], parse_options(args.option, args.scratchpad, tasks=tasks)
+        for task in tasks:
+            found, broken = find_runs(args.checkpoints, task, options)
+            for path, why in broken:
+                out.print(f"[yellow]skipping {path}: {why}[/yellow]")
+            runs += found
+        if not runs:
+            folders = ", ".join(task_folder_name(t, options) for t in tasks)
+            raise ProbeError(f"no runs of {folders} under {args.checkpoints}; train them first with `probe train`")
+    taking, skipped = inference_options(runs, parse_options(args.pe_option, None))
+    for r, names in skipped:
+        out.print(f"[dim]skipping {r.label}: {r.pe} has none of {names}[/dim]")
+    return [r for r in runs if r.path in taking], taking
+
+
+def _accuracy_table(reports):
+    from rich.table import Table
+
+    selected = any(report.last for report in reports)
     table = Table(title="probe eval: exact match (greedy)")
     columns = ["run", "IID (seen lengths)", "OOD (unseen lengths)"]
     columns += ["step (best IID valid.)", "last step: IID / OOD"] if selected else []
     for column in (*columns, "buckets"):
         table.add_column(column)
     for report in reports:
-        cells = [_percent(report["iid_accuracy"]), _percent(report["ood_accuracy"])]
+        cells = [_percent(report.iid_accuracy), _percent(report.ood_accuracy)]
         if selected:
-            last = report.get("last")
+            last = report.last
             cells += [
-                str(report.get("selected_step", "last")),
-                f"{_percent(last['iid_accuracy'])} / {_percent(last['ood_accuracy'])} (step {last['step']})"
-                if last
-                else "-",
+                str(report.selected_step if report.selected_step is not None else "last"),
+                f"{_percent(last.iid_accuracy)} / {_percent(last.ood_accuracy)} (step {last.step})" if last else "-",
             ]
-        table.add_row(
-            report["label"],
-            *cells,
-            " ".join(
-                f"{b['length']}:{100 * b['accuracy']:.0f}" + ("" if b["seen"] else "*") for b in report["buckets"]
-            ),
-        )
-    out.print(table)
-    selection = "; a run selected on IID validation is reported at its best step, its last step beside it"
-    out.print(f"[dim]buckets: length:accuracy%, * = unseen length{selection if selected else ''}[/dim]")
-
-    by_task: dict[str, list[dict]] = {}
-    runs_of: dict[str, list] = {}
-    for run, report in zip(runs, reports):
-        by_task.setdefault(report["task_folder"], []).append(report)
-        runs_of.setdefault(report["task_folder"], []).append(run)
-    figures = []
-    for task_folder, task_reports in by_task.items():
-        curves = [
-            {
-                "label": f"{PE_LABELS.get(r['pe'], r['pe'])} (seed {r['seed']})" + _options(r),
-                "pe": r["pe"],
-                "dashed": r["seed"] != 0,
-                "lengths": [b["length"] for b in r["buckets"]],
-                "accuracy": [b["accuracy"] for b in r["buckets"]],
-            }
-            for r in task_reports
-        ]
-        seen = [b["length"] for r in task_reports for b in r["buckets"] if b["seen"]]
-        figure = accuracy_by_length(
-            curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length"
-        )
-        target = Path(args.out) if args.out else beside(runs_of[task_folder])
-        figures += [
-            str(p)
-            for p in write_figure(
-                figure, target / eval_file(given).replace("eval", "eval_accuracy", 1).removesuffix(".json")
-            )
-        ]
-    ranks = mean_ranks(reports)
-    reciprocal = mean_reciprocal_ranks(reports)
-    if ranks:
-        rank_table = Table(title="PEs ranked by OOD accuracy, one query per (task, seed)")
-        rank_table.add_column("PE")
-        rank_table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
-        rank_table.add_column("mean rank\n(1 = best; ties share)", justify="right")
-        for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
-            rank_table.add_row(
-                PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}"
-            )
-        out.print(rank_table)
-    out.print("figures: " + ", ".join(figures))
-    if args.json:
-        print_json({"runs": reports, "mean_rank": ranks, "mean_reciprocal_rank": reciprocal, "figures": figures})
-    return 0
+        buckets = " ".join(f"{b.length}:{100 * b.accuracy:.0f}" + ("" if b.seen else "*") for b in report.buckets)
+        table.add_row(report.label, *cells, buckets)
+    return table
 
 
-def _options(report: dict) -> str:
-    """`` [scaling=yarn factor=4]``: the PE options a report applied at inference, for a legend."""
-    from probe.models.positional import format_option
+def _rank_table(ranks: dict[str, float], reciprocal: dict[str, float]):
+    from rich.table import Table
 
-    given = report.get("pe_options_at_inference") or {}
-    return f" [{' '.join(f'{k}={format_option(v)}' for k, v in sorted(given.items()))}]" if given else ""
+    from probe.models.registry import PE_LABELS
+
+    table = Table(title="PEs ranked by OOD accuracy, one query per (task, seed)")
+    table.add_column("PE")
+    table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
+    table.add_column("mean rank\n(1 = best; ties share)", justify="right")
+    for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
+        table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
+    return table
 
 
 def _percent(value: float | None) -> str:

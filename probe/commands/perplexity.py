@@ -60,17 +60,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.analysis import external_perplexity_report
-    from probe.analysis.external import models_home, models_stem
+    from probe.analysis.perplexity import perplexity_report
+    from probe.analysis.subjects import models_home, models_stem
+    from probe.atomic import atomic_write_text, write_json_and_csv
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
-    from probe.files import atomic_write_text, write_json_and_csv
-    from probe.models.external import is_external
+    from probe.figures import perplexity_figure, write_figure
+    from probe.models.hf import is_external
     from probe.models.registry import FIGURE_ORDER, pe_folder_name
-    from probe.perplexity import perplexity_report
-    from probe.plots import perplexity_figure, write_figure
     from probe.presets import CONTEXTS
-    from probe.runs import find_runs, task_folder_name
+    from probe.runs.folders import find_runs, task_folder_name
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be at least 1, got {args.batch_size}")

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def describe() -> list[dict[str, Any]]:
     """One entry per registered PE, in registry order."""
-    from probe.models.registry import PE_CLASSES
+    from probe.models.registry import PE_CLASSES, PE_LABELS
 
     entries = []
     for kind, cls in PE_CLASSES.items():
@@ -46,7 +46,7 @@ def describe() -> list[dict[str, Any]]:
         entries.append(
             {
                 "pe": kind,
-                "label": cls.label,
+                "label": PE_LABELS[kind],
                 "relative": cls.relative,
                 "adds": adds or ["nothing"],
                 "hooks": hooks,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from probe.atomic import write_json_and_csv
 from probe.commands.common import (
     add_checkpoints,
     add_device,
@@ -16,7 +17,6 @@ from probe.commands.common import (
     parse_options,
     print_json,
 )
-from probe.files import write_json_and_csv
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -96,7 +96,7 @@ def _write_csv(path, rows: list[dict]) -> object:
     import csv
     import io
 
-    from probe.files import atomic_write_text
+    from probe.atomic import atomic_write_text
 
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
@@ -113,16 +113,16 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from probe.analysis import task_runs
-    from probe.analysis.external import models_home, models_stem
     from probe.analysis.positions import positions_report, positions_rows
+    from probe.analysis.subjects import models_home, models_stem
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
+    from probe.figures import write_figure
+    from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
     from probe.models.checkpoint import read_checkpoint_config
-    from probe.models.external import is_external
-    from probe.plots import write_figure
-    from probe.position_plots import head_share_figure, probe_figure, sink_figure, variance_figure
-    from probe.runs import Run, beside
+    from probe.models.hf import is_external
+    from probe.runs.folders import Run, beside
 
     _check(args)
     device = resolve_device(args.device)

@@ -39,15 +39,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from probe.analysis.perplexity import context_room
     from probe.corpus import CODE_TASK, prepare_corpus
     from probe.corpus.prepared import corpus_of_run
     from probe.device import resolve_device
-    from probe.models.config import ModelConfig
+    from probe.models.model_config import ModelConfig
     from probe.models.registry import PRETRAIN_PES, pe_class
-    from probe.perplexity import context_room
     from probe.presets import PRESETS, training_context
-    from probe.runs import run_dir
-    from probe.training.config import TrainConfig
+    from probe.runs.folders import run_dir
+    from probe.training.train_config import TrainConfig
 
     context = training_context(args.preset)
     pes = args.pe or list(PRETRAIN_PES)

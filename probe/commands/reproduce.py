@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.device import resolve_device
-    from probe.parallel import default_jobs, default_stack, threads_per_job
-    from probe.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
-    from probe.sweep import duration, estimate_cost, run_state, wall_seconds
+    from probe.studies.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
+    from probe.studies.sweep import duration, estimate_cost, run_state, wall_seconds
+    from probe.training.parallel import default_jobs, default_stack, threads_per_job
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
     tasks = [] if args.task and "all" in args.task else list(args.task or ["scan"])
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     if args.address:
-        from probe.sweep import Manifest, connect, execute, manifest_path
+        from probe.studies.sweep import Manifest, connect, execute, manifest_path
 
         name = f"reproduce-{args.scale}"
         connect(args.address)

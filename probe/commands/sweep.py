@@ -121,7 +121,7 @@ def _pairs(pairs: list[str], what: str) -> dict[str, list[Any]]:
 
 
 def build_grid(args: argparse.Namespace) -> dict[str, Any]:
-    from probe.sweep import grid_from_flags, load_grid, with_overrides
+    from probe.studies.sweep import grid_from_flags, load_grid, with_overrides
 
     model = {k: v[-1] for k, v in _pairs(args.model, "model override").items()}
     train = {
@@ -149,7 +149,15 @@ def build_grid(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.sweep import Launch, dry_run, expand_grid, pick_runs, run_with_progress, show_outcome, show_report
+    from probe.studies.sweep import (
+        Launch,
+        dry_run,
+        expand_grid,
+        pick_runs,
+        run_with_progress,
+        show_outcome,
+        show_report,
+    )
 
     grid = build_grid(args)
     runs = expand_grid(grid, args.checkpoints)

@@ -179,7 +179,7 @@ def write_lines(path: str, lines: list[str]) -> None:
     if path == "-":
         sys.stdout.write(text)
         return
-    from probe.files import atomic_write_text
+    from probe.atomic import atomic_write_text
 
     atomic_write_text(path, text, make_parents=False)
     print(f"wrote {len(lines)} examples to {path}", file=sys.stderr)

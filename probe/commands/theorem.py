@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
     from rich.console import Console
 
-    from probe import theorems
+    from probe.analysis import theorems
 
     console = Console()
     dtypes = ["float32", "float64"] if args.dtype == "both" else [args.dtype]
@@ -125,7 +125,7 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
     from rich.markup import escape
     from rich.table import Table
 
-    from probe.theorems import CLAIMS, TOLERANCES
+    from probe.analysis.theorems import CLAIMS, TOLERANCES
 
     table = Table(
         title=f"Theorems 1 and 2, constructed NoPE weights: max |error| over a random sequence of "
@@ -159,7 +159,7 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
 
 
 def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
-    from probe import theorems
+    from probe.analysis import theorems
 
     source, name, note = None, "t5", None
     if args.match == "t5":
@@ -167,7 +167,7 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
             source = theorems.random_t5_source(seed=args.seed)
             note = f"no --from: matching a random N(0, 1) T5 bias table (seed {args.seed})"
         else:
-            from probe.runs import load_run
+            from probe.runs.folders import load_run
 
             source = load_run(args.source)
             note = f"t5 head from {args.source}"
@@ -236,7 +236,7 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
 
 
 def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
-    from probe import theorems
+    from probe.analysis import theorems
     from probe.models.checkpoint import save_checkpoint
     from probe.models.constructions import theorem_model
 
@@ -256,7 +256,7 @@ def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
 def _export_match(directory: Path, args: argparse.Namespace, match, result, source) -> Path:
     import torch
 
-    from probe import theorems
+    from probe.analysis import theorems
     from probe.models.checkpoint import save_checkpoint
 
     model = match.nope.to(torch.float32)

@@ -114,7 +114,7 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
 
 def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     from probe.models.registry import PAPER_PES, pe_class
-    from probe.plans import seed_baseline_blocks
+    from probe.studies.plans import seed_baseline_blocks
 
     pes = args.pe or list(PAPER_PES)
     seeds = args.seed or [0]
@@ -136,8 +136,8 @@ def label(path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
-    from probe.runs import run_dir
-    from probe.training.config import TrainConfig
+    from probe.runs.folders import run_dir
+    from probe.training.train_config import TrainConfig
 
     runs = planned_runs(args)
     device = resolve_device(args.device)
@@ -196,7 +196,7 @@ def results_table(title: str, results: list, columns: tuple[str, str], cells):
     ``cells(result)`` (a rate and how it validated); failed runs in red."""
     from rich.table import Table
 
-    from probe.parallel import RunFailure
+    from probe.training.parallel import RunFailure
 
     table = Table(title=title)
     names = ("run", "status", "steps", "seconds", columns[0], "final loss", columns[1])
@@ -223,7 +223,7 @@ def results_table(title: str, results: list, columns: tuple[str, str], cells):
 
 def train_with_progress(configs: list, paths: list, device, args: argparse.Namespace, out) -> list:
     """Train ``configs`` into ``paths`` (``--jobs`` side by side), one progress bar per run; the
-    :class:`~probe.training.bookkeeping.RunResult` or :class:`~probe.parallel.RunFailure` of each. Shared by
+    :class:`~probe.training.bookkeeping.RunResult` or :class:`~probe.training.parallel.RunFailure` of each. Shared by
     `probe train` and `probe pretrain`: ``args`` holds ``jobs``, ``wait`` and ``force``."""
     from rich.progress import (
         BarColumn,
@@ -234,10 +234,10 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
         TimeRemainingColumn,
     )
 
-    from probe.locks import check_free, say_waiting
-    from probe.parallel import default_jobs, default_stack, train_parallel, train_stacked
+    from probe.runs.locks import check_free, say_waiting
     from probe.training.bookkeeping import RunResult, check_writable, train_run
     from probe.training.engine import Engine
+    from probe.training.parallel import default_jobs, default_stack, train_parallel, train_stacked
 
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
@@ -332,7 +332,7 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
 
 def report_results(results: list, args: argparse.Namespace, out) -> int:
     """Failures in red, ``--json`` on stdout; the exit status (1 if a run failed)."""
-    from probe.parallel import RunFailure
+    from probe.training.parallel import RunFailure
 
     failures = [r for r in results if isinstance(r, RunFailure)]
     for failure in failures:

@@ -21,11 +21,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from probe.atomic import atomic_write, atomic_write_json, atomic_write_text
 from probe.corpus.bpe import TOKENIZER_FILE, CodeTokenizer, train_bpe
 from probe.corpus.files import find_sources, split_files
-from probe.data import EncodedSet
 from probe.errors import ProbeError
-from probe.files import atomic_write, atomic_write_json, atomic_write_text
+from probe.tasks.batches import EncodedSet
 
 CODE_TASK = "code"
 CORPUS_FOLDER = "corpus"

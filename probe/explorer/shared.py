@@ -14,7 +14,7 @@ import streamlit as st
 
 from probe.errors import ProbeError
 from probe.models.registry import PE_LABELS
-from probe.runs import DEFAULT_CHECKPOINTS, Run, find_runs
+from probe.runs.folders import DEFAULT_CHECKPOINTS, Run, find_runs
 
 CHECKPOINTS_ENV = "PROBE_CHECKPOINTS"
 TRAIN_HINT = "`probe train` makes them (every PE on the default task, a few minutes on a laptop CPU)"
@@ -100,7 +100,7 @@ def stamp(run: Run) -> float:
 
 @st.cache_resource(show_spinner="Loading checkpoint…", max_entries=4)
 def cached_model(path: str, version: float):
-    from probe.runs import load_run
+    from probe.runs.folders import load_run
 
     return load_run(path)
 
@@ -116,9 +116,10 @@ def tokenizer_of(model):
     return Tokenizer.from_dict(model.metadata["tokenizer"])
 
 
-def read_eval(run: Run) -> dict[str, Any] | None:
-    """The run's ``eval.json`` (written by `probe eval`), or None if it has none or it is unreadable."""
-    from probe.evaluation import read_eval as read
+def read_eval(run: Run):
+    """The run's :class:`~probe.analysis.eval_report.EvalReport` (written by `probe eval`), or None if it has
+    none or it is unreadable."""
+    from probe.analysis.eval_report import read_eval as read
 
     return read(run.path)
 
@@ -197,7 +198,7 @@ def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | 
 def hf_models(label: str, key: str) -> list[str]:
     """Models typed as ``hf:ID`` or ``hf:FOLDER`` (any model TransformerLens loads), space-separated;
     a word without ``hf:`` is named in an error and left out."""
-    from probe.models.external import is_external
+    from probe.models.hf import is_external
 
     typed = st.text_input(
         label,

@@ -32,11 +32,6 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 class ALiBi(PositionalEncoding):
     kind = "alibi"
-    label = "ALiBi"
-    color = "#ff7f0e"
-    figure_rank = 2
-    in_paper = True
-    pretrained_in_paper = True  # Appendix "Pretraining at 1.3B Scale"
     adds_bias = True
 
     def __init__(self, config):

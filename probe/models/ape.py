@@ -28,11 +28,7 @@ def sinusoidal_embedding(positions: torch.Tensor, d_model: int, base: float = 10
 
 class SinusoidalAPE(PositionalEncoding):
     kind = "ape"
-    label = "APE"
-    color = "#9467bd"
     relative = False
-    figure_rank = 4
-    in_paper = True
     adds_embedding = True
     options = {
         "base": Option(

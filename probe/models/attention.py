@@ -60,7 +60,7 @@ class PEAttention(nn.Module):
     """Causal multi-head attention whose logits get the positional term of ``pe``."""
 
     fast_path: bool = True
-    attn_dropout: float = 0.0  # dropout on the probabilities while training (probe.dropout sets it)
+    attn_dropout: float = 0.0  # dropout on the probabilities while training (probe.training.dropout sets it)
 
     def __init__(self, n_heads: int, d_model: int, d_head: int, attn_scale: bool, layer: int, pe: PositionalEncoding):
         super().__init__()

@@ -19,9 +19,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from probe.atomic import atomic_write, atomic_write_json
 from probe.errors import ProbeError, first_line
-from probe.files import atomic_write, atomic_write_json
-from probe.models.config import ModelConfig
+from probe.models.model_config import ModelConfig
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -128,7 +128,7 @@ def load_checkpoint(
 ):
     """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and the
     tokenizer the run carries (``tokenizer.json``) on ``model.tokenizer``. Runs saved before runs
-    carried one: ``probe.runs.load_run``.
+    carried one: ``probe.runs.folders.load_run``.
 
     ``pe_options`` changes PE options at inference (RoPE scaling on a model trained without it);
     an option that would change the PE's weights is one line, not a silently different model."""

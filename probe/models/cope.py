@@ -38,10 +38,6 @@ from probe.models.positional import Option, PositionalEncoding
 
 class CoPE(PositionalEncoding):
     kind = "cope"
-    label = "CoPE"
-    color = "#393b79"
-    figure_rank = 10
-    in_paper = False
     relative = True
     scores_term = True
     options = {

@@ -39,12 +39,8 @@ def _positive(value: float, options: dict, config) -> str | None:
 
 class FIRE(PositionalEncoding):
     kind = "fire"
-    label = "FIRE"
-    color = "#e377c2"
     relative = False
-    figure_rank = 7
     adds_bias = True
-    overhead_target = False  # an MLP over every (query, key) pair: bench/pe_overhead.py reports it as measured
     options = {
         "hidden": Option(int, 32, "width of the MLP f_theta (the paper's 32)", check=_positive),
         "c": Option(float, 0.1, "initial c of psi(x) = log(c x + 1), learned (the paper's 0.1)", check=_positive),

@@ -33,9 +33,6 @@ VARIANTS = ("log", "power")
 
 class KERPLE(PositionalEncoding):
     kind = "kerple"
-    label = "KERPLE"
-    color = "#8c564b"
-    figure_rank = 6
     adds_bias = True
     options = {
         "variant": Option(

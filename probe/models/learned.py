@@ -23,11 +23,7 @@ from probe.models.positional import PositionalEncoding
 
 class LearnedAPE(PositionalEncoding):
     kind = "learned"
-    label = "Learned APE"
-    color = "#bcbd22"
     relative = False
-    figure_rank = 9
-    in_paper = False
     adds_embedding = True
 
     def __init__(self, config):

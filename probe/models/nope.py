@@ -11,8 +11,3 @@ from probe.models.positional import PositionalEncoding
 
 class NoPE(PositionalEncoding):
     kind = "nope"
-    label = "NoPE"
-    color = "#1f77b4"
-    figure_rank = 0
-    in_paper = True
-    pretrained_in_paper = True  # Appendix "Pretraining at 1.3B Scale"

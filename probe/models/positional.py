@@ -24,7 +24,7 @@ from probe.errors import ProbeError
 
 
 class ModelShape(Protocol):
-    """What a PE reads of the model it is part of (``probe.models.config.ModelConfig`` has it): the PE
+    """What a PE reads of the model it is part of (``probe.models.model_config.ModelConfig`` has it): the PE
     layer knows the model's shape, not the config class, so the registry and the config import one way."""
 
     pe: str
@@ -81,15 +81,7 @@ class PositionalEncoding(nn.Module):
     """Base class: contributes nothing. Subclasses override what they add."""
 
     kind: ClassVar[str] = ""  # the name on the command line and in run folders
-    label: ClassVar[str] = ""  # the name in tables and figures
-    color: ClassVar[str] = "#7f7f7f"  # its colour in every figure
     relative: ClassVar[bool] = True  # attention scores invariant to shifting every position (APE's are not)
-    figure_rank: ClassVar[int] = 99  # the paper's figures order PEs from most to least NoPE-like
-    in_paper: ClassVar[bool] = False  # one of the paper's five: trained by default, in its figures
-    # One of the three PEs the paper pretrains a 1.3B code model with (Appendix "Pretraining at 1.3B
-    # Scale": NoPE, ALiBi, Rotary, Figure pretraining:ppl): `probe pretrain` trains these by default.
-    pretrained_in_paper: ClassVar[bool] = False
-    overhead_target: ClassVar[bool] = True  # a bias or rotation held to <= 1.10x NoPE's step (bench/pe_overhead.py)
     options: ClassVar[dict[str, Option]] = {}
     examples: ClassVar[tuple[dict[str, Any], ...]] = ()  # option sets the contract tests check besides the defaults
     # A preset's defaults for this PE's options, under what the user gives (`-p`): {preset: {option: value}}.

@@ -1,13 +1,16 @@
 """The positional encodings: every list of PE names, labels, colours and orders derives from here.
 
-A PE is one class (``probe/models/<pe>.py``) that declares its ``kind``, ``label``, ``color``,
-``relative``, ``figure_rank`` and typed ``options``; registering it is one line in ``PE_CLASSES``.
+A PE is one class (``probe/models/<pe>.py``) that owns its maths: its ``kind``, whether it is
+``relative``, its typed ``options`` and what it adds to the model. Registering it is one line in
+``REGISTRY``, which says what is not maths: how it is drawn (label, colour, its rank in the paper's
+figures) and which studies hold it (the paper's five, the three it pretrains, the benchmark's target).
 A run of a PE with options lives in the folder ``<pe>+<option>=<value>...`` (``pe_folder_name``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from probe.errors import ProbeError
@@ -24,17 +27,47 @@ from probe.models.t5 import T5RelativeBias
 from probe.models.txl import TransformerXL
 from probe.models.xpos import XPos
 
-PE_CLASSES: dict[str, type[PositionalEncoding]] = {
-    cls.kind: cls
-    for cls in (NoPE, SinusoidalAPE, T5RelativeBias, ALiBi, Rotary, CoPE, KERPLE, FIRE, XPos, LearnedAPE, TransformerXL)
+
+@dataclass(frozen=True)
+class Registered:
+    """A PE as figures and studies know it, beside its class."""
+
+    cls: type[PositionalEncoding]
+    label: str  # the name in tables and figures
+    color: str  # its colour in every figure
+    figure_rank: int  # the paper's figures order PEs from most to least NoPE-like
+    in_paper: bool = False  # one of the paper's five: trained by default, in its figures
+    # One of the three PEs the paper pretrains a 1.3B code model with (Appendix "Pretraining at 1.3B
+    # Scale": NoPE, ALiBi, Rotary, Figure pretraining:ppl): `probe pretrain` trains these by default.
+    pretrained_in_paper: bool = False
+    overhead_target: bool = True  # a bias or rotation held to <= 1.10x NoPE's step (bench/pe_overhead.py)
+
+
+REGISTRY: dict[str, Registered] = {
+    entry.cls.kind: entry
+    for entry in (
+        Registered(NoPE, "NoPE", "#1f77b4", 0, in_paper=True, pretrained_in_paper=True),
+        Registered(SinusoidalAPE, "APE", "#9467bd", 4, in_paper=True),
+        Registered(T5RelativeBias, "T5's Relative Bias", "#2ca02c", 1, in_paper=True),
+        Registered(ALiBi, "ALiBi", "#ff7f0e", 2, in_paper=True, pretrained_in_paper=True),
+        Registered(Rotary, "Rotary", "#d62728", 3, in_paper=True, pretrained_in_paper=True),
+        Registered(CoPE, "CoPE", "#393b79", 10),
+        Registered(KERPLE, "KERPLE", "#8c564b", 6),
+        # FIRE: an MLP over every (query, key) pair; bench/pe_overhead.py reports it as measured
+        Registered(FIRE, "FIRE", "#e377c2", 7, overhead_target=False),
+        Registered(XPos, "xPos", "#17becf", 8),
+        Registered(LearnedAPE, "Learned APE", "#bcbd22", 9),
+        Registered(TransformerXL, "Transformer-XL", "#5254a3", 11),
+    )
 }
-PE_KINDS: tuple[str, ...] = tuple(PE_CLASSES)  # registry order: the CLI's order of runs
-PAPER_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.in_paper)  # trained by default
-PE_LABELS: dict[str, str] = {kind: cls.label for kind, cls in PE_CLASSES.items()}
-PE_COLORS: dict[str, str] = {kind: cls.color for kind, cls in PE_CLASSES.items()}
-FIGURE_ORDER: tuple[str, ...] = tuple(sorted(PE_CLASSES, key=lambda kind: PE_CLASSES[kind].figure_rank))
+PE_CLASSES: dict[str, type[PositionalEncoding]] = {kind: entry.cls for kind, entry in REGISTRY.items()}
+PE_KINDS: tuple[str, ...] = tuple(REGISTRY)  # registry order: the CLI's order of runs
+PAPER_PES: tuple[str, ...] = tuple(kind for kind, entry in REGISTRY.items() if entry.in_paper)  # trained by default
+PE_LABELS: dict[str, str] = {kind: entry.label for kind, entry in REGISTRY.items()}
+PE_COLORS: dict[str, str] = {kind: entry.color for kind, entry in REGISTRY.items()}
+FIGURE_ORDER: tuple[str, ...] = tuple(sorted(REGISTRY, key=lambda kind: REGISTRY[kind].figure_rank))
 RELATIVE: frozenset[str] = frozenset(kind for kind, cls in PE_CLASSES.items() if cls.relative)
-PRETRAIN_PES: tuple[str, ...] = tuple(kind for kind, cls in PE_CLASSES.items() if cls.pretrained_in_paper)
+PRETRAIN_PES: tuple[str, ...] = tuple(kind for kind, entry in REGISTRY.items() if entry.pretrained_in_paper)
 
 
 def pe_class(pe: str, *, sets: Iterable[str] = ()) -> type[PositionalEncoding]:

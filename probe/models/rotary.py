@@ -94,11 +94,6 @@ def llama3_frequencies(
 
 class Rotary(PositionalEncoding):
     kind = "rotary"
-    label = "Rotary"
-    color = "#d62728"
-    figure_rank = 3
-    in_paper = True
-    pretrained_in_paper = True  # Appendix "Pretraining at 1.3B Scale"
     rotates = True
     options = {
         "fraction": Option(

@@ -34,10 +34,6 @@ def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, m
 
 class T5RelativeBias(PositionalEncoding):
     kind = "t5"
-    label = "T5's Relative Bias"
-    color = "#2ca02c"
-    figure_rank = 1
-    in_paper = True
     adds_bias = True
     options = {
         "num_buckets": Option(

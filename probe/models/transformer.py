@@ -27,8 +27,8 @@ from transformer_lens.utilities import lm_cross_entropy_loss
 from probe.errors import ProbeError
 from probe.models.attention import PEAttention
 from probe.models.components import Block, Embed, TiedUnembed, Unembed, make_norm
-from probe.models.config import ModelConfig
 from probe.models.hooked import HookedModel
+from probe.models.model_config import ModelConfig
 from probe.models.registry import make_positional_encoding
 
 # Buffers of checkpoints written on TransformerLens 3.x that nothing reads now: its causal masks and
@@ -272,7 +272,7 @@ def build_model(
     ``preset`` names a size of ``probe.presets.PRESETS``; any field of ``ModelConfig`` can be
     overridden. The same seed gives the same weights.
     """
-    from probe.models.config import resolve_config
+    from probe.models.model_config import resolve_config
 
     config = resolve_config(pe, vocab_size=vocab_size, preset=preset, seed=seed, **overrides)
     return PETransformer(config, device=device)

@@ -28,10 +28,6 @@ from probe.models.positional import Option, PositionalEncoding
 
 class TransformerXL(PositionalEncoding):
     kind = "txl"
-    label = "Transformer-XL"
-    color = "#5254a3"
-    figure_rank = 11
-    in_paper = False
     relative = True
     scores_term = True
     options = {

@@ -47,11 +47,6 @@ def xpos_zeta(rotary_dim: int) -> torch.Tensor:
 
 class XPos(Rotary):
     kind = "xpos"
-    label = "xPos"
-    color = "#17becf"
-    figure_rank = 8
-    in_paper = False
-    pretrained_in_paper = False
     options = {
         **Rotary.options,
         "scale_base": Option(

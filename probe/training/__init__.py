@@ -1,7 +1,7 @@
 """Training (Section 3, Appendix D.2): AdamW, polynomial decay after a linear warm-up, loss on
 the output tokens only, checkpoints that survive a kill and resume to the same weights.
 
-- :mod:`probe.training.config`: :class:`TrainConfig` (what decides a run's weights: the preset's
+- :mod:`probe.training.train_config`: :class:`TrainConfig` (what decides a run's weights: the preset's
   recipe from :mod:`probe.presets`, overrides, the protocol) and the learning-rate schedule;
 - :mod:`probe.training.optimizer`: AdamW and its weight-decay groups, per protocol;
 - :mod:`probe.training.loop`: :class:`Trainer`, one run's model, optimizer, resumable state and steps;
@@ -12,7 +12,7 @@ the output tokens only, checkpoints that survive a kill and resume to the same w
 - :mod:`probe.training.bookkeeping`: :func:`train_run` and :func:`train_group`, run folders from
   nothing (or a kill) to published, locked meanwhile; whether a folder is complete and trained as asked.
 
-A run lives in its run folder (``probe.runs.run_dir``). While it trains, ``train_state.safetensors``
+A run lives in its run folder (``probe.runs.folders.run_dir``). While it trains, ``train_state.safetensors``
 (weights, optimizer moments, RNG, data position, all in one atomically replaced file) is written
 every ``checkpoint_every`` steps; the published checkpoint (``model.safetensors`` + ``config.json``)
 is written at the end, when the IID accuracy is known. ``metrics.jsonl`` gets one line per log.
@@ -22,6 +22,6 @@ Two protocols. ``probe``'s: ``<bos>`` first, batches of one length, dropout on t
 the sublayer outputs, the last step published. The ``authors``' (the default on the paper's splits,
 ``split=paper``), read from McGill-NLP/length-generalization at 40f8a44: their sequence format (no
 ``<bos>``, their separator), batches drawn at random, dropout where their T5 stack has it
-(:mod:`probe.dropout`), RMSNorm eps 1e-6, and the best checkpoint on IID validation published
-(:mod:`probe.selection`), the last step's kept beside it in ``last/``.
+(:mod:`probe.training.dropout`), RMSNorm eps 1e-6, and the best checkpoint on IID validation published
+(:mod:`probe.training.selection`), the last step's kept beside it in ``last/``.
 """

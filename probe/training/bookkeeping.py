@@ -1,7 +1,7 @@
 """A run folder's bookkeeping: train it from nothing or from a kill to published, under its lock
 (:func:`train_run`; runs that read one batch stream together, :func:`train_group`); skip it when it
 is complete and was trained as asked (:func:`is_complete`,
-:func:`probe.training.config.settings_differ`), one line when it was trained otherwise."""
+:func:`probe.training.train_config.settings_differ`), one line when it was trained otherwise."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pathlib import Path
 import torch
 
 from probe.errors import ProbeError
-from probe.locks import run_lock
 from probe.models.checkpoint import CONFIG, read_checkpoint_config
-from probe.runs import LAST
-from probe.sources import TrainingSource, training_source
-from probe.training.config import TrainConfig, settings_differ
+from probe.runs.folders import LAST
+from probe.runs.locks import run_lock
 from probe.training.engine import Engine
 from probe.training.loop import METRICS, STATE, Trainer
+from probe.training.sources import TrainingSource, training_source
 from probe.training.together import group_key, train_together
+from probe.training.train_config import TrainConfig, settings_differ
 
 
 @dataclass
@@ -76,8 +76,8 @@ def train_run(
 ) -> RunResult:
     """Train one run to completion (resuming if it can); skip it if already complete.
 
-    The run folder is locked meanwhile (:func:`probe.locks.run_lock`): another process training
-    or evaluating it raises :class:`~probe.locks.RunLocked`, or with ``wait`` is waited for.
+    The run folder is locked meanwhile (:func:`probe.runs.locks.run_lock`): another process training
+    or evaluating it raises :class:`~probe.runs.locks.RunLocked`, or with ``wait`` is waited for.
     """
     (result,) = train_group(
         [(config, Path(run_path))],

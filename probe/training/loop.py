@@ -17,18 +17,18 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from probe.decoding import teacher_forced_exact_match
+from probe.atomic import append_line, atomic_write, atomic_write_text
 from probe.errors import ProbeError
-from probe.files import append_line, atomic_write, atomic_write_text
 from probe.models.checkpoint import save_checkpoint
 from probe.models.transformer import PETransformer
-from probe.runs import LAST
-from probe.selection import Selection
-from probe.sources import TrainingSource, training_source
+from probe.runs.folders import LAST
+from probe.tasks.decoding import teacher_forced_exact_match
 from probe.training.background import StateWriter
-from probe.training.config import TrainConfig, learning_rate, settings_differ
 from probe.training.engine import CapturedStep, Engine
 from probe.training.optimizer import make_optimizer
+from probe.training.selection import Selection
+from probe.training.sources import TrainingSource, training_source
+from probe.training.train_config import TrainConfig, learning_rate, settings_differ
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"

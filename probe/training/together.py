@@ -11,12 +11,12 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from functools import partial
 
-from probe.data import batch_stream, fixed_geometry
-from probe.dropout import dropout
 from probe.errors import ProbeError
+from probe.tasks.batches import batch_stream, fixed_geometry
 from probe.training.background import prefetched
-from probe.training.config import TrainConfig
+from probe.training.dropout import dropout
 from probe.training.loop import Trainer
+from probe.training.train_config import TrainConfig
 
 
 def group_key(config: TrainConfig) -> tuple:

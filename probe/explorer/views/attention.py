@@ -1,4 +1,4 @@
-"""Attention: one checkpoint's attention maps on one example, per layer and head (`probe.patterns`)."""
+"""Attention: one checkpoint's attention maps on one example, per layer and head (`probe.analysis.patterns`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import streamlit as st
 
 from probe.errors import ProbeError
 from probe.explorer import shared
-from probe.plots import attention_heatmaps
+from probe.figures import attention_heatmaps
 from probe.tasks import get as get_task
 from probe.tasks.tokenizer import SPECIALS
 
@@ -27,7 +27,7 @@ def test_split(task: str, options_json: str) -> list:
 
 @st.cache_data(show_spinner="Running the model…", max_entries=64)
 def attention(path: str, version: float, source: str, target: str | None):
-    from probe.patterns import example_attention
+    from probe.analysis.patterns import example_attention
 
     model = shared.cached_model(path, version)
     return example_attention(model, shared.tokenizer_of(model), source, target)

@@ -10,7 +10,7 @@ import streamlit as st
 
 from probe.errors import ProbeError
 from probe.explorer import shared
-from probe.plots import head_matrix_figure, layer_distance_figure
+from probe.figures import head_matrix_figure, layer_distance_figure
 
 st.header("Compare attention between two models")
 st.caption(

@@ -11,7 +11,7 @@ import streamlit as st
 from probe.analysis import AttendedReport, AttendedResult
 from probe.errors import ProbeError
 from probe.explorer import shared
-from probe.plots import attended_distance_figure
+from probe.figures import attended_distance_figure
 
 PAPER_FOLDER = "addition+scratchpad=full"
 

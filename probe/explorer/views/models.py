@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from probe.analysis.evaluation import accuracy_figure
 from probe.errors import ProbeError
 from probe.explorer import shared
-from probe.plots import accuracy_by_length
-from probe.sweep import find_manifests, manifest_report, report_figure_objects
+from probe.studies.sweep import find_manifests, manifest_report, report_figure_objects
 
 st.header("Models")
 st.caption(f"Checkpoints under `{shared.checkpoints_root()}`")
@@ -26,9 +26,7 @@ if found is not None:
     rows = []
     for r in runs:
         training, metrics, report = r.config.get("training", {}), r.config.get("metrics"), reports[str(r.path)]
-        iid = (
-            report.get("iid_accuracy") if report else metrics.get("iid_accuracy") if isinstance(metrics, dict) else None
-        )
+        iid = report.iid_accuracy if report else metrics.get("iid_accuracy") if isinstance(metrics, dict) else None
         rows.append(
             {
                 "task": shared.task_folder(r),
@@ -37,7 +35,7 @@ if found is not None:
                 "preset": training.get("preset", "–"),
                 "steps": training.get("steps_done", training.get("steps")),
                 "IID accuracy": percent(iid),
-                "OOD accuracy": percent(report and report.get("ood_accuracy")),
+                "OOD accuracy": percent(report and report.ood_accuracy),
                 "folder": str(r.path),
             }
         )
@@ -57,20 +55,7 @@ if found is not None:
             evaluated = [(r, reports[str(r.path)]) for r in members if reports[str(r.path)]]
             missing = [r for r in members if not reports[str(r.path)]]
             if evaluated:
-                curves = [
-                    {
-                        "label": f"{shared.pe_name(r.pe)} (seed {r.seed})",
-                        "pe": r.pe,
-                        "dashed": r.seed != 0,
-                        "lengths": [b["length"] for b in rep["buckets"]],
-                        "accuracy": [b["accuracy"] for b in rep["buckets"]],
-                    }
-                    for r, rep in evaluated
-                ]
-                seen = [b["length"] for _, rep in evaluated for b in rep["buckets"] if b["seen"]]
-                figure = accuracy_by_length(
-                    curves, (min(seen), max(seen)) if seen else None, f"{folder}: exact match by length"
-                )
+                figure = accuracy_figure([rep for _, rep in evaluated], folder)
                 st.plotly_chart(figure, key=f"accuracy-{folder}")
             if missing:
                 command = "probe eval " + " ".join(str(r.path) for r in missing)
@@ -80,8 +65,8 @@ if found is not None:
                     icon=":material/info:",
                 )
                 if st.button(f"Evaluate {len(missing)} run(s) now", key=f"evaluate-{folder}"):
+                    from probe.analysis.evaluation import evaluate_run
                     from probe.device import resolve_device
-                    from probe.evaluation import evaluate_run
 
                     progress, failed = st.progress(0.0, text="evaluating"), False
                     for i, r in enumerate(missing):

@@ -10,7 +10,7 @@ import streamlit as st
 
 from probe.errors import ProbeError
 from probe.explorer import shared
-from probe.position_plots import head_share_figure, probe_figure, sink_figure, variance_figure
+from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
 
 st.header("Positions")
 st.caption(

@@ -12,7 +12,7 @@ import streamlit as st
 from probe.analysis import context_sizes, training_context
 from probe.errors import ProbeError
 from probe.explorer import shared
-from probe.plots import attention_heatmaps, perplexity_figure
+from probe.figures import attention_heatmaps, perplexity_figure
 
 MEASURE = "measure here"
 REPORT = "perplexity.json"
@@ -30,9 +30,9 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
     """What `probe perplexity RUN... --max-files N` writes to perplexity.json (cached per runs and files);
     ``hf:`` models read the held-out files of the corpus ``options`` (JSON) name at their context."""
     from probe.analysis import external_perplexity_report
+    from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
-    from probe.models.external import is_external
-    from probe.perplexity import perplexity_report
+    from probe.models.hf import is_external
 
     if any(is_external(p) for p in paths):
         return external_perplexity_report(
@@ -54,7 +54,7 @@ def corpus_of(path: str, version: float):
 def file_attention(path: str, version: float, index: int, context: int):
     """The last ``context`` tokens of held-out file ``index``: their labels, the text, and the
     attention maps [layer, head, query, key]."""
-    from probe.patterns import run_patterns
+    from probe.analysis.patterns import run_patterns
 
     model = shared.cached_model(path, version)
     ids = corpus_of(path, version).heldout_file(index)[-context:]  # [context]

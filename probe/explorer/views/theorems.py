@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from probe import theorems
+from probe.analysis import theorems
 from probe.models.constructions import theorem_model
 
 st.header("Theorems 1 and 2: NoPE can represent absolute and relative positions")

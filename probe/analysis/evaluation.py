@@ -1,0 +1,223 @@
+"""Length generalization (Section 3): a run evaluated into an :class:`~probe.analysis.eval_report.EvalReport`
+(``eval.json``), and PE ranks across tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
+from probe.atomic import atomic_write_json
+from probe.errors import ProbeError
+from probe.models.registry import PE_KINDS
+from probe.runs.folders import LAST, Run, load_run
+from probe.runs.locks import run_lock
+from probe.tasks import Tokenizer
+from probe.tasks import get as get_task
+from probe.tasks.decoding import evaluate_examples
+
+
+def eval_file(pe_options: dict[str, Any] | None = None) -> str:
+    """``eval.json``, or ``eval+factor=4+scaling=yarn.json`` for PE options applied at inference."""
+    from probe.models.registry import pe_folder_name
+
+    return EVAL if not pe_options else pe_folder_name("eval", pe_options) + ".json"
+
+
+def evaluate_run(
+    run: Run,
+    *,
+    n_test: int | None = None,
+    n_valid: int = 500,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    write: bool = True,
+    wait: bool = False,
+    on_wait: Callable[[dict], None] | None = None,
+    pe_options: dict[str, Any] | None = None,
+    force: bool = False,
+) -> EvalReport:
+    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
+    (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
+    run folder's lock (:func:`probe.runs.locks.run_lock`) meanwhile. An evaluation on fewer examples than the
+    one already there (a quick ``--n 100`` look after the full one) never replaces it unless ``force``:
+    it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where."""
+    if n_test is not None and n_test < 1:
+        raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
+    if not write:
+        return _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
+    with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
+        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
+        target = run.path / eval_file(report.pe_options_at_inference)
+        kept = read_eval(target.parent, target.name)
+        if kept is not None and kept.n_examples > report.n_examples and not force:
+            target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
+        report.written_to = str(target)
+        atomic_write_json(target, report.to_json())
+    return report
+
+
+def _evaluate(
+    run: Run,
+    n_test: int | None,
+    n_valid: int,
+    device: torch.device | str,
+    batch_size: int,
+    pe_options: dict[str, Any] | None,
+) -> EvalReport:
+    from probe.models.positional import format_option
+    from probe.models.registry import parse_pe_options
+
+    at_inference = parse_pe_options(run.pe, pe_options or {})
+    model = load_run(run.path, device=device, pe_options=at_inference)
+    meta = model.metadata
+    training = meta.get("training", {})
+    task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
+    tokenizer = Tokenizer.from_dict(meta["tokenizer"])
+    examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
+    answer_only = bool(task.options.get("scratchpad"))
+    result = evaluate_examples(
+        model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only
+    )
+    buckets = [Bucket(length, n, k, k / n, task.is_seen(length)) for length, (n, k) in result.by_length().items()]
+    iid, ood = split_accuracy(task, result)
+    label = run.label + "".join(f" {k}={format_option(v)}" for k, v in sorted(at_inference.items()))
+    report = EvalReport(
+        label=label,
+        path=str(run.path),
+        pe_options_at_inference=at_inference,
+        task=task.name,
+        task_folder=run.task_folder,
+        task_options=task.options,
+        pe=meta["pe"],
+        seed=meta["model"]["seed"],
+        n_examples=len(examples),
+        iid_accuracy=iid,
+        ood_accuracy=ood,
+        buckets=buckets,
+    )
+    if "selected_step" in training:  # selected on IID validation: the last step's numbers beside it
+        report.selected_step = training["selected_step"]
+        last_step = training.get("selection", {}).get("last_step", training["selected_step"])
+        if (run.path / LAST / "config.json").is_file():
+            last = load_run(run.path / LAST, device=device, pe_options=at_inference)
+            result = evaluate_examples(
+                last, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only
+            )
+            iid, ood = split_accuracy(task, result)
+        report.last = LastStep(last_step, iid, ood)
+    return report
+
+
+def inference_options(
+    runs: Sequence[Run], given: dict[str, Any]
+) -> tuple[dict[Path, dict[str, Any]], list[tuple[Run, str]]]:
+    """Which runs take the PE options ``given`` at inference (those whose PE has one of them, as in
+    `probe compare`), each with the options it takes, checked; and the runs left out, with what they lack.
+    ProbeError when options were given and no run takes any."""
+    from probe.models.registry import options_for, parse_pe_options
+
+    taking = {r.path: options_for(r.pe, given) for r in runs if not given or options_for(r.pe, given)}
+    if given and not taking:
+        raise ProbeError(f"no run here has the option(s) {', '.join(sorted(given))}; see `probe pes`")
+    for r in runs:
+        if r.path in taking:
+            parse_pe_options(r.pe, taking[r.path])  # every run takes its options before any is evaluated
+    skipped = [(r, ", ".join(sorted(given))) for r in runs if r.path not in taking]
+    return taking, skipped
+
+
+def accuracy_figures(
+    reports: Sequence[EvalReport], runs: Sequence[Run], out: str | Path | None, given: dict[str, Any]
+) -> list[Path]:
+    """Exact match against length, one figure per task folder (seed 0 solid, other seeds dashed), written to
+    ``out`` or beside the runs (``eval_accuracy[+options]``): the figure `probe eval` writes."""
+    from probe.figures import write_figure
+    from probe.runs.folders import beside
+
+    by_task: dict[str, list[tuple[EvalReport, Run]]] = {}
+    for report, run in zip(reports, runs):
+        by_task.setdefault(report.task_folder, []).append((report, run))
+    written: list[Path] = []
+    for task_folder, pairs in by_task.items():
+        target = Path(out) if out else beside([run for _, run in pairs])
+        name = eval_file(given).replace("eval", "eval_accuracy", 1).removesuffix(".json")
+        written += write_figure(accuracy_figure([r for r, _ in pairs], task_folder), target / name)
+    return written
+
+
+def accuracy_figure(reports: Sequence[EvalReport], task_folder: str):
+    """Exact match against length of one task folder's runs, the training lengths shaded: a line per run,
+    seed 0 solid and other seeds dashed, PE options applied at inference in the legend."""
+    from probe.figures import accuracy_by_length
+    from probe.models.positional import format_option
+    from probe.models.registry import PE_LABELS
+
+    curves = []
+    for r in reports:
+        options = " ".join(f"{k}={format_option(v)}" for k, v in sorted(r.pe_options_at_inference.items()))
+        label = f"{PE_LABELS.get(r.pe, r.pe)} (seed {r.seed})" + (f" [{options}]" if options else "")
+        curves.append({**r.curve(), "label": label, "dashed": r.seed != 0})
+    seen = [b.length for r in reports for b in r.buckets if b.seen]
+    return accuracy_by_length(curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length")
+
+
+def split_accuracy(task, result) -> tuple[float, float | None]:
+    """Exact match on the training lengths and on the unseen ones (None where there are none)."""
+    seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
+    unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]
+    return sum(seen) / len(seen) if seen else float("nan"), sum(unseen) / len(unseen) if unseen else None
+
+
+def mean_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
+    """Mean rank of each PE over tasks (scenarios), by OOD accuracy averaged over seeds; ties share
+    the average rank (Figure teaser). Empty unless at least two PEs were evaluated on some task."""
+    from probe.metrics import mean_rank
+
+    table: dict[str, dict[str, list[float]]] = {}
+    for r in reports:
+        if r.ood_accuracy is not None:
+            table.setdefault(r.task_folder, {}).setdefault(r.pe, []).append(r.ood_accuracy)
+    pes = sorted({pe for scores in table.values() for pe in scores})
+    tasks = [t for t, scores in table.items() if set(scores) == set(pes)]
+    if len(pes) < 2 or not tasks:
+        return {}
+    scores = torch.tensor([[sum(table[t][pe]) / len(table[t][pe]) for pe in pes] for t in tasks])  # [task, pe]
+    ranks = mean_rank(scores, higher_is_better=True)
+    return dict(sorted(zip(pes, ranks.tolist()), key=lambda item: item[1]))
+
+
+TIE_ORDER = (*(pe for pe in PE_KINDS if pe != "nope"), "nope")
+"""Who wins a tie in :func:`mean_reciprocal_ranks`: the authors rank with pandas' ``method="first"``
+in their rows' order, where NoPE comes last, so a tie goes against NoPE."""
+
+
+def reciprocal_rank_scores(queries: dict[Any, dict[str, float]]) -> dict[str, float]:
+    """Mean reciprocal rank per PE over ``queries`` ({query: {pe: OOD accuracy}}), the figures'
+    "mean rank" (Figures teaser and mrr-per-category): in each query PEs are ranked by accuracy,
+    1 = best, ties broken by :data:`TIE_ORDER`; a PE scores 1/rank, averaged over queries (higher
+    is better). Only queries holding every PE count. Empty unless two PEs and one query remain."""
+    from probe.metrics import mean_reciprocal_rank_reference_code
+
+    pes = sorted(
+        {pe for scores in queries.values() for pe in scores},
+        key=lambda pe: (TIE_ORDER.index(pe) if pe in TIE_ORDER else -1, pe),
+    )
+    complete = [scores for scores in queries.values() if set(scores) == set(pes)]
+    if len(pes) < 2 or not complete:
+        return {}
+    scores = torch.tensor([[q[pe] for pe in pes] for q in complete], dtype=torch.float64)  # [query, pe]
+    mrr = mean_reciprocal_rank_reference_code(scores, higher_is_better=True)
+    return dict(sorted(zip(pes, mrr.tolist()), key=lambda item: -item[1]))
+
+
+def mean_reciprocal_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
+    """:func:`reciprocal_rank_scores` of eval reports, one query per (task folder, seed)."""
+    queries: dict[tuple[str, int], dict[str, float]] = {}
+    for r in reports:
+        if r.ood_accuracy is not None:
+            queries.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
+    return reciprocal_rank_scores(queries)

@@ -1,0 +1,367 @@
+"""Perplexity against context size on held-out code files (Appendix "Pretraining at 1.3B Scale",
+its Figure pretraining:ppl and Tables pretraining:ppl, pretraining:ppl2).
+
+How the paper scores, and how it is scaled to a training context ``T`` (the paper's is 1024):
+
+- context sizes: the paper's 512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560 as
+  multiples of its 1024, times ``T`` (0.5x to 2.5x);
+- each held-out file is read at each context size ``c`` as its *last* ``c`` tokens (one forward
+  pass, no token prepended), and only its last ``S`` tokens are scored, the same tokens at every
+  context size (the paper: "a maximum of last 200 tokens", ``S = 200/1024 T``): the scored token at
+  window position ``p`` sees ``p`` tokens, so a larger ``c`` gives every scored token more context;
+- a file's perplexity is exp of its mean NLL over the scored tokens; a bucket's is the mean of its
+  files' perplexities ("the average perplexity within each bucket"), with a percentile bootstrap
+  interval over files;
+- buckets are file lengths in tokens, ``[k w, (k + 1) w)`` with ``w = 250/1024 T`` (the paper's
+  250); a bucket is read only at the context sizes every file in it has (``c <= k w``), which is
+  why the paper's table has dashes; its buckets end at 4500 (``4.4 T``); the "all" row is every
+  file at least ``2.5 T`` long, read at every context size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from probe.corpus.prepared import PreparedCorpus, run_corpus
+from probe.errors import ProbeError
+from probe.metrics import bootstrap_ci
+from probe.models.checkpoint import task_name
+
+PAPER_CONTEXT = 1024
+PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560)  # its table's columns
+PAPER_SCORED = 200  # last tokens scored per file
+PAPER_BUCKET = 250  # file-length bucket width
+PAPER_LONGEST = 4500  # its table's last bucket ends here; longer files count in the "all" row only
+LONGEST_MULTIPLE = PAPER_CONTEXTS[-1] / PAPER_CONTEXT  # 2.5: its figure reads up to 2.5x the training context
+N_RESAMPLES = 1000
+Progress = Callable[[str, int, int], None]
+
+
+def context_room(context: int) -> int:
+    """The ``n_ctx`` a code model needs to be read at 2.5x its training context (a multiple of 64)."""
+    return 64 * math.ceil(LONGEST_MULTIPLE * context / 64)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The paper's scoring, scaled to a training context: context sizes, scored tokens, bucket width."""
+
+    train_context: int
+    contexts: tuple[int, ...]
+    scored: int
+    bucket_width: int
+    longest: int  # the last bucket ends here
+
+    @classmethod
+    def scaled(cls, train_context: int) -> Protocol:
+        scale = train_context / PAPER_CONTEXT
+        contexts = tuple(dict.fromkeys(max(2, round(c * scale)) for c in PAPER_CONTEXTS))
+        return cls(
+            train_context,
+            contexts,
+            max(1, round(PAPER_SCORED * scale)),
+            max(1, round(PAPER_BUCKET * scale)),
+            round(PAPER_LONGEST * scale),
+        )
+
+    @property
+    def multiples(self) -> list[float]:
+        return [c / self.train_context for c in self.contexts]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "train_context": self.train_context,
+            "contexts": list(self.contexts),
+            "multiples": self.multiples,
+            "scored_tokens": self.scored,
+            "bucket_width": self.bucket_width,
+            "longest_bucket_end": self.longest,
+        }
+
+
+@torch.inference_mode()
+def scored_nll(
+    model,
+    files: Sequence[Tensor],
+    context: int,
+    scored: int,
+    *,
+    device: torch.device,
+    batch_size: int = 16,
+    bos: int | None = None,
+) -> Tensor:
+    """[file, scored] float64 NLL of each file's last ``scored`` tokens, read as its last ``context``
+    tokens (with ``bos``: that token and the last ``context - 1``). Every file must have at least
+    ``context`` tokens, and the model must read ``context`` tokens (the caller checks its n_ctx)."""
+    if scored >= context:
+        raise ProbeError(f"scoring {scored} tokens needs a context of more than {scored}, got {context}")
+    model.eval()
+    rows = []
+    for start in range(0, len(files), batch_size):
+        windows = torch.stack([f[-context:] for f in files[start : start + batch_size]]).to(device)  # [batch, context]
+        if bos is not None:
+            windows[:, 0] = bos
+        logits = model(windows)[:, -scored - 1 : -1].double()  # [batch, scored, vocab]: predict the last `scored`
+        targets = windows[:, -scored:]  # [batch, scored]
+        rows.append(F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").cpu())
+    return torch.cat(rows) if rows else torch.empty(0, scored, dtype=torch.float64)
+
+
+def read_contexts(
+    model,
+    files: Sequence[Tensor],
+    protocol: Protocol,
+    *,
+    device: torch.device,
+    batch_size: int = 16,
+    bos: int | None = None,
+    max_length: int | None = None,
+    progress: Progress | None = None,
+    label: str = "",
+    step: int = 0,
+    steps: int = 1,
+) -> Tensor:
+    """[file, context] float64 mean NLL of each file's scored tokens at every context size of
+    ``protocol``; NaN where the file is shorter than the context or the context is longer than
+    ``max_length`` (the longest input the model reads; None: any). ``progress`` hears one step per
+    context size, counted from ``step`` of ``steps``."""
+    nll = torch.full((len(files), len(protocol.contexts)), float("nan"), dtype=torch.float64)
+    for index, context in enumerate(protocol.contexts):
+        if progress:
+            progress(f"{label} at {context} tokens", step + index, steps)
+        long_enough = [i for i, f in enumerate(files) if len(f) >= context]
+        if long_enough and (max_length is None or context <= max_length):
+            scores = scored_nll(
+                model,
+                [files[i] for i in long_enough],
+                context,
+                protocol.scored,
+                device=device,
+                batch_size=batch_size,
+                bos=bos,
+            )
+            nll[long_enough, index] = scores.mean(1)
+    return nll
+
+
+def pick_files(lengths: Tensor, protocol: Protocol, max_files: int | None, seed: int) -> Tensor:
+    """[picked] indices of the held-out files read (``lengths``: [file] tokens): at most ``max_files``,
+    drawn with ``seed``, each at least as long as the smallest context; ProbeError if none is."""
+    order = torch.arange(len(lengths))
+    if max_files is not None and max_files < len(order):
+        order = (
+            order[torch.randperm(len(order), generator=torch.Generator().manual_seed(seed))[:max_files]].sort().values
+        )
+    order = order[lengths[order] >= protocol.contexts[0]]
+    if len(order) == 0:
+        raise ProbeError(
+            f"no held-out file has {protocol.contexts[0]} tokens, the smallest context; use a larger corpus"
+        )
+    return order
+
+
+@dataclass
+class RunPerplexity:
+    """One model's NLL on every held-out file at every context size it was read at."""
+
+    label: str
+    pe: str
+    path: str
+    nll: Tensor  # [file, context] float64 mean NLL of the scored tokens; NaN where the file is shorter than the context
+    pe_options: dict[str, Any] = field(default_factory=dict)  # options applied at inference (-p)
+
+
+@dataclass
+class PerplexityReport:
+    """Perplexity per run, file-length bucket and context size, with bootstrap intervals over files."""
+
+    protocol: Protocol
+    files: list[str]
+    lengths: Tensor  # [file] tokens
+    runs: list[RunPerplexity]
+    seed: int = 0
+    _rows: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def buckets(self) -> list[tuple[int, int]]:
+        """(low, high) token bounds of every bucket holding a file, from the smallest context up."""
+        width = self.protocol.bucket_width
+        lows = sorted({int(n) // width * width for n in self.lengths.tolist()})
+        return [
+            (low, low + width)
+            for low in lows
+            if self.protocol.contexts[0] <= low and low + width <= self.protocol.longest
+        ]
+
+    def cell(self, run: RunPerplexity, files: Tensor, context_index: int) -> dict[str, float] | None:
+        """Mean file perplexity over ``files`` (bool [file]) at one context size, and its interval."""
+        values = run.nll[files, context_index]
+        if values.numel() == 0 or torch.isnan(values).any():
+            return None
+        per_file = values.exp()  # [file] perplexity of each file
+        ci = bootstrap_ci(per_file, N_RESAMPLES, 0.95, self.seed)
+        pooled = math.exp(float(values.mean()))  # every file's scored tokens weigh the same
+        return {
+            "perplexity": float(ci.mean),
+            "low": float(ci.low),
+            "high": float(ci.high),
+            "pooled_perplexity": pooled,
+            "files": int(values.numel()),
+        }
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens.
+        Computed once (every cell is a bootstrap over files); JSON and Markdown read the same rows."""
+        if self._rows is not None:
+            return self._rows
+        rows = []
+        groups = [("all", self.lengths >= self.protocol.contexts[-1], self.protocol.contexts[-1])]
+        groups += [
+            (f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high), low) for low, high in self.buckets()
+        ]
+        for run in self.runs:
+            for name, files, longest in groups:
+                for index, context in enumerate(self.protocol.contexts):
+                    if context > longest or not files.any():
+                        continue
+                    cell = self.cell(run, files, index)
+                    if cell is not None:
+                        rows.append(
+                            {
+                                "run": run.label,
+                                "pe": run.pe,
+                                "bucket": name,
+                                "context": context,
+                                "multiple": round(context / self.protocol.train_context, 3),
+                                **cell,
+                            }
+                        )
+        self._rows = rows
+        return rows
+
+    def to_markdown(self) -> str:
+        """The paper's Tables pretraining:ppl layout: a block per bucket, a row per run, a column per
+        context size, "-" where the bucket is not read at that size."""
+        rows = self.table()
+        contexts = self.protocol.contexts
+        lines = [
+            f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, read with its last "
+            f"c tokens (training context {self.protocol.train_context}); mean over the bucket's files.",
+            "",
+        ]
+        for bucket in dict.fromkeys(row["bucket"] for row in rows):
+            cells = {(row["run"], row["context"]): row for row in rows if row["bucket"] == bucket}
+            files = max(row["files"] for row in cells.values())
+            title = "all files of at least 2.5x the context" if bucket == "all" else f"length bucket {bucket}"
+            lines += [
+                f"**{title}** ({files} files)",
+                "",
+                "| model | " + " | ".join(map(str, contexts)) + " |",
+                "|---|" + "---|" * len(contexts),
+            ]
+            for run in self.runs:
+                values = [
+                    f"{cells[run.label, c]['perplexity']:.3f}" if (run.label, c) in cells else "-" for c in contexts
+                ]
+                lines.append(f"| {run.label} | " + " | ".join(values) + " |")
+            lines.append("")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol.to_json(),
+            "seed": self.seed,
+            "n_files": len(self.files),
+            "runs": [{"label": r.label, "pe": r.pe, "path": r.path, "pe_options": r.pe_options} for r in self.runs],
+            "rows": self.table(),
+        }
+
+
+def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> PreparedCorpus:
+    """The one corpus every run trained on (the folder beside the first), checked by fingerprint."""
+    for config, path in zip(configs, paths):
+        if task_name(config) != "code":
+            raise ProbeError(
+                f"{path} is not a pretrained code model (task {task_name(config)!r}); "
+                "perplexity reads runs of `probe pretrain`"
+            )
+    corpus = run_corpus(paths[0], configs[0])
+    for config, path in zip(configs[1:], paths[1:]):
+        if config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
+            raise ProbeError(
+                f"{path} was trained on another corpus than the one in {corpus.folder}; compare runs of one task folder"
+            )
+    contexts = {config["task"]["options"]["context"] for config in configs}
+    if len(contexts) > 1:
+        raise ProbeError(
+            f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context"
+        )
+    return corpus
+
+
+def perplexity_report(
+    runs: Sequence[str | Path],
+    *,
+    pe_options: dict[str, Any] | None = None,
+    max_files: int | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    progress: Progress | None = None,
+) -> PerplexityReport:
+    """Perplexity of held-out files per run, context size and file-length bucket, the paper's way
+    (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
+    runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this
+    many held-out files, drawn with ``seed``."""
+    from probe.models.checkpoint import read_checkpoint_config, window_bos
+    from probe.models.registry import options_for, pe_folder_name
+    from probe.models.rotary import SCALINGS_WITH_LENGTH
+    from probe.runs.folders import load_run
+
+    if not runs:
+        raise ProbeError("no runs to read; train some with `probe pretrain`")
+    paths = [Path(r) for r in runs]
+    configs = [read_checkpoint_config(p) for p in paths]
+    corpus = _code_corpus(configs, paths)
+    protocol = Protocol.scaled(int(configs[0]["task"]["options"]["context"]))
+    lengths = corpus.heldout_lengths()
+    order = pick_files(lengths, protocol, max_files, seed)
+    files = [corpus.heldout_file(int(i)) for i in order]
+    device = torch.device(device)
+    results = []
+    for done, (path, config) in enumerate(zip(paths, configs)):
+        applied = options_for(config["pe"], pe_options)
+        if applied.get("scaling") in SCALINGS_WITH_LENGTH:
+            applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
+        model = load_run(path, device=device, pe_options=applied or None)
+        if model.cfg.n_ctx < protocol.contexts[-1]:
+            raise ProbeError(
+                f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
+                f"{protocol.contexts[-1]} (train with -m n_ctx={protocol.contexts[-1]})"
+            )
+        training = config.get("training", {}).get("pe_options", {})
+        seed_of = config.get("training", {}).get("seed", 0)
+        label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
+        nll = read_contexts(
+            model,
+            files,
+            protocol,
+            device=device,
+            batch_size=batch_size,
+            bos=window_bos(config),
+            progress=progress,
+            label=label,
+            step=done * len(protocol.contexts),
+            steps=len(paths) * len(protocol.contexts),
+        )
+        results.append(RunPerplexity(label, config["pe"], str(path), nll, applied))
+        del model
+    names = corpus.heldout_names
+    return PerplexityReport(protocol, [names[int(i)] for i in order], lengths[order], results, seed)

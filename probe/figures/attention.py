@@ -1,0 +1,52 @@
+"""Attention maps of one example, a heatmap per head."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def attention_heatmaps(tokens: Sequence[str], patterns, layer: int, title: str | None = None):
+    """One heatmap per head of ``layer``: queries down, keys across, tokens on the axes, values on hover.
+
+    ``patterns``: [layer, head, query, key] (or [head, query, key] for the layer itself).
+    """
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    maps = patterns[layer] if patterns.dim() == 4 else patterns  # [head, query, key]
+    n_heads, n = maps.shape[0], len(tokens)
+    cols = min(n_heads, 4)
+    rows = -(-n_heads // cols)
+    figure = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=[f"head {h}" for h in range(n_heads)],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.08,
+    )
+    labels = [f"{i}: {token}" for i, token in enumerate(tokens)]
+    hover = [[(labels[q], labels[k]) for k in range(n)] for q in range(n)]
+    for head in range(n_heads):
+        figure.add_trace(
+            go.Heatmap(
+                z=maps[head].tolist(),
+                zmin=0,
+                zmax=1,
+                colorscale="Blues",
+                showscale=head == 0,
+                customdata=hover,
+                hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>p %{z:.3f}<extra>head "
+                + str(head)
+                + "</extra>",
+            ),
+            row=head // cols + 1,
+            col=head % cols + 1,
+        )
+    axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=list(tokens), tickfont=dict(size=8))
+    figure.update_xaxes(**axis, tickangle=-90)
+    figure.update_yaxes(**axis, autorange="reversed")
+    size = max(250, min(500, 10 * n + 100))  # pixels per head
+    figure.update_layout(
+        title=title or f"attention, layer {layer}", template="plotly_white", height=size * rows + 80, width=size * cols
+    )
+    return figure

@@ -1,0 +1,410 @@
+"""`probe reproduce`: train a study on the paper's splits, evaluate it, analyse its attention, and
+report it beside the paper's own released numbers.
+
+A study is a grid (``probe/studies/grids/<name>.toml``): tasks, options, preset and recipe. Every PE trains
+at every seed, plus NoPE' (NoPE at the next seed), the baseline of Figure similarity_per_layer.
+The report holds, per task, accuracy against length (Figure showcase) with the paper's curve;
+the mean reciprocal rank per category and overall (Figures teaser and mrr-per-category), ours
+and the paper's; D(NoPE, ·) per layer with the NoPE' baseline, in the exact JSD and in the
+released code's metric (Figure similarity_per_layer); and the attended-distance histograms
+(Figure attended_distance). Where ours disagrees with the paper, a sentence says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
+from probe.analysis.evaluation import mean_ranks, reciprocal_rank_scores
+from probe.errors import ProbeError
+from probe.reference import category, dataset_for, paper_runs, paper_summary
+from probe.studies.plans import seed_baseline_blocks
+from probe.studies.sweep import SweepRun, expand_grid, load_grid
+from probe.tasks import get as get_task
+
+STUDIES = {"reduced": "reproduce", "paper": "paper"}
+"""``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU, or the paper's grid."""
+REPORT = "report"
+Progress = Callable[[str], None]
+
+
+def plan(
+    scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] = (), steps: int | None = None
+) -> list[SweepRun]:
+    """Every run of the study: each PE at seeds 0..seeds-1 and NoPE' (NoPE at seed ``seeds``);
+    ``steps`` overrides the study's (a quick look, not the study)."""
+    if scale not in STUDIES:
+        raise ProbeError(f"unknown scale {scale!r}; choose one of {', '.join(STUDIES)}")
+    if seeds < 1:
+        raise ProbeError(f"--seeds must be at least 1, got {seeds}")
+    grid = load_grid(STUDIES[scale]) | ({"steps": steps} if steps else {})
+    runs = [run for block in seed_baseline_blocks(range(seeds)) for run in expand_grid({**grid, **block}, root)]
+    unknown = sorted(set(tasks) - {run.config.task for run in runs})
+    if unknown:
+        raise ProbeError(
+            f"the {scale} study has no task {unknown[0]!r}; its tasks: "
+            f"{', '.join(dict.fromkeys(run.config.task for run in runs))}"
+        )
+    return [run for run in runs if not tasks or run.config.task in tasks]
+
+
+def train_and_evaluate(
+    runs: Sequence[SweepRun],
+    device: torch.device,
+    *,
+    jobs: int,
+    stack: bool = False,
+    on_event: Callable[..., None] | None = None,
+) -> list[Any]:
+    """Train the unfinished runs (``probe train``'s local runners: side by side, or with ``stack`` the
+    runs of one batch stream as one program), then evaluate every run without an eval.json; returns
+    the training results and failures."""
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run
+    from probe.training.engine import Engine
+    from probe.training.parallel import train_parallel, train_stacked
+
+    pairs = [(r.config, r.path) for r in runs]
+    if stack:
+        results = train_stacked(pairs, device, engine=Engine.for_device(device), on_event=on_event)
+    else:
+        results = train_parallel(pairs, str(device), jobs=jobs, on_event=on_event)
+    for run in runs:
+        if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
+            evaluate_run(
+                Run(run.path, read_checkpoint_config(run.path)),
+                n_test=run.eval_n,
+                n_valid=run.eval_valid,
+                device=device,
+            )
+    return results
+
+
+def analyse(
+    runs: Sequence[SweepRun],
+    root: str | Path,
+    device: torch.device,
+    *,
+    n_per_bucket: int = 10,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """D(NoPE, ·) per layer (both metrics, NoPE' baseline) and attended distances, per task folder,
+    on the seed-0 runs (the paper's analyses use one model per PE)."""
+    from probe.analysis import attended_distance_report, compare_report
+
+    folders: dict[str, list[SweepRun]] = {}
+    for run in runs:
+        if run.config.seed == 0 and (run.path / "model.safetensors").is_file():
+            folders.setdefault(run.path.parent.parent.name, []).append(run)
+    out: dict[str, Any] = {}
+    for folder, group in folders.items():
+        task, options = group[0].config.task, group[0].config.task_options
+        entry: dict[str, Any] = {"compare": {}, "distances": None}
+        if "nope" in {r.config.pe for r in group} and len(group) > 1:
+            for metric in ("jsd", "reference-code"):
+                if progress:
+                    progress(f"{folder}: D(NoPE, ·), {metric}")
+                report = compare_report(
+                    "nope",
+                    root=root,
+                    task=task,
+                    options=options,
+                    seed=0,
+                    metric=metric,
+                    n_per_bucket=n_per_bucket,
+                    device=device,
+                )
+                entry["compare"][metric] = {"report": report.to_json(), "curves": report.curves()}
+        if progress:
+            progress(f"{folder}: attended distances")
+        distances = attended_distance_report([r.path for r in group], n_per_bucket=n_per_bucket, device=device)
+        entry["distances"] = {"report": distances.to_json(), "series": distances.series()}
+        out[folder] = entry
+    return out
+
+
+def _by_pe(evals: Sequence[EvalReport]) -> dict[str, dict[str, Any]]:
+    """Per PE, from eval reports of one task folder: IID and OOD exact match and accuracy per length, means
+    over seeds (:func:`~probe.analysis.eval_report.mean_over_seeds`)."""
+    return {
+        m.pe: {
+            "iid": m.iid_accuracy,
+            "ood": m.ood_accuracy,
+            "seeds": m.seeds,
+            "lengths": m.lengths,
+            "accuracy": m.accuracy,
+            "seen": m.seen,
+            "selected_steps": m.selected_steps,
+            "last_iid": m.last_iid,
+            "last_ood": m.last_ood,
+        }
+        for m in mean_over_seeds(evals)
+    }
+
+
+def disagreements(
+    ours: dict[str, dict[str, Any]],
+    paper: dict[str, dict[str, Any]],
+    folder: str,
+    gap: float = 0.15,
+    clear: float = 0.05,
+    tie: float = 0.01,
+) -> list[str]:
+    """Sentences naming where our OOD accuracy departs from the paper's by ``gap`` or more, and each
+    pair of PEs that one side orders clearly (by ``clear`` or more) and the other reverses; pairs
+    both sides call close (NoPE ≈ T5 in the paper) are not an inversion, and neither is a pair we
+    tie (within ``tie``: 0.0% against 0.04% orders nothing)."""
+    pes = [pe for pe in paper if pe in ours and ours[pe]["ood"] is not None]
+    notes = []
+    for pe in pes:
+        difference = ours[pe]["ood"] - paper[pe]["ood"]
+        if abs(difference) >= gap:
+            notes.append(
+                f"{folder}: {pe} reaches {100 * ours[pe]['ood']:.1f}% OOD where the paper's reaches "
+                f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} "
+                "points)."
+            )
+    for i, a in enumerate(pes):
+        for b in pes[i + 1 :]:
+            mine, theirs = ours[a]["ood"] - ours[b]["ood"], paper[a]["ood"] - paper[b]["ood"]
+            if mine * theirs < 0 and abs(mine) >= tie and max(abs(mine), abs(theirs)) >= clear:
+                high, low = (a, b) if mine > 0 else (b, a)
+                notes.append(
+                    f"{folder}: we rank {high} above {low} ({100 * ours[high]['ood']:.1f}% vs "
+                    f"{100 * ours[low]['ood']:.1f}% OOD); the paper ranks {low} above {high} "
+                    f"({100 * paper[low]['ood']:.1f}% vs {100 * paper[high]['ood']:.1f}%)."
+                )
+    return notes
+
+
+def _ranks(queries_by_category: dict[str, dict[Any, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    overall = {key: q for queries in queries_by_category.values() for key, q in queries.items()}
+    for name, queries in {**queries_by_category, "overall": overall}.items():
+        mrr = reciprocal_rank_scores(queries)
+        if mrr:
+            out[name] = mrr
+    return out
+
+
+def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: str) -> dict[str, Any]:
+    """The report's data: per task ours (NoPE' apart, as the baseline it is) and the paper's, the
+    ranks, the analyses, the notes."""
+    evals = {str(r.path): read_eval(r.path) for r in runs}
+    missing = [r.label for r in runs if evals[str(r.path)] is None]
+    baseline_seed = max(r.config.seed for r in runs)
+    is_baseline = {str(r.path): r.config.pe == "nope" and r.config.seed == baseline_seed for r in runs}
+    evaluated = [e for path, e in evals.items() if e is not None and not is_baseline[path]]
+    tasks: dict[str, Any] = {}
+    ours_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
+        group = [r for r in runs if r.path.parent.parent.name == folder]
+        task = group[0].config.task
+        resolved = get_task(task, **group[0].config.task_options).options
+        dataset = dataset_for(task, resolved)
+        mine = [e for e in evaluated if e.task_folder == folder]
+        baseline = [evals[str(r.path)] for r in group if is_baseline[str(r.path)] and evals[str(r.path)] is not None]
+        ours = _by_pe(mine)
+        paper = paper_summary(dataset) if dataset else None
+        name = category(task, resolved)
+        for e in mine:
+            if e.ood_accuracy is not None:
+                ours_queries.setdefault(name, {}).setdefault((folder, e.seed), {})[e.pe] = e.ood_accuracy
+        tasks[folder] = {
+            "task": task,
+            "options": resolved,
+            "category": name,
+            "paper_dataset": dataset,
+            "ours": ours,
+            "baseline": _by_pe(baseline).get("nope"),
+            "paper": paper,
+            "notes": disagreements(ours, paper, folder)
+            if paper
+            else [f"{folder}: the paper's released results hold no run of this task to compare with."],
+            **analyses.get(folder, {}),
+        }
+    paper_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    for entry in tasks.values():
+        if entry["paper_dataset"]:
+            for run in paper_runs(entry["paper_dataset"]):
+                key = (entry["paper_dataset"], run["seed"])
+                paper_queries.setdefault(entry["category"], {}).setdefault(key, {})[run["pe"]] = run["ood"]
+    return {
+        "scale": scale,
+        "tasks": tasks,
+        "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
+        "mean_rank": {"ours": mean_ranks(evaluated)},
+        "missing": missing,
+        "notes": [n for t in tasks.values() for n in t["notes"]],
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _selection(ours: dict[str, Any]) -> str:
+    """`` best step 3400; last step 94.2% / 20.1% |`` where runs were selected on IID validation, else
+    an empty cell."""
+    if not ours.get("selected_steps"):
+        return " |"
+    steps = ",".join(map(str, ours["selected_steps"]))
+    return f" best step {steps}; last step {_pct(ours['last_iid'])} / {_pct(ours['last_ood'])} |"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The Markdown summary: per task, ours beside the paper's; the MRR; the notes."""
+    from probe.models.registry import PE_LABELS
+
+    lines = [f"# probe reproduce ({report['scale']} study)", ""]
+    for folder, entry in report["tasks"].items():
+        paper = entry["paper"] or {}
+        rows = [*entry["ours"].values(), *([entry["baseline"]] if entry.get("baseline") else [])]
+        selected = any(row.get("selected_steps") for row in rows)  # a column for the selection, if any
+        lines += [
+            f"## {folder} ({entry['category']})",
+            "",
+            "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |"
+            + (" selected on IID validation (last step IID / OOD) |" if selected else ""),
+            "|---|---|---|---|---|---|" + ("---|" if selected else ""),
+        ]
+        for pe, ours in entry["ours"].items():
+            theirs = paper.get(pe, {})
+            lines.append(
+                f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
+                f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |"
+                + (_selection(ours) if selected else "")
+            )
+        if entry.get("baseline"):
+            base = entry["baseline"]
+            lines.append(
+                f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
+                f"{_pct(base['ood'])} | | |" + (_selection(base) if selected else "")
+            )
+        lines.append("")
+    lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]
+    for who in ("ours", "paper"):
+        for name, scores in report["mrr"][who].items():
+            ranked = ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
+            lines.append(f"- {who}, {name}: {ranked}")
+    lines += ["", "## Where we differ from the paper", ""] + [
+        f"- {note}" for note in report["notes"] or ["nothing flagged"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def figures(report: dict[str, Any]) -> dict[str, Any]:
+    """{name: plotly figure} of the report, the paper's series dashed beside ours."""
+    import plotly.graph_objects as go
+
+    from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, pe_color
+    from probe.models.registry import PE_LABELS
+
+    out: dict[str, Any] = {}
+    for folder, entry in report["tasks"].items():
+        curves = [
+            {"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
+            for pe, t in entry["ours"].items()
+        ]
+        if entry.get("baseline"):
+            base = entry["baseline"]
+            curves.append(
+                {
+                    "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
+                    "pe": "nope",
+                    "lengths": base["lengths"],
+                    "accuracy": base["accuracy"],
+                    "dashed": True,
+                }
+            )
+        for pe, theirs in (entry["paper"] or {}).items():
+            lengths = list(theirs["ood_by_length"])
+            curves.append(
+                {
+                    "label": f"{PE_LABELS.get(pe, pe)} (paper)",
+                    "pe": pe,
+                    "dashed": True,
+                    "lengths": lengths,
+                    "accuracy": [theirs["ood_by_length"][n] for n in lengths],
+                }
+            )
+        seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
+        out[f"accuracy_{folder}"] = accuracy_by_length(
+            curves,
+            (min(seen), max(seen)) if seen else None,
+            f"{folder}: exact match by length; ours solid, the paper's released runs dotted (unseen lengths)",
+        )
+        for metric, data in entry.get("compare", {}).items():
+            label = "D^(l), JSD" if metric == "jsd" else "D^(l), released code's metric"
+            out[f"distance_{folder}_{metric}"] = layer_distance_figure(
+                data["curves"], f"{folder}: D(NoPE, ·) per layer", label
+            )
+        if entry.get("distances"):
+            out[f"attended_{folder}"] = attended_distance_figure(
+                entry["distances"]["series"], f"{folder}: normalized attended distance (unseen lengths)"
+            )
+    for who in ("ours", "paper"):
+        ranks = report["mrr"][who]
+        if not ranks:
+            continue
+        figure = go.Figure()
+        for pe in dict.fromkeys(pe for scores in ranks.values() for pe in scores):
+            names = [name for name, scores in ranks.items() if pe in scores]
+            figure.add_trace(
+                go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe), marker_color=pe_color(pe))
+            )
+        figure.update_layout(
+            title=f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
+            yaxis_title="mean reciprocal rank (1 = always first)",
+            yaxis_range=[0, 1],
+            barmode="group",
+            template="plotly_white",
+        )
+        out[f"mrr_{who}"] = figure
+    return out
+
+
+def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
+    """``report.json``, ``summary.md`` and one self-contained ``report.html`` (plotly inlined once)."""
+    from probe.atomic import atomic_write_json, atomic_write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "report.json", report)
+    summary = markdown(report)
+    atomic_write_text(out / "summary.md", summary)
+    parts, first = [], True
+    for name, figure in figures(report).items():
+        parts.append(figure.to_html(full_html=False, include_plotlyjs=first, div_id=name))
+        first = False
+    notes = "".join(f"<li>{n}</li>" for n in report["notes"]) or "<li>nothing flagged</li>"
+    html = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>probe reproduce</title></head><body>"
+        f"<h1>probe reproduce ({report['scale']} study)</h1><h2>Where we differ from the paper</h2><ul>{notes}</ul>"
+        + "".join(parts)
+        + "</body></html>"
+    )
+    atomic_write_text(out / "report.html", html)
+    return [out / "report.json", out / "summary.md", out / "report.html"]
+
+
+def find_reports(root: str | Path) -> list[Path]:
+    """Folders under ``root`` (two levels down at most) that hold a ``probe reproduce`` report."""
+    root = Path(root)
+    candidates = [root / REPORT, *root.glob(f"*/{REPORT}"), *root.glob(f"*/*/{REPORT}")]
+    return [folder for folder in candidates if (folder / "report.json").is_file()]
+
+
+def read_report(folder: str | Path) -> dict[str, Any] | None:
+    """A report folder's report.json, or None when missing or unreadable."""
+    try:
+        data = json.loads((Path(folder) / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "tasks" in data else None

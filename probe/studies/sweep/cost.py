@@ -1,0 +1,160 @@
+"""What is left of a sweep and what it costs: run states, steps left, measured throughput,
+estimated seconds and wall time."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from probe.studies.sweep.grid import SweepRun
+
+
+# -- what is left to do ----------------------------------------------------------------------
+def run_state(run: SweepRun, evaluate: bool = True) -> str:
+    """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted), ``new``, or
+    ``conflict`` (trained with other settings: running it fails with the line that says which)."""
+    from probe.analysis.evaluation import EVAL
+    from probe.corpus import CODE_TASK
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.training.bookkeeping import is_complete
+    from probe.training.loop import STATE
+    from probe.training.train_config import settings_differ
+
+    if is_complete(run.path):
+        if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
+            return "conflict"
+        code = run.config.task == CODE_TASK  # validated by held-out perplexity when it was trained
+        return "done" if not evaluate or code or (run.path / EVAL).is_file() else "evaluate"
+    return "resume" if (run.path / STATE).is_file() else "new"
+
+
+def steps_left(run: SweepRun) -> int:
+    """Training steps a run still has to take (from its resumable state, if any)."""
+    from safetensors import safe_open
+
+    from probe.training.bookkeeping import is_complete
+    from probe.training.loop import STATE
+
+    if is_complete(run.path):
+        return 0
+    state = run.path / STATE
+    if state.is_file():
+        try:
+            with safe_open(str(state), "pt") as handle:
+                return max(0, run.config.steps - json.loads(handle.metadata()["probe"])["step"])
+        except Exception:
+            return run.config.steps
+    return run.config.steps
+
+
+# -- cost ------------------------------------------------------------------------------------
+def mean_batch_tokens(run: SweepRun) -> float:
+    """Tokens in one training batch of ``run``, padding included, the mean over the first epoch's
+    batches as the trainer cuts them, packed where it packs (its tokens/s counts padded tokens too)."""
+    from probe.corpus import CODE_TASK, CorpusSpec
+    from probe.tasks.batches import epoch_batches
+    from probe.training.sources import TaskSource
+
+    if run.config.task == CODE_TASK:
+        return run.config.batch_size * CorpusSpec.from_options(run.config.task_options).context
+    authors = run.config.protocol == "authors"  # random batches: padded to the longest of a random draw
+    data = TaskSource(run.config.task, run.config.task_options, run.config.seed, authors).training_set(run.config.seed)
+    batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0, grouped=not authors)
+    if run.config.pack:
+        return sum(data.packed_batch(batch)[0].numel() for batch in batches) / len(batches)
+    return sum(int(data.lengths[batch].max()) * len(batch) for batch in batches) / len(batches)
+
+
+def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5, threads: int = 1) -> float:
+    """Training throughput of ``run``'s model (tokens/s, the median step) from a few real steps of
+    ``Trainer`` at the run's own batch size in a scratch folder (the first step is a warm-up), with
+    the torch threads each run will get. The batch is not cut down: on a CPU, per-step costs that do
+    not shrink with it (AdamW's update, Python) put tokens/s at batch 8 1.3x (``small``) to 1.4-1.6x
+    (``tiny``) below batch 64's. A dry run of ``base`` on a CPU times its steps for about a minute."""
+    import torch
+
+    from probe.device import resolve_device
+    from probe.training.loop import Trainer
+    from probe.training.sources import training_source
+    from probe.training.together import train_alone
+
+    resolved = resolve_device(device)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    config = dataclasses.replace(run.config, steps=steps + 1, log_every=1, checkpoint_every=10**9)
+    speeds: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            source = training_source(
+                config.task, config.task_options, config.seed, run.path, authors=config.protocol == "authors"
+            )
+            trainer = Trainer(config, Path(scratch), resolved, source=source)
+            train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return sorted(speeds)[len(speeds) // 2]
+
+
+def estimate_cost(
+    runs: Sequence[SweepRun],
+    *,
+    device: str = "cpu",
+    tokens_per_second: float | None = None,
+    measure_steps: int = 5,
+    threads: int = 1,
+    on_measure: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Seconds each run still needs: its steps left x tokens per batch / measured tokens per second.
+
+    Throughput is measured once per model shape and precision (preset, model overrides,
+    ``precision``) on the first run of that kind, with ``threads`` torch threads (what each run will
+    train with), or taken from ``tokens_per_second`` (to price hardware you do not have here).
+    Evaluation time is not included.
+    """
+    speeds: dict[str, float] = {}
+    tokens: dict[str, float] = {}
+    per_run: list[float] = []
+    for run in runs:
+        shape = json.dumps([run.config.preset, run.config.model, run.config.precision], sort_keys=True)
+        folder = json.dumps([run.config.task, run.config.task_options, run.config.batch_size], sort_keys=True)
+        left = steps_left(run)
+        if left == 0:
+            per_run.append(0.0)
+            continue
+        if shape not in speeds:
+            if tokens_per_second is not None:
+                speeds[shape] = tokens_per_second
+            else:
+                if on_measure:
+                    on_measure(f"measuring {run.config.preset} {run.config.model or ''} on {run.label}")
+                speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads)
+        if folder not in tokens:
+            tokens[folder] = mean_batch_tokens(run)
+        per_run.append(left * tokens[folder] / speeds[shape])
+    return {
+        "seconds": per_run,
+        "total_seconds": sum(per_run),
+        "tokens_per_second": speeds,
+        "source": "given" if tokens_per_second is not None else f"measured on {device}",
+    }
+
+
+def wall_seconds(seconds: Iterable[float], slots: int) -> float:
+    """Wall time of running jobs of these lengths on ``slots`` parallel slots, longest first."""
+    loads = [0.0] * max(1, slots)
+    for s in sorted(seconds, reverse=True):
+        loads[loads.index(min(loads))] += s
+    return max(loads)
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``12.5 min`` or ``3.1 h``: a time estimate as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:,.1f} h"

@@ -1,0 +1,246 @@
+"""The grid: named and TOML grids, and their expansion into checked :class:`SweepRun` s."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from probe.errors import ProbeError
+from probe.runs.folders import run_dir
+
+GRID_DIR = "grids"
+LIST_KEYS = ("task", "pe", "seed", "scratchpad")
+EVAL_KEYS = ("eval_n", "eval_valid")
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep: its training config, its run folder, and how it is evaluated."""
+
+    config: Any  # probe.training.train_config.TrainConfig
+    path: Path
+    eval_n: int | None = None
+    eval_valid: int = 500
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.parent.parent.name}/{self.config.pe}/seed{self.config.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "path": str(self.path),
+            "config": self.config.to_dict(),
+            "eval_n": self.eval_n,
+            "eval_valid": self.eval_valid,
+        }
+
+
+def named_grids() -> list[str]:
+    """Names of the grids shipped in ``probe/studies/grids/`` (``probe sweep --grid NAME``)."""
+    folder = resources.files("probe.studies") / GRID_DIR
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_grid(name_or_path: str) -> dict[str, Any]:
+    """A grid from a TOML file, or the shipped grid of that name."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ProbeError(f"grid file {path} does not exist")
+        text = path.read_text()
+    else:
+        shipped = resources.files("probe.studies") / GRID_DIR / f"{name_or_path}.toml"
+        if not shipped.is_file():
+            raise ProbeError(f"unknown grid {name_or_path!r}; give a .toml file or one of {', '.join(named_grids())}")
+        text = shipped.read_text()
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the `sweep` extra installs tomli
+        import tomli as tomllib
+    try:
+        grid = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ProbeError(f"grid {name_or_path} is not valid TOML: {error}") from None
+    grid.setdefault("name", path.stem)
+    return grid
+
+
+def train_keys() -> tuple[str, ...]:
+    """The TrainConfig fields a grid may set (all but the ones the grid's lists decide)."""
+    from probe.training.train_config import TrainConfig
+
+    return tuple(
+        f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("task", "pe", "seed", "task_options")
+    )
+
+
+def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
+    """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
+    a mistake stops the sweep before any run starts."""
+    from probe.corpus import CODE_TASK, CorpusSpec
+    from probe.models.registry import PAPER_PES, pe_class
+    from probe.studies.plans import PE_SETS, expand_pes
+    from probe.tasks import SCRATCHPAD_TASKS, TASKS
+    from probe.tasks import get as get_task
+    from probe.tasks.scratchpad import parse_format
+    from probe.training.train_config import TrainConfig
+
+    train_fields = train_keys()
+    accepted = set(LIST_KEYS) | set(EVAL_KEYS) | set(train_fields) | {"options", "name", "description"}
+    defaults = {k: v for k, v in grid.items() if k != "block"}
+    blocks = grid.get("block") or [{}]
+    if not isinstance(blocks, list):
+        raise ProbeError("grid: 'block' must be an array of tables ([[block]])")
+    runs: dict[Path, SweepRun] = {}
+    checked: set[str] = set()
+    for number, block in enumerate(blocks, start=1):
+        where = f"grid {grid.get('name', '?')}" + (f", block {number}" if len(blocks) > 1 else "")
+        spec = {**defaults, **block, "options": {**defaults.get("options", {}), **block.get("options", {})}}
+        unknown = sorted(set(spec) - accepted)
+        if unknown:
+            raise ProbeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(accepted))}")
+        for key in (*train_fields, *EVAL_KEYS):
+            if isinstance(spec.get(key), list):
+                raise ProbeError(
+                    f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)"
+                )
+        tasks, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("seed", 0))
+        pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES))))
+        scratchpads = _listed(spec.get("scratchpad", "none"))
+        for task in tasks:
+            if task not in TASKS and task != CODE_TASK:
+                raise ProbeError(
+                    f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)"
+                )
+        for pe in pes:
+            pe_class(pe, sets=PE_SETS)
+        for seed in seeds:
+            if not isinstance(seed, int) or isinstance(seed, bool):
+                raise ProbeError(f"{where}: seed {seed!r} is not an integer")
+        for fmt in scratchpads:
+            try:
+                parse_format(fmt)
+            except ValueError as error:
+                raise ProbeError(f"{where}: {error}") from None
+        option_keys = sorted(spec["options"])
+        option_values = [_listed(spec["options"][k]) for k in option_keys]
+        train = {k: spec[k] for k in train_fields if k in spec}
+        for task, fmt, values in itertools.product(tasks, scratchpads, itertools.product(*option_values)):
+            if parse_format(fmt) is not None and task not in SCRATCHPAD_TASKS:
+                continue  # a scratchpad format only means something for tasks that have one
+            options = dict(zip(option_keys, values))
+            if task == CODE_TASK:
+                options = CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
+            if parse_format(fmt) is not None:
+                options["scratchpad"] = fmt
+            key = json.dumps([task, options], sort_keys=True)
+            if key not in checked and task != CODE_TASK:
+                get_task(task, **options)  # an unknown option or value raises here
+                checked.add(key)
+            for pe, seed in itertools.product(pes, seeds):
+                try:
+                    config = TrainConfig(task=task, pe=pe, seed=seed, task_options=options, **train)
+                except TypeError as error:
+                    raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
+                config.model_config(vocab_size=8)
+                run = SweepRun(
+                    config,
+                    run_dir(root, task, pe, seed, options, config.pe_options),
+                    spec.get("eval_n"),
+                    spec.get("eval_valid", 500),
+                )
+                earlier = runs.get(run.path)
+                if earlier is not None and earlier.config != config:
+                    raise ProbeError(
+                        f"{where}: two runs of the grid share the folder {run.path} with different "
+                        "settings (preset, steps, model ...); a run folder holds one run"
+                    )
+                runs.setdefault(run.path, run)
+    return list(runs.values())
+
+
+def _listed(value: Any) -> list[Any]:
+    return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
+
+
+def grid_from_flags(
+    *,
+    tasks: Sequence[str] | None = None,
+    pes: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    scratchpads: Sequence[str] | None = None,
+    options: dict[str, list[Any]] | None = None,
+    model: dict[str, Any] | None = None,
+    **train: Any,
+) -> dict[str, Any]:
+    """The grid that command-line flags describe (repeated flags become lists). With no PE or seed
+    given, as ``probe train``: every PE at seed 0 plus NoPE' (:func:`probe.studies.plans.seed_baseline_blocks`)."""
+    from probe.studies.plans import seed_baseline_blocks
+
+    block: dict[str, Any] = {"name": "sweep", "task": list(tasks or ["scan"])}
+    if pes:
+        block["pe"] = list(pes)
+    block["seed"] = list(seeds or [0])
+    if scratchpads:
+        block["scratchpad"] = list(scratchpads)
+    if options:
+        block["options"] = {k: v if len(v) > 1 else v[0] for k, v in options.items()}
+    if model:
+        block["model"] = dict(model)
+    block.update({k: v for k, v in train.items() if v is not None})
+    if not pes and not seeds:
+        top = {k: v for k, v in block.items() if k != "seed"}
+        return {**top, "block": seed_baseline_blocks([0])}
+    return block
+
+
+def with_overrides(grid: dict[str, Any], train: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """``grid`` with the recipe values given on the command line (``preset``, ``steps`` ...; None keeps the
+    grid's) and model overrides, which win over the grid's and every block's."""
+    overrides = {k: v for k, v in train.items() if v is not None}
+    for table in [grid, *grid.get("block", [])]:
+        for key in overrides:
+            table.pop(key, None)
+        if model and "model" in table:
+            table["model"] = {**table["model"], **model}
+    grid.update(overrides)
+    if model:
+        grid["model"] = {**grid.get("model", {}), **model}
+    return grid
+
+
+def pick_runs(
+    runs: Sequence[SweepRun],
+    grid_name: str,
+    *,
+    tasks: Sequence[str] | None = None,
+    pes: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    scratchpads: Sequence[str] | None = None,
+) -> list[SweepRun]:
+    """The runs of a grid with one of ``tasks``, ``pes``, ``seeds`` and ``scratchpads`` (None: any), so a
+    part of a shipped grid runs alone; none matching is a ProbeError."""
+    from probe.tasks.scratchpad import parse_format
+
+    try:
+        formats = None if scratchpads is None else {parse_format(f) for f in scratchpads}
+    except ValueError as error:
+        raise ProbeError(str(error)) from None
+    picked = [
+        r
+        for r in runs
+        if (tasks is None or r.config.task in tasks)
+        and (pes is None or r.config.pe in pes)
+        and (seeds is None or r.config.seed in seeds)
+        and (formats is None or parse_format(r.config.task_options.get("scratchpad")) in formats)
+    ]
+    if not picked:
+        raise ProbeError(f"no run of grid {grid_name} matches the --task/--pe/--seed/--scratchpad given")
+    return picked

@@ -1,0 +1,179 @@
+"""Exact-match accuracy with greedy decoding, per length bucket (Section 3: length generalization).
+
+Decoding reuses keys and values (TransformerLens' KV cache): the prompt runs once, then one token
+per step. Examples are grouped by prompt length, so no batch needs padding and every position
+index is the one the model would see alone. A prediction is correct when the generated tokens up
+to ``<eos>`` equal the gold target (with ``answer_only``, when the text after the scratchpad equals
+the gold answer, as the paper scores scratchpad tasks); decoding stops one token after the longest
+gold target.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+from probe.errors import ProbeError
+from probe.tasks import Example, Tokenizer
+from probe.tasks.batches import EncodedSet, encode
+from probe.tasks.scratchpad import final_answer
+
+
+@dataclass
+class EvalResult:
+    """Per-example outcomes; ``by_length`` aggregates them into the paper's buckets."""
+
+    lengths: list[int]
+    correct: list[bool]
+    predictions: list[str] = field(default_factory=list)
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.correct) / len(self.correct) if self.correct else float("nan")
+
+    def by_length(self) -> dict[int, tuple[int, int]]:
+        """length -> (examples, correct)."""
+        table: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for length, ok in zip(self.lengths, self.correct):
+            table[length][0] += 1
+            table[length][1] += int(ok)
+        return {length: (n, k) for length, (n, k) in sorted(table.items())}
+
+
+@torch.no_grad()
+def greedy_decode(
+    model,
+    prompts: torch.Tensor,
+    max_new: int,
+    eos_id: int,
+    pad_id: int,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """[batch, prompt] (equal lengths) -> [batch, <= max_new] generated ids, ``pad_id`` after <eos>.
+    ``generator`` draws the positions of a model with ``random_positions``."""
+    batch, length = prompts.shape
+    if length + max_new - 1 > model.cfg.n_ctx:
+        raise ProbeError(
+            f"decoding needs {length + max_new - 1} positions but the model's context is n_ctx={model.cfg.n_ctx}"
+        )
+    device = prompts.device
+    # Randomized positions are drawn at test time too (Ruoss et al. 2023), once for the whole decode
+    plan = model.sample_positions(length + max_new, generator) if model.config.random_positions else None
+    at = (lambda n: plan[:n]) if plan is not None else (lambda n: None)
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch) if use_cache else None
+    mask = torch.ones(batch, length, dtype=torch.long, device=device)
+    logits = (
+        model(prompts, past_kv_cache=cache, attention_mask=mask, positions=at(length))
+        if use_cache
+        else model(prompts, positions=at(length))
+    )
+    sequence = prompts
+    generated = []
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    one = torch.ones(batch, 1, dtype=torch.long, device=device)
+    for step in range(max_new):
+        token = logits[:, -1].argmax(-1)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        generated.append(token)
+        finished |= token == eos_id
+        if step == max_new - 1 or bool(finished.all()):
+            break
+        if use_cache:
+            logits = model(token[:, None], past_kv_cache=cache, attention_mask=one, positions=at(length + step + 1))
+        else:
+            sequence = torch.cat([sequence, token[:, None]], dim=1)
+            logits = model(sequence, positions=at(sequence.size(1)))
+    return torch.stack(generated, dim=1)
+
+
+def evaluate_examples(
+    model,
+    tokenizer: Tokenizer,
+    examples: Sequence[Example],
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+    use_cache: bool = True,
+    keep_predictions: bool = False,
+    answer_only: bool = False,
+) -> EvalResult:
+    """Greedy exact match of ``model`` on ``examples`` (same order in the result)."""
+    device = torch.device(device)
+    model.eval()
+    prompts = [tokenizer.encode_prompt(e.source) for e in examples]
+    targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, prompt in enumerate(prompts):
+        groups[len(prompt)].append(i)
+    correct = [False] * len(examples)
+    predictions = [""] * len(examples)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    generator = torch.Generator().manual_seed(0)  # randomized positions: the same draws on every evaluation
+    with autocast:
+        for indices in groups.values():
+            for start in range(0, len(indices), batch_size):
+                chunk = indices[start : start + batch_size]
+                batch = torch.tensor([prompts[i] for i in chunk], device=device)
+                longest = max(len(targets[i]) for i in chunk)
+                out = greedy_decode(
+                    model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator
+                ).cpu()
+                for row, i in enumerate(chunk):
+                    ids = out[row].tolist()
+                    if answer_only or keep_predictions:
+                        end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
+                        predictions[i] = tokenizer.decode(ids[:end])
+                    if answer_only:
+                        correct[i] = tokenizer.eos_id in ids and final_answer(predictions[i]) == final_answer(
+                            examples[i].target
+                        )
+                    else:
+                        correct[i] = ids[: len(targets[i])] == targets[i]
+    return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
+
+
+@torch.no_grad()
+def teacher_forced_exact_match(
+    model, data: EncodedSet, *, device: torch.device | str = "cpu", batch_size: int = 256
+) -> list[bool]:
+    """Per example, whether the argmax after every prefix of the gold sequence is the next gold target
+    token (through ``<eos>``): one forward pass per batch.
+
+    This is greedy decoding's exact match: greedy decoding reproduces the target and its ``<eos>``
+    exactly when each argmax given the gold prefix is the gold token, since up to the first miss the
+    two feed the model the same prefix (the two differ only where an argmax is a float tie, or by the
+    rounding of a batched pass against a cached one). So checkpoint selection can score the whole
+    validation set every few hundred steps at the cost of a forward pass.
+    """
+    device = torch.device(device)
+    model.eval()
+    correct = []
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    for index in torch.arange(len(data)).split(batch_size):
+        tokens, mask = data.batch(index)  # [batch, pos], [batch, pos - 1]
+        tokens, mask = tokens.to(device), mask.to(device)
+        with autocast:
+            predicted = model(tokens)[:, :-1].argmax(-1)  # [batch, pos - 1]
+        hits = (predicted == tokens[:, 1:]) | ~mask
+        correct.extend(hits.all(dim=1).tolist())
+    return correct
+
+
+def teacher_forced_examples(
+    model,
+    tokenizer: Tokenizer,
+    examples: Sequence[Example],
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = 256,
+) -> EvalResult:
+    """:func:`evaluate_examples`' exact match (not ``answer_only``'s) in one teacher-forced pass per
+    batch (:func:`teacher_forced_exact_match`): a study's test split in seconds where decoding token
+    by token takes minutes."""
+    correct = teacher_forced_exact_match(model, encode(examples, tokenizer), device=device, batch_size=batch_size)
+    return EvalResult([e.length for e in examples], correct)

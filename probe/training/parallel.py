@@ -1,0 +1,164 @@
+"""Several training runs at once on one machine: one process per run, one thread each
+(:func:`train_parallel`), or runs that read one batch stream as one program (:func:`train_stacked`).
+
+On a CPU, tiny models use a second core poorly inside one run (small matrices, many small ops),
+so ``probe train`` runs independent runs side by side instead: with 2 cores, two runs of one
+thread each train about twice as fast in total as one run of two threads. Each worker calls
+:func:`probe.training.bookkeeping.train_run`, the same code a single run uses; progress comes back on a queue.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queue_module
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
+from concurrent.futures import wait as wait_any
+from dataclasses import dataclass
+from pathlib import Path
+
+from probe.training.bookkeeping import RunResult
+from probe.training.engine import Engine
+from probe.training.train_config import TrainConfig
+
+
+@dataclass
+class RunFailure:
+    path: Path
+    config: TrainConfig
+    error: str
+
+
+def default_stack(device_type: str) -> bool:
+    """Whether runs that can train together do by default: on a GPU, where one program replaying
+    each member's captured step keeps the card busy; not on a CPU, where side-by-side processes
+    already use every core and a fixed batch geometry would only add padding."""
+    return device_type == "cuda"
+
+
+def default_jobs(n_runs: int, device_type: str) -> int:
+    """One run per core on a CPU; one at a time on a GPU (it is the bottleneck, not Python)."""
+    if device_type != "cpu":
+        return 1
+    return max(1, min(n_runs, os.cpu_count() or 1))
+
+
+def threads_per_job(jobs: int) -> int:
+    """Torch threads each of ``jobs`` side-by-side runs gets: the CPU cores shared out evenly."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def _worker(
+    config: TrainConfig, path: str, device: str, force: bool, wait: bool, threads: int, events, engine: Engine
+) -> RunResult:
+    import torch
+
+    from probe.runs.locks import say_waiting
+    from probe.training.bookkeeping import train_run
+
+    torch.set_num_threads(threads)
+    return train_run(
+        config,
+        Path(path),
+        torch.device(device),
+        force=force,
+        wait=wait,
+        on_wait=lambda holder: say_waiting(path, holder),
+        on_start=lambda step, total: events.put((path, "start", step, None, None)),
+        on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
+        engine=engine,
+    )
+
+
+def train_parallel(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    device: str,
+    *,
+    jobs: int,
+    force: bool = False,
+    wait: bool = False,
+    on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
+    engine: Engine | None = None,
+) -> list[RunResult | RunFailure]:
+    """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``.
+
+    A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
+    :class:`RunFailure` and the others go on; Ctrl-C reaches every worker, each of which keeps
+    its last state for the next ``probe train`` to resume.
+    """
+    from probe.errors import ProbeError
+
+    threads = threads_per_job(jobs)
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        events = manager.Queue()
+        results: dict[int, RunResult | RunFailure] = {}
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = {
+                pool.submit(_worker, config, str(path), device, force, wait, threads, events, engine or Engine()): i
+                for i, (config, path) in enumerate(runs)
+            }
+            pending = set(futures)
+            while pending:
+                done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                _drain(events, on_event)
+                for future in done:
+                    index = futures[future]
+                    config, path = runs[index]
+                    try:
+                        results[index] = future.result()
+                    except ProbeError as error:
+                        results[index] = RunFailure(Path(path), config, str(error))
+            _drain(events, on_event)
+    return [results[i] for i in range(len(runs))]
+
+
+def _drain(events, on_event) -> None:
+    while True:
+        try:
+            event = events.get_nowait()
+        except queue_module.Empty:
+            return
+        if on_event:
+            on_event(*event)
+
+
+def train_stacked(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    device,
+    *,
+    engine: Engine,
+    force: bool = False,
+    wait: bool = False,
+    on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
+    on_wait: Callable[[Path, dict], None] | None = None,
+) -> list[RunResult | RunFailure]:
+    """Train ``runs`` in this process, those of one :func:`~probe.training.loop.group_key` together
+    (:func:`~probe.training.bookkeeping.train_group`); results in the order of ``runs``, a run that
+    failed (NaN loss, another's folder) as a :class:`RunFailure` while the others go on."""
+    from probe.errors import ProbeError
+    from probe.training.bookkeeping import train_group
+    from probe.training.together import group_key
+
+    groups: dict[tuple, list[int]] = {}
+    for i, (config, _) in enumerate(runs):
+        groups.setdefault(group_key(config), []).append(i)
+    results: dict[int, RunResult | RunFailure] = {}
+    for members in groups.values():
+        outcomes = train_group(
+            [runs[i] for i in members],
+            device,
+            engine=engine,
+            force=force,
+            wait=wait,
+            on_wait=on_wait,
+            on_start=(lambda path, step, total: on_event(str(path), "start", step, None, None)) if on_event else None,
+            on_step=(lambda path, step, loss, speed: on_event(str(path), "step", step, loss, speed))
+            if on_event
+            else None,
+        )
+        for i, outcome in zip(members, outcomes):
+            config, path = runs[i]
+            results[i] = RunFailure(Path(path), config, str(outcome)) if isinstance(outcome, ProbeError) else outcome
+    return [results[i] for i in range(len(runs))]

@@ -1,0 +1,160 @@
+"""What decides a run's weights (:class:`TrainConfig`: the preset's recipe from :mod:`probe.presets`,
+overrides, the protocol), which stored settings differ from asked ones, and the learning rate."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from probe.errors import ProbeError
+from probe.models.model_config import ModelConfig, resolve_config
+from probe.models.registry import parse_pe_options, pe_class
+from probe.presets import CPU_BF16, training_recipe
+from probe.training.optimizer import DECAY_GROUPS
+from probe.training.selection import every
+
+PROTOCOLS = ("probe", "authors")
+PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA; see autocast_dtype
+AUTHORS_EPS = 1e-6  # their T5 config's layer_norm_epsilon
+SCHEDULES = ("polynomial", "cosine")
+BOOKKEEPING = (
+    "checkpoint_every",
+    "log_every",
+    "eval_examples",
+    "complete",
+    "steps_done",
+    "selection",
+    "selected_step",
+)  # not the model
+# what a run saved before a setting existed was trained with
+LEGACY = {"protocol": "probe", "pack": False, "precision": "auto", "weight_decay_groups": "probe"}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a run's weights (and nothing that does not)."""
+
+    task: str = "scan"
+    pe: str = "nope"
+    seed: int = 0
+    preset: str = "tiny"
+    task_options: dict[str, Any] = field(default_factory=dict)
+    pe_options: dict[str, Any] = field(default_factory=dict)  # as given (-p); the preset's defaults fill the rest
+    steps: int | None = None
+    lr: float | None = None
+    dropout: float | None = None
+    batch_size: int | None = None
+    weight_decay: float | None = None
+    warmup: float | None = None
+    lr_end: float = 0.0
+    decay_power: float = 1.0
+    schedule: str | None = None  # polynomial (the paper's synthetic tasks) or cosine (its pretraining)
+    beta2: float | None = None
+    grad_clip: float = 1.0
+    checkpoint_every: int = 500
+    log_every: int = 50
+    eval_examples: int = 1000
+    model: dict[str, Any] = field(default_factory=dict)
+    protocol: str | None = None  # probe or authors; the authors' on split=paper
+    eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
+    pack: bool = False  # several examples per row (probe.tasks.batches.EncodedSet.packed_batch): less padding
+    precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (see autocast_dtype)
+    weight_decay_groups: str | None = None  # which weights AdamW decays (probe.training.optimizer); the protocol's
+
+    def __post_init__(self) -> None:
+        from probe.corpus import CODE_TASK
+
+        recipe = training_recipe(self.preset, self.task, code=self.task == CODE_TASK)
+        for name in ("steps", "lr", "dropout", "batch_size", "weight_decay", "warmup", "schedule", "beta2"):
+            if getattr(self, name) is None:
+                setattr(self, name, recipe[name])
+        if self.schedule not in SCHEDULES:
+            raise ProbeError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if self.batch_size < 1:
+            raise ProbeError(f"--batch-size must be positive, got {self.batch_size}")
+        if self.steps < 1:
+            raise ProbeError(f"--steps must be at least 1, got {self.steps}")
+        self.pe_options = parse_pe_options(self.pe, self.pe_options)
+        if self.protocol is None:
+            self.protocol = "authors" if self.task_options.get("split") == "paper" else "probe"
+        if self.protocol not in PROTOCOLS:
+            raise ProbeError(f"unknown protocol {self.protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+        if self.protocol == "authors" and self.task == CODE_TASK:
+            raise ProbeError("the authors' protocol is their synthetic tasks'; pretraining on code takes probe's")
+        if self.weight_decay_groups is None:
+            self.weight_decay_groups = self.protocol
+        if self.weight_decay_groups not in DECAY_GROUPS:
+            raise ProbeError(
+                f"unknown weight-decay groups {self.weight_decay_groups!r}; choose one of {', '.join(DECAY_GROUPS)}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ProbeError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.eval_every is None:
+            self.eval_every = every(self.steps) if self.protocol == "authors" else 0
+        if self.eval_every < 0:
+            raise ProbeError(f"--eval-every must be 0 (no selection) or positive, got {self.eval_every}")
+        if self.pack and (self.task == CODE_TASK or not pe_class(self.pe).packable()):
+            what = (
+                "code windows are full already"
+                if self.task == CODE_TASK
+                else f"{self.pe}'s logits read more than each example's relative positions"
+            )
+            raise ProbeError(f"--pack does not apply here: {what}")
+
+    def autocast_dtype(self, device_type: str) -> torch.dtype | None:
+        """The dtype a new run's forward pass autocasts to on ``device_type`` (None: the weights'
+        float32). ``auto`` is bf16 on a GPU; on a CPU, at the presets measured to train the paper's
+        tasks as well and faster in it (``probe.presets.CPU_BF16``), code pretraining excepted (its
+        perplexity was not measured in bf16). A resumed run keeps what it started with
+        (``Trainer.load_state``)."""
+        from probe.corpus import CODE_TASK
+
+        if self.precision == "auto":
+            cpu_bf16 = self.preset in CPU_BF16 and self.task != CODE_TASK
+            return torch.bfloat16 if device_type == "cuda" or cpu_bf16 else None
+        return torch.bfloat16 if self.precision == "bf16" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The model this run trains: the preset, ``-m`` overrides and the PE's options (ProbeError
+        naming a field or option that does not exist or does not fit)."""
+        model = {"eps": AUTHORS_EPS, **self.model} if self.protocol == "authors" else self.model
+        return resolve_config(
+            self.pe,
+            vocab_size=vocab_size,
+            preset=self.preset,
+            seed=self.seed,
+            dropout=self.dropout,
+            pe_options=self.pe_options,
+            **model,
+        )
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up over ``warmup`` x steps, then polynomial decay to ``lr_end`` (HuggingFace's
+    ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses) or, for
+    ``schedule="cosine"``, half a cosine down to ``lr_end`` (its pretraining's)."""
+    warmup = max(1, round(config.warmup * config.steps))
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    done = (step - warmup) / max(1, config.steps - warmup)
+    if config.schedule == "cosine":
+        return config.lr_end + (config.lr - config.lr_end) * 0.5 * (1 + math.cos(math.pi * done))
+    return config.lr_end + (config.lr - config.lr_end) * (1 - done) ** config.decay_power
+
+
+def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """``"steps 4000, asked 10000"`` for every training setting that differs; settings a checkpoint
+    older than the setting does not record are taken as matching."""
+    stored = {**LEGACY, **stored}
+    return [
+        f"{key} {stored[key]!r}, asked {value!r}"
+        for key, value in requested.items()
+        if key not in BOOKKEEPING and key in stored and stored[key] != value
+    ]
