@@ -1,10 +1,11 @@
 """Every command's ``--json`` on one fixed set of runs, to diff two checkouts of probe byte for byte.
 
 A refactoring promises the same outputs; this is how it is held to that. The script trains, in a fresh
-folder, a fixed set of tiny subjects from fixed seeds (NoPE and T5 on reverse with L = 4, a NoPE code run on
-a small generated corpus, the authors' T5 fixture imported, a tiny random GPT-2 as ``hf:FOLDER``), runs every
-command that prints ``--json`` on them in this process, and writes each command's output with timings and the
-folder's path taken out, and the hash of every weights file it wrote::
+folder, a fixed set of tiny subjects from fixed seeds (NoPE, T5 and Rotary on reverse with L = 4, NoPE and
+ALiBi code runs on a small generated corpus, the authors' T5 fixture imported, a tiny random GPT-2 as
+``hf:FOLDER``), runs every command that prints ``--json`` on them in this process (RoPE scaling at inference
+included), and writes each command's output with timings and the folder's path taken out, and the hash of
+every weights file it wrote::
 
     python bench/json_outputs.py --out /tmp/after
     python bench/json_outputs.py --repo /path/to/old/checkout --out /tmp/before
@@ -32,6 +33,7 @@ HERE = Path(__file__).resolve().parent.parent
 TIMING = re.compile(r"(seconds|_s|wall|elapsed|time|duration|per_second|steps_per_s|tokens_per_s)$")
 TINY = ["-m", "n_layers=2", "-m", "d_model=32", "-m", "n_heads=2", "-m", "d_head=16", "-m", "d_mlp=64"]
 TASK = ["--task", "reverse", "-o", "train_length=4"]
+SCALED = ["-p", "scaling=linear", "-p", "factor=2"]  # RoPE scaling at inference: applies to the Rotary run only
 
 
 def _corpus(folder: Path) -> Path:
@@ -76,20 +78,53 @@ def commands(root: Path) -> dict[str, list[str]]:
     as_task = ["--task", "code", "-o", f"corpus={corpus}", "-o", "heldout=0.5", "-o", "context=32"]
     authors = HERE / "tests" / "fixtures" / "authors_t5" / "none"
     return {
-        "train": ["train", *TASK, "--pe", "nope", "--pe", "t5", "--steps", "30", "--batch-size", "16", *TINY, *at],
+        "train": [
+            "train",
+            *TASK,
+            "--pe",
+            "nope",
+            "--pe",
+            "t5",
+            "--pe",
+            "rotary",
+            "--steps",
+            "30",
+            "--batch-size",
+            "16",
+            *TINY,
+            *at,
+        ],
         "eval": ["eval", *TASK, "--n", "8", "--valid", "8", *at],
         "compare": ["compare", "nope", "t5", *TASK, "--n-per-bucket", "3", *at],
+        "compare-scaled": ["compare", "rotary", "nope", *TASK, "--n-per-bucket", "2", *SCALED, *at],
+        "eval-scaled": ["eval", *TASK, "--n", "8", "--valid", "8", *SCALED, *at],
         "compare-detail": ["compare", "nope", "t5", *TASK, "--n-per-bucket", "2", "--detail", "--no-baseline", *at],
         "distances": ["distances", *TASK, "--n-per-bucket", "3", *at],
         "positions": ["positions", *TASK, "--n-per-bucket", "3", "--resamples", "20", *at],
         "theorem": ["theorem", "--max-length", "8"],
         "tasks": ["tasks"],
         "pes": ["pes"],
-        "pretrain": ["pretrain", "--pe", "nope", *code, "--steps", "10", "--batch-size", "4", *TINY, *at],
+        "pretrain": [
+            "pretrain",
+            "--pe",
+            "nope",
+            "--pe",
+            "alibi",
+            *code,
+            "--steps",
+            "10",
+            "--batch-size",
+            "4",
+            *TINY,
+            *at,
+        ],
         "perplexity": ["perplexity", *code, "--max-files", "6", *at],
         "import": ["import", str(authors), *at],
         "perplexity-hf": ["perplexity", hf, *code, "--max-files", "6", *at],
         "compare-hf": ["compare", hf, hf, *as_task, "--n-per-bucket", "2", *at],
+        "compare-code": ["compare", "nope", "alibi", *as_task, "--n-per-bucket", "2", *at],
+        "positions-code": ["positions", *as_task, "--n-per-bucket", "2", "--resamples", "10", *at],
+        "positions-hf": ["positions", hf, *as_task, "--n-per-bucket", "2", "--resamples", "10", *at],
         "distances-code": ["distances", *as_task, "--pe", "nope", "--n-per-bucket", "2", *at],
         "distances-hf": ["distances", hf, *as_task, "--n-per-bucket", "2", *at],
     }

@@ -51,7 +51,7 @@ def main() -> int:
     names = [str(r.path) for r in runs]
     start = time.perf_counter()
     cpu_start = time.process_time()
-    results = positions_report(names, n_per_bucket=args.n_per_bucket, device=args.device)
+    results = positions_report(names, n_per_bucket=args.n_per_bucket, device=args.device).results
     library = {"wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu_start}
     stages: dict[str, float] = {}
     for result in results:

@@ -90,17 +90,22 @@ def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
 def write_json_and_csv(out_dir: str | os.PathLike, stem: str, data: Any, rows: list[dict[str, Any]]) -> list[Path]:
     """``<stem>.json`` and ``<stem>.csv`` under ``out_dir``, each written atomically; their paths. The
     analyses' outputs: the JSON for programs, the CSV (one row per ``rows`` entry) for spreadsheets."""
+    out_dir = Path(out_dir)
+    atomic_write_json(out_dir / f"{stem}.json", data)
+    return [out_dir / f"{stem}.json", write_csv(out_dir / f"{stem}.csv", rows)]
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
+    """``rows`` as a CSV file (the first row's keys as the header) at ``path``, written atomically; the path."""
     import csv
     import io
 
-    out_dir = Path(out_dir)
-    atomic_write_json(out_dir / f"{stem}.json", data)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    atomic_write_text(out_dir / f"{stem}.csv", buffer.getvalue())
-    return [out_dir / f"{stem}.json", out_dir / f"{stem}.csv"]
+    atomic_write_text(path, buffer.getvalue())
+    return Path(path)
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:

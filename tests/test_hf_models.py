@@ -34,12 +34,12 @@ from probe.analysis import (
     attended_distance_report,
     choose_windows,
     compare_report,
-    external_perplexity_report,
-    load_subject,
     paired_layers,
+    resolve,
 )
 from probe.analysis.patterns import run_patterns
-from probe.analysis.subjects import heldout_texts, tokenized
+from probe.analysis.perplexity import perplexity_report
+from probe.analysis.subjects import TextReading
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models.hf import load_external
@@ -221,7 +221,7 @@ def oracle_nll(
 
 def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
     names = [tiny.names[f] for f in ("gpt2", "neox", "bloom")]
-    report = external_perplexity_report(names, options=tiny.options)
+    report = perplexity_report(names, options=tiny.options)
     protocol = report.protocol
     assert protocol.train_context == T and protocol.contexts[-1] == 40 and protocol.scored == 3
     texts = [(tiny.source / name).read_text() for name in report.files]
@@ -243,7 +243,7 @@ def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
 
 def test_perplexity_puts_the_bos_its_tokenizer_adds_in_front(tiny):
     name = tiny.names["llama"]
-    report = external_perplexity_report([name], options=tiny.options, max_files=6)
+    report = perplexity_report([name], options=tiny.options, max_files=6)
     texts = [(tiny.source / n).read_text() for n in report.files]
     expected = oracle_nll(name, texts, report.protocol.contexts, report.protocol.scored, None)
     torch.testing.assert_close(report.runs[0].nll, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
@@ -271,10 +271,10 @@ def test_distances_on_every_family_are_finite_distributions(tiny):
 def test_attended_distance_matches_a_hand_count_from_transformers_attention(tiny):
     name = tiny.names["llama"]
     (result,) = attended_distance_report([name], options=tiny.options, n_per_bucket=1, lengths="seen").results
-    subject = load_subject(name)
-    (w,) = choose_windows(
-        tokenized(subject, heldout_texts([name], tiny.options)), T, n_per_bucket=1, lengths="seen", bos=subject.bos_id
-    )
+    subject = resolve(name)
+    loaded = subject.load(torch.device("cpu"))
+    reading = TextReading([subject], tiny.options)
+    (w,) = choose_windows(reading.tokenized(loaded), T, n_per_bucket=1, lengths="seen", bos=loaded.bos_id)
     assert int(w.tokens[0, 0]) == 0  # <s> in front
     with torch.no_grad():
         maps = hf_model(name)(w.tokens, output_attentions=True).attentions  # [layer]: [1, head, query, key]
@@ -298,8 +298,9 @@ def test_compare_pairs_layers_by_relative_depth_on_transformers_attention(tiny):
     assert result.paired == [0, 1, 1] and result.n_layers == 3  # A's 3 layers on B's 2
     assert [b.length for b in result.buckets] == [T] and result.skipped == 2  # GPT-2 reads 1x only
     assert result.to_json()["layers_b"] == [0, 1, 1] and [r["layer_b"] for r in result.to_rows()[:4]] == [0, 1, 1, ""]
-    subject = load_subject(gpt2)
-    (w,) = choose_windows(tokenized(subject, heldout_texts([gpt2], tiny.options)), T, n_per_bucket=2, lengths="seen")
+    subject = resolve(gpt2)
+    reading = TextReading([subject], tiny.options)
+    (w,) = choose_windows(reading.tokenized(subject.load(torch.device("cpu"))), T, n_per_bucket=2, lengths="seen")
     with torch.no_grad():
         maps_a = hf_model(gpt2)(w.tokens, output_attentions=True).attentions
         maps_b = hf_model(neox)(w.tokens, output_attentions=True).attentions
@@ -571,3 +572,46 @@ def test_a_model_folder_transformer_lens_cannot_load_is_one_line(tiny, tmp_path,
     assert "TransformerLens cannot load" in one_line_error(capsys)
     assert main(["compare", f"hf:{folder}", tiny.names["gpt2"], "--task", "scan"]) == 2
     assert "read on held-out code" in one_line_error(capsys)
+
+
+# -- one resolver ---------------------------------------------------------------------------------
+def test_every_name_resolves_once_into_its_kind_of_subject(tiny, code_runs, checkpoints):
+    from helpers import FOLDER, TASK_OPTIONS
+
+    from probe.analysis.subjects import CodeRun, HfModel, TaskRun, resolve, resolve_all
+
+    task_run = resolve("t5", root=checkpoints, task="reverse", options=TASK_OPTIONS)
+    assert isinstance(task_run, TaskRun) and task_run.path == checkpoints / FOLDER / "t5" / "seed0"
+    assert task_run.config["pe"] == "t5" and task_run.info.label == "T5's Relative Bias"
+    code = resolve(code_runs.paths[0])
+    assert isinstance(code, CodeRun) and code.info.pe == "nope"
+    hf = resolve(tiny.names["gpt2"])
+    assert isinstance(hf, HfModel) and hf.path is None and hf.other_seed() is None
+    # beside an hf: model, a PE name is a code run of the corpus options
+    options = {"corpus": str(tiny.source), "vocab_size": 300, "context": T, "heldout": 0.5}
+    subjects = resolve_all([tiny.names["gpt2"], "alibi"], root=code_runs.root, options=options)
+    assert isinstance(subjects[1], CodeRun) and subjects[1].path == code_runs.paths[1]
+    with pytest.raises(ProbeError, match="not a code model"):
+        resolve_all([tiny.names["gpt2"], str(task_run.path)])
+    with pytest.raises(ProbeError, match="neither a positional encoding"):
+        resolve("alibbi", root=checkpoints)
+
+
+def test_probe_compare_reads_each_config_json_once(checkpoints, monkeypatch, no_png, tmp_path, capsys):
+    """`probe compare nope t5` reads nope's, t5's and NoPE''s config.json, each once (the resolver reads them,
+    loading passes them on)."""
+    from helpers import TASK_OPTIONS
+
+    reads: dict[str, int] = {}
+    read_text = Path.read_text
+
+    def counting(self, *args, **kwargs):
+        if self.name == "config.json":
+            reads[str(self.parent)] = reads.get(str(self.parent), 0) + 1
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    argv = ["compare", "nope", "t5", "--task", "reverse", "-o", f"train_length={TASK_OPTIONS['train_length']}"]
+    assert main([*argv, "--n-per-bucket", "2", "--checkpoints", str(checkpoints), "--out", str(tmp_path)]) == 0
+    assert sorted(Path(p).parent.name + "/" + Path(p).name for p in reads) == ["nope/seed0", "nope/seed1", "t5/seed0"]
+    assert set(reads.values()) == {1}, reads

@@ -165,3 +165,32 @@ def test_the_pretrained_pes_are_the_papers_three_and_the_pretrain_set():
     # Appendix "Pretraining at 1.3B Scale": NoPE, ALiBi and Rotary, in the registry's order
     assert PRETRAIN_PES == ("nope", "alibi", "rotary") == PE_SETS["pretrain"]
     assert all(REGISTRY[pe].in_paper for pe in PRETRAIN_PES)
+
+
+def test_only_the_resolver_asks_whether_a_name_is_an_hf_model():
+    """An analysis never asks what kind of subject it has: `is_external` is defined in models/hf.py and
+    called in analysis/subjects.py, nowhere else (function-level imports included)."""
+    users = sorted(
+        str(path.relative_to(PACKAGE.parent))
+        for path in PACKAGE.rglob("*.py")
+        if any(
+            isinstance(node, ast.Name)
+            and node.id == "is_external"
+            or isinstance(node, ast.alias)
+            and node.name == "is_external"
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert users == ["probe/analysis/subjects.py", "probe/models/hf.py"]
+
+
+def test_faces_hold_no_function_over_60_lines():
+    """Commands and explorer pages parse, call the library and print: none of their functions is long."""
+    long = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for face in ("commands", "explorer")
+        for path in (PACKAGE / face).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert not long, long

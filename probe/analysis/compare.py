@@ -1,123 +1,130 @@
-"""`probe compare`: D^(l)(A, B) per layer and length bucket (Section 4.2, Eq. similarity),
-on the same examples for both runs, with NoPE vs NoPE' (another seed) as the baseline.
+"""`probe compare`: D^(l)(A, B) per layer and length bucket (Section 4.2, Eq. similarity), on the same inputs for
+both models, with A vs A' (another seed of A; NoPE vs NoPE') as the baseline.
+
+Written once for every subject (:mod:`probe.analysis.subjects`): a task run's length buckets, a code model's
+windows at 1x and 2x its context (a context size standing for a length bucket), models of different depth
+compared layer by layer at the same relative depth (:func:`probe.analysis.run_info.paired_layers`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from probe.analysis.examples import fitting_examples, sample_buckets, task_of
-from probe.analysis.layerwise import MapPair, timed_layer_distances
-from probe.analysis.patterns import collect_patterns
+from probe.analysis.inputs import Inputs
+from probe.analysis.layerwise import timed_layer_distances
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
-from probe.analysis.run_info import (
-    Lengths,
-    Progress,
-    RunInfo,
-    check_comparable,
-    is_code_run,
-    load_run_model,
-    paired_layers,
-    pe_label,
-    run_folder,
-    run_info,
-    task_runs,
+from probe.analysis.run_info import Lengths, Progress, RunInfo, paired_layers
+from probe.analysis.subjects import (
+    Loaded,
+    Reading,
+    Subject,
+    baseline_label,
+    check_together,
+    file_stem,
+    home,
+    others_than,
+    readings,
+    resolve,
+    resolve_all,
+    task_folder,
 )
-from probe.analysis.subjects import external_compare_report
-from probe.analysis.windows import compare_windows
-from probe.errors import ProbeError
 from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
-from probe.models.checkpoint import read_checkpoint_config
-from probe.models.hf import is_external
-from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
-from probe.tasks import Example, Tokenizer
+from probe.runs.folders import Run
 
 
-def _pattern_pairs(
-    model_a, model_b, tokenizer: Tokenizer, examples: Sequence[Example], device: torch.device, batch_size: int
-) -> Iterator[MapPair]:
-    """Both models' attention maps on the same batches of examples, with the examples' lengths."""
-    keep_on_device = device.type != "cpu"
-    stream_a = collect_patterns(
-        model_a, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device
-    )
-    stream_b = collect_patterns(
-        model_b, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=not keep_on_device
-    )
-    for batch_a, batch_b in zip(stream_a, stream_b):
-        yield batch_a.patterns, batch_b.patterns, batch_a.lengths
-
-
-def _compare_loaded(
-    model_a,
-    a: RunInfo,
-    model_b,
-    b: RunInfo,
+def compare_loaded(
+    a: Loaded,
+    b: Loaded,
+    inputs: Inputs,
     *,
     n_per_bucket: int,
     metric: str,
     seed: int,
     device: torch.device,
     batch_size: int,
-    lengths: Lengths,
     timings: dict[str, float],
-    multiples: Sequence[float] | None = None,
 ) -> CompareResult:
-    if is_code_run(model_a.metadata) or is_code_run(model_b.metadata):
-        return compare_windows(
-            model_a,
-            a,
-            model_b,
-            b,
-            n_per_bucket=n_per_bucket,
-            metric=metric,
-            seed=seed,
-            device=device,
-            batch_size=batch_size,
-            lengths=lengths,
-            timings=timings,
-            multiples=multiples,
+    """D^(l)(A, B) on ``inputs`` (Eq. similarity): per input, the minimum over head pairs of the mean JSD of
+    their attention rows, layer l of A against the layer of B at its relative depth; per bucket and overall,
+    the mean with a bootstrap interval. Distances in float64."""
+    layers_b = paired_layers(a.model.cfg.n_layers, b.model.cfg.n_layers)
+    parts = [
+        timed_layer_distances(
+            group.pairs(a.model, b.model, device, batch_size),
+            layers_b,
+            metric,
+            device,
+            timings,
+            one_layer_at_a_time=group.one_layer_at_a_time,
         )
-    check_comparable(a, model_a.metadata, b, model_b.metadata)
-    task, tokenizer = task_of(model_a.metadata)
-    n_ctx = min(model_a.cfg.n_ctx, model_b.cfg.n_ctx)
-    buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, n_ctx)
-    examples = [e for bucket in buckets for e in bucket.examples]
-    layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
-    values, pairwise = timed_layer_distances(
-        _pattern_pairs(model_a, model_b, tokenizer, examples, device, batch_size), layers_b, metric, device, timings
-    )
+        for group in inputs.groups
+    ]
     start = time.perf_counter()
-    stats, offset = [], 0
-    for bucket in buckets:
-        part = slice(offset, offset + len(bucket.examples))
-        stats.append(
-            distance_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen, bucket.split)
-        )
-        offset = part.stop
+    stats = []
+    for group, (values, pairwise) in zip(inputs.groups, parts):
+        offset = 0
+        for bucket in group.buckets:
+            part = slice(offset, offset + bucket.count)
+            stats.append(
+                distance_stats(values[part], pairwise[part], metric, seed, bucket.length, bucket.seen, bucket.split)
+            )
+            offset = part.stop
+    values, pairwise = torch.cat([v for v, _ in parts]), torch.cat([p for _, p in parts])
     overall = distance_stats(values, pairwise, metric, seed)
     timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
     return CompareResult(
-        a,
-        b,
-        task.name,
-        dict(task.options),
+        a.info,
+        b.info,
+        inputs.task,
+        inputs.task_options,
         metric,
         seed,
         n_per_bucket,
         stats,
         overall,
         values,
-        [e.length for e in examples],
-        skipped,
+        [length for group in inputs.groups for length in group.input_lengths()],
+        inputs.skipped,
         timings=timings,
         layers_b=layers_b,
+    )
+
+
+def _compare_with(
+    a: Loaded,
+    b_subject: Subject,
+    reading: Reading,
+    settings: dict[str, Any],
+    timings: dict[str, float],
+    pe_options: Mapping[str, Any] | None,
+    label: str | None = None,
+) -> CompareResult:
+    """Load B, check it reads A's tokens, cut A's inputs to what both read, and compare."""
+    device = settings["device"]
+    start = time.perf_counter()
+    b = b_subject.load(device, pe_options, label)
+    timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
+    reading.check_pair(a, b)
+    inputs = reading.inputs(
+        a,
+        [a, b],
+        n_per_bucket=settings["n_per_bucket"],
+        seed=settings["seed"],
+        lengths=settings["lengths"],
+        multiples=settings["multiples"],
+    )
+    return compare_loaded(
+        a,
+        b,
+        inputs,
+        timings=timings,
+        **{k: v for k, v in settings.items() if k not in ("lengths", "multiples")},
     )
 
 
@@ -135,29 +142,33 @@ def compare_runs(
     multiples: Sequence[float] | None = None,
     pe_options: Mapping[str, Any] | None = None,
 ) -> CompareResult:
-    """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same examples for both.
+    """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same inputs for both.
 
-    ``run_a``, ``run_b``: run folders. With ``baseline`` (another run of A's kind, e.g. NoPE seed 1)
-    ``result.baseline`` holds D^(l)(A, baseline) on the same examples. Runs of different tasks or
-    vocabularies raise ProbeError; of different depth, each layer of A is compared with the layer of
-    B at the same relative depth (``analysis.runs.paired_layers``; ``result.layers_b``).
-    ``metric="reference-code"``: see
-    ``probe.metrics.layer_distances``. Distances are computed in float64. Code runs: one bucket
-    per context size, ``multiples`` of the training context (default 1x, 2x; probe.analysis.windows).
-    ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the runs whose PE has them.
+    ``run_a``, ``run_b``: run folders (or ``hf:`` models). With ``baseline`` (another run of A's kind, e.g.
+    NoPE seed 1) ``result.baseline`` holds D^(l)(A, baseline) on the same inputs. Runs of different tasks or
+    vocabularies raise ProbeError; of different depth, each layer of A is compared with the layer of B at the
+    same relative depth (``result.layers_b``). ``metric="reference-code"``: see
+    ``probe.metrics.layer_distances``. Code runs: one bucket per context size, ``multiples`` of the training
+    context (default 1x, 2x). ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the
+    runs whose PE has them.
     """
     check_metric(metric)
-    device = torch.device(device)
+    subjects = resolve_all([r for r in (run_a, run_b, baseline) if r is not None])
+    check_together(subjects[0], subjects[1:])
     timings: dict[str, float] = {}
+    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples)
+    reading = readings(subjects)[0]
     start = time.perf_counter()
-    configs = [read_checkpoint_config(run_folder(r)) for r in (run_a, run_b, baseline) if r is not None]
-    infos = [run_info(run_folder(r), c) for r, c in zip((run_a, run_b, baseline), configs)]
-    for info, config in zip(infos[1:], configs[1:]):
-        check_comparable(infos[0], configs[0], info, config)
-    model_a, a = load_run_model(run_a, device, pe_options=pe_options)
-    model_b, b = load_run_model(run_b, device, pe_options=pe_options)
+    a = subjects[0].load(settings["device"], pe_options)
     timings["load"] = time.perf_counter() - start
-    options = dict(
+    result = _compare_with(a, subjects[1], reading, settings, timings, pe_options)
+    if baseline is not None:
+        result.baseline = _compare_with(a, subjects[2], reading, settings, timings, pe_options, f"{a.info.label}'")
+    return result
+
+
+def _settings(n_per_bucket, metric, seed, device, batch_size, lengths, multiples) -> dict[str, Any]:
+    return dict(
         n_per_bucket=n_per_bucket,
         metric=metric,
         seed=seed,
@@ -166,30 +177,6 @@ def compare_runs(
         lengths=lengths,
         multiples=multiples,
     )
-    result = _compare_loaded(model_a, a, model_b, b, timings=timings, **options)
-    if baseline is not None:
-        del model_b
-        start = time.perf_counter()
-        model_c, c = load_run_model(baseline, device, label=f"{a.label}'", pe_options=pe_options)
-        timings["load"] += time.perf_counter() - start
-        result.baseline = _compare_loaded(model_a, a, model_c, c, timings=timings, **options)
-    return result
-
-
-def _other_seed(path: Path, seed: int) -> Path | None:
-    """Another complete seed of the run at ``path`` (``<pe>/seed<k>``): seed 1 first, else the lowest."""
-    found = []
-    for candidate in sorted(path.parent.glob("seed*")):
-        if candidate == path or not (candidate / "config.json").is_file():
-            continue
-        try:
-            config = read_checkpoint_config(candidate)
-        except ProbeError:
-            continue
-        other = int(config.get("model", {}).get("seed", -1))
-        if other != seed and config.get("training", {}).get("complete", True):
-            found.append((other != 1, other, candidate))
-    return min(found)[2] if found else None
 
 
 def compare_report(
@@ -210,111 +197,70 @@ def compare_report(
     pe_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> CompareReport:
-    """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under
-    ``root``) or run folders; no B compares A with every other PE found. With ``baseline``, adds
-    A vs A' (another seed of A's run, NoPE' for NoPE) when one exists. Everything is checked
-    (runs exist, same task) before any model is loaded. ``multiples``, ``pe_options``: see
-    :func:`compare_runs`. Where a model is ``hf:ID`` or ``hf:FOLDER``, the task is code and
-    ``options`` name the corpus (:func:`probe.analysis.subjects.external_compare_report`).
-    """
-    if any(is_external(name) for name in (pe_a, *pe_b_list)):
-        return external_compare_report(
-            pe_a,
-            pe_b_list,
-            root=root,
-            seed=seed,
-            options=options,
-            n_per_bucket=n_per_bucket,
-            metric=metric,
-            device=device,
-            batch_size=batch_size,
-            lengths=lengths,
-            multiples=multiples,
-            pe_options=pe_options,
-            progress=progress,
-        )
+    """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under ``root``),
+    run folders or ``hf:`` models (then the task is code and ``options`` name the corpus); no B compares A with
+    every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for NoPE) when one
+    exists. Everything is checked (subjects exist, read the same inputs) before any model is loaded.
+    ``multiples``, ``pe_options``: see :func:`compare_runs`."""
     check_metric(metric)
     options = dict(options or {})
-    device = torch.device(device)
-    path_a = resolve_run(pe_a, root, task, seed, options)
-    config_a = read_checkpoint_config(path_a)
-    a = run_info(path_a, config_a)
-    if pe_b_list:
-        paths_b = [resolve_run(name, root, task, seed, options) for name in pe_b_list]
-    else:
-        others = [r for r in task_runs(root, task, options, seed=seed) if r.pe != a.pe]
-        if not others:
-            raise ProbeError(
-                f"no other PE's run of {task_folder_name(task, options)} seed {seed} under {root} to "
-                "compare "
-                f"{a.pe} with (make them with: {train_command(task, options, root)})"
-            )
-        paths_b = [r.path for r in others]
-    configs_b = [read_checkpoint_config(p) for p in paths_b]
-    infos_b = [run_info(p, c) for p, c in zip(paths_b, configs_b)]
-    for info, config in zip(infos_b, configs_b):
-        check_comparable(a, config_a, info, config)
-    path_base = _other_seed(path_a, a.seed) if baseline else None
-    if path_base is not None:
-        config_base = read_checkpoint_config(path_base)
-        check_comparable(a, config_a, run_info(path_base, config_base), config_base)
-
+    found = dict(root=root, task=task, seed=seed, options=options)
+    subjects = resolve_all([pe_a, *pe_b_list], **found)
+    a = subjects[0]
+    others = subjects[1:] or others_than(a, root, task, options, seed)
+    reading = readings([a, *others], options)[0]
+    base = a.other_seed() if baseline and reading.seed_baseline else None
+    check_together(a, [*others, *([base] if base else [])])
     timings: dict[str, float] = {}
+    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples)
     start = time.perf_counter()
-    model_a, a = load_run_model(path_a, device, pe_options=pe_options)
+    loaded_a = a.load(settings["device"], pe_options)
     timings["load"] = time.perf_counter() - start
-    settings = dict(
-        n_per_bucket=n_per_bucket,
-        metric=metric,
-        seed=seed,
-        device=device,
-        batch_size=batch_size,
-        lengths=lengths,
-        multiples=multiples,
-        timings=timings,
-    )
     comparisons = []
-    total = len(paths_b) + (path_base is not None)
-    for path, info in zip(paths_b, infos_b):
+    total = len(others) + (base is not None)
+    for b in others:
         if progress:
-            progress(f"{a.label} vs {info.label}", len(comparisons), total)
-        start = time.perf_counter()
-        model_b, b = load_run_model(path, device, pe_options=pe_options)
-        timings["load"] += time.perf_counter() - start
-        comparisons.append(_compare_loaded(model_a, a, model_b, b, **settings))
-        del model_b
+            progress(f"{loaded_a.info.label} vs {b.info.label}", len(comparisons), total)
+        comparisons.append(_compare_with(loaded_a, b, reading, settings, timings, pe_options))
     result_base = None
-    if path_base is not None:
-        label = f"{pe_label(a.pe)}'"
+    if base is not None:
+        label = baseline_label(a)
         if progress:
-            progress(f"{a.label} vs {label} (baseline)", len(comparisons), total)
-        start = time.perf_counter()
-        model_base, base = load_run_model(path_base, device, label=label, pe_options=pe_options)
-        timings["load"] += time.perf_counter() - start
-        result_base = _compare_loaded(model_a, a, model_base, base, **settings)
-    runs = [Run(path_a, config_a), *(Run(p, c) for p, c in zip(paths_b, configs_b))]
-    return CompareReport(a, comparisons, result_base, runs[0].task_folder, beside(runs), timings)
+            progress(f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
+        result_base = _compare_with(loaded_a, base, reading, settings, timings, pe_options, label)
+    every = [a, *others]
+    return CompareReport(
+        loaded_a.info,
+        comparisons,
+        result_base,
+        task_folder(every, root, options),
+        home(every, root, options),
+        timings,
+        stems=[_stem(a, loaded_a.info), *(_stem(s, r.b) for s, r in zip(others, comparisons))],
+        seed_baseline=reading.seed_baseline,
+    )
 
 
-def _file_stem(info: RunInfo) -> str:
-    from probe.models.hf import file_name
-
-    if is_external(info.path):
-        return file_name(info.path)
-    return info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
+def _stem(subject: Subject, info: RunInfo) -> str:
+    """How a subject is named in output files: ``nope``, ``nope1`` (seed 1), ``rotary+factor=2+scaling=yarn``
+    (options applied at inference), ``hf-gpt2``."""
+    return file_stem([subject]) or info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
 
 
 def write_compare_report(report: CompareReport, out_dir: str | Path, metric: str) -> list[str]:
-    """JSON, CSV and the per-layer figure of ``report`` under ``out_dir``, named after the runs (``nope_vs_t5``),
-    as `probe compare` writes them; returns the paths written."""
+    """JSON, CSV and the per-layer figure of ``report`` under ``out_dir``, named after the subjects
+    (``nope_vs_t5``), as `probe compare` writes them; returns the paths written."""
     from probe.atomic import write_json_and_csv
     from probe.figures import layer_distance_figure, write_figure
 
     out_dir = Path(out_dir)
-    stem = f"{_file_stem(report.a)}_vs_{'+'.join(_file_stem(r.b) for r in report.comparisons)}"
+    stem = f"{report.stems[0]}_vs_{'+'.join(report.stems[1:])}"
     stem += "" if metric == "jsd" else f"_{metric}"
     written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
     label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
     figure = layer_distance_figure(report.curves(), f"{report.a.label} vs other PEs on {report.task_folder}", label)
     written += write_figure(figure, out_dir / f"{stem}_layers")
     return [str(p) for p in written]
+
+
+__all__ = ["compare_loaded", "compare_report", "compare_runs", "resolve", "write_compare_report"]

@@ -1,5 +1,9 @@
-"""`probe distances`: the normalized attended distance d̄ of output queries, pooled over layers,
-heads and examples into one histogram per run (Section 5.1, Figure attended_distance).
+"""`probe distances`: the normalized attended distance d̄ of output queries, pooled over layers, heads and
+inputs into one histogram per subject (Section 5.1, Figure attended_distance).
+
+Written once for every subject (:mod:`probe.analysis.subjects`): a task run's output queries over its length
+buckets give one result; a code model's windows give one result per context size (``<model> @1x``, ``@2x``),
+every query of a window counted.
 """
 
 from __future__ import annotations
@@ -10,50 +14,57 @@ from typing import Any
 
 import torch
 
-from probe.analysis.examples import fitting_examples, sample_buckets, task_of
-from probe.analysis.patterns import collect_patterns
+from probe.analysis.inputs import Inputs
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
-from probe.analysis.run_info import Lengths, Progress, RunInfo, is_code_run, load_run_model
-from probe.analysis.subjects import external_attended_report
-from probe.analysis.windows import attended_windows
+from probe.analysis.run_info import Lengths, Progress
+from probe.analysis.subjects import Loaded, file_stem, home, readings, relabelled, resolve_all, task_folder
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
-from probe.models.hf import is_external
 from probe.runs.folders import Run
 
 
-def _attended_buckets(
-    model,
-    info: RunInfo,
+def attended_results(
+    loaded: Loaded,
+    inputs: Inputs,
     *,
-    n_per_bucket: int,
     weightings: Sequence[str],
     normalization: str,
-    lengths: Lengths,
     bins: int,
-    seed: int,
     device: torch.device,
     batch_size: int,
-) -> AttendedResult:
-    """One task run's distribution over the output queries of its sampled length buckets."""
-    task, tokenizer = task_of(model.metadata)
-    buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, lengths), tokenizer, model.cfg.n_ctx)
-    examples = [e for bucket in buckets for e in bucket.examples]
-    size = max(len(tokenizer.encode_example(e)[0]) for e in examples)
-    grids = {w: torch.zeros(size, size, dtype=torch.float64, device=device) for w in weightings}
-    for batch in collect_patterns(
-        model, tokenizer, examples, batch_size=batch_size, device=device, to_cpu=device.type == "cpu"
-    ):
-        starts, true_lengths = batch.output_start.to(device), batch.lengths.to(device)
-        width = batch.patterns.shape[-1]
-        for w in weightings:
-            grids[w][:width, :width] += query_key_weights(batch.patterns, starts, true_lengths, w)
-    stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
-    n_queries = sum(len(tokenizer.encode_example(e)[0]) - tokenizer.encode_example(e)[1] for e in examples)
-    n_queries *= model.cfg.n_layers * model.cfg.n_heads
-    return AttendedResult(
-        info, task.name, dict(task.options), len(examples), n_queries, skipped, [b.length for b in buckets], stats
-    )
+) -> list[AttendedResult]:
+    """One result per group of ``inputs``: every output query's d̄ per weighting, pooled over layers, heads
+    and inputs into a (query, key) grid, then a histogram and Sarle's bimodality coefficient."""
+    model, results = loaded.model, []
+    for group in inputs.groups:
+        grids = {w: torch.zeros(group.width, group.width, dtype=torch.float64, device=device) for w in weightings}
+        for batch in group.batches(model, device, batch_size):
+            maps, n = batch.patterns, len(batch.patterns)  # [batch, layer, head, query, key]
+            width = maps.shape[-1]
+            starts = (
+                torch.zeros(n, dtype=torch.long, device=device)
+                if batch.output_start is None
+                else batch.output_start.to(device)
+            )
+            ends = torch.full((n,), width, device=device) if batch.lengths is None else batch.lengths.to(device)
+            layers = [maps[:, i : i + 1] for i in range(maps.shape[1])] if group.one_layer_at_a_time else [maps]
+            for w in weightings:
+                for part in layers:
+                    grids[w][:width, :width] += query_key_weights(part, starts, ends, w)
+        stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
+        results.append(
+            AttendedResult(
+                relabelled(loaded.info, group.label),
+                inputs.task,
+                inputs.task_options,
+                sum(b.count for b in group.buckets),
+                group.queries * model.cfg.n_layers * model.cfg.n_heads,
+                inputs.skipped if not results else 0,
+                [b.length for b in group.buckets],
+                stats,
+            )
+        )
+    return results
 
 
 def attended_distance_report(
@@ -69,19 +80,18 @@ def attended_distance_report(
     batch_size: int = 16,
     multiples: Sequence[float] | None = None,
     options: Mapping[str, Any] | None = None,
+    root: str | Path = "checkpoints",
     progress: Progress | None = None,
 ) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
-    Per run: up to ``n_per_bucket`` examples per length bucket (``lengths`` default "unseen", as
-    the released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one
-    distribution per weighting ("argmax": the attended key, as the paper; "attention": every
-    key weighted by its probability), with its histogram and Sarle's bimodality coefficient.
-    Examples longer than a model's context are left out and counted in ``skipped``.
-    A code run gives one result per context size (``multiples`` of its training context, default
-    1x and 2x; ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
-    Where a model is ``hf:ID`` or ``hf:FOLDER``, every model is read as a code model and ``options``
-    name the corpus (:func:`probe.analysis.subjects.external_attended_report`).
+    Per task run: up to ``n_per_bucket`` examples per length bucket (``lengths`` default "unseen", as the
+    released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one distribution per
+    weighting ("argmax": the attended key, as the paper; "attention": every key weighted by its probability),
+    with its histogram and Sarle's bimodality coefficient. Inputs longer than a model reads are left out and
+    counted in ``skipped``. A code model (a code run, an imported run, an ``hf:`` model, whose ``options`` name
+    the corpus) gives one result per context size (``multiples`` of its training context, default 1x and 2x;
+    ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
     """
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
     for w in weightings:
@@ -92,43 +102,42 @@ def attended_distance_report(
     if bins < 1:
         raise ProbeError(f"--bins must be at least 1, got {bins}")
     device = torch.device(device)
-    names = [str(run.path) if isinstance(run, Run) else str(run) for run in runs]
-    if any(is_external(name) for name in names):
-        return external_attended_report(
-            names,
-            options=options,
-            n_per_bucket=n_per_bucket,
-            weightings=weightings,
-            normalization=normalization,
-            lengths=lengths,
-            bins=bins,
-            seed=seed,
-            device=device,
-            batch_size=batch_size,
-            multiples=multiples,
-            progress=progress,
-        )
-    settings = dict(
-        n_per_bucket=n_per_bucket,
-        weightings=weightings,
-        normalization=normalization,
-        bins=bins,
-        seed=seed,
-        device=device,
-        batch_size=batch_size,
-    )
+    subjects = resolve_all(list(runs))
+    settings = dict(weightings=weightings, normalization=normalization, bins=bins, device=device, batch_size=batch_size)
     results, chosen = [], []
-    for done, run in enumerate(runs):
-        model, info = load_run_model(run, device)
+    for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
+        loaded = subject.load(device)
         if progress:
-            progress(info.label, done, len(runs))
-        if is_code_run(model.metadata):
-            chosen.append(lengths or "all")
-            results += attended_windows(model, info, lengths=chosen[-1], multiples=multiples, **settings)
-        else:
-            chosen.append(lengths or "unseen")
-            results.append(_attended_buckets(model, info, lengths=chosen[-1], **settings))
-        del model
+            progress(loaded.info.label, done, len(subjects))
+        chosen.append(lengths or reading.default_lengths)
+        inputs = reading.inputs(
+            loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths=chosen[-1], multiples=multiples
+        )
+        results += attended_results(loaded, inputs, **settings)
+        del loaded
     return AttendedReport(
-        results, normalization, ", ".join(dict.fromkeys(chosen)) or lengths or "unseen", n_per_bucket, seed, bins
+        results,
+        normalization,
+        ", ".join(dict.fromkeys(chosen)) or lengths or "unseen",
+        n_per_bucket,
+        seed,
+        bins,
+        task_folder(subjects, root, options),
+        home(subjects, root, options),
+        file_stem(subjects),
     )
+
+
+def write_attended_report(report: AttendedReport, out_dir: str | Path) -> list[str]:
+    """JSON, CSV and the histogram figure of ``report`` under ``out_dir``, as `probe distances` writes them
+    (``attended_distance[_reference-code][_<hf models>]``); returns the paths written."""
+    from probe.atomic import write_json_and_csv
+    from probe.figures import attended_distance_figure, write_figure
+
+    out_dir = Path(out_dir)
+    stem = "attended_distance" + ("" if report.normalization == "text" else "_reference-code")
+    stem += f"_{report.stem}" if report.stem else ""
+    written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
+    title = f"Normalized attended distance on {report.task_folder}, all layers and heads"
+    written += write_figure(attended_distance_figure(report.series(), title), out_dir / stem)
+    return [str(p) for p in written]

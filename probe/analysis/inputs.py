@@ -19,12 +19,11 @@ import torch
 from torch import Tensor
 
 from probe.analysis.examples import Bucket
+from probe.analysis.layerwise import MapPair
 from probe.analysis.patterns import collect_patterns, run_patterns
 from probe.analysis.position_hooks import PositionInput
 from probe.analysis.windows import ContextWindows, window_batches
 from probe.tasks import Tokenizer
-
-MapPair = tuple[Tensor, Tensor, Tensor | None]  # A's and B's maps [batch, layer, head, query, key], lengths [batch]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ How the paper scores, and how it is scaled to a training context ``T`` (the pape
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from probe.analysis.subjects import Subject, TextReading, file_stem, home, readings, resolve_all
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.checkpoint import task_name
+from probe.models.registry import pe_folder_name
 
 PAPER_CONTEXT = 1024
 PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560)  # its table's columns
@@ -188,6 +190,8 @@ class PerplexityReport:
     lengths: Tensor  # [file] tokens
     runs: list[RunPerplexity]
     seed: int = 0
+    folder: Path | None = None  # beside the runs (probe.analysis.subjects.home)
+    name: str = "perplexity"  # the outputs' folder: perplexity, perplexity+<options>, perplexity+<hf models>
     _rows: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def buckets(self) -> list[tuple[int, int]]:
@@ -274,6 +278,22 @@ class PerplexityReport:
             lines.append("")
         return "\n".join(lines)
 
+    def write(self, out_dir: str | Path) -> list[str]:
+        """JSON, CSV, the paper's table as Markdown and the figure under ``out_dir``, as `probe perplexity`
+        writes them; returns the paths written."""
+        from probe.atomic import atomic_write_text, write_json_and_csv
+        from probe.figures import perplexity_figure, write_figure
+
+        out_dir = Path(out_dir)
+        rows = self.table()
+        written = write_json_and_csv(out_dir, "perplexity", self.to_json(), rows)
+        atomic_write_text(out_dir / "perplexity.md", self.to_markdown())
+        written.append(out_dir / "perplexity.md")
+        context = self.protocol.train_context
+        title = f"Held-out perplexity against context size (training context {context})"
+        written += write_figure(perplexity_figure(rows, context, title), out_dir / "perplexity")
+        return [str(p) for p in written]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "protocol": self.protocol.to_json(),
@@ -284,21 +304,63 @@ class PerplexityReport:
         }
 
 
-def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> PreparedCorpus:
-    """The one corpus every run trained on (the folder beside the first), checked by fingerprint."""
-    for config, path in zip(configs, paths):
-        if task_name(config) != "code":
+def perplexity_report(
+    names: Sequence[str | Path],
+    *,
+    options: Mapping[str, Any] | None = None,
+    pe_options: dict[str, Any] | None = None,
+    max_files: int | None = None,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    batch_size: int = 16,
+    root: str | Path = "checkpoints",
+    progress: Progress | None = None,
+) -> PerplexityReport:
+    """Perplexity of held-out files per model, context size and file-length bucket, the paper's way (module
+    docstring). Code runs read the corpus they were trained on, at multiples of their training context;
+    ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the runs whose PE has them, with
+    ``original_length`` the training context unless given. Where an ``hf:`` model is among them
+    (:mod:`probe.analysis.subjects`), every model reads the same held-out texts with its own tokenizer
+    (``options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
+    model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files,
+    drawn with ``seed``."""
+    if not names:
+        raise ProbeError("no runs to read; train some with `probe pretrain`")
+    subjects = resolve_all(list(names))
+    reading = readings(subjects, options)[0]
+    device = torch.device(device)
+    settings = dict(max_files=max_files, seed=seed, device=device, batch_size=batch_size, progress=progress)
+    if isinstance(reading, TextReading):
+        if pe_options:
             raise ProbeError(
-                f"{path} is not a pretrained code model (task {task_name(config)!r}); "
+                "-p applies probe's PE options at inference; hf: models are read as published: read them without -p"
+            )
+        report = _text_perplexity(subjects, reading, **settings)
+        suffix = file_stem(subjects)
+    else:
+        report = _corpus_perplexity(subjects, pe_options, **settings)
+        suffix = pe_folder_name("", pe_options).lstrip("+") if pe_options else ""
+    report.folder = home(subjects, root, options)
+    report.name = "perplexity" + (f"+{suffix}" if suffix else "")
+    return report
+
+
+def _code_corpus(subjects: Sequence[Subject]) -> PreparedCorpus:
+    """The one corpus every run trained on (the folder beside the first), checked by fingerprint."""
+    for s in subjects:
+        if task_name(s.config) != "code":
+            raise ProbeError(
+                f"{s.path} is not a pretrained code model (task {task_name(s.config)!r}); "
                 "perplexity reads runs of `probe pretrain`"
             )
-    corpus = run_corpus(paths[0], configs[0])
-    for config, path in zip(configs[1:], paths[1:]):
-        if config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
+    corpus = run_corpus(subjects[0].path, subjects[0].config)
+    for s in subjects[1:]:
+        if s.config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
             raise ProbeError(
-                f"{path} was trained on another corpus than the one in {corpus.folder}; compare runs of one task folder"
+                f"{s.path} was trained on another corpus than the one in {corpus.folder}; compare runs of one "
+                "task folder"
             )
-    contexts = {config["task"]["options"]["context"] for config in configs}
+    contexts = {s.config["task"]["options"]["context"] for s in subjects}
     if len(contexts) > 1:
         raise ProbeError(
             f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context"
@@ -306,41 +368,28 @@ def _code_corpus(configs: Sequence[dict[str, Any]], paths: Sequence[Path]) -> Pr
     return corpus
 
 
-def perplexity_report(
-    runs: Sequence[str | Path],
-    *,
-    pe_options: dict[str, Any] | None = None,
-    max_files: int | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    batch_size: int = 16,
-    progress: Progress | None = None,
+def _corpus_perplexity(
+    subjects: Sequence[Subject], pe_options: dict[str, Any] | None, *, max_files, seed, device, batch_size, progress
 ) -> PerplexityReport:
-    """Perplexity of held-out files per run, context size and file-length bucket, the paper's way
-    (module docstring). ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the
-    runs whose PE has them, with ``original_length`` the training context unless given; ``max_files``: at most this
-    many held-out files, drawn with ``seed``."""
-    from probe.models.checkpoint import read_checkpoint_config, window_bos
-    from probe.models.registry import options_for, pe_folder_name
+    """Code runs on their own prepared corpus, a beginning-of-sequence token first where they were trained
+    with one."""
+    from probe.models.checkpoint import window_bos
+    from probe.models.registry import options_for
     from probe.models.rotary import SCALINGS_WITH_LENGTH
     from probe.runs.folders import load_run
 
-    if not runs:
-        raise ProbeError("no runs to read; train some with `probe pretrain`")
-    paths = [Path(r) for r in runs]
-    configs = [read_checkpoint_config(p) for p in paths]
-    corpus = _code_corpus(configs, paths)
-    protocol = Protocol.scaled(int(configs[0]["task"]["options"]["context"]))
+    corpus = _code_corpus(subjects)
+    protocol = Protocol.scaled(int(subjects[0].config["task"]["options"]["context"]))
     lengths = corpus.heldout_lengths()
     order = pick_files(lengths, protocol, max_files, seed)
     files = [corpus.heldout_file(int(i)) for i in order]
-    device = torch.device(device)
     results = []
-    for done, (path, config) in enumerate(zip(paths, configs)):
+    for done, subject in enumerate(subjects):
+        path, config = subject.path, subject.config
         applied = options_for(config["pe"], pe_options)
         if applied.get("scaling") in SCALINGS_WITH_LENGTH:
             applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
-        model = load_run(path, device=device, pe_options=applied or None)
+        model = load_run(path, device=device, pe_options=applied or None, config=config)
         if model.cfg.n_ctx < protocol.contexts[-1]:
             raise ProbeError(
                 f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
@@ -359,9 +408,42 @@ def perplexity_report(
             progress=progress,
             label=label,
             step=done * len(protocol.contexts),
-            steps=len(paths) * len(protocol.contexts),
+            steps=len(subjects) * len(protocol.contexts),
         )
         results.append(RunPerplexity(label, config["pe"], str(path), nll, applied))
         del model
     names = corpus.heldout_names
     return PerplexityReport(protocol, [names[int(i)] for i in order], lengths[order], results, seed)
+
+
+def _text_perplexity(
+    subjects: Sequence[Subject], reading: TextReading, *, max_files, seed, device, batch_size, progress
+) -> PerplexityReport:
+    """Every model on the same held-out texts, each with its own tokenizer, at T (:mod:`probe.analysis.subjects`)."""
+    first = subjects[0].load(device)
+    protocol = Protocol.scaled(reading.context(first))
+    every = reading.tokenized(first)
+    lengths = every.heldout_lengths()
+    order = pick_files(lengths, protocol, max_files, seed)
+    files = [every.heldout_file(int(i)) for i in order]
+    steps = len(subjects) * len(protocol.contexts)
+    results = []
+    for done, subject in enumerate(subjects):
+        loaded = first if done == 0 else subject.load(device)
+        reading.check_pair(first, loaded)
+        nll = read_contexts(
+            loaded.model,
+            files,
+            protocol,
+            device=device,
+            batch_size=batch_size,
+            bos=first.bos_id,
+            max_length=loaded.max_length,
+            progress=progress,
+            label=loaded.info.label,
+            step=done * len(protocol.contexts),
+            steps=steps,
+        )
+        results.append(RunPerplexity(loaded.info.label, loaded.info.pe, loaded.info.path, nll))
+        del loaded
+    return PerplexityReport(protocol, [every.heldout_names[int(i)] for i in order], lengths[order], results, seed)

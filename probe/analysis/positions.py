@@ -314,28 +314,6 @@ def analyse_positions(
     )
 
 
-# -- inputs of runs and hf: models ----------------------------------------------------------------------
-def task_inputs(
-    config: Mapping[str, Any], n_ctx: int, n_per_bucket: int = 10, seed: int = 0
-) -> tuple[list[PositionInput], int, int]:
-    """A task run's gold examples of every length bucket, seen and unseen: (inputs, pad id, skipped)."""
-    from probe.analysis.examples import fitting_examples, sample_buckets, task_of
-
-    task, tokenizer = task_of(config)
-    buckets, skipped = fitting_examples(sample_buckets(task, n_per_bucket, seed, "all"), tokenizer, n_ctx)
-    inputs = []
-    for bucket in buckets:
-        for example in bucket.examples:
-            ids, target_start = tokenizer.encode_example(example)
-            inputs.append(PositionInput(torch.tensor(ids), bucket.seen, bucket.length, target_start - 1))
-    return inputs, tokenizer.pad_id, skipped
-
-
-def window_inputs(windows) -> list[PositionInput]:
-    """Code windows (:class:`probe.analysis.windows.ContextWindows`, one per context size) as inputs."""
-    return [PositionInput(row, w.seen, w.context) for w in windows for row in w.tokens]
-
-
 def positions_report(
     names: Sequence[str | Path],
     *,
@@ -348,15 +326,13 @@ def positions_report(
     device: str | torch.device = "cpu",
     options: Mapping[str, Any] | None = None,
     multiples: Sequence[float] | None = None,
+    root: str | Path = "checkpoints",
     progress: Progress | None = None,
-) -> list[PositionResult]:
-    """:func:`analyse_positions` on each of ``names``: task runs (their length buckets), code runs (windows
-    of their held-out corpus at 1x and 2x their context) and ``hf:`` models (held-out code of the
-    corpus ``options`` name, as `probe distances` reads them)."""
-    from probe.analysis.run_info import is_code_run, load_run_model
-    from probe.analysis.subjects import subject_windows
-    from probe.analysis.windows import fitting_windows, run_windows
-    from probe.models.hf import is_external
+) -> PositionsReport:
+    """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.analysis.subjects`): task runs read
+    their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
+    context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them."""
+    from probe.analysis.subjects import file_stem, home, readings, resolve_all
 
     device = torch.device(device)
     settings = dict(
@@ -367,35 +343,66 @@ def positions_report(
         max_probe_positions=max_probe_positions,
         device=device,
     )
-    names = [str(n) for n in names]
+    subjects = resolve_all(list(names))
     results = []
-    if any(is_external(n) for n in names):
-        reads = subject_windows(
-            names,
-            dict(options or {}),
-            device,
-            multiples=multiples,
-            n_per_bucket=n_per_bucket,
-            seed=seed,
-            progress=progress,
-        )
-        return [
-            analyse_positions(r.subject.model, window_inputs(r.kept), r.subject.info, skipped=r.skipped, **settings)
-            for r in reads
-        ]
-    for done, name in enumerate(names):
-        model, info = load_run_model(Path(name), device)
+    for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
+        loaded = subject.load(device)
         if progress:
-            progress(info.label, done, len(names))
-        if is_code_run(model.metadata):
-            windows = run_windows(name, model.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed)
-            kept, skipped = fitting_windows(windows, model.cfg.n_ctx, info.label)
-            results.append(analyse_positions(model, window_inputs(kept), info, skipped=skipped, **settings))
-        else:
-            inputs, pad_id, skipped = task_inputs(model.metadata, model.cfg.n_ctx, n_per_bucket, seed)
-            results.append(analyse_positions(model, inputs, info, pad_id=pad_id, skipped=skipped, **settings))
-        del model
-    return results
+            progress(loaded.info.label, done, len(subjects))
+        inputs = reading.inputs(
+            loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths="all", multiples=multiples
+        )
+        padding = {} if inputs.pad_id is None else {"pad_id": inputs.pad_id}
+        results.append(
+            analyse_positions(
+                loaded.model, inputs.position_inputs(), loaded.info, skipped=inputs.skipped, **padding, **settings
+            )
+        )
+        del loaded
+    settings = dict(
+        n_per_bucket=n_per_bucket, seed=seed, alpha=alpha, resamples=n_resamples, max_positions=max_probe_positions
+    )
+    return PositionsReport(results, settings, home(subjects, root, options), file_stem(subjects))
+
+
+@dataclass
+class PositionsReport:
+    """`probe positions` on several subjects, and where outputs about them belong."""
+
+    results: list[PositionResult]
+    settings: dict[str, Any]  # n_per_bucket, seed, alpha, resamples, max_positions
+    folder: Path  # beside the runs (probe.analysis.subjects.home)
+    stem: str = ""  # the hf: models among the subjects, for output names
+
+    def to_json(self) -> dict[str, Any]:
+        return {"settings": self.settings, "models": [r.to_json() for r in self.results]}
+
+    def to_rows(self) -> list[dict[str, Any]]:
+        return positions_rows(self.results)
+
+    def write(self, out_dir: str | Path) -> list[str]:
+        """JSON and CSV (per head; the probes apart) and the five figures under ``out_dir``, as `probe
+        positions` writes them (``positions[_<hf models>]_*``); returns the paths written."""
+        from probe.atomic import write_csv, write_json_and_csv
+        from probe.figures import write_figure
+        from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
+
+        out_dir = Path(out_dir)
+        stem = "positions" + (f"_{self.stem}" if self.stem else "")
+        data = self.to_json()
+        files = [str(p) for p in write_json_and_csv(out_dir, stem, data, self.to_rows())]
+        probes = [row for r in self.results for row in r.probe_rows()]
+        files.append(str(write_csv(out_dir / f"{stem}_probes.csv", probes)))
+        models = data["models"]
+        for suffix, figure in (
+            ("probes", probe_figure(models)),
+            ("landmark", probe_figure(models, "landmark_distance")),
+            ("heads", head_share_figure(models)),
+            ("sinks", sink_figure(models)),
+            ("variance", variance_figure(models)),
+        ):
+            files += [str(p) for p in write_figure(figure, out_dir / f"{stem}_{suffix}")]
+        return files
 
 
 def positions_rows(results: Sequence[PositionResult]) -> list[dict[str, Any]]:

@@ -149,6 +149,8 @@ class CompareReport:
     task_folder: str
     folder: Path  # where outputs about these runs belong (probe.runs.folders.beside)
     timings: dict[str, float] = field(default_factory=dict)
+    stems: list[str] = field(default_factory=list)  # A, then each B, as output files name them (nope, hf-gpt2)
+    seed_baseline: bool = True  # A could have been compared with another seed of itself (not so for hf: models)
 
     @property
     def results(self) -> list[CompareResult]:
@@ -275,12 +277,17 @@ class AttendedResult:
 
 @dataclass
 class AttendedReport:
+    """Every subject's attended-distance distributions, and where outputs about them belong."""
+
     results: list[AttendedResult]
     normalization: str
     lengths: str
     n_per_bucket: int
     seed: int
     bins: int
+    task_folder: str = ""
+    folder: Path | None = None  # beside the runs (probe.analysis.subjects.home)
+    stem: str = ""  # the hf: models among the subjects, for output names (hf-gpt2)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -10,12 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from probe.corpus import CODE_TASK
 from probe.corpus.prepared import run_tokenizer_json
 from probe.errors import ProbeError
-from probe.models.checkpoint import read_checkpoint_config, task_name
+from probe.models.checkpoint import task_name
 from probe.models.registry import FIGURE_ORDER, PE_LABELS, pe_class
 from probe.runs.folders import Run, find_runs, task_folder_name, train_command
 
@@ -56,10 +54,6 @@ class RunInfo:
             "label": self.label,
             "inference_options": dict(self.inference_options),
         }
-
-
-def run_folder(run: str | Path | Run) -> Path:
-    return run.path if isinstance(run, Run) else Path(run)
 
 
 def run_info(
@@ -117,19 +111,6 @@ def paired_layers(layers_a: int, layers_b: int) -> list[int]:
         return [0]
     span_a, span_b = layers_a - 1, layers_b - 1
     return [(2 * layer * span_b + span_a) // (2 * span_a) for layer in range(layers_a)]
-
-
-def load_run_model(
-    run: str | Path | Run, device: torch.device, label: str | None = None, pe_options: Mapping[str, Any] | None = None
-):
-    """The run's model, with those of ``pe_options`` its PE has applied at inference."""
-    from probe.models.registry import options_for
-    from probe.runs.folders import load_run
-
-    path = run_folder(run)
-    applied = options_for(read_checkpoint_config(path)["pe"], dict(pe_options or {}))
-    model = load_run(path, device=device, pe_options=applied or None)
-    return model, run_info(path, model.metadata, label, applied)
 
 
 def task_runs(

@@ -1,77 +1,322 @@
-"""probe's code analyses on models TransformerLens loads from Hugging Face files (``hf:ID``,
-``hf:FOLDER``: :mod:`probe.models.hf`), alone or beside probe's code runs: held-out perplexity
-against context size, D^(l)(A, B) and attended distances on windows of held-out code.
+"""What is analysed: a name resolved once, here, into a subject, and what a set of subjects reads.
 
-- **Files.** Every model reads the same held-out files, each with its own tokenizer: those of the
-  code runs' prepared corpus when a ``probe pretrain`` run is among the models (decoded: the BPE
-  round-trips byte for byte), else those of the corpus the options name (``corpus``, ``heldout``:
-  the split by file name ``probe pretrain`` makes, read from the source).
-- **Tokens.** Models compared, or scored in one perplexity table, must share a tokenizer (equal
-  vocabularies), so they read the same tokens; a window has the first model's beginning-of-sequence
-  token in front where its tokenizer adds one (:func:`probe.analysis.windows.choose_windows`).
-- **Context.** T, of which the context sizes are multiples (0.5x ... 2.5x for perplexity, 1x and 2x
-  for attention), is the ``context`` option, else the code runs' training context, else the context
-  the first model declares (n_ctx; for `probe distances`, each model's own). A model with a learned
-  table of positions reads at most its n_ctx: longer context sizes are left out for it. Rotary and
-  ALiBi models read any length.
-- **Depth.** D^(l)(A, B) of models of different depth compares each layer of A with the layer of B
-  at the same relative depth (:func:`probe.analysis.run_info.paired_layers`).
+A name is a PE (a run of the given task and seed under the checkpoints folder), a run folder (``probe train``,
+``probe pretrain`` or ``probe import``), or ``hf:ID`` / ``hf:FOLDER`` (any model TransformerLens loads from
+Hugging Face files: :mod:`probe.models.hf`). :func:`resolve` is the one place that asks which; every analysis
+(compare, distances, positions, perplexity) takes subjects, loads each when it needs it (:meth:`Subject.load`)
+and reads the :class:`~probe.analysis.inputs.Inputs` its :class:`Reading` gives:
+
+- **A task run** reads up to ``n_per_bucket`` gold examples of every length bucket of its task.
+- **Code runs** read windows of the held-out files of the corpus they were trained on, at multiples of their
+  training context T (1x seen, 2x unseen), a beginning-of-sequence token first where they were trained with one.
+- **Where an hf: model is among them**, every model reads the same held-out files, each with its own tokenizer:
+  the code runs' corpus (decoded: the BPE round-trips byte for byte) when a code run is among them, else the
+  corpus the options name (``corpus``, ``heldout``). Models compared, or scored in one perplexity table, must
+  share a tokenizer. T is the ``context`` option, else the code runs', else the context the first model
+  declares. A model with a learned table of positions reads at most its n_ctx; Rotary and ALiBi read any length.
+
+Each run's ``config.json`` is read once, by :func:`resolve`; loading passes it on.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from probe.analysis.perplexity import PerplexityReport, Protocol, RunPerplexity, pick_files, read_contexts
-from probe.analysis.results import AttendedReport, AttendedResult, CompareReport
+from probe.analysis.examples import fitting_examples, sample_buckets, task_of
+from probe.analysis.inputs import ExampleGroup, Inputs, WindowGroup
 from probe.analysis.run_info import (
     Lengths,
-    Progress,
     RunInfo,
-    check_same_corpus,
+    check_comparable,
     is_code_run,
-    load_run_model,
+    pe_label,
     run_info,
+    task_runs,
     training_context,
 )
-from probe.analysis.windows import (
-    ContextWindows,
-    attended_on_windows,
-    choose_windows,
-    compare_on_windows,
-    fitting_windows,
-)
+from probe.analysis.windows import ContextWindows, choose_windows, fitting_windows, run_windows
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_corpus, run_tokenizer_json
 from probe.errors import ProbeError
-from probe.metrics.jsd import check_metric
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
-from probe.runs.folders import Run, beside, resolve_run, task_folder_name
+from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 
 # TransformerLens' positional_embedding_type -> the probe PE whose colour an hf: model gets in figures
 POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi"}
 
 
 @dataclass(eq=False)
-class Subject:
-    """A model that reads held-out code with its own tokenizer: an ``hf:`` model or a probe code run."""
+class Loaded:
+    """A subject's model in memory, and how it reads text."""
 
     model: Any  # TransformerLens-hooked: [batch, pos] ids -> logits; blocks.{l}.attn.hook_pattern
-    info: RunInfo
-    encode: Callable[[Sequence[str]], list[list[int]]]  # texts -> ids, no special tokens
-    vocabulary: dict[str, int]
-    bos_id: int | None  # in front of every window
-    context: int  # the context it was trained at
+    info: RunInfo  # with the PE options applied at inference
     max_length: int | None  # the longest input it reads; None: any
+    encode: Callable[[Sequence[str]], list[list[int]]] | None = None  # texts -> ids, no special tokens
+    vocabulary: dict[str, int] | None = None
+    bos_id: int | None = None  # in front of every window read from text
+    context: int | None = None  # the context it was trained at
+
+
+@dataclass(eq=False)
+class Subject:
+    """A model an analysis reads, before it is loaded."""
+
+    name: str  # as given
+    info: RunInfo
+    path: Path | None  # its run folder (None: an hf: model)
+    config: dict[str, Any] | None  # its config.json, read once
+
+    @property
+    def run(self) -> Run | None:
+        return None if self.path is None else Run(self.path, self.config)
+
+    def load(
+        self, device: torch.device, pe_options: Mapping[str, Any] | None = None, label: str | None = None
+    ) -> Loaded:
+        """The model, with those of ``pe_options`` its PE has applied at inference."""
+        from probe.models.registry import options_for
+        from probe.runs.folders import load_run
+
+        applied = options_for(self.config["pe"], dict(pe_options or {}))
+        model = load_run(self.path, device=device, pe_options=applied or None, config=self.config)
+        return Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx)
+
+    def other_seed(self) -> Subject | None:
+        """Another complete seed of this run (seed 1 first, else the lowest): the A' baseline."""
+        found = []
+        for candidate in sorted(self.path.parent.glob("seed*")):
+            if candidate == self.path or not (candidate / "config.json").is_file():
+                continue
+            try:
+                config = read_checkpoint_config(candidate)
+            except ProbeError:
+                continue
+            other = int(config.get("model", {}).get("seed", -1))
+            if other != self.info.seed and config.get("training", {}).get("complete", True):
+                found.append((other != 1, other, candidate, config))
+        if not found:
+            return None
+        _, _, path, config = min(found, key=lambda f: f[:3])
+        return type(self)(str(path), run_info(path, config), path, config)
+
+
+class TaskRun(Subject):
+    """A run of one of the paper's tasks."""
+
+
+class CodeRun(Subject):
+    """A run of `probe pretrain` or `probe import`: a code model with its corpus beside it."""
+
+    def load(
+        self, device: torch.device, pe_options: Mapping[str, Any] | None = None, label: str | None = None
+    ) -> Loaded:
+        loaded = super().load(device, pe_options, label)
+        tokenizer = CodeTokenizer.from_json(run_tokenizer_json(self.path))
+        loaded.encode, loaded.vocabulary = tokenizer.encode_batch, tokenizer.tokenizer.get_vocab()
+        loaded.context = training_context(self.config)
+        return loaded
+
+
+class HfModel(Subject):
+    """A model TransformerLens boots from Hugging Face files, with its own tokenizer."""
+
+    def load(
+        self, device: torch.device, pe_options: Mapping[str, Any] | None = None, label: str | None = None
+    ) -> Loaded:
+        model = load_external(self.name, device)
+        info = RunInfo(model.spelling, POSITIONS_PE.get(model.positions, model.positions), 0, model.spelling)
+        return Loaded(model.bridge, info, model.max_length, model.encode, model.vocabulary(), model.bos_id, model.n_ctx)
+
+    def other_seed(self) -> Subject | None:
+        return None
+
+
+def resolve(
+    name: str | Path | Run,
+    *,
+    root: str | Path | None = None,
+    task: str = "scan",
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+) -> Subject:
+    """The subject ``name`` names: ``hf:`` (found on this machine), a run folder, or with ``root`` a PE name
+    resolved for ``task``, ``seed`` and the task ``options``. Nothing is loaded."""
+    if isinstance(name, Run):
+        return _run_subject(name.path, name.config)
+    name = str(name)
+    if is_external(name):
+        model_folder(name)
+        return HfModel(name, RunInfo(name, "", 0, name), None, None)
+    path = Path(name) if root is None else resolve_run(name, root, task, seed, dict(options or {}))
+    return _run_subject(path, read_checkpoint_config(path))
+
+
+def subjects_task(names: Sequence[str], task: str | None) -> str:
+    """The task whose runs PE names among ``names`` are: code where an ``hf:`` model is among them (they are
+    read on held-out code), else ``task`` (default scan); a task that is not code beside hf: is one line."""
+    from probe.corpus import CODE_TASK
+
+    if any(is_external(str(n)) for n in names):
+        if task not in (None, CODE_TASK):
+            raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {task}")
+        return CODE_TASK
+    return task or "scan"
+
+
+def split_hf(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the ``hf:`` spellings among ``names``, the rest): what a text field of model names holds."""
+    return [n for n in names if is_external(n)], [n for n in names if not is_external(n)]
+
+
+def _run_subject(path: Path, config: dict[str, Any]) -> Subject:
+    kind = CodeRun if is_code_run(config) else TaskRun
+    return kind(str(path), run_info(path, config), path, config)
+
+
+def resolve_all(
+    names: Sequence[str | Path | Run],
+    *,
+    root: str | Path | None = None,
+    task: str = "scan",
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+) -> list[Subject]:
+    """:func:`resolve` of every name before anything is read. Where an ``hf:`` model is among them, PE names
+    are code runs (``task`` code) and every run must be one: hf: models are read on held-out code."""
+    if any(is_external(str(n)) for n in names if not isinstance(n, Run)):
+        subjects = [resolve(n, root=root, task=CODE_TASK, seed=seed, options=options) for n in names]
+        for s in subjects:
+            if isinstance(s, TaskRun):
+                raise ProbeError(
+                    f"{s.path} is a run of task {s.config.get('task', {}).get('name', '?')}, not a code model: "
+                    "hf: models are read on held-out code, beside the runs of `probe pretrain`"
+                )
+        return subjects
+    return [resolve(n, root=root, task=task, seed=seed, options=options) for n in names]
+
+
+def task_subjects(
+    root: str | Path,
+    task: str,
+    options: Mapping[str, Any] | None = None,
+    seed: int | None = 0,
+    pes: Sequence[str] | None = None,
+) -> list[Subject]:
+    """The complete runs of a task folder (:func:`probe.analysis.run_info.task_runs`) as subjects."""
+    return [resolve(run) for run in task_runs(root, task, options, seed, pes)]
+
+
+def others_than(a: Subject, root: str | Path, task: str, options: Mapping[str, Any], seed: int) -> list[Subject]:
+    """Every other PE's run beside ``a`` (`probe compare A` with no B)."""
+    if isinstance(a, HfModel):
+        raise ProbeError(f"name the models to compare {a.name} with (probe compare {a.name} hf:OTHER)")
+    others = [s for s in task_subjects(root, task, options, seed=seed) if s.info.pe != a.info.pe]
+    if not others:
+        raise ProbeError(
+            f"no other PE's run of {task_folder_name(task, dict(options))} seed {seed} under {root} to "
+            f"compare {a.info.pe} with (make them with: {train_command(task, dict(options), root)})"
+        )
+    return others
+
+
+def home(subjects: Sequence[Subject], root: str | Path, options: Mapping[str, Any] | None = None) -> Path:
+    """Where outputs about these subjects go: beside the runs among them, else the code folder of the
+    corpus ``options`` under ``root`` (``checkpoints/code``)."""
+    runs = [s.run for s in subjects if s.path is not None]
+    if runs:
+        return beside(runs)
+    return Path(root) / task_folder_name(CODE_TASK, dict(options or {}))
+
+
+def task_folder(subjects: Sequence[Subject], root: str | Path, options: Mapping[str, Any] | None = None) -> str:
+    """The task folder the outputs name: the first run's, else that of the corpus ``options``."""
+    runs = [s.run for s in subjects if s.path is not None]
+    if runs and not any(isinstance(s, HfModel) for s in subjects):
+        return runs[0].task_folder
+    return home(subjects, root, options).name
+
+
+def file_stem(subjects: Sequence[Subject]) -> str:
+    """``hf-gpt2+hf-EleutherAI--pythia-70m``: the ``hf:`` models among ``subjects``, for output names."""
+    return "+".join(file_name(s.name) for s in subjects if isinstance(s, HfModel))
+
+
+# -- what subjects read -------------------------------------------------------------------------------
+class Reading:
+    """Where a set of subjects' inputs come from; :meth:`inputs` cuts them for one model (or a pair)."""
+
+    default_lengths: Lengths = "all"
+    seed_baseline = True  # a run can be compared with another seed of itself (NoPE vs NoPE')
+
+    def inputs(
+        self,
+        first: Loaded,
+        fit: Sequence[Loaded],
+        *,
+        n_per_bucket: int,
+        seed: int,
+        lengths: Lengths,
+        multiples: Sequence[float] | None = None,
+    ) -> Inputs:
+        """``first``'s inputs, kept to those every model of ``fit`` reads."""
+        raise NotImplementedError
+
+    def check_pair(self, a: Loaded, b: Loaded) -> None:
+        """Whether ``a`` and ``b`` read the same tokens (checked before loading, unless tokenizers decide)."""
+
+
+class TaskReading(Reading):
+    default_lengths = "unseen"  # the released notebook's attended distances
+
+    def __init__(self, subject: Subject):
+        self.task, self.tokenizer = task_of(subject.config)
+
+    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        n_ctx = min(m.max_length for m in fit)
+        buckets, skipped = fitting_examples(
+            sample_buckets(self.task, n_per_bucket, seed, lengths), self.tokenizer, n_ctx
+        )
+        return Inputs(
+            [ExampleGroup(buckets, self.tokenizer)],
+            skipped,
+            self.task.name,
+            dict(self.task.options),
+            self.tokenizer.pad_id,
+        )
+
+
+class CorpusReading(Reading):
+    """A code run's own prepared corpus (its token ids), at its training context."""
+
+    def __init__(self, subject: Subject):
+        self.subject = subject
+
+    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        config = self.subject.config
+        windows = run_windows(
+            self.subject.path, config, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
+        )
+        kept, skipped = fitting_windows(windows, min(m.max_length for m in fit), _who(fit))
+        return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, dict(config["task"]["options"]))
+
+
+@dataclass(frozen=True)
+class HeldoutTexts:
+    """The held-out files every model reads, where they come from, and the code runs' training context."""
+
+    files: list[SourceFile]
+    folder: str
+    options: dict[str, Any]  # the corpus options naming them: a code run's task options, or corpus and heldout
+    run_context: int | None  # the code runs' T; None when no code run is among the models
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,346 +334,104 @@ class TokenizedFiles:
         return torch.tensor([len(t) for t in self.tokens], dtype=torch.long)  # [file]
 
 
-@dataclass(frozen=True)
-class HeldoutTexts:
-    """The held-out files every model reads, where they come from, and the code runs' training context."""
+class TextReading(Reading):
+    """The same held-out files for every model, each read with its own tokenizer."""
 
-    files: list[SourceFile]
-    folder: str
-    options: dict[str, Any]  # the corpus options naming them: a code run's task options, or corpus and heldout
-    run_context: int | None  # the code runs' T; None when no code run is among the models
+    seed_baseline = False
 
+    def __init__(self, subjects: Sequence[Subject], options: Mapping[str, Any] | None):
+        self.options = dict(options or {})
+        self.texts = heldout_texts(subjects, self.options)
 
-def load_subject(
-    name: str | Path, device: str | torch.device = "cpu", pe_options: Mapping[str, Any] | None = None
-) -> Subject:
-    """``hf:ID`` / ``hf:FOLDER``, or a probe code run's folder (``pe_options`` apply to it at inference)."""
-    if is_external(name):
-        loaded = load_external(str(name), device)
-        info = RunInfo(loaded.spelling, POSITIONS_PE.get(loaded.positions, loaded.positions), 0, loaded.spelling)
-        return Subject(
-            loaded.bridge, info, loaded.encode, loaded.vocabulary(), loaded.bos_id, loaded.n_ctx, loaded.max_length
+    def context(self, first: Loaded) -> int:
+        """T: the ``context`` option, else the code runs', else the context ``first`` declares."""
+        given = self.options.get("context")
+        if given is not None:
+            if not isinstance(given, int) or given < 2:
+                raise ProbeError(f"context must be an integer of at least 2 tokens, got {given!r}")
+            return given
+        return self.texts.run_context or first.context
+
+    def tokenized(self, loaded: Loaded) -> TokenizedFiles:
+        """The held-out files in ``loaded``'s token ids."""
+        ids = loaded.encode([f.text for f in self.texts.files])
+        names = [f.name for f in self.texts.files]
+        return TokenizedFiles(self.texts.folder, names, [torch.tensor(i, dtype=torch.long) for i in ids])
+
+    def windows(self, first: Loaded, context: int, **choice: Any) -> list[ContextWindows]:
+        return choose_windows(self.tokenized(first), context, bos=first.bos_id, **choice)
+
+    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        context = self.context(first)
+        windows = self.windows(
+            first, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
         )
-    config = _code_config(Path(name))
-    model, info = load_run_model(Path(name), torch.device(device), pe_options=pe_options)
-    tokenizer = CodeTokenizer.from_json(run_tokenizer_json(name))
-    return Subject(
-        model,
-        info,
-        tokenizer.encode_batch,
-        tokenizer.tokenizer.get_vocab(),
-        None,
-        training_context(config),
-        model.cfg.n_ctx,
-    )
+        limits = [m.max_length for m in fit if m.max_length is not None]
+        kept, skipped = (windows, 0) if not limits else fitting_windows(windows, min(limits), _who(fit))
+        return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, {**self.texts.options, "context": context})
+
+    def check_pair(self, a: Loaded, b: Loaded) -> None:
+        """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
+        if a.vocabulary != b.vocabulary:
+            shared = sum(b.vocabulary.get(token) == i for token, i in a.vocabulary.items())
+            raise ProbeError(
+                f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
+                f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
+                "compare models that share a tokenizer"
+            )
 
 
-def _code_config(path: Path) -> dict[str, Any]:
-    config = read_checkpoint_config(path)
-    if not is_code_run(config):
-        raise ProbeError(
-            f"{path} is a run of task {config.get('task', {}).get('name', '?')}, not a code model: hf: "
-            "models are read on held-out code, beside the runs of `probe pretrain`"
-        )
-    return config
+def _who(fit: Sequence[Loaded]) -> str:
+    labels = [m.info.label for m in fit]
+    return labels[0] if len(labels) == 1 else "both " + " and ".join(labels)
 
 
-def resolve_models(
-    names: Sequence[str], *, root: str | Path | None = None, seed: int = 0, options: Mapping[str, Any] | None = None
-) -> list[str]:
-    """Every name checked before anything is read: ``hf:`` spellings found on this machine (kept as
-    given); code runs given as folders or, with ``root``, as PE names (resolved for ``seed`` and the
-    corpus ``options``)."""
-    resolved = []
-    for name in names:
-        name = str(name)
-        if is_external(name):
-            model_folder(name)
-        else:
-            if root is not None:
-                name = str(resolve_run(name, root, CODE_TASK, seed, dict(options or {})))
-            _code_config(Path(name))
-        resolved.append(name)
-    return resolved
-
-
-def heldout_texts(names: Sequence[str], options: Mapping[str, Any] | None = None) -> HeldoutTexts:
-    """The held-out files the models ``names`` read (module docstring). Code runs among them must
-    share their corpus and training context; a ``context`` option must then be theirs."""
+def heldout_texts(subjects: Sequence[Subject], options: Mapping[str, Any] | None = None) -> HeldoutTexts:
+    """The held-out files the ``subjects`` read (module docstring). Code runs among them must share their
+    corpus and training context; a ``context`` option must then be theirs."""
     options = dict(options or {})
-    runs = [Path(n) for n in names if not is_external(n)]
+    runs = [s for s in subjects if s.path is not None]
     if runs:
-        configs = [_code_config(p) for p in runs]
-        infos = [run_info(p, c) for p, c in zip(runs, configs)]
-        for info, config in zip(infos[1:], configs[1:]):
-            check_same_corpus(infos[0], configs[0], info, config)
-        context = training_context(configs[0])
+        for other in runs[1:]:
+            check_comparable(runs[0].info, runs[0].config, other.info, other.config)
+        context = training_context(runs[0].config)
         if options.get("context") not in (None, context):
             raise ProbeError(
-                f"{runs[0]} was trained at a context of {context} tokens, not {options['context']}: the "
+                f"{runs[0].path} was trained at a context of {context} tokens, not {options['context']}: the "
                 "models are read at multiples of the code runs' context"
             )
-        corpus = run_corpus(runs[0], configs[0])
+        corpus = run_corpus(runs[0].path, runs[0].config)
         decode = corpus.tokenizer.decode
         files = [
             SourceFile(name, decode(corpus.heldout_file(i).tolist())) for i, name in enumerate(corpus.heldout_names)
         ]
-        return HeldoutTexts(files, str(corpus.folder), dict(configs[0]["task"]["options"]), context)
+        return HeldoutTexts(files, str(corpus.folder), dict(runs[0].config["task"]["options"]), context)
     spec = CorpusSpec.from_options(options)
     sources, _ = find_sources(spec.corpus)
     _, heldout = split_files(sources, spec.heldout)
     return HeldoutTexts(heldout, spec.corpus, {"corpus": spec.corpus, "heldout": spec.heldout}, None)
 
 
-def reference_context(texts: HeldoutTexts, options: Mapping[str, Any] | None, subject: Subject) -> int:
-    """T: the ``context`` option, else the code runs', else the context ``subject`` declares."""
-    given = (options or {}).get("context")
-    if given is not None:
-        if not isinstance(given, int) or given < 2:
-            raise ProbeError(f"context must be an integer of at least 2 tokens, got {given!r}")
-        return given
-    return texts.run_context or subject.context
+def readings(subjects: Sequence[Subject], options: Mapping[str, Any] | None = None) -> list[Reading]:
+    """What each subject reads: its task's examples, its corpus's windows, or, where an hf: model is among
+    them, one set of held-out texts for all."""
+    if any(isinstance(s, HfModel) for s in subjects):
+        shared = TextReading(subjects, options)
+        return [shared for _ in subjects]
+    return [CorpusReading(s) if isinstance(s, CodeRun) else TaskReading(s) for s in subjects]
 
 
-def tokenized(subject: Subject, texts: HeldoutTexts) -> TokenizedFiles:
-    """The held-out files in ``subject``'s token ids."""
-    ids = subject.encode([f.text for f in texts.files])
-    return TokenizedFiles(texts.folder, [f.name for f in texts.files], [torch.tensor(i, dtype=torch.long) for i in ids])
+def check_together(a: Subject, others: Sequence[Subject]) -> None:
+    """Runs compared with ``a`` read what ``a`` reads (same task and vocabulary, or the same corpus); an
+    hf: model's tokenizer is checked once it is loaded (:meth:`Reading.check_pair`)."""
+    for b in others:
+        if a.path is not None and b.path is not None:
+            check_comparable(a.info, a.config, b.info, b.config)
 
 
-def subject_choice(subject: Subject, texts: HeldoutTexts, context: int, **choice: Any) -> list[ContextWindows]:
-    """:func:`choose_windows` over the held-out files in ``subject``'s tokens, its BOS first."""
-    return choose_windows(tokenized(subject, texts), context, bos=subject.bos_id, **choice)
+def baseline_label(a: Subject) -> str:
+    return f"{pe_label(a.info.pe)}'"
 
 
-def check_same_tokenizer(a: Subject, b: Subject) -> None:
-    """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
-    if a.vocabulary != b.vocabulary:
-        shared = sum(b.vocabulary.get(token) == i for token, i in a.vocabulary.items())
-        raise ProbeError(
-            f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
-            f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
-            "compare models that share a tokenizer"
-        )
-
-
-def readable_windows(windows: list[ContextWindows], subjects: Sequence[Subject]) -> tuple[list[ContextWindows], int]:
-    """The windows every subject reads (a learned table of positions stops at n_ctx), and how many were left out."""
-    limits = [s.max_length for s in subjects if s.max_length is not None]
-    if not limits:
-        return windows, 0
-    return fitting_windows(windows, min(limits), " and ".join(s.info.label for s in subjects))
-
-
-def _task_options(texts: HeldoutTexts, context: int) -> dict[str, Any]:
-    return {**texts.options, "context": context}
-
-
-@dataclass
-class SubjectWindows:
-    """One ``hf:`` model with the held-out windows it can read (at ``multiples`` of its context)."""
-
-    subject: Subject | None  # None once the next model is asked for
-    kept: list[ContextWindows]
-    skipped: int
-    task_options: dict[str, Any]
-
-
-def subject_windows(
-    names: Sequence[str],
-    options: Mapping[str, Any],
-    device: torch.device,
-    *,
-    multiples: Sequence[float] | None,
-    n_per_bucket: int,
-    seed: int,
-    lengths: Lengths = "all",
-    progress: Progress | None = None,
-) -> Iterator[SubjectWindows]:
-    """Each model of ``names`` in turn (one loaded at a time), with held-out windows of the same files
-    read with its own tokenizer, its BOS first: what `probe distances` and `probe positions` read."""
-    names = resolve_models(names)
-    texts = heldout_texts(names, options)
-    for done, name in enumerate(names):
-        subject = load_subject(name, device)
-        if progress:
-            progress(subject.info.label, done, len(names))
-        context = reference_context(texts, options, subject)
-        windows = subject_choice(
-            subject, texts, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
-        )
-        kept, skipped = readable_windows(windows, [subject])
-        read = SubjectWindows(subject, kept, skipped, _task_options(texts, context))
-        del subject
-        yield read
-        read.subject = None  # released before the next model loads (1B models: one at a time)
-
-
-def external_compare_report(
-    a_name: str,
-    b_names: Sequence[str],
-    *,
-    root: str | Path = "checkpoints",
-    seed: int = 0,
-    options: Mapping[str, Any] | None = None,
-    n_per_bucket: int = 10,
-    metric: str = "jsd",
-    device: str | torch.device = "cpu",
-    batch_size: int = 16,
-    lengths: Lengths = "all",
-    multiples: Sequence[float] | None = None,
-    pe_options: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
-) -> CompareReport:
-    """``probe compare A B ...`` where a model is ``hf:``: D^(l)(A, B) on windows of held-out code at
-    1x and 2x T (module docstring), one "bucket" per context size; no seed baseline."""
-    check_metric(metric)
-    if not b_names:
-        raise ProbeError(f"name the models to compare {a_name} with (probe compare {a_name} hf:OTHER)")
-    options = dict(options or {})
-    device = torch.device(device)
-    names = resolve_models([a_name, *b_names], root=root, seed=seed, options=options)
-    texts = heldout_texts(names, options)
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    a = load_subject(names[0], device, pe_options)
-    timings["load"] = time.perf_counter() - start
-    context = reference_context(texts, options, a)
-    windows = subject_choice(
-        a, texts, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
-    )
-    comparisons = []
-    for done, name in enumerate(names[1:]):
-        start = time.perf_counter()
-        b = load_subject(name, device, pe_options)
-        timings["load"] += time.perf_counter() - start
-        check_same_tokenizer(a, b)
-        if progress:
-            progress(f"{a.info.label} vs {b.info.label}", done, len(names) - 1)
-        kept, skipped = readable_windows(windows, [a, b])
-        comparisons.append(
-            compare_on_windows(
-                a.model,
-                a.info,
-                b.model,
-                b.info,
-                kept,
-                skipped=skipped,
-                task_options=_task_options(texts, context),
-                n_per_bucket=n_per_bucket,
-                metric=metric,
-                seed=seed,
-                device=device,
-                batch_size=batch_size,
-                timings=timings,
-            )
-        )
-        del b
-    folder = models_home(names, root, options)
-    return CompareReport(a.info, comparisons, None, folder.name, folder, timings)
-
-
-def external_attended_report(
-    names: Sequence[str],
-    *,
-    options: Mapping[str, Any] | None = None,
-    n_per_bucket: int = 10,
-    weightings: Sequence[str] = ("argmax", "attention"),
-    normalization: str = "text",
-    lengths: Lengths | None = None,
-    bins: int = 20,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    batch_size: int = 16,
-    multiples: Sequence[float] | None = None,
-    progress: Progress | None = None,
-) -> AttendedReport:
-    """``probe distances`` where a model is ``hf:``: per model, the attended-distance distributions
-    of every query of held-out windows at 1x and 2x its T, read with its own tokenizer."""
-    results: list[AttendedResult] = []
-    for read in subject_windows(
-        names,
-        dict(options or {}),
-        torch.device(device),
-        multiples=multiples,
-        n_per_bucket=n_per_bucket,
-        seed=seed,
-        lengths=lengths or "all",
-        progress=progress,
-    ):
-        results += attended_on_windows(
-            read.subject.model,
-            read.subject.info,
-            read.kept,
-            skipped=read.skipped,
-            task_options=read.task_options,
-            weightings=weightings,
-            normalization=normalization,
-            bins=bins,
-            device=torch.device(device),
-            batch_size=batch_size,
-        )
-    return AttendedReport(results, normalization, lengths or "all", n_per_bucket, seed, bins)
-
-
-def external_perplexity_report(
-    names: Sequence[str],
-    *,
-    options: Mapping[str, Any] | None = None,
-    max_files: int | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    batch_size: int = 16,
-    progress: Progress | None = None,
-) -> PerplexityReport:
-    """``probe perplexity`` where a model is ``hf:``: the paper's protocol (:mod:`probe.analysis.perplexity`)
-    at T (module docstring), every model reading the same tokens, so all must share the first
-    one's tokenizer. A context size a model cannot read (learned positions) is left out for it."""
-    if not names:
-        raise ProbeError("no models to read")
-    options = dict(options or {})
-    device = torch.device(device)
-    names = resolve_models(names)
-    texts = heldout_texts(names, options)
-    subject = load_subject(names[0], device)
-    first = subject
-    protocol = Protocol.scaled(reference_context(texts, options, subject))
-    every = tokenized(subject, texts)
-    lengths = every.heldout_lengths()
-    order = pick_files(lengths, protocol, max_files, seed)
-    files = [every.heldout_file(int(i)) for i in order]
-    steps = len(names) * len(protocol.contexts)
-    results = []
-    for done, name in enumerate(names):
-        if done:
-            subject = load_subject(name, device)
-            check_same_tokenizer(first, subject)
-        nll = read_contexts(
-            subject.model,
-            files,
-            protocol,
-            device=device,
-            batch_size=batch_size,
-            bos=first.bos_id,
-            max_length=subject.max_length,
-            progress=progress,
-            label=subject.info.label,
-            step=done * len(protocol.contexts),
-            steps=steps,
-        )
-        results.append(RunPerplexity(subject.info.label, subject.info.pe, subject.info.path, nll))
-    return PerplexityReport(protocol, [every.heldout_names[int(i)] for i in order], lengths[order], results, seed)
-
-
-def models_home(names: Sequence[str], root: str | Path, options: Mapping[str, Any] | None = None) -> Path:
-    """Where outputs about these models go: beside the code runs among them, else the code folder
-    of the corpus options under ``root`` (``checkpoints/code``), beside the runs of that corpus."""
-    runs = [Run(Path(n), read_checkpoint_config(n)) for n in names if not is_external(n)]
-    if runs:
-        return beside(runs)
-    return Path(root) / task_folder_name(CODE_TASK, dict(options or {}))
-
-
-def models_stem(names: Sequence[str]) -> str:
-    """``hf-gpt2+hf-EleutherAI--pythia-70m``: the ``hf:`` models among ``names``, for output names."""
-    return "+".join(file_name(n) for n in names if is_external(n))
+def relabelled(info: RunInfo, suffix: str | None) -> RunInfo:
+    return info if suffix is None else replace(info, label=f"{info.label} @{suffix}")

@@ -1,21 +1,18 @@
-"""The paper's attention analyses on pretrained code models: D(NoPE, ·) per layer (Section 4.2, Eq.
-similarity) and the attended-distance histograms (Section 5.1), on windows of held-out code.
+"""What a code model reads in the paper's attention analyses (Sections 4.2 and 5.1): windows of held-out code.
 
 A code run has no length buckets: its inputs are windows of the held-out files of the corpus it
 was trained on (prepared beside its runs), at multiples of its training context ``T`` (1x: seen,
 2x: unseen). A file contributes its *last* ``c`` tokens as one window of ``c`` tokens, as the
 paper reads its files for perplexity, so a window at 2x holds the 1x window as its second half.
 Windows have no padding and no token prepended (training windows are cut from a stream). The
-results reuse :mod:`probe.analysis.results`' types, so tables, JSON, CSV and figures are the same:
-a context size is a "length bucket" there.
+analyses read them as groups of inputs (:class:`probe.analysis.inputs.WindowGroup`), a context size standing
+for a length bucket.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,11 +20,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from probe.analysis.layerwise import MapPair, timed_layer_distances
-from probe.analysis.patterns import run_patterns
-from probe.analysis.results import AttendedResult, CompareResult, attended_stats, distance_stats, query_key_weights
-from probe.analysis.run_info import Lengths, RunInfo, check_comparable, paired_layers, training_context
-from probe.corpus import CODE_TASK
+from probe.analysis.run_info import Lengths, training_context
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.models.checkpoint import window_bos
@@ -168,192 +161,10 @@ def fitting_windows(windows: list[ContextWindows], n_ctx: int, who: str) -> tupl
     return kept, sum(len(w.files) for w in windows if w.context > n_ctx)
 
 
-def _batches(tokens: Tensor, model, batch_size: int) -> list[Tensor]:
+def window_batches(tokens: Tensor, model, batch_size: int) -> list[Tensor]:
     """[window, context] in batches whose float32 maps ([batch, layer, head, c, c]) stay under MAX_BATCH_BYTES."""
     if batch_size < 1:
         raise ProbeError(f"batch size must be positive, got {batch_size}")
     context = tokens.shape[1]
     per_window = model.cfg.n_layers * model.cfg.n_heads * context * context * 4
     return list(tokens.split(max(1, min(batch_size, MAX_BATCH_BYTES // per_window))))
-
-
-def _window_pairs(model_a, model_b, tokens: Tensor, device: torch.device, batch_size: int) -> Iterator[MapPair]:
-    """Both models' attention maps on the same batches of windows (no padding: no lengths)."""
-    for batch in _batches(tokens, model_a, batch_size):
-        batch = batch.to(device)
-        yield run_patterns(model_a, batch), run_patterns(model_b, batch), None  # [batch, layer, head, c, c]
-
-
-def compare_windows(
-    model_a,
-    a: RunInfo,
-    model_b,
-    b: RunInfo,
-    *,
-    n_per_bucket: int,
-    metric: str,
-    seed: int,
-    device: torch.device,
-    batch_size: int,
-    lengths: Lengths,
-    timings: dict[str, float],
-    multiples: Sequence[float] | None = MULTIPLES,
-) -> CompareResult:
-    """D^(l)(A, B) on the same held-out windows, one "bucket" per context size (its ``length``: c
-    tokens; ``seen``: c <= T). Context sizes longer than either model's n_ctx are left out and
-    their windows counted in ``skipped``."""
-    check_comparable(a, model_a.metadata, b, model_b.metadata)
-    windows = run_windows(
-        a.path, model_a.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
-    )
-    windows, skipped = fitting_windows(
-        windows, min(model_a.cfg.n_ctx, model_b.cfg.n_ctx), f"both {a.label} and {b.label}"
-    )
-    return compare_on_windows(
-        model_a,
-        a,
-        model_b,
-        b,
-        windows,
-        skipped=skipped,
-        task_options=dict(model_a.metadata["task"]["options"]),
-        n_per_bucket=n_per_bucket,
-        metric=metric,
-        seed=seed,
-        device=device,
-        batch_size=batch_size,
-        timings=timings,
-    )
-
-
-def compare_on_windows(
-    model_a,
-    a: RunInfo,
-    model_b,
-    b: RunInfo,
-    windows: list[ContextWindows],
-    *,
-    skipped: int,
-    task_options: dict[str, Any],
-    n_per_bucket: int,
-    metric: str,
-    seed: int,
-    device: torch.device,
-    batch_size: int,
-    timings: dict[str, float],
-) -> CompareResult:
-    """D^(l)(A, B) on windows both models read, one "bucket" per context size; each layer of A
-    against the layer of B at its relative depth (:func:`probe.analysis.run_info.paired_layers`)."""
-    layers_b = paired_layers(model_a.cfg.n_layers, model_b.cfg.n_layers)
-    parts = [
-        timed_layer_distances(
-            _window_pairs(model_a, model_b, w.tokens, device, batch_size),
-            layers_b,
-            metric,
-            device,
-            timings,
-            one_layer_at_a_time=True,
-        )
-        for w in windows
-    ]
-    start = time.perf_counter()
-    stats = [
-        distance_stats(values, pairwise, metric, seed, w.context, w.seen, SPLIT)
-        for w, (values, pairwise) in zip(windows, parts)
-    ]
-    values, pairwise = torch.cat([v for v, _ in parts]), torch.cat([p for _, p in parts])
-    overall = distance_stats(values, pairwise, metric, seed)
-    timings["bootstrap"] = timings.get("bootstrap", 0.0) + time.perf_counter() - start
-    return CompareResult(
-        a,
-        b,
-        CODE_TASK,
-        task_options,
-        metric,
-        seed,
-        n_per_bucket,
-        stats,
-        overall,
-        values,
-        [w.context for w in windows for _ in w.files],
-        skipped,
-        timings=timings,
-        layers_b=layers_b,
-    )
-
-
-def attended_windows(
-    model,
-    info: RunInfo,
-    *,
-    n_per_bucket: int,
-    weightings: Sequence[str],
-    normalization: str,
-    lengths: Lengths,
-    bins: int,
-    seed: int,
-    device: torch.device,
-    batch_size: int,
-    multiples: Sequence[float] | None = MULTIPLES,
-) -> list[AttendedResult]:
-    """One attended-distance result per context size, labelled ``<run> @1x``, ``<run> @2x``: every
-    query of every window counts (a window is all "output"). Context sizes longer than the model's
-    n_ctx are left out; their windows are counted in the first result's ``skipped``."""
-    windows = run_windows(
-        info.path, model.metadata, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
-    )
-    windows, skipped = fitting_windows(windows, model.cfg.n_ctx, info.label)
-    return attended_on_windows(
-        model,
-        info,
-        windows,
-        skipped=skipped,
-        task_options=dict(model.metadata["task"]["options"]),
-        weightings=weightings,
-        normalization=normalization,
-        bins=bins,
-        device=device,
-        batch_size=batch_size,
-    )
-
-
-def attended_on_windows(
-    model,
-    info: RunInfo,
-    windows: list[ContextWindows],
-    *,
-    skipped: int,
-    task_options: dict[str, Any],
-    weightings: Sequence[str],
-    normalization: str,
-    bins: int,
-    device: torch.device,
-    batch_size: int,
-) -> list[AttendedResult]:
-    """One attended-distance result per context size of ``windows`` (``skipped``: windows left out
-    before, counted in the first result)."""
-    results = []
-    for w in windows:
-        grids = {name: torch.zeros(w.context, w.context, dtype=torch.float64, device=device) for name in weightings}
-        for batch in _batches(w.tokens, model, batch_size):
-            maps = run_patterns(model, batch.to(device))  # [batch, layer, head, c, c]
-            starts = torch.zeros(len(batch), dtype=torch.long, device=device)
-            ends = torch.full((len(batch),), w.context, device=device)
-            for name in weightings:
-                for layer in range(maps.shape[1]):
-                    grids[name] += query_key_weights(maps[:, layer : layer + 1], starts, ends, name)
-        stats = {name: attended_stats(grid, name, normalization, bins) for name, grid in grids.items()}
-        n_queries = len(w.files) * w.context * model.cfg.n_layers * model.cfg.n_heads
-        results.append(
-            AttendedResult(
-                dataclasses.replace(info, label=f"{info.label} @{w.label}"),
-                CODE_TASK,
-                task_options,
-                len(w.files),
-                n_queries,
-                skipped if not results else 0,
-                [w.context],
-                stats,
-            )
-        )
-    return results

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from probe.errors import ProbeError
@@ -29,6 +30,41 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=float)
     sys.stdout.write("\n")
+
+
+@contextlib.contextmanager
+def progress_bar(out, what: str, width: int = 30) -> Iterator[Callable[[str, int, int], None]]:
+    """A transient progress bar (what, how far, elapsed, time left) for a library call's ``progress``
+    callback; it appears at the first call, once the inputs are found and checked, so an error stays one
+    clean line."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn(f"{{task.description:<{width}}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    progress = Progress(*columns, console=out, transient=True)
+    bar = progress.add_task(what, total=None)
+
+    def on_progress(description: str, done: int, total: int) -> None:
+        progress.start()
+        progress.update(bar, description=description, completed=done, total=total)
+
+    try:
+        yield on_progress
+    finally:
+        progress.stop()
 
 
 def console(stderr: bool = False):

@@ -14,6 +14,7 @@ from probe.commands.common import (
     console,
     parse_options,
     print_json,
+    progress_bar,
 )
 
 
@@ -157,47 +158,19 @@ def detail_table(result):
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from probe.analysis import compare_report, write_compare_report
+    from probe.analysis.subjects import subjects_task
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
-    from probe.models.hf import is_external
     from probe.runs.folders import train_command
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
-    external = any(is_external(name) for name in args.runs)
-    if external and args.task not in (None, CODE_TASK):
-        raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {args.task}")
-    task = CODE_TASK if external else args.task or "scan"
-    device = resolve_device(args.device)
+    task = subjects_task(args.runs, args.task)
     options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
     out = console(stderr=args.json)
-    columns = (
-        TextColumn("{task.description:<40}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
-    progress = Progress(*columns, console=out, transient=True)
-    bar = progress.add_task("comparing", total=None)
-
-    def on_progress(what: str, done: int, total: int) -> None:
-        progress.start()  # only once the runs are found and checked: errors stay one clean line
-        progress.update(bar, description=what, completed=done, total=total)
-
-    try:
+    with progress_bar(out, "comparing", width=40) as on_progress:
         report = compare_report(
             args.runs[0],
             args.runs[1:],
@@ -207,37 +180,28 @@ def run(args: argparse.Namespace) -> int:
             options=options,
             n_per_bucket=args.n_per_bucket,
             metric=args.metric,
-            device=device,
+            device=resolve_device(args.device),
             baseline=not args.no_baseline,
             batch_size=args.batch_size,
             lengths=args.lengths,
             pe_options=parse_options(args.pe_option, None),
             progress=on_progress,
         )
-    finally:
-        progress.stop()
     out.print(summary_table(report))
-    if args.detail or len(report.comparisons) == 1:
-        for result in report.results:
-            out.print(detail_table(result))
-    else:
-        out.print(bucket_table(report))
+    detailed = args.detail or len(report.comparisons) == 1
+    for table in [detail_table(r) for r in report.results] if detailed else [bucket_table(report)]:
+        out.print(table)
     note = pairing_note(report)
     if note:
         out.print(note, highlight=False)
-    if report.baseline is None and not args.no_baseline and not external:
-        command = train_command(
-            task, options, args.checkpoints, pe=report.a.pe, seed=1, pe_options=dict(report.a.pe_options)
-        )
-        out.print(
-            f"[dim]no other seed of {report.a.label} found, so no {report.a.label}' baseline "
-            f"(make one with: {command})[/dim]"
-        )
+    if report.baseline is None and not args.no_baseline and report.seed_baseline:
+        a = report.a
+        command = train_command(task, options, args.checkpoints, pe=a.pe, seed=1, pe_options=dict(a.pe_options))
+        out.print(f"[dim]no other seed of {a.label} found, so no {a.label}' baseline (make one with: {command})[/dim]")
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
-    out_dir = Path(args.out) if args.out else report.folder / "compare"
-    files = write_compare_report(report, out_dir, args.metric)
+    files = write_compare_report(report, Path(args.out) if args.out else report.folder / "compare", args.metric)
     out.print("wrote: " + ", ".join(files))
     if args.json:
         print_json({**report.to_json(), "files": files})

@@ -12,6 +12,7 @@ from probe.commands.common import (
     console,
     parse_options,
     print_json,
+    progress_bar,
 )
 
 
@@ -87,95 +88,75 @@ def _mass(stats, low: float, high: float) -> float:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.table import Table
-
-    from probe.analysis import attended_distance_report, task_runs
-    from probe.analysis.subjects import models_home, models_stem
-    from probe.atomic import write_json_and_csv
-    from probe.corpus import CODE_TASK
+    from probe.analysis import attended_distance_report
+    from probe.analysis.distances import write_attended_report
     from probe.device import resolve_device
     from probe.errors import ProbeError
-    from probe.figures import attended_distance_figure, write_figure
-    from probe.models.checkpoint import read_checkpoint_config
-    from probe.models.hf import is_external
-    from probe.runs.folders import Run, beside, task_folder_name
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
-    device = resolve_device(args.device)
-    external = any(is_external(name) for name in args.runs)
-    options = None
-    if external:
-        if args.task not in (None, CODE_TASK):
-            raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {args.task}")
-        options = parse_options(args.option, None)
-        runs = list(args.runs)
-        home = models_home(runs, args.checkpoints, options)
-        folder = home.name
-    elif args.runs:
-        runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
-        folder = runs[0].task_folder
-        home = beside(runs)
-    else:
-        task, scratchpad = args.task or "scan", args.scratchpad
-        if args.paper:
-            if args.task not in (None, PAPER_TASK) or args.scratchpad not in (None, PAPER_SCRATCHPAD):
-                raise ProbeError(
-                    f"--paper is {PAPER_TASK} with the {PAPER_SCRATCHPAD} scratchpad (the paper's "
-                    "figure); "
-                    "give either --paper or --task/--scratchpad"
-                )
-            task, scratchpad = PAPER_TASK, PAPER_SCRATCHPAD
-        options = parse_options(
-            args.option, None if scratchpad in (None, "none") else scratchpad, tasks=[] if task == CODE_TASK else [task]
-        )
-        runs = task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe)
-        folder = task_folder_name(task, options)
-        home = beside(runs) if runs else Path(args.checkpoints) / folder
-
+    names, options = _subjects(args)
     out = console(stderr=args.json)
-    columns = (
-        TextColumn("{task.description:<24}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
-    progress = Progress(*columns, console=out, transient=True)
-    bar = progress.add_task("attended distance", total=len(runs))
-
-    def on_progress(what: str, done: int, total: int) -> None:
-        progress.start()
-        progress.update(bar, description=what, completed=done)
-
-    try:
+    with progress_bar(out, "attended distance", width=24) as on_progress:
         report = attended_distance_report(
-            runs,
+            names,
             n_per_bucket=args.n_per_bucket,
             normalization=args.normalization,
             lengths=args.lengths,
             bins=args.bins,
             seed=args.seed,
-            device=device,
+            device=resolve_device(args.device),
             batch_size=args.batch_size,
-            options=options if external else None,
+            options=options,
+            root=args.checkpoints,
             progress=on_progress,
         )
-    finally:
-        progress.stop()
+    out.print(_table(report, args.normalization))
+    out.print(
+        "[dim]n: examples; bimodality: of the arg-max d̄ (the paper's), weighted: of the attention-weighted "
+        "d̄; near: arg-max d̄ < 0.2; far: arg-max d̄ ≥ 0.8; mean d̄: arg-max[/dim]"
+    )
+    skipped = sum(r.skipped for r in report.results)
+    if skipped:
+        out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
+    files = write_attended_report(report, Path(args.out) if args.out else report.folder / "distances")
+    out.print("wrote: " + ", ".join(files))
+    if args.json:
+        print_json({**report.to_json(), "files": files})
+    return 0
+
+
+def _subjects(args: argparse.Namespace) -> tuple[list, dict]:
+    """The models named (run folders, hf:), else the runs of the task (--paper: the paper's figure's), and
+    the options that name their task or corpus."""
+    from probe.analysis import task_runs
+    from probe.analysis.subjects import subjects_task
+    from probe.corpus import CODE_TASK
+    from probe.errors import ProbeError
+
+    if args.runs:
+        task = subjects_task(args.runs, args.task)
+        return list(args.runs), parse_options(args.option, None) if task == CODE_TASK else {}
+    task, scratchpad = args.task or "scan", args.scratchpad
+    if args.paper:
+        if args.task not in (None, PAPER_TASK) or args.scratchpad not in (None, PAPER_SCRATCHPAD):
+            raise ProbeError(
+                f"--paper is {PAPER_TASK} with the {PAPER_SCRATCHPAD} scratchpad (the paper's figure); "
+                "give either --paper or --task/--scratchpad"
+            )
+        task, scratchpad = PAPER_TASK, PAPER_SCRATCHPAD
+    options = parse_options(
+        args.option, None if scratchpad in (None, "none") else scratchpad, tasks=[] if task == CODE_TASK else [task]
+    )
+    return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
+
+
+def _table(report, normalization: str):
+    from rich.table import Table
 
     table = Table(
-        title=f"normalized attended distance d̄ on {folder} ({report.lengths} lengths, "
-        f"normalization {args.normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes"
+        title=f"normalized attended distance d̄ on {report.task_folder} ({report.lengths} lengths, "
+        f"normalization {normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes"
     )
     for column in ("run", "n", "bimodality", "weighted", "near", "far", "mean d̄"):
         table.add_column(column, justify="left" if column == "run" else "right")
@@ -190,25 +171,4 @@ def run(args: argparse.Namespace) -> int:
             f"{100 * _mass(argmax, 0.8, 1.01):.1f}%",
             f"{argmax.mean:.3f}",
         )
-    out.print(table)
-    out.print(
-        "[dim]n: examples; bimodality: of the arg-max d̄ (the paper's), weighted: of the attention-weighted "
-        "d̄; near: arg-max d̄ < 0.2; far: arg-max d̄ ≥ 0.8; mean d̄: arg-max[/dim]"
-    )
-    skipped = sum(r.skipped for r in report.results)
-    if skipped:
-        out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
-
-    out_dir = Path(args.out) if args.out else home / "distances"
-    stem = "attended_distance" + ("" if args.normalization == "text" else "_reference-code")
-    stem += f"_{models_stem(runs)}" if external else ""
-    data = report.to_json()
-    files = [str(p) for p in write_json_and_csv(out_dir, stem, data, report.to_rows())]
-    figure = attended_distance_figure(
-        report.series(), f"Normalized attended distance on {folder}, all layers and heads"
-    )
-    files += [str(p) for p in write_figure(figure, out_dir / stem)]
-    out.print("wrote: " + ", ".join(files))
-    if args.json:
-        print_json({**data, "files": files})
-    return 0
+    return table

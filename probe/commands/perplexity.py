@@ -14,6 +14,7 @@ from probe.commands.common import (
     corpus_spec,
     parse_options,
     print_json,
+    progress_bar,
 )
 
 
@@ -56,102 +57,68 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
-
-    from probe.analysis import external_perplexity_report
     from probe.analysis.perplexity import perplexity_report
-    from probe.analysis.subjects import models_home, models_stem
-    from probe.atomic import atomic_write_text, write_json_and_csv
-    from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
-    from probe.figures import perplexity_figure, write_figure
-    from probe.models.hf import is_external
-    from probe.models.registry import FIGURE_ORDER, pe_folder_name
-    from probe.presets import CONTEXTS
-    from probe.runs.folders import find_runs, task_folder_name
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.max_files is not None and args.max_files < 1:
         raise ProbeError(f"--max-files must be at least 1, got {args.max_files}")
-    pe_options = parse_options(args.pe_option, None)
-    external = any(is_external(name) for name in args.runs)
-    if external:
-        if pe_options:
-            raise ProbeError(
-                "-p applies probe's PE options at inference; hf: models are read as published: read them without -p"
-            )
-        options = {
-            "corpus": args.corpus,
-            "heldout": args.heldout,
-            "vocab_size": args.vocab_size,
-            **({"context": args.context} if args.context is not None else {}),
-        }
-        paths = list(args.runs)
-        home = models_home(paths, args.checkpoints, options)
-    elif args.runs:
-        paths = [Path(r) for r in args.runs]
-        home = paths[0].resolve().parents[1]
-    else:
-        spec = corpus_spec(args, CONTEXTS["tiny"])
-        folder = task_folder_name(CODE_TASK, spec.given())
-        runs, _ = find_runs(args.checkpoints, CODE_TASK, spec.given())
-        runs = [
-            r for r in runs if r.complete and r.seed == args.seed and r.in_layout and (not args.pe or r.pe in args.pe)
-        ]
-        if not runs:
-            raise ProbeError(
-                f"no finished runs in {Path(args.checkpoints) / folder} (seed {args.seed}); train them "
-                "with "
-                f"`probe pretrain --checkpoints {args.checkpoints}`, or give run folders"
-            )
-        order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
-        runs.sort(key=lambda r: (order.get(r.pe, len(order)), r.pe_name))
-        paths = [r.path for r in runs]
-        home = Path(args.checkpoints) / folder
-    device = resolve_device(args.device)
+    names = list(args.runs) or _runs(args)
+    options = {
+        "corpus": args.corpus,
+        "heldout": args.heldout,
+        "vocab_size": args.vocab_size,
+        **({"context": args.context} if args.context is not None else {}),
+    }
     out = console(stderr=args.json)
-    columns = (TextColumn("{task.description:<30}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=out, transient=True) as progress:
-        bar = progress.add_task("perplexity", total=None)
+    with progress_bar(out, "perplexity") as on_progress:
+        report = perplexity_report(
+            names,
+            options=options,
+            pe_options=parse_options(args.pe_option, None),
+            max_files=args.max_files,
+            device=resolve_device(args.device),
+            batch_size=args.batch_size,
+            root=args.checkpoints,
+            progress=on_progress,
+        )
+    written = report.write(Path(args.out) if args.out else report.folder / report.name)
+    out.print(_table(report))
+    out.print("wrote " + ", ".join(written), highlight=False)
+    if args.json:
+        print_json(report.to_json())
+    return 0
 
-        def on_progress(what: str, done: int, total: int) -> None:
-            progress.update(bar, description=what, completed=done, total=total)
 
-        if external:
-            report = external_perplexity_report(
-                paths,
-                options=options,
-                max_files=args.max_files,
-                device=device,
-                batch_size=args.batch_size,
-                progress=on_progress,
-            )
-        else:
-            report = perplexity_report(
-                paths,
-                pe_options=pe_options,
-                max_files=args.max_files,
-                device=device,
-                batch_size=args.batch_size,
-                progress=on_progress,
-            )
-    rows = report.table()
-    protocol = report.protocol
-    suffix = models_stem(paths) if external else pe_folder_name("", pe_options).lstrip("+") if pe_options else ""
-    out_dir = Path(args.out) if args.out else home / ("perplexity" + (f"+{suffix}" if suffix else ""))
-    written = write_json_and_csv(out_dir, "perplexity", report.to_json(), rows)
-    atomic_write_text(out_dir / "perplexity.md", report.to_markdown())
-    written.append(out_dir / "perplexity.md")
-    figure = perplexity_figure(
-        rows,
-        protocol.train_context,
-        f"Held-out perplexity against context size (training context {protocol.train_context})",
-    )
-    written += write_figure(figure, out_dir / "perplexity")
+def _runs(args: argparse.Namespace) -> list:
+    """The complete runs of the corpus and context given, seed --seed, in the figures' PE order."""
+    from pathlib import Path
 
+    from probe.corpus import CODE_TASK
+    from probe.errors import ProbeError
+    from probe.models.registry import FIGURE_ORDER
+    from probe.presets import CONTEXTS
+    from probe.runs.folders import find_runs, task_folder_name
+
+    spec = corpus_spec(args, CONTEXTS["tiny"])
+    runs, _ = find_runs(args.checkpoints, CODE_TASK, spec.given())
+    runs = [r for r in runs if r.complete and r.seed == args.seed and r.in_layout and (not args.pe or r.pe in args.pe)]
+    if not runs:
+        folder = Path(args.checkpoints) / task_folder_name(CODE_TASK, spec.given())
+        raise ProbeError(
+            f"no finished runs in {folder} (seed {args.seed}); train them with "
+            f"`probe pretrain --checkpoints {args.checkpoints}`, or give run folders"
+        )
+    order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
+    return sorted(runs, key=lambda r: (order.get(r.pe, len(order)), r.pe_name))
+
+
+def _table(report):
+    from rich.table import Table
+
+    protocol, rows = report.protocol, report.table()
     table = Table(
         title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
         f"all files of at least {protocol.contexts[-1]} tokens"
@@ -164,8 +131,4 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(
             r.label, *(f"{cells[r.label, c]:.4g}" if (r.label, c) in cells else "-" for c in protocol.contexts)
         )
-    out.print(table)
-    out.print("wrote " + ", ".join(str(p) for p in written), highlight=False)
-    if args.json:
-        print_json(report.to_json())
-    return 0
+    return table

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 
-from probe.atomic import write_json_and_csv
 from probe.commands.common import (
     add_checkpoints,
     add_device,
@@ -16,6 +15,7 @@ from probe.commands.common import (
     console,
     parse_options,
     print_json,
+    progress_bar,
 )
 
 
@@ -91,80 +91,17 @@ def _check(args: argparse.Namespace) -> None:
         raise ProbeError(f"--alpha must be positive, got {args.alpha}")
 
 
-def _write_csv(path, rows: list[dict]) -> object:
-    """``rows`` as a CSV file at ``path``, written atomically; the path."""
-    import csv
-    import io
-
-    from probe.atomic import atomic_write_text
-
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(path, buffer.getvalue())
-    return path
-
-
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
-
-    from probe.analysis import task_runs
-    from probe.analysis.positions import positions_report, positions_rows
-    from probe.analysis.subjects import models_home, models_stem
-    from probe.corpus import CODE_TASK
+    from probe.analysis.positions import positions_report
     from probe.device import resolve_device
-    from probe.errors import ProbeError
-    from probe.figures import write_figure
-    from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
-    from probe.models.checkpoint import read_checkpoint_config
-    from probe.models.hf import is_external
-    from probe.runs.folders import Run, beside
 
     _check(args)
-    device = resolve_device(args.device)
-    external = any(is_external(name) for name in args.runs)
-    options = None
-    if external:
-        if args.task not in (None, CODE_TASK):
-            raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {args.task}")
-        options = parse_options(args.option, None)
-        names = list(args.runs)
-        home = models_home(names, args.checkpoints, options)
-    elif args.runs:
-        for name in args.runs:
-            if not Path(name, "config.json").is_file():
-                raise ProbeError(
-                    f"{name} is not a run folder (it has no config.json); give run folders, hf:ID or hf:FOLDER"
-                )
-        runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
-        names, home = [str(r.path) for r in runs], beside(runs)
-    else:
-        task = args.task or "scan"
-        options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
-        runs = task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe)
-        names, home = [str(r.path) for r in runs], beside(runs)
-
+    names, options = _subjects(args)
     out = console(stderr=args.json)
-    progress = Progress(
-        TextColumn("{task.description:<24}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=out,
-        transient=True,
-    )
-    bar = progress.add_task("positions", total=len(names))
-
-    def on_progress(what: str, done: int, total: int) -> None:
-        progress.start()
-        progress.update(bar, description=what, completed=done)
-
-    try:
-        results = positions_report(
+    with progress_bar(out, "positions", width=24) as on_progress:
+        report = positions_report(
             names,
             n_per_bucket=args.n_per_bucket,
             seed=args.seed,
@@ -172,87 +109,99 @@ def run(args: argparse.Namespace) -> int:
             n_resamples=args.resamples,
             batch_size=args.batch_size,
             max_probe_positions=args.max_positions,
-            device=device,
-            options=options if external else None,
+            device=resolve_device(args.device),
+            options=options,
+            root=args.checkpoints,
             progress=on_progress,
         )
-    finally:
-        progress.stop()
-
-    table = Table(
-        title="How each model represents position (probes: R² / exact accuracy of the best stream; heads "
-        "on seen lengths; sink: first-token share of the last layer, seen → unseen)"
-    )
-    for column in (
-        "model",
-        "probe held-out",
-        "probe unseen",
-        "beyond",
-        "rel",
-        "abs",
-        "content",
-        "heads r/a/c",
-        "sink",
-        "uniform",
-        "var slope",
-    ):
-        table.add_column(column, justify="left" if column == "model" else "right")
-    data = []
-    for r in results:
-        summary = r.summary()
-        best = summary["best_probe"]
-        stream = best.get("heldout", {}).get("stream")
-        beyond = next(
-            (p for p in r.probes if p["target"] == "position" and p["set"] == "beyond" and p["stream"] == stream), None
-        )
-        sinks = {s["lengths"]: s for s in r.sinks if s["first"] == 1 and s["layer"] == r.n_layers - 1}
-        shares, kinds = summary["shares"], summary["kinds"]
-        cell = lambda b: f"{b['r2']:.3f} / {100 * b['accuracy']:.0f}% @{b['stream']}" if b else "–"  # noqa: E731
-        table.add_row(
-            r.info.label,
-            cell(best.get("heldout")),
-            cell(best.get("unseen")),
-            f"{100 * beyond['accuracy']:.0f}%" if beyond else "–",
-            f"{shares['relative']:.2f}",
-            f"{shares['absolute']:.2f}",
-            f"{shares['content']:.2f}",
-            f"{kinds['relative']}/{kinds['absolute']}/{kinds['content']}",
-            " → ".join(f"{sinks[k]['share']:.3f}" for k in ("seen", "unseen") if k in sinks),
-            " → ".join(f"{sinks[k]['uniform']:.3f}" for k in ("seen", "unseen") if k in sinks),
-            f"{r.variance['slope'][-1]:.2f}",
-        )
-        data.append(r.to_json())
-    out.print(table)
+    out.print(_table(report.results))
     out.print(
         "[dim]stream 0 = embedding, l = after layer l; beyond: exact accuracy on unseen positions past the "
         "largest fitted one; rel/abs/content: mean over heads of the variance shares of f(i − j), g(j) and "
         "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content; "
         "var slope: d log Var / d log t of the last layer's attention output[/dim]"
     )
-
-    out_dir = Path(args.out) if args.out else home / "positions"
-    stem = "positions" + (f"_{models_stem(names)}" if external else "")
-    report = {
-        "settings": {
-            "n_per_bucket": args.n_per_bucket,
-            "seed": args.seed,
-            "alpha": args.alpha,
-            "resamples": args.resamples,
-            "max_positions": args.max_positions,
-        },
-        "models": data,
-    }
-    files = [str(p) for p in write_json_and_csv(out_dir, stem, report, positions_rows(results))]
-    files.append(str(_write_csv(out_dir / f"{stem}_probes.csv", [row for r in results for row in r.probe_rows()])))
-    for suffix, figure in (
-        ("probes", probe_figure(data)),
-        ("landmark", probe_figure(data, "landmark_distance")),
-        ("heads", head_share_figure(data)),
-        ("sinks", sink_figure(data)),
-        ("variance", variance_figure(data)),
-    ):
-        files += [str(p) for p in write_figure(figure, out_dir / f"{stem}_{suffix}")]
+    files = report.write(Path(args.out) if args.out else report.folder / "positions")
     out.print("wrote: " + ", ".join(files))
     if args.json:
-        print_json({**report, "files": files})
+        print_json({**report.to_json(), "files": files})
     return 0
+
+
+def _subjects(args: argparse.Namespace) -> tuple[list, dict | None]:
+    """The models named (run folders, hf:), else the runs of the task, and the options naming their corpus."""
+    from pathlib import Path
+
+    from probe.analysis import task_runs
+    from probe.analysis.subjects import split_hf, subjects_task
+    from probe.corpus import CODE_TASK
+    from probe.errors import ProbeError
+
+    if args.runs:
+        task = subjects_task(args.runs, args.task)
+        for name in split_hf(args.runs)[1]:
+            if not Path(name, "config.json").is_file():
+                raise ProbeError(
+                    f"{name} is not a run folder (it has no config.json); give run folders, hf:ID or hf:FOLDER"
+                )
+        return list(args.runs), parse_options(args.option, None) if task == CODE_TASK else None
+    task = args.task or "scan"
+    options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
+    return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
+
+
+def _table(results):
+    from rich.table import Table
+
+    table = Table(
+        title="How each model represents position (probes: R² / exact accuracy of the best stream; heads "
+        "on seen lengths; sink: first-token share of the last layer, seen → unseen)"
+    )
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for r in results:
+        table.add_row(*_row(r))
+    return table
+
+
+COLUMNS = (
+    "model",
+    "probe held-out",
+    "probe unseen",
+    "beyond",
+    "rel",
+    "abs",
+    "content",
+    "heads r/a/c",
+    "sink",
+    "uniform",
+    "var slope",
+)
+
+
+def _row(r) -> list[str]:
+    summary = r.summary()
+    best = summary["best_probe"]
+    stream = best.get("heldout", {}).get("stream")
+    beyond = next(
+        (p for p in r.probes if p["target"] == "position" and p["set"] == "beyond" and p["stream"] == stream), None
+    )
+    sinks = {s["lengths"]: s for s in r.sinks if s["first"] == 1 and s["layer"] == r.n_layers - 1}
+    shares, kinds = summary["shares"], summary["kinds"]
+
+    def cell(b) -> str:
+        return f"{b['r2']:.3f} / {100 * b['accuracy']:.0f}% @{b['stream']}" if b else "–"
+
+    return [
+        r.info.label,
+        cell(best.get("heldout")),
+        cell(best.get("unseen")),
+        f"{100 * beyond['accuracy']:.0f}%" if beyond else "–",
+        f"{shares['relative']:.2f}",
+        f"{shares['absolute']:.2f}",
+        f"{shares['content']:.2f}",
+        f"{kinds['relative']}/{kinds['absolute']}/{kinds['content']}",
+        " → ".join(f"{sinks[k]['share']:.3f}" for k in ("seen", "unseen") if k in sinks),
+        " → ".join(f"{sinks[k]['uniform']:.3f}" for k in ("seen", "unseen") if k in sinks),
+        f"{r.variance['slope'][-1]:.2f}",
+    ]

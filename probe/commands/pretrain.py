@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options
-from probe.commands.train import add_training_options, report_results, results_table, train_with_progress
+from probe.commands.shared_training import add_training_options, report_results, results_table, train_with_progress
 from probe.errors import ProbeError
 from probe.presets import LM_RECIPES, listed
 
@@ -39,22 +39,60 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.perplexity import context_room
-    from probe.corpus import CODE_TASK, prepare_corpus
+    from probe.corpus import prepare_corpus
     from probe.corpus.prepared import corpus_of_run
     from probe.device import resolve_device
+    from probe.presets import training_context
+    from probe.runs.folders import run_dir
+
+    spec = corpus_spec(args, training_context(args.preset))
+    device = resolve_device(args.device)
+    configs = _configs(args, spec)
+    paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
+    out = console(stderr=args.json)
+    with out.status("preparing the corpus") as status:
+        corpus = prepare_corpus(spec, corpus_of_run(paths[0]), progress=lambda what: status.update(what))
+    sizes = corpus.summary()
+    out.print(
+        f"corpus {spec.corpus}: {sizes['train_files']:,} training files ({sizes['train_tokens']:,} tokens), "
+        f"{sizes['heldout_files']:,} held out ({sizes['heldout_tokens']:,} tokens), {sizes['skipped_files']} "
+        f"skipped; {len(corpus.tokenizer):,}-id BPE; windows of {spec.context} tokens",
+        highlight=False,
+    )
+    results = train_with_progress(configs, paths, device, args, out)
+
+    def cells(r):
+        speed = None if r.steps_per_second is None else r.steps_per_second * r.config.batch_size * spec.context
+        perplexity = r.held_out.get("heldout_perplexity")
+        return "-" if speed is None else f"{speed:,.0f}", "-" if perplexity is None else f"{perplexity:.2f}"
+
+    title = (
+        f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} (runs under {args.checkpoints})"
+    )
+    out.print(results_table(title, results, ("tokens/s", "held-out perplexity"), cells))
+    if not args.json:
+        out.print(
+            f"next: probe perplexity --checkpoints {args.checkpoints}"
+            + ("" if spec.corpus == "stdlib" else f" --corpus {args.corpus}")
+            + ("" if args.context is None else f" --context {spec.context}"),
+            highlight=False,
+        )
+    return report_results(results, args, out)
+
+
+def _configs(args: argparse.Namespace, spec) -> list:
+    """One TrainConfig per PE and seed; a misspelt PE, model field or PE option, or a context longer than
+    the model accepts, gets its line before the corpus is read."""
+    from probe.analysis.perplexity import context_room
+    from probe.corpus import CODE_TASK
     from probe.models.model_config import ModelConfig
     from probe.models.registry import PRETRAIN_PES, pe_class
-    from probe.presets import PRESETS, training_context
-    from probe.runs.folders import run_dir
+    from probe.presets import PRESETS
     from probe.training.train_config import TrainConfig
 
-    context = training_context(args.preset)
     pes = args.pe or list(PRETRAIN_PES)
     for pe in pes:
-        pe_class(pe)  # an unknown PE gets its line before the corpus is read
-    spec = corpus_spec(args, context)
-    device = resolve_device(args.device)
+        pe_class(pe)
     model = parse_options(args.model, None)
     if "n_ctx" not in model and PRESETS[args.preset].get("n_ctx", ModelConfig.n_ctx) < context_room(spec.context):
         model["n_ctx"] = context_room(spec.context)  # room to read 2.5x the context
@@ -78,43 +116,11 @@ def run(args: argparse.Namespace) -> int:
         for pe in dict.fromkeys(pes)
         for seed in dict.fromkeys(args.seed or [0])
     ]
-    for config in configs:  # a misspelt model field or PE option gets its line before the corpus is read
+    for config in configs:
         n_ctx = config.model_config(vocab_size=spec.vocab_size).n_ctx
         if n_ctx < spec.context:
             raise ProbeError(
                 f"a training context {spec.context} is longer than the model accepts (n_ctx={n_ctx}); "
                 f"give -m n_ctx={context_room(spec.context)} or a shorter --context"
             )
-    paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
-    out = console(stderr=args.json)
-    with out.status("preparing the corpus") as status:
-        corpus = prepare_corpus(spec, corpus_of_run(paths[0]), progress=lambda what: status.update(what))
-    sizes = corpus.summary()
-    out.print(
-        f"corpus {spec.corpus}: {sizes['train_files']:,} training files ({sizes['train_tokens']:,} tokens), "
-        f"{sizes['heldout_files']:,} held out ({sizes['heldout_tokens']:,} tokens), {sizes['skipped_files']} "
-        f"skipped; {len(corpus.tokenizer):,}-id BPE; windows of {spec.context} tokens",
-        highlight=False,
-    )
-    results = train_with_progress(configs, paths, device, args, out)
-
-    def cells(r):
-        speed = None if r.steps_per_second is None else r.steps_per_second * r.config.batch_size * spec.context
-        perplexity = r.held_out.get("heldout_perplexity")
-        return "-" if speed is None else f"{speed:,.0f}", "-" if perplexity is None else f"{perplexity:.2f}"
-
-    table = results_table(
-        f"probe pretrain: {spec.corpus}, context {spec.context}, preset {args.preset} (runs under {args.checkpoints})",
-        results,
-        ("tokens/s", "held-out perplexity"),
-        cells,
-    )
-    out.print(table)
-    if not args.json:
-        out.print(
-            f"next: probe perplexity --checkpoints {args.checkpoints}"
-            + ("" if spec.corpus == "stdlib" else f" --corpus {args.corpus}")
-            + ("" if args.context is None else f" --context {spec.context}"),
-            highlight=False,
-        )
-    return report_results(results, args, out)
+    return configs

@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.device import resolve_device
-    from probe.studies.reproduce import REPORT, analyse, build_report, markdown, plan, train_and_evaluate, write_report
-    from probe.studies.sweep import duration, estimate_cost, run_state, wall_seconds
-    from probe.training.parallel import default_jobs, default_stack, threads_per_job
+    from probe.studies.reproduce import REPORT, analyse, build_report, markdown, plan, write_report
+    from probe.studies.sweep import run_state
+    from probe.training.parallel import default_jobs, default_stack
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
     tasks = [] if args.task and "all" in args.task else list(args.task or ["scan"])
@@ -81,63 +81,11 @@ def run(args: argparse.Namespace) -> int:
     out = console(stderr=args.json)
     todo = [r for r in runs if run_state(r) != "done"]
     if args.dry_run:
-        threads = threads_per_job(jobs)
-        with out.status("measuring this machine's training speed") as status:
-            cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
-        wall = wall_seconds(cost["seconds"], jobs)
-        folders = list(dict.fromkeys(r.path.parent.parent.name for r in runs))
-        out.print(
-            f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}"
-        )
-        for folder in folders:
-            members = [r for r in runs if r.path.parent.parent.name == folder]
-            first = members[0].config
-            out.print(
-                f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}"
-            )
-        out.print(
-            f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
-            f"{cost['source']}; evaluation and analyses add minutes)"
-        )
-        if args.json:
-            print_json(
-                {
-                    "runs": [str(r.path) for r in runs],
-                    "todo": [str(r.path) for r in todo],
-                    "estimated_training_seconds": wall,
-                    "jobs": jobs,
-                    "threads_per_job": threads,
-                }
-            )
-        return 0
-
+        return _dry_run(args, runs, todo, root, device, jobs, out)
     if args.address:
-        from probe.studies.sweep import Manifest, connect, execute, manifest_path
-
-        name = f"reproduce-{args.scale}"
-        connect(args.address)
-        with out.status(f"training {len(todo)} runs on the Ray cluster at {args.address}"):
-            manifest = execute(runs, Manifest(manifest_path(root, name), name, runs))
-        failed = [label for label, entry in manifest.entries.items() if entry["state"] == "failed"]
-        if failed:
-            raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
+        _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out)
     elif todo:
-        how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
-        with out.status(f"training {len(todo)} runs, {how}") as status:
-
-            def on_event(path, kind, step, loss, speed):
-                if kind == "step":
-                    status.update(
-                        f"training: {Path(path).parent.parent.name}/{Path(path).parent.name}/"
-                        f"{Path(path).name} step {step}, loss {loss:.4f}"
-                    )
-
-            results = train_and_evaluate(todo, device, jobs=jobs, stack=stack, on_event=on_event)
-        failed = [r for r in results if getattr(r, "error", None)]
-        for failure in failed:
-            out.print(f"[red]{failure.path}: {failure.error}[/red]")
-        if failed:
-            raise ProbeError(f"{len(failed)} run(s) failed; the others are kept; rerun to resume")
+        _train_here(todo, device, jobs, stack, out)
     with out.status("analysing attention") as status:
         analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
     report = build_report(runs, analyses, scale=args.scale)
@@ -147,3 +95,66 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"report": str(written[0]), "notes": report["notes"], "mrr": report["mrr"]})
     return 0
+
+
+def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
+    """What the study trains, and about how long it takes here (measured on this machine)."""
+    from probe.studies.sweep import duration, estimate_cost, wall_seconds
+    from probe.training.parallel import threads_per_job
+
+    threads = threads_per_job(jobs)
+    with out.status("measuring this machine's training speed") as status:
+        cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
+    wall = wall_seconds(cost["seconds"], jobs)
+    out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
+    for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
+        members = [r for r in runs if r.path.parent.parent.name == folder]
+        first = members[0].config
+        out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}")
+    out.print(
+        f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
+        f"{cost['source']}; evaluation and analyses add minutes)"
+    )
+    if args.json:
+        print_json(
+            {
+                "runs": [str(r.path) for r in runs],
+                "todo": [str(r.path) for r in todo],
+                "estimated_training_seconds": wall,
+                "jobs": jobs,
+                "threads_per_job": threads,
+            }
+        )
+    return 0
+
+
+def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out) -> None:
+    from probe.studies.sweep import Manifest, connect, execute, manifest_path
+
+    connect(address)
+    with out.status(f"training {len(todo)} runs on the Ray cluster at {address}"):
+        manifest = execute(runs, Manifest(manifest_path(root, name), name, runs))
+    failed = [label for label, entry in manifest.entries.items() if entry["state"] == "failed"]
+    if failed:
+        raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
+
+
+def _train_here(todo: list, device, jobs: int, stack: bool, out) -> None:
+    from pathlib import Path
+
+    from probe.studies.reproduce import train_and_evaluate
+
+    how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
+    with out.status(f"training {len(todo)} runs, {how}") as status:
+
+        def on_event(path, kind, step, loss, speed):
+            if kind == "step":
+                run = "/".join(Path(path).parts[-3:])
+                status.update(f"training: {run} step {step}, loss {loss:.4f}")
+
+        results = train_and_evaluate(todo, device, jobs=jobs, stack=stack, on_event=on_event)
+    failed = [r for r in results if getattr(r, "error", None)]
+    for failure in failed:
+        out.print(f"[red]{failure.path}: {failure.error}[/red]")
+    if failed:
+        raise ProbeError(f"{len(failed)} run(s) failed; the others are kept; rerun to resume")

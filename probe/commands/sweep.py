@@ -21,7 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "A rerun skips finished runs and resumes interrupted ones. Without --address a local Ray instance "
         "uses this machine's cores and GPUs.",
     )
-    grid = parser.add_argument_group("the grid")
+    _add_grid_flags(parser.add_argument_group("the grid"))
+    _add_ray_flags(parser.add_argument_group("Ray"))
+    _add_output_flags(parser.add_argument_group("output"))
+    add_checkpoints(parser)
+    add_json(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_grid_flags(grid) -> None:
     grid.add_argument("--grid", metavar="NAME|FILE", help="a TOML grid file or a shipped grid name")
     grid.add_argument("--task", action="append", help="task (repeatable; default scan)")
     grid.add_argument("--pe", action="append", help="positional encoding (repeatable; default all)")
@@ -53,7 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grid.add_argument("--eval-n", type=int, metavar="N", help="test examples per run (default: the whole test split)")
     grid.add_argument("--eval-valid", type=int, metavar="N", help="IID held-out examples per run (default 500)")
     grid.add_argument("--no-eval", action="store_true", help="train only")
-    ray_group = parser.add_argument_group("Ray")
+
+
+def _add_ray_flags(ray_group) -> None:
     ray_group.add_argument(
         "--address", help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: start a local one)"
     )
@@ -71,7 +81,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ray_group.add_argument(
         "--max-retries", type=int, default=3, help="times Ray restarts a run whose worker died (default 3)"
     )
-    out = parser.add_argument_group("output")
+
+
+def _add_output_flags(out) -> None:
     out.add_argument(
         "--dry-run", action="store_true", help="print the runs, how many, and their estimated cost; start nothing"
     )
@@ -99,9 +111,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument(
         "--name", help="sweep name for the manifest CHECKPOINTS/sweep-NAME.json (default: the grid's name)"
     )
-    add_checkpoints(parser)
-    add_json(parser)
-    parser.set_defaults(func=run)
 
 
 def _pairs(pairs: list[str], what: str) -> dict[str, list[Any]]:

@@ -197,6 +197,26 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
             )
         )
         return 0 if passed else 1
+    console.print(_match_table(results, args))
+    if note:
+        console.print(f"[dim]{note}[/dim]")
+    code = (
+        "position code: none beyond dims 1-3 (Theorem 2 with its position components scaled by the slope)"
+        if results[0].position_dims == 0
+        else f"position code: {results[0].position_dims} residual dims (the first MLP writes a one-hot code of t; "
+        "the key reads it through the bias matrix)"
+    )
+    console.print(f"[dim]{code}[/dim]")
+    console.print(
+        "[dim]JSD in nats per query row; pass: max |Δlogit| <= tolerance and max JSD <= tolerance² "
+        "+ 16 eps(float64) (the JSD's own rounding)[/dim]"
+    )
+    for path in exported:
+        console.print(f"wrote {path}")
+    return 0 if passed else 1
+
+
+def _match_table(results, args: argparse.Namespace):
     from rich.table import Table
 
     table = Table(
@@ -216,23 +236,7 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
             f"{r.tolerance:.3g}",
             "[green]ok[/green]" if r.passed else "[red]FAIL[/red]",
         )
-    console.print(table)
-    if note:
-        console.print(f"[dim]{note}[/dim]")
-    code = (
-        "position code: none beyond dims 1-3 (Theorem 2 with its position components scaled by the slope)"
-        if results[0].position_dims == 0
-        else f"position code: {results[0].position_dims} residual dims (the first MLP writes a one-hot code of t; "
-        "the key reads it through the bias matrix)"
-    )
-    console.print(f"[dim]{code}[/dim]")
-    console.print(
-        "[dim]JSD in nats per query row; pass: max |Δlogit| <= tolerance and max JSD <= tolerance² "
-        "+ 16 eps(float64) (the JSD's own rounding)[/dim]"
-    )
-    for path in exported:
-        console.print(f"wrote {path}")
-    return 0 if passed else 1
+    return table
 
 
 def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:

@@ -198,7 +198,7 @@ def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | 
 def hf_models(label: str, key: str) -> list[str]:
     """Models typed as ``hf:ID`` or ``hf:FOLDER`` (any model TransformerLens loads), space-separated;
     a word without ``hf:`` is named in an error and left out."""
-    from probe.models.hf import is_external
+    from probe.analysis.subjects import split_hf
 
     typed = st.text_input(
         label,
@@ -207,11 +207,10 @@ def hf_models(label: str, key: str) -> list[str]:
         help="any model TransformerLens loads, read with its own tokenizer on this folder's "
         "held-out files at its context: a Hugging Face id in the local cache, or a folder",
     )
-    words = typed.split()
-    for word in words:
-        if not is_external(word):
-            st.error(f"`{word}` is not hf:ID or hf:FOLDER; left out", icon=":material/error:")
-    return [word for word in words if is_external(word)]
+    models, others = split_hf(typed.split())
+    for word in others:
+        st.error(f"`{word}` is not hf:ID or hf:FOLDER; left out", icon=":material/error:")
+    return models
 
 
 def corpus_options(members: list[Run]) -> dict[str, Any]:

@@ -124,18 +124,22 @@ def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(
-    directory: str | os.PathLike, device: str | torch.device = "cpu", pe_options: dict[str, Any] | None = None
+    directory: str | os.PathLike,
+    device: str | torch.device = "cpu",
+    pe_options: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
 ):
     """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and the
     tokenizer the run carries (``tokenizer.json``) on ``model.tokenizer``. Runs saved before runs
     carried one: ``probe.runs.folders.load_run``.
 
     ``pe_options`` changes PE options at inference (RoPE scaling on a model trained without it);
-    an option that would change the PE's weights is one line, not a silently different model."""
+    an option that would change the PE's weights is one line, not a silently different model. ``config``: the
+    folder's ``config.json`` where the caller has read it already (it is read once per command)."""
     from probe.models.transformer import PETransformer
 
     directory = Path(directory)
-    config = read_checkpoint_config(directory)
+    config = read_checkpoint_config(directory) if config is None else config
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise ProbeError(f"{directory} has no {WEIGHTS}")

@@ -211,12 +211,18 @@ def train_command(
     return " ".join(parts)
 
 
-def load_run(path: str | Path, device: str | torch.device = "cpu", pe_options: dict[str, Any] | None = None):
+def load_run(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    pe_options: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,
+):
     """A run's model with its tokenizer: the one the run carries (``tokenizer.json``), or, for a run saved
-    before runs carried one, its task's word-level vocabulary or its code BPE, as it was trained with."""
+    before runs carried one, its task's word-level vocabulary or its code BPE, as it was trained with.
+    ``config``: its ``config.json`` where the caller has read it already."""
     from probe.models.checkpoint import load_checkpoint
 
-    model = load_checkpoint(path, device=device, pe_options=pe_options)
+    model = load_checkpoint(path, device=device, pe_options=pe_options, config=config)
     if model.tokenizer is None:
         _attach_saved_tokenizer(model, Path(path), model.metadata)
     return model

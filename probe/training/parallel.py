@@ -162,3 +162,58 @@ def train_stacked(
             config, path = runs[i]
             results[i] = RunFailure(Path(path), config, str(outcome)) if isinstance(outcome, ProbeError) else outcome
     return [results[i] for i in range(len(runs))]
+
+
+OnEvent = Callable[[str, str, int, float | None, float | None], None]  # (run folder, start|step, step, loss, tok/s)
+
+
+def train_runs(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    device,
+    *,
+    stack: bool | None = None,
+    jobs: int | None = None,
+    compile: bool = False,
+    force: bool = False,
+    wait: bool = False,
+    on_event: OnEvent | None = None,
+    on_wait: Callable[[Path, dict], None] | None = None,
+) -> list[RunResult | RunFailure]:
+    """Train every (config, folder) of ``runs`` the way the device trains best: together as one program
+    (``stack``; default on a GPU), else ``jobs`` side by side (default one per core on a CPU), else one after
+    another. Every folder is checked writable and free first, so a problem is one line before any work; the
+    result (or failure) of each run, in order. What `probe train` and `probe pretrain` call."""
+    from probe.errors import ProbeError
+    from probe.runs.locks import check_free
+    from probe.training.bookkeeping import check_writable, train_run
+
+    if jobs is not None and jobs < 1:
+        raise ProbeError(f"--jobs must be at least 1, got {jobs}")
+    stack = default_stack(device.type) if stack is None else stack
+    if stack and jobs not in (None, 1):
+        raise ProbeError("--stack trains its runs in one process; leave out --jobs, or pass --no-stack")
+    jobs = 1 if stack else jobs or default_jobs(len(runs), device.type)
+    engine = Engine.for_device(device, compile=compile)
+    for _, path in runs:
+        check_writable(path)
+        if not wait:
+            check_free(path)  # train_run takes the lock itself
+    event = on_event or (lambda *_: None)
+    if stack:
+        return train_stacked(list(runs), device, engine=engine, force=force, wait=wait, on_event=event, on_wait=on_wait)
+    if jobs > 1:
+        return train_parallel(list(runs), str(device), jobs=jobs, force=force, wait=wait, on_event=event, engine=engine)
+    return [
+        train_run(
+            config,
+            path,
+            device,
+            force=force,
+            wait=wait,
+            on_wait=None if on_wait is None else lambda holder, p=path: on_wait(p, holder),
+            on_start=lambda step, total, p=str(path): event(p, "start", step, None, None),
+            on_step=lambda step, loss, speed, p=str(path): event(p, "step", step, loss, speed),
+            engine=engine,
+        )
+        for config, path in runs
+    ]

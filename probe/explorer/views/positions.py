@@ -29,9 +29,9 @@ def measure(path: str, version: float, n_per_bucket: int, options: str = "{}") -
     from probe.analysis.positions import positions_report
     from probe.device import resolve_device
 
-    result = positions_report(
+    (result,) = positions_report(
         [path], n_per_bucket=n_per_bucket, options=json.loads(options), device=resolve_device("auto")
-    )[0]
+    ).results
     return result.to_json()
 
 

@@ -29,16 +29,13 @@ st.caption(
 def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int, options: str = "{}") -> dict:
     """What `probe perplexity RUN... --max-files N` writes to perplexity.json (cached per runs and files);
     ``hf:`` models read the held-out files of the corpus ``options`` (JSON) name at their context."""
-    from probe.analysis import external_perplexity_report
     from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
-    from probe.models.hf import is_external
 
-    if any(is_external(p) for p in paths):
-        return external_perplexity_report(
-            list(paths), options=json.loads(options), max_files=max_files, device=resolve_device("auto")
-        ).to_json()
-    return perplexity_report(list(paths), max_files=max_files, device=resolve_device("auto")).to_json()
+    report = perplexity_report(
+        list(paths), options=json.loads(options), max_files=max_files, device=resolve_device("auto")
+    )
+    return report.to_json()
 
 
 @st.cache_resource(show_spinner="Loading the held-out files…", max_entries=4)
