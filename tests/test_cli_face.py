@@ -108,3 +108,36 @@ def test_the_docs_count_the_paper_grid_as_the_grid_does(tmp_path):
     page = (Path(__file__).resolve().parent.parent / "docs" / "sweeps.md").read_text()
     (said,) = re.findall(r"the paper's (\d+) runs", page)
     assert int(said) == len(expand_grid(load_grid("paper"), tmp_path))
+
+
+def _lines_at_100_columns(monkeypatch, capsys, argv) -> list[str]:
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(argv) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize("command", ["eval", "positions"])
+def test_tables_fit_100_columns_with_every_header_whole(root, monkeypatch, capsys, tmp_path, command):
+    """A table wider than the terminal folds into one block per run (column: value), nothing cut."""
+    extra = ["--n", "10", "--valid", "10"] if command == "eval" else ["--n-per-bucket", "2", "--resamples", "10"]
+    argv = [command, *COMMON, "--checkpoints", str(root), *extra, "--out", str(tmp_path)]
+    lines = _lines_at_100_columns(monkeypatch, capsys, argv)
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    text = "\n".join(lines)
+    headers = (
+        ["IID (seen lengths)", "OOD (unseen lengths)"]
+        if command == "eval"
+        else ["probe held-out", "probe unseen", "heads r/a/c", "var slope"]
+    )
+    assert all(header in text for header in headers) and "…" not in text
+
+
+def test_eval_says_how_many_examples_each_length_bucket_holds(root, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["eval", *COMMON, "--checkpoints", str(root), "--n", "10", "--json"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()  # with --json the tables go to stderr
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in lines if line.startswith("│")]
+    for bucket in json.loads(captured.out)["runs"][0]["buckets"]:
+        length = f"{bucket['length']}{'' if bucket['seen'] else '*'}"
+        assert [length, str(bucket["n"])] in [row[:2] for row in rows], bucket

@@ -615,3 +615,15 @@ def test_probe_compare_reads_each_config_json_once(checkpoints, monkeypatch, no_
     assert main([*argv, "--n-per-bucket", "2", "--checkpoints", str(checkpoints), "--out", str(tmp_path)]) == 0
     assert sorted(Path(p).parent.name + "/" + Path(p).name for p in reads) == ["nope/seed0", "nope/seed1", "t5/seed0"]
     assert set(reads.values()) == {1}, reads
+
+
+def test_explorer_lists_code_runs_on_models_and_does_not_offer_them_on_attention(code_runs, monkeypatch, no_png):
+    from helpers import run_page, texts
+
+    at = run_page("models", code_runs.root, monkeypatch)
+    assert not at.exception
+    listed = "\n".join(frame.value.to_string() for frame in at.dataframe)
+    assert all(str(path) in listed for path in code_runs.paths)
+    at = run_page("attention", code_runs.root, monkeypatch)  # only code runs here: nothing to pick
+    assert not at.exception and not at.error and not at.selectbox
+    assert "Pretraining" in texts(at.caption)

@@ -204,7 +204,7 @@ def test_rope_scaling_applies_at_inference_to_rotary_runs_only(code_runs):
 
 
 # -- the commands --------------------------------------------------------------------------------
-def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_folder, capsys):
+def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_folder, capsys, monkeypatch):
     root = tmp_path / "ck"
     flags = ["--corpus", str(corpus_folder), "--context", "16", "--vocab-size", "300", "--heldout", "0.25"]
     model = [arg for key, value in MODEL.items() for arg in ("-m", f"{key}={value}")]
@@ -244,6 +244,11 @@ def test_pretrain_and_perplexity_commands_write_their_outputs(tmp_path, corpus_f
     for name in ("perplexity.json", "perplexity.csv", "perplexity.md", "perplexity.html"):
         assert (folder / "perplexity" / name).is_file()
     assert "| nope |" in (folder / "perplexity" / "perplexity.md").read_text()
+    monkeypatch.setenv("COLUMNS", "100")  # twelve context sizes: the table folds, one block per model
+    assert main(["perplexity", *flags, "--checkpoints", str(root), "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100 and "…" not in "\n".join(lines)
+    assert sum(line.strip().startswith("8 0.5x") for line in lines) == 2  # 0.5 T = 8 tokens, for each model
 
 
 @pytest.mark.parametrize(

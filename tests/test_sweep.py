@@ -158,8 +158,22 @@ def test_batch_tokens_are_the_padded_tokens_the_trainer_times(tmp_path):
             break
         sizes.append(data.batch(index)[0].numel())
     unpadded = config.batch_size * data.lengths.float().mean().item()
-    assert sweep.mean_batch_tokens(run) == pytest.approx(sum(sizes) / len(sizes), rel=1e-9)
-    assert sweep.mean_batch_tokens(run) > unpadded
+    assert sweep.mean_batch_tokens(run, sample=None) == pytest.approx(sum(sizes) / len(sizes), rel=1e-9)
+    assert sweep.mean_batch_tokens(run, sample=None) > unpadded
+
+
+@pytest.mark.parametrize("task, options", [("addition", {"scratchpad": "full"}), ("copy", {}), ("lego", {})])
+def test_a_price_reads_one_pool_of_examples_and_lands_near_the_whole_epoch(tmp_path, task, options):
+    """The dry run cuts its epoch from 32 batches' worth of training examples (the paper grid's 70 task
+    folders in seconds, not minutes); the mean padded batch stays within a few percent of the whole set's."""
+    from probe.training.sources import TaskSource
+
+    run = sweep.expand_grid({**TINY, "task": task, "options": options, "batch_size": 16}, tmp_path)[0]
+    whole = sweep.mean_batch_tokens(run, sample=None)
+    sampled = sweep.mean_batch_tokens(run)
+    assert sampled == pytest.approx(whole, rel=0.05)
+    size = len(TaskSource(task, run.config.task_options, 0).task.examples("train", seed=0))
+    assert 32 * 16 < size  # the sample is a part of the set, not all of it
 
 
 def test_cost_is_steps_left_times_batch_tokens_over_throughput(tmp_path):

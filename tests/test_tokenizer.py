@@ -63,6 +63,9 @@ def test_glued_punctuation_is_reversible():
         assert join_words(split_words(text)) == text
     assert split_words("is 3.") == ["is", "3", "##."] and split_words("3 .") == ["3", "."]
     assert split_words("1's") == ["1's"]
+    # several marks come off in order; a word of marks alone keeps its first as its word
+    assert split_words("a.b.,  x?") == ["a.b", "##.", "##,", "x", "##?"]
+    assert split_words("... ;") == [".", "##.", "##.", ";"] and join_words(split_words("... ;")) == "... ;"
 
 
 def test_unknown_words_are_named():

@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from probe.analysis.evaluation import accuracy_figures, evaluate_run, mean_ranks, mean_reciprocal_ranks
     from probe.device import resolve_device
+    from probe.figures.terminal import fitted
     from probe.runs.locks import say_waiting
 
     out = console(stderr=args.json)
@@ -85,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
                 f"[yellow]{report.label}: its evaluation on more examples is kept; this one ({report.n_examples} "
                 f"examples) is in {report.written_to} (--force replaces it)[/yellow]"
             )
-    out.print(_accuracy_table(reports))
-    selected = any(report.last for report in reports)
-    selection = "; a run selected on IID validation is reported at its best step, its last step beside it"
-    out.print(f"[dim]buckets: length:accuracy%, * = unseen length{selection if selected else ''}[/dim]")
+    out.print(fitted(_accuracy_table(reports), out))
+    if any(report.last for report in reports):
+        out.print("[dim]a run selected on IID validation is reported at its best step, its last step beside it[/dim]")
+    for table in _bucket_tables(reports):
+        out.print(fitted(table, out))
     figures = [str(p) for p in accuracy_figures(reports, runs, args.out, parse_options(args.pe_option, None))]
     ranks, reciprocal = mean_ranks(reports), mean_reciprocal_ranks(reports)
     if ranks:
@@ -136,7 +138,7 @@ def _accuracy_table(reports):
     table = Table(title="probe eval: exact match (greedy)")
     columns = ["run", "IID (seen lengths)", "OOD (unseen lengths)"]
     columns += ["step (best IID valid.)", "last step: IID / OOD"] if selected else []
-    for column in (*columns, "buckets"):
+    for column in columns:
         table.add_column(column)
     for report in reports:
         cells = [_percent(report.iid_accuracy), _percent(report.ood_accuracy)]
@@ -146,9 +148,37 @@ def _accuracy_table(reports):
                 str(report.selected_step if report.selected_step is not None else "last"),
                 f"{_percent(last.iid_accuracy)} / {_percent(last.ood_accuracy)} (step {last.step})" if last else "-",
             ]
-        buckets = " ".join(f"{b.length}:{100 * b.accuracy:.0f}" + ("" if b.seen else "*") for b in report.buckets)
-        table.add_row(report.label, *cells, buckets)
+        table.add_row(report.label, *cells)
     return table
+
+
+def _bucket_tables(reports) -> list:
+    """Per task folder: exact match per length bucket (rows) of each run (columns), with the bucket's
+    example count."""
+    from rich.table import Table
+
+    by_folder: dict[str, list] = {}
+    for report in reports:
+        by_folder.setdefault(report.task_folder, []).append(report)
+    tables = []
+    for folder, members in by_folder.items():
+        table = Table(title=f"{folder}: exact match per length (* = unseen length; n: examples of each run)")
+        table.add_column("length", justify="right")
+        table.add_column("n", justify="right")
+        for report in members:
+            table.add_column(report.label.removeprefix(f"{folder}/"), justify="right")
+        lengths = sorted({b.length for r in members for b in r.buckets})
+        cells = {(id(r), b.length): b for r in members for b in r.buckets}
+        for length in lengths:
+            first = next(cells[id(r), length] for r in members if (id(r), length) in cells)
+            counts = {cells[id(r), length].n for r in members if (id(r), length) in cells}
+            table.add_row(
+                f"{length}{'' if first.seen else '*'}",
+                str(first.n) if len(counts) == 1 else "/".join(str(n) for n in sorted(counts)),
+                *(_percent(cells[id(r), length].accuracy) if (id(r), length) in cells else "-" for r in members),
+            )
+        tables.append(table)
+    return tables
 
 
 def _rank_table(ranks: dict[str, float], reciprocal: dict[str, float]):

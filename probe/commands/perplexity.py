@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
     from probe.errors import ProbeError
+    from probe.figures.terminal import fitted
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             progress=on_progress,
         )
     written = report.write(Path(args.out) if args.out else report.folder / report.name)
-    out.print(_table(report))
+    out.print(fitted(_table(report), out))
     out.print("wrote " + ", ".join(written), highlight=False)
     if args.json:
         print_json(report.to_json())

@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     from probe.analysis.positions import positions_report
     from probe.device import resolve_device
+    from probe.figures.terminal import fitted
 
     _check(args)
     names, options = _subjects(args)
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             root=args.checkpoints,
             progress=on_progress,
         )
-    out.print(_table(report.results))
+    out.print(fitted(_table(report.results), out))
     out.print(
         "[dim]stream 0 = embedding, l = after layer l; beyond: exact accuracy on unseen positions past the "
         "largest fitted one; rel/abs/content: mean over heads of the variance shares of f(i − j), g(j) and "

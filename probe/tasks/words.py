@@ -14,15 +14,16 @@ PUNCTUATION = ".,:;?"
 
 
 def split_words(text: str) -> list[str]:
-    """Whitespace words, with trailing punctuation split off as ``##``-marked tokens."""
+    """Whitespace words, with trailing punctuation split off as ``##``-marked tokens (a word of punctuation
+    alone keeps its first mark as its word: "..." is ".", "##.", "##.")."""
     tokens: list[str] = []
     for word in text.split():
-        glued: list[str] = []
-        while len(word) > 1 and word[-1] in PUNCTUATION:
-            glued.append(GLUED + word[-1])
-            word = word[:-1]
-        tokens.append(word)
-        tokens.extend(reversed(glued))
+        if word[-1] not in PUNCTUATION:
+            tokens.append(word)
+            continue
+        core = word.rstrip(PUNCTUATION) or word[0]
+        tokens.append(core)
+        tokens.extend(GLUED + mark for mark in word[len(core) :])
     return tokens
 
 

@@ -35,13 +35,16 @@ def attention(path: str, version: float, source: str, target: str | None):
 
 found = shared.require_runs()
 if found is not None:
-    runs, _ = found
+    runs = [r for r in found[0] if not shared.is_code(r)]
+    if len(runs) < len(found[0]):
+        st.caption(
+            "Code models (`probe pretrain`, `probe import`) show their attention on held-out files on the "
+            "**Pretraining** page."
+        )
+    if not runs:
+        st.stop()
     run = shared.pick_run("Checkpoint", runs, default_pe="nope", key="attention-run")
     try:
-        if shared.is_code(run):
-            raise ProbeError(
-                "it is a pretrained code model: the Pretraining page shows its attention on held-out files"
-            )
         model = shared.load_model(run)
         if "tokenizer" not in model.metadata:
             raise ProbeError("its config.json has no tokenizer, so no text can be fed to it")

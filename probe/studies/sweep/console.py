@@ -54,6 +54,8 @@ def dry_run(
     time on this machine and on ``cluster_size`` such slots; start nothing. Returns the plan."""
     from rich.table import Table
 
+    from probe.figures.terminal import fitted
+
     states = [run_state(r, launch.evaluate) for r in runs]
     device = "cuda" if launch.gpus_per_run > 0 else "cpu"
     with out.status("estimating cost") as status:
@@ -103,7 +105,7 @@ def dry_run(
         table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
     for row in rows:
         table.add_row(*row)
-    out.print(table)
+    out.print(fitted(table, out))
     counts = {s: states.count(s) for s in ("new", "resume", "evaluate", "done")}
     speed = "; ".join(f"{_shape(shape)}: {tps:,.0f} tokens/s" for shape, tps in cost["tokens_per_second"].items())
     out.print(

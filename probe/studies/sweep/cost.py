@@ -52,17 +52,34 @@ def steps_left(run: SweepRun) -> int:
 
 
 # -- cost ------------------------------------------------------------------------------------
-def mean_batch_tokens(run: SweepRun) -> float:
+SAMPLE_POOLS = 1  # a price reads one pool of 32 batches of a task's training examples, not all of them
+
+
+def mean_batch_tokens(run: SweepRun, sample: int | None = SAMPLE_POOLS) -> float:
     """Tokens in one training batch of ``run``, padding included, the mean over the first epoch's
-    batches as the trainer cuts them, packed where it packs (its tokens/s counts padded tokens too)."""
+    batches as the trainer cuts them, packed where it packs (its tokens/s counts padded tokens too).
+
+    With ``sample``, the epoch is cut from that many pools' worth of training examples (a random draw
+    from the same distribution), which prices a grid of 70 task folders in seconds; ``None`` reads the
+    whole training set."""
     from probe.corpus import CODE_TASK, CorpusSpec
-    from probe.tasks.batches import epoch_batches
+    from probe.errors import ProbeError
+    from probe.tasks.batches import encode, epoch_batches
     from probe.training.sources import TaskSource
 
     if run.config.task == CODE_TASK:
         return run.config.batch_size * CorpusSpec.from_options(run.config.task_options).context
     authors = run.config.protocol == "authors"  # random batches: padded to the longest of a random draw
-    data = TaskSource(run.config.task, run.config.task_options, run.config.seed, authors).training_set(run.config.seed)
+    source = TaskSource(run.config.task, run.config.task_options, run.config.seed, authors)
+    if sample is None:
+        data = source.training_set(run.config.seed)
+    else:
+        n = sample * 32 * run.config.batch_size
+        try:
+            examples = source.task.examples("train", n=n, seed=run.config.seed)
+        except ProbeError:  # a fixed dataset with fewer training examples than that: all of them
+            examples = source.task.examples("train", seed=run.config.seed)
+        data = encode(examples, source.tokenizer)
     batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0, grouped=not authors)
     if run.config.pack:
         return sum(data.packed_batch(batch)[0].numel() for batch in batches) / len(batches)
