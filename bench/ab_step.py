@@ -68,8 +68,11 @@ def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
         """CPU seconds of the Trainer's own loop over ``steps`` steps (batches cut from its stream,
         dropout, loss bookkeeping and logging around the same step), its setup left out."""
         from probe.training.loop import Trainer
-        from probe.training.train_config import TrainConfig
 
+        try:
+            from probe.training.train_config import TrainConfig
+        except ImportError:  # a checkout from before the packages by layer
+            from probe.training.config import TrainConfig
         try:
             from probe.training.together import train_alone
         except ImportError:  # a checkout from before runs trained together

@@ -38,7 +38,7 @@ def main() -> int:
     started = time.perf_counter()
     import torch
 
-    from probe.analysis import compare_report, write_compare_report
+    from probe.analysis import compare_report
     from probe.errors import ProbeError
 
     imported = time.perf_counter() - started
@@ -66,7 +66,7 @@ def main() -> int:
     analysis_s = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        write_compare_report(report, out, args.metric)
+        report.write(out)
         write_s = time.perf_counter() - start
 
     cli = None

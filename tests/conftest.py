@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_checkpoints
+from helpers import make_checkpoints, write_code_corpus
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -23,3 +23,9 @@ def one_thread():
 def checkpoints(tmp_path_factory) -> Path:
     """The explorer's tiny checkpoints (helpers.make_checkpoints), made once per session for every module."""
     return make_checkpoints(tmp_path_factory.mktemp("checkpoints"))
+
+
+@pytest.fixture(scope="session")
+def code_corpus(tmp_path_factory) -> Path:
+    """The code corpus the code-model tests read (helpers.write_code_corpus), written once per session."""
+    return write_code_corpus(tmp_path_factory.mktemp("code-corpus") / "src")

@@ -33,6 +33,18 @@ def tiny_model(n_layers: int = 2, **extra: int) -> dict[str, int]:
     return dict(n_layers=n_layers, d_model=32, n_heads=2, d_head=16, d_mlp=64, **extra)
 
 
+def write_code_corpus(folder: Path) -> Path:
+    """40 small Python files of 1, 2, 4 or 6 functions: enough for a BPE, a held-out half (split by name)
+    and windows of 16 and 32 tokens."""
+    folder.mkdir(parents=True)
+    for i in range(40):
+        functions = (1, 2, 4, 6)[i % 4]
+        (folder / f"m{i:02d}.py").write_text(
+            "".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions))
+        )
+    return folder
+
+
 def make_checkpoints(root: Path) -> Path:
     """Runs of reverse with L = 4 (short sequences, quick to train and read): NoPE seeds 0 and 1, T5
     seed 0 (the seed-0 runs with eval.json); broken entries: a config.json that is not JSON, one that

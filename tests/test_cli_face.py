@@ -141,3 +141,14 @@ def test_eval_says_how_many_examples_each_length_bucket_holds(root, monkeypatch,
     for bucket in json.loads(captured.out)["runs"][0]["buckets"]:
         length = f"{bucket['length']}{'' if bucket['seen'] else '*'}"
         assert [length, str(bucket["n"])] in [row[:2] for row in rows], bucket
+
+
+def test_a_folder_that_is_not_a_probe_run_is_skipped_with_a_line(checkpoints, capsys):
+    """The fixture's `ape` folder holds valid JSON that names no PE: eval skips it, saying so, where it
+    used to stop with a KeyError traceback; its corrupt `rotary` run is one error line, exit 2."""
+    assert (
+        main(["eval", "--task", "reverse", "-o", "train_length=4", "--checkpoints", str(checkpoints), "--n", "4"]) == 2
+    )
+    captured = capsys.readouterr()
+    assert "ape/seed0" in captured.out and "names no positional encoding" in captured.out
+    assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1

@@ -39,17 +39,10 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def code(tmp_path_factory):
-    """40 small Python files of 1, 2, 4 or 6 functions (about half held out, by name) and three runs
-    on them: NoPE and Rotary with room for 2x the context, ALiBi with n_ctx 24 (< 2T)."""
-    base = tmp_path_factory.mktemp("code")
-    source = base / "src"
-    source.mkdir()
-    for i in range(40):
-        functions = (1, 2, 4, 6)[i % 4]
-        (source / f"m{i:02d}.py").write_text(
-            "".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions))
-        )
+def code(tmp_path_factory, code_corpus):
+    """Three runs on the shared code corpus (about half its files held out, by name): NoPE and Rotary with
+    room for 2x the context, ALiBi with n_ctx 24 (< 2T)."""
+    base, source = tmp_path_factory.mktemp("code"), code_corpus
     options = {"corpus": str(source), "vocab_size": 300, "context": T, "heldout": 0.5}
     root = base / "checkpoints"
     paths = {}

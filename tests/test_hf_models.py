@@ -74,17 +74,10 @@ def _save(model, tokenizer: PreTrainedTokenizerFast, folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, code_corpus):
     """A corpus of 40 small Python files and four models: GPT-2 (3 layers), GPT-NeoX and BLOOM (2 layers)
     share a byte-level BPE that adds nothing; Llama (3 layers) has its own, which adds <s> in front."""
-    base = tmp_path_factory.mktemp("hf")
-    source = base / "src"
-    source.mkdir()
-    for i in range(40):
-        functions = (1, 2, 4, 6)[i % 4]
-        (source / f"m{i:02d}.py").write_text(
-            "".join(f"def f{j}(x):\n    return x * {j} + {i}\n\n" for j in range(functions))
-        )
+    base, source = tmp_path_factory.mktemp("hf"), code_corpus
     texts = [p.read_text() for p in sorted(source.iterdir())]
     shared = PreTrainedTokenizerFast(
         tokenizer_object=_bpe(texts, 300, ["<|endoftext|>"]), eos_token="<|endoftext|>", bos_token="<|endoftext|>"
@@ -597,10 +590,18 @@ def test_every_name_resolves_once_into_its_kind_of_subject(tiny, code_runs, chec
         resolve("alibbi", root=checkpoints)
 
 
-def test_probe_compare_reads_each_config_json_once(checkpoints, monkeypatch, no_png, tmp_path, capsys):
-    """`probe compare nope t5` reads nope's, t5's and NoPE''s config.json, each once (the resolver reads them,
-    loading passes them on)."""
-    from helpers import TASK_OPTIONS
+@pytest.mark.parametrize(
+    "command, extra",
+    [
+        (["compare", "nope", "t5"], ["--n-per-bucket", "2"]),
+        (["eval", "nope", "t5"], ["--n", "4", "--valid", "4"]),
+        (["distances", "--pe", "nope", "--pe", "t5"], ["--n-per-bucket", "2"]),
+        (["positions", "--pe", "nope", "--pe", "t5"], ["--n-per-bucket", "2", "--resamples", "5"]),
+    ],
+)
+def test_a_command_reads_each_config_json_once(checkpoints, monkeypatch, no_png, tmp_path, command, extra):
+    """The resolver (or the search for a task's runs) reads each run's config.json; loading passes it on."""
+    from helpers import FOLDER, TASK_OPTIONS
 
     reads: dict[str, int] = {}
     read_text = Path.read_text
@@ -611,10 +612,13 @@ def test_probe_compare_reads_each_config_json_once(checkpoints, monkeypatch, no_
         return read_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", counting)
-    argv = ["compare", "nope", "t5", "--task", "reverse", "-o", f"train_length={TASK_OPTIONS['train_length']}"]
-    assert main([*argv, "--n-per-bucket", "2", "--checkpoints", str(checkpoints), "--out", str(tmp_path)]) == 0
-    assert sorted(Path(p).parent.name + "/" + Path(p).name for p in reads) == ["nope/seed0", "nope/seed1", "t5/seed0"]
-    assert set(reads.values()) == {1}, reads
+    task = ["--task", "reverse", "-o", f"train_length={TASK_OPTIONS['train_length']}"]
+    if command[0] == "eval":  # run folders: the fixture's corrupt run would stop an evaluation of every run
+        command = ["eval", *(str(checkpoints / FOLDER / pe / "seed0") for pe in command[1:])]
+    out = [] if command[0] == "eval" else ["--out", str(tmp_path)]
+    assert main([*command, *task, *extra, "--checkpoints", str(checkpoints), *out]) == 0
+    read = sorted(Path(p).parent.name + "/" + Path(p).name for p in reads)
+    assert {"nope/seed0", "t5/seed0"} <= set(read) and set(reads.values()) == {1}, reads
 
 
 def test_explorer_lists_code_runs_on_models_and_does_not_offer_them_on_attention(code_runs, monkeypatch, no_png):

@@ -18,7 +18,7 @@ Results are objects whose methods answer the next question (``.to_json()``, ``.t
 Everything is deterministic given ``seed`` (inputs, and the bootstrap resamples).
 """
 
-from probe.analysis.compare import compare_report, compare_runs, write_compare_report
+from probe.analysis.compare import compare_report, compare_runs
 from probe.analysis.distances import attended_distance_report
 from probe.analysis.examples import Bucket, sample_buckets
 from probe.analysis.results import (
@@ -85,5 +85,4 @@ __all__ = [
     "sample_buckets",
     "task_runs",
     "training_context",
-    "write_compare_report",
 ]

@@ -247,20 +247,4 @@ def _stem(subject: Subject, info: RunInfo) -> str:
     return file_stem([subject]) or info.pe_name + ("" if info.seed == 0 else f"{info.seed}")
 
 
-def write_compare_report(report: CompareReport, out_dir: str | Path, metric: str) -> list[str]:
-    """JSON, CSV and the per-layer figure of ``report`` under ``out_dir``, named after the subjects
-    (``nope_vs_t5``), as `probe compare` writes them; returns the paths written."""
-    from probe.atomic import write_json_and_csv
-    from probe.figures import layer_distance_figure, write_figure
-
-    out_dir = Path(out_dir)
-    stem = f"{report.stems[0]}_vs_{'+'.join(report.stems[1:])}"
-    stem += "" if metric == "jsd" else f"_{metric}"
-    written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
-    label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
-    figure = layer_distance_figure(report.curves(), f"{report.a.label} vs other PEs on {report.task_folder}", label)
-    written += write_figure(figure, out_dir / f"{stem}_layers")
-    return [str(p) for p in written]
-
-
-__all__ = ["compare_loaded", "compare_report", "compare_runs", "resolve", "write_compare_report"]
+__all__ = ["compare_loaded", "compare_report", "compare_runs", "resolve"]

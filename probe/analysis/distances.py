@@ -126,18 +126,3 @@ def attended_distance_report(
         home(subjects, root, options),
         file_stem(subjects),
     )
-
-
-def write_attended_report(report: AttendedReport, out_dir: str | Path) -> list[str]:
-    """JSON, CSV and the histogram figure of ``report`` under ``out_dir``, as `probe distances` writes them
-    (``attended_distance[_reference-code][_<hf models>]``); returns the paths written."""
-    from probe.atomic import write_json_and_csv
-    from probe.figures import attended_distance_figure, write_figure
-
-    out_dir = Path(out_dir)
-    stem = "attended_distance" + ("" if report.normalization == "text" else "_reference-code")
-    stem += f"_{report.stem}" if report.stem else ""
-    written = write_json_and_csv(out_dir, stem, report.to_json(), report.to_rows())
-    title = f"Normalized attended distance on {report.task_folder}, all layers and heads"
-    written += write_figure(attended_distance_figure(report.series(), title), out_dir / stem)
-    return [str(p) for p in written]

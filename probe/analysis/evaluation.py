@@ -72,7 +72,7 @@ def _evaluate(
     from probe.models.registry import parse_pe_options
 
     at_inference = parse_pe_options(run.pe, pe_options or {})
-    model = load_run(run.path, device=device, pe_options=at_inference)
+    model = load_run(run.path, device=device, pe_options=at_inference, config=run.config)
     meta = model.metadata
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))

@@ -176,6 +176,20 @@ class CompareReport:
     def to_rows(self) -> list[dict[str, Any]]:
         return [row for result in self.results for row in result.to_rows()]
 
+    def write(self, out_dir: str | Path) -> list[str]:
+        """JSON, CSV and the per-layer figure under ``out_dir`` (default place: ``folder / "compare"``), named
+        after the subjects (``nope_vs_t5``, ``..._reference-code``), as `probe compare` writes them; the paths."""
+        from probe.atomic import write_json_and_csv
+        from probe.figures import layer_distance_figure, write_figure
+
+        out_dir, metric = Path(out_dir), self.results[0].metric
+        stem = f"{self.stems[0]}_vs_{'+'.join(self.stems[1:])}" + ("" if metric == "jsd" else f"_{metric}")
+        written = write_json_and_csv(out_dir, stem, self.to_json(), self.to_rows())
+        label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
+        figure = layer_distance_figure(self.curves(), f"{self.a.label} vs other PEs on {self.task_folder}", label)
+        written += write_figure(figure, out_dir / f"{stem}_layers")
+        return [str(p) for p in written]
+
     def curves(self, length: int | None = None) -> list[dict[str, Any]]:
         """Inputs of ``probe.figures.layer_distance_figure``: one curve per comparison (the baseline
         dashed), over all buckets or for bucket ``length``."""
@@ -298,6 +312,20 @@ class AttendedReport:
             "bins": self.bins,
             "runs": [r.to_json() for r in self.results],
         }
+
+    def write(self, out_dir: str | Path) -> list[str]:
+        """JSON, CSV and the histogram figure under ``out_dir`` (default place: ``folder / "distances"``), as
+        `probe distances` writes them (``attended_distance[_reference-code][_<hf models>]``); the paths."""
+        from probe.atomic import write_json_and_csv
+        from probe.figures import attended_distance_figure, write_figure
+
+        out_dir = Path(out_dir)
+        stem = "attended_distance" + ("" if self.normalization == "text" else "_reference-code")
+        stem += f"_{self.stem}" if self.stem else ""
+        written = write_json_and_csv(out_dir, stem, self.to_json(), self.to_rows())
+        title = f"Normalized attended distance on {self.task_folder}, all layers and heads"
+        written += write_figure(attended_distance_figure(self.series(), title), out_dir / stem)
+        return [str(p) for p in written]
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One CSV row per (run, weighting, bin)."""

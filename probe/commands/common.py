@@ -32,29 +32,30 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def bar_columns(width: int, *extra) -> tuple:
+    """A progress line's columns: what (``width`` wide), the bar, how far, ``extra`` (a loss, a speed),
+    elapsed and time left."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return (
+        TextColumn(f"{{task.description:<{width}}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *extra,
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+
+
 @contextlib.contextmanager
 def progress_bar(out, what: str, width: int = 30) -> Iterator[Callable[[str, int, int], None]]:
     """A transient progress bar (what, how far, elapsed, time left) for a library call's ``progress``
     callback; it appears at the first call, once the inputs are found and checked, so an error stays one
     clean line."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import Progress
 
-    columns = (
-        TextColumn(f"{{task.description:<{width}}}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
-    progress = Progress(*columns, console=out, transient=True)
+    progress = Progress(*bar_columns(width), console=out, transient=True)
     bar = progress.add_task(what, total=None)
 
     def on_progress(description: str, done: int, total: int) -> None:

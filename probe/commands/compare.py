@@ -158,7 +158,7 @@ def detail_table(result):
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from probe.analysis import compare_report, write_compare_report
+    from probe.analysis import compare_report
     from probe.analysis.subjects import subjects_task
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
-    files = write_compare_report(report, Path(args.out) if args.out else report.folder / "compare", args.metric)
+    files = report.write(Path(args.out) if args.out else report.folder / "compare")
     out.print("wrote: " + ", ".join(files))
     if args.json:
         print_json({**report.to_json(), "files": files})

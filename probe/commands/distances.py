@@ -89,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.analysis import attended_distance_report
-    from probe.analysis.distances import write_attended_report
     from probe.device import resolve_device
     from probe.errors import ProbeError
 
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
-    files = write_attended_report(report, Path(args.out) if args.out else report.folder / "distances")
+    files = report.write(Path(args.out) if args.out else report.folder / "distances")
     out.print("wrote: " + ", ".join(files))
     if args.json:
         print_json({**report.to_json(), "files": files})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_checkpoints, add_device, add_json, add_pe_options, print_json
+from probe.commands.common import add_checkpoints, add_device, add_json, add_pe_options, bar_columns, print_json
 from probe.presets import CPU_BF16
 
 
@@ -103,29 +103,14 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
     ``--stack``, ``--jobs``), one progress bar per run (a line per tenth of a run where output is not a
     terminal); the :class:`~probe.training.bookkeeping.RunResult` or
     :class:`~probe.training.parallel.RunFailure` of each."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import Progress, TextColumn
 
     from probe.runs.locks import say_waiting
     from probe.training.bookkeeping import RunResult
     from probe.training.parallel import train_runs
 
-    columns = (
-        TextColumn("{task.description:<26}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:>7}"),
-        TextColumn("{task.fields[speed]:>9} tok/s"),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
+    speeds = (TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"))
+    columns = bar_columns(26, *speeds)
     with Progress(*columns, console=out, transient=False) as progress:
         bars = {
             str(path): progress.add_task(label(path), total=c.steps, loss="-", speed="-", start=False)

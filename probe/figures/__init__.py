@@ -10,6 +10,7 @@ from probe.figures.attention import attention_heatmaps
 from probe.figures.output import PLOTLY_JS, write_figure
 from probe.figures.perplexity import perplexity_figure
 from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
+from probe.figures.ranks import rank_figure
 from probe.figures.similarity import head_matrix_figure, layer_distance_figure
 from probe.figures.style import pe_color, rgba
 
@@ -24,6 +25,7 @@ __all__ = [
     "pe_color",
     "perplexity_figure",
     "probe_figure",
+    "rank_figure",
     "rgba",
     "sink_figure",
     "variance_figure",

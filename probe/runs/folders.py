@@ -148,9 +148,14 @@ def find_runs(
         if config_path.parent.name == LAST and (config_path.parent.parent / CONFIG).is_file():
             continue  # a run's own last-step checkpoint, not a run of its own
         try:
-            runs.append(Run(config_path.parent, read_checkpoint_config(config_path.parent)))
+            config = read_checkpoint_config(config_path.parent)
         except ProbeError as error:
             broken.append((config_path.parent, str(error)))
+            continue
+        if not isinstance(config.get("pe"), str):
+            broken.append((config_path.parent, f"{config_path} names no positional encoding: not a probe run"))
+            continue
+        runs.append(Run(config_path.parent, config))
     return runs, broken
 
 

@@ -301,9 +301,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
     """{name: plotly figure} of the report, the paper's series dashed beside ours."""
-    import plotly.graph_objects as go
 
-    from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, pe_color
+    from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, rank_figure
     from probe.models.registry import PE_LABELS
 
     out: dict[str, Any] = {}
@@ -353,20 +352,12 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
         ranks = report["mrr"][who]
         if not ranks:
             continue
-        figure = go.Figure()
-        for pe in dict.fromkeys(pe for scores in ranks.values() for pe in scores):
-            names = [name for name, scores in ranks.items() if pe in scores]
-            figure.add_trace(
-                go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe), marker_color=pe_color(pe))
-            )
-        figure.update_layout(
-            title=f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
-            yaxis_title="mean reciprocal rank (1 = always first)",
-            yaxis_range=[0, 1],
-            barmode="group",
-            template="plotly_white",
+        out[f"mrr_{who}"] = rank_figure(
+            ranks,
+            f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
+            "mean reciprocal rank (1 = always first)",
+            y_range=(0, 1),
         )
-        out[f"mrr_{who}"] = figure
     return out
 
 

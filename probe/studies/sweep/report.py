@@ -110,9 +110,8 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
     """{file stem: plotly figure}: accuracy against length per task (one line per PE, mean over
     seeds) as ``accuracy_<task folder>``, and the bars per category of the mean reciprocal rank
     (``mean_reciprocal_rank``, the paper's figures) and of the plain mean rank (``mean_rank``)."""
-    import plotly.graph_objects as go
 
-    from probe.figures import accuracy_by_length, pe_color
+    from probe.figures import accuracy_by_length, rank_figure
     from probe.models.registry import PE_LABELS
 
     figures: dict[str, Any] = {}
@@ -144,12 +143,5 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
         ranks = summary.get(key) or {}
         if not ranks:
             continue
-        figure = go.Figure()
-        for pe in sorted({pe for scores in ranks.values() for pe in scores}):
-            names = [name for name, scores in ranks.items() if pe in scores]
-            figure.add_trace(
-                go.Bar(x=names, y=[ranks[n][pe] for n in names], name=PE_LABELS.get(pe, pe), marker_color=pe_color(pe))
-            )
-        figure.update_layout(title=title, yaxis_title=axis, barmode="group", template="plotly_white")
-        figures[key] = figure
+        figures[key] = rank_figure(ranks, title, axis)
     return figures
