@@ -366,13 +366,13 @@ def test_commands_write_their_outputs_beside_the_runs_folder(tiny, tmp_path, cap
     assert main(["compare", gpt2, neox, *tiny.argv, "--n-per-bucket", "2", "--checkpoints", str(root)]) == 0
     out = capsys.readouterr().out
     assert "L2:1" in out and "A's L2 with B's L1" in out
-    (csv,) = (folder / "compare").glob("hf-gpt2-*_vs_hf-neox-*.csv")
+    (csv,) = (folder / "compare").glob("hf-gpt2-3L-32d-*_vs_hf-gpt_neox-2L-32d-*.csv")  # named by the models
     assert csv.read_text().splitlines()[0].startswith("a,b,metric,length,seen,n_examples,layer,layer_b,")
 
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "2", "--checkpoints", str(root), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [r["run"]["label"] for r in data["runs"]] == [f"{neox} @1x", f"{neox} @2x"]
-    assert any(Path(f).name.startswith("attended_distance_hf-neox-") for f in data["files"])
+    assert any(Path(f).name.startswith("attended_distance_hf-gpt_neox-2L-32d-") for f in data["files"])
 
 
 @pytest.fixture(scope="module")
@@ -631,3 +631,18 @@ def test_explorer_lists_code_runs_on_models_and_does_not_offer_them_on_attention
     at = run_page("attention", code_runs.root, monkeypatch)  # only code runs here: nothing to pick
     assert not at.exception and not at.error and not at.selectbox
     assert "Pretraining" in texts(at.caption)
+
+
+def test_outputs_about_a_local_model_are_named_after_the_model_not_its_folder(tiny, tmp_path):
+    """A folder called `hf` says nothing: its config's Hub id, else its architecture and size, name it."""
+    import re
+
+    from probe.models.hf import file_name
+
+    folder = tmp_path / "hf"
+    shutil.copytree(tiny.names["llama"].removeprefix("hf:"), folder)
+    assert re.fullmatch(r"hf-llama-3L-32d-[0-9a-f]{8}", file_name(f"hf:{folder}"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "_name_or_path": "HuggingFaceTB/SmolLM-135M"}))
+    assert re.fullmatch(r"hf-HuggingFaceTB--SmolLM-135M-[0-9a-f]{8}", file_name(f"hf:{folder}"))
+    assert file_name("hf:EleutherAI/pythia-70m") == "hf-EleutherAI--pythia-70m"  # a Hub id names itself

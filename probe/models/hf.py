@@ -16,6 +16,7 @@ tokenizer always adds it, so it is not the one read here.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,13 +42,33 @@ def is_external(name: object) -> bool:
 
 
 def file_name(spelling: str) -> str:
-    """A name for output files about the model: ``hf-gpt2``, ``hf-EleutherAI--pythia-70m``; a local
-    folder by its name and a hash of its path (``hf-my-model-1a2b3c4d``), as a corpus folder is named."""
+    """A name for output files about the model: ``hf-gpt2``, ``hf-EleutherAI--pythia-70m``; a local folder
+    by the model it holds, not by the folder's own name (``./hf`` tells nothing): the Hub id its config was
+    saved from (``hf-HuggingFaceTB--SmolLM-135M-1a2b3c4d``), else its architecture and size
+    (``hf-llama-30L-576d-1a2b3c4d``), with a hash of its path, as a corpus folder is named."""
     target = spelling[len(HF_PREFIX) :] if is_external(spelling) else spelling
     if _is_path(target):
-        path = str(Path(target).expanduser().resolve())
-        target = f"{Path(path).name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+        path = Path(target).expanduser().resolve()
+        target = f"{_model_name(path)}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     return "hf-" + re.sub(r"[^A-Za-z0-9._-]", "-", target.replace("/", "--"))
+
+
+def _model_name(folder: Path) -> str:
+    """What the model in ``folder`` is: the Hub id its config names, else ``<model_type>-<layers>L-<width>d``,
+    else the folder's name (no readable config)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return folder.name
+    if not isinstance(config, dict):
+        return folder.name
+    source = str(config.get("_name_or_path") or "")
+    if source and not _is_path(source):
+        return source
+    layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)
+    width = next((config[k] for k in ("hidden_size", "n_embd", "d_model") if k in config), None)
+    kind = str(config.get("model_type") or folder.name)
+    return kind + (f"-{layers}L" if layers else "") + (f"-{width}d" if width else "")
 
 
 def _is_path(target: str) -> bool:
