@@ -646,3 +646,21 @@ def test_outputs_about_a_local_model_are_named_after_the_model_not_its_folder(ti
     (folder / "config.json").write_text(json.dumps({**config, "_name_or_path": "HuggingFaceTB/SmolLM-135M"}))
     assert re.fullmatch(r"hf-HuggingFaceTB--SmolLM-135M-[0-9a-f]{8}", file_name(f"hf:{folder}"))
     assert file_name("hf:EleutherAI/pythia-70m") == "hf-EleutherAI--pythia-70m"  # a Hub id names itself
+
+
+def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window_is_read(tiny, monkeypatch, capsys):
+    """Where one window's maps (layers x heads x c^2 float32) exceed the free memory: the estimate and what
+    lowers it, exit 2; never the kernel's OOM killer."""
+    import probe.analysis.windows as windows
+
+    neox = tiny.names["neox"]  # 2 layers x 4 heads, Rotary: reads 2T = 32 tokens, 8 x 32 x 32 x 4 bytes = 32 KiB
+    monkeypatch.setattr(windows, "available_memory", lambda: 20 * 1024)
+    read, batches = [], windows.window_batches
+    monkeypatch.setattr(windows, "window_batches", lambda *args: read.append(args) or [])
+    assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 2
+    line = one_line_error(capsys)
+    assert "one window of 32 tokens makes 32.0 KiB of attention maps (8 layer-head maps of 32x32" in line
+    assert "20.0 KiB free here; read at most about 25 tokens" in line and "-o context=N" in line and not read
+    monkeypatch.setattr(windows, "window_batches", batches)
+    monkeypatch.setattr(windows, "available_memory", lambda: 32 * 1024)  # exactly enough: it reads
+    assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 0

@@ -40,7 +40,7 @@ from probe.analysis.run_info import (
     task_runs,
     training_context,
 )
-from probe.analysis.windows import ContextWindows, choose_windows, fitting_windows, run_windows
+from probe.analysis.windows import ContextWindows, check_memory, choose_windows, fitting_windows, run_windows
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_corpus, run_tokenizer_json
@@ -306,6 +306,7 @@ class CorpusReading(Reading):
             self.subject.path, config, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
         )
         kept, skipped = fitting_windows(windows, min(m.max_length for m in fit), _who(fit))
+        check_memory(kept, [m.model for m in fit])
         return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, dict(config["task"]["options"]))
 
 
@@ -368,6 +369,7 @@ class TextReading(Reading):
         )
         limits = [m.max_length for m in fit if m.max_length is not None]
         kept, skipped = (windows, 0) if not limits else fitting_windows(windows, min(limits), _who(fit))
+        check_memory(kept, [m.model for m in fit])
         return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, {**self.texts.options, "context": context})
 
     def check_pair(self, a: Loaded, b: Loaded) -> None:
