@@ -162,6 +162,22 @@ def test_batch_tokens_are_the_padded_tokens_the_trainer_times(tmp_path):
     assert sweep.mean_batch_tokens(run, sample=None) > unpadded
 
 
+def test_a_compute_bound_step_is_timed_at_a_smaller_batch_on_a_cpu(tmp_path):
+    """tokens/s of a step over MEASURED_WORK FLOPs does not depend on the batch (base on copy, this CPU:
+    112-125 tokens/s at batch 8 against 141 at 64, in 17-21 s instead of 127 s); below it the batch stays."""
+    from probe.studies.sweep.cost import MEASURED_WORK, measured_batch
+
+    tiny = sweep.expand_grid(TINY, tmp_path)[0]
+    assert measured_batch(tiny, 2_000.0, "cpu") == tiny.config.batch_size
+    base = sweep.expand_grid({**TINY, "preset": "base", "model": {}, "batch_size": 64}, tmp_path)[0]
+    shape = base.config.model_config(vocab_size=64)
+    weights = shape.n_layers * (4 * shape.d_model**2 + 2 * shape.d_model * shape.d_mlp)
+    assert weights == 12 * (4 * 768**2 + 2 * 768 * 3072)  # base: 84.9M in its attention and MLPs
+    cut = measured_batch(base, 2_812.0, "cpu")
+    assert cut == int(64 * MEASURED_WORK / (6 * weights * 2_812.0)) and 1 <= cut < 64
+    assert measured_batch(base, 2_812.0, "cuda") == 64 and measured_batch(base, None, "cpu") == 64
+
+
 @pytest.mark.parametrize("task, options", [("addition", {"scratchpad": "full"}), ("copy", {}), ("lego", {})])
 def test_a_price_reads_one_pool_of_examples_and_lands_near_the_whole_epoch(tmp_path, task, options):
     """The dry run cuts its epoch from 32 batches' worth of training examples (the paper grid's 70 task

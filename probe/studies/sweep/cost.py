@@ -86,12 +86,31 @@ def mean_batch_tokens(run: SweepRun, sample: int | None = SAMPLE_POOLS) -> float
     return sum(int(data.lengths[batch].max()) * len(batch) for batch in batches) / len(batches)
 
 
-def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5, threads: int = 1) -> float:
+MEASURED_WORK = 2e11  # FLOPs (6 x weights x tokens) of a step above which a CPU is compute-bound
+
+
+def measured_batch(run: SweepRun, batch_tokens: float | None, device: str) -> int:
+    """The batch a throughput measurement times: the run's own, except on a CPU where a step of it is over
+    :data:`MEASURED_WORK`. There the step is compute-bound, so tokens/s does not depend on the batch, and a
+    smaller one of about that much work is timed: seconds, not minutes, for ``base``. Below it, per-step
+    costs that do not shrink with the batch (AdamW's update, Python) would put tokens/s at batch 8 1.3x
+    (``small``) to 1.4-1.6x (``tiny``) below batch 64's, so the batch is kept."""
+    if batch_tokens is None or device != "cpu":
+        return run.config.batch_size
+    shape = run.config.model_config(vocab_size=64)
+    weights = shape.n_layers * (4 * shape.d_model**2 + 2 * shape.d_model * shape.d_mlp)  # attention + MLP
+    work = 6 * weights * batch_tokens
+    if work <= MEASURED_WORK:
+        return run.config.batch_size
+    return max(1, int(run.config.batch_size * MEASURED_WORK / work))
+
+
+def measure_tokens_per_second(
+    run: SweepRun, device: str = "cpu", steps: int = 5, threads: int = 1, batch_tokens: float | None = None
+) -> float:
     """Training throughput of ``run``'s model (tokens/s, the median step) from a few real steps of
-    ``Trainer`` at the run's own batch size in a scratch folder (the first step is a warm-up), with
-    the torch threads each run will get. The batch is not cut down: on a CPU, per-step costs that do
-    not shrink with it (AdamW's update, Python) put tokens/s at batch 8 1.3x (``small``) to 1.4-1.6x
-    (``tiny``) below batch 64's. A dry run of ``base`` on a CPU times its steps for about a minute."""
+    ``Trainer`` in a scratch folder (the first step is a warm-up), with the torch threads each run will
+    get, at :func:`measured_batch` (``batch_tokens``: the run's mean padded tokens per batch)."""
     import torch
 
     from probe.device import resolve_device
@@ -102,7 +121,14 @@ def measure_tokens_per_second(run: SweepRun, device: str = "cpu", steps: int = 5
     resolved = resolve_device(device)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(max(1, threads))
-    config = dataclasses.replace(run.config, steps=steps + 1, log_every=1, checkpoint_every=10**9)
+    config = dataclasses.replace(
+        run.config,
+        steps=steps + 1,
+        log_every=1,
+        checkpoint_every=10**9,
+        eval_every=0,  # no IID validation between the timed steps (the authors' protocol would decode some)
+        batch_size=measured_batch(run, batch_tokens, resolved.type),
+    )
     speeds: list[float] = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -142,15 +168,15 @@ def estimate_cost(
         if left == 0:
             per_run.append(0.0)
             continue
+        if folder not in tokens:
+            tokens[folder] = mean_batch_tokens(run)
         if shape not in speeds:
             if tokens_per_second is not None:
                 speeds[shape] = tokens_per_second
             else:
                 if on_measure:
                     on_measure(f"measuring {run.config.preset} {run.config.model or ''} on {run.label}")
-                speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads)
-        if folder not in tokens:
-            tokens[folder] = mean_batch_tokens(run)
+                speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads, tokens[folder])
         per_run.append(left * tokens[folder] / speeds[shape])
     return {
         "seconds": per_run,
