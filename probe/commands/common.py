@@ -68,6 +68,18 @@ def progress_bar(out, what: str, width: int = 30) -> Iterator[Callable[[str, int
         progress.stop()
 
 
+def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str]:
+    """Write ``report`` (any analysis report: it writes itself) to ``--out`` or ``folder`` beside its runs,
+    say where, and print its JSON with the files under ``--json``; the paths written."""
+    from pathlib import Path
+
+    files = report.write(Path(args.out) if args.out else report.folder / folder)
+    out.print("wrote: " + ", ".join(files))
+    if args.json:
+        print_json({**report.to_json(), "files": files})
+    return files
+
+
 def console(stderr: bool = False):
     """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80), so logs keep
     whole run names and progress fields."""

@@ -13,8 +13,8 @@ from probe.commands.common import (
     add_task_options,
     console,
     parse_options,
-    print_json,
     progress_bar,
+    write_report,
 )
 
 
@@ -156,8 +156,6 @@ def detail_table(result):
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from probe.analysis import compare_report
     from probe.analysis.subjects import subjects_task
     from probe.corpus import CODE_TASK
@@ -201,8 +199,5 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
-    files = report.write(Path(args.out) if args.out else report.folder / "compare")
-    out.print("wrote: " + ", ".join(files))
-    if args.json:
-        print_json({**report.to_json(), "files": files})
+    write_report(report, args, out, "compare")
     return 0

@@ -11,8 +11,8 @@ from probe.commands.common import (
     add_task_options,
     console,
     parse_options,
-    print_json,
     progress_bar,
+    write_report,
 )
 
 
@@ -86,8 +86,6 @@ def _mass(stats, low: float, high: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from probe.analysis import attended_distance_report
     from probe.device import resolve_device
     from probe.errors import ProbeError
@@ -118,10 +116,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
-    files = report.write(Path(args.out) if args.out else report.folder / "distances")
-    out.print("wrote: " + ", ".join(files))
-    if args.json:
-        print_json({**report.to_json(), "files": files})
+    write_report(report, args, out, "distances")
     return 0
 
 

@@ -14,8 +14,8 @@ from probe.commands.common import (
     add_task_options,
     console,
     parse_options,
-    print_json,
     progress_bar,
+    write_report,
 )
 
 
@@ -92,8 +92,6 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from probe.analysis.positions import positions_report
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
@@ -122,10 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content; "
         "var slope: d log Var / d log t of the last layer's attention output[/dim]"
     )
-    files = report.write(Path(args.out) if args.out else report.folder / "positions")
-    out.print("wrote: " + ", ".join(files))
-    if args.json:
-        print_json({**report.to_json(), "files": files})
+    write_report(report, args, out, "positions")
     return 0
 
 
