@@ -28,7 +28,7 @@ from probe.analysis.subjects import (
     file_stem,
     home,
     others_than,
-    readings,
+    reading_of,
     resolve,
     resolve_all,
     task_folder,
@@ -157,7 +157,7 @@ def compare_runs(
     check_together(subjects[0], subjects[1:])
     timings: dict[str, float] = {}
     settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples)
-    reading = readings(subjects)[0]
+    reading = reading_of(subjects)
     start = time.perf_counter()
     a = subjects[0].load(settings["device"], pe_options)
     timings["load"] = time.perf_counter() - start
@@ -208,7 +208,7 @@ def compare_report(
     subjects = resolve_all([pe_a, *pe_b_list], **found)
     a = subjects[0]
     others = subjects[1:] or others_than(a, root, task, options, seed)
-    reading = readings([a, *others], options)[0]
+    reading = reading_of([a, *others], options)
     base = a.other_seed() if baseline and reading.seed_baseline else None
     check_together(a, [*others, *([base] if base else [])])
     timings: dict[str, float] = {}

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.subjects import Subject, TextReading, file_stem, home, readings, resolve_all
+from probe.analysis.subjects import Subject, TextReading, file_stem, home, reading_of, resolve_all
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
@@ -327,7 +327,7 @@ def perplexity_report(
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
     subjects = resolve_all(list(names))
-    reading = readings(subjects, options)[0]
+    reading = reading_of(subjects, options)
     device = torch.device(device)
     settings = dict(max_files=max_files, seed=seed, device=device, batch_size=batch_size, progress=progress)
     if isinstance(reading, TextReading):

@@ -20,6 +20,7 @@ Each run's ``config.json`` is read once, by :func:`resolve`; loading passes it o
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -163,8 +164,6 @@ def resolve(
 def subjects_task(names: Sequence[str], task: str | None) -> str:
     """The task whose runs PE names among ``names`` are: code where an ``hf:`` model is among them (they are
     read on held-out code), else ``task`` (default scan); a task that is not code beside hf: is one line."""
-    from probe.corpus import CODE_TASK
-
     if any(is_external(str(n)) for n in names):
         if task not in (None, CODE_TASK):
             raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {task}")
@@ -343,6 +342,7 @@ class TextReading(Reading):
     def __init__(self, subjects: Sequence[Subject], options: Mapping[str, Any] | None):
         self.options = dict(options or {})
         self.texts = heldout_texts(subjects, self.options)
+        self._last: tuple[weakref.ref, TokenizedFiles] | None = None  # a model's files: never keeps it alive
 
     def context(self, first: Loaded) -> int:
         """T: the ``context`` option, else the code runs', else the context ``first`` declares."""
@@ -354,10 +354,14 @@ class TextReading(Reading):
         return self.texts.run_context or first.context
 
     def tokenized(self, loaded: Loaded) -> TokenizedFiles:
-        """The held-out files in ``loaded``'s token ids."""
-        ids = loaded.encode([f.text for f in self.texts.files])
-        names = [f.name for f in self.texts.files]
-        return TokenizedFiles(self.texts.folder, names, [torch.tensor(i, dtype=torch.long) for i in ids])
+        """The held-out files in ``loaded``'s token ids (tokenized once per model: `probe compare A B C`
+        cuts A's windows for each of B and C)."""
+        if self._last is None or self._last[0]() is not loaded:
+            ids = loaded.encode([f.text for f in self.texts.files])
+            names = [f.name for f in self.texts.files]
+            files = TokenizedFiles(self.texts.folder, names, [torch.tensor(i, dtype=torch.long) for i in ids])
+            self._last = (weakref.ref(loaded), files)
+        return self._last[1]
 
     def windows(self, first: Loaded, context: int, **choice: Any) -> list[ContextWindows]:
         return choose_windows(self.tokenized(first), context, bos=first.bos_id, **choice)
@@ -414,13 +418,21 @@ def heldout_texts(subjects: Sequence[Subject], options: Mapping[str, Any] | None
     return HeldoutTexts(heldout, spec.corpus, {"corpus": spec.corpus, "heldout": spec.heldout}, None)
 
 
+def reading_of(subjects: Sequence[Subject], options: Mapping[str, Any] | None = None) -> Reading:
+    """What the first of ``subjects`` reads, and those compared with it or scored beside it: held-out texts
+    where an hf: model is among them, else its task's examples or its corpus's windows."""
+    if any(isinstance(s, HfModel) for s in subjects):
+        return TextReading(subjects, options)
+    return CorpusReading(subjects[0]) if isinstance(subjects[0], CodeRun) else TaskReading(subjects[0])
+
+
 def readings(subjects: Sequence[Subject], options: Mapping[str, Any] | None = None) -> list[Reading]:
     """What each subject reads: its task's examples, its corpus's windows, or, where an hf: model is among
     them, one set of held-out texts for all."""
     if any(isinstance(s, HfModel) for s in subjects):
         shared = TextReading(subjects, options)
         return [shared for _ in subjects]
-    return [CorpusReading(s) if isinstance(s, CodeRun) else TaskReading(s) for s in subjects]
+    return [reading_of([s]) for s in subjects]
 
 
 def check_together(a: Subject, others: Sequence[Subject]) -> None:

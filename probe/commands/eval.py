@@ -167,15 +167,14 @@ def _bucket_tables(reports) -> list:
         table.add_column("n", justify="right")
         for report in members:
             table.add_column(report.label.removeprefix(f"{folder}/"), justify="right")
-        lengths = sorted({b.length for r in members for b in r.buckets})
-        cells = {(id(r), b.length): b for r in members for b in r.buckets}
-        for length in lengths:
-            first = next(cells[id(r), length] for r in members if (id(r), length) in cells)
-            counts = {cells[id(r), length].n for r in members if (id(r), length) in cells}
+        by_length = [{b.length: b for b in r.buckets} for r in members]
+        for length in sorted({length for buckets in by_length for length in buckets}):
+            present = [buckets[length] for buckets in by_length if length in buckets]
+            counts = sorted({b.n for b in present})
             table.add_row(
-                f"{length}{'' if first.seen else '*'}",
-                str(first.n) if len(counts) == 1 else "/".join(str(n) for n in sorted(counts)),
-                *(_percent(cells[id(r), length].accuracy) if (id(r), length) in cells else "-" for r in members),
+                f"{length}{'' if present[0].seen else '*'}",
+                "/".join(str(n) for n in counts),
+                *(_percent(buckets[length].accuracy) if length in buckets else "-" for buckets in by_length),
             )
         tables.append(table)
     return tables
