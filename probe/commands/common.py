@@ -65,7 +65,8 @@ def progress_bar(out, what: str, width: int = 30) -> Iterator[Callable[[str, int
     try:
         yield on_progress
     finally:
-        progress.stop()
+        if progress.live.is_started:  # a bar never drawn leaves no blank line before an error
+            progress.stop()
 
 
 def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str]:
