@@ -649,18 +649,20 @@ def test_outputs_about_a_local_model_are_named_after_the_model_not_its_folder(ti
 
 
 def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window_is_read(tiny, monkeypatch, capsys):
-    """Where one window's maps (layers x heads x c^2 float32) exceed the free memory: the estimate and what
-    lowers it, exit 2; never the kernel's OOM killer."""
-    import probe.analysis.windows as windows
+    """Where the smallest step (one window through one layer: heads x c^2 cells, float32 maps and their float64
+    copy, 24 bytes a cell) exceeds the free memory: the estimate and what lowers it, exit 2, before any forward
+    pass; never the kernel's OOM killer."""
+    import probe.analysis.budget as budget
+    import probe.analysis.distances as distances
 
-    neox = tiny.names["neox"]  # 2 layers x 4 heads, Rotary: reads 2T = 32 tokens, 8 x 32 x 32 x 4 bytes = 32 KiB
-    monkeypatch.setattr(windows, "available_memory", lambda: 20 * 1024)
-    read, batches = [], windows.window_batches
-    monkeypatch.setattr(windows, "window_batches", lambda *args: read.append(args) or [])
+    neox = tiny.names["neox"]  # 4 heads, Rotary: reads 2T = 32 tokens, 4 x 32 x 32 x 24 bytes = 96 KiB
+    monkeypatch.setattr(budget, "available_memory", lambda: 64 * 1024)
+    read, read_layers = [], distances.read_layers
+    monkeypatch.setattr(distances, "read_layers", lambda *args: read.append(args))
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 2
     line = one_line_error(capsys)
-    assert "one window of 32 tokens makes 32.0 KiB of attention maps (8 layer-head maps of 32x32" in line
-    assert "20.0 KiB free here; read at most about 25 tokens" in line and "-o context=N" in line and not read
-    monkeypatch.setattr(windows, "window_batches", batches)
-    monkeypatch.setattr(windows, "available_memory", lambda: 32 * 1024)  # exactly enough: it reads
+    assert "one layer of one 32-token input of " in line and "needs 96.0 KiB (4 maps of 32x32" in line
+    assert "64.0 KiB free here; read at most about 26 tokens" in line and "-o context=N" in line and not read
+    monkeypatch.setattr(distances, "read_layers", read_layers)
+    monkeypatch.setattr(budget, "available_memory", lambda: 96 * 1024)  # exactly enough: it reads
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 0

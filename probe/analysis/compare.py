@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from probe.analysis.budget import keep_freed_memory, memory_budget
 from probe.analysis.inputs import Inputs
-from probe.analysis.layerwise import timed_layer_distances
+from probe.analysis.layerwise import group_distances
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
 from probe.analysis.run_info import Lengths, Progress, RunInfo, paired_layers
 from probe.analysis.subjects import (
@@ -52,17 +53,12 @@ def compare_loaded(
 ) -> CompareResult:
     """D^(l)(A, B) on ``inputs`` (Eq. similarity): per input, the minimum over head pairs of the mean JSD of
     their attention rows, layer l of A against the layer of B at its relative depth; per bucket and overall,
-    the mean with a bootstrap interval. Distances in float64."""
+    the mean with a bootstrap interval. Distances in float64; maps read a block of layers at a time within
+    :func:`probe.analysis.budget.memory_budget` (:mod:`probe.analysis.layerwise`)."""
     layers_b = paired_layers(a.model.cfg.n_layers, b.model.cfg.n_layers)
+    budget = memory_budget()
     parts = [
-        timed_layer_distances(
-            group.pairs(a.model, b.model, device, batch_size),
-            layers_b,
-            metric,
-            device,
-            timings,
-            one_layer_at_a_time=group.one_layer_at_a_time,
-        )
+        group_distances(a.model, b.model, group, layers_b, metric, device, batch_size, budget, timings)
         for group in inputs.groups
     ]
     start = time.perf_counter()
@@ -152,6 +148,7 @@ def compare_runs(
     context (default 1x, 2x). ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the
     runs whose PE has them.
     """
+    keep_freed_memory()
     check_metric(metric)
     subjects = resolve_all([r for r in (run_a, run_b, baseline) if r is not None])
     check_together(subjects[0], subjects[1:])
@@ -202,6 +199,7 @@ def compare_report(
     every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for NoPE) when one
     exists. Everything is checked (subjects exist, read the same inputs) before any model is loaded.
     ``multiples``, ``pe_options``: see :func:`compare_runs`."""
+    keep_freed_memory()
     check_metric(metric)
     options = dict(options or {})
     found = dict(root=root, task=task, seed=seed, options=options)

@@ -8,13 +8,16 @@ every query of a window counted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from probe.analysis.inputs import Inputs
+from probe.analysis.budget import WORKING_BYTES, keep_freed_memory, memory_budget
+from probe.analysis.inputs import Inputs, TokenBatch
+from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
 from probe.analysis.run_info import Lengths, Progress
 from probe.analysis.subjects import Loaded, file_stem, home, readings, relabelled, resolve_all, task_folder
@@ -34,23 +37,15 @@ def attended_results(
     batch_size: int,
 ) -> list[AttendedResult]:
     """One result per group of ``inputs``: every output query's d̄ per weighting, pooled over layers, heads
-    and inputs into a (query, key) grid, then a histogram and Sarle's bimodality coefficient."""
+    and inputs into a (query, key) grid as each layer's maps are made (one layer alive at a time), then a
+    histogram and Sarle's bimodality coefficient."""
     model, results = loaded.model, []
+    budget = memory_budget()
     for group in inputs.groups:
         grids = {w: torch.zeros(group.width, group.width, dtype=torch.float64, device=device) for w in weightings}
-        for batch in group.batches(model, device, batch_size):
-            maps, n = batch.patterns, len(batch.patterns)  # [batch, layer, head, query, key]
-            width = maps.shape[-1]
-            starts = (
-                torch.zeros(n, dtype=torch.long, device=device)
-                if batch.output_start is None
-                else batch.output_start.to(device)
-            )
-            ends = torch.full((n,), width, device=device) if batch.lengths is None else batch.lengths.to(device)
-            layers = [maps[:, i : i + 1] for i in range(maps.shape[1])] if group.one_layer_at_a_time else [maps]
-            for w in weightings:
-                for part in layers:
-                    grids[w][:width, :width] += query_key_weights(part, starts, ends, w)
+        per_cell = model.cfg.n_heads * WORKING_BYTES  # one layer's maps at a time
+        for batch in group.token_batches(per_cell, batch_size, budget):
+            read_layers(model, batch.tokens.to(device), _into(grids, batch, device))
         stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
         results.append(
             AttendedResult(
@@ -65,6 +60,20 @@ def attended_results(
             )
         )
     return results
+
+
+def _into(grids: dict[str, Tensor], batch: TokenBatch, device: torch.device) -> Callable[[int, Tensor], None]:
+    """What each layer's maps of ``batch`` add to the (query, key) grid of every weighting."""
+    n, width = batch.tokens.shape
+    starts = torch.zeros(n, dtype=torch.long) if batch.output_start is None else batch.output_start
+    ends = torch.full((n,), width) if batch.lengths is None else batch.lengths
+    starts, ends = starts.to(device), ends.to(device)
+
+    def fold(layer: int, maps: Tensor) -> None:  # [batch, head, query, key]
+        for w, grid in grids.items():
+            grid[:width, :width] += query_key_weights(maps[:, None], starts, ends, w)
+
+    return fold
 
 
 def attended_distance_report(
@@ -93,6 +102,7 @@ def attended_distance_report(
     the corpus) gives one result per context size (``multiples`` of its training context, default 1x and 2x;
     ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
     """
+    keep_freed_memory()
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
     for w in weightings:
         if w not in ("argmax", "attention"):

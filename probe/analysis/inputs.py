@@ -1,5 +1,7 @@
-"""What an analysis reads, whatever the subject: groups of inputs, each group one stream of batches of
-attention maps, split into buckets that the results report one by one.
+"""What an analysis reads, whatever the subject: groups of inputs, each group one stream of token batches,
+split into buckets that the results report one by one. The analyses read a batch's attention maps one layer
+(or one block of layers) at a time (:func:`probe.analysis.patterns.read_layers`), in batches sized by a
+memory budget (:mod:`probe.analysis.budget`).
 
 - A task run reads one group: up to ``n_per_bucket`` gold examples (input + output) of every length bucket λ
   (:func:`probe.analysis.examples.sample_buckets`), batched together, right-padded.
@@ -18,11 +20,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from probe.analysis.budget import batches_within
 from probe.analysis.examples import Bucket
-from probe.analysis.layerwise import MapPair
-from probe.analysis.patterns import collect_patterns, run_patterns
+from probe.analysis.patterns import padded
 from probe.analysis.position_hooks import PositionInput
-from probe.analysis.windows import ContextWindows, window_batches
+from probe.analysis.windows import ContextWindows
 from probe.tasks import Tokenizer
 
 
@@ -37,10 +39,10 @@ class InputBucket:
 
 
 @dataclass(frozen=True)
-class AttentionBatch:
-    """One batch of attention maps, and which of their rows are a model's output."""
+class TokenBatch:
+    """One batch of inputs, and which of their rows are a model's output."""
 
-    patterns: Tensor  # [batch, layer, head, query, key], zero beyond each input's length
+    tokens: Tensor  # [batch, width] long, right-padded
     lengths: Tensor | None  # [batch] true lengths (None: no padding, every row real)
     output_start: Tensor | None  # [batch] first output position (None: every row is output, as in a window)
 
@@ -50,15 +52,22 @@ class Group:
 
     buckets: list[InputBucket]
     label: str | None  # "1x": a window group's context multiple, added to result labels
-    one_layer_at_a_time: bool  # long windows: hold one layer's maps in float64 at a time
     width: int  # the longest input, in tokens
     queries: int  # output query rows over all inputs (per layer and head)
 
-    def batches(self, model, device: torch.device, batch_size: int) -> Iterator[AttentionBatch]:
+    def sizes(self) -> list[int]:
+        """[input]: tokens of each input, in reading order."""
         raise NotImplementedError
 
-    def pairs(self, model_a, model_b, device: torch.device, batch_size: int) -> Iterator[MapPair]:
+    def token_batch(self, start: int, stop: int) -> TokenBatch:
+        """Inputs [start, stop) as one batch."""
         raise NotImplementedError
+
+    def token_batches(self, per_cell: int, batch_size: int, budget: int) -> Iterator[TokenBatch]:
+        """Consecutive batches of at most ``batch_size`` inputs whose (query, key) cells, ``per_cell`` bytes
+        each while a batch is read, stay within ``budget`` bytes (one input at least)."""
+        for start, stop in batches_within(self.sizes(), per_cell, batch_size, budget):
+            yield self.token_batch(start, stop)
 
     def position_inputs(self) -> list[PositionInput]:
         raise NotImplementedError
@@ -72,27 +81,24 @@ class ExampleGroup(Group):
     """A task's sampled examples of every bucket, read in one stream."""
 
     def __init__(self, buckets: Sequence[Bucket], tokenizer: Tokenizer):
-        self.tokenizer = tokenizer
-        self.examples = [e for b in buckets for e in b.examples]
+        self.pad_id = tokenizer.pad_id
+        examples = [e for b in buckets for e in b.examples]
         self.buckets = [InputBucket(b.length, b.seen, b.split, len(b.examples)) for b in buckets]
-        self.label, self.one_layer_at_a_time = None, False
-        self.encoded = [tokenizer.encode_example(e) for e in self.examples]  # (ids, target start)
+        self.label = None
+        self.encoded = [tokenizer.encode_example(e) for e in examples]  # (ids, target start)
         self.width = max(len(ids) for ids, _ in self.encoded)
         self.queries = sum(len(ids) - start for ids, start in self.encoded)
 
-    def _stream(self, model, device: torch.device, batch_size: int):
-        return collect_patterns(
-            model, self.tokenizer, self.examples, batch_size=batch_size, device=device, to_cpu=device.type == "cpu"
+    def sizes(self) -> list[int]:
+        return [len(ids) for ids, _ in self.encoded]
+
+    def token_batch(self, start: int, stop: int) -> TokenBatch:
+        rows = self.encoded[start:stop]
+        return TokenBatch(
+            padded([ids for ids, _ in rows], self.pad_id),
+            torch.tensor([len(ids) for ids, _ in rows]),
+            torch.tensor([target_start for _, target_start in rows]),
         )
-
-    def batches(self, model, device: torch.device, batch_size: int) -> Iterator[AttentionBatch]:
-        for batch in self._stream(model, device, batch_size):
-            yield AttentionBatch(batch.patterns, batch.lengths, batch.output_start)
-
-    def pairs(self, model_a, model_b, device: torch.device, batch_size: int) -> Iterator[MapPair]:
-        stream_b = self._stream(model_b, device, batch_size)
-        for batch_a, batch_b in zip(self._stream(model_a, device, batch_size), stream_b):
-            yield batch_a.patterns, batch_b.patterns, batch_a.lengths
 
     def position_inputs(self) -> list[PositionInput]:
         lengths = [b.length for b in self.buckets for _ in range(b.count)]
@@ -109,18 +115,15 @@ class WindowGroup(Group):
     def __init__(self, windows: ContextWindows):
         self.windows = windows
         self.buckets = [InputBucket(windows.context, windows.seen, "heldout", len(windows.files))]
-        self.label, self.one_layer_at_a_time = windows.label, True
+        self.label = windows.label
         self.width = windows.context
         self.queries = len(windows.files) * windows.context
 
-    def batches(self, model, device: torch.device, batch_size: int) -> Iterator[AttentionBatch]:
-        for batch in window_batches(self.windows.tokens, model, batch_size):
-            yield AttentionBatch(run_patterns(model, batch.to(device)), None, None)  # [batch, layer, head, c, c]
+    def sizes(self) -> list[int]:
+        return [self.windows.context] * len(self.windows.files)
 
-    def pairs(self, model_a, model_b, device: torch.device, batch_size: int) -> Iterator[MapPair]:
-        for batch in window_batches(self.windows.tokens, model_a, batch_size):
-            batch = batch.to(device)
-            yield run_patterns(model_a, batch), run_patterns(model_b, batch), None
+    def token_batch(self, start: int, stop: int) -> TokenBatch:
+        return TokenBatch(self.windows.tokens[start:stop], None, None)
 
     def position_inputs(self) -> list[PositionInput]:
         return [PositionInput(row, self.windows.seen, self.windows.context) for row in self.windows.tokens]

@@ -1,18 +1,25 @@
-"""D^(l) of many inputs, batch by batch: the one loop behind `probe compare` on a task's length buckets
-and on a code run's windows, timing the forward passes ("collect") apart from the metric ("metric").
+"""D^(l) of many inputs, batch by batch and layer block by layer block: the one loop behind `probe compare`,
+timing the forward passes ("collect") apart from the metric ("metric").
+
+Both models' maps of a block of layers are held at once (A's layer l and B's layer at its relative depth), in
+float32; the block is every layer where one batch's maps fit the memory budget, fewer for long inputs (a
+forward pass per block, each stopped after its last layer), one layer at the least.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
+from probe.analysis.budget import WORKING_BYTES
+from probe.analysis.inputs import Group
+from probe.analysis.patterns import capture_layers
 from probe.metrics import layer_distances
 
-MapPair = tuple[Tensor, Tensor, Tensor | None]  # A's and B's maps [batch, layer, head, query, key], lengths [batch]
+STORED_BYTES = 4  # a kept float32 map's bytes per (head, query, key) cell
 
 
 def sync(device: torch.device) -> None:
@@ -21,48 +28,52 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_layer_distances(
-    pairs: Iterator[MapPair],
+def layer_block(n_layers: int, heads: int, width: int, budget: int) -> int:
+    """How many layers' maps (``heads`` of both models per layer) one input may hold at once: all that fit
+    ``budget`` beside one layer's working set, one at the least."""
+    stored, working = heads * width * width * STORED_BYTES, heads * width * width * WORKING_BYTES
+    return max(1, min(n_layers, (budget - working) // max(stored, 1)))
+
+
+def group_distances(
+    model_a,
+    model_b,
+    group: Group,
     layers_b: Sequence[int],
     metric: str,
     device: torch.device,
+    batch_size: int,
+    budget: int,
     timings: dict[str, float],
-    one_layer_at_a_time: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Per-input D^(l) [input, layer of A] and D_AT of every head pair [input, layer, head_A, head_B], layer l
-    of A against layer ``layers_b[l]`` of B, in float64, from batches of both models' attention maps.
-
-    Producing a batch is timed as "collect", the metric as "metric" (seconds added to ``timings``).
-    ``one_layer_at_a_time`` holds one layer's maps in float64 at once instead of the batch's (long windows).
-    """
+    of A against layer ``layers_b[l]`` of B, in float64; forward passes timed as "collect", the metric as
+    "metric" (seconds added to ``timings``)."""
+    n_layers, heads = model_a.cfg.n_layers, model_a.cfg.n_heads + model_b.cfg.n_heads
+    block = layer_block(n_layers, heads, group.width, budget)
+    per_cell = heads * (block * STORED_BYTES + WORKING_BYTES)
     values, pairwise = [], []
-    while True:
-        start = time.perf_counter()
-        pair = next(pairs, None)
-        sync(device)
-        timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
-        if pair is None:
-            break
-        maps_a, maps_b, lengths = pair
-        start = time.perf_counter()
-        if one_layer_at_a_time:
-            layers = [
-                layer_distances(
-                    maps_a[:, layer : layer + 1].double(), maps_b[:, other : other + 1].double(), metric=metric
-                )
-                for layer, other in enumerate(layers_b)
-            ]
-            values.append(torch.cat([r.per_layer for r in layers], 1).cpu())  # [batch, layer]
-            pairwise.append(torch.cat([r.pairwise for r in layers], 1).cpu())  # [batch, layer, head_A, head_B]
-        else:
-            result = layer_distances(
-                maps_a.double(),
-                maps_b[:, layers_b].double(),
-                metric=metric,
-                lengths=None if lengths is None else lengths.to(maps_a.device),
-            )
-            values.append(result.per_layer.cpu())  # [batch, layer]
-            pairwise.append(result.pairwise.cpu())  # [batch, layer, head_A, head_B]
-        sync(device)
-        timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
+    for batch in group.token_batches(per_cell, batch_size, budget):
+        tokens, lengths = batch.tokens.to(device), batch.lengths
+        lengths = None if lengths is None else lengths.to(device)
+        per_layer, pairs = [], []
+        for first in range(0, n_layers, block):
+            layers = range(first, min(first + block, n_layers))
+            start = time.perf_counter()
+            maps_a = capture_layers(model_a, tokens, layers, lengths)
+            maps_b = capture_layers(model_b, tokens, [layers_b[layer] for layer in layers], lengths)
+            sync(device)
+            timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
+            start = time.perf_counter()
+            for layer in layers:
+                a = maps_a.pop(layer)[:, None].double()  # [batch, 1, head_A, query, key]
+                b = maps_b[layers_b[layer]][:, None].double()  # [batch, 1, head_B, query, key]
+                result = layer_distances(a, b, metric=metric, lengths=lengths)
+                per_layer.append(result.per_layer.cpu())  # [batch, 1]
+                pairs.append(result.pairwise.cpu())  # [batch, 1, head_A, head_B]
+            del maps_a, maps_b
+            sync(device)
+            timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
+        values.append(torch.cat(per_layer, 1))  # [batch, layer]
+        pairwise.append(torch.cat(pairs, 1))  # [batch, layer, head_A, head_B]
     return torch.cat(values), torch.cat(pairwise)

@@ -10,12 +10,13 @@ batch of maps is alive at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from probe.analysis.budget import batches_within
 from probe.errors import ProbeError
 from probe.tasks import Example, Tokenizer
 
@@ -42,43 +43,84 @@ def pattern_hooks(model) -> list[str]:
     return names
 
 
+class _Enough(Exception):
+    """Raised by the hook of the last layer wanted: the rest of the forward pass is not needed."""
+
+
+def mask_padding(pattern: Tensor, lengths: Tensor) -> Tensor:
+    """[batch, head, query, key] maps with the rows and columns of each input's padding zeroed."""
+    positions = torch.arange(pattern.shape[-1], device=pattern.device)
+    real = positions < lengths.to(pattern.device)[:, None]  # [batch, pos]
+    return pattern.masked_fill(~(real[:, None, :, None] & real[:, None, None, :]), 0.0)
+
+
 @torch.inference_mode()
-def run_patterns(model, tokens: Tensor) -> Tensor:
-    """[batch, pos] token ids -> [batch, layer, head, query, key] attention maps (on the model's device).
-
-    Hooks ``hook_pattern`` of every layer (which switches each layer to its explicit attention
-    path) and keeps nothing else.
-    """
-    captured: dict[str, Tensor] = {}
-
-    def keep(pattern: Tensor, hook) -> None:  # pattern: [batch, head, query, key]
-        captured[hook.name] = pattern
-
+def read_layers(
+    model,
+    tokens: Tensor,
+    fold: Callable[[int, Tensor], None],
+    layers: Sequence[int] | None = None,
+    lengths: Tensor | None = None,
+) -> None:
+    """One forward pass of ``tokens`` [batch, pos] that hands each layer of ``layers`` (default all) its
+    attention maps as they are made: ``fold(layer, maps)``, maps [batch, head, query, key] float32 (zero on
+    each input's padding with ``lengths``). Nothing is kept unless ``fold`` keeps it, so one layer's maps are
+    alive at a time, and the pass stops after the last layer wanted. Hooking ``hook_pattern`` switches a layer
+    to its explicit attention path, so every layer up to the last wanted is hooked: a layer's maps are the same
+    whichever others are read with it."""
     names = pattern_hooks(model)
+    wanted = sorted(set(range(len(names)) if layers is None else layers))
+    fired: list[int] = []
+
+    def hook_for(layer: int):
+        def hook(pattern: Tensor, hook) -> None:  # [batch, head, query, key]
+            if layer not in wanted:
+                return
+            maps = pattern.float()
+            fold(layer, maps if lengths is None else mask_padding(maps, lengths))
+            fired.append(layer)
+            if layer == wanted[-1]:
+                raise _Enough
+
+        return hook
+
     model.eval()
-    model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(name, keep) for name in names])
-    if len(captured) != len(names):
+    every = range(wanted[-1] + 1)  # layers before those wanted take the explicit path too: the same numbers
+    try:
+        model.run_with_hooks(tokens, return_type=None, fwd_hooks=[(names[layer], hook_for(layer)) for layer in every])
+    except _Enough:
+        pass
+    if len(fired) != len(wanted):
         raise ProbeError(
-            f"only {len(captured)} of the model's {len(names)} attention pattern hooks fired "
+            f"only {len(fired)} of the {len(wanted)} attention pattern hooks asked for fired "
             "(is its attention computed without explicit probabilities?)"
         )
-    return torch.stack([captured[name] for name in names], dim=1)  # [batch, layer, head, query, key]
 
 
-def _batches(
-    sizes: Sequence[int], per_position_bytes: int, batch_size: int, max_bytes: int
-) -> Iterator[tuple[int, int]]:
-    """Consecutive [start, stop) slices of at most `batch_size` items whose padded maps fit `max_bytes`."""
-    start = 0
-    while start < len(sizes):
-        stop, longest = start + 1, sizes[start]
-        while stop < len(sizes) and stop - start < batch_size:
-            widest = max(longest, sizes[stop])
-            if (stop - start + 1) * widest * widest * per_position_bytes > max_bytes:
-                break
-            longest, stop = widest, stop + 1
-        yield start, stop
-        start = stop
+def capture_layers(
+    model, tokens: Tensor, layers: Sequence[int] | None = None, lengths: Tensor | None = None
+) -> dict[int, Tensor]:
+    """layer -> [batch, head, query, key] float32 maps of the ``layers`` asked for (default all): what
+    :func:`read_layers` hands over, kept. Size ``layers`` to the memory at hand (:mod:`probe.analysis.budget`)."""
+    kept: dict[int, Tensor] = {}
+    read_layers(model, tokens, kept.__setitem__, layers, lengths)
+    return kept
+
+
+def padded(rows: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+    """[batch, width] long: each row's ids, right-padded with ``pad_id`` to the longest."""
+    tokens = torch.full((len(rows), max(len(ids) for ids in rows)), pad_id, dtype=torch.long)
+    for i, ids in enumerate(rows):
+        tokens[i, : len(ids)] = torch.as_tensor(ids)
+    return tokens
+
+
+def run_patterns(model, tokens: Tensor) -> Tensor:
+    """[batch, pos] token ids -> [batch, layer, head, query, key] attention maps (float32, on the model's
+    device) of every layer at once: for one short input (a figure, a test); analyses read
+    :func:`read_layers`."""
+    kept = capture_layers(model, tokens)
+    return torch.stack([kept[layer] for layer in sorted(kept)], dim=1)
 
 
 def collect_patterns(
@@ -113,19 +155,13 @@ def collect_patterns(
             f"{len(too_long)} example(s) have up to {max(too_long)} tokens, more than this "
             f"model's context (n_ctx={model.cfg.n_ctx})"
         )
-    per_position = model.cfg.n_layers * model.cfg.n_heads * 4  # float32 bytes per (query, key)
-    for start, stop in _batches(sizes, per_position, batch_size, max_bytes):
+    per_cell = model.cfg.n_layers * model.cfg.n_heads * 4  # float32 bytes per (query, key)
+    for start, stop in batches_within(sizes, per_cell, batch_size, max_bytes):
         rows = encoded[start:stop]
         lengths = torch.tensor(sizes[start:stop])
-        width = int(lengths.max())
-        tokens = torch.full((len(rows), width), tokenizer.pad_id, dtype=torch.long)
-        for i, (ids, _) in enumerate(rows):
-            tokens[i, : len(ids)] = torch.tensor(ids)
-        patterns = run_patterns(model, tokens.to(device)).float()  # [batch, layer, head, query, key]
-        positions = torch.arange(width, device=patterns.device)
-        real = positions < lengths.to(patterns.device)[:, None]  # [batch, pos]
-        keep = real[:, None, None, :, None] & real[:, None, None, None, :]
-        patterns = patterns.masked_fill(~keep, 0.0)
+        tokens = padded([ids for ids, _ in rows], tokenizer.pad_id).to(device)
+        kept = capture_layers(model, tokens, lengths=lengths)
+        patterns = torch.stack([kept[layer] for layer in sorted(kept)], dim=1)  # [batch, layer, head, query, key]
         yield PatternBatch(
             patterns=patterns.cpu() if to_cpu else patterns,
             lengths=lengths,

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from probe.analysis.budget import keep_freed_memory
 from probe.analysis.subjects import Subject, TextReading, file_stem, home, reading_of, resolve_all
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
@@ -194,6 +195,11 @@ class PerplexityReport:
     name: str = "perplexity"  # the outputs' folder: perplexity, perplexity+<options>, perplexity+<hf models>
     _rows: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
+    @property
+    def context(self) -> int:
+        """T, the training context the context sizes are multiples of."""
+        return self.protocol.train_context
+
     def buckets(self) -> list[tuple[int, int]]:
         """(low, high) token bounds of every bucket holding a file, from the smallest context up."""
         width = self.protocol.bucket_width
@@ -324,6 +330,7 @@ def perplexity_report(
     (``options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
     model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files,
     drawn with ``seed``."""
+    keep_freed_memory()
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
     subjects = resolve_all(list(names))

@@ -6,15 +6,24 @@ and a 1B model reads long windows within a memory budget.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from probe.analysis.budget import batches_within, memory_budget
+from probe.analysis.patterns import padded
 from probe.errors import ProbeError
-from probe.metrics.position_stats import LogitSums, MomentSums, logit_sums, moment_sums, sink_share
+from probe.metrics.position_stats import (
+    LogitSums,
+    MomentSums,
+    decompose_logits,
+    logit_sums,
+    moment_sums,
+    sink_share,
+)
 
 
 @dataclass(frozen=True)
@@ -43,23 +52,6 @@ def hook_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
     return streams, scores, patterns, outputs
 
 
-def batches_within(
-    inputs: Sequence[PositionInput], batch_size: int, per_square_token: int, max_bytes: int
-) -> Iterator[list[int]]:
-    """Indices of consecutive inputs: at most ``batch_size``, and a padded batch's [batch, head, T, T] maps
-    (``per_square_token`` bytes per query-key pair of one example) within ``max_bytes`` (one input at least)."""
-    start = 0
-    while start < len(inputs):
-        stop, width = start + 1, len(inputs[start].tokens)
-        while stop < len(inputs) and stop - start < batch_size:
-            wider = max(width, len(inputs[stop].tokens))
-            if (stop - start + 1) * wider * wider * per_square_token > max_bytes:
-                break
-            width, stop = wider, stop + 1
-        yield list(range(start, stop))
-        start = stop
-
-
 def probe_positions(length: int, most: int) -> Tensor:
     """[kept] the positions of a sequence of ``length`` whose streams the probes read: all of them,
     or ``most`` evenly spaced ones (first and last included) for longer sequences."""
@@ -70,28 +62,22 @@ def probe_positions(length: int, most: int) -> Tensor:
 
 @dataclass
 class Collected:
-    """What the hooks keep, per layer: statistics only, and the probes' rows."""
+    """What the hooks keep: statistics only, each layer's head decomposition, and the probes' rows."""
 
     rows: list[list[Tensor]]  # [stream][batch]: [kept, d_model]
     example: list[Tensor]  # [batch]: [kept] index of the input
     position: list[Tensor]  # [batch]: [kept]
-    logits: list[dict[bool, LogitSums]]  # [layer]: seen -> sums [head, T, T]
+    shares: dict[str, list[dict[str, Tensor]]]  # seen, unseen, seen_rows, unseen_rows -> [layer]: share -> [head]
     sinks: dict[int, list[list[Tensor]]]  # first k -> [layer][batch]: [examples, head]
     uniform: dict[int, list[Tensor]]  # first k -> [batch]: [examples]
     moments: list[MomentSums | None]  # [layer]: [pos, d_model]
 
-    def logit_sums(self, seen: bool) -> LogitSums | None:
-        """All layers' sums for seen (or unseen) inputs, stacked: sums [layer, head, T, T]."""
-        parts = [layer.get(seen) for layer in self.logits]
-        if any(p is None for p in parts):
+    def decomposition(self, view: str) -> dict[str, Tensor] | None:
+        """Every layer's shares of one view stacked: share -> [layer, head]; None where no input was read."""
+        layers = self.shares.get(view)
+        if not layers:
             return None
-        return LogitSums(
-            torch.stack([p.sums for p in parts]),
-            torch.stack([p.squares for p in parts]),
-            torch.stack([p.row_sums for p in parts]),
-            torch.stack([p.row_squares for p in parts]),
-            parts[0].counts,
-        )
+        return {name: torch.stack([layer[name] for layer in layers]) for name in layers[0]}
 
     def moment_sums(self) -> MomentSums:
         """All layers' moments stacked: sums [layer, pos, d_model]."""
@@ -103,6 +89,8 @@ class Collected:
 
 
 HEAD_CHUNK = 8  # heads whose float64 logits are centred and summed at once
+STEP_BYTES_PER_HEAD = 4 + 4  # the model's float32 logits and pattern, per (head, query, key) of one input
+CHUNK_BYTES = HEAD_CHUNK * 8 * 3  # a head chunk's float64 logits, centred copy and square
 
 
 def head_chunks(scores: Tensor, lengths: Tensor) -> LogitSums:
@@ -117,6 +105,28 @@ def head_chunks(scores: Tensor, lengths: Tensor) -> LogitSums:
     )
 
 
+def stats_bytes(heads: int, widths: Sequence[int]) -> int:
+    """Bytes one layer's logit statistics hold while every input is read: per set of inputs (seen, unseen)
+    of at most ``width`` tokens, float64 sums and row-centred sums per (head, query, key) and counts."""
+    return sum((2 * heads + 1) * 8 * w * w for w in widths)
+
+
+def layer_blocks(n_layers: int, per_layer: int, step: int, budget: int) -> list[range]:
+    """Consecutive blocks of layers whose statistics (``per_layer`` bytes each) fit ``budget`` beside one
+    batch's ``step``: all layers where they fit, one at the least."""
+    block = max(1, min(n_layers, (budget - step) // max(per_layer, 1)))
+    return [range(first, min(first + block, n_layers)) for first in range(0, n_layers, block)]
+
+
+def _explicit(value: Tensor, hook) -> None:
+    """A hook that keeps nothing: a layer before a block takes the explicit attention path, as it does when it
+    is read, so a block's numbers do not depend on the blocks before it."""
+
+
+class _BlockDone(Exception):
+    """Raised after the last stream of a block of layers: the rest of the forward pass is not needed."""
+
+
 @torch.inference_mode()
 def collect(
     model,
@@ -127,28 +137,36 @@ def collect(
     max_probe_positions: int,
     device: torch.device,
     sink_first: Sequence[int],
-    max_bytes: int = 2**30,
+    budget: int | None = None,
 ) -> Collected:
-    """One forward pass per batch; each layer's hooks fold its logits, patterns and outputs into statistics
-    at once, so at most one layer's maps are alive. Hooks are bound to the names asked for (a bridge's
-    hook may carry its canonical name instead)."""
+    """Hooked forward passes over ``inputs``, a block of layers at a time: each layer's hooks fold its logits,
+    patterns and outputs into statistics at once (one layer's maps alive), and a block's logit statistics,
+    which grow with the square of the inputs' length, are decomposed into head shares and dropped before the
+    next block is read. The blocks are every layer where their statistics fit ``budget`` (default
+    :func:`probe.analysis.budget.memory_budget`), so a long context costs forward passes, not memory; each
+    pass stops after its block's last layer. Hooks are bound to the names asked for (a bridge's hook may carry
+    its canonical name instead)."""
     streams, scores, patterns, outputs = hook_names(model)
-    L = model.cfg.n_layers
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    budget = memory_budget() if budget is None else budget
     out = Collected(
         [[] for _ in streams],
         [],
         [],
-        [{} for _ in range(L)],
+        {},
         {k: [[] for _ in range(L)] for k in sink_first},
         {k: [] for k in sink_first},
         [None] * L,
     )
     model.eval()
     batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
+    logits: dict[int, dict[bool, LogitSums]] = {}  # the block's layers: seen -> sums [head, T, T]
 
-    def on_stream(stream: int):
+    def on_stream(stream: int, last: bool):
         def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model] -> [kept, d_model]
-            out.rows[stream].append(value[batch["rows"], batch["positions"]].cpu())
+            out.rows[stream].append(value[batch["rows"], batch["positions"]].float().cpu())
+            if last:
+                raise _BlockDone
 
         return hook
 
@@ -156,8 +174,8 @@ def collect(
         def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
             for flag, chosen in batch["seen"].items():
                 part = head_chunks(value[chosen], batch["lengths"][chosen])
-                kept = out.logits[layer].get(flag)
-                out.logits[layer][flag] = part if kept is None else kept + part
+                kept = logits[layer].get(flag)
+                logits[layer][flag] = part if kept is None else kept.add_(part)
 
         return hook
 
@@ -178,30 +196,56 @@ def collect(
 
         return hook
 
-    hooks = [
-        *((n, on_stream(s)) for s, n in enumerate(streams)),
-        *((n, on_scores(layer)) for layer, n in enumerate(scores)),
-        *((n, on_pattern(layer)) for layer, n in enumerate(patterns)),
-        *((n, on_output(layer)) for layer, n in enumerate(outputs)),
-    ]
-    per_square_token = model.cfg.n_heads * (4 + 4) + HEAD_CHUNK * 8 * 3  # float32 logits, pattern; float64 chunk
-    for indices in batches_within(inputs, batch_size, per_square_token, max_bytes):
-        chosen = [inputs[i] for i in indices]
-        lengths = torch.tensor([len(x.tokens) for x in chosen])
-        tokens = torch.full((len(chosen), int(lengths.max())), pad_id, dtype=torch.long)
-        for row, x in enumerate(chosen):
-            tokens[row, : len(x.tokens)] = x.tokens
-        kept = [probe_positions(len(x.tokens), max_probe_positions) for x in chosen]
-        rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
-        positions = torch.cat(kept)
-        out.example.append(torch.tensor(indices)[rows])
-        out.position.append(positions)
-        seen = torch.tensor([x.seen for x in chosen], device=device)
-        batch.update(
-            rows=rows.to(device),
-            positions=positions.to(device),
-            lengths=lengths.to(device),
-            seen={flag: seen == flag for flag in (True, False) if (seen == flag).any()},
-        )
-        model.run_with_hooks(tokens.to(device), return_type=None, fwd_hooks=hooks)
+    widths = {flag: max((len(x.tokens) for x in inputs if x.seen == flag), default=0) for flag in (True, False)}
+    step = H * STEP_BYTES_PER_HEAD + CHUNK_BYTES  # per (query, key) cell of one input of a batch
+    blocks = layer_blocks(
+        L, stats_bytes(H, [w for w in widths.values() if w]), step * max(widths.values()) ** 2, budget
+    )
+    sizes = [len(x.tokens) for x in inputs]
+    for block in blocks:
+        logits.clear()
+        logits.update({layer: {} for layer in block})
+        hooks = [
+            *((patterns[layer], _explicit) for layer in range(block.start)),  # the same path as in one block
+            *([(streams[0], on_stream(0, False))] if block.start == 0 else []),
+            *((scores[layer], on_scores(layer)) for layer in block),
+            *((patterns[layer], on_pattern(layer)) for layer in block),
+            *((outputs[layer], on_output(layer)) for layer in block),
+            *((streams[layer + 1], on_stream(layer + 1, layer == block[-1])) for layer in block),
+        ]
+        for start, stop in batches_within(sizes, step, batch_size, budget):
+            chosen = inputs[start:stop]
+            lengths = torch.tensor([len(x.tokens) for x in chosen])
+            kept = [probe_positions(len(x.tokens), max_probe_positions) for x in chosen]
+            rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
+            positions = torch.cat(kept)
+            if block.start == 0:
+                out.example.append(torch.arange(start, stop)[rows])
+                out.position.append(positions)
+            seen = torch.tensor([x.seen for x in chosen], device=device)
+            batch.update(
+                rows=rows.to(device),
+                positions=positions.to(device),
+                lengths=lengths.to(device),
+                seen={flag: seen == flag for flag in (True, False) if (seen == flag).any()},
+            )
+            try:
+                model.run_with_hooks(
+                    padded([x.tokens for x in chosen], pad_id).to(device), return_type=None, fwd_hooks=hooks
+                )
+            except _BlockDone:
+                pass
+        _decompose(logits, out.shares)
     return out
+
+
+def _decompose(logits: dict[int, dict[bool, LogitSums]], shares: dict[str, list[dict[str, Tensor]]]) -> None:
+    """Each layer's head shares (:func:`decompose_logits`, raw and within rows) appended to ``shares``."""
+    for layer in sorted(logits):
+        for flag, name in ((True, "seen"), (False, "unseen")):
+            stats = logits[layer].get(flag)
+            if stats is not None:
+                shares.setdefault(name, []).append({k: v.cpu() for k, v in decompose_logits(stats).items()})
+                rows = decompose_logits(stats, within_rows=True)
+                shares.setdefault(f"{name}_rows", []).append({k: v.cpu() for k, v in rows.items()})
+        del logits[layer]

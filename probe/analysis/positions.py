@@ -33,13 +33,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from probe.analysis.budget import keep_freed_memory
 from probe.analysis.position_hooks import PositionInput, collect
 from probe.analysis.run_info import Progress, RunInfo
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
 from probe.metrics.position_stats import (
     bootstrap_probe_scores,
-    decompose_logits,
     fit_ridge,
     head_kind,
     log_slope,
@@ -257,14 +257,12 @@ def analyse_positions(
     start = time.perf_counter()
     decomposition, kinds = {}, []
     for flag, name in ((True, "seen"), (False, "unseen")):
-        stats = got.logit_sums(flag)
-        if stats is not None:
-            shares = decompose_logits(stats)  # each [layer, head]
-            decomposition[name] = {k: v.cpu().tolist() for k, v in shares.items()}
-            rows = decompose_logits(stats, within_rows=True)
-            decomposition[f"{name}_rows"] = {k: v.cpu().tolist() for k, v in rows.items()}
+        shares = got.decomposition(name)  # each [layer, head]
+        if shares is not None:
+            decomposition[name] = {k: v.tolist() for k, v in shares.items()}
+            decomposition[f"{name}_rows"] = {k: v.tolist() for k, v in got.decomposition(f"{name}_rows").items()}
             if flag:
-                kinds = head_kind({k: v.cpu() for k, v in shares.items()})
+                kinds = head_kind(shares)
     seen = torch.tensor([x.seen for x in inputs])
     sinks = []
     for k in sink_first:
@@ -332,6 +330,7 @@ def positions_report(
     """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.analysis.subjects`): task runs read
     their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
     context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them."""
+    keep_freed_memory()
     from probe.analysis.subjects import file_stem, home, readings, resolve_all
 
     device = torch.device(device)
@@ -344,7 +343,7 @@ def positions_report(
         device=device,
     )
     subjects = resolve_all(list(names))
-    results = []
+    results, context = [], None
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
         loaded = subject.load(device)
         if progress:
@@ -352,6 +351,7 @@ def positions_report(
         inputs = reading.inputs(
             loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths="all", multiples=multiples
         )
+        context = inputs.task_options.get("context", context)
         padding = {} if inputs.pad_id is None else {"pad_id": inputs.pad_id}
         results.append(
             analyse_positions(
@@ -362,7 +362,7 @@ def positions_report(
     settings = dict(
         n_per_bucket=n_per_bucket, seed=seed, alpha=alpha, resamples=n_resamples, max_positions=max_probe_positions
     )
-    return PositionsReport(results, settings, home(subjects, root, options), file_stem(subjects))
+    return PositionsReport(results, settings, home(subjects, root, options), file_stem(subjects), context)
 
 
 @dataclass
@@ -373,6 +373,7 @@ class PositionsReport:
     settings: dict[str, Any]  # n_per_bucket, seed, alpha, resamples, max_positions
     folder: Path  # beside the runs (probe.analysis.subjects.home)
     stem: str = ""  # the hf: models among the subjects, for output names
+    context: int | None = None  # T, the context code models were read at; None for task runs
 
     def to_json(self) -> dict[str, Any]:
         return {"settings": self.settings, "models": [r.to_json() for r in self.results]}

@@ -153,6 +153,11 @@ class CompareReport:
     seed_baseline: bool = True  # A could have been compared with another seed of itself (not so for hf: models)
 
     @property
+    def context(self) -> int | None:
+        """T, the context code models were read at (windows at multiples of it); None for task runs."""
+        return self.comparisons[0].task_options.get("context") if self.comparisons else None
+
+    @property
     def results(self) -> list[CompareResult]:
         """Every comparison, the baseline last."""
         return self.comparisons + ([self.baseline] if self.baseline is not None else [])
@@ -302,6 +307,11 @@ class AttendedReport:
     task_folder: str = ""
     folder: Path | None = None  # beside the runs (probe.analysis.subjects.home)
     stem: str = ""  # the hf: models among the subjects, for output names (hf-gpt2)
+
+    @property
+    def context(self) -> int | None:
+        """T, the context code models were read at (windows at multiples of it); None for task runs."""
+        return self.results[0].task_options.get("context") if self.results else None
 
     def to_json(self) -> dict[str, Any]:
         return {

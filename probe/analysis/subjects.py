@@ -12,8 +12,9 @@ and reads the :class:`~probe.analysis.inputs.Inputs` its :class:`Reading` gives:
 - **Where an hf: model is among them**, every model reads the same held-out files, each with its own tokenizer:
   the code runs' corpus (decoded: the BPE round-trips byte for byte) when a code run is among them, else the
   corpus the options name (``corpus``, ``heldout``). Models compared, or scored in one perplexity table, must
-  share a tokenizer. T is the ``context`` option, else the code runs', else the context the first model
-  declares. A model with a learned table of positions reads at most its n_ctx; Rotary and ALiBi read any length.
+  share a tokenizer. T is the ``context`` option, else the code runs', else the smaller of the context the
+  first model declares and :data:`HF_CONTEXT`. A model with a learned table of positions reads at most its
+  n_ctx; Rotary and ALiBi read any length.
 
 Each run's ``config.json`` is read once, by :func:`resolve`; loading passes it on.
 """
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from probe.analysis.budget import check_fits
 from probe.analysis.examples import fitting_examples, sample_buckets, task_of
 from probe.analysis.inputs import ExampleGroup, Inputs, WindowGroup
 from probe.analysis.run_info import (
@@ -41,7 +43,7 @@ from probe.analysis.run_info import (
     task_runs,
     training_context,
 )
-from probe.analysis.windows import ContextWindows, check_memory, choose_windows, fitting_windows, run_windows
+from probe.analysis.windows import ContextWindows, choose_windows, fitting_windows, run_windows
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_corpus, run_tokenizer_json
@@ -49,6 +51,11 @@ from probe.errors import ProbeError
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
+
+# T of hf: models unless -o context=N: the 1x windows of 512 tokens and 2x of 1,024 (perplexity: 256 to 1,280)
+# are cut from 133 (2x) and 127 (2.5x) of the default corpus's 200 held-out files (median 2,289 tokens with
+# SmolLM2's tokenizer), where a 135M model's 8,192 leave 35 and an attention map per head grows 64-fold
+HF_CONTEXT = 512
 
 # TransformerLens' positional_embedding_type -> the probe PE whose colour an hf: model gets in figures
 POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi"}
@@ -305,7 +312,7 @@ class CorpusReading(Reading):
             self.subject.path, config, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
         )
         kept, skipped = fitting_windows(windows, min(m.max_length for m in fit), _who(fit))
-        check_memory(kept, [m.model for m in fit])
+        check_fits(sum(m.model.cfg.n_heads for m in fit), max(w.context for w in kept), _who(fit))
         return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, dict(config["task"]["options"]))
 
 
@@ -345,13 +352,14 @@ class TextReading(Reading):
         self._last: tuple[weakref.ref, TokenizedFiles] | None = None  # a model's files: never keeps it alive
 
     def context(self, first: Loaded) -> int:
-        """T: the ``context`` option, else the code runs', else the context ``first`` declares."""
+        """T: the ``context`` option, else the code runs', else the smaller of the context ``first`` declares
+        and :data:`HF_CONTEXT`."""
         given = self.options.get("context")
         if given is not None:
             if not isinstance(given, int) or given < 2:
                 raise ProbeError(f"context must be an integer of at least 2 tokens, got {given!r}")
             return given
-        return self.texts.run_context or first.context
+        return self.texts.run_context or min(first.context, HF_CONTEXT)
 
     def tokenized(self, loaded: Loaded) -> TokenizedFiles:
         """The held-out files in ``loaded``'s token ids (tokenized once per model: `probe compare A B C`
@@ -373,7 +381,7 @@ class TextReading(Reading):
         )
         limits = [m.max_length for m in fit if m.max_length is not None]
         kept, skipped = (windows, 0) if not limits else fitting_windows(windows, min(limits), _who(fit))
-        check_memory(kept, [m.model for m in fit])
+        check_fits(sum(m.model.cfg.n_heads for m in fit), max(w.context for w in kept), _who(fit))
         return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, {**self.texts.options, "context": context})
 
     def check_pair(self, a: Loaded, b: Loaded) -> None:

@@ -11,7 +11,6 @@ for a length bucket.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,6 @@ from probe.models.checkpoint import window_bos
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)
-MAX_BATCH_BYTES = 2**30  # attention maps of one batch of windows, as probe.analysis.patterns.collect_patterns
 
 
 class HeldoutFiles(Protocol):
@@ -160,50 +158,3 @@ def fitting_windows(windows: list[ContextWindows], n_ctx: int, who: str) -> tupl
     if not kept:
         raise ProbeError(f"no context size fits {who} (n_ctx={n_ctx}; the shortest asked for is {windows[0].context})")
     return kept, sum(len(w.files) for w in windows if w.context > n_ctx)
-
-
-def available_memory() -> int | None:
-    """Bytes this machine can still give a process (Linux's MemAvailable), or None where it does not say."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def check_memory(windows: Sequence[ContextWindows], models: Sequence[Any]) -> None:
-    """One line before any window is read where one window's attention maps (every layer and head of every
-    model, float32) would not fit the memory this machine has free: the estimate, and what lowers it."""
-    if not windows:
-        return
-    longest = max(w.context for w in windows)
-    maps = sum(m.cfg.n_layers * m.cfg.n_heads for m in models)  # [query, key] maps one window makes
-    need, free = maps * longest**2 * 4, available_memory()
-    if free is None or need <= free:
-        return
-    fits = math.isqrt(free // (4 * maps))
-    raise ProbeError(
-        f"one window of {longest} tokens makes {_size(need)} of attention maps ({maps} layer-head maps of "
-        f"{longest}x{longest}, float32), more than the {_size(free)} free here; read at most about "
-        f"{fits} tokens: a smaller context (-o context=N for hf: models; windows are read at 1x and 2x it) or "
-        "1x only (--lengths seen)"
-    )
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
-
-
-def window_batches(tokens: Tensor, model, batch_size: int) -> list[Tensor]:
-    """[window, context] in batches whose float32 maps ([batch, layer, head, c, c]) stay under MAX_BATCH_BYTES."""
-    if batch_size < 1:
-        raise ProbeError(f"batch size must be positive, got {batch_size}")
-    context = tokens.shape[1]
-    per_window = model.cfg.n_layers * model.cfg.n_heads * context * context * 4
-    return list(tokens.split(max(1, min(batch_size, MAX_BATCH_BYTES // per_window))))

@@ -74,6 +74,13 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
     say where, and print its JSON with the files under ``--json``; the paths written."""
     from pathlib import Path
 
+    from probe.analysis.subjects import HF_CONTEXT
+
+    if report.context is not None:
+        out.print(
+            f"context T = {report.context} tokens (code models: their training context; hf: models: the "
+            f"smaller of their n_ctx and {HF_CONTEXT}, or -o context=N)"
+        )
     files = report.write(Path(args.out) if args.out else report.folder / folder)
     out.print("wrote: " + ", ".join(files))
     if args.json:

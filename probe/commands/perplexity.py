@@ -13,8 +13,8 @@ from probe.commands.common import (
     console,
     corpus_spec,
     parse_options,
-    print_json,
     progress_bar,
+    write_report,
 )
 
 
@@ -55,7 +55,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
@@ -85,11 +84,8 @@ def run(args: argparse.Namespace) -> int:
             root=args.checkpoints,
             progress=on_progress,
         )
-    written = report.write(Path(args.out) if args.out else report.folder / report.name)
     out.print(fitted(_table(report), out))
-    out.print("wrote " + ", ".join(written), highlight=False)
-    if args.json:
-        print_json(report.to_json())
+    write_report(report, args, out, report.name)
     return 0
 
 

@@ -156,6 +156,19 @@ class LogitSums:
             _pad(self.counts, size) + _pad(other.counts, size),
         )
 
+    def add_(self, other: LogitSums) -> LogitSums:
+        """``self + other``, summed into ``self``'s tensors where ``other`` is no wider (the next batch of
+        inputs of one length: no new [head, T, T] tensors per batch); else a new, wider sum."""
+        size = other.counts.shape[-1]
+        if size > self.counts.shape[-1]:
+            return self + other
+        self.sums[..., :size, :size] += other.sums
+        self.squares.add_(other.squares)
+        self.row_sums[..., :size, :size] += other.row_sums
+        self.row_squares.add_(other.row_squares)
+        self.counts[:size, :size] += other.counts
+        return self
+
 
 def _pad(x: Tensor, size: int) -> Tensor:
     """Zero-pad the last two dims of ``x`` to [size, size]."""

@@ -1,0 +1,141 @@
+"""Memory bounded by design: the analyses read attention one layer (or one block of layers) at a time, so the
+largest tensor any of them makes, seen by a dispatch hook on every op, is one layer's maps of one batch;
+and reading a long input by blocks of layers gives exactly what reading every layer at once gives."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from probe.analysis.budget import WORKING_BYTES, batches_within, layer_bytes, per_batch
+from probe.analysis.distances import attended_results
+from probe.analysis.inputs import Inputs, WindowGroup
+from probe.analysis.layerwise import group_distances, layer_block
+from probe.analysis.patterns import capture_layers, read_layers, run_patterns
+from probe.analysis.position_hooks import PositionInput, collect, layer_blocks
+from probe.analysis.run_info import RunInfo
+from probe.analysis.subjects import Loaded
+from probe.analysis.windows import ContextWindows
+from probe.models.transformer import build_model
+
+LAYERS, HEADS, C = 4, 4, 320  # the window: one layer's float64 maps (3.3 MB) pass the JSD's 2 MiB blocks
+VOCAB = 50
+
+
+class LargestTensor(TorchDispatchMode):
+    """Bytes of the largest tensor any op makes while the mode is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.largest = max(self.largest, leaf.numel() * leaf.element_size())
+        return out
+
+
+def _model(seed: int = 0):
+    return build_model("rotary", vocab_size=VOCAB, seed=seed, n_layers=LAYERS, n_heads=HEADS, d_head=8, d_model=32)
+
+
+def _windows(n: int = 3, context: int = C) -> WindowGroup:
+    tokens = torch.randint(VOCAB, (n, context), generator=torch.Generator().manual_seed(1))
+    return WindowGroup(ContextWindows(context, 2.0, False, tuple(f"f{i}.py" for i in range(n)), tokens))
+
+
+def _loaded(model) -> Loaded:
+    return Loaded(model, RunInfo("rotary", "rotary", 0, "r"), None, None, {}, None, C)
+
+
+ONE_LAYER = HEADS * C * C * 8  # one input's maps of one layer, in float64: the bound every analysis keeps to
+EVERY_LAYER = LAYERS * HEADS * C * C * 4  # what holding all layers' float32 maps of one input costs
+
+
+def test_the_bound_can_fail():
+    """Holding every layer's maps of one window (what run_patterns does for a figure) passes the bound."""
+    with LargestTensor() as seen:
+        run_patterns(_model(), _windows(1).windows.tokens)
+    assert seen.largest >= EVERY_LAYER > ONE_LAYER
+
+
+def test_distances_compare_and_positions_make_no_tensor_larger_than_one_layers_maps():
+    model, other, group = _model(), _model(seed=1), _windows()
+    inputs = Inputs([group], 0, "code", {})
+    settings = dict(weightings=["argmax", "attention"], normalization="text", bins=10, device=torch.device("cpu"))
+    with LargestTensor() as seen:
+        attended_results(_loaded(model), inputs, batch_size=1, **settings)
+    assert 0 < seen.largest <= ONE_LAYER
+    with LargestTensor() as seen:
+        group_distances(model, other, group, list(range(LAYERS)), "jsd", torch.device("cpu"), 1, 2**30, {})
+    assert 0 < seen.largest <= ONE_LAYER
+    with LargestTensor() as seen:
+        collect(
+            model,
+            group.position_inputs(),
+            pad_id=0,
+            batch_size=1,
+            max_probe_positions=16,
+            device=torch.device("cpu"),
+            sink_first=(1,),
+        )
+    assert 0 < seen.largest <= ONE_LAYER
+
+
+def test_compare_by_blocks_of_layers_equals_every_layer_at_once():
+    """A budget of one byte forces a block of one layer (a forward pass per layer, each stopped there): the
+    same numbers as every layer from one pass. (One window a batch in both: a batched forward differs from
+    one window's in float32 rounding.)"""
+    model, other, group = _model(), _model(seed=1), _windows()
+    layers_b = [0, 1, 1, 3]  # any pairing of A's layers with B's
+    assert layer_block(LAYERS, 2 * HEADS, C, 1) == 1 and layer_block(LAYERS, 2 * HEADS, C, 2**30) == LAYERS
+    small = group_distances(model, other, group, layers_b, "jsd", torch.device("cpu"), 16, 1, {})
+    large = group_distances(model, other, group, layers_b, "jsd", torch.device("cpu"), 1, 2**30, {})
+    for a, b in zip(small, large):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_positions_by_blocks_of_layers_equal_every_layer_at_once():
+    model, group = _model(), _windows(4, 48)
+    inputs = [
+        PositionInput(x.tokens[: 24 if i % 2 else 48], bool(i % 2), 24 if i % 2 else 48)
+        for i, x in enumerate(group.position_inputs())
+    ]
+    settings = dict(pad_id=0, batch_size=2, max_probe_positions=16, device=torch.device("cpu"), sink_first=(1, 4))
+    assert len(layer_blocks(LAYERS, 10**6, 0, 1)) == LAYERS and len(layer_blocks(LAYERS, 1, 0, 2**30)) == 1
+    one = collect(model, inputs, budget=1, **{**settings, "batch_size": 1})
+    every = collect(model, inputs, budget=2**30, **{**settings, "batch_size": 1})
+    for view in ("seen", "unseen", "seen_rows", "unseen_rows"):
+        for name, value in one.decomposition(view).items():
+            torch.testing.assert_close(value, every.decomposition(view)[name], rtol=0, atol=0, equal_nan=True)
+    for a, b in zip(one.rows, every.rows):
+        torch.testing.assert_close(torch.cat(a), torch.cat(b), rtol=0, atol=0)
+    torch.testing.assert_close(one.moment_sums().sums, every.moment_sums().sums, rtol=0, atol=0)
+    for k in (1, 4):
+        for a, b in zip(one.sinks[k], every.sinks[k]):
+            torch.testing.assert_close(torch.cat(a), torch.cat(b), rtol=0, atol=0)
+
+
+def test_read_layers_hands_over_each_layer_as_run_patterns_holds_it_and_stops_early():
+    model, tokens = _model(), _windows(2, 32).windows.tokens
+    every = run_patterns(model, tokens)  # [batch, layer, head, query, key]
+    seen: list[int] = []
+    read_layers(model, tokens, lambda layer, maps: seen.append(layer), layers=[2, 1])
+    assert seen == [1, 2]
+    kept = capture_layers(model, tokens, [3])
+    torch.testing.assert_close(kept[3], every[:, 3], rtol=0, atol=0)
+    lengths = torch.tensor([32, 20])
+    masked = capture_layers(model, tokens, [0], lengths)[0]
+    assert masked[1, :, 20:].abs().sum() == 0 and masked[1, :, :, 20:].abs().sum() == 0
+
+
+def test_batches_stay_within_the_budget():
+    one = layer_bytes(HEADS, C)
+    assert one == HEADS * C * C * WORKING_BYTES
+    assert per_batch(one, 16, 3 * one + 1) == 3 and per_batch(one, 16, 1) == 1 and per_batch(one, 2, 10 * one) == 2
+    sizes = [10, 20, 30, 40]
+    spans = list(batches_within(sizes, 1, 16, 2 * 30 * 30))
+    assert spans == [(0, 2), (2, 3), (3, 4)]  # 2 x 20² fits 1,800 bytes; 3 x 30² and 2 x 40² do not
