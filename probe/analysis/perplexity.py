@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.budget import keep_freed_memory
+from probe.analysis.budget import keep_freed_memory, memory_budget, per_batch
 from probe.analysis.subjects import Subject, TextReading, file_stem, home, reading_of, resolve_all
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
@@ -43,6 +43,7 @@ PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 
 PAPER_SCORED = 200  # last tokens scored per file
 PAPER_BUCKET = 250  # file-length bucket width
 PAPER_LONGEST = 4500  # its table's last bucket ends here; longer files count in the "all" row only
+LOGIT_BYTES = 8  # a window's float32 logits per (position, vocabulary entry), and what the softmax makes of them
 LONGEST_MULTIPLE = PAPER_CONTEXTS[-1] / PAPER_CONTEXT  # 2.5: its figure reads up to 2.5x the training context
 N_RESAMPLES = 1000
 Progress = Callable[[str, int, int], None]
@@ -103,11 +104,13 @@ def scored_nll(
 ) -> Tensor:
     """[file, scored] float64 NLL of each file's last ``scored`` tokens, read as its last ``context``
     tokens (with ``bos``: that token and the last ``context - 1``). Every file must have at least
-    ``context`` tokens, and the model must read ``context`` tokens (the caller checks its n_ctx)."""
+    ``context`` tokens, and the model must read ``context`` tokens (the caller checks its n_ctx). A batch's
+    logits over the whole vocabulary stay within :func:`probe.analysis.budget.memory_budget`."""
     if scored >= context:
         raise ProbeError(f"scoring {scored} tokens needs a context of more than {scored}, got {context}")
     model.eval()
     rows = []
+    batch_size = per_batch(context * model.cfg.d_vocab * LOGIT_BYTES, batch_size, memory_budget())
     for start in range(0, len(files), batch_size):
         windows = torch.stack([f[-context:] for f in files[start : start + batch_size]]).to(device)  # [batch, context]
         if bos is not None:
