@@ -19,7 +19,7 @@ from probe.analysis.budget import keep_freed_memory, memory_budget
 from probe.analysis.inputs import Inputs
 from probe.analysis.layerwise import group_distances
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
-from probe.analysis.run_info import Lengths, Progress, RunInfo, paired_layers
+from probe.analysis.run_info import Lengths, Progress, RunInfo, paired_layers, within
 from probe.analysis.subjects import (
     Loaded,
     Reading,
@@ -50,6 +50,7 @@ def compare_loaded(
     device: torch.device,
     batch_size: int,
     timings: dict[str, float],
+    progress: Progress | None = None,
 ) -> CompareResult:
     """D^(l)(A, B) on ``inputs`` (Eq. similarity): per input, the minimum over head pairs of the mean JSD of
     their attention rows, layer l of A against the layer of B at its relative depth; per bucket and overall,
@@ -58,7 +59,7 @@ def compare_loaded(
     layers_b = paired_layers(a.model.cfg.n_layers, b.model.cfg.n_layers)
     budget = memory_budget()
     parts = [
-        group_distances(a.model, b.model, group, layers_b, metric, device, batch_size, budget, timings)
+        group_distances(a.model, b.model, group, layers_b, metric, device, batch_size, budget, timings, progress)
         for group in inputs.groups
     ]
     start = time.perf_counter()
@@ -100,6 +101,7 @@ def _compare_with(
     timings: dict[str, float],
     pe_options: Mapping[str, Any] | None,
     label: str | None = None,
+    progress: Progress | None = None,
 ) -> CompareResult:
     """Load B, check it reads A's tokens, cut A's inputs to what both read, and compare."""
     device = settings["device"]
@@ -120,6 +122,7 @@ def _compare_with(
         b,
         inputs,
         timings=timings,
+        progress=progress,
         **{k: v for k, v in settings.items() if k not in ("lengths", "multiples")},
     )
 
@@ -217,15 +220,14 @@ def compare_report(
     comparisons = []
     total = len(others) + (base is not None)
     for b in others:
-        if progress:
-            progress(f"{loaded_a.info.label} vs {b.info.label}", len(comparisons), total)
-        comparisons.append(_compare_with(loaded_a, b, reading, settings, timings, pe_options))
+        what = f"{loaded_a.info.label} vs {b.info.label}"
+        step = within(progress, what, len(comparisons), total)
+        comparisons.append(_compare_with(loaded_a, b, reading, settings, timings, pe_options, progress=step))
     result_base = None
     if base is not None:
         label = baseline_label(a)
-        if progress:
-            progress(f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
-        result_base = _compare_with(loaded_a, base, reading, settings, timings, pe_options, label)
+        step = within(progress, f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
+        result_base = _compare_with(loaded_a, base, reading, settings, timings, pe_options, label, step)
     every = [a, *others]
     return CompareReport(
         loaded_a.info,

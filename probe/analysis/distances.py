@@ -19,7 +19,7 @@ from probe.analysis.budget import WORKING_BYTES, keep_freed_memory, memory_budge
 from probe.analysis.inputs import Inputs, TokenBatch
 from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
-from probe.analysis.run_info import Lengths, Progress
+from probe.analysis.run_info import Lengths, Progress, within
 from probe.analysis.subjects import Loaded, file_stem, home, readings, relabelled, resolve_all, task_folder
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
@@ -35,6 +35,7 @@ def attended_results(
     bins: int,
     device: torch.device,
     batch_size: int,
+    progress: Progress | None = None,
 ) -> list[AttendedResult]:
     """One result per group of ``inputs``: every output query's d̄ per weighting, pooled over layers, heads
     and inputs into a (query, key) grid as each layer's maps are made (one layer alive at a time), then a
@@ -44,8 +45,12 @@ def attended_results(
     for group in inputs.groups:
         grids = {w: torch.zeros(group.width, group.width, dtype=torch.float64, device=device) for w in weightings}
         per_cell = model.cfg.n_heads * WORKING_BYTES  # one layer's maps at a time
+        done = 0
         for batch in group.token_batches(per_cell, batch_size, budget):
+            if progress:
+                progress(f"{group.label or ''} inputs {done + 1}-{done + len(batch.tokens)}", done, len(group.sizes()))
             read_layers(model, batch.tokens.to(device), _into(grids, batch, device))
+            done += len(batch.tokens)
         stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
         results.append(
             AttendedResult(
@@ -117,13 +122,13 @@ def attended_distance_report(
     results, chosen = [], []
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
         loaded = subject.load(device)
-        if progress:
-            progress(loaded.info.label, done, len(subjects))
         chosen.append(lengths or reading.default_lengths)
         inputs = reading.inputs(
             loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths=chosen[-1], multiples=multiples
         )
-        results += attended_results(loaded, inputs, **settings)
+        results += attended_results(
+            loaded, inputs, **settings, progress=within(progress, loaded.info.label, done, len(subjects))
+        )
         del loaded
     return AttendedReport(
         results,

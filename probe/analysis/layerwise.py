@@ -17,6 +17,7 @@ from torch import Tensor
 from probe.analysis.budget import WORKING_BYTES
 from probe.analysis.inputs import Group
 from probe.analysis.patterns import capture_layers
+from probe.analysis.run_info import Progress
 from probe.metrics import layer_distances
 
 STORED_BYTES = 4  # a kept float32 map's bytes per (head, query, key) cell
@@ -45,6 +46,7 @@ def group_distances(
     batch_size: int,
     budget: int,
     timings: dict[str, float],
+    progress: Progress | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-input D^(l) [input, layer of A] and D_AT of every head pair [input, layer, head_A, head_B], layer l
     of A against layer ``layers_b[l]`` of B, in float64; forward passes timed as "collect", the metric as
@@ -52,13 +54,17 @@ def group_distances(
     n_layers, heads = model_a.cfg.n_layers, model_a.cfg.n_heads + model_b.cfg.n_heads
     block = layer_block(n_layers, heads, group.width, budget)
     per_cell = heads * (block * STORED_BYTES + WORKING_BYTES)
-    values, pairwise = [], []
+    values, pairwise, done, n = [], [], 0, len(group.sizes())
     for batch in group.token_batches(per_cell, batch_size, budget):
         tokens, lengths = batch.tokens.to(device), batch.lengths
         lengths = None if lengths is None else lengths.to(device)
         per_layer, pairs = [], []
         for first in range(0, n_layers, block):
             layers = range(first, min(first + block, n_layers))
+            if progress:
+                inputs = f"inputs {done + 1}-{done + len(tokens)} of {n}"
+                what = f"{group.label or ''} {inputs}, layers {first + 1}-{layers.stop}"
+                progress(what, done * n_layers + first * len(tokens), n * n_layers)
             start = time.perf_counter()
             maps_a = capture_layers(model_a, tokens, layers, lengths)
             maps_b = capture_layers(model_b, tokens, [layers_b[layer] for layer in layers], lengths)
@@ -74,6 +80,7 @@ def group_distances(
             del maps_a, maps_b
             sync(device)
             timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
+        done += len(tokens)
         values.append(torch.cat(per_layer, 1))  # [batch, layer]
         pairwise.append(torch.cat(pairs, 1))  # [batch, layer, head_A, head_B]
     return torch.cat(values), torch.cat(pairwise)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from probe.analysis.budget import batches_within, memory_budget
 from probe.analysis.patterns import padded
+from probe.analysis.run_info import Progress
 from probe.errors import ProbeError
 from probe.metrics.position_stats import (
     LogitSums,
@@ -138,6 +139,7 @@ def collect(
     device: torch.device,
     sink_first: Sequence[int],
     budget: int | None = None,
+    progress: Progress | None = None,
 ) -> Collected:
     """Hooked forward passes over ``inputs``, a block of layers at a time: each layer's hooks fold its logits,
     patterns and outputs into statistics at once (one layer's maps alive), and a block's logit statistics,
@@ -214,6 +216,9 @@ def collect(
             *((streams[layer + 1], on_stream(layer + 1, layer == block[-1])) for layer in block),
         ]
         for start, stop in batches_within(sizes, step, batch_size, budget):
+            if progress:
+                what = f"layers {block.start + 1}-{block.stop} of {L}, inputs {start + 1}-{stop} of {len(inputs)}"
+                progress(what, (block.start * len(inputs) + start * len(block)), L * len(inputs))  # layer-inputs read
             chosen = inputs[start:stop]
             lengths = torch.tensor([len(x.tokens) for x in chosen])
             kept = [probe_positions(len(x.tokens), max_probe_positions) for x in chosen]

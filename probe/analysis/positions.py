@@ -35,7 +35,7 @@ from torch import Tensor
 
 from probe.analysis.budget import keep_freed_memory
 from probe.analysis.position_hooks import PositionInput, collect
-from probe.analysis.run_info import Progress, RunInfo
+from probe.analysis.run_info import Progress, RunInfo, within
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
 from probe.metrics.position_stats import (
@@ -197,6 +197,7 @@ def analyse_positions(
     sink_first: Sequence[int] = SINK_FIRST,
     device: str | torch.device = "cpu",
     skipped: int = 0,
+    progress: Progress | None = None,
 ) -> PositionResult:
     """Every position measure of ``model`` on ``inputs`` (module docstring)."""
     import time
@@ -220,6 +221,7 @@ def analyse_positions(
         max_probe_positions=max_probe_positions,
         device=device,
         sink_first=sink_first,
+        progress=progress,
     )
     timings["collect"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -346,8 +348,6 @@ def positions_report(
     results, context = [], None
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
         loaded = subject.load(device)
-        if progress:
-            progress(loaded.info.label, done, len(subjects))
         inputs = reading.inputs(
             loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths="all", multiples=multiples
         )
@@ -355,7 +355,13 @@ def positions_report(
         padding = {} if inputs.pad_id is None else {"pad_id": inputs.pad_id}
         results.append(
             analyse_positions(
-                loaded.model, inputs.position_inputs(), loaded.info, skipped=inputs.skipped, **padding, **settings
+                loaded.model,
+                inputs.position_inputs(),
+                loaded.info,
+                skipped=inputs.skipped,
+                progress=within(progress, loaded.info.label, done, len(subjects)),
+                **padding,
+                **settings,
             )
         )
         del loaded

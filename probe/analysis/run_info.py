@@ -21,6 +21,18 @@ Lengths = Literal["all", "seen", "unseen"]
 Progress = Callable[[str, int, int], None]  # (what, done so far, total)
 
 
+def within(progress: Progress | None, label: str, step: int, steps: int) -> Progress | None:
+    """``progress`` of one of ``steps`` subjects (``label``, the ``step``-th) reading ``total`` things (inputs,
+    layers): counted as if every subject read as many, described as the subject and what it reads now."""
+    if progress is None:
+        return None
+
+    def report(what: str, done: int, total: int) -> None:
+        progress(f"{label} {what}".strip(), step * total + done, steps * total)
+
+    return report
+
+
 def pe_label(pe: str) -> str:
     return PE_LABELS.get(pe, pe)
 

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -52,21 +53,36 @@ def bar_columns(width: int, *extra) -> tuple:
 def progress_bar(out, what: str, width: int = 30) -> Iterator[Callable[[str, int, int], None]]:
     """A transient progress bar (what, how far, elapsed, time left) for a library call's ``progress``
     callback; it appears at the first call, once the inputs are found and checked, so an error stays one
-    clean line."""
+    clean line; once the work is done, one line says how long it took."""
     from rich.progress import Progress
 
     progress = Progress(*bar_columns(width), console=out, transient=True)
     bar = progress.add_task(what, total=None)
 
+    drawn: list[bool] = []
+
     def on_progress(description: str, done: int, total: int) -> None:
         progress.start()
         progress.update(bar, description=description, completed=done, total=total)
+        drawn.append(True)
 
+    start = time.monotonic()
     try:
         yield on_progress
     finally:
         if progress.live.is_started:  # a bar never drawn leaves no blank line before an error
             progress.stop()
+    if drawn:  # the work went through: how long it took
+        out.print(f"[dim]{what}: {elapsed(time.monotonic() - start)}[/dim]")
+
+
+def elapsed(seconds: float) -> str:
+    """``42 s``, ``3 min 7 s``, ``1 h 2 min``."""
+    minutes, whole = divmod(round(seconds), 60)
+    if not minutes:
+        return f"{whole} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {whole} s"
 
 
 def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str]:
