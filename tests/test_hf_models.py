@@ -649,20 +649,20 @@ def test_outputs_about_a_local_model_are_named_after_the_model_not_its_folder(ti
 
 
 def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window_is_read(tiny, monkeypatch, capsys):
-    """Where the smallest step (one window through one layer: heads x c^2 cells, float32 maps and their float64
-    copy, 24 bytes a cell) exceeds the free memory: the estimate and what lowers it, exit 2, before any forward
-    pass; never the kernel's OOM killer."""
+    """Where the smallest step (one window through one layer: heads x c^2 cells, the model's working copies and
+    the analysis's float64 one, 64 bytes a cell) exceeds the free memory: the estimate and what lowers it,
+    exit 2, before any forward pass; never the kernel's OOM killer."""
     import probe.analysis.budget as budget
     import probe.analysis.distances as distances
 
-    neox = tiny.names["neox"]  # 4 heads, Rotary: reads 2T = 32 tokens, 4 x 32 x 32 x 24 bytes = 96 KiB
-    monkeypatch.setattr(budget, "available_memory", lambda: 64 * 1024)
+    neox = tiny.names["neox"]  # 4 heads, Rotary: reads 2T = 32 tokens, 4 x 32 x 32 x 64 bytes = 256 KiB
+    monkeypatch.setattr(budget, "available_memory", lambda: 160 * 1024)
     read, read_layers = [], distances.read_layers
     monkeypatch.setattr(distances, "read_layers", lambda *args: read.append(args))
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 2
     line = one_line_error(capsys)
-    assert "one layer of one 32-token input of " in line and "needs 96.0 KiB (4 maps of 32x32" in line
-    assert "64.0 KiB free here; read at most about 26 tokens" in line and "-o context=N" in line and not read
+    assert "one layer of one 32-token input of " in line and "needs 256.0 KiB (4 maps of 32x32" in line
+    assert "160.0 KiB free here; read at most about 25 tokens" in line and "-o context=N" in line and not read
     monkeypatch.setattr(distances, "read_layers", read_layers)
-    monkeypatch.setattr(budget, "available_memory", lambda: 96 * 1024)  # exactly enough: it reads
+    monkeypatch.setattr(budget, "available_memory", lambda: 256 * 1024)  # exactly enough: it reads
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 0

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from probe.analysis.budget import layer_bytes
 from probe.analysis.patterns import run_patterns
 from probe.analysis.perplexity import scored_nll
 from probe.models.hf import load_external
@@ -119,7 +118,7 @@ def test_distances_on_the_real_model_hold_one_layer_of_maps_at_a_time(real):
     settings = dict(weightings=["argmax"], normalization="text", bins=10, device=torch.device("cpu"), batch_size=1)
     with LargestTensor() as seen:
         (result,) = attended_results(subject, Inputs([group], 0, "code", {}), **settings)
-    one_layer = layer_bytes(9, c)  # 9 maps of c x c, float32 and float64 together: 24 bytes a cell
+    one_layer = 9 * c * c * 8  # 9 maps of c x c in float64
     every_layer = 30 * 9 * c * c * 4
     assert seen.largest <= one_layer < every_layer
     assert result.n_queries == c * 30 * 9

@@ -13,14 +13,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import batches_within, memory_budget
+from probe.analysis.budget import WORKING_BYTES, batches_within, memory_budget
 from probe.analysis.patterns import padded
 from probe.analysis.run_info import Progress
 from probe.errors import ProbeError
 from probe.metrics.position_stats import (
+    LogitBases,
     LogitSums,
     MomentSums,
     decompose_logits,
+    logit_bases,
     logit_sums,
     moment_sums,
     sink_share,
@@ -90,17 +92,18 @@ class Collected:
 
 
 HEAD_CHUNK = 8  # heads whose float64 logits are centred and summed at once
-STEP_BYTES_PER_HEAD = 4 + 4  # the model's float32 logits and pattern, per (head, query, key) of one input
-CHUNK_BYTES = HEAD_CHUNK * 8 * 3  # a head chunk's float64 logits, centred copy and square
+CHUNK_BYTES = HEAD_CHUNK * 8 * 2  # a head chunk's float64 logits and their sum over the batch
 
 
 def head_chunks(scores: Tensor, lengths: Tensor) -> LogitSums:
     """:func:`logit_sums` of [batch, head, query, key] logits, ``HEAD_CHUNK`` heads at a time."""
     parts = [logit_sums(scores[:, h : h + HEAD_CHUNK], lengths) for h in range(0, scores.shape[1], HEAD_CHUNK)]
+    if len(parts) == 1:
+        return parts[0]
     return LogitSums(
         torch.cat([p.sums for p in parts]),
         torch.cat([p.squares for p in parts]),
-        torch.cat([p.row_sums for p in parts]),
+        torch.cat([p.row_means for p in parts]),
         torch.cat([p.row_squares for p in parts]),
         parts[0].counts,
     )
@@ -108,8 +111,8 @@ def head_chunks(scores: Tensor, lengths: Tensor) -> LogitSums:
 
 def stats_bytes(heads: int, widths: Sequence[int]) -> int:
     """Bytes one layer's logit statistics hold while every input is read: per set of inputs (seen, unseen)
-    of at most ``width`` tokens, float64 sums and row-centred sums per (head, query, key) and counts."""
-    return sum((2 * heads + 1) * 8 * w * w for w in widths)
+    of at most ``width`` tokens, a float64 sum per head and causal cell, and the cells' counts."""
+    return sum((heads + 1) * 8 * w * (w + 1) // 2 for w in widths)
 
 
 def layer_blocks(n_layers: int, per_layer: int, step: int, budget: int) -> list[range]:
@@ -162,7 +165,8 @@ def collect(
     )
     model.eval()
     batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
-    logits: dict[int, dict[bool, LogitSums]] = {}  # the block's layers: seen -> sums [head, T, T]
+    logits: dict[int, dict[bool, LogitSums]] = {}  # the block's layers: seen -> sums [head, cell]
+    bases: dict[tuple[bool, bool], LogitBases] = {}  # (seen, within rows) -> the fits' pseudo-inverses
 
     def on_stream(stream: int, last: bool):
         def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model] -> [kept, d_model]
@@ -199,7 +203,7 @@ def collect(
         return hook
 
     widths = {flag: max((len(x.tokens) for x in inputs if x.seen == flag), default=0) for flag in (True, False)}
-    step = H * STEP_BYTES_PER_HEAD + CHUNK_BYTES  # per (query, key) cell of one input of a batch
+    step = H * WORKING_BYTES + CHUNK_BYTES  # per (query, key) cell of one input of a batch
     blocks = layer_blocks(
         L, stats_bytes(H, [w for w in widths.values() if w]), step * max(widths.values()) ** 2, budget
     )
@@ -240,17 +244,25 @@ def collect(
                 )
             except _BlockDone:
                 pass
-        _decompose(logits, out.shares)
+        _decompose(logits, out.shares, bases)
     return out
 
 
-def _decompose(logits: dict[int, dict[bool, LogitSums]], shares: dict[str, list[dict[str, Tensor]]]) -> None:
-    """Each layer's head shares (:func:`decompose_logits`, raw and within rows) appended to ``shares``."""
+def _decompose(
+    logits: dict[int, dict[bool, LogitSums]],
+    shares: dict[str, list[dict[str, Tensor]]],
+    bases: dict[tuple[bool, bool], LogitBases],
+) -> None:
+    """Each layer's head shares (:func:`decompose_logits`, raw and within rows) appended to ``shares``; the
+    fits' pseudo-inverses are computed once per set of inputs and view (``bases``) and shared by all layers."""
     for layer in sorted(logits):
         for flag, name in ((True, "seen"), (False, "unseen")):
             stats = logits[layer].get(flag)
-            if stats is not None:
-                shares.setdefault(name, []).append({k: v.cpu() for k, v in decompose_logits(stats).items()})
-                rows = decompose_logits(stats, within_rows=True)
-                shares.setdefault(f"{name}_rows", []).append({k: v.cpu() for k, v in rows.items()})
+            if stats is None:
+                continue
+            for within, view in ((False, name), (True, f"{name}_rows")):
+                if (flag, within) not in bases:
+                    bases[flag, within] = logit_bases(stats.counts, within)
+                found = decompose_logits(stats, within, bases[flag, within])
+                shares.setdefault(view, []).append({k: v.cpu() for k, v in found.items()})
         del logits[layer]

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -134,79 +135,145 @@ def bootstrap_probe_scores(
 
 
 # -- relative vs absolute logits ---------------------------------------------------------------------
+def causal_cells(width: int, device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+    """(query i, key j) of every causal cell j <= i of a width x width map, row by row: the order in which
+    :class:`LogitSums` holds them (the cells of a narrower map are a prefix of a wider one's)."""
+    rows, cols = torch.tril_indices(width, width, device=device)
+    return rows, cols
+
+
+def _width(cells: int) -> int:
+    return (math.isqrt(8 * cells + 1) - 1) // 2
+
+
 @dataclass(frozen=True)
 class LogitSums:
-    """Sufficient statistics of causal logits, per (query i, key j) cell: what :func:`decompose_logits` reads.
-    ``row_*``: the same of the logits minus their own row's mean (each example's query row over its keys
-    j <= i), the part of the logits softmax sees."""
+    """Sufficient statistics of causal logits, per causal cell (query i, key j <= i, in :func:`causal_cells`
+    order): what :func:`decompose_logits` reads. The row-centred view (each example's query row minus its
+    mean over its keys j <= i, the part of the logits softmax sees) follows from ``row_means``, so it costs
+    no second set of cells."""
 
-    sums: Tensor  # [..., head, query, key] float64: Σ of the logits in each cell (0 where the cell is empty)
+    sums: Tensor  # [..., head, cell] float64: Σ of the logits in each causal cell
     squares: Tensor  # [..., head] float64: Σ of the squared logits over all cells
-    row_sums: Tensor  # [..., head, query, key] float64: the same, row-centred
-    row_squares: Tensor  # [..., head] float64
-    counts: Tensor  # [query, key] float64: how many logits each cell holds
+    row_means: Tensor  # [..., head, query] float64: Σ over examples of each query row's mean (0 on padding)
+    row_squares: Tensor  # [..., head] float64: Σ of the squared row-centred logits
+    counts: Tensor  # [cell] float64: how many logits each cell holds
+
+    @property
+    def width(self) -> int:
+        return _width(self.counts.shape[-1])
+
+    @property
+    def row_sums(self) -> Tensor:
+        """[..., head, cell] per-cell sums of the row-centred logits: Σ(x − mean of its row)."""
+        rows, _ = causal_cells(self.width, self.sums.device)
+        return self.sums - self.row_means[..., rows]
 
     def __add__(self, other: LogitSums) -> LogitSums:
-        size = max(self.counts.shape[-1], other.counts.shape[-1])
+        width = max(self.width, other.width)
+        cells = width * (width + 1) // 2
         return LogitSums(
-            _pad(self.sums, size) + _pad(other.sums, size),
+            _pad(self.sums, cells) + _pad(other.sums, cells),
             self.squares + other.squares,
-            _pad(self.row_sums, size) + _pad(other.row_sums, size),
+            _pad(self.row_means, width) + _pad(other.row_means, width),
             self.row_squares + other.row_squares,
-            _pad(self.counts, size) + _pad(other.counts, size),
+            _pad(self.counts, cells) + _pad(other.counts, cells),
         )
 
     def add_(self, other: LogitSums) -> LogitSums:
         """``self + other``, summed into ``self``'s tensors where ``other`` is no wider (the next batch of
-        inputs of one length: no new [head, T, T] tensors per batch); else a new, wider sum."""
-        size = other.counts.shape[-1]
-        if size > self.counts.shape[-1]:
+        inputs of one length: no new tensors per batch); else a new, wider sum."""
+        width = other.width
+        if width > self.width:
             return self + other
-        self.sums[..., :size, :size] += other.sums
+        cells = other.counts.shape[-1]
+        self.sums[..., :cells] += other.sums
         self.squares.add_(other.squares)
-        self.row_sums[..., :size, :size] += other.row_sums
+        self.row_means[..., :width] += other.row_means
         self.row_squares.add_(other.row_squares)
-        self.counts[:size, :size] += other.counts
+        self.counts[:cells] += other.counts
         return self
 
 
 def _pad(x: Tensor, size: int) -> Tensor:
-    """Zero-pad the last two dims of ``x`` to [size, size]."""
+    """Zero-pad the last dim of ``x`` to ``size``."""
     extra = size - x.shape[-1]
-    return torch.nn.functional.pad(x, (0, extra, 0, extra)) if extra else x
+    return torch.nn.functional.pad(x, (0, extra)) if extra else x
 
 
 def logit_sums(scores: Tensor, lengths: Tensor) -> LogitSums:
     """The causal cells (key j <= query i < length) of a batch of logits, summed over the batch.
 
     scores: [batch, ..., head, query, key] pre-softmax (``hook_attn_scores``; masked cells may hold −inf);
-    lengths: [batch] real tokens of each sequence (right padding after them).
+    lengths: [batch] real tokens of each sequence (right padding after them). Five passes over the logits:
+    a float64 copy, its masking, the row sums, the sum of squares and the cells' gather.
     """
     T = scores.shape[-1]
     i = torch.arange(T, device=scores.device)
     causal = i[None, :] <= i[:, None]  # [query, key]
     real = i[None, :] < lengths.to(scores.device)[:, None]  # [batch, query]
     mask = causal & real[:, :, None]  # [batch, query, key]
-    mask = mask.reshape(mask.shape[0], *([1] * (scores.ndim - 3)), T, T)
-    x = torch.where(mask, scores.double(), 0.0)
-    centred = torch.where(mask, x - x.sum(-1, keepdim=True) / (i[:, None] + 1.0), 0.0)
+    view = (mask.shape[0], *([1] * (scores.ndim - 3)), T, T)
+    x = scores.to(torch.float64, copy=True).masked_fill_(~mask.reshape(view), 0.0)
+    row_sum = x.sum(-1)  # [batch, ..., query]
+    row_mean = row_sum / (i + 1.0)  # 0 on padding rows: x is 0 there
+    squares = torch.linalg.vector_norm(x, dim=(-2, -1)).square().sum(0)  # [..., head]
+    rows, cols = causal_cells(T, scores.device)
+    total = x.sum(0) if x.shape[0] > 1 else x[0]  # [..., head, query, key]
     return LogitSums(
-        x.sum(0),
-        (x * x).sum(dim=(0, -2, -1)),
-        centred.sum(0),
-        (centred * centred).sum(dim=(0, -2, -1)),
-        mask.double().sum(0).reshape(T, T),
+        total[..., rows, cols],
+        squares,
+        row_mean.sum(0),
+        squares - (row_sum * row_mean).sum(dim=(0, -1)),  # Σ(x − m)² = Σx² − Σ_rows (i + 1) m²
+        mask[:, rows, cols].double().sum(0),
     )
 
 
-def _explained(gram: Tensor, rhs: Tensor) -> Tensor:
-    """rhsᵀ G⁺ rhs: the sum of squares a least-squares fit with Gram matrix ``gram`` [p, p] and Xᵀx = ``rhs``
-    [..., p] explains (Σx² minus it is the SSE), G⁺ the pseudo-inverse (the bases here are rank-deficient)."""
-    solution = torch.linalg.pinv(gram, rtol=1e-10, hermitian=True) @ rhs.unsqueeze(-1)  # [..., p, 1]
-    return (rhs * solution.squeeze(-1)).sum(-1)
+@dataclass(frozen=True)
+class LogitBases:
+    """The least-squares fits :func:`decompose_logits` makes, for one set of cell counts: the bases' Gram
+    matrices and their pseudo-inverses, computed once and shared by every layer and head read on the same
+    inputs."""
+
+    width: int
+    within_rows: bool
+    distance: Tensor  # [cell] i − j
+    key: Tensor  # [cell] j
+    inverses: dict[str, Tensor]  # relative, absolute, both -> G⁺ [p, p]
 
 
-def decompose_logits(stats: LogitSums, within_rows: bool = False) -> dict[str, Tensor]:
+def logit_bases(counts: Tensor, within_rows: bool = False) -> LogitBases:
+    """:class:`LogitBases` for the cells ``counts`` [cell] holds (raw logits, or centred within rows)."""
+    T = _width(counts.shape[-1])
+    device = counts.device
+    i = torch.arange(T, device=device)
+    rows, cols = causal_cells(T, device)
+    distance = rows - cols
+    cross = torch.zeros(T, T, dtype=torch.float64, device=device)  # [distance, key]: cells with both
+    cross.index_put_((distance, cols), counts, accumulate=True)
+    n_distance, n_key = cross.sum(1), cross.sum(0)  # [distance], [key]
+    if within_rows:  # Σ over rows of the row-mean outer products: Σ_{i >= max(a, b)} rows_i / (i + 1)
+        rows_of = counts[rows == cols] / (i + 1.0)  # [query]: rows of query i, each over i + 1 keys
+        tail = rows_of.flip(0).cumsum(0).flip(0)  # [T]: Σ_{i >= a}
+        shared = tail[torch.maximum(i[:, None], i[None, :])]  # [T, T]
+    else:  # raw logits: the one-hot bases hold the constant themselves
+        shared = torch.zeros(T, T, dtype=torch.float64, device=device)
+    gram_d, gram_k = torch.diag(n_distance) - shared, torch.diag(n_key) - shared
+    gram_both = torch.cat([torch.cat([gram_d, cross - shared], 1), torch.cat([cross.T - shared, gram_k], 1)])
+    inverses = {
+        name: torch.linalg.pinv(gram, rtol=1e-10, hermitian=True)
+        for name, gram in (("relative", gram_d), ("absolute", gram_k), ("both", gram_both))
+    }
+    return LogitBases(T, within_rows, distance, cols, inverses)
+
+
+def _explained(inverse: Tensor, rhs: Tensor) -> Tensor:
+    """rhsᵀ G⁺ rhs: the sum of squares a least-squares fit with Gram matrix G (``inverse`` = G⁺, [p, p]) and
+    Xᵀx = ``rhs`` [..., p] explains (Σx² minus it is the SSE); the bases here are rank-deficient."""
+    return (rhs * (rhs @ inverse)).sum(-1)  # G⁺ is symmetric
+
+
+def decompose_logits(stats: LogitSums, within_rows: bool = False, bases: LogitBases | None = None) -> dict[str, Tensor]:
     """Shares of the variance of a head's causal logits explained by functions of position, each [..., head].
 
     - ``relative``: R² of the best f(i − j) (one-hot basis of the distance);
@@ -221,44 +288,33 @@ def decompose_logits(stats: LogitSums, within_rows: bool = False) -> dict[str, T
     are constant. With ``within_rows``, the logits and the bases are first centred within each query
     row (per example): softmax ignores a row's offset, so what is left is what shapes attention; but
     within a row i − j = i − j', so there a linear f(i − j) is a linear g(j): ALiBi's bias counts as
-    both. Every SSE is Σx² − rhsᵀG⁺rhs from the Gram matrix G of the basis, computed in float64.
+    both. Every SSE is Σx² − rhsᵀG⁺rhs from the Gram matrix G of the basis, computed in float64; ``bases``
+    (:func:`logit_bases` of the same counts) saves computing G⁺ again for every layer.
     """
     counts = stats.counts
-    sums, squares = (stats.row_sums, stats.row_squares) if within_rows else (stats.sums, stats.squares)
-    T = counts.shape[-1]
-    device = sums.device
+    bases = logit_bases(counts, within_rows) if bases is None else bases
+    flat, squares = (stats.row_sums, stats.row_squares) if within_rows else (stats.sums, stats.squares)
+    T = bases.width
     n = counts.sum()
-    flat = sums.flatten(-2)  # [..., head, T*T]
     total = flat.sum(-1)  # [..., head]
     sst = squares if within_rows else squares - total * total / n
-    i = torch.arange(T, device=device)
-    distance = (i[:, None] - i[None, :]).clamp(min=0).flatten()  # [T*T]: i − j of each cell
-    by_distance = torch.zeros(*flat.shape[:-1], T, dtype=torch.float64, device=device).index_add_(-1, distance, flat)
-    by_key = sums.sum(-2)  # [..., head, key]
-    cross = torch.zeros(T, T, dtype=torch.float64, device=device)  # [distance, key]: cells with both
-    cross.index_put_((distance.view(T, T), i.expand(T, T)), counts, accumulate=True)
-    n_distance, n_key = cross.sum(1), cross.sum(0)  # [distance], [key]
-    if within_rows:  # Σ over rows of the row-mean outer products: Σ_{i >= max(a, b)} rows_i / (i + 1)
-        rows = counts.diagonal() / (i + 1.0)  # [query]: rows of query i, each over i + 1 keys
-        tail = rows.flip(0).cumsum(0).flip(0)  # [T]: Σ_{i >= a}
-        shared = tail[torch.maximum(i[:, None], i[None, :])]  # [T, T]
-    else:  # raw logits: the one-hot bases hold the constant themselves
-        shared = torch.zeros(T, T, dtype=torch.float64, device=device)
-    gram_d, gram_k = torch.diag(n_distance) - shared, torch.diag(n_key) - shared
-    gram_both = torch.cat([torch.cat([gram_d, cross - shared], 1), torch.cat([cross.T - shared, gram_k], 1)])
+    zeros = torch.zeros(*flat.shape[:-1], T, dtype=torch.float64, device=flat.device)
+    by_distance = zeros.index_add(-1, bases.distance, flat)
+    by_key = zeros.index_add(-1, bases.key, flat)
     fits = {
-        "relative": _explained(gram_d, by_distance),
-        "absolute": _explained(gram_k, by_key),
-        "both": _explained(gram_both, torch.cat([by_distance, by_key], -1)),
-        "position": torch.where(counts.flatten() > 0, flat * flat / counts.flatten().clamp(min=1), 0.0).sum(-1),
+        "relative": _explained(bases.inverses["relative"], by_distance),
+        "absolute": _explained(bases.inverses["absolute"], by_key),
+        "both": _explained(bases.inverses["both"], torch.cat([by_distance, by_key], -1)),
+        "position": torch.where(counts > 0, flat * flat / counts.clamp(min=1), 0.0).sum(-1),
     }
     if not within_rows:  # the fits above include the grand mean; R² counts only what it explains beyond it
         fits = {name: value - total * total / n for name, value in fits.items()}
     shares = {name: value / sst for name, value in fits.items()}
     cells = (counts > 0).sum()
+    diagonal = counts[bases.distance == 0]  # [query]: the cell (i, i) of each row
     if within_rows:  # each example's row loses one degree of freedom, and so does each query's set of cells
-        sst_dof = n - counts.diagonal().sum()
-        sse_dof = sst_dof - (cells - (counts.diagonal() > 0).sum())
+        sst_dof = n - diagonal.sum()
+        sse_dof = sst_dof - (cells - (diagonal > 0).sum())
     else:
         sst_dof, sse_dof = n - 1, n - cells
     shares["position"] = 1 - ((sst - fits["position"]) / sse_dof) / (sst / sst_dof)
