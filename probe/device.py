@@ -1,5 +1,5 @@
-"""Which torch device a command runs on: ``--device`` checked once, with one line for a device this
-machine does not have."""
+"""Which torch device a command runs on, and in which precision: ``--device`` and ``--dtype`` checked once,
+with one line for a device this machine does not have or a precision probe does not read in."""
 
 from __future__ import annotations
 
@@ -24,3 +24,16 @@ def resolve_device(device: str | None) -> torch.device:
     if resolved.type not in ("cpu", "cuda"):
         raise ProbeError(f"unsupported device {device!r}; use cpu or cuda")
     return resolved
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """``float32`` (or None: as saved, float32), ``bfloat16``/``bf16``: the precision a model's weights are
+    loaded in and its forward pass runs in; what analyses reduce is float32 or float64 whatever it is."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; use float32 or bfloat16")
+    return DTYPES[dtype]

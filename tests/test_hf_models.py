@@ -666,3 +666,22 @@ def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window
     monkeypatch.setattr(distances, "read_layers", read_layers)
     monkeypatch.setattr(budget, "available_memory", lambda: 256 * 1024)  # exactly enough: it reads
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 0
+
+
+def test_bfloat16_weights_read_as_float32_within_bfloat16_rounding(tiny, capsys):
+    """--dtype bfloat16 loads the weights and runs the forward pass in bfloat16 (half the memory: the released
+    1B models on a CPU); the mean NLL is the float32 model's to bfloat16's rounding (a file's own may move
+    more: these random weights are large, so their attention is peaked), and every analysis reads it."""
+    name = tiny.names["llama"]
+    full = perplexity_report([name], options=tiny.options)
+    half = perplexity_report([name], options=tiny.options, dtype="bfloat16")
+    assert next(load_external(name, dtype=torch.bfloat16).bridge.parameters()).dtype == torch.bfloat16
+    finite = torch.isfinite(full.runs[0].nll)
+    assert finite.any() and not torch.equal(half.runs[0].nll[finite], full.runs[0].nll[finite])
+    assert float(half.runs[0].nll[finite].mean()) == pytest.approx(float(full.runs[0].nll[finite].mean()), rel=0.02)
+    for command in (["distances", name], ["positions", name], ["compare", name, name]):
+        assert main([*command, *tiny.argv, "--n-per-bucket", "2", "--dtype", "bfloat16"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        main(["distances", name, *tiny.argv, "--dtype", "float8"])
+    assert refused.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err

@@ -34,6 +34,7 @@ from probe.analysis.subjects import (
     resolve_all,
     task_folder,
 )
+from probe.device import resolve_dtype
 from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
 from probe.runs.folders import Run
@@ -106,7 +107,7 @@ def _compare_with(
     """Load B, check it reads A's tokens, cut A's inputs to what both read, and compare."""
     device = settings["device"]
     start = time.perf_counter()
-    b = b_subject.load(device, pe_options, label)
+    b = b_subject.load(device, pe_options, label, settings["dtype"])
     timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
     reading.check_pair(a, b)
     inputs = reading.inputs(
@@ -123,7 +124,7 @@ def _compare_with(
         inputs,
         timings=timings,
         progress=progress,
-        **{k: v for k, v in settings.items() if k not in ("lengths", "multiples")},
+        **{k: v for k, v in settings.items() if k not in ("lengths", "multiples", "dtype")},
     )
 
 
@@ -140,6 +141,7 @@ def compare_runs(
     lengths: Lengths = "all",
     multiples: Sequence[float] | None = None,
     pe_options: Mapping[str, Any] | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> CompareResult:
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same inputs for both.
 
@@ -149,17 +151,18 @@ def compare_runs(
     same relative depth (``result.layers_b``). ``metric="reference-code"``: see
     ``probe.metrics.layer_distances``. Code runs: one bucket per context size, ``multiples`` of the training
     context (default 1x, 2x). ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the
-    runs whose PE has them.
+    runs whose PE has them. ``dtype`` (``bfloat16``): the models' weights and forward passes in that
+    precision (distances are float64 whatever it is).
     """
     keep_freed_memory()
     check_metric(metric)
     subjects = resolve_all([r for r in (run_a, run_b, baseline) if r is not None])
     check_together(subjects[0], subjects[1:])
     timings: dict[str, float] = {}
-    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples)
+    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples, dtype)
     reading = reading_of(subjects)
     start = time.perf_counter()
-    a = subjects[0].load(settings["device"], pe_options)
+    a = subjects[0].load(settings["device"], pe_options, dtype=settings["dtype"])
     timings["load"] = time.perf_counter() - start
     result = _compare_with(a, subjects[1], reading, settings, timings, pe_options)
     if baseline is not None:
@@ -167,8 +170,9 @@ def compare_runs(
     return result
 
 
-def _settings(n_per_bucket, metric, seed, device, batch_size, lengths, multiples) -> dict[str, Any]:
+def _settings(n_per_bucket, metric, seed, device, batch_size, lengths, multiples, dtype) -> dict[str, Any]:
     return dict(
+        dtype=resolve_dtype(dtype),
         n_per_bucket=n_per_bucket,
         metric=metric,
         seed=seed,
@@ -196,12 +200,13 @@ def compare_report(
     multiples: Sequence[float] | None = None,
     pe_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under ``root``),
     run folders or ``hf:`` models (then the task is code and ``options`` name the corpus); no B compares A with
     every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for NoPE) when one
     exists. Everything is checked (subjects exist, read the same inputs) before any model is loaded.
-    ``multiples``, ``pe_options``: see :func:`compare_runs`."""
+    ``multiples``, ``pe_options``, ``dtype``: see :func:`compare_runs`."""
     keep_freed_memory()
     check_metric(metric)
     options = dict(options or {})
@@ -213,9 +218,9 @@ def compare_report(
     base = a.other_seed() if baseline and reading.seed_baseline else None
     check_together(a, [*others, *([base] if base else [])])
     timings: dict[str, float] = {}
-    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples)
+    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples, dtype)
     start = time.perf_counter()
-    loaded_a = a.load(settings["device"], pe_options)
+    loaded_a = a.load(settings["device"], pe_options, dtype=settings["dtype"])
     timings["load"] = time.perf_counter() - start
     comparisons = []
     total = len(others) + (base is not None)

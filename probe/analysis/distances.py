@@ -21,6 +21,7 @@ from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
 from probe.analysis.run_info import Lengths, Progress, within
 from probe.analysis.subjects import Loaded, file_stem, home, readings, relabelled, resolve_all, task_folder
+from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
 from probe.runs.folders import Run
@@ -96,6 +97,7 @@ def attended_distance_report(
     options: Mapping[str, Any] | None = None,
     root: str | Path = "checkpoints",
     progress: Progress | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
@@ -105,7 +107,8 @@ def attended_distance_report(
     with its histogram and Sarle's bimodality coefficient. Inputs longer than a model reads are left out and
     counted in ``skipped``. A code model (a code run, an imported run, an ``hf:`` model, whose ``options`` name
     the corpus) gives one result per context size (``multiples`` of its training context, default 1x and 2x;
-    ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted.
+    ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted. ``dtype``
+    (``bfloat16``): the models' weights and forward passes in that precision.
     """
     keep_freed_memory()
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
@@ -121,7 +124,7 @@ def attended_distance_report(
     settings = dict(weightings=weightings, normalization=normalization, bins=bins, device=device, batch_size=batch_size)
     results, chosen = [], []
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
-        loaded = subject.load(device)
+        loaded = subject.load(device, dtype=resolve_dtype(dtype))
         chosen.append(lengths or reading.default_lengths)
         inputs = reading.inputs(
             loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths=chosen[-1], multiples=multiples

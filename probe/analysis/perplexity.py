@@ -33,6 +33,7 @@ from torch import Tensor
 from probe.analysis.budget import keep_freed_memory, memory_budget, per_batch
 from probe.analysis.subjects import Subject, TextReading, file_stem, home, reading_of, resolve_all
 from probe.corpus.prepared import PreparedCorpus, run_corpus
+from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.checkpoint import task_name
@@ -324,6 +325,7 @@ def perplexity_report(
     batch_size: int = 16,
     root: str | Path = "checkpoints",
     progress: Progress | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> PerplexityReport:
     """Perplexity of held-out files per model, context size and file-length bucket, the paper's way (module
     docstring). Code runs read the corpus they were trained on, at multiples of their training context;
@@ -332,14 +334,22 @@ def perplexity_report(
     (:mod:`probe.analysis.subjects`), every model reads the same held-out texts with its own tokenizer
     (``options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
     model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files,
-    drawn with ``seed``."""
+    drawn with ``seed``. ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision
+    (the loss is float64 whatever it is)."""
     keep_freed_memory()
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
     subjects = resolve_all(list(names))
     reading = reading_of(subjects, options)
     device = torch.device(device)
-    settings = dict(max_files=max_files, seed=seed, device=device, batch_size=batch_size, progress=progress)
+    settings = dict(
+        max_files=max_files,
+        seed=seed,
+        device=device,
+        batch_size=batch_size,
+        progress=progress,
+        dtype=resolve_dtype(dtype),
+    )
     if isinstance(reading, TextReading):
         if pe_options:
             raise ProbeError(
@@ -379,7 +389,15 @@ def _code_corpus(subjects: Sequence[Subject]) -> PreparedCorpus:
 
 
 def _corpus_perplexity(
-    subjects: Sequence[Subject], pe_options: dict[str, Any] | None, *, max_files, seed, device, batch_size, progress
+    subjects: Sequence[Subject],
+    pe_options: dict[str, Any] | None,
+    *,
+    max_files,
+    seed,
+    device,
+    batch_size,
+    progress,
+    dtype,
 ) -> PerplexityReport:
     """Code runs on their own prepared corpus, a beginning-of-sequence token first where they were trained
     with one."""
@@ -400,6 +418,8 @@ def _corpus_perplexity(
         if applied.get("scaling") in SCALINGS_WITH_LENGTH:
             applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
         model = load_run(path, device=device, pe_options=applied or None, config=config)
+        if dtype is not None:
+            model.to(dtype)
         if model.cfg.n_ctx < protocol.contexts[-1]:
             raise ProbeError(
                 f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
@@ -427,10 +447,10 @@ def _corpus_perplexity(
 
 
 def _text_perplexity(
-    subjects: Sequence[Subject], reading: TextReading, *, max_files, seed, device, batch_size, progress
+    subjects: Sequence[Subject], reading: TextReading, *, max_files, seed, device, batch_size, progress, dtype
 ) -> PerplexityReport:
     """Every model on the same held-out texts, each with its own tokenizer, at T (:mod:`probe.analysis.subjects`)."""
-    first = subjects[0].load(device)
+    first = subjects[0].load(device, dtype=dtype)
     protocol = Protocol.scaled(reading.context(first))
     every = reading.tokenized(first)
     lengths = every.heldout_lengths()
@@ -439,7 +459,7 @@ def _text_perplexity(
     steps = len(subjects) * len(protocol.contexts)
     results = []
     for done, subject in enumerate(subjects):
-        loaded = first if done == 0 else subject.load(device)
+        loaded = first if done == 0 else subject.load(device, dtype=dtype)
         reading.check_pair(first, loaded)
         nll = read_contexts(
             loaded.model,

@@ -36,6 +36,7 @@ from torch import Tensor
 from probe.analysis.budget import keep_freed_memory
 from probe.analysis.position_hooks import PositionInput, collect
 from probe.analysis.run_info import Progress, RunInfo, within
+from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
 from probe.metrics.position_stats import (
@@ -198,13 +199,17 @@ def analyse_positions(
     device: str | torch.device = "cpu",
     skipped: int = 0,
     progress: Progress | None = None,
+    max_length: float | None = None,
 ) -> PositionResult:
-    """Every position measure of ``model`` on ``inputs`` (module docstring)."""
+    """Every position measure of ``model`` on ``inputs`` (module docstring). An input longer than
+    ``max_length`` (default the model's n_ctx; ``math.inf`` for a model that reads any length, Rotary or ALiBi
+    from Hugging Face) raises ProbeError."""
     import time
 
     if not inputs:
         raise ProbeError("no inputs to read")
-    too_long = [len(x.tokens) for x in inputs if len(x.tokens) > model.cfg.n_ctx]
+    limit = model.cfg.n_ctx if max_length is None else max_length
+    too_long = [len(x.tokens) for x in inputs if len(x.tokens) > limit]
     if too_long:
         raise ProbeError(
             f"{len(too_long)} input(s) have up to {max(too_long)} tokens, more than this model's context "
@@ -328,10 +333,12 @@ def positions_report(
     multiples: Sequence[float] | None = None,
     root: str | Path = "checkpoints",
     progress: Progress | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> PositionsReport:
     """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.analysis.subjects`): task runs read
     their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
-    context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them."""
+    context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them.
+    ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision."""
     keep_freed_memory()
     from probe.analysis.subjects import file_stem, home, readings, resolve_all
 
@@ -347,7 +354,7 @@ def positions_report(
     subjects = resolve_all(list(names))
     results, context = [], None
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
-        loaded = subject.load(device)
+        loaded = subject.load(device, dtype=resolve_dtype(dtype))
         inputs = reading.inputs(
             loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths="all", multiples=multiples
         )
@@ -360,6 +367,7 @@ def positions_report(
                 loaded.info,
                 skipped=inputs.skipped,
                 progress=within(progress, loaded.info.label, done, len(subjects)),
+                max_length=math.inf if loaded.max_length is None else loaded.max_length,
                 **padding,
                 **settings,
             )

@@ -88,14 +88,21 @@ class Subject:
         return None if self.path is None else Run(self.path, self.config)
 
     def load(
-        self, device: torch.device, pe_options: Mapping[str, Any] | None = None, label: str | None = None
+        self,
+        device: torch.device,
+        pe_options: Mapping[str, Any] | None = None,
+        label: str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> Loaded:
-        """The model, with those of ``pe_options`` its PE has applied at inference."""
+        """The model, with those of ``pe_options`` its PE has applied at inference, its weights in ``dtype``
+        (None: as saved)."""
         from probe.models.registry import options_for
         from probe.runs.folders import load_run
 
         applied = options_for(self.config["pe"], dict(pe_options or {}))
         model = load_run(self.path, device=device, pe_options=applied or None, config=self.config)
+        if dtype is not None:
+            model.to(dtype)
         return Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx)
 
     def other_seed(self) -> Subject | None:
@@ -125,9 +132,13 @@ class CodeRun(Subject):
     """A run of `probe pretrain` or `probe import`: a code model with its corpus beside it."""
 
     def load(
-        self, device: torch.device, pe_options: Mapping[str, Any] | None = None, label: str | None = None
+        self,
+        device: torch.device,
+        pe_options: Mapping[str, Any] | None = None,
+        label: str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> Loaded:
-        loaded = super().load(device, pe_options, label)
+        loaded = super().load(device, pe_options, label, dtype)
         tokenizer = CodeTokenizer.from_json(run_tokenizer_json(self.path))
         loaded.encode, loaded.vocabulary = tokenizer.encode_batch, tokenizer.tokenizer.get_vocab()
         loaded.context = training_context(self.config)
@@ -138,9 +149,13 @@ class HfModel(Subject):
     """A model TransformerLens boots from Hugging Face files, with its own tokenizer."""
 
     def load(
-        self, device: torch.device, pe_options: Mapping[str, Any] | None = None, label: str | None = None
+        self,
+        device: torch.device,
+        pe_options: Mapping[str, Any] | None = None,
+        label: str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> Loaded:
-        model = load_external(self.name, device)
+        model = load_external(self.name, device, dtype)
         info = RunInfo(model.spelling, POSITIONS_PE.get(model.positions, model.positions), 0, model.spelling)
         return Loaded(model.bridge, info, model.max_length, model.encode, model.vocabulary(), model.bos_id, model.n_ctx)
 

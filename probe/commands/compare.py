@@ -8,6 +8,7 @@ import argparse
 from probe.commands.common import (
     add_checkpoints,
     add_device,
+    add_dtype,
     add_json,
     add_pe_options,
     add_task_options,
@@ -67,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_checkpoints(parser)
     add_device(parser)
+    add_dtype(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -179,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
             n_per_bucket=args.n_per_bucket,
             metric=args.metric,
             device=resolve_device(args.device),
+            dtype=args.dtype,
             baseline=not args.no_baseline,
             batch_size=args.batch_size,
             lengths=args.lengths,

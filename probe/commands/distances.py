@@ -7,6 +7,7 @@ import argparse
 from probe.commands.common import (
     add_checkpoints,
     add_device,
+    add_dtype,
     add_json,
     add_task_options,
     console,
@@ -72,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_checkpoints(parser)
     add_device(parser)
+    add_dtype(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -103,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             bins=args.bins,
             seed=args.seed,
             device=resolve_device(args.device),
+            dtype=args.dtype,
             batch_size=args.batch_size,
             options=options,
             root=args.checkpoints,

@@ -8,6 +8,7 @@ from probe.commands.common import (
     add_checkpoints,
     add_corpus_options,
     add_device,
+    add_dtype,
     add_json,
     add_pe_options,
     console,
@@ -50,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", metavar="DIR", help="output folder (default: perplexity/ in the runs' task folder)")
     add_checkpoints(parser)
     add_device(parser)
+    add_dtype(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             pe_options=parse_options(args.pe_option, None),
             max_files=args.max_files,
             device=resolve_device(args.device),
+            dtype=args.dtype,
             batch_size=args.batch_size,
             root=args.checkpoints,
             progress=on_progress,

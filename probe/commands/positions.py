@@ -10,6 +10,7 @@ import argparse
 from probe.commands.common import (
     add_checkpoints,
     add_device,
+    add_dtype,
     add_json,
     add_task_options,
     console,
@@ -72,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_checkpoints(parser)
     add_device(parser)
+    add_dtype(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             max_probe_positions=args.max_positions,
             device=resolve_device(args.device),
+            dtype=args.dtype,
             options=options,
             root=args.checkpoints,
             progress=on_progress,

@@ -159,8 +159,9 @@ def _tokenizer(spelling: str, folder: Path) -> tuple[PreTrainedTokenizerBase, in
     return tokenizer, bos if prepends else None
 
 
-def load_external(spelling: str, device: str | torch.device = "cpu") -> ExternalModel:
-    """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32, eval mode), with its tokenizer.
+def load_external(spelling: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ExternalModel:
+    """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32 unless ``dtype``, eval mode), with its
+    tokenizer.
 
     Anything that stops it (not cached, not a model folder, an architecture TransformerLens does not
     support, missing weights) is one ProbeError line naming the model.
@@ -173,7 +174,7 @@ def load_external(spelling: str, device: str | torch.device = "cpu") -> External
     bar = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()  # transformers' weight-loading bar would break probe's own progress line
     try:
-        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device))
+        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device), dtype=dtype or torch.float32)
     except Exception as error:  # any failure of a third-party loader on a user's files is a bad input here
         raise ProbeError(f"{spelling}: TransformerLens cannot load {folder} ({first_line(error)})") from None
     finally:
