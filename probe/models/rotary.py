@@ -214,10 +214,12 @@ class Rotary(PositionalEncoding):
 
     def _turn(self, x: torch.Tensor, start: int, table: torch.Tensor) -> torch.Tensor:
         """``x`` [batch, pos, head, d_head] at positions ``start ..`` turned by ``table`` [2, key, r]
-        (cos, signed sin) on its first r dimensions."""
+        (cos, signed sin) on its first r dimensions, in ``x``'s dtype (a bfloat16 model's queries and keys stay
+        bfloat16, turned by float32 angles, as Hugging Face's Llama turns them)."""
         cos, signed_sin = table[:, start : start + x.size(1), None, :]  # [pos, 1, r] each
         half = self.rotary_dim // 2
         if self.rotary_dim == x.size(-1):
-            return x * cos + x.roll(half, dims=-1) * signed_sin
+            return (x * cos + x.roll(half, dims=-1) * signed_sin).to(x.dtype)
         rotated, passed = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
-        return torch.cat([rotated * cos + rotated.roll(half, dims=-1) * signed_sin, passed], dim=-1)
+        turned = (rotated * cos + rotated.roll(half, dims=-1) * signed_sin).to(x.dtype)
+        return torch.cat([turned, passed], dim=-1)
