@@ -685,3 +685,63 @@ def test_bfloat16_weights_read_as_float32_within_bfloat16_rounding(tiny, capsys)
     with pytest.raises(SystemExit) as refused:
         main(["distances", name, *tiny.argv, "--dtype", "float8"])
     assert refused.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err
+
+
+def test_explorer_reads_hf_models_where_there_is_no_run(tiny, tmp_path, monkeypatch, no_png):
+    """With no checkpoint at all, the analysis pages still read hf: models: on the held-out files of a corpus
+    picked on the page (corpus, held-out share, context T)."""
+    from helpers import run_page, texts
+
+    gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
+    at = run_page("distances", tmp_path, monkeypatch)
+    assert (
+        "probe train" in texts(at.info) and at.selectbox(key="distances-task").value == "held-out code, hf: models only"
+    )
+    at.text_input(key="distances-task-corpus").set_value(str(tiny.source))
+    at.number_input(key="distances-task-heldout").set_value(0.5)
+    at.number_input(key="distances-task-context").set_value(T)
+    at.text_input(key="distances-hf").set_value(neox)
+    at.number_input(key="per_bucket").set_value(2)
+    at.button[0].click().run()
+    assert not at.exception and not at.error
+    assert [row["run"] for row in page_table(at)] == [f"{neox} @1x", f"{neox} @2x"]
+    (expected, _) = attended_distance_report([neox], options=tiny.options, n_per_bucket=2, lengths="all").results
+    assert page_table(at)[0]["bimodality (arg-max)"] == pytest.approx(expected.stats["argmax"].bimodality)
+
+    at = run_page("compare", tmp_path, monkeypatch)
+    at.text_input(key="compare-task-corpus").set_value(str(tiny.source))
+    at.number_input(key="compare-task-heldout").set_value(0.5)
+    at.number_input(key="compare-task-context").set_value(T)
+    at.text_input(key="compare-hf").set_value(f"{gpt2} {neox}").run()
+    at.selectbox(key="compare-a").set_value(gpt2)
+    at.selectbox(key="compare-b").set_value(neox)
+    at.number_input(key="n").set_value(2)
+    at.button[0].click().run()
+    assert not at.exception and not at.error and page_table(at)[0]["A vs"] == neox
+
+
+def test_explorer_shows_an_hf_models_attention_on_a_held_out_file(tiny, code_runs, monkeypatch, no_png):
+    """The "attention on a held-out file" view reads an hf: model typed beside the code runs: the last c tokens
+    of a held-out file in its own tokenizer, the maps of the one layer shown, as transformers computes them."""
+    from helpers import run_page
+
+    from probe.analysis.subjects import TextReading, resolve
+
+    neox = tiny.names["neox"]
+    at = run_page("pretraining", code_runs.root, monkeypatch)
+    at.text_input(key="pretraining-file-hf").set_value(neox).run()
+    assert not at.exception and at.selectbox(key="pretraining-run").value == neox
+    at.selectbox(key="pretraining-layer").set_value(1)
+    at.selectbox(key="pretraining-head").set_value(2).run()
+    assert not at.exception and not at.error
+    index, context = at.selectbox(key="pretraining-file").value, at.selectbox(key="pretraining-context").value
+    assert context == 2 * T  # 1x and 2x the code runs' T, the longest preselected
+    subject = resolve(neox)
+    loaded = subject.load(torch.device("cpu"))
+    options = json.loads((code_runs.paths[0] / "config.json").read_text())["task"]["options"]  # the runs' corpus
+    ids = TextReading([subject], options).tokenized(loaded).heldout_file(index)[-context:]
+    with torch.no_grad():
+        expected = hf_model(neox)(ids[None], output_attentions=True).attentions[1][0, 2]  # [query, key]
+    heatmap = at.get("plotly_chart")[-1].proto.spec
+    z = torch.tensor(json.loads(heatmap)["data"][0]["z"])
+    torch.testing.assert_close(z, expected, atol=2e-5, rtol=0)

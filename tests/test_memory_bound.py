@@ -4,6 +4,9 @@ and reading a long input by blocks of layers gives exactly what reading every la
 
 from __future__ import annotations
 
+import threading
+
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -11,12 +14,13 @@ from torch.utils._pytree import tree_leaves
 from probe.analysis.budget import WORKING_BYTES, batches_within, layer_bytes, per_batch
 from probe.analysis.distances import attended_results
 from probe.analysis.inputs import Inputs, WindowGroup
-from probe.analysis.layerwise import group_distances, layer_block
-from probe.analysis.patterns import capture_layers, read_layers, run_patterns
+from probe.analysis.layerwise import group_distances
+from probe.analysis.patterns import capture_layers, read_layers, read_pairs, run_patterns
 from probe.analysis.position_hooks import PositionInput, collect, layer_blocks
 from probe.analysis.run_info import RunInfo
 from probe.analysis.subjects import Loaded
 from probe.analysis.windows import ContextWindows
+from probe.metrics import layer_distances
 from probe.models.transformer import build_model
 
 LAYERS, HEADS, C = 4, 4, 320  # the window: one layer's float64 maps (3.3 MB) pass the JSD's 2 MiB blocks
@@ -63,6 +67,8 @@ def test_the_bound_can_fail():
 
 
 def test_distances_compare_and_positions_make_no_tensor_larger_than_one_layers_maps():
+    """(compare's B runs in a thread of its own, where a dispatch mode does not reach: its ops are A's, on a
+    model of the same shape.)"""
     model, other, group = _model(), _model(seed=1), _windows()
     inputs = Inputs([group], 0, "code", {})
     settings = dict(weightings=["argmax", "attention"], normalization="text", bins=10, device=torch.device("cpu"))
@@ -85,17 +91,46 @@ def test_distances_compare_and_positions_make_no_tensor_larger_than_one_layers_m
     assert 0 < seen.largest <= ONE_LAYER
 
 
-def test_compare_by_blocks_of_layers_equals_every_layer_at_once():
-    """A budget of one byte forces a block of one layer (a forward pass per layer, each stopped there): the
-    same numbers as every layer from one pass. (One window a batch in both: a batched forward differs from
-    one window's in float32 rounding.)"""
+def test_compare_reads_both_models_in_lockstep_as_each_would_alone():
+    """read_pairs runs B in a second thread that meets A layer by layer: each pair is the maps each model makes
+    alone (any pairing, B's layers repeated or skipped), and group_distances equals the metric on them."""
     model, other, group = _model(), _model(seed=1), _windows()
-    layers_b = [0, 1, 1, 3]  # any pairing of A's layers with B's
-    assert layer_block(LAYERS, 2 * HEADS, C, 1) == 1 and layer_block(LAYERS, 2 * HEADS, C, 2**30) == LAYERS
-    small = group_distances(model, other, group, layers_b, "jsd", torch.device("cpu"), 16, 1, {})
-    large = group_distances(model, other, group, layers_b, "jsd", torch.device("cpu"), 1, 2**30, {})
-    for a, b in zip(small, large):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    tokens = group.windows.tokens
+    layers_b = [0, 1, 1, 3]  # any non-decreasing pairing of A's layers with B's
+    alone_a, alone_b = run_patterns(model, tokens), run_patterns(other, tokens)
+    met: list[int] = []
+
+    def fold(layer: int, maps_a, maps_b) -> None:
+        met.append(layer)
+        torch.testing.assert_close(maps_a, alone_a[:, layer], rtol=0, atol=0)
+        torch.testing.assert_close(maps_b, alone_b[:, layers_b[layer]], rtol=0, atol=0)
+
+    read_pairs(model, other, tokens, layers_b, fold)
+    assert met == [0, 1, 2, 3]
+    values, pairwise = group_distances(model, other, group, layers_b, "jsd", torch.device("cpu"), 16, 2**30, {})
+    for layer, other_layer in enumerate(layers_b):
+        expected = layer_distances(
+            alone_a[:, layer : layer + 1].double(), alone_b[:, other_layer : other_layer + 1].double()
+        )
+        torch.testing.assert_close(values[:, layer], expected.per_layer[:, 0], rtol=0, atol=0)
+        torch.testing.assert_close(pairwise[:, layer], expected.pairwise[:, 0], rtol=0, atol=0)
+
+
+def test_an_error_in_either_model_ends_both_passes():
+    model, other, group = _model(), _model(seed=1), _windows(1, 16)
+
+    def fails(layer: int, maps_a, maps_b) -> None:
+        if layer == 1:
+            raise ValueError("stop here")
+
+    with pytest.raises(ValueError, match="stop here"):
+        read_pairs(model, other, group.windows.tokens, [0, 1, 2, 3], fails)
+    broken = _model(seed=2)
+    broken.blocks[2].attn.hook_pattern.add_hook(lambda value, hook: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        read_pairs(model, broken, group.windows.tokens, [0, 1, 2, 3], lambda *args: None)
+    broken.reset_hooks()
+    assert threading.active_count() == 1  # no pass left running
 
 
 def test_positions_by_blocks_of_layers_equal_every_layer_at_once():

@@ -1,9 +1,9 @@
-"""D^(l) of many inputs, batch by batch and layer block by layer block: the one loop behind `probe compare`,
-timing the forward passes ("collect") apart from the metric ("metric").
+"""D^(l) of many inputs, batch by batch: the one loop behind `probe compare`, timing the forward passes
+("collect") apart from the metric ("metric").
 
-Both models' maps of a block of layers are held at once (A's layer l and B's layer at its relative depth), in
-float32; the block is every layer where one batch's maps fit the memory budget, fewer for long inputs (a
-forward pass per block, each stopped after its last layer), one layer at the least.
+Both models read each batch at once and meet layer by layer (:func:`probe.analysis.patterns.read_pairs`): A's
+layer l and B's layer at its relative depth are compared as they are made and let go, so one pass of each
+model holds a layer or two, whatever the depth and the context.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import Tensor
 
 from probe.analysis.budget import WORKING_BYTES
 from probe.analysis.inputs import Group
-from probe.analysis.patterns import capture_layers
+from probe.analysis.patterns import read_pairs
 from probe.analysis.run_info import Progress
 from probe.metrics import layer_distances
 
@@ -27,13 +27,6 @@ def sync(device: torch.device) -> None:
     """Wait for the GPU, so a stage's time is its own and not the next one's."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def layer_block(n_layers: int, heads: int, width: int, budget: int) -> int:
-    """How many layers' maps (``heads`` of both models per layer) one input may hold at once: all that fit
-    ``budget`` beside one layer's working set, one at the least."""
-    stored, working = heads * width * width * STORED_BYTES, heads * width * width * WORKING_BYTES
-    return max(1, min(n_layers, (budget - working) // max(stored, 1)))
 
 
 def group_distances(
@@ -51,36 +44,40 @@ def group_distances(
     """Per-input D^(l) [input, layer of A] and D_AT of every head pair [input, layer, head_A, head_B], layer l
     of A against layer ``layers_b[l]`` of B, in float64; forward passes timed as "collect", the metric as
     "metric" (seconds added to ``timings``)."""
-    n_layers, heads = model_a.cfg.n_layers, model_a.cfg.n_heads + model_b.cfg.n_heads
-    block = layer_block(n_layers, heads, group.width, budget)
-    per_cell = heads * (block * STORED_BYTES + WORKING_BYTES)
+    heads = model_a.cfg.n_heads + model_b.cfg.n_heads
+    per_cell = heads * (WORKING_BYTES + 2 * STORED_BYTES)  # a layer of A, two of B, their float64 copies
     values, pairwise, done, n = [], [], 0, len(group.sizes())
     for batch in group.token_batches(per_cell, batch_size, budget):
         tokens, lengths = batch.tokens.to(device), batch.lengths
-        lengths = None if lengths is None else lengths.to(device)
-        per_layer, pairs = [], []
-        for first in range(0, n_layers, block):
-            layers = range(first, min(first + block, n_layers))
-            if progress:
-                inputs = f"inputs {done + 1}-{done + len(tokens)} of {n}"
-                what = f"{group.label or ''} {inputs}, layers {first + 1}-{layers.stop}"
-                progress(what, done * n_layers + first * len(tokens), n * n_layers)
-            start = time.perf_counter()
-            maps_a = capture_layers(model_a, tokens, layers, lengths)
-            maps_b = capture_layers(model_b, tokens, [layers_b[layer] for layer in layers], lengths)
-            sync(device)
-            timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start
-            start = time.perf_counter()
-            for layer in layers:
-                a = maps_a.pop(layer)[:, None].double()  # [batch, 1, head_A, query, key]
-                b = maps_b[layers_b[layer]][:, None].double()  # [batch, 1, head_B, query, key]
-                result = layer_distances(a, b, metric=metric, lengths=lengths)
-                per_layer.append(result.per_layer.cpu())  # [batch, 1]
-                pairs.append(result.pairwise.cpu())  # [batch, 1, head_A, head_B]
-            del maps_a, maps_b
-            sync(device)
-            timings["metric"] = timings.get("metric", 0.0) + time.perf_counter() - start
+        if progress:
+            progress(f"{group.label or ''} inputs {done + 1}-{done + len(tokens)} of {n}", done, n)
+        start = time.perf_counter()
+        per_layer, pairs, metric_s = _batch_distances(
+            model_a, model_b, tokens, None if lengths is None else lengths.to(device), layers_b, metric
+        )
+        sync(device)
+        timings["metric"] = timings.get("metric", 0.0) + metric_s
+        timings["collect"] = timings.get("collect", 0.0) + time.perf_counter() - start - metric_s
         done += len(tokens)
-        values.append(torch.cat(per_layer, 1))  # [batch, layer]
-        pairwise.append(torch.cat(pairs, 1))  # [batch, layer, head_A, head_B]
+        values.append(per_layer)
+        pairwise.append(pairs)
     return torch.cat(values), torch.cat(pairwise)
+
+
+def _batch_distances(
+    model_a, model_b, tokens: Tensor, lengths: Tensor | None, layers_b: Sequence[int], metric: str
+) -> tuple[Tensor, Tensor, float]:
+    """One batch: D^(l) [batch, layer], D_AT [batch, layer, head_A, head_B] and the seconds spent on the
+    metric, as both models' layers meet."""
+    per_layer, pairs, seconds = [], [], [0.0]
+
+    def fold(layer: int, maps_a: Tensor, maps_b: Tensor) -> None:  # each [batch, head, query, key]
+        start = time.perf_counter()
+        a, b = maps_a[:, None].double(), maps_b[:, None].double()  # [batch, 1, head, query, key]
+        result = layer_distances(a, b, metric=metric, lengths=lengths)
+        per_layer.append(result.per_layer.cpu())  # [batch, 1]
+        pairs.append(result.pairwise.cpu())  # [batch, 1, head_A, head_B]
+        seconds[0] += time.perf_counter() - start
+
+    read_pairs(model_a, model_b, tokens, layers_b, fold, lengths)
+    return torch.cat(per_layer, 1), torch.cat(pairs, 1), seconds[0]

@@ -7,6 +7,7 @@ offers the widgets that pick a run.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,68 @@ def hf_models(label: str, key: str) -> list[str]:
     for word in others:
         st.error(f"`{word}` is not hf:ID or hf:FOLDER; left out", icon=":material/error:")
     return models
+
+
+HF_ONLY = "held-out code, hf: models only"  # the source offered beside the task folders, and alone without runs
+
+
+@dataclass(frozen=True)
+class Source:
+    """What an analysis page reads: the runs of one task folder, or (``HF_ONLY``) the held-out files of a corpus
+    for ``hf:`` models typed on the page."""
+
+    folder: str
+    members: list[Run]
+    code: bool  # code models (hf: models may be typed beside them)
+    options: dict[str, Any]  # the corpus options hf: models read (the code runs', or those picked here)
+
+
+def pick_source(found: list[Run], key: str, preferred: str | None = None) -> Source:
+    """A select box over the task folders of the trained runs ``found``, and ``HF_ONLY``: the held-out files of a
+    corpus picked here (corpus, held-out share, context T), read by hf: models alone, the one choice where
+    there are no trained runs."""
+    trained = [r for r in found if is_trained(r)]
+    if not trained:
+        st.info(
+            f"No trained runs under `{checkpoints_root()}`. {TRAIN_HINT}; `probe pretrain` makes code models. "
+            "Hugging Face models (hf:) can be measured here on held-out code meanwhile.",
+            icon=":material/info:",
+        )
+    folders = [*sorted({task_folder(r) for r in trained}), HF_ONLY]
+    index = folders.index(preferred) if preferred in folders else 0
+    folder = st.selectbox(
+        "Task",
+        folders,
+        index=index,
+        key=key,
+        help="the task folder under the checkpoint folder (task and its options), or held-out code read by "
+        "Hugging Face models alone",
+    )
+    if folder != HF_ONLY:
+        members = [r for r in trained if task_folder(r) == folder]
+        code = is_code(members[0])
+        return Source(folder, members, code, corpus_options(members) if code else {})
+    from probe.analysis.subjects import HF_CONTEXT
+    from probe.corpus import CorpusSpec
+
+    default = CorpusSpec.from_options({})
+    left, middle, right = st.columns(3)
+    corpus = left.text_input(
+        "Corpus", value=default.corpus, key=f"{key}-corpus", help="stdlib (Python's own library) or a folder"
+    )
+    heldout = middle.number_input(
+        "Held-out share", min_value=0.01, max_value=0.99, value=default.heldout, key=f"{key}-heldout"
+    )
+    context = right.number_input(
+        "Context T (0: the model's n_ctx, at most 512)",
+        min_value=0,
+        value=0,
+        step=64,
+        key=f"{key}-context",
+        help=f"windows are read at 1x and 2x T; by default the smaller of the model's n_ctx and {HF_CONTEXT}",
+    )
+    options = {"corpus": corpus.strip(), "heldout": float(heldout), **({"context": int(context)} if context else {})}
+    return Source(folder, [], True, options)
 
 
 def corpus_options(members: list[Run]) -> dict[str, Any]:

@@ -53,173 +53,167 @@ def comparison(
     )
 
 
-found = shared.require_runs(trained=True)
-if found is not None:
-    runs, _ = found
-    folder = shared.pick_task_folder(runs, preferred="scan", key="compare-task")
-    members = [r for r in runs if shared.task_folder(r) == folder]
-    by_path = {str(r.path): r for r in members}
-    code = shared.is_code(members[0])
-    external = (
-        shared.hf_models(
-            "Hugging Face models to compare, beside the runs (A and B must share a tokenizer)", "compare-hf"
-        )
-        if code
-        else []
+found, broken = shared.runs()
+shared.show_broken(broken)
+source = shared.pick_source(found, key="compare-task", preferred="scan")
+folder, members, code = source.folder, source.members, source.code
+by_path = {str(r.path): r for r in members}
+external = (
+    shared.hf_models("Hugging Face models to compare, beside the runs (A and B must share a tokenizer)", "compare-hf")
+    if code
+    else []
+)
+if len(members) + len(external) < 2:
+    more = "; or type an hf: model" if code else ""
+    st.info(
+        f"Comparing needs two models of {folder}; there is {len(members)}. `probe train` makes one per PE "
+        f"(`--task`, `--pe`, `--seed` choose which){more}.",
+        icon=":material/info:",
     )
-    if len(members) + len(external) < 2:
-        more = "; or type an hf: model" if code else ""
-        st.info(
-            f"Comparing needs two models of {folder}; there is {len(members)}. `probe train` makes one per PE "
-            f"(`--task`, `--pe`, `--seed` choose which){more}.",
-            icon=":material/info:",
-        )
-        st.stop()
-    with st.form("compare-settings", border=False):
-        left, right = st.columns(2)
-        with left:
-            name_a = shared.pick_model("Model A", members, external, default_pe="nope", key="compare-a")
-        with right:
-            name_b = shared.pick_model(
-                "Model B", members, external, default_pe="t5", key="compare-b", other_than=name_a
-            )
-        c1, c2, c3, c4 = st.columns(4)
-        n_per_bucket = c1.number_input(
-            "Examples per length bucket",
-            min_value=1,
-            max_value=200,
-            value=10,
-            key="n",
-            bind="query-params",
-            help="the paper uses up to 10; code models: windows per context size",
-        )
-        metric = c2.selectbox(
-            "Metric",
-            ["jsd", "reference-code"],
-            key="metric",
-            bind="query-params",
-            help="jsd: the paper's definition; reference-code: the released code's "
-            "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only",
-        )
-        lengths = c3.selectbox(
-            "Length buckets",
-            ["all", "seen", "unseen"],
-            key="lengths",
-            bind="query-params",
-            help="code models: seen = 1x, unseen = 2x the training context",
-        )
-        baseline = c4.toggle(
-            "A' baseline (another seed of A)", value=True, key="compare-baseline", help="not for hf: models"
-        )
-        st.form_submit_button("Compare", type="primary")
-
-    hf = name_a in external or name_b in external
-    options = shared.corpus_options(members) if hf else {}
-    if name_a == name_b:
-        st.warning("A and B are the same model: every distance is 0.")
-    flags = "".join(f" -o {k}={options[k]}" for k in ("corpus", "heldout", "context")) if hf else ""
-    command = (
-        f"probe compare {name_a} {name_b}{flags} --n-per-bucket {n_per_bucket} --metric {metric} "
-        f"--lengths {lengths}{'' if baseline else ' --no-baseline'}"
+    st.stop()
+with st.form("compare-settings", border=False):
+    left, right = st.columns(2)
+    with left:
+        name_a = shared.pick_model("Model A", members, external, default_pe="nope", key="compare-a")
+    with right:
+        name_b = shared.pick_model("Model B", members, external, default_pe="t5", key="compare-b", other_than=name_a)
+    c1, c2, c3, c4 = st.columns(4)
+    n_per_bucket = c1.number_input(
+        "Examples per length bucket",
+        min_value=1,
+        max_value=200,
+        value=10,
+        key="n",
+        bind="query-params",
+        help="the paper uses up to 10; code models: windows per context size",
     )
-    try:
-        report = comparison(
-            name_a,
-            shared.stamp(by_path[name_a]) if name_a in by_path else 0.0,
-            name_b,
-            shared.stamp(by_path[name_b]) if name_b in by_path else 0.0,
-            str(shared.checkpoints_root()),
-            int(n_per_bucket),
-            metric,
-            lengths,
-            baseline,
-            json.dumps(options),
-        )
-    except ProbeError as error:
-        shared.error_line(error)
-        st.stop()
-    st.caption(f"Same as: `{command}`")
-    result = report.comparisons[0]
-    if baseline and report.baseline is None and not hf:
-        trainer = "pretrain" if code else "train"
-        st.info(
-            f"No other seed of {result.a.label} in {folder}, so no A' baseline (`probe {trainer} "
-            f"--seed 1 --pe {by_path[name_a].pe}` with this folder's options makes one).",
-            icon=":material/info:",
-        )
-    if result.skipped:
-        st.warning(f"{result.skipped} example(s) longer than the models' context were left out.")
+    metric = c2.selectbox(
+        "Metric",
+        ["jsd", "reference-code"],
+        key="metric",
+        bind="query-params",
+        help="jsd: the paper's definition; reference-code: the released code's "
+        "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only",
+    )
+    lengths = c3.selectbox(
+        "Length buckets",
+        ["all", "seen", "unseen"],
+        key="lengths",
+        bind="query-params",
+        help="code models: seen = 1x, unseen = 2x the training context",
+    )
+    baseline = c4.toggle(
+        "A' baseline (another seed of A)", value=True, key="compare-baseline", help="not for hf: models"
+    )
+    st.form_submit_button("Compare", type="primary")
 
-    n_layers = result.n_layers
+hf = name_a in external or name_b in external
+options = source.options if hf else {}
+if name_a == name_b:
+    st.warning("A and B are the same model: every distance is 0.")
+flags = "".join(f" -o {k}={options[k]}" for k in ("corpus", "heldout", "context") if k in options)
+command = (
+    f"probe compare {name_a} {name_b}{flags} --n-per-bucket {n_per_bucket} --metric {metric} "
+    f"--lengths {lengths}{'' if baseline else ' --no-baseline'}"
+)
+try:
+    report = comparison(
+        name_a,
+        shared.stamp(by_path[name_a]) if name_a in by_path else 0.0,
+        name_b,
+        shared.stamp(by_path[name_b]) if name_b in by_path else 0.0,
+        str(shared.checkpoints_root()),
+        int(n_per_bucket),
+        metric,
+        lengths,
+        baseline,
+        json.dumps(options),
+    )
+except ProbeError as error:
+    shared.error_line(error)
+    st.stop()
+st.caption(f"Same as: `{command}`")
+result = report.comparisons[0]
+if baseline and report.baseline is None and not hf:
+    trainer = "pretrain" if code else "train"
+    st.info(
+        f"No other seed of {result.a.label} in {folder}, so no A' baseline (`probe {trainer} "
+        f"--seed 1 --pe {by_path[name_a].pe}` with this folder's options makes one).",
+        icon=":material/info:",
+    )
+if result.skipped:
+    st.warning(f"{result.skipped} example(s) longer than the models' context were left out.")
+
+n_layers = result.n_layers
+for r in report.results:
+    if r.paired != list(range(n_layers)):
+        st.caption(
+            f"{r.label} has another depth: A's layer l meets its layer at the same relative depth ("
+            + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
+            + ")."
+        )
+rows = []
+for r in report.results:
+    stats = r.overall
+    rows.append(
+        {
+            "A vs": r.label,
+            **{f"layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)},
+            "average over layers": float(stats.average.mean),
+            "95% CI": f"[{float(stats.average.low):.4f}, {float(stats.average.high):.4f}]",
+            "examples": stats.n_examples,
+        }
+    )
+st.dataframe(
+    rows,
+    hide_index=True,
+    column_config={
+        c: st.column_config.NumberColumn(format="%.4f") for c in rows[0] if c.startswith(("layer", "average"))
+    },
+)
+
+buckets = [b.length for b in result.buckets]
+seen = {b.length: b.seen for b in result.buckets}
+bucket = st.select_slider(
+    "Context size c" if code else "Length bucket λ",
+    ["all", *buckets],
+    value="all",
+    key="bucket",
+    format_func=lambda b: "all buckets" if b == "all" else f"{b}{'' if seen[b] else ' (unseen)'}",
+)
+length = None if bucket == "all" else int(bucket)
+label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
+where = "all length buckets" if length is None else f"λ = {length}"
+st.plotly_chart(
+    layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})", label),
+    key="layers",
+)
+
+st.subheader("Head × head distances of one layer")
+layer = st.selectbox("Layer", list(range(n_layers)), key="layer")
+columns = st.columns(len(report.results))
+for column, r in zip(columns, report.results):
+    stats = r.overall if length is None else next((s for s in r.buckets if s.length == length), None)
+    if stats is None:
+        continue
+    figure = head_matrix_figure(
+        stats.head_matrix[layer], stats.argmin[layer].tolist(), f"layer {layer}", labels=(r.a.label, r.label)
+    )
+    column.plotly_chart(figure, key=f"heads-{r.label}")
+
+st.subheader("Per length bucket")
+table = []
+for b in result.buckets:
+    row = {"λ": b.length, "seen": b.seen, "from": b.split, "examples": b.n_examples}
     for r in report.results:
-        if r.paired != list(range(n_layers)):
-            st.caption(
-                f"{r.label} has another depth: A's layer l meets its layer at the same relative depth ("
-                + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
-                + ")."
-            )
-    rows = []
-    for r in report.results:
-        stats = r.overall
-        rows.append(
-            {
-                "A vs": r.label,
-                **{f"layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)},
-                "average over layers": float(stats.average.mean),
-                "95% CI": f"[{float(stats.average.low):.4f}, {float(stats.average.high):.4f}]",
-                "examples": stats.n_examples,
-            }
-        )
-    st.dataframe(
-        rows,
-        hide_index=True,
-        column_config={
-            c: st.column_config.NumberColumn(format="%.4f") for c in rows[0] if c.startswith(("layer", "average"))
-        },
-    )
-
-    buckets = [b.length for b in result.buckets]
-    seen = {b.length: b.seen for b in result.buckets}
-    bucket = st.select_slider(
-        "Context size c" if code else "Length bucket λ",
-        ["all", *buckets],
-        value="all",
-        key="bucket",
-        format_func=lambda b: "all buckets" if b == "all" else f"{b}{'' if seen[b] else ' (unseen)'}",
-    )
-    length = None if bucket == "all" else int(bucket)
-    label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
-    where = "all length buckets" if length is None else f"λ = {length}"
-    st.plotly_chart(
-        layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})", label),
-        key="layers",
-    )
-
-    st.subheader("Head × head distances of one layer")
-    layer = st.selectbox("Layer", list(range(n_layers)), key="layer")
-    columns = st.columns(len(report.results))
-    for column, r in zip(columns, report.results):
-        stats = r.overall if length is None else next((s for s in r.buckets if s.length == length), None)
+        stats = next((s for s in r.buckets if s.length == b.length), None)
         if stats is None:
             continue
-        figure = head_matrix_figure(
-            stats.head_matrix[layer], stats.argmin[layer].tolist(), f"layer {layer}", labels=(r.a.label, r.label)
-        )
-        column.plotly_chart(figure, key=f"heads-{r.label}")
-
-    st.subheader("Per length bucket")
-    table = []
-    for b in result.buckets:
-        row = {"λ": b.length, "seen": b.seen, "from": b.split, "examples": b.n_examples}
-        for r in report.results:
-            stats = next((s for s in r.buckets if s.length == b.length), None)
-            if stats is None:
-                continue
-            row.update({f"{r.label}: layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)})
-            row[f"{r.label}: average"] = float(stats.average.mean)
-        table.append(row)
-    st.dataframe(
-        table,
-        hide_index=True,
-        column_config={c: st.column_config.NumberColumn(format="%.4f") for c in table[0] if ": " in c},
-    )
+        row.update({f"{r.label}: layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)})
+        row[f"{r.label}: average"] = float(stats.average.mean)
+    table.append(row)
+st.dataframe(
+    table,
+    hide_index=True,
+    column_config={c: st.column_config.NumberColumn(format="%.4f") for c in table[0] if ": " in c},
+)

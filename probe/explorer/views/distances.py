@@ -46,110 +46,111 @@ def distances(
     return report.results
 
 
-found = shared.require_runs(trained=True)
-if found is not None:
-    runs, _ = found
-    folder = shared.pick_task_folder(runs, preferred=PAPER_FOLDER, key="distances-task")
-    members = [r for r in runs if shared.task_folder(r) == folder]
-    code = shared.is_code(members[0])
-    if folder != PAPER_FOLDER and not code:
-        st.caption(
-            f"The paper's figure is on addition with the full scratchpad (`{PAPER_FOLDER}`): "
-            "`probe train --task addition --scratchpad full` makes those runs."
-        )
-    by_path = {str(r.path): r for r in members}
-    default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
-    with st.form("distances-settings", border=False):
-        chosen = st.multiselect(
+found, broken = shared.runs()
+shared.show_broken(broken)
+source = shared.pick_source(found, key="distances-task", preferred=PAPER_FOLDER)
+folder, members, code = source.folder, source.members, source.code
+if folder != PAPER_FOLDER and not code:
+    st.caption(
+        f"The paper's figure is on addition with the full scratchpad (`{PAPER_FOLDER}`): "
+        "`probe train --task addition --scratchpad full` makes those runs."
+    )
+by_path = {str(r.path): r for r in members}
+default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
+with st.form("distances-settings", border=False):
+    chosen = (
+        st.multiselect(
             "Runs",
             list(by_path),
             default=default,
             key="distances-runs",
             format_func=lambda p: shared.run_title(by_path[p]),
         )
-        external = shared.hf_models("Hugging Face models, measured beside the runs", "distances-hf") if code else []
-        c1, c2, c3, c4 = st.columns(4)
-        n_per_bucket = c1.number_input(
-            "Examples per length bucket",
-            min_value=1,
-            max_value=200,
-            value=10,
-            key="per_bucket",
-            bind="query-params",
-            help="code models: windows per context size",
-        )
-        lengths = c2.selectbox(
-            "Length buckets",
-            ["unseen", "all", "seen"],
-            index=1 if code else 0,
-            key="which_lengths",
-            bind="query-params",
-            help="unseen lengths, as the released notebook (default); code "
-            "models: seen = 1x, unseen = 2x the training context (default all)",
-        )
-        normalization = c3.selectbox(
-            "Normalization",
-            ["text", "reference-code"],
-            key="normalization",
-            bind="query-params",
-            help="text: d̄ = (t − n + 1)/t as the paper writes; "
-            "reference-code: (t − n)/t as its released notebook computes",
-        )
-        bins = c4.number_input("Bins", min_value=1, max_value=200, value=20, key="bins", bind="query-params")
-        st.form_submit_button("Measure", type="primary")
+        if members
+        else []
+    )
+    external = shared.hf_models("Hugging Face models, measured beside the runs", "distances-hf") if code else []
+    c1, c2, c3, c4 = st.columns(4)
+    n_per_bucket = c1.number_input(
+        "Examples per length bucket",
+        min_value=1,
+        max_value=200,
+        value=10,
+        key="per_bucket",
+        bind="query-params",
+        help="code models: windows per context size",
+    )
+    lengths = c2.selectbox(
+        "Length buckets",
+        ["unseen", "all", "seen"],
+        index=1 if code else 0,
+        key="which_lengths",
+        bind="query-params",
+        help="unseen lengths, as the released notebook (default); code "
+        "models: seen = 1x, unseen = 2x the training context (default all)",
+    )
+    normalization = c3.selectbox(
+        "Normalization",
+        ["text", "reference-code"],
+        key="normalization",
+        bind="query-params",
+        help="text: d̄ = (t − n + 1)/t as the paper writes; reference-code: (t − n)/t as its released notebook computes",
+    )
+    bins = c4.number_input("Bins", min_value=1, max_value=200, value=20, key="bins", bind="query-params")
+    st.form_submit_button("Measure", type="primary")
 
-    chosen = [*chosen, *external]
-    if not chosen:
-        st.info("Pick at least one run.", icon=":material/info:")
-        st.stop()
-    options = json.dumps(shared.corpus_options(members) if external else {})
-    results = []
-    progress = st.progress(0.0)
-    for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
-        title = shared.run_title(by_path[name]) if name in by_path else name
-        progress.progress(i / len(chosen), text=f"Measuring attended distances of {title} ({i + 1}/{len(chosen)})…")
-        try:
-            results += distances(
-                name,
-                shared.stamp(by_path[name]) if name in by_path else 0.0,
-                int(n_per_bucket),
-                normalization,
-                lengths,
-                int(bins),
-                options,
-            )
-        except ProbeError as error:
-            st.error(f"Left out {name}: {error}", icon=":material/error:")
-    progress.empty()
-    if not results:
-        st.stop()
-    chosen = list(dict.fromkeys(r.run.path for r in results))
-    flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
-    report = AttendedReport(results, normalization, lengths, int(n_per_bucket), 0, int(bins))
-    st.caption(
-        f"Same as: `probe distances {' '.join(chosen)}{flags} --n-per-bucket {n_per_bucket} --lengths {lengths} "
-        f"--normalization {normalization} --bins {bins}`"
-    )
-    st.plotly_chart(
-        attended_distance_figure(report.series(), f"Normalized attended distance on {folder}, all layers and heads"),
-        key="distances",
-    )
-    st.dataframe(
-        [
-            {
-                "run": r.run.label,
-                "examples": r.n_examples,
-                "queries × layers × heads": r.n_queries,
-                "bimodality (arg-max)": r.stats["argmax"].bimodality if "argmax" in r.stats else None,
-                "bimodality (weighted)": r.stats["attention"].bimodality if "attention" in r.stats else None,
-                "mean d̄ (arg-max)": r.stats["argmax"].mean if "argmax" in r.stats else None,
-                "left out (too long)": r.skipped,
-            }
-            for r in report.results
-        ],
-        hide_index=True,
-        column_config={
-            c: st.column_config.NumberColumn(format="%.3f")
-            for c in ("bimodality (arg-max)", "bimodality (weighted)", "mean d̄ (arg-max)")
-        },
-    )
+chosen = [*chosen, *external]
+if not chosen:
+    st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
+    st.stop()
+options = json.dumps(source.options if external else {})
+results = []
+progress = st.progress(0.0)
+for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
+    title = shared.run_title(by_path[name]) if name in by_path else name
+    progress.progress(i / len(chosen), text=f"Measuring attended distances of {title} ({i + 1}/{len(chosen)})…")
+    try:
+        results += distances(
+            name,
+            shared.stamp(by_path[name]) if name in by_path else 0.0,
+            int(n_per_bucket),
+            normalization,
+            lengths,
+            int(bins),
+            options,
+        )
+    except ProbeError as error:
+        st.error(f"Left out {name}: {error}", icon=":material/error:")
+progress.empty()
+if not results:
+    st.stop()
+chosen = list(dict.fromkeys(r.run.path for r in results))
+flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+report = AttendedReport(results, normalization, lengths, int(n_per_bucket), 0, int(bins))
+st.caption(
+    f"Same as: `probe distances {' '.join(chosen)}{flags} --n-per-bucket {n_per_bucket} --lengths {lengths} "
+    f"--normalization {normalization} --bins {bins}`"
+)
+st.plotly_chart(
+    attended_distance_figure(report.series(), f"Normalized attended distance on {folder}, all layers and heads"),
+    key="distances",
+)
+st.dataframe(
+    [
+        {
+            "run": r.run.label,
+            "examples": r.n_examples,
+            "queries × layers × heads": r.n_queries,
+            "bimodality (arg-max)": r.stats["argmax"].bimodality if "argmax" in r.stats else None,
+            "bimodality (weighted)": r.stats["attention"].bimodality if "attention" in r.stats else None,
+            "mean d̄ (arg-max)": r.stats["argmax"].mean if "argmax" in r.stats else None,
+            "left out (too long)": r.skipped,
+        }
+        for r in report.results
+    ],
+    hide_index=True,
+    column_config={
+        c: st.column_config.NumberColumn(format="%.3f")
+        for c in ("bimodality (arg-max)", "bimodality (weighted)", "mean d̄ (arg-max)")
+    },
+)

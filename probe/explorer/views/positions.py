@@ -35,109 +35,111 @@ def measure(path: str, version: float, n_per_bucket: int, options: str = "{}") -
     return result.to_json()
 
 
-found = shared.require_runs(trained=True)
-if found is not None:
-    runs, _ = found
-    folder = shared.pick_task_folder(runs, key="positions-task")
-    members = [r for r in runs if shared.task_folder(r) == folder]
-    code = shared.is_code(members[0])
-    by_path = {str(r.path): r for r in members}
-    default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
-    with st.form("positions-settings", border=False):
-        chosen = st.multiselect(
+found, broken = shared.runs()
+shared.show_broken(broken)
+source = shared.pick_source(found, key="positions-task")
+folder, members, code = source.folder, source.members, source.code
+by_path = {str(r.path): r for r in members}
+default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
+with st.form("positions-settings", border=False):
+    chosen = (
+        st.multiselect(
             "Runs",
             list(by_path),
             default=default,
             key="positions-runs",
             format_func=lambda p: shared.run_title(by_path[p]),
         )
-        external = shared.hf_models("Hugging Face models, measured beside the runs", "positions-hf") if code else []
-        n_per_bucket = st.number_input(
-            "Examples per length bucket",
-            min_value=1,
-            max_value=200,
-            value=10,
-            key="per_bucket",
-            bind="query-params",
-            help="code models: windows per context size",
-        )
-        st.form_submit_button("Measure", type="primary")
+        if members
+        else []
+    )
+    external = shared.hf_models("Hugging Face models, measured beside the runs", "positions-hf") if code else []
+    n_per_bucket = st.number_input(
+        "Examples per length bucket",
+        min_value=1,
+        max_value=200,
+        value=10,
+        key="per_bucket",
+        bind="query-params",
+        help="code models: windows per context size",
+    )
+    st.form_submit_button("Measure", type="primary")
 
-    chosen = [*chosen, *external]
-    if not chosen:
-        st.info("Pick at least one run.", icon=":material/info:")
-        st.stop()
-    options = json.dumps(shared.corpus_options(members) if external else {})
-    results = []
-    progress = st.progress(0.0)
-    for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
-        title = shared.run_title(by_path[name]) if name in by_path else name
-        progress.progress(i / len(chosen), text=f"Measuring {title} ({i + 1}/{len(chosen)})…")
-        try:
-            results.append(
-                measure(name, shared.stamp(by_path[name]) if name in by_path else 0.0, int(n_per_bucket), options)
-            )
-        except ProbeError as error:
-            st.error(f"Left out {name}: {error}", icon=":material/error:")
-    progress.empty()
-    if not results:
-        st.stop()
-    flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+chosen = [*chosen, *external]
+if not chosen:
+    st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
+    st.stop()
+options = json.dumps(source.options if external else {})
+results = []
+progress = st.progress(0.0)
+for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
+    title = shared.run_title(by_path[name]) if name in by_path else name
+    progress.progress(i / len(chosen), text=f"Measuring {title} ({i + 1}/{len(chosen)})…")
+    try:
+        results.append(
+            measure(name, shared.stamp(by_path[name]) if name in by_path else 0.0, int(n_per_bucket), options)
+        )
+    except ProbeError as error:
+        st.error(f"Left out {name}: {error}", icon=":material/error:")
+progress.empty()
+if not results:
+    st.stop()
+flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+st.caption(
+    f"Same as: `probe positions {' '.join(r['run']['path'] for r in results)}{flags} --n-per-bucket {n_per_bucket}`"
+)
+st.dataframe(
+    [
+        {
+            "model": r["run"]["label"],
+            "probe R² held-out": r["summary"]["best_probe"].get("heldout", {}).get("r2"),
+            "probe R² unseen": r["summary"]["best_probe"].get("unseen", {}).get("r2"),
+            "relative": r["summary"]["shares"]["relative"],
+            "absolute": r["summary"]["shares"]["absolute"],
+            "content": r["summary"]["shares"]["content"],
+            "heads relative / absolute / content": "{relative} / {absolute} / {content}".format(
+                **r["summary"]["kinds"]
+            ),
+        }
+        for r in results
+    ],
+    hide_index=True,
+    column_config={
+        c: st.column_config.NumberColumn(format="%.3f")
+        for c in ("probe R² held-out", "probe R² unseen", "relative", "absolute", "content")
+    },
+)
+probes, heads, sinks, variance = st.tabs(["Position probes", "Heads", "Attention sinks", "Variance"])
+with probes:
+    target = st.radio(
+        "Read-out of",
+        ["position", "landmark_distance"],
+        horizontal=True,
+        key="positions-target",
+        format_func=lambda t: "absolute position" if t == "position" else "distance to <sep>",
+    )
+    st.plotly_chart(probe_figure(results, target), key="positions-probes")
     st.caption(
-        f"Same as: `probe positions {' '.join(r['run']['path'] for r in results)}{flags} --n-per-bucket {n_per_bucket}`"
+        "Stream 0 is the embedding, l the residual stream after layer l. Exact accuracy on unseen lengths "
+        "past the largest fitted position needs a read-out that extrapolates (see the table below)."
     )
     st.dataframe(
         [
-            {
-                "model": r["run"]["label"],
-                "probe R² held-out": r["summary"]["best_probe"].get("heldout", {}).get("r2"),
-                "probe R² unseen": r["summary"]["best_probe"].get("unseen", {}).get("r2"),
-                "relative": r["summary"]["shares"]["relative"],
-                "absolute": r["summary"]["shares"]["absolute"],
-                "content": r["summary"]["shares"]["content"],
-                "heads relative / absolute / content": "{relative} / {absolute} / {content}".format(
-                    **r["summary"]["kinds"]
-                ),
-            }
+            {"model": r["run"]["label"], **{k: v for k, v in row.items() if not k.endswith(("_low", "_high"))}}
             for r in results
+            for row in r["probes"]
+            if row["target"] == target
         ],
         hide_index=True,
-        column_config={
-            c: st.column_config.NumberColumn(format="%.3f")
-            for c in ("probe R² held-out", "probe R² unseen", "relative", "absolute", "content")
-        },
     )
-    probes, heads, sinks, variance = st.tabs(["Position probes", "Heads", "Attention sinks", "Variance"])
-    with probes:
-        target = st.radio(
-            "Read-out of",
-            ["position", "landmark_distance"],
-            horizontal=True,
-            key="positions-target",
-            format_func=lambda t: "absolute position" if t == "position" else "distance to <sep>",
-        )
-        st.plotly_chart(probe_figure(results, target), key="positions-probes")
-        st.caption(
-            "Stream 0 is the embedding, l the residual stream after layer l. Exact accuracy on unseen lengths "
-            "past the largest fitted position needs a read-out that extrapolates (see the table below)."
-        )
-        st.dataframe(
-            [
-                {"model": r["run"]["label"], **{k: v for k, v in row.items() if not k.endswith(("_low", "_high"))}}
-                for r in results
-                for row in r["probes"]
-                if row["target"] == target
-            ],
-            hide_index=True,
-        )
-    with heads:
-        st.plotly_chart(head_share_figure(results), key="positions-heads")
-        st.caption(
-            "Raw logits. Softmax ignores a query row's offset: the within-row shares (JSON, CSV) leave it out, "
-            "but there a linear function of i − j is a linear function of j, so ALiBi counts as both."
-        )
-    with sinks:
-        first = st.radio("First tokens", [1, 4], horizontal=True, key="positions-first")
-        st.plotly_chart(sink_figure(results, first), key="positions-sinks")
-    with variance:
-        st.plotly_chart(variance_figure(results), key="positions-variance")
+with heads:
+    st.plotly_chart(head_share_figure(results), key="positions-heads")
+    st.caption(
+        "Raw logits. Softmax ignores a query row's offset: the within-row shares (JSON, CSV) leave it out, "
+        "but there a linear function of i − j is a linear function of j, so ALiBi counts as both."
+    )
+with sinks:
+    first = st.radio("First tokens", [1, 4], horizontal=True, key="positions-first")
+    st.plotly_chart(sink_figure(results, first), key="positions-sinks")
+with variance:
+    st.plotly_chart(variance_figure(results), key="positions-variance")

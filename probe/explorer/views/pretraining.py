@@ -61,6 +61,38 @@ def file_attention(path: str, version: float, index: int, context: int):
     return labels, tokenizer.decode(ids.tolist()), patterns
 
 
+@st.cache_resource(show_spinner="Loading the model and reading the held-out files with its tokenizer…", max_entries=2)
+def hf_files(name: str, options: str):
+    """An hf: model (CPU), the held-out files of the corpus ``options`` (JSON) name in its token ids, and
+    the context T it reads them at."""
+    import torch
+
+    from probe.analysis.subjects import TextReading, resolve
+
+    subject = resolve(name)
+    loaded = subject.load(torch.device("cpu"))
+    reading = TextReading([subject], json.loads(options))
+    return loaded, reading.tokenized(loaded), reading.context(loaded)
+
+
+@st.cache_data(show_spinner="Running the model…", max_entries=32)
+def hf_file_attention(name: str, options: str, index: int, context: int, layer: int):
+    """The last ``context`` tokens of held-out file ``index`` read by an hf: model (its BOS first where its
+    tokenizer adds one): their labels, the text, and layer ``layer``'s maps [head, query, key], the only
+    layer held."""
+
+    from probe.analysis.patterns import capture_layers
+
+    loaded, files, _ = hf_files(name, options)
+    ids = files.heldout_file(index)[-context:].clone()  # [context]
+    if loaded.bos_id is not None:
+        ids[0] = loaded.bos_id
+    maps = capture_layers(loaded.model, ids[None], [layer])[layer][0].cpu()  # [head, query, key]
+    tokenizer = loaded.model.tokenizer
+    labels = [tokenizer.decode([i]).replace("\n", "↵").replace("\t", "⇥") for i in ids.tolist()]
+    return labels, tokenizer.decode(ids.tolist()), maps
+
+
 def bucket_name(bucket: str) -> str:
     return "all files ≥ 2.5x the context" if bucket == "all" else f"files of {bucket} tokens"
 
@@ -130,24 +162,26 @@ def read_report(folder: Path) -> dict:
 
 
 def measure_here(code: list) -> dict | None:
-    """A report computed here on the chosen runs of one task folder, or None after saying why not."""
+    """A report computed here on the chosen runs of one code folder, or on hf: models reading the held-out
+    files of a corpus picked here; None after saying why not."""
     from probe.models.registry import FIGURE_ORDER
 
-    folder = shared.pick_task_folder(code, key="pretraining-folder")
+    source = shared.pick_source(code, key="pretraining-folder")
     order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
-    members = sorted(
-        (r for r in code if shared.task_folder(r) == folder),
-        key=lambda r: (order.get(r.pe, len(order)), r.pe_name, r.seed),
-    )
+    members = sorted(source.members, key=lambda r: (order.get(r.pe, len(order)), r.pe_name, r.seed))
     by_path = {str(r.path): r for r in members}
     default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe_name == r.pe_name)]
     with st.form("pretraining-settings", border=False):
-        chosen = st.multiselect(
-            "Runs",
-            list(by_path),
-            default=default,
-            key="pretraining-runs",
-            format_func=lambda p: shared.run_title(by_path[p]),
+        chosen = (
+            st.multiselect(
+                "Runs",
+                list(by_path),
+                default=default,
+                key="pretraining-runs",
+                format_func=lambda p: shared.run_title(by_path[p]),
+            )
+            if members
+            else []
         )
         max_files = st.number_input(
             "Held-out files (at most)",
@@ -162,8 +196,10 @@ def measure_here(code: list) -> dict | None:
         )
         st.form_submit_button("Measure", type="primary")
     if external:
-        options = shared.corpus_options(members)
-        flags = f"--corpus {options['corpus']} --heldout {options['heldout']} --context {options['context']}"
+        options = source.options
+        flags = f"--corpus {options['corpus']} --heldout {options['heldout']}" + (
+            f" --context {options['context']}" if "context" in options else ""
+        )
         try:
             report = measured(tuple(external), (0.0,) * len(external), int(max_files), json.dumps(options))
         except ProbeError as error:
@@ -172,7 +208,7 @@ def measure_here(code: list) -> dict | None:
         st.caption(f"Same as: `probe perplexity {' '.join(external)} {flags} --max-files {max_files}`")
         return report
     if not chosen:
-        st.info("Pick at least one run.", icon=":material/info:")
+        st.info("Pick at least one run, or type an hf: model.", icon=":material/info:")
         return None
     chosen = [p for p in by_path if p in chosen]
     try:
@@ -192,13 +228,13 @@ reports = saved_reports(root)
 if not code and not reports:
     st.info(
         f"No pretrained code models under `{root}`: `probe pretrain` trains them, then `probe perplexity` "
-        "measures their held-out perplexity against context size.",
+        "measures their held-out perplexity against context size. Hugging Face models (hf:) can be measured "
+        "here on the held-out files of a corpus.",
         icon=":material/info:",
     )
-    st.stop()
 
 st.subheader("Perplexity against context size")
-sources = [str(folder) for folder in reports] + ([MEASURE] if code else [])
+sources = [str(folder) for folder in reports] + [MEASURE]
 source = st.selectbox(
     "Report",
     sources,
@@ -218,22 +254,34 @@ if data is not None:
     show_perplexity(data)
 
 st.subheader("Attention on a held-out file")
-if not code:
+typed = shared.hf_models("Or a Hugging Face model, read on the held-out files of this corpus", "pretraining-file-hf")
+if not code and not typed:
     st.info(
-        f"No code runs under `{root}` to read attention from: `probe pretrain` trains them.", icon=":material/info:"
+        f"No code runs under `{root}` to read attention from (`probe pretrain` trains them): type an hf: model.",
+        icon=":material/info:",
     )
     st.stop()
-run = shared.pick_run("Model", code, default_pe="nope", key="pretraining-run")
+name = shared.pick_model("Model", code, typed, default_pe="nope", key="pretraining-run")
+run = next((r for r in code if str(r.path) == name), None)
 try:
-    model = shared.load_model(run)
-    corpus = corpus_of(str(run.path), shared.stamp(run))
+    if run is not None:
+        model = shared.load_model(run)
+        corpus = corpus_of(str(run.path), shared.stamp(run))
+        train_context = training_context(run.config)
+        names, lengths = corpus.heldout_names, corpus.heldout_lengths().tolist()
+        title = f"{shared.pe_name(run.pe)} (seed {run.seed})"
+    else:
+        options = shared.corpus_options(code[:1]) if code else {}
+        loaded, files, train_context = hf_files(name, json.dumps(options))
+        model = loaded.model
+        names, lengths = files.heldout_names, files.heldout_lengths().tolist()
+        title = name
 except ProbeError as error:
-    st.error(f"Cannot open {run.path}: {error}", icon=":material/error:")
+    st.error(f"Cannot open {name}: {error}", icon=":material/error:")
     st.stop()
 
-train_context = training_context(run.config)
-sizes = [(m, c) for m, c in context_sizes(train_context) if c <= model.cfg.n_ctx]  # 1x (seen) and 2x (unseen)
-names, lengths = corpus.heldout_names, corpus.heldout_lengths().tolist()
+limit = model.cfg.n_ctx if run is not None else (loaded.max_length or 2 * train_context)
+sizes = [(m, c) for m, c in context_sizes(train_context) if c <= limit]  # 1x (seen) and 2x (unseen)
 longest = max(c for _, c in sizes)
 first = next((i for i, n in enumerate(lengths) if n >= longest), max(range(len(lengths)), key=lengths.__getitem__))
 left, middle, right, far = st.columns([4, 2, 1, 1])
@@ -262,17 +310,17 @@ context = middle.selectbox(
 layer = right.selectbox("Layer", range(model.cfg.n_layers), key="pretraining-layer")
 head = far.selectbox("Head", range(model.cfg.n_heads), key="pretraining-head")
 try:
-    tokens, text, patterns = file_attention(str(run.path), shared.stamp(run), index, context)
+    if run is not None:
+        tokens, text, patterns = file_attention(str(run.path), shared.stamp(run), index, context)
+        maps = patterns[layer, head : head + 1]  # [1, query, key]
+    else:
+        tokens, text, maps = hf_file_attention(name, json.dumps(options), index, context, layer)
+        maps = maps[head : head + 1]
 except ProbeError as error:
     shared.error_line(error)
     st.stop()
 with st.expander(f"The last {context} tokens of {names[index]}"):
     st.code(text, language="python")
-figure = attention_heatmaps(
-    tokens,
-    patterns[layer, head : head + 1],
-    layer,
-    title=f"{shared.pe_name(run.pe)} (seed {run.seed}) on {names[index]}: layer {layer}, head {head}",
-)
+figure = attention_heatmaps(tokens, maps, layer, title=f"{title} on {names[index]}: layer {layer}, head {head}")
 figure.layout.annotations[0].text = f"head {head}"
 st.plotly_chart(figure, key="pretraining-attention", width="content")
