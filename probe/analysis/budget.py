@@ -98,22 +98,24 @@ def batches_within(sizes: Sequence[int], per_cell: int, batch_size: int, budget:
 
 
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
-TRIM_THRESHOLD = 2**27  # free memory above this at the heap's top goes back to the kernel
+KEEP_FREED = 2**30  # free memory at the heap's top beyond this goes back to the kernel
 
 
-def keep_freed_memory() -> None:
-    """Have glibc serve large blocks from the heap and keep what is freed for the next one.
+def keep_freed_memory(trim: int = KEEP_FREED) -> None:
+    """Have glibc serve large blocks from the heap and keep what is freed (up to ``trim`` bytes at the heap's
+    top) for the next one.
 
     By default glibc maps every block over its threshold (32 MiB at most) fresh from the kernel and unmaps it
     on free, so each layer's maps of a long input page-fault their memory in anew: on a 135M model at 1,024
-    tokens most of an analysis's time went to the kernel. Kept, a freed layer's memory serves the next layer,
-    and only what passes 128 MiB at the heap's top is returned (measured on `probe positions` of SmolLM2-135M
-    at T = 512: 146 s and 3.3 GB peak by default, 96 s and 4.3 GB keeping everything, 105 s and 3.7 GB
-    so). Elsewhere than glibc this does nothing."""
+    tokens most of an analysis's time went to the kernel. Kept, a freed layer's memory serves the next layer.
+    An analysis that holds large statistics for long (positions) keeps less, as what the heap keeps around
+    them adds to its peak (measured on `probe positions` of SmolLM2-135M at T = 512: 146 s and 3.3 GB peak
+    by default, 96 s and 4.3 GB keeping 2 GiB, 105 s and 3.7 GB keeping 128 MiB). Elsewhere than glibc this
+    does nothing."""
     try:
         libc = ctypes.CDLL(None)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return
     mallopt(M_MMAP_MAX, 0)
-    mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    mallopt(M_TRIM_THRESHOLD, trim)

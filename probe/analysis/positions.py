@@ -339,7 +339,7 @@ def positions_report(
     their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
     context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them.
     ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision."""
-    keep_freed_memory()
+    keep_freed_memory(trim=2**27)  # its logit statistics stay long: keep less beside them
     from probe.analysis.subjects import file_stem, home, readings, resolve_all
 
     device = torch.device(device)

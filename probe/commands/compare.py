@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
+    from probe.figures.terminal import fitted
     from probe.runs.folders import train_command
 
     if args.batch_size < 1:
@@ -188,10 +189,10 @@ def run(args: argparse.Namespace) -> int:
             pe_options=parse_options(args.pe_option, None),
             progress=on_progress,
         )
-    out.print(summary_table(report))
+    out.print(fitted(summary_table(report), out))
     detailed = args.detail or len(report.comparisons) == 1
     for table in [detail_table(r) for r in report.results] if detailed else [bucket_table(report)]:
-        out.print(table)
+        out.print(fitted(table, out))
     note = pairing_note(report)
     if note:
         out.print(note, highlight=False)
