@@ -52,10 +52,10 @@ from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 
-# T of hf: models unless -o context=N: the 1x windows of 512 tokens and 2x of 1,024 (perplexity: 256 to 1,280)
-# are cut from 133 (2x) and 127 (2.5x) of the default corpus's 200 held-out files (median 2,289 tokens with
-# SmolLM2's tokenizer), where a 135M model's 8,192 leave 35 and an attention map per head grows 64-fold
-HF_CONTEXT = 512
+# T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of
+# 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
+# under 3 minutes at 256, where 151 and 146 of the default corpus's 200 held-out files reach 2x and 2.5x
+HF_CONTEXT = 256
 
 # TransformerLens' positional_embedding_type -> the probe PE whose colour an hf: model gets in figures
 POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi"}

@@ -265,7 +265,7 @@ def pick_source(found: list[Run], key: str, preferred: str | None = None) -> Sou
         "Held-out share", min_value=0.01, max_value=0.99, value=default.heldout, key=f"{key}-heldout"
     )
     context = right.number_input(
-        "Context T (0: the model's n_ctx, at most 512)",
+        "Context T (0: the model's n_ctx, at most 256)",
         min_value=0,
         value=0,
         step=64,
