@@ -48,17 +48,17 @@ def corpus_of(path: str, version: float):
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=32)
-def file_attention(path: str, version: float, index: int, context: int):
-    """The last ``context`` tokens of held-out file ``index``: their labels, the text, and the
-    attention maps [layer, head, query, key]."""
-    from probe.analysis.patterns import run_patterns
+def file_attention(path: str, version: float, index: int, context: int, layer: int):
+    """The last ``context`` tokens of held-out file ``index``: their labels, the text, and layer ``layer``'s
+    attention maps [head, query, key], the only layer held."""
+    from probe.analysis.patterns import capture_layers
 
     model = shared.cached_model(path, version)
     ids = corpus_of(path, version).heldout_file(index)[-context:]  # [context]
-    patterns = run_patterns(model, ids[None].to(model.cfg.device))[0].cpu()  # [layer, head, query, key]
+    maps = capture_layers(model, ids[None].to(model.cfg.device), [layer])[layer][0].cpu()  # [head, query, key]
     tokenizer = corpus_of(path, version).tokenizer  # the run's BPE: run_corpus checks it is the one it trained with
     labels = [t.replace("\n", "↵").replace("\t", "⇥") for t in tokenizer.tokens(ids.tolist())]
-    return labels, tokenizer.decode(ids.tolist()), patterns
+    return labels, tokenizer.decode(ids.tolist()), maps
 
 
 @st.cache_resource(show_spinner="Loading the model and reading the held-out files with its tokenizer…", max_entries=2)
@@ -311,11 +311,10 @@ layer = right.selectbox("Layer", range(model.cfg.n_layers), key="pretraining-lay
 head = far.selectbox("Head", range(model.cfg.n_heads), key="pretraining-head")
 try:
     if run is not None:
-        tokens, text, patterns = file_attention(str(run.path), shared.stamp(run), index, context)
-        maps = patterns[layer, head : head + 1]  # [1, query, key]
+        tokens, text, maps = file_attention(str(run.path), shared.stamp(run), index, context, layer)
     else:
         tokens, text, maps = hf_file_attention(name, json.dumps(options), index, context, layer)
-        maps = maps[head : head + 1]
+    maps = maps[head : head + 1]  # [1, query, key]
 except ProbeError as error:
     shared.error_line(error)
     st.stop()
