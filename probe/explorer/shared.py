@@ -7,6 +7,7 @@ offers the widgets that pick a run.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,22 @@ def pick_source(found: list[Run], key: str, preferred: str | None = None) -> Sou
     )
     options = {"corpus": corpus.strip(), "heldout": float(heldout), **({"context": int(context)} if context else {})}
     return Source(folder, [], True, options)
+
+
+def measure_each(chosen: list[str], by_path: dict[str, Run], what: str, measure: Callable[[str, float], Any]) -> list:
+    """``measure(name, stamp)`` of each chosen run or hf: model, under a progress bar; a model that fails is
+    named in an error line and left out, and the rest go on."""
+    results = []
+    progress = st.progress(0.0)
+    for i, name in enumerate(chosen):
+        title = run_title(by_path[name]) if name in by_path else name
+        progress.progress(i / len(chosen), text=f"{what} {title} ({i + 1}/{len(chosen)})…")
+        try:
+            results.append(measure(name, stamp(by_path[name]) if name in by_path else 0.0))
+        except ProbeError as error:
+            st.error(f"Left out {name}: {error}", icon=":material/error:")
+    progress.empty()
+    return results
 
 
 def corpus_options(members: list[Run]) -> dict[str, Any]:

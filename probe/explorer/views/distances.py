@@ -9,7 +9,6 @@ import json
 import streamlit as st
 
 from probe.analysis import AttendedReport, AttendedResult
-from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.figures import attended_distance_figure
 
@@ -104,24 +103,13 @@ if not chosen:
     st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
     st.stop()
 options = json.dumps(source.options if external else {})
-results = []
-progress = st.progress(0.0)
-for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
-    title = shared.run_title(by_path[name]) if name in by_path else name
-    progress.progress(i / len(chosen), text=f"Measuring attended distances of {title} ({i + 1}/{len(chosen)})…")
-    try:
-        results += distances(
-            name,
-            shared.stamp(by_path[name]) if name in by_path else 0.0,
-            int(n_per_bucket),
-            normalization,
-            lengths,
-            int(bins),
-            options,
-        )
-    except ProbeError as error:
-        st.error(f"Left out {name}: {error}", icon=":material/error:")
-progress.empty()
+measured = shared.measure_each(
+    chosen,
+    by_path,
+    "Measuring attended distances of",
+    lambda name, version: distances(name, version, int(n_per_bucket), normalization, lengths, int(bins), options),
+)
+results = [result for per_model in measured for result in per_model]
 if not results:
     st.stop()
 chosen = list(dict.fromkeys(r.run.path for r in results))

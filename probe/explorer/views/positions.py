@@ -8,7 +8,6 @@ import json
 
 import streamlit as st
 
-from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
 
@@ -70,18 +69,9 @@ if not chosen:
     st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
     st.stop()
 options = json.dumps(source.options if external else {})
-results = []
-progress = st.progress(0.0)
-for i, name in enumerate(chosen):  # a model that fails is reported and left out; the rest go on
-    title = shared.run_title(by_path[name]) if name in by_path else name
-    progress.progress(i / len(chosen), text=f"Measuring {title} ({i + 1}/{len(chosen)})…")
-    try:
-        results.append(
-            measure(name, shared.stamp(by_path[name]) if name in by_path else 0.0, int(n_per_bucket), options)
-        )
-    except ProbeError as error:
-        st.error(f"Left out {name}: {error}", icon=":material/error:")
-progress.empty()
+results = shared.measure_each(
+    chosen, by_path, "Measuring", lambda name, version: measure(name, version, int(n_per_bucket), options)
+)
 if not results:
     st.stop()
 flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
