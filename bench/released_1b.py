@@ -34,6 +34,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
+from probe.device import DTYPES  # noqa: E402
+
 RELEASED = {
     "position_encoding_type": "rotary",
     "vocab_size": 49152,
@@ -109,7 +111,7 @@ def measure(name: str, device: str, dtype: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
     parser.add_argument("--only", choices=MEASURES, help=argparse.SUPPRESS)  # one measure, in a child process
     args = parser.parse_args()
     if args.only:

@@ -26,11 +26,11 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
-    """``float32`` (or None: as saved, float32), ``bfloat16``/``bf16``: the precision a model's weights are
+    """``float32`` (or None: as saved, float32), ``bfloat16``: the precision a model's weights are
     loaded in and its forward pass runs in; what analyses reduce is float32 or float64 whatever it is."""
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype

@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil  # the test extra's: finds the server under `probe app`
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 EXPLORER = Path(__file__).resolve().parent.parent / "probe" / "explorer" / "explorer.py"
 FAST = {"n": "2", "per_bucket": "2"}  # query parameters: 2 examples per length bucket on Compare and Distances
@@ -189,3 +191,18 @@ def assert_stops(process: subprocess.Popen, url: str, children: list, signum: in
     _, alive = psutil.wait_procs(children, timeout=5)
     assert not alive, f"outlived `probe app`: {alive}\n{log.read_text()}"
     server.check_port(int(url.rsplit(":", 1)[1]))  # raises if the port is still held
+
+
+class LargestTensor(TorchDispatchMode):
+    """Bytes of the largest tensor any op makes while the mode is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.largest = max(self.largest, leaf.numel() * leaf.element_size())
+        return out

@@ -8,8 +8,7 @@ import threading
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from helpers import LargestTensor
 
 from probe.analysis.budget import WORKING_BYTES, batches_within, layer_bytes, per_batch
 from probe.analysis.distances import attended_results
@@ -25,21 +24,6 @@ from probe.models.transformer import build_model
 
 LAYERS, HEADS, C = 4, 4, 320  # the window: one layer's float64 maps (3.3 MB) pass the JSD's 2 MiB blocks
 VOCAB = 50
-
-
-class LargestTensor(TorchDispatchMode):
-    """Bytes of the largest tensor any op makes while the mode is on."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self.largest = max(self.largest, leaf.numel() * leaf.element_size())
-        return out
 
 
 def _model(seed: int = 0):

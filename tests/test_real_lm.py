@@ -103,7 +103,7 @@ def test_attention_patterns_equal_transformers_eager_attention(real):
 
 
 def test_distances_on_the_real_model_hold_one_layer_of_maps_at_a_time(real):
-    from test_memory_bound import LargestTensor
+    from helpers import LargestTensor
 
     from probe.analysis.distances import attended_results
     from probe.analysis.inputs import Inputs, WindowGroup

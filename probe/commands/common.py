@@ -25,9 +25,11 @@ def add_device(parser: argparse.ArgumentParser) -> None:
 
 
 def add_dtype(parser: argparse.ArgumentParser) -> None:
+    from probe.device import DTYPES
+
     parser.add_argument(
         "--dtype",
-        choices=["float32", "bfloat16"],
+        choices=list(DTYPES),
         default=None,
         help="the models' weights and forward passes in this precision (default: as saved, float32); "
         "bfloat16 halves their memory: a 1B model on a CPU",

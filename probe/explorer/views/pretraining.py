@@ -269,18 +269,17 @@ try:
         corpus = corpus_of(str(run.path), shared.stamp(run))
         train_context = training_context(run.config)
         names, lengths = corpus.heldout_names, corpus.heldout_lengths().tolist()
-        title = f"{shared.pe_name(run.pe)} (seed {run.seed})"
+        title, limit = f"{shared.pe_name(run.pe)} (seed {run.seed})", model.cfg.n_ctx
     else:
         options = shared.corpus_options(code[:1]) if code else {}
         loaded, files, train_context = hf_files(name, json.dumps(options))
         model = loaded.model
         names, lengths = files.heldout_names, files.heldout_lengths().tolist()
-        title = name
+        title, limit = name, loaded.max_length or 2 * train_context  # Rotary and ALiBi read any length
 except ProbeError as error:
     st.error(f"Cannot open {name}: {error}", icon=":material/error:")
     st.stop()
 
-limit = model.cfg.n_ctx if run is not None else (loaded.max_length or 2 * train_context)
 sizes = [(m, c) for m, c in context_sizes(train_context) if c <= limit]  # 1x (seen) and 2x (unseen)
 longest = max(c for _, c in sizes)
 first = next((i for i, n in enumerate(lengths) if n >= longest), max(range(len(lengths)), key=lengths.__getitem__))
