@@ -1,0 +1,134 @@
+"""Honest tuning of interventions with a parameter: chosen on a validation slice, never on the test.
+
+A fixed rule (log-length, a cap at the training length) needs no tuning. A searched one is chosen on
+validation examples that the test numbers leave out (:func:`validation_split`): a global temperature and a
+window (with sinks) by a grid, a temperature per head by gradient descent on the validation loss with every
+weight of the model frozen (Wang et al. 2024, Sec. 4 fit one scale per head the same way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from probe.models.interventions import Intervention
+
+TEMPERATURES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)  # logits / t: sharper below 1
+WINDOW_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the training length
+SINKS = (0, 1, 4)
+HEAD_STEPS = 30
+HEAD_BATCH = 128  # validation examples per step of the per-head fit
+HEAD_LR = 0.05
+HEAD_EVERY = 10  # steps between the snapshots validation picks from
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class Score:
+    """How an intervention does on the validation slice: higher ``primary`` is better (exact match, or minus
+    the NLL), ``secondary`` breaks ties (minus the NLL)."""
+
+    primary: float
+    secondary: float = 0.0
+
+    def key(self) -> tuple[float, float]:
+        return (round(self.primary, 12), round(self.secondary, 12))
+
+
+@dataclass
+class Tuned:
+    """The intervention chosen, and what was tried with its validation score (the report shows both)."""
+
+    intervention: Intervention
+    family: str
+    tried: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.family, "chosen": self.intervention.name, "tried": self.tried}
+
+
+def validation_split(
+    items: Sequence[Item], key: Callable[[Item], str], group: Callable[[Item], Any], share: float, most: int
+) -> tuple[list[Item], list[Item]]:
+    """(validation, test): per group (a length), the ``share`` of its items (at most ``most``, at least one
+    where the group has two) that come first by the SHA-256 of ``key(item)``; the rest, in their order, is the
+    test. Deterministic: the same items give the same split on any machine, whatever their order."""
+    by_group: dict[Any, list[Item]] = {}
+    for item in items:
+        by_group.setdefault(group(item), []).append(item)
+    chosen: set[int] = set()
+    for members in by_group.values():
+        ranked = sorted(members, key=lambda item: hashlib.sha256(key(item).encode()).hexdigest())
+        take = min(most, max(1 if len(members) > 1 else 0, math.floor(share * len(members))))
+        chosen.update(id(item) for item in ranked[:take])
+    return [i for i in items if id(i) in chosen], [i for i in items if id(i) not in chosen]
+
+
+def grid_search(family: str, grid: Sequence[Intervention], score: Callable[[Intervention], Score]) -> Tuned:
+    """The best of ``grid`` on validation (ties: the first, the grid listing milder changes first)."""
+    tried, best, best_key = [], grid[0], None
+    for candidate in grid:
+        result = score(candidate)
+        tried.append({"intervention": candidate.name, "validation": result.primary, "tie_break": result.secondary})
+        if best_key is None or result.key() > best_key:
+            best, best_key = candidate, result.key()
+    return Tuned(best, family, tried)
+
+
+def temperature_grid() -> list[Intervention]:
+    """Temperatures from no change outwards, so a tie keeps the mildest."""
+    return [Intervention(temperature=t) for t in sorted(TEMPERATURES, key=lambda t: (abs(math.log(t)), t))]
+
+
+def window_grid(trained: int) -> list[Intervention]:
+    """Windows of a quarter to all of the training length, with 0, 1 or 4 sinks; the widest first."""
+    windows = sorted({max(1, round(f * trained)) for f in WINDOW_FRACTIONS}, reverse=True)
+    return [Intervention(window=w, sinks=s) for w in windows for s in SINKS]
+
+
+def fit_head_temperatures(
+    model, loss: Callable[[int], Tensor], steps: int = HEAD_STEPS, lr: float = HEAD_LR, every: int = HEAD_EVERY
+) -> list[tuple[int, tuple[tuple[float, ...], ...]]]:
+    """(step, [layer][head] temperatures) every ``every`` steps of lowering ``loss(step)`` (the validation loss
+    of ``model`` as it is called, on the step's minibatch) with the model's weights frozen: one log inverse
+    temperature per head, from 0 (no change), by Adam. The caller picks among them on validation: a lower loss
+    need not be more exact matches."""
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    device = next(model.parameters()).device
+    log_scale = torch.zeros(n_layers, n_heads, dtype=torch.float32, device=device, requires_grad=True)
+
+    def scaled(layer: int):
+        def hook(scores: Tensor, hook: Any) -> Tensor:  # [batch, head, query, key]
+            # masked logits (-inf) are kept out of the product: their gradient would be -inf x 0 = NaN
+            masked = ~torch.isfinite(scores)
+            scaled = scores.masked_fill(masked, 0) * log_scale[layer].exp().to(scores.dtype)[:, None, None]
+            return scaled.masked_fill(masked, float("-inf"))
+
+        return hook
+
+    hooks = [(f"blocks.{layer}.attn.hook_attn_scores", scaled(layer)) for layer in range(n_layers)]
+    frozen = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    optimizer = torch.optim.Adam([log_scale], lr=lr)
+    snapshots = []
+    try:
+        with model.hooks(fwd_hooks=hooks), torch.enable_grad():
+            for step in range(1, steps + 1):
+                optimizer.zero_grad()
+                value = loss(step)
+                value.backward()
+                optimizer.step()
+                if step % every == 0 or step == steps:
+                    temperatures = (-log_scale.detach()).exp().double().cpu()  # t = 1 / scale
+                    snapshots.append((step, tuple(tuple(float(t) for t in row) for row in temperatures)))
+    finally:
+        for p, was in zip(model.parameters(), frozen):
+            p.requires_grad_(was)
+    return snapshots
