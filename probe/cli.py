@@ -29,6 +29,7 @@ COMMANDS = (
     "reproduce",
     "pretrain",
     "perplexity",
+    "extrapolate",
     "released",
     "app",
 )  # the modules, in the order of `probe --help`

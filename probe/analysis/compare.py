@@ -37,6 +37,7 @@ from probe.analysis.subjects import (
 from probe.device import resolve_dtype
 from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
+from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 
 
@@ -142,6 +143,7 @@ def compare_runs(
     multiples: Sequence[float] | None = None,
     pe_options: Mapping[str, Any] | None = None,
     dtype: str | torch.dtype | None = None,
+    intervention: Intervention | None = None,
 ) -> CompareResult:
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same inputs for both.
 
@@ -153,10 +155,11 @@ def compare_runs(
     context (default 1x, 2x). ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the
     runs whose PE has them. ``dtype`` (``bfloat16``): the models' weights and forward passes in that
     precision (distances are float64 whatever it is).
+    ``intervention``: every model read under it (:mod:`probe.models.interventions`).
     """
     keep_freed_memory()
     check_metric(metric)
-    subjects = resolve_all([r for r in (run_a, run_b, baseline) if r is not None])
+    subjects = resolve_all([r for r in (run_a, run_b, baseline) if r is not None], intervention=intervention)
     check_together(subjects[0], subjects[1:])
     timings: dict[str, float] = {}
     settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples, dtype)
@@ -201,17 +204,18 @@ def compare_report(
     pe_options: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
     dtype: str | torch.dtype | None = None,
+    intervention: Intervention | None = None,
 ) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under ``root``),
     run folders or ``hf:`` models (then the task is code and ``options`` name the corpus); no B compares A with
     every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for NoPE) when one
     exists. Everything is checked (subjects exist, read the same inputs) before any model is loaded.
-    ``multiples``, ``pe_options``, ``dtype``: see :func:`compare_runs`."""
+    ``multiples``, ``pe_options``, ``dtype``, ``intervention``: see :func:`compare_runs`."""
     keep_freed_memory()
     check_metric(metric)
     options = dict(options or {})
     found = dict(root=root, task=task, seed=seed, options=options)
-    subjects = resolve_all([pe_a, *pe_b_list], **found)
+    subjects = resolve_all([pe_a, *pe_b_list], **found, intervention=intervention)
     a = subjects[0]
     others = subjects[1:] or others_than(a, root, task, options, seed)
     reading = reading_of([a, *others], options)

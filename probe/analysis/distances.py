@@ -24,6 +24,7 @@ from probe.analysis.subjects import Loaded, file_stem, home, readings, relabelle
 from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
+from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 
 
@@ -98,6 +99,7 @@ def attended_distance_report(
     root: str | Path = "checkpoints",
     progress: Progress | None = None,
     dtype: str | torch.dtype | None = None,
+    intervention: Intervention | None = None,
 ) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
@@ -109,6 +111,7 @@ def attended_distance_report(
     the corpus) gives one result per context size (``multiples`` of its training context, default 1x and 2x;
     ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted. ``dtype``
     (``bfloat16``): the models' weights and forward passes in that precision.
+    ``intervention``: every model read under it (:mod:`probe.models.interventions`).
     """
     keep_freed_memory()
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
@@ -120,7 +123,7 @@ def attended_distance_report(
     if bins < 1:
         raise ProbeError(f"--bins must be at least 1, got {bins}")
     device = torch.device(device)
-    subjects = resolve_all(list(runs))
+    subjects = resolve_all(list(runs), intervention=intervention)
     settings = dict(weightings=weightings, normalization=normalization, bins=bins, device=device, batch_size=batch_size)
     results, chosen = [], []
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):

@@ -69,6 +69,7 @@ class EvalReport:
     selected_step: int | None = None  # the step selection on IID validation published
     last: LastStep | None = None
     written_to: str | None = None  # where evaluate_run wrote it
+    intervention: dict[str, Any] = field(default_factory=dict)  # on its attention at inference (resolved)
 
     def to_json(self) -> dict[str, Any]:
         """The dict ``eval.json`` holds, its keys in the order they have always been written."""
@@ -92,6 +93,8 @@ class EvalReport:
             data["last"] = self.last.to_json()
         if self.written_to is not None:
             data["written_to"] = self.written_to
+        if self.intervention:
+            data["intervention"] = self.intervention
         return data
 
     @classmethod
@@ -127,6 +130,7 @@ class EvalReport:
             if last is None
             else LastStep(int(last["step"]), float(last["iid_accuracy"]), _optional(last["ood_accuracy"])),
             written_to=data.get("written_to"),
+            intervention=dict(data.get("intervention", {})),
         )
 
     @property

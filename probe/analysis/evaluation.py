@@ -10,8 +10,10 @@ from typing import Any
 import torch
 
 from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
+from probe.analysis.examples import trained_length
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
+from probe.models.interventions import Intervention, apply
 from probe.models.registry import PE_KINDS
 from probe.runs.folders import LAST, Run, load_run
 from probe.runs.locks import run_lock
@@ -20,11 +22,17 @@ from probe.tasks import get as get_task
 from probe.tasks.decoding import evaluate_examples
 
 
-def eval_file(pe_options: dict[str, Any] | None = None) -> str:
-    """``eval.json``, or ``eval+factor=4+scaling=yarn.json`` for PE options applied at inference."""
+def eval_file(pe_options: dict[str, Any] | None = None, intervention: Intervention | None = None) -> str:
+    """``eval.json``; ``eval+factor=4+scaling=yarn.json`` for PE options applied at inference;
+    ``eval+log-length=34.json`` under an intervention on the attention."""
     from probe.models.registry import pe_folder_name
 
-    return EVAL if not pe_options else pe_folder_name("eval", pe_options) + ".json"
+    if not pe_options and (intervention is None or intervention.is_identity):
+        return EVAL
+    name = pe_folder_name("eval", pe_options)
+    if intervention is not None and not intervention.is_identity:
+        name += "+" + intervention.name
+    return name + ".json"
 
 
 def evaluate_run(
@@ -39,19 +47,23 @@ def evaluate_run(
     on_wait: Callable[[dict], None] | None = None,
     pe_options: dict[str, Any] | None = None,
     force: bool = False,
+    intervention: Intervention | None = None,
 ) -> EvalReport:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
     (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
     run folder's lock (:func:`probe.runs.locks.run_lock`) meanwhile. An evaluation on fewer examples than the
     one already there (a quick ``--n 100`` look after the full one) never replaces it unless ``force``:
-    it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where."""
+    it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where. ``intervention``:
+    the run read under it (:mod:`probe.models.interventions`), the results in ``eval+<intervention>.json``."""
+    if intervention is not None and not intervention.is_identity:
+        intervention = intervention.resolved(trained_length(run.config))
     if n_test is not None and n_test < 1:
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
     if not write:
-        return _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
+        return _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
-        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options)
-        target = run.path / eval_file(report.pe_options_at_inference)
+        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
+        target = run.path / eval_file(report.pe_options_at_inference, intervention)
         kept = read_eval(target.parent, target.name)
         if kept is not None and kept.n_examples > report.n_examples and not force:
             target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
@@ -67,24 +79,28 @@ def _evaluate(
     device: torch.device | str,
     batch_size: int,
     pe_options: dict[str, Any] | None,
+    intervention: Intervention | None = None,
 ) -> EvalReport:
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
-    at_inference = parse_pe_options(run.pe, pe_options or {})
-    model = load_run(run.path, device=device, pe_options=at_inference, config=run.config)
+    intervention = intervention or Intervention()
+    at_inference = parse_pe_options(run.pe, {**(pe_options or {}), **intervention.rope})
+    model = apply(load_run(run.path, device=device, pe_options=at_inference, config=run.config), intervention)
     meta = model.metadata
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
     answer_only = bool(task.options.get("scratchpad"))
+    cached = not intervention.needs_whole_pass(model)
     result = evaluate_examples(
-        model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only
+        model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only, use_cache=cached
     )
     buckets = [Bucket(length, n, k, k / n, task.is_seen(length)) for length, (n, k) in result.by_length().items()]
     iid, ood = split_accuracy(task, result)
     label = run.label + "".join(f" {k}={format_option(v)}" for k, v in sorted(at_inference.items()))
+    label += "" if intervention.is_identity else f" under {intervention.name}"
     report = EvalReport(
         label=label,
         path=str(run.path),
@@ -98,14 +114,21 @@ def _evaluate(
         iid_accuracy=iid,
         ood_accuracy=ood,
         buckets=buckets,
+        intervention={} if intervention.is_identity else intervention.to_json(),
     )
     if "selected_step" in training:  # selected on IID validation: the last step's numbers beside it
         report.selected_step = training["selected_step"]
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
-            last = load_run(run.path / LAST, device=device, pe_options=at_inference)
+            last = apply(load_run(run.path / LAST, device=device, pe_options=at_inference), intervention)
             result = evaluate_examples(
-                last, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only
+                last,
+                tokenizer,
+                examples,
+                device=device,
+                batch_size=batch_size,
+                answer_only=answer_only,
+                use_cache=cached,
             )
             iid, ood = split_accuracy(task, result)
         report.last = LastStep(last_step, iid, ood)
@@ -131,7 +154,11 @@ def inference_options(
 
 
 def accuracy_figures(
-    reports: Sequence[EvalReport], runs: Sequence[Run], out: str | Path | None, given: dict[str, Any]
+    reports: Sequence[EvalReport],
+    runs: Sequence[Run],
+    out: str | Path | None,
+    given: dict[str, Any],
+    intervention: Intervention | None = None,
 ) -> list[Path]:
     """Exact match against length, one figure per task folder (seed 0 solid, other seeds dashed), written to
     ``out`` or beside the runs (``eval_accuracy[+options]``): the figure `probe eval` writes."""
@@ -144,7 +171,7 @@ def accuracy_figures(
     written: list[Path] = []
     for task_folder, pairs in by_task.items():
         target = Path(out) if out else beside([run for _, run in pairs])
-        name = eval_file(given).replace("eval", "eval_accuracy", 1).removesuffix(".json")
+        name = eval_file(given, intervention).replace("eval", "eval_accuracy", 1).removesuffix(".json")
         written += write_figure(accuracy_figure([r for r, _ in pairs], task_folder), target / name)
     return written
 

@@ -9,15 +9,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from probe.analysis.run_info import Lengths, describe_run
+from probe.analysis.run_info import Lengths, describe_run, is_code_run, training_context
 from probe.errors import ProbeError
 from probe.tasks import Example, Task, Tokenizer
 from probe.tasks import get as get_task
+
+TRAINED_FROM = 200  # IID validation examples whose longest sequence stands for the longest trained on
 
 
 def task_of(config: Mapping[str, Any]) -> tuple[Task, Tokenizer]:
     task, tokenizer, _ = describe_run(config)
     return get_task(task["name"], **task.get("options", {})), Tokenizer.from_dict(tokenizer)
+
+
+def trained_length(config: Mapping[str, Any]) -> int:
+    """L, the longest sequence a run was trained on, in tokens: a code run's training context; a task run's
+    longest sequence among :data:`TRAINED_FROM` IID validation examples (drawn from its training lengths)."""
+    if is_code_run(config):
+        return training_context(config)
+    task, tokenizer = task_of(config)
+    return max(len(tokenizer.encode_example(e)[0]) for e in task.examples("valid", n=TRAINED_FROM, seed=0))
 
 
 @dataclass(frozen=True)

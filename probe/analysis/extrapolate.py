@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.examples import task_of
+from probe.analysis.examples import TRAINED_FROM, task_of
 from probe.analysis.extrapolation_report import ExtrapolationReport, Outcome, RunExtrapolation, summary
 from probe.analysis.perplexity import scored_nll
 from probe.analysis.subjects import CodeRun, HfModel, Subject, TaskRun, TextReading, home, resolve_all
@@ -168,7 +168,7 @@ def _task_run(subject: Subject, settings: Settings, step: Callable[[str], None])
     )
     iid = task.examples("valid", n=settings.n_iid, seed=0)
     data = {"valid": encode(valid, tokenizer), "test": encode(test, tokenizer), "iid": encode(iid, tokenizer)}
-    trained = int(data["iid"].lengths.max())  # the longest sequence trained on, as the IID examples show it
+    trained = subject.trained_length()
     longest = int(data["test"].lengths.max())
     device, batch = settings.device, settings.batch_size
     lengths = torch.tensor([e.length for e in test])
@@ -220,7 +220,7 @@ def _task_run(subject: Subject, settings: Settings, step: Callable[[str], None])
         validation,
         outcomes,
         skipped,
-        f"the longest of {len(iid)} IID validation sequences, in tokens",
+        f"the longest of {TRAINED_FROM} IID validation sequences, in tokens",
     )
 
 

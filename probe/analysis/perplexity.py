@@ -37,6 +37,7 @@ from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.checkpoint import task_name
+from probe.models.interventions import Intervention
 from probe.models.registry import pe_folder_name
 
 PAPER_CONTEXT = 1024
@@ -326,6 +327,7 @@ def perplexity_report(
     root: str | Path = "checkpoints",
     progress: Progress | None = None,
     dtype: str | torch.dtype | None = None,
+    intervention: Intervention | None = None,
 ) -> PerplexityReport:
     """Perplexity of held-out files per model, context size and file-length bucket, the paper's way (module
     docstring). Code runs read the corpus they were trained on, at multiples of their training context;
@@ -335,11 +337,12 @@ def perplexity_report(
     (``options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
     model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files,
     drawn with ``seed``. ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision
-    (the loss is float64 whatever it is)."""
+    (the loss is float64 whatever it is).
+    ``intervention``: every model read under it (:mod:`probe.models.interventions`)."""
     keep_freed_memory()
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
-    subjects = resolve_all(list(names))
+    subjects = resolve_all(list(names), intervention=intervention)
     reading = reading_of(subjects, options)
     device = torch.device(device)
     settings = dict(
@@ -404,7 +407,6 @@ def _corpus_perplexity(
     from probe.models.checkpoint import window_bos
     from probe.models.registry import options_for
     from probe.models.rotary import SCALINGS_WITH_LENGTH
-    from probe.runs.folders import load_run
 
     corpus = _code_corpus(subjects)
     protocol = Protocol.scaled(int(subjects[0].config["task"]["options"]["context"]))
@@ -417,9 +419,8 @@ def _corpus_perplexity(
         applied = options_for(config["pe"], pe_options)
         if applied.get("scaling") in SCALINGS_WITH_LENGTH:
             applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
-        model = load_run(path, device=device, pe_options=applied or None, config=config)
-        if dtype is not None:
-            model.to(dtype)
+        loaded = subject.load(device, pe_options=applied, dtype=dtype)
+        model = loaded.model
         if model.cfg.n_ctx < protocol.contexts[-1]:
             raise ProbeError(
                 f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
@@ -428,6 +429,8 @@ def _corpus_perplexity(
         training = config.get("training", {}).get("pe_options", {})
         seed_of = config.get("training", {}).get("seed", 0)
         label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
+        if loaded.info.intervention:
+            label += f" under {loaded.info.intervention['name']}"
         nll = read_contexts(
             model,
             files,

@@ -7,7 +7,7 @@ and a 1B model reads long windows within a memory budget.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from probe.metrics.position_stats import (
     logit_bases,
     logit_sums,
     moment_sums,
+    row_entropy,
     sink_share,
 )
 
@@ -74,6 +75,8 @@ class Collected:
     sinks: dict[int, list[list[Tensor]]]  # first k -> [layer][batch]: [examples, head]
     uniform: dict[int, list[Tensor]]  # first k -> [batch]: [examples]
     moments: list[MomentSums | None]  # [layer]: [pos, d_model]
+    entropy: list[list[Tensor]] = field(default_factory=list)  # [layer][batch]: [examples, head] mean row entropy
+    uniform_entropy: list[Tensor] = field(default_factory=list)  # [batch]: [examples] that of uniform attention
 
     def decomposition(self, view: str) -> dict[str, Tensor] | None:
         """Every layer's shares of one view stacked: share -> [layer, head]; None where no input was read."""
@@ -162,6 +165,7 @@ def collect(
         {k: [[] for _ in range(L)] for k in sink_first},
         {k: [] for k in sink_first},
         [None] * L,
+        [[] for _ in range(L)],
     )
     model.eval()
     batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
@@ -192,6 +196,10 @@ def collect(
                 out.sinks[k][layer].append(share.cpu())
                 if layer == 0:
                     out.uniform[k].append(uniform.cpu())
+            entropy, uniform = row_entropy(value, batch["lengths"])  # [batch, head], [batch]
+            out.entropy[layer].append(entropy.cpu())
+            if layer == 0:
+                out.uniform_entropy.append(uniform.cpu())
 
         return hook
 

@@ -47,6 +47,7 @@ from probe.metrics.position_stats import (
     position_variance,
     probe_statistics,
 )
+from probe.models.interventions import Intervention
 
 SINK_FIRST = (1, 4)  # the first k tokens whose attention share is reported
 SHARES = ("relative", "absolute", "both", "position", "content")
@@ -69,6 +70,7 @@ class PositionResult:
     variance: dict[str, Any]  # per layer: variance at each position, log-log slope
     skipped: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    entropy: dict[str, Any] = field(default_factory=dict)  # seen, unseen -> per layer and head; growth [layer][head]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class PositionResult:
             "kinds": self.kinds,
             "sinks": self.sinks,
             "variance": self.variance,
+            "entropy": self.entropy,
             "summary": self.summary(),
         }
 
@@ -105,6 +108,7 @@ class PositionResult:
             "shares_within_rows": shares["seen_rows"],
             "kinds": {k: kinds.count(k) for k in ("relative", "absolute", "content")},
             "best_probe": best,
+            "entropy": {name: self.entropy[name]["mean"] for name in ("seen", "unseen") if name in self.entropy},
         }
 
     def probe_rows(self) -> list[dict[str, Any]]:
@@ -294,6 +298,7 @@ def analyse_positions(
                         "heads": share[chosen][:, layer].mean(0).tolist(),
                     }
                 )
+    entropy = _entropy(got, seen, n_resamples, seed)
     moments = got.moment_sums()
     variance = position_variance(moments)  # [layer, pos]
     t = torch.arange(1, variance.shape[-1] + 1)
@@ -316,7 +321,34 @@ def analyse_positions(
         },
         skipped,
         timings,
+        entropy,
     )
+
+
+def _entropy(got, seen: Tensor, n_resamples: int, seed: int) -> dict[str, Any]:
+    """Mean attention-row entropy per layer and head, at the seen and at the unseen lengths, with a bootstrap
+    interval over inputs per layer (heads averaged), uniform attention's beside it; and per head how much it
+    grows from seen to unseen lengths (distraction)."""
+    entropy = torch.stack([torch.cat(layer) for layer in got.entropy], 1)  # [input, layer, head]
+    uniform = torch.cat(got.uniform_entropy)  # [input]
+    found: dict[str, Any] = {}
+    for flag, name in ((True, "seen"), (False, "unseen")):
+        chosen = seen == flag
+        if not chosen.any():
+            continue
+        heads = entropy[chosen].mean(0)  # [layer, head]
+        ci = bootstrap_ci(entropy[chosen].mean(-1), n_resamples=n_resamples, seed=seed)  # per layer
+        found[name] = {
+            "heads": heads.tolist(),
+            "layers": ci.mean.tolist(),
+            "low": ci.low.tolist(),
+            "high": ci.high.tolist(),
+            "uniform": float(uniform[chosen].mean()),
+            "mean": float(heads.mean()),
+        }
+    if "seen" in found and "unseen" in found:
+        found["growth"] = (torch.tensor(found["unseen"]["heads"]) - torch.tensor(found["seen"]["heads"])).tolist()
+    return found
 
 
 def positions_report(
@@ -334,11 +366,13 @@ def positions_report(
     root: str | Path = "checkpoints",
     progress: Progress | None = None,
     dtype: str | torch.dtype | None = None,
+    intervention: Intervention | None = None,
 ) -> PositionsReport:
     """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.analysis.subjects`): task runs read
     their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
     context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them.
-    ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision."""
+    ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision.
+    ``intervention``: every model read under it (:mod:`probe.models.interventions`)."""
     keep_freed_memory(trim=2**27)  # its logit statistics stay long: keep less beside them
     from probe.analysis.subjects import file_stem, home, readings, resolve_all
 
@@ -351,7 +385,7 @@ def positions_report(
         max_probe_positions=max_probe_positions,
         device=device,
     )
-    subjects = resolve_all(list(names))
+    subjects = resolve_all(list(names), intervention=intervention)
     results, context = [], None
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
         loaded = subject.load(device, dtype=resolve_dtype(dtype))

@@ -48,6 +48,7 @@ class RunInfo:
     label: str
     pe_options: Mapping[str, Any] = field(default_factory=dict)  # as given at training (-p)
     inference_options: Mapping[str, Any] = field(default_factory=dict)  # applied at loading (RoPE scaling)
+    intervention: Mapping[str, Any] = field(default_factory=dict)  # on its attention at inference (resolved)
 
     @property
     def pe_name(self) -> str:
@@ -65,6 +66,7 @@ class RunInfo:
             "seed": self.seed,
             "label": self.label,
             "inference_options": dict(self.inference_options),
+            **({"intervention": dict(self.intervention)} if self.intervention else {}),
         }
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from probe.analysis.budget import check_fits
-from probe.analysis.examples import fitting_examples, sample_buckets, task_of
+from probe.analysis.examples import fitting_examples, sample_buckets, task_of, trained_length
 from probe.analysis.inputs import ExampleGroup, Inputs, WindowGroup
 from probe.analysis.run_info import (
     Lengths,
@@ -50,6 +50,7 @@ from probe.corpus.prepared import run_corpus, run_tokenizer_json
 from probe.errors import ProbeError
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
+from probe.models.interventions import Intervention, apply
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 
 # T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of
@@ -76,16 +77,22 @@ class Loaded:
 
 @dataclass(eq=False)
 class Subject:
-    """A model an analysis reads, before it is loaded."""
+    """A model an analysis reads, before it is loaded, and the intervention on its attention it is read under
+    (:mod:`probe.models.interventions`; none by default)."""
 
     name: str  # as given
     info: RunInfo
     path: Path | None  # its run folder (None: an hf: model)
     config: dict[str, Any] | None  # its config.json, read once
+    intervention: Intervention = field(default_factory=Intervention)
 
     @property
     def run(self) -> Run | None:
         return None if self.path is None else Run(self.path, self.config)
+
+    def trained_length(self) -> int:
+        """L, the longest sequence it was trained on, in tokens (what log-length, cap and RoPE scalings read)."""
+        return trained_length(self.config)
 
     def load(
         self,
@@ -94,16 +101,35 @@ class Subject:
         label: str | None = None,
         dtype: torch.dtype | None = None,
     ) -> Loaded:
-        """The model, with those of ``pe_options`` its PE has applied at inference, its weights in ``dtype``
-        (None: as saved)."""
+        """The model, with those of ``pe_options`` its PE has applied at inference (and the intervention's RoPE
+        scaling), its weights in ``dtype`` (None: as saved), attending under the subject's intervention."""
         from probe.models.registry import options_for
         from probe.runs.folders import load_run
 
-        applied = options_for(self.config["pe"], dict(pe_options or {}))
+        intervention = self._resolved()
+        if intervention.rope and not options_for(self.config["pe"], dict(intervention.rope)):
+            raise ProbeError(f"{self.info.label}: {self.config['pe']} has no RoPE to scale")
+        applied = options_for(self.config["pe"], {**dict(pe_options or {}), **intervention.rope})
         model = load_run(self.path, device=device, pe_options=applied or None, config=self.config)
         if dtype is not None:
             model.to(dtype)
-        return Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx)
+        return self._intervened(Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx))
+
+    def _resolved(self) -> Intervention:
+        if self.intervention.is_identity:
+            return self.intervention
+        return self.intervention.resolved(self.trained_length())
+
+    def _intervened(self, loaded: Loaded) -> Loaded:
+        """``loaded`` attending under the subject's intervention, its label and info saying which."""
+        if self.intervention.is_identity:
+            return loaded
+        intervention = self._resolved()
+        apply(loaded.model, intervention)
+        info = replace(
+            loaded.info, label=f"{loaded.info.label} under {intervention.name}", intervention=intervention.to_json()
+        )
+        return replace(loaded, info=info)
 
     def other_seed(self) -> Subject | None:
         """Another complete seed of this run (seed 1 first, else the lowest): the A' baseline."""
@@ -121,7 +147,7 @@ class Subject:
         if not found:
             return None
         _, _, path, config = min(found, key=lambda f: f[:3])
-        return type(self)(str(path), run_info(path, config), path, config)
+        return type(self)(str(path), run_info(path, config), path, config, self.intervention)
 
 
 class TaskRun(Subject):
@@ -138,7 +164,7 @@ class CodeRun(Subject):
         label: str | None = None,
         dtype: torch.dtype | None = None,
     ) -> Loaded:
-        loaded = super().load(device, pe_options, label, dtype)
+        loaded = super().load(device, pe_options, label, dtype)  # intervened: its hooks are on the model
         tokenizer = CodeTokenizer.from_json(run_tokenizer_json(self.path))
         loaded.encode, loaded.vocabulary = tokenizer.encode_batch, tokenizer.tokenizer.get_vocab()
         loaded.context = training_context(self.config)
@@ -155,9 +181,17 @@ class HfModel(Subject):
         label: str | None = None,
         dtype: torch.dtype | None = None,
     ) -> Loaded:
-        model = load_external(self.name, device, dtype)
+        model = load_external(self.name, device, dtype, rope=dict(self._resolved().rope) or None)
         info = RunInfo(model.spelling, POSITIONS_PE.get(model.positions, model.positions), 0, model.spelling)
-        return Loaded(model.bridge, info, model.max_length, model.encode, model.vocabulary(), model.bos_id, model.n_ctx)
+        loaded = Loaded(
+            model.bridge, info, model.max_length, model.encode, model.vocabulary(), model.bos_id, model.n_ctx
+        )
+        return self._intervened(loaded)
+
+    def trained_length(self) -> int:
+        from probe.models.hf import declared_context
+
+        return declared_context(self.name)
 
     def other_seed(self) -> Subject | None:
         return None
@@ -210,9 +244,11 @@ def resolve_all(
     task: str = "scan",
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
+    intervention: Intervention | None = None,
 ) -> list[Subject]:
-    """:func:`resolve` of every name before anything is read. Where an ``hf:`` model is among them, PE names
-    are code runs (``task`` code) and every run must be one: hf: models are read on held-out code."""
+    """:func:`resolve` of every name before anything is read, each to be read under ``intervention``. Where an
+    ``hf:`` model is among them, PE names are code runs (``task`` code) and every run must be one: hf: models
+    are read on held-out code."""
     if any(is_external(str(n)) for n in names if not isinstance(n, Run)):
         subjects = [resolve(n, root=root, task=CODE_TASK, seed=seed, options=options) for n in names]
         for s in subjects:
@@ -221,8 +257,11 @@ def resolve_all(
                     f"{s.path} is a run of task {s.config.get('task', {}).get('name', '?')}, not a code model: "
                     "hf: models are read on held-out code, beside the runs of `probe pretrain`"
                 )
-        return subjects
-    return [resolve(n, root=root, task=task, seed=seed, options=options) for n in names]
+    else:
+        subjects = [resolve(n, root=root, task=task, seed=seed, options=options) for n in names]
+    for s in subjects:
+        s.intervention = intervention or Intervention()
+    return subjects
 
 
 def task_subjects(

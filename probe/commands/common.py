@@ -36,6 +36,24 @@ def add_dtype(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_intervention(parser: argparse.ArgumentParser) -> None:
+    """``--intervene SPEC``: every model read under an intervention on its attention (`probe extrapolate`'s)."""
+    parser.add_argument(
+        "--intervene",
+        metavar="SPEC",
+        help="read every model under this change to its attention: temperature=T, log-length[=L], "
+        "head-temperature=FILE, window=W[+sinks=K], cap[=D], scaling=yarn+factor=S (terms joined by +; "
+        "outputs go to <folder>+<SPEC>/)",
+    )
+
+
+def intervention_of(args: argparse.Namespace):
+    """The :class:`~probe.models.interventions.Intervention` ``--intervene`` names (none if not given)."""
+    from probe.models.interventions import parse_intervention
+
+    return parse_intervention(getattr(args, "intervene", None))
+
+
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
@@ -109,6 +127,9 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
             f"context T = {report.context} tokens (code models: their training context; hf: models: the "
             f"smaller of their n_ctx and {HF_CONTEXT}, or -o context=N)"
         )
+    intervention = intervention_of(args)
+    if not intervention.is_identity:
+        folder += "+" + "".join(c if c.isalnum() or c in "-_.=+" else "-" for c in intervention.name)
     files = report.write(Path(args.out) if args.out else report.folder / folder)
     out.print("wrote: " + ", ".join(files))
     if args.json:

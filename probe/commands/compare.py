@@ -9,10 +9,12 @@ from probe.commands.common import (
     add_checkpoints,
     add_device,
     add_dtype,
+    add_intervention,
     add_json,
     add_pe_options,
     add_task_options,
     console,
+    intervention_of,
     parse_options,
     progress_bar,
     write_report,
@@ -69,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_checkpoints(parser)
     add_device(parser)
     add_dtype(parser)
+    add_intervention(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -183,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             metric=args.metric,
             device=resolve_device(args.device),
             dtype=args.dtype,
+            intervention=intervention_of(args),
             baseline=not args.no_baseline,
             batch_size=args.batch_size,
             lengths=args.lengths,

@@ -8,9 +8,11 @@ from probe.commands.common import (
     add_checkpoints,
     add_device,
     add_dtype,
+    add_intervention,
     add_json,
     add_task_options,
     console,
+    intervention_of,
     parse_options,
     progress_bar,
     write_report,
@@ -74,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_checkpoints(parser)
     add_device(parser)
     add_dtype(parser)
+    add_intervention(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -106,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             device=resolve_device(args.device),
             dtype=args.dtype,
+            intervention=intervention_of(args),
             batch_size=args.batch_size,
             options=options,
             root=args.checkpoints,

@@ -7,10 +7,12 @@ import argparse
 from probe.commands.common import (
     add_checkpoints,
     add_device,
+    add_intervention,
     add_json,
     add_pe_options,
     add_task_options,
     console,
+    intervention_of,
     parse_options,
     print_json,
 )
@@ -48,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="where the figures go (default: each task folder, or beside the run folders given)"
     )
+    add_intervention(parser)
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -78,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
                     on_wait=lambda holder, r=r: say_waiting(r.path, holder),
                     pe_options=given[r.path],
                     force=args.force,
+                    intervention=intervention_of(args),
                 )
             )
     for report in reports:
@@ -91,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
         out.print("[dim]a run selected on IID validation is reported at its best step, its last step beside it[/dim]")
     for table in _bucket_tables(reports):
         out.print(fitted(table, out))
-    figures = [str(p) for p in accuracy_figures(reports, runs, args.out, parse_options(args.pe_option, None))]
+    figures = [
+        str(p)
+        for p in accuracy_figures(reports, runs, args.out, parse_options(args.pe_option, None), intervention_of(args))
+    ]
     ranks, reciprocal = mean_ranks(reports), mean_reciprocal_ranks(reports)
     if ranks:
         out.print(_rank_table(ranks, reciprocal))

@@ -9,10 +9,12 @@ from probe.commands.common import (
     add_corpus_options,
     add_device,
     add_dtype,
+    add_intervention,
     add_json,
     add_pe_options,
     console,
     corpus_spec,
+    intervention_of,
     parse_options,
     progress_bar,
     write_report,
@@ -52,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_checkpoints(parser)
     add_device(parser)
     add_dtype(parser)
+    add_intervention(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             max_files=args.max_files,
             device=resolve_device(args.device),
             dtype=args.dtype,
+            intervention=intervention_of(args),
             batch_size=args.batch_size,
             root=args.checkpoints,
             progress=on_progress,

@@ -11,9 +11,11 @@ from probe.commands.common import (
     add_checkpoints,
     add_device,
     add_dtype,
+    add_intervention,
     add_json,
     add_task_options,
     console,
+    intervention_of,
     parse_options,
     progress_bar,
     write_report,
@@ -74,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_checkpoints(parser)
     add_device(parser)
     add_dtype(parser)
+    add_intervention(parser)
     add_json(parser)
     parser.set_defaults(func=run)
 
@@ -112,11 +115,14 @@ def run(args: argparse.Namespace) -> int:
             max_probe_positions=args.max_positions,
             device=resolve_device(args.device),
             dtype=args.dtype,
+            intervention=intervention_of(args),
             options=options,
             root=args.checkpoints,
             progress=on_progress,
         )
     out.print(fitted(_table(report.results), out))
+    if any("unseen" in r.entropy and "seen" in r.entropy for r in report.results):
+        out.print(fitted(_entropy_table(report.results), out))
     out.print(
         "[dim]stream 0 = embedding, l = after layer l; beyond: exact accuracy on unseen positions past the "
         "largest fitted one; rel/abs/content: mean over heads of the variance shares of f(i − j), g(j) and "
@@ -160,6 +166,32 @@ def _table(results):
         table.add_column(column, justify="left" if column == "model" else "right")
     for r in results:
         table.add_row(*_row(r))
+    return table
+
+
+def _entropy_table(results):
+    """Attention distraction: mean row entropy at the seen and unseen lengths, against uniform attention's, and
+    the head whose entropy grows most."""
+    from rich.table import Table
+
+    table = Table(title="Attention entropy (nats, mean over query rows, layers and heads): seen → unseen lengths")
+    for column in ("model", "entropy", "uniform", "share of uniform", "most distracted head (growth)"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for r in results:
+        seen, unseen = r.entropy.get("seen"), r.entropy.get("unseen")
+        if seen is None or unseen is None:
+            continue
+        growth = r.entropy["growth"]
+        layer, head = max(
+            ((lay, h) for lay in range(len(growth)) for h in range(len(growth[lay]))), key=lambda c: growth[c[0]][c[1]]
+        )
+        table.add_row(
+            r.info.label,
+            f"{seen['mean']:.3f} → {unseen['mean']:.3f}",
+            f"{seen['uniform']:.3f} → {unseen['uniform']:.3f}",
+            f"{seen['mean'] / seen['uniform']:.2f} → {unseen['mean'] / unseen['uniform']:.2f}",
+            f"L{layer}H{head}: {growth[layer][head]:+.3f}",
+        )
     return table
 
 

@@ -357,6 +357,26 @@ def sink_share(patterns: Tensor, lengths: Tensor, first: int = 1) -> tuple[Tenso
     return share, uniform
 
 
+def row_entropy(patterns: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean entropy (nats) of the attention rows of each example's queries, and that of uniform causal
+    attention there (the mean of ln(i + 1)): attention "distraction", rows spreading over more keys as the
+    input grows (Wang et al. 2024, "Length Generalization of Causal Transformers without Position Encoding",
+    Sec. 3).
+
+    patterns: [batch, ..., query, key] (rows sum to 1 over keys <= query; anything beyond each length);
+    lengths: [batch]. Returns entropy [batch, ...] and uniform [batch], float64."""
+    T = patterns.shape[-1]
+    i = torch.arange(T, device=patterns.device)
+    queries = i[None, :] < lengths.to(patterns.device)[:, None]  # [batch, query]
+    n = queries.sum(1).double()  # [batch]
+    p = patterns.double()
+    per_row = -torch.where(p > 0, p * p.log(), 0.0).sum(-1)  # [batch, ..., query]
+    view = queries.reshape(queries.shape[0], *([1] * (per_row.ndim - 2)), T)
+    entropy = torch.where(view, per_row, 0.0).sum(-1) / n.reshape(-1, *([1] * (per_row.ndim - 2)))
+    uniform = torch.where(queries, (i[None, :] + 1.0).log(), 0.0).sum(1) / n
+    return entropy, uniform
+
+
 # -- variance against position -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MomentSums:

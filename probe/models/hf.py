@@ -159,9 +159,37 @@ def _tokenizer(spelling: str, folder: Path) -> tuple[PreTrainedTokenizerBase, in
     return tokenizer, bos if prepends else None
 
 
-def load_external(spelling: str, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ExternalModel:
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")  # where configs declare it
+
+
+def read_config(spelling: str) -> dict:
+    """The model's ``config.json``, parsed (one line if it is not there or not JSON)."""
+    folder = model_folder(spelling)
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ProbeError(f"{spelling}: no readable config.json in {folder} ({first_line(error)})") from None
+
+
+def declared_context(spelling: str) -> int:
+    """The context the model's config declares (the length it was trained at), read without loading it."""
+    config = read_config(spelling)
+    for name in CONTEXT_FIELDS:
+        if isinstance(config.get(name), int):
+            return int(config[name])
+    raise ProbeError(f"{spelling}: its config declares no context length ({', '.join(CONTEXT_FIELDS)})")
+
+
+def load_external(
+    spelling: str,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    rope: dict | None = None,
+) -> ExternalModel:
     """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32 unless ``dtype``, eval mode), with its
-    tokenizer.
+    tokenizer; ``rope`` (``scaling``, ``factor``, ``original_length``, as probe's Rotary spells them) stretches
+    its rotary positions through ``transformers``' own ``rope_parameters``
+    (:func:`probe.models.interventions.hf_rope_parameters`).
 
     Anything that stops it (not cached, not a model folder, an architecture TransformerLens does not
     support, missing weights) is one ProbeError line naming the model.
@@ -174,7 +202,14 @@ def load_external(spelling: str, device: str | torch.device = "cpu", dtype: torc
     bar = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()  # transformers' weight-loading bar would break probe's own progress line
     try:
-        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device), dtype=dtype or torch.float32)
+        overrides = None
+        if rope:
+            from probe.models.interventions import hf_rope_parameters
+
+            overrides = {"rope_parameters": hf_rope_parameters(rope, read_config(spelling))}
+        bridge = TransformerBridge.boot_transformers(
+            str(folder), hf_config_overrides=overrides, device=str(device), dtype=dtype or torch.float32
+        )
     except Exception as error:  # any failure of a third-party loader on a user's files is a bad input here
         raise ProbeError(f"{spelling}: TransformerLens cannot load {folder} ({first_line(error)})") from None
     finally:

@@ -119,12 +119,11 @@ class Intervention:
             changes["rope"] = {**self.rope, "original_length": trained_length}
         return replace(self, **changes)
 
-    def with_(self, other: Intervention) -> Intervention:
-        """This and ``other`` composed (``other``'s settings win where both set one)."""
-        changes = {f.name: getattr(other, f.name) for f in fields(other) if getattr(other, f.name) != f.default}
-        if "rope" in changes:
-            changes["rope"] = {**self.rope, **changes["rope"]}
-        return replace(self, **changes)
+    def needs_whole_pass(self, model) -> bool:
+        """Whether ``model`` must read each sequence in one pass under it (a capped rotation reads every key's
+        unturned vector, which a KV cache does not keep), not token by token."""
+        pe = getattr(model, "pe", None)
+        return self.cap is not None and pe is not None and pe.rotates
 
 
 def _number(value: Any) -> str:

@@ -1,0 +1,155 @@
+"""`probe extrapolate`: each run under each inference-time intervention, against itself untouched."""
+
+from __future__ import annotations
+
+import argparse
+
+from probe.commands.common import (
+    add_checkpoints,
+    add_device,
+    add_json,
+    add_task_options,
+    console,
+    parse_options,
+    progress_bar,
+    write_report,
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from probe.analysis.extrapolate import FAMILIES, FIXED, TUNED
+
+    parser = subparsers.add_parser(
+        "extrapolate",
+        help="what rescues length generalization: each run under inference-time interventions on attention",
+        description="Evaluates runs untouched and under each intervention on their attention, with 95% bootstrap "
+        "intervals over examples: task runs by exact match per unseen length of their test split (and on IID "
+        "examples, a check that seen lengths are kept), code runs and hf: models by held-out perplexity per "
+        f"multiple of their context. Fixed rules ({', '.join(FIXED)}) take the length trained on, L; tuned ones "
+        f"({', '.join(TUNED)}) are chosen "
+        "on a validation slice of the unseen lengths (held-out files) that the test numbers leave out. Writes "
+        "extrapolation.json, .csv, .md and a figure per PE to the task folder's extrapolation/.",
+    )
+    parser.add_argument(
+        "runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: every run of --task)"
+    )
+    parser.add_argument("--task", default="scan", help="task whose runs to read when none is given (default scan)")
+    add_task_options(parser, "of the runs to read (as given to `probe train`)")
+    parser.add_argument(
+        "--family",
+        action="append",
+        choices=FAMILIES,
+        help="only these interventions (repeatable; default all that apply to each run)",
+    )
+    parser.add_argument(
+        "--intervention",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also evaluate this one as given, a fixed rule: e.g. temperature=0.8+window=32+sinks=4, "
+        "log-length, cap=40, scaling=yarn+factor=2 (terms joined by +)",
+    )
+    parser.add_argument(
+        "--n-valid", type=int, default=50, metavar="N", help="validation examples per unseen length at most (50)"
+    )
+    parser.add_argument("--n-iid", type=int, default=200, metavar="N", help="IID examples checked (default 200)")
+    parser.add_argument(
+        "--multiples",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="X",
+        help="language models: context multiples read (default 0.5 1 1.5 2 2.5)",
+    )
+    parser.add_argument(
+        "--max-files", type=int, default=40, metavar="N", help="language models: held-out files read (default 40)"
+    )
+    parser.add_argument("--corpus", default="stdlib", help="hf: models: the held-out code read (default stdlib)")
+    parser.add_argument("--heldout", type=float, default=0.1, help="hf: models: the held-out share (default 0.1)")
+    parser.add_argument(
+        "--context", type=int, help="hf: models: T, the multiples' unit (default: n_ctx, the context trained at)"
+    )
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the files drawn")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: extrapolation/ in the task folder)")
+    add_checkpoints(parser)
+    add_device(parser)
+    add_json(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from probe.analysis.extrapolate import FAMILIES, MULTIPLES, Settings, extrapolate
+    from probe.device import resolve_device
+    from probe.errors import ProbeError
+    from probe.figures.terminal import fitted
+    from probe.models.interventions import parse_intervention
+
+    for flag, value in (("--n-valid", args.n_valid), ("--n-iid", args.n_iid), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise ProbeError(f"{flag} must be at least 1, got {value}")
+    given = [parse_intervention(spec) for spec in args.intervention]
+    names = list(args.runs) or _runs(args)
+    options = {"corpus": args.corpus, "heldout": args.heldout}
+    if args.context is not None:
+        options["context"] = args.context
+    out = console(stderr=args.json)
+    settings = Settings(
+        families=args.family or FAMILIES,
+        given=given,
+        n_valid=args.n_valid,
+        n_iid=args.n_iid,
+        multiples=args.multiples or MULTIPLES,
+        max_files=args.max_files,
+        device=resolve_device(args.device),
+        batch_size=args.batch_size,
+        seed=args.seed,
+        options=options,
+    )
+    with progress_bar(out, "extrapolate") as on_progress:
+        settings.progress = on_progress
+        report = extrapolate(names, settings, root=args.checkpoints)
+    out.print(fitted(_table(report), out))
+    write_report(report, args, out, "extrapolation")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> list[str]:
+    from probe.errors import ProbeError
+    from probe.runs.folders import find_runs, task_folder_name
+
+    options = parse_options(args.option, args.scratchpad, tasks=[args.task])
+    found, _ = find_runs(args.checkpoints, args.task, options)
+    runs = [r for r in found if r.complete]
+    if not runs:
+        raise ProbeError(
+            f"no runs of {task_folder_name(args.task, options)} under {args.checkpoints}; train them with `probe train`"
+        )
+    return [str(r.path) for r in runs]
+
+
+def _table(report):
+    from rich.table import Table
+
+    from probe.analysis.extrapolation_report import format_value
+
+    exact = report.measure == "exact match"
+    headline = "OOD exact match" if exact else "perplexity past T"
+    table = Table(title=f"probe extrapolate: {headline} under each intervention (95% bootstrap interval)")
+    table.add_column("run")
+    table.add_column("kind")
+    table.add_column("intervention", overflow="fold")
+    if exact:
+        table.add_column("IID", justify="right")
+    table.add_column(headline, justify="right")
+    table.add_column("change", justify="right")
+    for run in report.runs:
+        base = run.baseline.test["mean"]
+        for o in run.outcomes:
+            change = o.test["mean"] - base
+            cells = [run.label, o.kind, o.intervention.name]
+            cells += [f"{100 * o.iid:.1f}%"] if exact else []
+            cells += [format_value(o.test, report.measure), f"{100 * change:+.1f}" if exact else f"{change:+.2f}"]
+            table.add_row(*cells)
+        table.add_section()
+    return table
