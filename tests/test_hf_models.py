@@ -746,3 +746,102 @@ def test_explorer_shows_an_hf_models_attention_on_a_held_out_file(tiny, code_run
     heatmap = at.get("plotly_chart")[-1].proto.spec
     z = torch.tensor(json.loads(heatmap)["data"][0]["z"])
     torch.testing.assert_close(z, expected, atol=2e-5, rtol=0)
+
+
+# -- interventions ------------------------------------------------------------------------------------
+def _by_hand(temperature: float, trained: int | None, window: int | None, sinks: int):
+    """An attention function for ``transformers`` (its AttentionInterface) that is causal attention with the
+    intervention written out: logits / temperature, times max(1, ln n / ln L) at a query seeing n keys, keys
+    outside the last ``window`` and the first ``sinks`` masked."""
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        logits = query @ key.transpose(2, 3) * scaling  # [batch, head, query, key]
+        queries, keys = logits.shape[-2:]
+        t = torch.arange(keys - queries, keys)
+        assert attention_mask is None  # transformers hands a function of its own no mask: causal is ours to add
+        logits = logits.masked_fill(torch.arange(keys)[None, :] > t[:, None], float("-inf"))
+        factor = torch.full((queries,), 1.0 / temperature)
+        if trained is not None:
+            factor = factor * ((t + 1.0).log() / math.log(trained)).clamp(min=1)
+        logits = logits * factor[:, None]
+        if window is not None:
+            j = torch.arange(keys)
+            logits = logits.masked_fill((t[:, None] - j[None, :] >= window) & (j[None, :] >= sinks), float("-inf"))
+        weights = torch.softmax(logits.float(), dim=-1).to(query.dtype)
+        return (weights @ value).transpose(1, 2).contiguous(), weights
+
+    return attention
+
+
+@pytest.mark.parametrize("family", ["llama", "neox"])
+@pytest.mark.parametrize(
+    "spec, by_hand",
+    [
+        ("temperature=0.7", (0.7, None, None, 0)),
+        ("log-length=6", (1.0, 6, None, 0)),
+        ("window=5+sinks=2", (1.0, None, 5, 2)),
+        ("temperature=1.3+log-length=8+window=7+sinks=1", (1.3, 8, 7, 1)),
+    ],
+)
+def test_an_hf_model_under_an_intervention_is_transformers_with_the_change_by_hand(tiny, family, spec, by_hand):
+    from transformers import AttentionInterface
+
+    from probe.models.interventions import apply, parse_intervention
+
+    name = f"by_hand_{family}_{abs(hash(spec))}"
+    AttentionInterface.register(name, _by_hand(*by_hand))
+    oracle = AutoModelForCausalLM.from_pretrained(tiny.names[family].removeprefix("hf:"), attn_implementation=name)
+    bridge = apply(load_external(tiny.names[family]).bridge, parse_intervention(spec))
+    tokens = torch.randint(1, 200, (2, 20), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected, got = oracle.eval()(tokens).logits, bridge(tokens)
+        plain = hf_model(tiny.names[family])(tokens).logits
+    assert (expected - plain).abs().max() > 1e-2  # the change shows in the logits: the comparison can fail
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny):
+    from probe.models.interventions import parse_intervention
+
+    folder = tiny.names["llama"].removeprefix("hf:")
+    config = json.loads((Path(folder) / "config.json").read_text())
+    theta = config.get("rope_parameters", {}).get("rope_theta", config.get("rope_theta", 10_000.0))
+    tokens = torch.randint(1, 200, (1, 40), generator=torch.Generator().manual_seed(4))
+    head = config["hidden_size"] // config["num_attention_heads"]
+    for spec, by_hand in [
+        ("scaling=linear+factor=2", {"rope_type": "linear", "factor": 2.0, "rope_theta": theta}),
+        ("scaling=ntk+factor=4", {"rope_type": "default", "rope_theta": theta * 4 ** (head / (head - 2))}),
+    ]:
+        rope = dict(parse_intervention(spec).resolved(N_POSITIONS).rope)
+        bridge = load_external(tiny.names["llama"], rope=rope).bridge
+        oracle = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", rope_parameters=by_hand)
+        with torch.no_grad():
+            expected, got = oracle.eval()(tokens).logits, bridge(tokens)
+        assert (expected - hf_model(tiny.names["llama"])(tokens).logits).abs().max() > 1e-3
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_extrapolate_reads_an_hf_model_and_code_runs_by_perplexity_per_multiple(tiny, code_runs, no_png, tmp_path):
+    from probe.analysis.extrapolate import Settings, extrapolate
+
+    settings = Settings(
+        families=("log-length", "rope", "temperature", "window"), multiples=(1.0, 2.0), max_files=8,
+        options=tiny.options, batch_size=4,
+    )  # fmt: skip
+    report = extrapolate([tiny.names["llama"]], settings)
+    run = report.runs[0]
+    assert report.measure == "perplexity" and run.context == T and run.trained_length == N_POSITIONS
+    assert [o.family for o in run.outcomes] == ["none", "log-length", "rope", "temperature", "window"]
+    assert [b["at"] for b in run.baseline.buckets] == [1.0, 2.0]
+    assert all(b["mean"] > 1 and b["low"] <= b["mean"] <= b["high"] for o in run.outcomes for b in o.buckets)
+    assert "cap" not in run.skipped  # not asked for
+    files = report.write(tmp_path)
+    assert any(f.endswith("extrapolation.md") for f in files)
+    code = extrapolate(
+        [str(p) for p in code_runs.paths], Settings(families=("cap", "log-length"), multiples=(1.0, 2.0))
+    )
+    alibi = next(r for r in code.runs if r.pe == "alibi")
+    assert [o.family for o in alibi.outcomes] == ["none", "log-length", "cap"] and alibi.trained_length == T
+    assert next(r for r in code.runs if r.pe == "nope").skipped == {"cap": "no relative distance to cap"}
