@@ -27,6 +27,7 @@ from probe.metrics.position_stats import (
     position_variance,
     probe_scores,
     probe_statistics,
+    row_entropy,
     sink_share,
 )
 from probe.models import build_model
@@ -290,6 +291,24 @@ def test_sink_share_of_hand_made_patterns():
     assert uniform.tolist() == pytest.approx([2 / 3, (2 / 3 + 2 / 4) / 2])
 
 
+def test_row_entropy_is_scipys_entropy_of_each_real_row_averaged():
+    from scipy.stats import entropy
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 6, 6, generator=generator, dtype=torch.float64)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    patterns = torch.softmax(logits.masked_fill(~causal, float("-inf")), -1)  # [batch, head, query, key]
+    lengths = torch.tensor([4, 6])
+    got, uniform = row_entropy(patterns, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        for h in range(3):
+            rows = [entropy(patterns[b, h, i, : i + 1].numpy()) for i in range(n)]
+            assert float(got[b, h]) == pytest.approx(sum(rows) / n, rel=1e-12)
+        assert float(uniform[b]) == pytest.approx(np.mean([np.log(i + 1) for i in range(n)]), rel=1e-12)
+    flat = torch.where(causal, 1.0 / torch.arange(1, 7, dtype=torch.float64)[:, None], 0.0).expand(2, 3, 6, 6)
+    torch.testing.assert_close(row_entropy(flat, lengths)[0], uniform[:, None].expand(2, 3))  # uniform: its own
+
+
 def test_variance_against_position_of_hand_made_values():
     """Value ±t^(-1/2) (half the examples each sign): variance n/(n − 1) · 1/t; the log-log slope is −1."""
     n, T = 6, 10
@@ -371,6 +390,10 @@ def test_command_writes_json_csv_and_figures(runs, capsys):
     assert {r["stream"] for r in model["probes"]} == {0, 1, 2}
     assert len(model["decomposition"]["seen"]["relative"]) == 2 and len(model["kinds"][0]) == 2
     assert {s["layer"] for s in model["sinks"]} == {0, 1}  # blocks.0, blocks.1: TransformerLens' numbering
+    entropy = model["entropy"]
+    assert len(entropy["seen"]["heads"]) == 2 and len(entropy["unseen"]["heads"][0]) == 2
+    assert 0 < entropy["seen"]["mean"] <= entropy["seen"]["uniform"] + 1e-9  # no row spreads wider than uniform
+    assert entropy["unseen"]["uniform"] > entropy["seen"]["uniform"]  # longer rows
     table = next(p for p in data["files"] if p.endswith("/positions.csv"))
     assert {row["layer"] for row in csv.DictReader(open(table))} == {"0", "1"}
     names = {p.rsplit("/", 1)[-1] for p in data["files"]}

@@ -373,7 +373,7 @@ def row_entropy(patterns: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     per_row = -torch.where(p > 0, p * p.log(), 0.0).sum(-1)  # [batch, ..., query]
     view = queries.reshape(queries.shape[0], *([1] * (per_row.ndim - 2)), T)
     entropy = torch.where(view, per_row, 0.0).sum(-1) / n.reshape(-1, *([1] * (per_row.ndim - 2)))
-    uniform = torch.where(queries, (i[None, :] + 1.0).log(), 0.0).sum(1) / n
+    uniform = torch.where(queries, (i[None, :].double() + 1).log(), 0.0).sum(1) / n
     return entropy, uniform
 
 
