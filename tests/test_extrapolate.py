@@ -157,3 +157,18 @@ def test_an_intervened_eval_is_recorded_beside_the_plain_one(runs, capsys):
     assert data["intervention"] == {"name": "window=5+sinks=1", "window": 5, "sinks": 1}
     assert data["label"].endswith("under window=5+sinks=1")
     assert (runs[0] / "eval+window=5+sinks=1.json").is_file()
+
+
+def test_the_explorer_page_evaluates_a_run_and_draws_a_figure_per_pe(runs, tmp_path, monkeypatch):
+    import shutil
+
+    from helpers import charts, run_page, texts
+
+    root = tmp_path / "checkpoints"
+    shutil.copytree(runs[1], run_dir(root, "reverse", "rotary", 0, OPTIONS))
+    at = run_page("extrapolation", root, monkeypatch)
+    assert not at.error, texts(at.error)
+    assert charts(at) == 1
+    table = at.dataframe[0].value
+    assert list(table["family"])[:4] == ["none", "log-length", "cap", "rope"]
+    assert "probe extrapolate" in texts(at.caption)

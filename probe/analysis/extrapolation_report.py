@@ -121,7 +121,7 @@ class ExtrapolationReport:
         atomic_write_text(out_dir / f"{STEM}.md", self.to_markdown() + "\n")
         written.append(out_dir / f"{STEM}.md")
         for pe in dict.fromkeys(r.pe for r in self.runs):
-            runs = [r for r in self.runs if r.pe == pe]
+            runs = [r.to_json() for r in self.runs if r.pe == pe]
             written += write_figure(extrapolation_figure(runs, self.measure), out_dir / f"{STEM}_{_safe(pe)}")
         return [str(p) for p in written]
 
@@ -200,3 +200,24 @@ def best_by_pe(report: ExtrapolationReport) -> dict[str, list[tuple[str, float]]
         changes = [(o.intervention.name, o.test["mean"] - base) for o in run.outcomes[1:]]
         table[run.label] = sorted(changes, key=lambda c: -sign * c[1])
     return table
+
+
+def headline_rows(run: dict[str, Any], measure: str) -> list[dict[str, Any]]:
+    """One row per intervention of a run (as :meth:`RunExtrapolation.to_json` gives it): its kind, the
+    headline score with its interval and its change against untouched, and IID exact match for task runs."""
+    base = run["outcomes"][0]["test"]["mean"]
+    scale = 100 if measure == "exact match" else 1
+    rows = []
+    for o in run["outcomes"]:
+        test = o["test"]
+        row = {"kind": o["kind"], "family": o["family"], "intervention": o["intervention"]["name"]}
+        if o["iid"] is not None:
+            row["IID"] = scale * o["iid"]
+        row |= {
+            measure: scale * test["mean"],
+            "low": scale * test["low"],
+            "high": scale * test["high"],
+            "change": scale * (test["mean"] - base),
+        }
+        rows.append(row)
+    return rows

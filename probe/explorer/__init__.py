@@ -11,6 +11,7 @@ PAGES: dict[str, tuple[str, str]] = {  # views/<name>.py, served at /<name>: (ti
     "distances": ("Distances", ":material/bar_chart:"),
     "positions": ("Positions", ":material/pin_drop:"),
     "pretraining": ("Pretraining", ":material/code:"),
+    "extrapolation": ("Extrapolation", ":material/trending_up:"),
     "theorems": ("Theorems", ":material/function:"),
     "reproduction": ("Reproduction", ":material/fact_check:"),
 }

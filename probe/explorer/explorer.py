@@ -1,8 +1,8 @@
 """The probe explorer: `probe app` runs this with Streamlit (`streamlit run probe/explorer/explorer.py` works too).
 
-Eight pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
+Nine pages, each a thin face over the library calls the CLI makes: Models (`probe eval`),
 Attention, Compare (`probe compare`), Distances (`probe distances`), Positions (`probe positions`),
-Pretraining (`probe perplexity`),
+Pretraining (`probe perplexity`), Extrapolation (`probe extrapolate`),
 Theorems (`probe theorem`), Reproduction (`probe reproduce`).
 The checkpoint folder comes from ``PROBE_CHECKPOINTS`` (default ``checkpoints/``).
 """

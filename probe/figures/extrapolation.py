@@ -2,41 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 DASH = {"none": "solid", "fixed": "dash", "tuned": "dot"}
 
 
-def extrapolation_figure(runs: Sequence[Any], measure: str):
-    """One panel per run (:class:`probe.analysis.extrapolation_report.RunExtrapolation`) of a PE: a line per
-    intervention with its 95% interval as error bars; untouched solid, fixed rules dashed, tuned dotted."""
+def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
+    """One panel per run of a PE (as :meth:`probe.analysis.extrapolation_report.RunExtrapolation.to_json` gives
+    it): a line per intervention with its 95% interval as error bars; untouched solid, fixed rules dashed,
+    tuned dotted."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
-    figure = make_subplots(rows=1, cols=len(runs), subplot_titles=[r.label for r in runs], shared_yaxes=True)
-    names = list(dict.fromkeys(o.intervention.name for r in runs for o in r.outcomes))
+    figure = make_subplots(rows=1, cols=len(runs), subplot_titles=[r["label"] for r in runs], shared_yaxes=True)
+    names = list(dict.fromkeys(o["intervention"]["name"] for r in runs for o in r["outcomes"]))
     colours = {name: qualitative.D3[i % len(qualitative.D3)] for i, name in enumerate(names)}
     scale = 100 if measure == "exact match" else 1
     for column, run in enumerate(runs, start=1):
-        for o in run.outcomes:
-            x = [b["at"] for b in o.buckets]
-            y = [scale * b["mean"] for b in o.buckets]
+        for o in run["outcomes"]:
+            name, buckets = o["intervention"]["name"], o["buckets"]
+            x = [b["at"] for b in buckets]
+            y = [scale * b["mean"] for b in buckets]
             figure.add_trace(
                 go.Scatter(
                     x=x,
                     y=y,
                     mode="lines+markers",
-                    name=f"{o.intervention.name} ({o.kind})",
-                    legendgroup=o.intervention.name,
+                    name=f"{name} ({o['kind']})",
+                    legendgroup=name,
                     showlegend=column == 1,
-                    line=dict(color=colours[o.intervention.name], dash=DASH.get(o.kind, "solid")),
+                    line=dict(color=colours[name], dash=DASH.get(o["kind"], "solid")),
                     error_y=dict(
                         type="data",
                         symmetric=False,
-                        array=[scale * (b["high"] - b["mean"]) for b in o.buckets],
-                        arrayminus=[scale * (b["mean"] - b["low"]) for b in o.buckets],
+                        array=[scale * (b["high"] - b["mean"]) for b in buckets],
+                        arrayminus=[scale * (b["mean"] - b["low"]) for b in buckets],
                         thickness=1,
                         width=2,
                     ),
@@ -48,7 +50,7 @@ def extrapolation_figure(runs: Sequence[Any], measure: str):
             figure.add_vline(x=1.0, line_dash="dash", line_color="gray", row=1, col=column)
     figure.update_yaxes(title_text="exact match (%)" if measure == "exact match" else "perplexity", col=1)
     figure.update_xaxes(title_text="length (unseen)" if measure == "exact match" else "context (x T)")
-    pe = runs[0].pe if runs else ""
+    pe = runs[0]["pe"] if runs else ""
     figure.update_layout(
         title=f"{pe}: {'exact match per unseen length' if measure == 'exact match' else 'perplexity per context'} "
         "under each intervention",

@@ -1,0 +1,95 @@
+"""Extrapolation: what rescues length generalization (`probe extrapolate`): each run untouched and under each
+inference-time intervention on its attention, on the unseen lengths of its task (exact match) or past its
+context (perplexity), fixed rules and interventions tuned on a validation slice shown apart."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from probe.analysis.extrapolate import FAMILIES
+from probe.analysis.extrapolation_report import headline_rows
+from probe.explorer import shared
+from probe.figures.extrapolation import extrapolation_figure
+
+st.header("Extrapolation")
+st.caption(
+    "Interventions at inference, no retraining: a temperature on the attention logits (global, log-length, per "
+    "head: Chiang & Cholak 2022; Wang et al. 2024), a window of recent keys with sink tokens (LM-Infinite, "
+    "StreamingLLM), relative distances capped at the longest trained on (ReRoPE-style), and YaRN for RoPE. "
+    "Fixed rules read only the training length L; tuned ones are chosen on a validation slice of the unseen "
+    "lengths that the test numbers leave out. Intervals: 95% bootstrap over examples (files)."
+)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def measure(name: str, version: float, families: tuple[str, ...], given: str, n_valid: int, options: str) -> dict:
+    """One model's extrapolation as `probe extrapolate` writes it (cached per model and settings)."""
+    from probe.analysis.extrapolate import Settings, extrapolate
+    from probe.device import resolve_device
+    from probe.models.interventions import parse_intervention
+
+    settings = Settings(
+        families=families,
+        given=[parse_intervention(given)] if given.strip() else [],
+        n_valid=n_valid,
+        device=resolve_device("auto"),
+        options=json.loads(options),
+    )
+    report = extrapolate([name], settings, root=shared.checkpoints_root())
+    return {"measure": report.measure, "run": report.runs[0].to_json()}
+
+
+found, broken = shared.runs()
+shared.show_broken(broken)
+source = shared.pick_source(found, key="extrapolation-task")
+by_path = {str(r.path): r for r in source.members}
+default = [p for p, r in by_path.items() if r.seed == 0]
+with st.form("extrapolation-settings", border=False):
+    chosen = (
+        st.multiselect(
+            "Runs",
+            list(by_path),
+            default=default,
+            key="extrapolation-runs",
+            format_func=lambda p: shared.run_title(by_path[p]),
+        )  # fmt: skip
+        if by_path
+        else []
+    )
+    external = shared.hf_models("Hugging Face models", "extrapolation-hf") if source.code else []
+    families = st.multiselect("Interventions", list(FAMILIES), default=list(FAMILIES), key="extrapolation-families")
+    given = st.text_input(
+        "Also, as given (a fixed rule)", value="", key="extrapolation-given",
+        placeholder="temperature=0.8+window=32+sinks=4",
+    )  # fmt: skip
+    n_valid = st.number_input("Validation examples per unseen length (at most)", 1, 500, 50, key="extrapolation-valid")
+    st.form_submit_button("Measure", type="primary")
+
+chosen = [*chosen, *external]
+if not chosen:
+    st.info("Pick at least one run" + (", or type an hf: model." if source.code else "."), icon=":material/info:")
+    st.stop()
+options = json.dumps(source.options if external else {})
+found_runs = shared.measure_each(
+    chosen,
+    by_path,
+    "Evaluating",
+    lambda name, version: measure(name, version, tuple(families), given, int(n_valid), options),
+)
+if not found_runs:
+    st.stop()
+flags = "".join(f" --family {f}" for f in families) if set(families) != set(FAMILIES) else ""
+flags += f" --intervention {given.strip()}" if given.strip() else ""
+st.caption(f"Same as: `probe extrapolate {' '.join(chosen)}{flags} --n-valid {int(n_valid)}`")
+for pe in dict.fromkeys(r["run"]["pe"] for r in found_runs):
+    members = [r for r in found_runs if r["run"]["pe"] == pe]
+    measure_name = members[0]["measure"]
+    st.plotly_chart(extrapolation_figure([r["run"] for r in members], measure_name), key=f"extrapolation-{pe}")
+    for r in members:
+        run = r["run"]
+        st.markdown(f"**{run['label']}**: L = {run['trained_length']}; tuned on {run['validation']}")
+        st.dataframe(headline_rows(run, measure_name), hide_index=True)
+        for family, why in run["skipped"].items():
+            st.caption(f"{family}: not applicable ({why})")
