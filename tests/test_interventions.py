@@ -56,16 +56,16 @@ def identity_hooks(model):
 @pytest.mark.parametrize("pe", ["nope", "t5", "alibi", "rotary"])
 def test_temperature_one_and_a_window_past_the_sequence_leave_logits_bit_identical(pe):
     model, x = model_of(pe), tokens()
+    assert parse_intervention("temperature=1").is_identity and not Intervention(window=T).is_identity
+    no_change = [Intervention(temperature=1.0), Intervention(window=T + 5, sinks=2), Intervention(log_length=T + 1)]
+    plain = model(x)  # the fast path
     with model.hooks(fwd_hooks=identity_hooks(model)):
-        plain = model(x)
-    assert parse_intervention("temperature=1").is_identity
-    assert Intervention(temperature=1.0).is_identity and not Intervention(window=T).is_identity
-    with intervened(model, Intervention(window=T + 5, sinks=2)):
-        windowed = model(x)
-    with intervened(model, Intervention(log_length=T + 1)):  # n <= L everywhere: factor exactly 1
-        scaled = model(x)
-    assert torch.equal(windowed, plain) and torch.equal(scaled, plain)
-    torch.testing.assert_close(plain, model(x))  # and the fast path agrees to rounding
+        explicit = model(x)  # the explicit path, every layer's scores hooked
+    for intervention in no_change:  # n <= L everywhere: a factor of exactly 1; a window hiding no key
+        with intervened(model, intervention):
+            assert torch.equal(model(x), plain), intervention.name  # folded into the fast path
+            with model.hooks(fwd_hooks=identity_hooks(model)):
+                assert torch.equal(model(x), explicit), intervention.name  # called as a hook
 
 
 @pytest.mark.parametrize("window,sinks", [(1, 0), (5, 0), (5, 2), (8, 3)])
@@ -156,6 +156,31 @@ def test_capped_distance_rotary_scores_far_keys_as_if_they_were_at_the_cap():
 def _with(model, intervention, x):
     with intervened(model, intervention):
         return model(x)
+
+
+@pytest.mark.parametrize("pe", ["nope", "t5", "alibi", "rotary", "cope"])
+@pytest.mark.parametrize(
+    "intervention",
+    [
+        Intervention(temperature=0.6),
+        Intervention(log_length=8),
+        Intervention(window=5, sinks=2),
+        Intervention(head_temperatures=((0.5, 2.0), (1.5, 0.8)), log_length=10, window=9, sinks=1),
+    ],
+    ids=["temperature", "log-length", "window", "composed"],
+)
+def test_folded_into_the_fast_path_equals_the_hook_on_the_explicit_path(pe, intervention):
+    model, x = model_of(pe), tokens()
+    with intervened(model, intervention):
+        uses_fast = [block.attn.uses_fast_path() for block in model.blocks]
+        fast = model(x)
+        with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: p)]):
+            model.set_fast_attention(False)
+            explicit = model(x)  # every layer calls the intervention as a hook on its scores
+            model.set_fast_attention(True)
+    assert uses_fast == [pe != "cope"] * model.cfg.n_layers  # CoPE's query-dependent term: always explicit
+    torch.testing.assert_close(fast, explicit, rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(fast, model(x))  # it did change the logits
 
 
 def test_parse_names_and_errors():

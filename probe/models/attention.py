@@ -12,7 +12,11 @@ as in TransformerLens.
 Fast path: while nothing hooks ``hook_attn_scores`` or ``hook_pattern``, the layer runs
 ``torch.nn.functional.scaled_dot_product_attention`` with the bias as an additive mask (the
 flash kernel where there is no bias). Any hook on those points, which ``run_with_cache`` adds
-too, switches the layer back to the explicit path; both give the same result. A biased layer on
+too, switches the layer back to the explicit path; both give the same result. One kind of hook on
+``hook_attn_scores`` keeps the fast path: an intervention (:mod:`probe.models.interventions`) whose
+algebra the layer can read (``fold``: the logits times a factor per head and query, keys masked), alone
+on the point; the layer multiplies its queries and its bias by the factor and masks the keys in the bias,
+which is the same product, taken before the kernel instead of on the scores after it. A biased layer on
 CPU takes ``probe.models.bias_attention`` instead: the flash kernel with the bias and causal
 skipping together, where SDPA would need a causal mask added to the bias, and, for a learned bias
 (T5, KERPLE, FIRE), would fall back to its quadratic math path to give it its gradient. A PE with a query-dependent term
@@ -97,10 +101,42 @@ class PEAttention(nn.Module):
         return (
             self.fast_path
             and not self._pe.scores_term
-            and not is_hooked(self.hook_attn_scores)
+            and (not is_hooked(self.hook_attn_scores) or self._folds() is not None)
             and not is_hooked(self.hook_pattern)
             and not global_hooks()
         )
+
+    def _folds(self) -> list | None:
+        """The hooks on ``hook_attn_scores`` when every one of them is a foldable intervention and nothing else
+        hooks the point; None otherwise (the explicit path then calls them as hooks)."""
+        point = self.hook_attn_scores
+        handles = point.fwd_hooks
+        if (
+            not handles
+            or len(point._forward_hooks) != len(handles)
+            or point._forward_pre_hooks
+            or point._backward_hooks
+            or getattr(point, "_backward_pre_hooks", None)
+        ):
+            return None
+        folds = [h.user_hook for h in handles]
+        return folds if all(getattr(f, "foldable", False) for f in folds) else None
+
+    def _folded(self, q: torch.Tensor, bias: torch.Tensor | None, key_len: int):
+        """(q, bias) with the folded interventions applied: q [batch, query, head, d_head] times each
+        (head, query) factor, the bias [head or 1, query, key] times it and -inf on masked keys."""
+        query_len = q.size(1)
+        for fold in self._folds() or []:
+            factor, outside = fold.fold(query_len, key_len, q.dtype, q.device)  # [head or 1, query, 1], [query, key]
+            if factor is not None:
+                q = q * factor.permute(1, 0, 2)[None]  # [1, query, head or 1, 1]
+                bias = None if bias is None else bias * factor.to(bias.dtype)
+            if outside is not None:
+                base = bias if bias is not None else torch.zeros(1, query_len, key_len, device=q.device, dtype=q.dtype)
+                bias = base.masked_fill(outside, float("-inf"))
+        if bias is not None and bias.size(0) != self.n_heads:
+            bias = bias.expand(self.n_heads, -1, -1)
+        return q, bias
 
     def forward(
         self, x: torch.Tensor, past_kv_cache_entry=None, attention_mask: torch.Tensor | None = None
@@ -122,6 +158,8 @@ class PEAttention(nn.Module):
 
         bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
         fast = self.uses_fast_path()
+        if fast and is_hooked(self.hook_attn_scores):
+            q, bias = self._folded(q, bias, key_len)
         drop = self.attn_dropout if self.training else 0.0
         if (
             fast

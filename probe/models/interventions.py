@@ -240,9 +240,12 @@ def capped_bias(bias: Tensor, cap: int) -> Tensor:
     return bias.gather(-1, index.expand_as(bias))
 
 
-@dataclass
+@dataclass(eq=False)
 class _Layer:
-    """One layer's hooks: what the temperatures, window and capped rotations do to its logits."""
+    """One layer's hook on ``hook_attn_scores``: what the temperatures, window and capped rotations do to its
+    logits. Called as a hook it changes the scores; a layer of probe's that finds it alone on the point reads
+    its algebra instead (:meth:`fold`: a factor per head and query, a mask of keys) and applies it inside its
+    fused kernels (:class:`probe.models.attention.PEAttention`), so the fast path stays."""
 
     intervention: Intervention
     layer: int
@@ -258,27 +261,43 @@ class _Layer:
 
         return hook
 
-    def scores(self, scores: Tensor, hook: Any) -> Tensor:  # [batch, head, query, key]
+    def __repr__(self) -> str:  # TransformerLens names a hook by its repr: keep it short
+        return f"intervention {self.intervention.name} on layer {self.layer}"
+
+    def __call__(self, scores: Tensor, hook: Any) -> Tensor:  # [batch, head, query, key]
         if self.turn is not None:
             scores = self._capped_rotation(scores, query_positions(scores))
-        factor, outside = self._terms(scores)
+        factor, outside = self._terms(scores.shape[-2:], scores.dtype, scores.device)
         if factor is not None:
             scores = scores * factor
         if outside is not None:
             scores = scores.masked_fill(outside, float("-inf"))
         return scores
 
-    def _terms(self, scores: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        """(factor [head or 1, query, 1] in the scores' dtype, window mask [query, key]) for this shape, made
-        once per shape: a decode step or a batch of one length reuses them."""
-        key = (*scores.shape[-2:], scores.dtype, scores.device)
+    @property
+    def foldable(self) -> bool:
+        """Whether :meth:`fold` is all it does (a capped rotation needs the unturned queries and keys)."""
+        return self.turn is None
+
+    def fold(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device):
+        """(factor [head or 1, query, 1] or None, keys outside the window [query, key] or None) for a pass whose
+        queries are the last ``query_len`` of ``key_len`` positions: the scores become scores x factor, masked."""
+        return self._terms((query_len, key_len), dtype, device)
+
+    def _terms(self, shape, dtype: torch.dtype, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
+        """(factor, window mask) for this shape, made once per shape: a decode step or a batch of one length
+        reuses them."""
+        key = (*shape, dtype, device)
         if key not in self.terms:
-            positions = query_positions(scores)
+            query_len, key_len = shape
+            positions = torch.arange(key_len - query_len, key_len, device=device)
             factor = row_factor(self.intervention, self.layer, positions)
             window, sinks = self.intervention.window, self.intervention.sinks
-            outside = None if window is None else outside_window(positions, scores.size(-1), window, sinks)
+            outside = None if window is None else outside_window(positions, key_len, window, sinks)
+            if outside is not None and not bool(outside.any()):
+                outside = None  # a window past the sequence: nothing to mask, the logits stay bit for bit
             self.terms.clear()
-            self.terms[key] = (None if factor is None else factor.to(scores.dtype), outside)
+            self.terms[key] = (None if factor is None else factor.to(dtype), outside)
         return self.terms[key]
 
     def _capped_rotation(self, scores: Tensor, positions: Tensor) -> Tensor:
@@ -331,7 +350,7 @@ def intervention_hooks(model, intervention: Intervention) -> HookList:
                 raise ProbeError(f"cap: {pe.kind} has no relative distance to cap (bias and rotating PEs do)")
         scored = intervention.temperature != 1.0 or intervention.log_length is not None or heads is not None
         if scored or intervention.window is not None or state.turn is not None:
-            hooks.append((prefix + "hook_attn_scores", state.scores))
+            hooks.append((prefix + "hook_attn_scores", state))
     return hooks
 
 
