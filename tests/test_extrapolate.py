@@ -172,3 +172,17 @@ def test_the_explorer_page_evaluates_a_run_and_draws_a_figure_per_pe(runs, tmp_p
     table = at.dataframe[0].value
     assert list(table["family"])[:4] == ["none", "log-length", "cap", "rope"]
     assert "probe extrapolate" in texts(at.caption)
+
+
+def test_fitted_head_temperatures_are_written_as_a_file_intervene_reads_back(report, tmp_path, monkeypatch):
+    import plotly.graph_objects as go
+
+    from probe.models.interventions import parse_intervention
+
+    monkeypatch.setattr(go.Figure, "write_image", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no png")))
+    files = [Path(f) for f in report.write(tmp_path) if Path(f).name.startswith("head_temperatures_")]
+    assert len(files) == len(report.runs)
+    run = report.runs[0]
+    fitted = next(o for o in run.outcomes if o.family == "head-temperature").intervention
+    written = next(f for f in files if run.label.replace(" ", "-") in f.name)
+    assert parse_intervention(f"head-temperature={written}").head_temperatures == fitted.head_temperatures

@@ -112,7 +112,7 @@ class ExtrapolationReport:
         return "\n".join(summary(self))
 
     def write(self, out_dir: str | Path) -> list[str]:
-        from probe.atomic import atomic_write_text, write_json_and_csv
+        from probe.atomic import atomic_write_json, atomic_write_text, write_json_and_csv
         from probe.figures import write_figure
         from probe.figures.extrapolation import extrapolation_figure
 
@@ -123,7 +123,23 @@ class ExtrapolationReport:
         for pe in dict.fromkeys(r.pe for r in self.runs):
             runs = [r.to_json() for r in self.runs if r.pe == pe]
             written += write_figure(extrapolation_figure(runs, self.measure), out_dir / f"{STEM}_{_safe(pe)}")
+        for run in self.runs:
+            for o in run.outcomes:
+                if o.family == "head-temperature" and o.kind == "tuned":
+                    path = out_dir / f"head_temperatures_{_safe(run.label)}.json"
+                    atomic_write_json(path, head_temperature_file(run, o))
+                    written.append(path)
         return [str(p) for p in written]
+
+
+def head_temperature_file(run: RunExtrapolation, outcome: Outcome) -> dict[str, Any]:
+    """What ``--intervene head-temperature=FILE`` reads back: the temperatures fitted for ``run``, and on what."""
+    return {
+        "temperatures": [list(row) for row in outcome.intervention.head_temperatures],
+        "run": run.path,
+        "fitted": outcome.intervention.head_source,
+        "on": run.validation,
+    }
 
 
 def _cell(stats: dict[str, Any]) -> dict[str, Any]:

@@ -434,7 +434,13 @@ class PositionsReport:
         positions` writes them (``positions[_<hf models>]_*``); returns the paths written."""
         from probe.atomic import write_csv, write_json_and_csv
         from probe.figures import write_figure
-        from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
+        from probe.figures.positions import (
+            entropy_figure,
+            head_share_figure,
+            probe_figure,
+            sink_figure,
+            variance_figure,
+        )
 
         out_dir = Path(out_dir)
         stem = "positions" + (f"_{self.stem}" if self.stem else "")
@@ -448,6 +454,7 @@ class PositionsReport:
             ("landmark", probe_figure(models, "landmark_distance")),
             ("heads", head_share_figure(models)),
             ("sinks", sink_figure(models)),
+            ("entropy", entropy_figure(models)),
             ("variance", variance_figure(models)),
         ):
             files += [str(p) for p in write_figure(figure, out_dir / f"{stem}_{suffix}")]

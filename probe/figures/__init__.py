@@ -9,7 +9,7 @@ from probe.figures.attended import attended_distance_figure
 from probe.figures.attention import attention_heatmaps
 from probe.figures.output import PLOTLY_JS, write_figure
 from probe.figures.perplexity import perplexity_figure
-from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
+from probe.figures.positions import entropy_figure, head_share_figure, probe_figure, sink_figure, variance_figure
 from probe.figures.ranks import rank_figure
 from probe.figures.similarity import head_matrix_figure, layer_distance_figure
 from probe.figures.style import pe_color, rgba
@@ -19,6 +19,7 @@ __all__ = [
     "accuracy_by_length",
     "attended_distance_figure",
     "attention_heatmaps",
+    "entropy_figure",
     "head_matrix_figure",
     "head_share_figure",
     "layer_distance_figure",

@@ -163,6 +163,47 @@ def sink_figure(results: Sequence[Mapping[str, Any]], first: int = 1):
     return figure
 
 
+def entropy_figure(results: Sequence[Mapping[str, Any]]):
+    """Attention-row entropy per layer (mean over heads, with its interval over inputs) at seen and unseen
+    lengths, beside uniform attention's: distraction is the unseen line climbing towards its uniform line."""
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for result in results:
+        pe, label, entropy = result["run"]["pe"], result["run"]["label"], result.get("entropy", {})
+        for lengths, dash in (("seen", "solid"), ("unseen", "dash")):
+            if lengths not in entropy:
+                continue
+            found = entropy[lengths]
+            layers = list(range(len(found["layers"])))
+            figure.add_trace(
+                go.Scatter(
+                    x=layers,
+                    y=found["layers"],
+                    name=f"{label} ({lengths})",
+                    mode="lines+markers",
+                    line=dict(color=pe_color(pe), dash=dash),
+                    error_y=dict(
+                        type="data",
+                        symmetric=False,
+                        array=[h - m for h, m in zip(found["high"], found["layers"])],
+                        arrayminus=[m - lo for m, lo in zip(found["layers"], found["low"])],
+                    ),
+                )
+            )
+    uniform = {k: r["entropy"][k]["uniform"] for r in results for k in ("seen", "unseen") if k in r.get("entropy", {})}
+    for lengths, value in uniform.items():
+        figure.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=f"uniform ({lengths})")
+    figure.update_layout(
+        title="Attention entropy per layer (nats), mean over heads and query rows",
+        xaxis_title="layer",
+        yaxis_title="entropy (nats)",
+        template="plotly_white",
+        xaxis_dtick=1,
+    )
+    return figure
+
+
 def variance_figure(results: Sequence[Mapping[str, Any]]):
     """Variance of each layer's attention output across examples against position (log-log), per model."""
     import plotly.graph_objects as go

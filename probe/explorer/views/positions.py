@@ -9,7 +9,7 @@ import json
 import streamlit as st
 
 from probe.explorer import shared
-from probe.figures.positions import head_share_figure, probe_figure, sink_figure, variance_figure
+from probe.figures.positions import entropy_figure, head_share_figure, probe_figure, sink_figure, variance_figure
 
 st.header("Positions")
 st.caption(
@@ -99,7 +99,9 @@ st.dataframe(
         for c in ("probe R² held-out", "probe R² unseen", "relative", "absolute", "content")
     },
 )
-probes, heads, sinks, variance = st.tabs(["Position probes", "Heads", "Attention sinks", "Variance"])
+probes, heads, sinks, entropy, variance = st.tabs(
+    ["Position probes", "Heads", "Attention sinks", "Entropy", "Variance"]
+)
 with probes:
     target = st.radio(
         "Read-out of",
@@ -131,5 +133,11 @@ with heads:
 with sinks:
     first = st.radio("First tokens", [1, 4], horizontal=True, key="positions-first")
     st.plotly_chart(sink_figure(results, first), key="positions-sinks")
+with entropy:
+    st.plotly_chart(entropy_figure(results), key="positions-entropy")
+    st.caption(
+        "Distraction (Wang et al. 2024): attention rows spreading over more keys at unseen lengths. An attention "
+        "temperature is meant to undo it: see the Extrapolation page, or `probe positions --intervene`."
+    )
 with variance:
     st.plotly_chart(variance_figure(results), key="positions-variance")
