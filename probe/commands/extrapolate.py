@@ -61,6 +61,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="X",
         help="language models: context multiples read (default 0.5 1 1.5 2 2.5)",
     )
+    _add_language_model_options(parser)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the files drawn")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: extrapolation/ in the task folder)")
+    add_checkpoints(parser)
+    add_device(parser)
+    add_json(parser)
+    parser.set_defaults(func=run)
+
+
+def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-files", type=int, default=40, metavar="N", help="language models: held-out files read (default 40)"
     )
@@ -69,13 +80,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--context", type=int, help="hf: models: T, the multiples' unit (default: n_ctx, the context trained at)"
     )
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the files drawn")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: extrapolation/ in the task folder)")
-    add_checkpoints(parser)
-    add_device(parser)
-    add_json(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
