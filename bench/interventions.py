@@ -20,7 +20,8 @@ import torch
 from common import add_common_args, header, interleave, medians, paired_ratio, setup, write_json
 
 from probe.models import build_model
-from probe.models.interventions import Intervention, intervention_hooks
+from probe.models.intervention_hooks import intervention_hooks
+from probe.models.interventions import Intervention
 
 TARGET = 1.10
 VOCAB = 24

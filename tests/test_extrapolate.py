@@ -15,7 +15,8 @@ from probe.analysis.examples import task_of
 from probe.analysis.extrapolate import VALID_SHARE, Settings, extrapolate, score_examples
 from probe.analysis.tuning import Score, grid_search, validation_split
 from probe.cli import main
-from probe.models.interventions import Intervention, intervened
+from probe.models.intervention_hooks import intervened
+from probe.models.interventions import Intervention
 from probe.runs.folders import load_run, run_dir
 from probe.tasks.batches import encode
 from probe.tasks.decoding import evaluate_examples

@@ -788,7 +788,8 @@ def _by_hand(temperature: float, trained: int | None, window: int | None, sinks:
 def test_an_hf_model_under_an_intervention_is_transformers_with_the_change_by_hand(tiny, family, spec, by_hand):
     from transformers import AttentionInterface
 
-    from probe.models.interventions import apply, parse_intervention
+    from probe.models.intervention_hooks import apply
+    from probe.models.interventions import parse_intervention
 
     name = f"by_hand_{family}_{abs(hash(spec))}"
     AttentionInterface.register(name, _by_hand(*by_hand))

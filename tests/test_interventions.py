@@ -14,14 +14,8 @@ from helpers import tiny_model
 from probe.errors import ProbeError
 from probe.models import build_model
 from probe.models.alibi import alibi_slopes
-from probe.models.interventions import (
-    TRAINED,
-    Intervention,
-    apply,
-    intervened,
-    log_length_factor,
-    parse_intervention,
-)
+from probe.models.intervention_hooks import apply, intervened, log_length_factor
+from probe.models.interventions import TRAINED, Intervention, parse_intervention
 
 VOCAB = 20
 T = 24

@@ -13,7 +13,8 @@ from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_
 from probe.analysis.examples import trained_length
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
-from probe.models.interventions import Intervention, apply
+from probe.models.intervention_hooks import apply
+from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
 from probe.runs.folders import LAST, Run, load_run
 from probe.runs.locks import run_lock

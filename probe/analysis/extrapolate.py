@@ -44,7 +44,8 @@ from probe.analysis.tuning import (
 )
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
-from probe.models.interventions import Intervention, intervened
+from probe.models.intervention_hooks import intervened
+from probe.models.interventions import Intervention
 from probe.tasks.batches import EncodedSet, encode
 
 FIXED = ("log-length", "cap", "rope")

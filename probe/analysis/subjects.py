@@ -50,7 +50,8 @@ from probe.corpus.prepared import run_corpus, run_tokenizer_json
 from probe.errors import ProbeError
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
-from probe.models.interventions import Intervention, apply
+from probe.models.intervention_hooks import apply
+from probe.models.interventions import Intervention
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 
 # T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of

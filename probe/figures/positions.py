@@ -118,90 +118,71 @@ def head_share_figure(results: Sequence[Mapping[str, Any]]):
     return figure
 
 
-def sink_figure(results: Sequence[Mapping[str, Any]], first: int = 1):
-    """Attention on the first ``first`` tokens per layer, at seen and unseen lengths, beside uniform attention's."""
+def _per_layer_figure(series: Sequence[dict[str, Any]], uniform: Mapping[str, float], title: str, y_title: str):
+    """A line per (model, lengths) of a per-layer mean with its interval (``series``: label, pe, lengths, mean,
+    low, high), seen solid and unseen dashed, and uniform attention's value per set of lengths dotted."""
     import plotly.graph_objects as go
 
     figure = go.Figure()
-    for result in results:
-        pe, label = result["run"]["pe"], result["run"]["label"]
-        for lengths, dash in (("seen", "solid"), ("unseen", "dash")):
-            rows = [r for r in result["sinks"] if r["first"] == first and r["lengths"] == lengths]
-            if not rows:
-                continue
-            figure.add_trace(
-                go.Scatter(
-                    x=[r["layer"] for r in rows],
-                    y=[r["share"] for r in rows],
-                    name=f"{label} ({lengths})",
-                    mode="lines+markers",
-                    line=dict(color=pe_color(pe), dash=dash),
-                    error_y=dict(
-                        type="data",
-                        symmetric=False,
-                        array=[r["share_high"] - r["share"] for r in rows],
-                        arrayminus=[r["share"] - r["share_low"] for r in rows],
-                    ),
-                )
+    for line in series:
+        figure.add_trace(
+            go.Scatter(
+                x=list(range(len(line["mean"]))),
+                y=line["mean"],
+                name=f"{line['label']} ({line['lengths']})",
+                mode="lines+markers",
+                line=dict(color=pe_color(line["pe"]), dash="solid" if line["lengths"] == "seen" else "dash"),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[h - m for h, m in zip(line["high"], line["mean"])],
+                    arrayminus=[m - lo for m, lo in zip(line["mean"], line["low"])],
+                ),
             )
-    uniform = {
-        lengths: r["uniform"]
-        for result in results
-        for r in result["sinks"]
-        if r["first"] == first
-        for lengths in (r["lengths"],)
-    }
+        )
     for lengths, value in uniform.items():
         figure.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=f"uniform ({lengths})")
-    figure.update_layout(
-        title=f"Attention on the first {first} token(s), mean over heads and queries",
-        xaxis_title="layer",
-        yaxis_title="share of attention",
-        template="plotly_white",
-        xaxis_dtick=1,
-    )
+    figure.update_layout(title=title, xaxis_title="layer", yaxis_title=y_title, template="plotly_white", xaxis_dtick=1)
     return figure
+
+
+def sink_figure(results: Sequence[Mapping[str, Any]], first: int = 1):
+    """Attention on the first ``first`` tokens per layer, at seen and unseen lengths, beside uniform attention's."""
+    series, uniform = [], {}
+    for result in results:
+        for lengths in ("seen", "unseen"):
+            rows = sorted(
+                (r for r in result["sinks"] if r["first"] == first and r["lengths"] == lengths),
+                key=lambda r: r["layer"],
+            )
+            if rows:
+                series.append(
+                    {
+                        "label": result["run"]["label"],
+                        "pe": result["run"]["pe"],
+                        "lengths": lengths,
+                        "mean": [r["share"] for r in rows],
+                        "low": [r["share_low"] for r in rows],
+                        "high": [r["share_high"] for r in rows],
+                    }
+                )
+                uniform[lengths] = rows[0]["uniform"]
+    title = f"Attention on the first {first} token(s), mean over heads and queries"
+    return _per_layer_figure(series, uniform, title, "share of attention")
 
 
 def entropy_figure(results: Sequence[Mapping[str, Any]]):
     """Attention-row entropy per layer (mean over heads, with its interval over inputs) at seen and unseen
     lengths, beside uniform attention's: distraction is the unseen line climbing towards its uniform line."""
-    import plotly.graph_objects as go
-
-    figure = go.Figure()
+    series, uniform = [], {}
     for result in results:
-        pe, label, entropy = result["run"]["pe"], result["run"]["label"], result.get("entropy", {})
-        for lengths, dash in (("seen", "solid"), ("unseen", "dash")):
-            if lengths not in entropy:
-                continue
-            found = entropy[lengths]
-            layers = list(range(len(found["layers"])))
-            figure.add_trace(
-                go.Scatter(
-                    x=layers,
-                    y=found["layers"],
-                    name=f"{label} ({lengths})",
-                    mode="lines+markers",
-                    line=dict(color=pe_color(pe), dash=dash),
-                    error_y=dict(
-                        type="data",
-                        symmetric=False,
-                        array=[h - m for h, m in zip(found["high"], found["layers"])],
-                        arrayminus=[m - lo for m, lo in zip(found["layers"], found["low"])],
-                    ),
-                )
-            )
-    uniform = {k: r["entropy"][k]["uniform"] for r in results for k in ("seen", "unseen") if k in r.get("entropy", {})}
-    for lengths, value in uniform.items():
-        figure.add_hline(y=value, line_dash="dot", line_color="gray", annotation_text=f"uniform ({lengths})")
-    figure.update_layout(
-        title="Attention entropy per layer (nats), mean over heads and query rows",
-        xaxis_title="layer",
-        yaxis_title="entropy (nats)",
-        template="plotly_white",
-        xaxis_dtick=1,
-    )
-    return figure
+        for lengths, found in result.get("entropy", {}).items():
+            if lengths in ("seen", "unseen"):
+                run = {"label": result["run"]["label"], "pe": result["run"]["pe"], "lengths": lengths}
+                series.append({**run, "mean": found["layers"], "low": found["low"], "high": found["high"]})
+                uniform[lengths] = found["uniform"]
+    title = "Attention entropy per layer (nats), mean over heads and query rows"
+    return _per_layer_figure(series, uniform, title, "entropy (nats)")
 
 
 def variance_figure(results: Sequence[Mapping[str, Any]]):

@@ -13,7 +13,7 @@ Fast path: while nothing hooks ``hook_attn_scores`` or ``hook_pattern``, the lay
 ``torch.nn.functional.scaled_dot_product_attention`` with the bias as an additive mask (the
 flash kernel where there is no bias). Any hook on those points, which ``run_with_cache`` adds
 too, switches the layer back to the explicit path; both give the same result. One kind of hook on
-``hook_attn_scores`` keeps the fast path: an intervention (:mod:`probe.models.interventions`) whose
+``hook_attn_scores`` keeps the fast path: an intervention (:mod:`probe.models.intervention_hooks`) whose
 algebra the layer can read (``fold``: the logits times a factor per head and query, keys masked), alone
 on the point; the layer multiplies its queries and its bias by the factor and masks the keys in the bias,
 which is the same product, taken before the kernel instead of on the scores after it. A biased layer on

@@ -204,7 +204,7 @@ def load_external(
     try:
         overrides = None
         if rope:
-            from probe.models.interventions import hf_rope_parameters
+            from probe.models.intervention_hooks import hf_rope_parameters
 
             overrides = {"rope_parameters": hf_rope_parameters(rope, read_config(spelling))}
         bridge = TransformerBridge.boot_transformers(

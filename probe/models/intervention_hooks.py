@@ -1,0 +1,215 @@
+"""How an :class:`~probe.models.interventions.Intervention` acts: hooks on the attention hook points, the
+same for probe's models and a TransformerLens bridge (``hf:`` models), and the ``rope_parameters`` an ``hf:``
+model gets for a RoPE scaling.
+
+Positions are read from the scores' shape: the query rows are the last ``query`` of ``key`` positions, which
+holds for a whole sequence, right padding and decoding with the KV cache (never left padding). The
+capped distances are scored first, then the temperatures multiply the logits (one factor per head and
+query), then the window masks; a probe layer that finds these hooks alone on ``hook_attn_scores`` folds them
+into its fused kernel (:class:`probe.models.attention.PEAttention`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from probe.errors import ProbeError
+from probe.models.interventions import TRAINED, Intervention
+
+HookList = list[tuple[str, Callable[[Tensor, Any], Tensor]]]
+
+
+def query_positions(scores: Tensor) -> Tensor:
+    """[query] absolute positions of the rows of ``scores`` [..., query, key]: the last ``query`` of ``key``."""
+    query, key = scores.shape[-2:]
+    return torch.arange(key - query, key, device=scores.device)
+
+
+def log_length_factor(n: Tensor, trained: int) -> Tensor:
+    """max(1, ln n / ln L) for a query that sees ``n`` keys (float64; n = position + 1)."""
+    return (n.double().log() / math.log(trained)).clamp(min=1.0)
+
+
+def row_factor(intervention: Intervention, layer: int, positions: Tensor) -> Tensor | None:
+    """[head or 1, query, 1] float64 multiplier of layer ``layer``'s logits, or None where it is 1."""
+    factor = torch.full((1, len(positions), 1), 1.0 / intervention.temperature, dtype=torch.float64)
+    if intervention.log_length is not None:
+        factor = factor * log_length_factor(positions.cpu() + 1, intervention.log_length)[None, :, None]
+    if intervention.head_temperatures is not None:
+        heads = torch.tensor(intervention.head_temperatures[layer], dtype=torch.float64)
+        factor = factor / heads[:, None, None]
+    if bool((factor == 1).all()):
+        return None
+    return factor.to(positions.device)
+
+
+def outside_window(positions: Tensor, key_len: int, window: int, sinks: int) -> Tensor:
+    """[query, key] True where a key is neither among the query's last ``window`` nor the first ``sinks``."""
+    keys = torch.arange(key_len, device=positions.device)
+    return (positions[:, None] - keys[None, :] >= window) & (keys[None, :] >= sinks)
+
+
+def capped_bias(bias: Tensor, cap: int) -> Tensor:
+    """``bias`` [head, query, key] with each row's value beyond distance ``cap`` replaced by its value at
+    distance ``cap`` (rows are the last ``query`` of ``key`` positions)."""
+    positions = query_positions(bias)
+    keys = torch.arange(bias.size(-1), device=bias.device)
+    index = torch.maximum(keys[None, :], positions[:, None] - cap)  # [query, key]
+    return bias.gather(-1, index.expand_as(bias))
+
+
+@dataclass(eq=False)
+class _Layer:
+    """One layer's hook on ``hook_attn_scores``: what the temperatures, window and capped rotations do to its
+    logits. Called as a hook it changes the scores; a layer of probe's that finds it alone on the point reads
+    its algebra instead (:meth:`fold`: a factor per head and query, a mask of keys) and applies it inside its
+    fused kernels (:class:`probe.models.attention.PEAttention`), so the fast path stays."""
+
+    intervention: Intervention
+    layer: int
+    turn: Callable[[Tensor, int], Tensor] | None = None  # x at one position -> turned (capped rotations)
+    scale: float = 1.0  # the layer's logit divisor (sqrt(d_head) or 1)
+    stash: dict[str, Tensor] = field(default_factory=dict)
+    terms: dict[tuple, tuple[Tensor | None, Tensor | None]] = field(default_factory=dict)
+
+    def keep(self, name: str) -> Callable[[Tensor, Any], Tensor]:
+        def hook(x: Tensor, hook: Any) -> Tensor:
+            self.stash[name] = x
+            return x
+
+        return hook
+
+    def __repr__(self) -> str:  # TransformerLens names a hook by its repr: keep it short
+        return f"intervention {self.intervention.name} on layer {self.layer}"
+
+    def __call__(self, scores: Tensor, hook: Any) -> Tensor:  # [batch, head, query, key]
+        if self.turn is not None:
+            scores = self._capped_rotation(scores, query_positions(scores))
+        factor, outside = self._terms(scores.shape[-2:], scores.dtype, scores.device)
+        if factor is not None:
+            scores = scores * factor
+        if outside is not None:
+            scores = scores.masked_fill(outside, float("-inf"))
+        return scores
+
+    @property
+    def foldable(self) -> bool:
+        """Whether :meth:`fold` is all it does (a capped rotation needs the unturned queries and keys)."""
+        return self.turn is None
+
+    def fold(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device):
+        """(factor [head or 1, query, 1] or None, keys outside the window [query, key] or None) for a pass whose
+        queries are the last ``query_len`` of ``key_len`` positions: the scores become scores x factor, masked."""
+        return self._terms((query_len, key_len), dtype, device)
+
+    def _terms(self, shape, dtype: torch.dtype, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
+        """(factor, window mask) for this shape, made once per shape: a decode step or a batch of one length
+        reuses them."""
+        key = (*shape, dtype, device)
+        if key not in self.terms:
+            query_len, key_len = shape
+            positions = torch.arange(key_len - query_len, key_len, device=device)
+            factor = row_factor(self.intervention, self.layer, positions)
+            window, sinks = self.intervention.window, self.intervention.sinks
+            outside = None if window is None else outside_window(positions, key_len, window, sinks)
+            if outside is not None and not bool(outside.any()):
+                outside = None  # a window past the sequence: nothing to mask, the logits stay bit for bit
+            self.terms.clear()
+            self.terms[key] = (None if factor is None else factor.to(dtype), outside)
+        return self.terms[key]
+
+    def _capped_rotation(self, scores: Tensor, positions: Tensor) -> Tensor:
+        q, k = self.stash.pop("q"), self.stash.pop("k")  # [batch, pos, head, d_head], before turning
+        if k.size(1) != scores.size(-1):
+            raise ProbeError("cap on a rotating PE reads each sequence in one pass, not token by token with a cache")
+        cap = self.intervention.cap
+        beyond = positions[:, None] - torch.arange(scores.size(-1), device=scores.device)[None, :] > cap
+        if not bool(beyond.any()):
+            return scores
+        batch, query, heads, d_head = q.shape
+        turned = self.turn(q.reshape(batch * query, 1, heads, d_head), cap).reshape(q.shape)
+        still = self.turn(k.reshape(-1, 1, heads, d_head), 0).reshape(k.shape)
+        if still.size(2) != heads:  # grouped keys (hf models): each serves heads / kv_heads queries
+            still = still.repeat_interleave(heads // still.size(2), dim=2)
+        far = turned.transpose(1, 2) @ still.permute(0, 2, 3, 1) / self.scale  # [batch, head, query, key]
+        return torch.where(beyond, far.to(scores.dtype), scores)
+
+
+def intervention_hooks(model, intervention: Intervention) -> HookList:
+    """(hook name, function) pairs that make ``model`` (probe's, or a TransformerLens bridge) attend under
+    ``intervention`` (resolved: :meth:`Intervention.resolved`). RoPE scalings are not hooks: they apply
+    when the model loads. ProbeError where the model has nothing to cap."""
+    if intervention.log_length == TRAINED or intervention.cap == TRAINED:
+        raise ProbeError("resolve log-length and cap against the model's training length first")
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    heads = intervention.head_temperatures
+    if heads is not None and (len(heads) != n_layers or len(heads[0]) != n_heads):
+        raise ProbeError(
+            f"head-temperature gives {len(heads)} layers of {len(heads[0])} heads; the model has "
+            f"{n_layers} of {n_heads}"
+        )
+    pe = getattr(model, "pe", None)
+    hooks: HookList = []
+    for layer in range(n_layers):
+        state = _Layer(intervention, layer)
+        prefix = f"blocks.{layer}.attn."
+        if intervention.cap is not None:
+            if pe is None:
+                raise ProbeError("cap reads probe's own PE term; an hf: model's positions are inside transformers")
+            if pe.adds_bias:
+                hooks.append((prefix + "hook_pos_bias", lambda b, hook, cap=intervention.cap: capped_bias(b, cap)))
+            elif pe.rotates:
+                attn = model.blocks[layer].attn
+                if attn.rotates:
+                    state.turn = lambda x, at, layer=layer: pe.rotate(layer, x, at)
+                    state.scale = attn.attn_scale
+                    hooks += [(prefix + "hook_q", state.keep("q")), (prefix + "hook_k", state.keep("k"))]
+            else:
+                raise ProbeError(f"cap: {pe.kind} has no relative distance to cap (bias and rotating PEs do)")
+        scored = intervention.temperature != 1.0 or intervention.log_length is not None or heads is not None
+        if scored or intervention.window is not None or state.turn is not None:
+            hooks.append((prefix + "hook_attn_scores", state))
+    return hooks
+
+
+@contextmanager
+def intervened(model, intervention: Intervention) -> Iterator[Any]:
+    """``model`` attending under ``intervention`` within the block (its hooks removed after)."""
+    hooks = intervention_hooks(model, intervention)
+    with model.hooks(fwd_hooks=hooks):
+        yield model
+
+
+def apply(model, intervention: Intervention) -> Any:
+    """``model`` attending under ``intervention`` from now on (permanent hooks: they survive
+    ``run_with_cache`` and ``run_with_hooks``; ``model.reset_hooks(including_permanent=True)`` removes them)."""
+    for name, hook in intervention_hooks(model, intervention):
+        model.add_hook(name, hook, is_permanent=True)
+    return model
+
+
+def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """``transformers``' ``rope_parameters`` for a probe RoPE scaling of a model whose config is ``config``
+    (its own ``rope_parameters`` or ``rope_theta``): linear, dynamic, yarn and llama3 by name; ntk (NTK-aware,
+    bloc97 2023) as the base times s^(d/(d-2)), what the scaling is."""
+    given = dict(config.get("rope_parameters") or {})
+    theta = float(given.get("rope_theta", config.get("rope_theta", 10_000.0)))
+    scaling, factor = rope["scaling"], float(rope.get("factor", 1.0))
+    if scaling == "none":
+        return {**given, "rope_theta": theta}
+    if scaling == "ntk":
+        dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+        return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
+    out = {"rope_type": scaling, "rope_theta": theta, "factor": factor}
+    if scaling in ("yarn", "llama3"):
+        out["original_max_position_embeddings"] = int(rope["original_length"])
+    if scaling == "llama3":
+        out |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    return out
