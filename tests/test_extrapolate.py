@@ -187,3 +187,20 @@ def test_fitted_head_temperatures_are_written_as_a_file_intervene_reads_back(rep
     fitted = next(o for o in run.outcomes if o.family == "head-temperature").intervention
     written = next(f for f in files if run.label.replace(" ", "-") in f.name)
     assert parse_intervention(f"head-temperature={written}").head_temperatures == fitted.head_temperatures
+
+
+def test_an_intervention_given_that_a_run_cannot_take_is_listed_as_not_applicable(runs, tmp_path, capsys, monkeypatch):
+    import plotly.graph_objects as go
+
+    monkeypatch.setattr(go.Figure, "write_image", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no png")))
+    argv = ["extrapolate", str(runs[0]), str(runs[1]), "--family", "log-length", "--intervention", "cap=3"]
+    argv += ["--intervention", "scaling=linear+factor=2", "--n-valid", "5", "--n-iid", "10", "--out", str(tmp_path)]
+    assert main([*argv, "--json"]) == 0
+    nope, rotary = json.loads(capsys.readouterr().out)["runs"]
+    assert nope["skipped"] == {
+        "cap=3": "no relative distance to cap",
+        "factor=2+scaling=linear": "no rotary positions to scale",
+    }
+    assert [o["intervention"]["name"] for o in rotary["outcomes"]] == [
+        "none", "log-length=17", "cap=3", "factor=2+scaling=linear",
+    ]  # fmt: skip

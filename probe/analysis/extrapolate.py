@@ -110,10 +110,10 @@ def fixed_candidates(
     from probe.models.registry import pe_class
 
     chosen, skipped = [], {}
+    cls = pe_class(pe_kind) if pe_kind else None
     if "log-length" in settings.families:
         chosen.append(("log-length", Intervention(log_length=trained)))
     if "cap" in settings.families:
-        cls = pe_class(pe_kind) if pe_kind else None
         if cls is not None and (cls.adds_bias or cls.rotates):
             chosen.append(("cap", Intervention(cap=trained - 1)))
         else:
@@ -125,8 +125,22 @@ def fixed_candidates(
             chosen.append(("rope", Intervention(rope=rope)))
         else:
             skipped["rope"] = "no rotary positions"
-    chosen += [("given", i.resolved(trained)) for i in settings.given]
+    for given in settings.given:
+        why = _not_applicable(given, cls, rotary)
+        if why:
+            skipped[given.name] = why
+        else:
+            chosen.append(("given", given.resolved(trained)))
     return chosen, skipped
+
+
+def _not_applicable(intervention: Intervention, cls, rotary: bool) -> str | None:
+    """Why a run cannot take ``intervention`` as given (``cls``: its PE class, None for an hf: model), or None."""
+    if intervention.rope and not rotary:
+        return "no rotary positions to scale"
+    if intervention.cap is not None and not (cls is not None and (cls.adds_bias or cls.rotates)):
+        return "no relative distance to cap" if cls is not None else "positions inside transformers"
+    return None
 
 
 # -- task runs --------------------------------------------------------------------------------------------

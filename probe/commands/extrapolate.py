@@ -114,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         settings.progress = on_progress
         report = extrapolate(names, settings, root=args.checkpoints)
     out.print(fitted(_table(report), out))
+    for run in report.runs:
+        for name, why in run.skipped.items():
+            out.print(f"[dim]{run.label}: {name} not applicable ({why})[/dim]")
     write_report(report, args, out, "extrapolation")
     return 0
 
