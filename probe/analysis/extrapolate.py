@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from probe.analysis.examples import TRAINED_FROM, task_of
-from probe.analysis.extrapolation_report import ExtrapolationReport, Outcome, RunExtrapolation, summary
+from probe.analysis.extrapolation_report import ExtrapolationReport, Outcome, RunExtrapolation
 from probe.analysis.perplexity import scored_nll
 from probe.analysis.subjects import CodeRun, HfModel, Subject, TaskRun, TextReading, home, resolve_all
 from probe.analysis.tuning import (
@@ -210,7 +210,7 @@ def _task_run(subject: Subject, settings: Settings, step: Callable[[str], None])
 
     step("untouched")
     outcomes = [outcome("none", "none", Intervention(), model)]
-    rotary = "scaling" in _pe_options(subject)
+    rotary = _has_rope(subject)
     fixed, skipped = fixed_candidates(subject.info.pe, rotary, trained, longest, settings)
     for family, intervention in fixed:
         step(intervention.name)
@@ -239,10 +239,11 @@ def _task_run(subject: Subject, settings: Settings, step: Callable[[str], None])
     )
 
 
-def _pe_options(subject: Subject) -> dict[str, Any]:
+def _has_rope(subject: Subject) -> bool:
+    """Whether a run's PE takes a RoPE scaling (Rotary: its ``scaling`` option)."""
     from probe.models.registry import pe_class
 
-    return pe_class(subject.info.pe).options if subject.config is not None else {}
+    return "scaling" in pe_class(subject.info.pe).options
 
 
 def _tuned(
@@ -339,7 +340,7 @@ def _language_model(subject: Subject, settings: Settings, step: Callable[[str], 
 
     step("untouched")
     outcomes = [outcome("none", "none", Intervention(), loaded.model)]
-    rotary = isinstance(subject, HfModel) and loaded.info.pe == "rotary" or "scaling" in _pe_options(subject)
+    rotary = loaded.info.pe == "rotary" if isinstance(subject, HfModel) else _has_rope(subject)
     pe_kind = None if isinstance(subject, HfModel) else subject.info.pe
     fixed, skipped = fixed_candidates(pe_kind, rotary, trained, longest, settings)
     for family, intervention in fixed:
@@ -422,6 +423,3 @@ def _with_rope(subject: Subject, loaded, intervention: Intervention, device) -> 
 
         return load_external(subject.name, device, rope=dict(intervention.rope)).bridge
     return subject.load(device, pe_options=dict(intervention.rope)).model
-
-
-__all__ = ["FAMILIES", "FIXED", "TUNED", "Settings", "extrapolate", "score_examples", "summary"]
