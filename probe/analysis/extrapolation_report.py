@@ -207,17 +207,6 @@ def summary(report: ExtrapolationReport) -> list[str]:
     return lines
 
 
-def best_by_pe(report: ExtrapolationReport) -> dict[str, list[tuple[str, float]]]:
-    """Per run label: (intervention, change of the headline against untouched), best first."""
-    sign = 1 if report.higher_is_better else -1
-    table = {}
-    for run in report.runs:
-        base = run.baseline.test["mean"]
-        changes = [(o.intervention.name, o.test["mean"] - base) for o in run.outcomes[1:]]
-        table[run.label] = sorted(changes, key=lambda c: -sign * c[1])
-    return table
-
-
 def headline_rows(run: dict[str, Any], measure: str) -> list[dict[str, Any]]:
     """One row per intervention of a run (as :meth:`RunExtrapolation.to_json` gives it): its kind, the
     headline score with its interval and its change against untouched, and IID exact match for task runs."""

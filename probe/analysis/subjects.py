@@ -114,18 +114,18 @@ class Subject:
         model = load_run(self.path, device=device, pe_options=applied or None, config=self.config)
         if dtype is not None:
             model.to(dtype)
-        return self._intervened(Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx))
+        loaded = Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx)
+        return self._intervened(loaded, intervention)
 
     def _resolved(self) -> Intervention:
         if self.intervention.is_identity:
             return self.intervention
         return self.intervention.resolved(self.trained_length())
 
-    def _intervened(self, loaded: Loaded) -> Loaded:
-        """``loaded`` attending under the subject's intervention, its label and info saying which."""
-        if self.intervention.is_identity:
+    def _intervened(self, loaded: Loaded, intervention: Intervention) -> Loaded:
+        """``loaded`` attending under ``intervention`` (the subject's, resolved), its label and info saying which."""
+        if intervention.is_identity:
             return loaded
-        intervention = self._resolved()
         apply(loaded.model, intervention)
         info = replace(
             loaded.info, label=f"{loaded.info.label} under {intervention.name}", intervention=intervention.to_json()
@@ -182,12 +182,13 @@ class HfModel(Subject):
         label: str | None = None,
         dtype: torch.dtype | None = None,
     ) -> Loaded:
-        model = load_external(self.name, device, dtype, rope=dict(self._resolved().rope) or None)
+        intervention = self._resolved()
+        model = load_external(self.name, device, dtype, rope=dict(intervention.rope) or None)
         info = RunInfo(model.spelling, POSITIONS_PE.get(model.positions, model.positions), 0, model.spelling)
         loaded = Loaded(
             model.bridge, info, model.max_length, model.encode, model.vocabulary(), model.bos_id, model.n_ctx
         )
-        return self._intervened(loaded)
+        return self._intervened(loaded, intervention)
 
     def trained_length(self) -> int:
         from probe.models.hf import declared_context

@@ -293,6 +293,13 @@ def measure_each(chosen: list[str], by_path: dict[str, Run], what: str, measure:
     return results
 
 
+def examples_per_bucket(where, key: str, help: str) -> int:
+    """The "Examples per length bucket" input every analysis page has (1 to 200, default 10, in the URL)."""
+    return where.number_input(
+        "Examples per length bucket", min_value=1, max_value=200, value=10, key=key, bind="query-params", help=help
+    )
+
+
 def corpus_options(members: list[Run]) -> dict[str, Any]:
     """The corpus options (corpus, split, tokenizer size, context) of a code folder's runs: what
     ``hf:`` models read beside them."""

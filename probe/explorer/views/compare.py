@@ -78,15 +78,7 @@ with st.form("compare-settings", border=False):
     with right:
         name_b = shared.pick_model("Model B", members, external, default_pe="t5", key="compare-b", other_than=name_a)
     c1, c2, c3, c4 = st.columns(4)
-    n_per_bucket = c1.number_input(
-        "Examples per length bucket",
-        min_value=1,
-        max_value=200,
-        value=10,
-        key="n",
-        bind="query-params",
-        help="the paper uses up to 10; code models: windows per context size",
-    )
+    n_per_bucket = shared.examples_per_bucket(c1, "n", "the paper uses up to 10; code models: windows per context size")
     metric = c2.selectbox(
         "Metric",
         ["jsd", "reference-code"],

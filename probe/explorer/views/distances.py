@@ -70,15 +70,7 @@ with st.form("distances-settings", border=False):
     )
     external = shared.hf_models("Hugging Face models, measured beside the runs", "distances-hf") if code else []
     c1, c2, c3, c4 = st.columns(4)
-    n_per_bucket = c1.number_input(
-        "Examples per length bucket",
-        min_value=1,
-        max_value=200,
-        value=10,
-        key="per_bucket",
-        bind="query-params",
-        help="code models: windows per context size",
-    )
+    n_per_bucket = shared.examples_per_bucket(c1, "per_bucket", "code models: windows per context size")
     lengths = c2.selectbox(
         "Length buckets",
         ["unseen", "all", "seen"],

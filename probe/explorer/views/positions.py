@@ -53,15 +53,7 @@ with st.form("positions-settings", border=False):
         else []
     )
     external = shared.hf_models("Hugging Face models, measured beside the runs", "positions-hf") if code else []
-    n_per_bucket = st.number_input(
-        "Examples per length bucket",
-        min_value=1,
-        max_value=200,
-        value=10,
-        key="per_bucket",
-        bind="query-params",
-        help="code models: windows per context size",
-    )
+    n_per_bucket = shared.examples_per_bucket(st, "per_bucket", "code models: windows per context size")
     st.form_submit_button("Measure", type="primary")
 
 chosen = [*chosen, *external]
