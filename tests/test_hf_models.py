@@ -43,6 +43,7 @@ from probe.analysis.subjects import TextReading
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models.hf import load_external
+from probe.models.hf_attention import logits_of
 from probe.runs.folders import run_dir
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
@@ -785,7 +786,9 @@ def _by_hand(temperature: float, trained: int | None, window: int | None, sinks:
         ("temperature=1.3+log-length=8+window=7+sinks=1", (1.3, 8, 7, 1)),
     ],
 )
-def test_an_hf_model_under_an_intervention_is_transformers_with_the_change_by_hand(tiny, family, spec, by_hand):
+def test_an_hf_model_under_an_intervention_is_transformers_with_the_change_by_hand(
+    tiny, family, spec, by_hand, monkeypatch
+):
     from transformers import AttentionInterface
 
     from probe.models.intervention_hooks import apply
@@ -801,6 +804,60 @@ def test_an_hf_model_under_an_intervention_is_transformers_with_the_change_by_ha
         plain = hf_model(tiny.names[family])(tokens).logits
     assert (expected - plain).abs().max() > 1e-2  # the change shows in the logits: the comparison can fail
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    calls = _count_folded_attention(monkeypatch)
+    torch.testing.assert_close(logits_of(bridge, tokens, keep=7), expected[:, -7:], rtol=1e-4, atol=1e-4)
+    assert calls == [len(bridge.blocks)]  # one folded attention per layer: the fast path ran, not the bridge's
+
+
+def _count_folded_attention(monkeypatch) -> list[int]:
+    """[calls] of :mod:`probe.models.hf_attention`'s attention function from now on."""
+    import probe.models.hf_attention as fast
+
+    calls, attention = [0], fast._attention
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return attention(*args, **kwargs)
+
+    monkeypatch.setattr(fast, "_attention", counted)
+    return calls
+
+
+@pytest.mark.parametrize("family", ["llama", "neox", "bloom"])
+def test_logits_of_an_untouched_hf_model_are_transformers_own(tiny, family, monkeypatch):
+    """Read without hooks, a Llama or GPT-NeoX model runs on its own attention modules through probe's
+    attention function; BLOOM's ALiBi attention does not take one, so it runs through the bridge. Both give
+    the logits of ``transformers``' eager model."""
+    bridge = load_external(tiny.names[family]).bridge
+    tokens = torch.randint(1, 200, (3, 2 * T), generator=torch.Generator().manual_seed(5))
+    calls = _count_folded_attention(monkeypatch)
+    with torch.no_grad():
+        expected = hf_model(tiny.names[family])(tokens).logits
+    got = logits_of(bridge, tokens)
+    assert calls == [0 if family == "bloom" else len(bridge.blocks)]
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_any_other_hook_on_an_hf_model_keeps_the_bridges_path(tiny, monkeypatch):
+    """A hook the fast path would skip (on a pattern, or a non-foldable function on the scores) must run:
+    the bridge's own forward is taken, and the hook sees every layer."""
+    from probe.models.intervention_hooks import intervened
+    from probe.models.interventions import parse_intervention
+
+    bridge = load_external(tiny.names["llama"]).bridge
+    tokens = torch.randint(1, 200, (1, T), generator=torch.Generator().manual_seed(6))
+    calls = _count_folded_attention(monkeypatch)
+    seen: list[str] = []
+
+    def record(x, hook):
+        seen.append(hook.name)
+        return x
+
+    for point in ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_attn_scores"):
+        with intervened(bridge, parse_intervention("temperature=0.5")), bridge.hooks(fwd_hooks=[(point, record)]):
+            logits_of(bridge, tokens)
+        assert seen == [point] and calls == [0]
+        seen.clear()
 
 
 def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny):

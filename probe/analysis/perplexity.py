@@ -37,6 +37,7 @@ from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.checkpoint import task_name
+from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
 from probe.models.registry import pe_folder_name
 
@@ -117,7 +118,7 @@ def scored_nll(
         windows = torch.stack([f[-context:] for f in files[start : start + batch_size]]).to(device)  # [batch, context]
         if bos is not None:
             windows[:, 0] = bos
-        logits = model(windows)[:, -scored - 1 : -1].double()  # [batch, scored, vocab]: predict the last `scored`
+        logits = logits_of(model, windows, keep=scored + 1)[:, :-1].double()  # [batch, scored, vocab]: the last `scored`
         targets = windows[:, -scored:]  # [batch, scored]
         rows.append(F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").cpu())
     return torch.cat(rows) if rows else torch.empty(0, scored, dtype=torch.float64)

@@ -33,6 +33,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from probe.models import bias_attention
+from probe.models.intervention_hooks import folds_on
 from probe.models.positional import PositionalEncoding
 
 
@@ -107,20 +108,8 @@ class PEAttention(nn.Module):
         )
 
     def _folds(self) -> list | None:
-        """The hooks on ``hook_attn_scores`` when every one of them is a foldable intervention and nothing else
-        hooks the point; None otherwise (the explicit path then calls them as hooks)."""
-        point = self.hook_attn_scores
-        handles = point.fwd_hooks
-        if (
-            not handles
-            or len(point._forward_hooks) != len(handles)
-            or point._forward_pre_hooks
-            or point._backward_hooks
-            or getattr(point, "_backward_pre_hooks", None)
-        ):
-            return None
-        folds = [h.user_hook for h in handles]
-        return folds if all(getattr(f, "foldable", False) for f in folds) else None
+        """The intervention hooks on ``hook_attn_scores`` when they are all that hooks it and all foldable."""
+        return folds_on(self.hook_attn_scores)
 
     def _folded(self, q: torch.Tensor, bias: torch.Tensor | None, key_len: int):
         """(q, bias) with the folded interventions applied: q [batch, query, head, d_head] times each

@@ -142,6 +142,22 @@ class _Layer:
         return torch.where(beyond, far.to(scores.dtype), scores)
 
 
+def folds_on(point) -> list[_Layer] | None:
+    """The intervention hooks on the hook point ``point`` when they are all that hooks it and each is
+    foldable (:meth:`_Layer.fold`); None otherwise: nothing on it, or something a kernel cannot stand in for."""
+    handles = point.fwd_hooks
+    if (
+        not handles
+        or len(point._forward_hooks) != len(handles)
+        or point._forward_pre_hooks
+        or point._backward_hooks
+        or getattr(point, "_backward_pre_hooks", None)
+    ):
+        return None
+    folds = [h.user_hook for h in handles]
+    return folds if all(isinstance(f, _Layer) and f.foldable for f in folds) else None
+
+
 def intervention_hooks(model, intervention: Intervention) -> HookList:
     """(hook name, function) pairs that make ``model`` (probe's, or a TransformerLens bridge) attend under
     ``intervention`` (resolved: :meth:`Intervention.resolved`). RoPE scalings are not hooks: they apply

@@ -1,0 +1,155 @@
+"""The logits of an ``hf:`` model through ``transformers``' own attention modules, interventions folded in.
+
+TransformerLens' bridge recomputes every attention layer step by step so that its hooks fire, so a layer's
+scores, [batch, head, query, key] in float32, exist in full: 9.7 GB for one SmolLM2-135M layer at 16,384
+tokens, three times over with the mask and the softmax. A forward that wants only logits (perplexity,
+``probe extrapolate``) and whose only hooks are foldable interventions on ``hook_attn_scores``
+(:func:`probe.models.intervention_hooks.folds_on`) runs the model's own attention modules instead, with an
+attention function registered through ``transformers``' ``AttentionInterface``: scaled-dot-product attention
+with each intervention's factor multiplied into the queries and its window made a mask, in blocks of queries
+where there is a mask. The same product as the hook's, taken before the kernel, as
+:class:`probe.models.attention.PEAttention` folds it; memory linear in the sequence, causal work skipped.
+
+Anything else (another hook anywhere on the bridge, a capped rotation, an architecture whose attention has a
+sliding window, soft-capping or sink logits that this function would not apply) takes the bridge's own path.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from probe.models.attention import global_hooks, is_hooked
+from probe.models.intervention_hooks import folds_on
+
+NAME = "probe_folded"  # the attention function's name in transformers' AttentionInterface
+QUERY_BLOCK = 1024  # queries per block where keys are masked: a block's mask and scores stay small
+UNSUPPORTED = ("sliding_window", "attn_logit_softcapping", "sinks")  # attention terms the function leaves out
+_FOLDS: ContextVar[dict[int, list] | None] = ContextVar("probe_hf_folds", default=None)
+
+
+def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float, **_):
+    """``transformers``' attention-function contract: query [batch, head, q, d], key and value [batch, kv_head,
+    k, d] (the queries are the last q of k positions) -> ([batch, q, head, d], no weights). Causal, with the
+    folds registered for ``module`` applied."""
+    if attention_mask is not None:  # transformers makes no mask for a function it does not know
+        raise RuntimeError(f"{NAME} builds its own causal mask and was handed one")
+    query_len, key_len = query.shape[-2], key.shape[-2]
+    outside = None  # [q, k] keys a window hides
+    for fold in (_FOLDS.get() or {}).get(id(module), []):
+        factor, hidden = fold.fold(query_len, key_len, query.dtype, query.device)  # [head or 1, q, 1], [q, k]
+        if factor is not None:
+            query = query * factor[None]
+        if hidden is not None:
+            outside = hidden if outside is None else outside | hidden
+    grouped = key.size(1) != query.size(1)
+    if outside is None and query_len == key_len:
+        out = F.scaled_dot_product_attention(
+            query, key, value, is_causal=query_len > 1, scale=scaling, enable_gqa=grouped
+        )
+        return out.transpose(1, 2).contiguous(), None
+    positions = torch.arange(key_len - query_len, key_len, device=query.device)
+    keys = torch.arange(key_len, device=query.device)
+    blocks = []
+    for start in range(0, query_len, QUERY_BLOCK):
+        rows = slice(start, start + QUERY_BLOCK)
+        seen = int(positions[rows][-1]) + 1  # the block's last query sees keys 0 .. seen - 1
+        allow = keys[None, :seen] <= positions[rows, None]  # [block, seen]
+        if outside is not None:
+            allow = allow & ~outside[rows, :seen]
+        blocks.append(
+            F.scaled_dot_product_attention(
+                query[:, :, rows], key[:, :, :seen], value[:, :, :seen], attn_mask=allow, scale=scaling,
+                enable_gqa=grouped,
+            )
+        )  # fmt: skip
+    return torch.cat(blocks, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, _attention)
+
+
+@dataclass
+class _Plan:
+    """How to run a bridge's model with its own attention modules: where each sits, and its folds."""
+
+    hf: nn.Module
+    swaps: list[tuple[nn.Module, str, nn.Module, nn.Module]]  # (parent, child name, bridge component, hf module)
+    folds: dict[int, list]  # id(hf attention module) -> its folded interventions
+
+    @contextmanager
+    def applied(self) -> Iterator[nn.Module]:
+        """The hf model with its attention modules back in place and attending through :func:`_attention`."""
+        _register()
+        configs = {id(c): c for c in [self.hf.config, *(getattr(m, "config", None) for *_, m in self.swaps)] if c}
+        before = {key: config._attn_implementation for key, config in configs.items()}
+        token = _FOLDS.set(self.folds)
+        try:
+            for parent, name, _, module in self.swaps:
+                parent._modules[name] = module
+            for config in configs.values():
+                config._attn_implementation = NAME
+            yield self.hf
+        finally:
+            for key, config in configs.items():
+                config._attn_implementation = before[key]
+            for parent, name, component, _ in self.swaps:
+                parent._modules[name] = component
+            _FOLDS.reset(token)
+
+
+def _plan(model) -> _Plan | None:
+    """How ``model`` runs on its own attention modules, or None: not a bridge, or something on it needs the
+    bridge's hooks or attention terms :func:`_attention` does not apply."""
+    hf = getattr(model, "original_model", None)
+    blocks = getattr(model, "blocks", None)
+    if hf is None or blocks is None or model.training or not getattr(hf, "_supports_attention_backend", False):
+        return None
+    if global_hooks():
+        return None
+    folds, swaps, scores = {}, [], set()
+    for block in blocks:
+        attn = getattr(block, "attn", None)
+        module = getattr(attn, "original_component", None)
+        parent = getattr(block, "original_component", None)
+        name = next((n for n, child in (parent._modules.items() if parent else ()) if child is attn), None)
+        if module is None or name is None or any(getattr(module, a, None) is not None for a in UNSUPPORTED):
+            return None
+        point = attn.hook_attn_scores
+        scores.add(id(point))
+        if is_hooked(point):
+            found = folds_on(point)
+            if found is None:
+                return None
+            folds[id(module)] = found
+        swaps.append((parent, name, attn, module))
+    if any(is_hooked(point) and id(point) not in scores for point in model.hook_dict.values()):
+        return None
+    return _Plan(hf, swaps, folds)
+
+
+@torch.inference_mode()
+def logits_of(model, tokens: Tensor, keep: int | None = None) -> Tensor:
+    """[batch, keep or pos, vocab] logits of ``model`` (a probe model or a TransformerLens bridge) on
+    ``tokens`` [batch, pos], the last ``keep`` positions' (None: all). A bridge whose hooks are foldable
+    interventions alone runs on its model's own attention modules (module docstring); anything else runs as
+    ``model(tokens)``."""
+    plan = _plan(model)
+    if plan is None:
+        logits = model(tokens)
+        return logits if keep is None else logits[:, -keep:]
+    with plan.applied() as hf:
+        if "logits_to_keep" in inspect.signature(hf.forward).parameters:
+            return hf(input_ids=tokens, use_cache=False, logits_to_keep=keep or 0).logits
+        logits = hf(input_ids=tokens, use_cache=False).logits
+        return logits if keep is None else logits[:, -keep:]
