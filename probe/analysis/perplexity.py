@@ -118,7 +118,7 @@ def scored_nll(
         windows = torch.stack([f[-context:] for f in files[start : start + batch_size]]).to(device)  # [batch, context]
         if bos is not None:
             windows[:, 0] = bos
-        logits = logits_of(model, windows, keep=scored + 1)[:, :-1].double()  # [batch, scored, vocab]: the last `scored`
+        logits = logits_of(model, windows, keep=scored + 1)[:, :-1].double()  # [batch, scored, vocab]
         targets = windows[:, -scored:]  # [batch, scored]
         rows.append(F.cross_entropy(logits.transpose(1, 2), targets, reduction="none").cpu())
     return torch.cat(rows) if rows else torch.empty(0, scored, dtype=torch.float64)
