@@ -12,7 +12,9 @@ import torch.nn.functional as F
 from helpers import tiny_model
 
 from probe.analysis.examples import task_of
-from probe.analysis.extrapolate import VALID_SHARE, Settings, extrapolate, score_examples
+from probe.analysis.extrapolate import extrapolate
+from probe.analysis.extrapolate_tasks import score_examples
+from probe.analysis.extrapolation_plan import VALID_SHARE, Settings
 from probe.analysis.tuning import Score, grid_search, validation_split
 from probe.cli import main
 from probe.models.intervention_hooks import intervened

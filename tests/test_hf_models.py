@@ -882,7 +882,8 @@ def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny
 
 
 def test_extrapolate_reads_an_hf_model_and_code_runs_by_perplexity_per_multiple(tiny, code_runs, no_png, tmp_path):
-    from probe.analysis.extrapolate import Settings, extrapolate
+    from probe.analysis.extrapolate import extrapolate
+    from probe.analysis.extrapolation_plan import Settings
 
     settings = Settings(
         families=("log-length", "rope", "temperature", "window"), multiples=(1.0, 2.0), max_files=8,

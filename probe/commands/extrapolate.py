@@ -17,7 +17,7 @@ from probe.commands.common import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from probe.analysis.extrapolate import FAMILIES, FIXED, TUNED
+    from probe.analysis.extrapolation_plan import FAMILIES, FIXED, TUNED
 
     parser = subparsers.add_parser(
         "extrapolate",
@@ -83,7 +83,8 @@ def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.extrapolate import FAMILIES, MULTIPLES, Settings, extrapolate
+    from probe.analysis.extrapolate import extrapolate
+    from probe.analysis.extrapolation_plan import FAMILIES, MULTIPLES, Settings
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted

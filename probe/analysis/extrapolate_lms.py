@@ -1,0 +1,174 @@
+"""`probe extrapolate` on language models (code runs, imported runs, ``hf:`` models): the perplexity of
+held-out files at multiples of the model's context, the paper's way (:mod:`probe.analysis.perplexity`: each
+file's last ``c`` tokens, its last 200/1024 T scored); tuned interventions chosen on 20% of the files, by
+SHA-256 of their name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from probe.analysis.extrapolation_plan import (
+    VALID_SHARE,
+    Settings,
+    fixed_candidates,
+    has_rope,
+    interval,
+    tuned_candidates,
+)
+from probe.analysis.extrapolation_report import Outcome, RunExtrapolation
+from probe.analysis.perplexity import scored_nll
+from probe.analysis.subjects import CodeRun, HfModel, Subject, TextReading
+from probe.analysis.tuning import Score, Tuned, validation_split
+from probe.errors import ProbeError
+from probe.models.intervention_hooks import intervened
+from probe.models.interventions import Intervention
+
+LM_FIT_FILES = 4  # validation windows per step of a language model's per-head fit
+
+
+def language_model(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
+    """One code run or ``hf:`` model untouched and under each candidate (module docstring)."""
+    device = settings.device
+    loaded = subject.load(device)
+    files, names, context, bos, trained = _lm_files(subject, loaded, settings)
+    pairs = list(zip(names, files))
+    valid, test = validation_split(pairs, lambda p: p[0], lambda p: 0, VALID_SHARE, settings.n_valid)
+    contexts = sorted({max(2, round(m * context)) for m in settings.multiples})
+    scored = max(1, round(context * 200 / 1024))  # the paper's last 200 of 1024 tokens
+    test_files = [f for _, f in test]
+    valid_files = [f for _, f in valid]
+    longest = contexts[-1]
+    max_length = loaded.max_length
+
+    def nll_at(model, chosen: Sequence[Tensor], length: int) -> Tensor:
+        """[file] mean NLL of the scored tokens at ``length`` (NaN where a file is shorter)."""
+        out = torch.full((len(chosen),), float("nan"), dtype=torch.float64)
+        keep = [i for i, f in enumerate(chosen) if len(f) >= length]
+        if keep and (max_length is None or length <= max_length):
+            rows = scored_nll(
+                model, [chosen[i] for i in keep], length, scored, device=device, batch_size=settings.batch_size, bos=bos
+            )
+            out[keep] = rows.mean(1)
+        return out
+
+    def outcome(family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
+        with intervened(on, intervention):
+            per = torch.stack([nll_at(on, test_files, c) for c in contexts], 1)  # [file, context]
+        buckets = []
+        for index, c in enumerate(contexts):
+            values = per[:, index]
+            values = values[~values.isnan()].exp()  # each file's perplexity
+            if values.numel():
+                buckets.append({"at": round(c / context, 3), "context": c, **interval(values, settings.seed)})
+        unseen = [b for b in buckets if b["at"] > 1]
+        headline = unseen[-1] if unseen else buckets[-1]
+        return Outcome(
+            intervention,
+            family,
+            kind,
+            None,
+            {k: headline[k] for k in ("mean", "low", "high", "n")},
+            buckets,
+            None if tuning is None else tuning.to_json(),
+        )
+
+    unseen_contexts = [c for c in contexts if c > context] or [longest]
+
+    def on_valid(intervention: Intervention) -> Score:
+        with intervened(loaded.model, intervention):
+            nll = torch.stack([nll_at(loaded.model, valid_files, c) for c in unseen_contexts])
+        return Score(-float(nll.nanmean()))
+
+    def loss(step: int) -> Tensor:
+        return _window_loss(loaded.model, valid_files, unseen_contexts[-1], scored, bos, device, step)
+
+    step("untouched")
+    outcomes = [outcome("none", "none", Intervention(), loaded.model)]
+    rotary = loaded.info.pe == "rotary" if isinstance(subject, HfModel) else has_rope(subject)
+    pe_kind = None if isinstance(subject, HfModel) else subject.info.pe
+    fixed, skipped = fixed_candidates(pe_kind, rotary, trained, longest, settings)
+    for family, intervention in fixed:
+        step(intervention.name)
+        on = loaded.model
+        if intervention.rope:
+            on = _with_rope(subject, loaded, intervention, device)
+        outcomes.append(outcome(family, "fixed", intervention, on))
+    for tuned in tuned_candidates(loaded.model, settings, trained, on_valid, loss, step):
+        outcomes.append(outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
+    validation = (
+        f"{len(valid)} held-out files (the first {VALID_SHARE:.0%} by SHA-256 of their name), left out of the "
+        f"test's {len(test)}"
+    )
+    where = "its n_ctx" if isinstance(subject, HfModel) else "its training context"
+    return RunExtrapolation(
+        loaded.info.label,
+        loaded.info.pe,
+        loaded.info.path,
+        loaded.info.seed,
+        trained,
+        validation,
+        outcomes,
+        skipped,
+        f"{where}, in tokens",
+        context=context,
+    )
+
+
+def _lm_files(subject: Subject, loaded, settings: Settings) -> tuple[list[Tensor], list[str], int, int | None, int]:
+    """(held-out files in the model's ids, their names, T the contexts are multiples of, the token windows
+    start with, L the length trained on), at most ``max_files`` files long enough for the smallest context."""
+    from probe.corpus.prepared import run_corpus
+    from probe.models.checkpoint import window_bos
+
+    if isinstance(subject, CodeRun):
+        corpus = run_corpus(subject.path, subject.config)
+        names = list(corpus.heldout_names)
+        files = [corpus.heldout_file(i) for i in range(len(names))]
+        context = trained = int(subject.config["task"]["options"]["context"])
+        bos = window_bos(subject.config)
+    elif isinstance(subject, HfModel):
+        reading = TextReading(
+            [subject], {**settings.options, "context": settings.options.get("context") or loaded.context}
+        )
+        tokenized = reading.tokenized(loaded)
+        names, files = list(tokenized.heldout_names), list(tokenized.tokens)
+        context, trained, bos = reading.context(loaded), int(loaded.context), loaded.bos_id
+    else:
+        raise ProbeError(f"{subject.name} is neither a code run nor an hf: model")
+    smallest = max(2, round(min(settings.multiples) * context))
+    kept = [(n, f) for n, f in zip(names, files) if len(f) >= smallest]
+    if not kept:
+        raise ProbeError(f"{subject.info.label}: no held-out file has {smallest} tokens, the smallest context read")
+    if settings.max_files is not None and len(kept) > settings.max_files:
+        order = torch.randperm(len(kept), generator=torch.Generator().manual_seed(settings.seed))[: settings.max_files]
+        kept = [kept[i] for i in sorted(order.tolist())]
+    return [f for _, f in kept], [n for n, _ in kept], context, bos, trained
+
+
+def _window_loss(
+    model, files: Sequence[Tensor], context: int, scored: int, bos: int | None, device, step: int
+) -> Tensor:
+    """Mean NLL of the scored tokens of a few of ``files`` (drawn with the step as seed) read at ``context``,
+    with gradients."""
+    long_enough = [f[-context:] for f in files if len(f) >= context]
+    if not long_enough:
+        raise ProbeError(f"no validation file has {context} tokens to fit temperatures on")
+    index = torch.randperm(len(long_enough), generator=torch.Generator().manual_seed(step))[:LM_FIT_FILES]
+    windows = torch.stack([long_enough[i] for i in index.tolist()]).to(device)
+    if bos is not None:
+        windows[:, 0] = bos
+    logits = model(windows)[:, -scored - 1 : -1].float()
+    return F.cross_entropy(logits.transpose(1, 2), windows[:, -scored:])
+
+
+def _with_rope(subject: Subject, loaded, intervention: Intervention, device) -> Any:
+    if isinstance(subject, HfModel):
+        from probe.models.hf import load_external
+
+        return load_external(subject.name, device, rope=dict(intervention.rope)).bridge
+    return subject.load(device, pe_options=dict(intervention.rope)).model

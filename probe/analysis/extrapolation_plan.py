@@ -1,0 +1,131 @@
+"""What `probe extrapolate` evaluates and how it sums an outcome up: its settings, the interventions each
+model takes (fixed rules, and tuned ones searched on the validation slice), and percentile-bootstrap
+intervals over examples or files. The readers (:mod:`probe.analysis.extrapolate_tasks` for task runs,
+:mod:`probe.analysis.extrapolate_lms` for language models) share it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from probe.analysis.subjects import Subject
+from probe.analysis.tuning import (
+    Score,
+    Tuned,
+    fit_head_temperatures,
+    grid_search,
+    temperature_grid,
+    window_grid,
+)
+from probe.metrics import bootstrap_ci
+from probe.models.interventions import Intervention
+
+FIXED = ("log-length", "cap", "rope")
+TUNED = ("temperature", "window", "head-temperature")
+FAMILIES = FIXED + TUNED
+VALID_SHARE = 0.2
+MULTIPLES = (0.5, 1.0, 1.5, 2.0, 2.5)
+N_RESAMPLES = 1000
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Settings:
+    families: Sequence[str] = FAMILIES
+    given: Sequence[Intervention] = ()  # fixed interventions as the user spelled them
+    n_valid: int = 50  # validation examples per unseen length at most (files: in all)
+    n_iid: int = 200
+    multiples: Sequence[float] = MULTIPLES
+    max_files: int | None = 40
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    batch_size: int = 128
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  # corpus and context for hf: models
+    progress: Progress | None = None
+
+
+def fixed_candidates(
+    pe_kind: str | None, rotary: bool, trained: int, longest: int, settings: Settings
+) -> tuple[list[tuple[str, Intervention]], dict[str, str]]:
+    """(family, intervention) of the fixed rules this model takes, and why it takes none of the others."""
+    from probe.models.registry import pe_class
+
+    chosen, skipped = [], {}
+    cls = pe_class(pe_kind) if pe_kind else None
+    if "log-length" in settings.families:
+        chosen.append(("log-length", Intervention(log_length=trained)))
+    if "cap" in settings.families:
+        if cls is not None and (cls.adds_bias or cls.rotates):
+            chosen.append(("cap", Intervention(cap=trained - 1)))
+        else:
+            skipped["cap"] = "no relative distance to cap" if cls is not None else "positions inside transformers"
+    if "rope" in settings.families:
+        if rotary:
+            factor = max(1.0, round(longest / trained, 2))
+            rope = {"scaling": "yarn", "factor": factor, "original_length": trained}
+            chosen.append(("rope", Intervention(rope=rope)))
+        else:
+            skipped["rope"] = "no rotary positions"
+    for given in settings.given:
+        why = _not_applicable(given, cls, rotary)
+        if why:
+            skipped[given.name] = why
+        else:
+            chosen.append(("given", given.resolved(trained)))
+    return chosen, skipped
+
+
+def _not_applicable(intervention: Intervention, cls, rotary: bool) -> str | None:
+    """Why a run cannot take ``intervention`` as given (``cls``: its PE class, None for an hf: model), or None."""
+    if intervention.rope and not rotary:
+        return "no rotary positions to scale"
+    if intervention.cap is not None and not (cls is not None and (cls.adds_bias or cls.rotates)):
+        return "no relative distance to cap" if cls is not None else "positions inside transformers"
+    return None
+
+
+def has_rope(subject: Subject) -> bool:
+    """Whether a run's PE takes a RoPE scaling (Rotary: its ``scaling`` option)."""
+    from probe.models.registry import pe_class
+
+    return "scaling" in pe_class(subject.info.pe).options
+
+
+def tuned_candidates(
+    model,
+    settings: Settings,
+    trained: int,
+    score: Callable[[Intervention], Score],
+    loss: Callable[[], Tensor],
+    step: Callable[[str], None],
+) -> list[Tuned]:
+    found = []
+    if "temperature" in settings.families:
+        step("tuning a temperature")
+        found.append(grid_search("temperature", temperature_grid(), score))
+    if "window" in settings.families:
+        step("tuning a window")
+        found.append(grid_search("window", window_grid(trained), score))
+    if "head-temperature" in settings.families:
+        step("fitting a temperature per head")
+        snapshots = fit_head_temperatures(model, loss)
+        grid = [Intervention(head_temperatures=h, head_source=f"fitted@{step}") for step, h in snapshots]
+        found.append(grid_search("head-temperature", grid, score))
+    return found
+
+
+def interval(values: Tensor, seed: int) -> dict[str, float]:
+    ci = bootstrap_ci(values, N_RESAMPLES, 0.95, seed)
+    return {"mean": float(ci.mean), "low": float(ci.low), "high": float(ci.high), "n": int(values.numel())}
+
+
+def buckets(values: Tensor, keys: Tensor, seed: int) -> list[dict[str, Any]]:
+    """Per distinct key (a length, a context multiple): the mean of ``values`` there and its interval."""
+    return [
+        {"at": int(k) if float(k).is_integer() else float(k), **interval(values[keys == k], seed)}
+        for k in keys.unique().tolist()
+    ]
