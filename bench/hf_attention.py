@@ -68,11 +68,11 @@ def main() -> None:
         }
         for name, intervention in plan.items():
 
-            def folded(intervention=intervention):
+            def folded(intervention=intervention, tokens=tokens, keep=keep):
                 with intervened(bridge, intervention):
                     return logits_of(bridge, tokens, keep=keep)
 
-            def hooked(intervention=intervention):
+            def hooked(intervention=intervention, tokens=tokens, keep=keep):
                 with torch.inference_mode(), intervened(bridge, intervention):
                     return bridge(tokens)[:, -keep:]
 
