@@ -104,9 +104,7 @@ def main() -> None:
     path = write_json("hf_attention", device, payload)
     for key, r in results.items():
         mem = r["peak_growth_gib"]
-        print(
-            f"{key}: folded/bridge {r['folded_vs_bridge']:.2f}x, peak {mem['folded']:.2f} vs {mem['bridge']:.2f} GiB"
-        )
+        print(f"{key}: folded/bridge {r['folded_vs_bridge']:.2f}x, peak {mem['folded']:.2f} vs {mem['bridge']:.2f} GiB")
     print(f"wrote {path}")
 
 
