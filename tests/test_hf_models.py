@@ -860,6 +860,71 @@ def test_any_other_hook_on_an_hf_model_keeps_the_bridges_path(tiny, monkeypatch)
         seen.clear()
 
 
+def _rerope_by_hand(theta: float, cap: int):
+    """An attention function for ``transformers`` that is causal attention with ReRoPE written out: a key
+    within ``cap`` of the query scored as RoPE scores it, a farther one as the unturned key against the query
+    turned by ``cap`` (the queries and keys it is handed come turned; they are turned back here, by the
+    rotate-half RoPE of base ``theta``)."""
+
+    def turn(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:  # x [batch, head, pos, d], at [pos] positions
+        d = x.size(-1)
+        angles = at.double()[:, None] * theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)[None, :]
+        angles = torch.cat((angles, angles), dim=-1)  # [pos, d]
+        half = torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1)
+        return x * angles.cos().to(x.dtype) + half * angles.sin().to(x.dtype)
+
+    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        t = torch.arange(query.shape[2])
+        q, k = turn(query, -t), turn(key, -t)  # unturned
+        near = query @ key.transpose(2, 3) * scaling
+        far = turn(q, torch.full_like(t, cap)) @ k.transpose(2, 3) * scaling
+        distance = t[:, None] - t[None, :]
+        logits = torch.where(distance > cap, far, near).masked_fill(distance < 0, float("-inf"))
+        weights = torch.softmax(logits.float(), dim=-1).to(query.dtype)
+        return (weights @ value).transpose(1, 2).contiguous(), weights
+
+    return attention
+
+
+def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(tiny, capsys, tmp_path):
+    """``cap`` on a Llama model through the bridge's hooks (its unturned queries and keys, its cos and sin)
+    equals ``transformers`` given ReRoPE by hand; a model it cannot cap (GPT-NeoX turns a part of each head,
+    BLOOM has no rotation) is one line, and ``probe extrapolate`` reports it as skipped."""
+    from transformers import AttentionInterface
+
+    from probe.models.intervention_hooks import apply
+    from probe.models.interventions import parse_intervention
+
+    folder = tiny.names["llama"].removeprefix("hf:")
+    config = json.loads((Path(folder) / "config.json").read_text())
+    theta = config.get("rope_parameters", {}).get("rope_theta", config.get("rope_theta", 10_000.0))
+    AttentionInterface.register("rerope_by_hand", _rerope_by_hand(theta, 5))
+    oracle = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="rerope_by_hand").eval()
+    bridge = apply(load_external(tiny.names["llama"]).bridge, parse_intervention("cap=5"))
+    tokens = torch.randint(1, 200, (2, 20), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        expected, got, plain = oracle(tokens).logits, bridge(tokens), hf_model(tiny.names["llama"])(tokens).logits
+    assert (expected - plain).abs().max() > 1e-3  # capping shows in the logits: the comparison can fail
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits_of(bridge, tokens), expected, rtol=1e-4, atol=1e-4)  # the bridge's path
+    for family, why in [("neox", "rotates"), ("bloom", "no rotary positions")]:
+        with pytest.raises(ProbeError, match=why):
+            apply(load_external(tiny.names[family]).bridge, parse_intervention("cap=5"))
+    argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--context", str(T), "--checkpoints", str(tmp_path)]
+    capsys.readouterr()
+    assert main(["perplexity", tiny.names["neox"], "--intervene", "cap=5", *argv]) == 2
+    assert "rotates" in one_line_error(capsys)
+    from probe.analysis.extrapolate import extrapolate
+    from probe.analysis.extrapolation_plan import Settings
+
+    settings = Settings(families=("cap",), multiples=(1.0, 2.0), max_files=4, options=tiny.options, batch_size=4)
+    llama, neox = extrapolate([tiny.names["llama"], tiny.names["neox"]], settings).runs
+    assert [o.intervention.cap for o in llama.outcomes] == [None, N_POSITIONS - 1] and not llama.skipped
+    assert [o.family for o in neox.outcomes] == ["none"] and "rotates" in neox.skipped["cap"]
+
+
 def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny):
     from probe.models.interventions import parse_intervention
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from probe.analysis.budget import check_fits
 from probe.analysis.extrapolation_plan import (
     VALID_SHARE,
     Settings,
@@ -97,7 +98,12 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
         on = loaded.model
         if intervention.rope:
             on = _with_rope(subject, loaded, intervention, device)
-        outcomes.append(outcome(family, "fixed", intervention, on))
+        try:
+            if isinstance(subject, HfModel) and intervention.cap is not None:
+                check_fits(on.cfg.n_heads, longest, loaded.info.label)  # ReRoPE reads the bridge's own scores
+            outcomes.append(outcome(family, "fixed", intervention, on))
+        except ProbeError as error:  # one the model cannot take: said in the report, the others kept
+            skipped[intervention.name if family == "given" else family] = str(error)
     for tuned in tuned_candidates(loaded.model, settings, trained, on_valid, loss, step):
         outcomes.append(outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
     validation = (

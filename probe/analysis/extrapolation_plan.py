@@ -59,10 +59,10 @@ def fixed_candidates(
     if "log-length" in settings.families:
         chosen.append(("log-length", Intervention(log_length=trained)))
     if "cap" in settings.families:
-        if cls is not None and (cls.adds_bias or cls.rotates):
+        if _has_distance(cls, rotary):
             chosen.append(("cap", Intervention(cap=trained - 1)))
         else:
-            skipped["cap"] = "no relative distance to cap" if cls is not None else "positions inside transformers"
+            skipped["cap"] = "no relative distance to cap"
     if "rope" in settings.families:
         if rotary:
             factor = max(1.0, round(longest / trained, 2))
@@ -79,12 +79,17 @@ def fixed_candidates(
     return chosen, skipped
 
 
+def _has_distance(cls, rotary: bool) -> bool:
+    """Whether a run has a relative distance to cap: a bias or rotating PE of probe's, or an hf: model's RoPE."""
+    return (cls.adds_bias or cls.rotates) if cls is not None else rotary
+
+
 def _not_applicable(intervention: Intervention, cls, rotary: bool) -> str | None:
     """Why a run cannot take ``intervention`` as given (``cls``: its PE class, None for an hf: model), or None."""
     if intervention.rope and not rotary:
         return "no rotary positions to scale"
-    if intervention.cap is not None and not (cls is not None and (cls.adds_bias or cls.rotates)):
-        return "no relative distance to cap" if cls is not None else "positions inside transformers"
+    if intervention.cap is not None and not _has_distance(cls, rotary):
+        return "no relative distance to cap"
     return None
 
 

@@ -158,6 +158,37 @@ def folds_on(point) -> list[_Layer] | None:
     return folds if all(isinstance(f, _Layer) and f.foldable for f in folds) else None
 
 
+HF_ROTATION_OFF = ("q_norm", "k_norm", "key_multiplier")  # hf attention terms between hook_q / hook_k and RoPE
+HF_PAIRING = ("rotary_interleaved_cos_sin", "rotary_adjacent_pairs")  # RoPE layouts other than rotate-half
+
+
+def _check_hf_rotation(attn, config) -> None:
+    """ProbeError unless a bridge's attention layer rotates its hooked queries and keys (``hook_q``, ``hook_k``)
+    whole by the rotate-half RoPE of ``hook_cos`` / ``hook_sin``, which a capped rotation re-applies."""
+    module = getattr(attn, "original_component", None)
+    if module is None or not hasattr(attn, "hook_cos") or not hasattr(module, "scaling"):
+        raise ProbeError("cap: this hf: model has no rotary positions in its attention to cap")
+    rope = getattr(config, "rope_parameters", None) or {}
+    share = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    share = share if share is not None else getattr(config, "rotary_pct", 1.0)
+    if share != 1.0:
+        raise ProbeError(f"cap: this hf: model rotates {share:g} of each head's dimensions; not capped")
+    if any(getattr(module, name, None) is not None for name in HF_ROTATION_OFF) or any(
+        getattr(getattr(attn, "config", None), name, False) for name in HF_PAIRING
+    ):
+        raise ProbeError("cap: this hf: model normalises or lays out its queries and keys around RoPE; not capped")
+
+
+def _hf_turn(x: Tensor, cos: Tensor, sin: Tensor, at: int) -> Tensor:
+    """``x`` [..., head, d_head] turned to position ``at`` as a Llama-style attention turns it (``cos``, ``sin``
+    [batch, pos, d_head] from ``hook_cos`` / ``hook_sin``: the rotate-half layout, any attention scaling inside)."""
+    if cos.size(-1) != x.size(-1):
+        raise ProbeError(f"cap: this hf: model rotates {cos.size(-1)} of {x.size(-1)} dimensions; not capped")
+    half = x.size(-1) // 2
+    rotated_half = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[0, at, None, :].to(x.dtype) + rotated_half * sin[0, at, None, :].to(x.dtype)
+
+
 def intervention_hooks(model, intervention: Intervention) -> HookList:
     """(hook name, function) pairs that make ``model`` (probe's, or a TransformerLens bridge) attend under
     ``intervention`` (resolved: :meth:`Intervention.resolved`). RoPE scalings are not hooks: they apply
@@ -178,8 +209,12 @@ def intervention_hooks(model, intervention: Intervention) -> HookList:
         prefix = f"blocks.{layer}.attn."
         if intervention.cap is not None:
             if pe is None:
-                raise ProbeError("cap reads probe's own PE term; an hf: model's positions are inside transformers")
-            if pe.adds_bias:
+                attn = model.blocks[layer].attn
+                _check_hf_rotation(attn, model.original_model.config)
+                state.turn = lambda x, at, state=state: _hf_turn(x, state.stash["cos"], state.stash["sin"], at)
+                state.scale = 1.0 / attn.original_component.scaling
+                hooks += [(prefix + f"hook_{name}", state.keep(name)) for name in ("q", "k", "cos", "sin")]
+            elif pe.adds_bias:
                 hooks.append((prefix + "hook_pos_bias", lambda b, hook, cap=intervention.cap: capped_bias(b, cap)))
             elif pe.rotates:
                 attn = model.blocks[layer].attn
