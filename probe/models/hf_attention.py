@@ -42,15 +42,15 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
     if attention_mask is not None:  # transformers makes no mask for a function it does not know
         raise RuntimeError(f"{NAME} builds its own causal mask and was handed one")
     query_len, key_len = query.shape[-2], key.shape[-2]
-    outside = None  # [q, k] keys a window hides
+    windows = []  # (window, sinks) that hide some key here
     for fold in (_FOLDS.get() or {}).get(id(module), []):
-        factor, hidden = fold.fold(query_len, key_len, query.dtype, query.device)  # [head or 1, q, 1], [q, k]
+        factor = fold.factor(query_len, key_len, query.dtype, query.device)  # [head or 1, q, 1]
         if factor is not None:
             query = query * factor[None]
-        if hidden is not None:
-            outside = hidden if outside is None else outside | hidden
+        if fold.window is not None and fold.window[0] < key_len:
+            windows.append(fold.window)
     grouped = key.size(1) != query.size(1)
-    if outside is None and query_len == key_len:
+    if not windows and query_len == key_len:
         out = F.scaled_dot_product_attention(
             query, key, value, is_causal=query_len > 1, scale=scaling, enable_gqa=grouped
         )
@@ -59,15 +59,15 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
     keys = torch.arange(key_len, device=query.device)
     blocks = []
     for start in range(0, query_len, QUERY_BLOCK):
-        rows = slice(start, start + QUERY_BLOCK)
-        seen = int(positions[rows][-1]) + 1  # the block's last query sees keys 0 .. seen - 1
-        allow = keys[None, :seen] <= positions[rows, None]  # [block, seen]
-        if outside is not None:
-            allow = allow & ~outside[rows, :seen]
+        rows = positions[start : start + QUERY_BLOCK, None]  # [block, 1] the block's query positions
+        seen = int(rows[-1]) + 1  # its last query sees keys 0 .. seen - 1
+        allow = keys[None, :seen] <= rows  # [block, seen]
+        for window, sinks in windows:
+            allow = allow & ((rows - keys[None, :seen] < window) | (keys[None, :seen] < sinks))
         blocks.append(
             F.scaled_dot_product_attention(
-                query[:, :, rows], key[:, :, :seen], value[:, :, :seen], attn_mask=allow, scale=scaling,
-                enable_gqa=grouped,
+                query[:, :, start : start + QUERY_BLOCK], key[:, :, :seen], value[:, :, :seen], attn_mask=allow,
+                scale=scaling, enable_gqa=grouped,
             )
         )  # fmt: skip
     return torch.cat(blocks, dim=2).transpose(1, 2).contiguous(), None

@@ -77,7 +77,7 @@ class _Layer:
     turn: Callable[[Tensor, int], Tensor] | None = None  # x at one position -> turned (capped rotations)
     scale: float = 1.0  # the layer's logit divisor (sqrt(d_head) or 1)
     stash: dict[str, Tensor] = field(default_factory=dict)
-    terms: dict[tuple, tuple[Tensor | None, Tensor | None]] = field(default_factory=dict)
+    terms: dict[str, tuple[tuple, Tensor | None]] = field(default_factory=dict)  # part -> (shape, value)
 
     def keep(self, name: str) -> Callable[[Tensor, Any], Tensor]:
         def hook(x: Tensor, hook: Any) -> Tensor:
@@ -109,21 +109,35 @@ class _Layer:
         queries are the last ``query_len`` of ``key_len`` positions: the scores become scores x factor, masked."""
         return self._terms((query_len, key_len), dtype, device)
 
+    def factor(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The factor of :meth:`fold` alone, for a kernel that masks the window block by block
+        (:attr:`window`) rather than holding a [query, key] mask."""
+        return self._part("factor", (query_len, key_len), dtype, device)
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        """(window, sinks): each query sees its last ``window`` keys and the first ``sinks``; None: all."""
+        return None if self.intervention.window is None else (self.intervention.window, self.intervention.sinks)
+
     def _terms(self, shape, dtype: torch.dtype, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
-        """(factor, window mask) for this shape, made once per shape: a decode step or a batch of one length
-        reuses them."""
+        return self._part("factor", shape, dtype, device), self._part("outside", shape, dtype, device)
+
+    def _part(self, part: str, shape, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The factor or the window mask for this shape, made once per shape (a decode step or a batch of one
+        length reuses it); only the last shape's is kept."""
         key = (*shape, dtype, device)
-        if key not in self.terms:
+        if self.terms.get(part, (None,))[0] != key:
             query_len, key_len = shape
             positions = torch.arange(key_len - query_len, key_len, device=device)
-            factor = row_factor(self.intervention, self.layer, positions)
-            window, sinks = self.intervention.window, self.intervention.sinks
-            outside = None if window is None else outside_window(positions, key_len, window, sinks)
-            if outside is not None and not bool(outside.any()):
-                outside = None  # a window past the sequence: nothing to mask, the logits stay bit for bit
-            self.terms.clear()
-            self.terms[key] = (None if factor is None else factor.to(dtype), outside)
-        return self.terms[key]
+            if part == "factor":
+                value = row_factor(self.intervention, self.layer, positions)
+                value = None if value is None else value.to(dtype)
+            else:
+                value = None if self.window is None else outside_window(positions, key_len, *self.window)
+                if value is not None and not bool(value.any()):
+                    value = None  # a window past the sequence: nothing to mask, the logits stay bit for bit
+            self.terms[part] = (key, value)
+        return self.terms[part][1]
 
     def _capped_rotation(self, scores: Tensor, positions: Tensor) -> Tensor:
         q, k = self.stash.pop("q"), self.stash.pop("k")  # [batch, pos, head, d_head], before turning
