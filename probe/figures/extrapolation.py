@@ -6,17 +6,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 DASH = {"none": "solid", "fixed": "dash", "tuned": "dot"}
+TITLE = 40  # characters of a panel's title: an hf: model's folder keeps its end
+
+
+def _short(label: str) -> str:
+    return label if len(label) <= TITLE else "…" + label[-(TITLE - 1) :]
 
 
 def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     """One panel per run of a PE (as :meth:`probe.analysis.extrapolation_report.RunExtrapolation.to_json` gives
     it): a line per intervention with its 95% interval as error bars; untouched solid, fixed rules dashed,
-    tuned dotted."""
+    tuned dotted. Perplexity on a log axis: past the context it grows by orders of magnitude."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
-    figure = make_subplots(rows=1, cols=len(runs), subplot_titles=[r["label"] for r in runs], shared_yaxes=True)
+    figure = make_subplots(rows=1, cols=len(runs), subplot_titles=[_short(r["label"]) for r in runs], shared_yaxes=True)
     names = list(dict.fromkeys(o["intervention"]["name"] for r in runs for o in r["outcomes"]))
     colours = {name: qualitative.D3[i % len(qualitative.D3)] for i, name in enumerate(names)}
     scale = 100 if measure == "exact match" else 1
@@ -49,13 +54,16 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
         if measure != "exact match":
             figure.add_vline(x=1.0, line_dash="dash", line_color="gray", row=1, col=column)
     figure.update_yaxes(title_text="exact match (%)" if measure == "exact match" else "perplexity", col=1)
+    if measure != "exact match":
+        figure.update_yaxes(type="log")
     figure.update_xaxes(title_text="length (unseen)" if measure == "exact match" else "context (x T)")
     pe = runs[0]["pe"] if runs else ""
     figure.update_layout(
         title=f"{pe}: {'exact match per unseen length' if measure == 'exact match' else 'perplexity per context'} "
         "under each intervention",
         template="plotly_white",
-        height=420,
-        width=max(520, 420 * len(runs)),
+        height=420 + 24 * len(names),
+        width=max(620, 420 * len(runs)),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
     )
     return figure
