@@ -25,7 +25,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-QUERIES = {"compare": "?n=2", "distances": "?per_bucket=2"}  # 2 examples per length bucket keep them quick
+# 2 examples per length bucket keep them quick; extrapolation tunes on 5 validation examples per unseen length
+QUERIES = {"compare": "?n=2", "distances": "?per_bucket=2", "extrapolation": "?valid=5"}
 CHARTLESS = ("pretraining", "reproduction")  # on task runs these pages draw no chart: opened by URL below
 # (page, path and query): every page of the explorer that draws a chart on the fixture's task runs
 PAGES = tuple((name, name + QUERIES.get(name, "")) for name in EXPLORER_PAGES if name not in CHARTLESS)

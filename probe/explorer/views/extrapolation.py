@@ -65,7 +65,9 @@ with st.form("extrapolation-settings", border=False):
         "Also, as given (a fixed rule)", value="", key="extrapolation-given",
         placeholder="temperature=0.8+window=32+sinks=4",
     )  # fmt: skip
-    n_valid = st.number_input("Validation examples per unseen length (at most)", 1, 500, 50, key="extrapolation-valid")
+    n_valid = st.number_input(
+        "Validation examples per unseen length (at most)", 1, 500, 50, key="valid", bind="query-params"
+    )
     st.form_submit_button("Measure", type="primary")
 
 chosen = [*chosen, *external]
