@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,6 +58,26 @@ def plan_of(context: int) -> dict[str, Intervention]:
     }
 
 
+def calls_at(bridge, context: int, seed: int, device: torch.device) -> dict[str, tuple[Callable, Callable]]:
+    """Per intervention of :func:`plan_of`: (folded forward, the bridge's forward) on one random input of
+    ``context`` tokens, each keeping the last 200/1024 of the positions' logits."""
+    tokens = torch.randint(0, bridge.cfg.d_vocab, (1, context), generator=torch.Generator().manual_seed(seed))
+    tokens, keep = tokens.to(device), round(context * 200 / 1024) + 1
+    calls = {}
+    for name, intervention in plan_of(context).items():
+
+        def folded(intervention=intervention):
+            with intervened(bridge, intervention):
+                return logits_of(bridge, tokens, keep=keep)
+
+        def hooked(intervention=intervention):
+            with torch.inference_mode(), intervened(bridge, intervention):
+                return bridge(tokens)[:, -keep:]
+
+        calls[name] = (folded, hooked)
+    return calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=3)
@@ -69,21 +90,9 @@ def main() -> None:
     device = setup(args)
     load = os.getloadavg()
     bridge = load_external(f"hf:{args.model}", device).bridge
-    vocab = bridge.cfg.d_vocab
     results: dict[str, dict] = {}
     for context in args.contexts:
-        tokens = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(args.seed)).to(device)
-        keep = round(context * 200 / 1024) + 1
-        for name, intervention in plan_of(context).items():
-
-            def folded(intervention=intervention, tokens=tokens, keep=keep):
-                with intervened(bridge, intervention):
-                    return logits_of(bridge, tokens, keep=keep)
-
-            def hooked(intervention=intervention, tokens=tokens, keep=keep):
-                with torch.inference_mode(), intervened(bridge, intervention):
-                    return bridge(tokens)[:, -keep:]
-
+        for name, (folded, hooked) in calls_at(bridge, context, args.seed, device).items():
             difference = float((folded() - hooked()).abs().max())
             memory = {"folded": peak_growth(folded), "bridge": peak_growth(hooked)}
             print(f"{context} {name}: max |difference| {difference:.2e}", flush=True)
@@ -99,14 +108,7 @@ def main() -> None:
                 "runs_s": runs,
             }
     for context in args.folded_contexts:
-        tokens = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(args.seed)).to(device)
-        keep = round(context * 200 / 1024) + 1
-        for name, intervention in plan_of(context).items():
-
-            def folded(intervention=intervention, tokens=tokens, keep=keep):
-                with intervened(bridge, intervention):
-                    return logits_of(bridge, tokens, keep=keep)
-
+        for name, (folded, _) in calls_at(bridge, context, args.seed, device).items():
             memory = peak_growth(folded)
             wall, cpu = time_once(folded, 1, device)
             results[f"{context}/{name}"] = {
