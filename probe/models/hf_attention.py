@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from probe.models.attention import global_hooks, is_hooked
-from probe.models.intervention_hooks import folds_on
+from probe.models.intervention_hooks import folds_on, outside_window
 
 NAME = "probe_folded"  # the attention function's name in transformers' AttentionInterface
 QUERY_BLOCK = 1024  # queries per block where keys are masked: a block's mask and scores stay small
@@ -59,11 +59,11 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
     keys = torch.arange(key_len, device=query.device)
     blocks = []
     for start in range(0, query_len, QUERY_BLOCK):
-        rows = positions[start : start + QUERY_BLOCK, None]  # [block, 1] the block's query positions
+        rows = positions[start : start + QUERY_BLOCK]  # [block] the block's query positions
         seen = int(rows[-1]) + 1  # its last query sees keys 0 .. seen - 1
-        allow = keys[None, :seen] <= rows  # [block, seen]
+        allow = keys[None, :seen] <= rows[:, None]  # [block, seen]
         for window, sinks in windows:
-            allow = allow & ((rows - keys[None, :seen] < window) | (keys[None, :seen] < sinks))
+            allow = allow & ~outside_window(rows, seen, window, sinks)
         blocks.append(
             F.scaled_dot_product_attention(
                 query[:, :, start : start + QUERY_BLOCK], key[:, :, :seen], value[:, :, :seen], attn_mask=allow,
