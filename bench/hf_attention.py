@@ -67,7 +67,7 @@ def calls_at(bridge, context: int, seed: int, device: torch.device) -> dict[str,
     for name, intervention in plan_of(context).items():
 
         def folded(intervention=intervention):
-            with intervened(bridge, intervention):
+            with torch.inference_mode(), intervened(bridge, intervention):
                 return logits_of(bridge, tokens, keep=keep)
 
         def hooked(intervention=intervention):

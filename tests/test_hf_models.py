@@ -860,11 +860,52 @@ def test_any_other_hook_on_an_hf_model_keeps_the_bridges_path(tiny, monkeypatch)
         seen.clear()
 
 
-def _rerope_by_hand(theta: float, cap: int):
+def test_a_per_head_fit_on_an_hf_model_runs_on_its_own_attention_with_the_bridges_gradient(tiny, monkeypatch):
+    """The per-head temperatures being fitted fold into the model's own attention modules (one window's
+    activations, no [query, key] scores held); loss and gradient are the bridge's with each head's logits
+    multiplied by hand."""
+    from probe.models.intervention_hooks import fitted_head_scales
+
+    bridge = load_external(tiny.names["llama"]).bridge
+    for p in bridge.parameters():
+        p.requires_grad_(False)
+    tokens = torch.randint(1, 200, (1, 2 * T), generator=torch.Generator().manual_seed(8))
+    shape = (bridge.cfg.n_layers, bridge.cfg.n_heads)
+    log_scales = (0.4 * torch.randn(shape, generator=torch.Generator().manual_seed(2))).requires_grad_()
+
+    def by_hand(layer):
+        def hook(scores, hook):
+            masked = ~torch.isfinite(scores)
+            scaled = scores.masked_fill(masked, 0) * log_scales[layer].exp()[:, None, None]
+            return scaled.masked_fill(masked, float("-inf"))
+
+        return hook
+
+    def loss_and_grad(hooks):
+        with bridge.hooks(fwd_hooks=hooks):
+            logits = logits_of(bridge, tokens, keep=9)[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, -8:])
+        (grad,) = torch.autograd.grad(loss, log_scales)
+        return loss, grad
+
+    calls = _count_folded_attention(monkeypatch)
+    loss, grad = loss_and_grad(fitted_head_scales(bridge, log_scales))
+    assert calls == [len(bridge.blocks)]
+    expected, expected_grad = loss_and_grad(
+        [(f"blocks.{layer}.attn.hook_attn_scores", by_hand(layer)) for layer in range(shape[0])]
+    )
+    assert calls == [len(bridge.blocks)]  # the by-hand hooks took the bridge's path
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-3, atol=1e-5)
+    assert grad.abs().max() > 1e-4
+
+
+def _rerope_by_hand(theta: float, cap: int, window: tuple[int, int] | None = None):
     """An attention function for ``transformers`` that is causal attention with ReRoPE written out: a key
     within ``cap`` of the query scored as RoPE scores it, a farther one as the unturned key against the query
     turned by ``cap`` (the queries and keys it is handed come turned; they are turned back here, by the
-    rotate-half RoPE of base ``theta``)."""
+    rotate-half RoPE of base ``theta``); with ``window`` (w, sinks), keys w or more behind hidden but the first
+    ``sinks``."""
 
     def turn(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:  # x [batch, head, pos, d], at [pos] positions
         d = x.size(-1)
@@ -882,19 +923,21 @@ def _rerope_by_hand(theta: float, cap: int):
         far = turn(q, torch.full_like(t, cap)) @ k.transpose(2, 3) * scaling
         distance = t[:, None] - t[None, :]
         logits = torch.where(distance > cap, far, near).masked_fill(distance < 0, float("-inf"))
+        if window is not None:
+            logits = logits.masked_fill((distance >= window[0]) & (t[None, :] >= window[1]), float("-inf"))
         weights = torch.softmax(logits.float(), dim=-1).to(query.dtype)
         return (weights @ value).transpose(1, 2).contiguous(), weights
 
     return attention
 
 
-def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(tiny, capsys, tmp_path):
+def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(tiny, capsys, tmp_path, monkeypatch):
     """``cap`` on a Llama model through the bridge's hooks (its unturned queries and keys, its cos and sin)
     equals ``transformers`` given ReRoPE by hand; a model it cannot cap (GPT-NeoX turns a part of each head,
     BLOOM has no rotation) is one line, and ``probe extrapolate`` reports it as skipped."""
     from transformers import AttentionInterface
 
-    from probe.models.intervention_hooks import apply
+    from probe.models.intervention_hooks import apply, intervened
     from probe.models.interventions import parse_intervention
 
     folder = tiny.names["llama"].removeprefix("hf:")
@@ -908,7 +951,17 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
         expected, got, plain = oracle(tokens).logits, bridge(tokens), hf_model(tiny.names["llama"])(tokens).logits
     assert (expected - plain).abs().max() > 1e-3  # capping shows in the logits: the comparison can fail
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(logits_of(bridge, tokens), expected, rtol=1e-4, atol=1e-4)  # the bridge's path
+    calls = _count_folded_attention(monkeypatch)
+    torch.testing.assert_close(logits_of(bridge, tokens), expected, rtol=1e-4, atol=1e-4)
+    assert calls == [len(bridge.blocks)]  # on the model's own attention modules, ReRoPE as two merged attentions
+    with intervened(bridge, parse_intervention("window=8+sinks=1")):  # composed: the oracle changed by hand
+        AttentionInterface.register("rerope_window_by_hand", _rerope_by_hand(theta, 5, window=(8, 1)))
+        oracle = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="rerope_window_by_hand").eval()
+        with torch.no_grad():
+            expected = oracle(tokens).logits
+        torch.testing.assert_close(logits_of(bridge, tokens), expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(bridge(tokens), expected, rtol=1e-4, atol=1e-4)  # the bridge's own path
+    assert calls == [2 * len(bridge.blocks)]
     for family, why in [("neox", "rotates"), ("bloom", "no rotary positions")]:
         with pytest.raises(ProbeError, match=why):
             apply(load_external(tiny.names[family]).bridge, parse_intervention("cap=5"))
@@ -951,13 +1004,20 @@ def test_extrapolate_reads_an_hf_model_and_code_runs_by_perplexity_per_multiple(
     from probe.analysis.extrapolation_plan import Settings
 
     settings = Settings(
-        families=("log-length", "rope", "temperature", "window"), multiples=(1.0, 2.0), max_files=8,
+        families=("log-length", "rope", "temperature", "window", "head-temperature"), multiples=(1.0, 2.0), max_files=8,
         options=tiny.options, batch_size=4,
     )  # fmt: skip
     report = extrapolate([tiny.names["llama"]], settings)
     run = report.runs[0]
     assert report.measure == "perplexity" and run.context == T and run.trained_length == N_POSITIONS
-    assert [o.family for o in run.outcomes] == ["none", "log-length", "rope", "temperature", "window"]
+    assert [o.family for o in run.outcomes] == [
+        "none",
+        "log-length",
+        "rope",
+        "temperature",
+        "window",
+        "head-temperature",
+    ]
     assert [b["at"] for b in run.baseline.buckets] == [1.0, 2.0]
     assert all(b["mean"] > 1 and b["low"] <= b["mean"] <= b["high"] for o in run.outcomes for b in o.buckets)
     assert "cap" not in run.skipped  # not asked for

@@ -177,6 +177,95 @@ def test_folded_into_the_fast_path_equals_the_hook_on_the_explicit_path(pe, inte
     assert not torch.allclose(fast, model(x))  # it did change the logits
 
 
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+@pytest.mark.parametrize(
+    "intervention",
+    [
+        Intervention(cap=5),
+        Intervention(cap=5, temperature=0.7, window=9, sinks=2),
+        Intervention(cap=5, window=3),  # the far keys all outside the window: rows take nothing from them
+        Intervention(cap=12, head_temperatures=((0.5, 2.0), (1.5, 0.8)), log_length=10),
+    ],
+    ids=["cap", "cap+temperature+window", "cap+narrow-window", "cap+heads+log-length"],
+)
+@pytest.mark.parametrize("fused", [True, False], ids=["cpu-kernel", "formula"])
+def test_a_capped_rotation_runs_fused_and_equals_the_hook_on_the_explicit_path(
+    fraction, intervention, fused, monkeypatch
+):
+    """The capped rotation as two causal attentions merged by log-sum-exp (probe.models.capped_attention),
+    on the CPU flash kernel or the formula other devices take, equals the hook that rewrites the scores (whose
+    far logits the test above checks by hand), padded rows included."""
+    from probe.models import capped_attention
+
+    model, x = model_of("rotary", fraction=fraction), tokens()
+    padding = torch.ones_like(x)
+    padding[0, 18:] = 0
+    monkeypatch.setattr(capped_attention, "_fused", lambda q: fused)
+    calls = []
+    merged = capped_attention.capped_causal_attention
+    monkeypatch.setattr("probe.models.attention.capped_causal_attention", lambda *a: calls.append(1) or merged(*a))
+    with intervened(model, intervention):
+        fast, fast_padded = model(x), model(x, attention_mask=padding)
+        assert len(calls) == 2 * model.cfg.n_layers  # every layer took the merged path, both times
+        model.set_fast_attention(False)
+        explicit, explicit_padded = model(x), model(x, attention_mask=padding)
+        model.set_fast_attention(True)
+    assert len(calls) == 2 * model.cfg.n_layers
+    torch.testing.assert_close(fast, explicit, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(fast_padded[0, :18], explicit_padded[0, :18], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(fast_padded[1:], explicit_padded[1:], rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(fast, model(x))  # it did change the logits
+
+
+def test_a_capped_rotation_past_the_sequence_is_bit_identical_and_refuses_a_cache():
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    model, x = model_of("rotary"), tokens()
+    with intervened(model, Intervention(cap=T - 1)):  # no key more than T - 1 behind: nothing to cap
+        assert torch.equal(model(x), model_of("rotary")(x))
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, x.size(0))
+    with intervened(model, Intervention(cap=4)):
+        model(x[:, :10], past_kv_cache=cache)  # the prompt: one pass from position 0
+        with pytest.raises(ProbeError, match="one pass"):
+            model(x[:, 10:11], past_kv_cache=cache)  # a token decoded against the cache
+
+
+@pytest.mark.parametrize("pe", ["nope", "alibi", "rotary"])
+def test_fitted_head_scales_fold_into_the_fast_path_with_the_gradient_of_the_scores_by_hand(pe):
+    """The per-head fit's scales (probe.analysis.tuning) run in the fused kernels; their loss and gradient are
+    those of each head's logits multiplied by hand on the explicit path."""
+    from probe.models.intervention_hooks import fitted_head_scales
+
+    model, x = model_of(pe), tokens()
+    shape = (model.cfg.n_layers, model.cfg.n_heads)
+    log_scales = 0.4 * torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    log_scales.requires_grad_()
+
+    def by_hand(layer):
+        def hook(scores, hook):
+            masked = ~torch.isfinite(scores)
+            scaled = scores.masked_fill(masked, 0) * log_scales[layer].exp()[:, None, None]
+            return scaled.masked_fill(masked, float("-inf"))
+
+        return hook
+
+    def loss_and_grad(hooks):
+        with model.hooks(fwd_hooks=hooks):
+            fast = [block.attn.uses_fast_path() for block in model.blocks]
+            loss = torch.nn.functional.cross_entropy(model(x)[:, :-1].transpose(1, 2), x[:, 1:])
+        (grad,) = torch.autograd.grad(loss, log_scales)
+        return loss, grad, fast
+
+    loss, grad, fast = loss_and_grad(fitted_head_scales(model, log_scales))
+    expected, expected_grad, explicit = loss_and_grad(
+        [(f"blocks.{layer}.attn.hook_attn_scores", by_hand(layer)) for layer in range(shape[0])]
+    )
+    assert all(fast) and not any(explicit)
+    torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-8, atol=1e-10)
+    assert grad.abs().min() > 0  # every head's scale moves the loss
+
+
 def test_parse_names_and_errors():
     spec = parse_intervention("log-length+window=32+sinks=4+temperature=0.8")
     assert spec.log_length == TRAINED and spec.window == 32 and spec.sinks == 4 and spec.temperature == 0.8

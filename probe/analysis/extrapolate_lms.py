@@ -5,7 +5,7 @@ SHA-256 of their name."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -26,6 +26,7 @@ from probe.analysis.perplexity import scored_nll
 from probe.analysis.subjects import CodeRun, HfModel, Subject, TextReading
 from probe.analysis.tuning import Score, Tuned, validation_split
 from probe.errors import ProbeError
+from probe.models.hf_attention import logits_of
 from probe.models.intervention_hooks import intervened
 from probe.models.interventions import Intervention
 
@@ -85,8 +86,8 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
             nll = torch.stack([nll_at(loaded.model, valid_files, c) for c in unseen_contexts])
         return Score(-float(nll.nanmean()))
 
-    def loss(step: int) -> Tensor:
-        return _window_loss(loaded.model, valid_files, unseen_contexts[-1], scored, bos, device, step)
+    def losses(step: int) -> Iterator[Tensor]:
+        return _window_losses(loaded.model, valid_files, unseen_contexts[-1], scored, bos, device, step)
 
     step("untouched")
     outcomes = [outcome("none", "none", Intervention(), loaded.model)]
@@ -104,7 +105,7 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
             outcomes.append(outcome(family, "fixed", intervention, on))
         except ProbeError as error:  # one the model cannot take: said in the report, the others kept
             skipped[intervention.name if family == "given" else family] = str(error)
-    for tuned in tuned_candidates(loaded.model, settings, trained, on_valid, loss, step):
+    for tuned in tuned_candidates(loaded.model, settings, trained, on_valid, losses, step):
         outcomes.append(outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
     validation = (
         f"{len(valid)} held-out files (the first {VALID_SHARE:.0%} by SHA-256 of their name), left out of the "
@@ -156,20 +157,21 @@ def _lm_files(subject: Subject, loaded, settings: Settings) -> tuple[list[Tensor
     return [f for _, f in kept], [n for n, _ in kept], context, bos, trained
 
 
-def _window_loss(
+def _window_losses(
     model, files: Sequence[Tensor], context: int, scored: int, bos: int | None, device, step: int
-) -> Tensor:
-    """Mean NLL of the scored tokens of a few of ``files`` (drawn with the step as seed) read at ``context``,
-    with gradients."""
+) -> Iterator[Tensor]:
+    """The mean NLL of the scored tokens of a few of ``files`` (drawn with the step as seed) read at ``context``,
+    with gradients, in parts of one window each (one window's activations held at a time)."""
     long_enough = [f[-context:] for f in files if len(f) >= context]
     if not long_enough:
         raise ProbeError(f"no validation file has {context} tokens to fit temperatures on")
     index = torch.randperm(len(long_enough), generator=torch.Generator().manual_seed(step))[:LM_FIT_FILES]
-    windows = torch.stack([long_enough[i] for i in index.tolist()]).to(device)
-    if bos is not None:
-        windows[:, 0] = bos
-    logits = model(windows)[:, -scored - 1 : -1].float()
-    return F.cross_entropy(logits.transpose(1, 2), windows[:, -scored:])
+    for i in index.tolist():
+        window = long_enough[i][None].to(device)  # [1, context]
+        if bos is not None:
+            window[:, 0] = bos
+        logits = logits_of(model, window, keep=scored + 1)[:, :-1].float()  # [1, scored, vocab]
+        yield F.cross_entropy(logits.transpose(1, 2), window[:, -scored:]) / len(index)
 
 
 def _with_rope(subject: Subject, loaded, intervention: Intervention, device) -> Any:

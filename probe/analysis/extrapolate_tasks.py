@@ -106,7 +106,7 @@ def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) 
             on = subject.load(device, pe_options=dict(intervention.rope)).model
         outcomes.append(outcome(family, "fixed", intervention, on))
     for tuned in tuned_candidates(
-        model, settings, trained, on_valid, lambda step: example_loss(model, data["valid"], device, step), step
+        model, settings, trained, on_valid, lambda step: [example_loss(model, data["valid"], device, step)], step
     ):
         outcomes.append(outcome(tuned.family, "tuned", tuned.intervention, model, tuned))
     validation = (

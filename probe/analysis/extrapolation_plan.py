@@ -5,7 +5,7 @@ intervals over examples or files. The readers (:mod:`probe.analysis.extrapolate_
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +105,7 @@ def tuned_candidates(
     settings: Settings,
     trained: int,
     score: Callable[[Intervention], Score],
-    loss: Callable[[], Tensor],
+    losses: Callable[[int], Iterable[Tensor]],
     step: Callable[[str], None],
 ) -> list[Tuned]:
     found = []
@@ -117,7 +117,7 @@ def tuned_candidates(
         found.append(grid_search("window", window_grid(trained), score))
     if "head-temperature" in settings.families:
         step("fitting a temperature per head")
-        snapshots = fit_head_temperatures(model, loss)
+        snapshots = fit_head_temperatures(model, losses)
         grid = [Intervention(head_temperatures=h, head_source=f"fitted@{step}") for step, h in snapshots]
         found.append(grid_search("head-temperature", grid, score))
     return found

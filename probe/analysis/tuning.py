@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
+from probe.models.intervention_hooks import fitted_head_scales
 from probe.models.interventions import Intervention
 
 TEMPERATURES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)  # logits / t: sharper below 1
@@ -93,37 +94,32 @@ def window_grid(trained: int) -> list[Intervention]:
 
 
 def fit_head_temperatures(
-    model, loss: Callable[[int], Tensor], steps: int = HEAD_STEPS, lr: float = HEAD_LR, every: int = HEAD_EVERY
+    model,
+    losses: Callable[[int], Iterable[Tensor]],
+    steps: int = HEAD_STEPS,
+    lr: float = HEAD_LR,
+    every: int = HEAD_EVERY,
 ) -> list[tuple[int, tuple[tuple[float, ...], ...]]]:
-    """(step, [layer][head] temperatures) every ``every`` steps of lowering ``loss(step)`` (the validation loss
-    of ``model`` as it is called, on the step's minibatch) with the model's weights frozen: one log inverse
-    temperature per head, from 0 (no change), by Adam. The caller picks among them on validation: a lower loss
-    need not be more exact matches."""
+    """(step, [layer][head] temperatures) every ``every`` steps of lowering the validation loss of ``model`` with
+    its weights frozen: one log inverse temperature per head, from 0 (no change), by Adam. ``losses(step)`` yields
+    the step's minibatch loss in parts, each taken back as it comes (a language model's windows one at a time,
+    so one window's activations are held, not all). The scales fold into the fused attention kernels
+    (:func:`probe.models.intervention_hooks.fitted_head_scales`). The caller picks among the snapshots on
+    validation: a lower loss need not be more exact matches."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     device = next(model.parameters()).device
     log_scale = torch.zeros(n_layers, n_heads, dtype=torch.float32, device=device, requires_grad=True)
-
-    def scaled(layer: int):
-        def hook(scores: Tensor, hook: Any) -> Tensor:  # [batch, head, query, key]
-            # masked logits (-inf) are kept out of the product: their gradient would be -inf x 0 = NaN
-            masked = ~torch.isfinite(scores)
-            scaled = scores.masked_fill(masked, 0) * log_scale[layer].exp().to(scores.dtype)[:, None, None]
-            return scaled.masked_fill(masked, float("-inf"))
-
-        return hook
-
-    hooks = [(f"blocks.{layer}.attn.hook_attn_scores", scaled(layer)) for layer in range(n_layers)]
     frozen = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
     optimizer = torch.optim.Adam([log_scale], lr=lr)
     snapshots = []
     try:
-        with model.hooks(fwd_hooks=hooks), torch.enable_grad():
+        with model.hooks(fwd_hooks=fitted_head_scales(model, log_scale)), torch.enable_grad():
             for step in range(1, steps + 1):
                 optimizer.zero_grad()
-                value = loss(step)
-                value.backward()
+                for part in losses(step):
+                    part.backward()
                 optimizer.step()
                 if step % every == 0 or step == steps:
                     temperatures = (-log_scale.detach()).exp().double().cpu()  # t = 1 / scale

@@ -33,6 +33,7 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from probe.models import bias_attention
+from probe.models.capped_attention import capped_causal_attention
 from probe.models.intervention_hooks import folds_on
 from probe.models.positional import PositionalEncoding
 
@@ -111,18 +112,29 @@ class PEAttention(nn.Module):
         """The intervention hooks on ``hook_attn_scores`` when they are all that hooks it and all foldable."""
         return folds_on(self.hook_attn_scores)
 
+    def _fold_terms(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device):
+        """(factor [head or 1, query, 1] or None, keys hidden [query, key] or None): the folded interventions'
+        product of factors and union of windows, for a pass whose queries are the last of ``key_len``."""
+        factor = outside = None
+        for fold in self._folds() or []:
+            f, o = fold.fold(query_len, key_len, dtype, device)
+            if f is not None:
+                factor = f if factor is None else factor * f
+            if o is not None:
+                outside = o if outside is None else outside | o
+        return factor, outside
+
     def _folded(self, q: torch.Tensor, bias: torch.Tensor | None, key_len: int):
         """(q, bias) with the folded interventions applied: q [batch, query, head, d_head] times each
-        (head, query) factor, the bias [head or 1, query, key] times it and -inf on masked keys."""
+        (head, query) factor, the bias [head or 1, query, key] times it and -inf on hidden keys."""
         query_len = q.size(1)
-        for fold in self._folds() or []:
-            factor, outside = fold.fold(query_len, key_len, q.dtype, q.device)  # [head or 1, query, 1], [query, key]
-            if factor is not None:
-                q = q * factor.permute(1, 0, 2)[None]  # [1, query, head or 1, 1]
-                bias = None if bias is None else bias * factor.to(bias.dtype)
-            if outside is not None:
-                base = bias if bias is not None else torch.zeros(1, query_len, key_len, device=q.device, dtype=q.dtype)
-                bias = base.masked_fill(outside, float("-inf"))
+        factor, outside = self._fold_terms(query_len, key_len, q.dtype, q.device)  # [head or 1, query, 1]
+        if factor is not None:
+            q = q * factor.permute(1, 0, 2)[None]  # [1, query, head or 1, 1]
+            bias = None if bias is None else bias * factor.to(bias.dtype)
+        if outside is not None:
+            base = bias if bias is not None else torch.zeros(1, query_len, key_len, device=q.device, dtype=q.dtype)
+            bias = base.masked_fill(outside, float("-inf"))
         if bias is not None and bias.size(0) != self.n_heads:
             bias = bias.expand(self.n_heads, -1, -1)
         return q, bias
@@ -140,6 +152,7 @@ class PEAttention(nn.Module):
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.past_keys.size(1)
             k, v = past_kv_cache_entry.append(k, v)  # [batch, key, head, d_head]
+        unturned = (q, k)  # a capped rotation scores far keys from these
         if self.rotates:
             q = self.hook_rot_q(self._pe.rotate(self.layer_id, q, offset))
             k = self.hook_rot_k(self._pe.rotate_keys(self.layer_id, k, 0))
@@ -147,9 +160,17 @@ class PEAttention(nn.Module):
 
         bias = self.hook_pos_bias(self._pe.bias(self.layer_id, query_len, key_len)) if self._pe.adds_bias else None
         fast = self.uses_fast_path()
-        if fast and is_hooked(self.hook_attn_scores):
-            q, bias = self._folded(q, bias, key_len)
         drop = self.attn_dropout if self.training else 0.0
+        if fast and is_hooked(self.hook_attn_scores):
+            capped = next((fold for fold in self._folds() if fold.turn is not None), None)
+            if capped is not None and key_len - 1 > capped.intervention.cap:  # far keys to score: a rotating layer
+                if offset or drop:  # the hook on the explicit path reads it (and refuses a cache)
+                    fast = False
+                else:
+                    z = self._capped_attention(capped, *unturned, q, k, v, attention_mask)
+                    return self._project(self.hook_z(z))
+            else:
+                q, bias = self._folded(q, bias, key_len)
         if (
             fast
             and bias is not None
@@ -191,6 +212,30 @@ class PEAttention(nn.Module):
                 pattern = F.dropout(pattern, drop)
             z = self.hook_z((pattern.to(v.dtype) @ v.transpose(1, 2)).transpose(1, 2))  # [batch, query, head, d_head]
         return self._project(z)
+
+    def _capped_attention(self, fold, q_raw, k_raw, q, k, v, attention_mask) -> torch.Tensor:
+        """[batch, query, head, d_head] attention of one pass from position 0 under a capped rotation
+        (:mod:`probe.models.capped_attention`): the queries with far keys (from ``cap + 1`` on) turned to the
+        cap (``fold.turn``) against the keys turned to 0; the folded temperatures and window apply to both."""
+        batch, length, heads, d_head = q.shape
+        cap = fold.intervention.cap
+        far = length - cap - 1  # queries with a far key; keys that are far from some query
+        fold.stash.clear()  # the hook's copies of the unturned queries and keys: not needed here
+        at_cap = fold.turn(q_raw[:, -far:].reshape(batch * far, 1, heads, d_head), cap).reshape(batch, far, heads, -1)
+        at_zero = fold.turn(k_raw[:, :far].reshape(batch * far, 1, heads, d_head), 0).reshape(batch, far, heads, -1)
+        factor, outside = self._fold_terms(length, length, q.dtype, q.device)
+        if factor is not None:  # [head or 1, query, 1]
+            q = q * factor.permute(1, 0, 2)[None]
+            at_cap = at_cap * factor[:, -far:].permute(1, 0, 2)[None]
+        hidden = None if outside is None else outside[None, None]  # [1, 1, query, key]
+        if attention_mask is not None:  # [batch, key] or [batch, query, key]: 0 marks keys left out
+            left_out = ~attention_mask.to(q.device).bool()
+            left_out = left_out[:, None] if left_out.dim() == 3 else left_out[:, None, None, :]
+            hidden = left_out if hidden is None else hidden | left_out
+        z = capped_causal_attention(
+            *(t.transpose(1, 2) for t in (q, k, at_cap, at_zero, v)), cap, 1.0 / self.attn_scale, hidden
+        )  # [batch, head, query, d_head]
+        return z.transpose(1, 2)
 
     def _causal_mask(self, query_len: int, key_len: int, offset: int, device, dtype) -> torch.Tensor:
         query = torch.arange(offset, offset + query_len, device=device)[:, None]

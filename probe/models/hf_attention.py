@@ -26,13 +26,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from probe.errors import ProbeError
 from probe.models.attention import global_hooks, is_hooked
-from probe.models.intervention_hooks import folds_on, outside_window
+from probe.models.capped_attention import capped_causal_attention
+from probe.models.intervention_hooks import folds_on, keeps_only, outside_window
 
 NAME = "probe_folded"  # the attention function's name in transformers' AttentionInterface
 QUERY_BLOCK = 1024  # queries per block where keys are masked: a block's mask and scores stay small
 UNSUPPORTED = ("sliding_window", "attn_logit_softcapping", "sinks")  # attention terms the function leaves out
-_FOLDS: ContextVar[dict[int, list] | None] = ContextVar("probe_hf_folds", default=None)
+
+
+@dataclass
+class _Folds:
+    """What :func:`_attention` applies in a forward: each attention module's folds, and the frequencies of the
+    model's RoPE (rotate-half layout) for a capped rotation."""
+
+    by_module: dict[int, list]  # id(hf attention module) -> its folded interventions
+    rotary: nn.Module | None = None  # holds inv_freq [d_head / 2], read at each call (dynamic RoPE replaces it)
+
+
+_FOLDS: ContextVar[_Folds | None] = ContextVar("probe_hf_folds", default=None)
 
 
 def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, scaling: float, **_):
@@ -42,13 +55,19 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
     if attention_mask is not None:  # transformers makes no mask for a function it does not know
         raise RuntimeError(f"{NAME} builds its own causal mask and was handed one")
     query_len, key_len = query.shape[-2], key.shape[-2]
+    context = _FOLDS.get() or _Folds({})
+    folds = context.by_module.get(id(module), [])
     windows = []  # (window, sinks) that hide some key here
-    for fold in (_FOLDS.get() or {}).get(id(module), []):
+    for fold in folds:
         factor = fold.factor(query_len, key_len, query.dtype, query.device)  # [head or 1, q, 1]
         if factor is not None:
             query = query * factor[None]
         if fold.window is not None and fold.window[0] < key_len:
             windows.append(fold.window)
+    capped = next((fold.intervention.cap for fold in folds if fold.turn is not None), None)
+    if capped is not None and key_len - 1 > capped:
+        out = _capped(query, key, value, capped, scaling, windows, context.rotary.inv_freq)
+        return out.transpose(1, 2).contiguous(), None
     grouped = key.size(1) != query.size(1)
     if not windows and query_len == key_len:
         out = F.scaled_dot_product_attention(
@@ -73,6 +92,38 @@ def _attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, att
     return torch.cat(blocks, dim=2).transpose(1, 2).contiguous(), None
 
 
+def _capped(query: Tensor, key: Tensor, value: Tensor, cap: int, scaling: float, windows, inv_freq) -> Tensor:
+    """[batch, head, pos, d] causal attention of one pass from position 0 under a capped rotation
+    (:mod:`probe.models.capped_attention`). The queries and keys come turned by the model's RoPE (times its
+    attention scaling, if any); the far ones are turned on by a pure rotation, to ``cap`` (queries: by
+    ``cap - i``) and to 0 (keys: by ``-j``), which is what ReRoPE scores with."""
+    length = query.size(2)
+    if key.size(2) != length:
+        raise ProbeError("cap on a rotating PE reads each sequence in one pass, not token by token with a cache")
+    if key.size(1) != query.size(1):  # grouped keys: each serves heads / kv_heads queries
+        groups = query.size(1) // key.size(1)
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    c = cap + 1
+    positions = torch.arange(length, device=query.device)
+    far_q = _rotated(query[:, :, c:], cap - positions[c:], inv_freq)
+    far_k = _rotated(key[:, :, : length - c], -positions[: length - c], inv_freq)
+    hidden = None
+    for window, sinks in windows:
+        outside = outside_window(positions, length, window, sinks)[None, None]  # [1, 1, query, key]
+        hidden = outside if hidden is None else hidden | outside
+    return capped_causal_attention(query, key, far_q, far_k, value, cap, scaling, hidden, QUERY_BLOCK)
+
+
+def _rotated(x: Tensor, by: Tensor, inv_freq: Tensor) -> Tensor:
+    """``x`` [batch, head, pos, d] turned by the rotate-half RoPE of frequencies ``inv_freq`` [d / 2] through
+    ``by`` [pos] positions each (angles in float64)."""
+    angles = by.double()[:, None] * inv_freq.double()[None, :]  # [pos, d / 2]
+    angles = torch.cat([angles, angles], dim=-1)  # [pos, d]
+    half = x.size(-1) // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * angles.cos().to(x.dtype) + rotated_half * angles.sin().to(x.dtype)
+
+
 def _register() -> None:
     from transformers import AttentionInterface
 
@@ -86,6 +137,7 @@ class _Plan:
     hf: nn.Module
     swaps: list[tuple[nn.Module, str, nn.Module, nn.Module]]  # (parent, child name, bridge component, hf module)
     folds: dict[int, list]  # id(hf attention module) -> its folded interventions
+    rotary: nn.Module | None  # the module holding the RoPE frequencies, where a capped rotation needs them
 
     @contextmanager
     def applied(self) -> Iterator[nn.Module]:
@@ -93,7 +145,7 @@ class _Plan:
         _register()
         configs = {id(c): c for c in [self.hf.config, *(getattr(m, "config", None) for *_, m in self.swaps)] if c}
         before = {key: config._attn_implementation for key, config in configs.items()}
-        token = _FOLDS.set(self.folds)
+        token = _FOLDS.set(_Folds(self.folds, self.rotary))
         try:
             for parent, name, _, module in self.swaps:
                 parent._modules[name] = module
@@ -133,17 +185,23 @@ def _plan(model) -> _Plan | None:
                 return None
             folds[id(module)] = found
         swaps.append((parent, name, attn, module))
-    if any(is_hooked(point) and id(point) not in scores for point in model.hook_dict.values()):
+    if any(
+        is_hooked(point) and id(point) not in scores and not keeps_only(point) for point in model.hook_dict.values()
+    ):
         return None
-    return _Plan(hf, swaps, folds)
+    rotary = None
+    if any(fold.turn is not None for found in folds.values() for fold in found):
+        rotary = next((m for m in hf.modules() if isinstance(getattr(m, "inv_freq", None), Tensor)), None)
+        if rotary is None:
+            return None
+    return _Plan(hf, swaps, folds, rotary)
 
 
-@torch.inference_mode()
 def logits_of(model, tokens: Tensor, keep: int | None = None) -> Tensor:
     """[batch, keep or pos, vocab] logits of ``model`` (a probe model or a TransformerLens bridge) on
     ``tokens`` [batch, pos], the last ``keep`` positions' (None: all). A bridge whose hooks are foldable
     interventions alone runs on its model's own attention modules (module docstring); anything else runs as
-    ``model(tokens)``."""
+    ``model(tokens)``. Gradients flow where the caller enables them (a per-head temperature being fitted)."""
     plan = _plan(model)
     if plan is None:
         logits = model(tokens)

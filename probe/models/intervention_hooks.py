@@ -6,7 +6,7 @@ Positions are read from the scores' shape: the query rows are the last ``query``
 holds for a whole sequence, right padding and decoding with the KV cache (never left padding). The
 capped distances are scored first, then the temperatures multiply the logits (one factor per head and
 query), then the window masks; a probe layer that finds these hooks alone on ``hook_attn_scores`` folds them
-into its fused kernel (:class:`probe.models.attention.PEAttention`).
+into its fused kernel (:class:`probe.models.attention.PEAttention`), a capped rotation included.
 """
 
 from __future__ import annotations
@@ -66,6 +66,22 @@ def capped_bias(bias: Tensor, cap: int) -> Tensor:
 
 
 @dataclass(eq=False)
+class _Keep:
+    """A hook that keeps what passes a point (the unturned queries and keys, a layer's cos and sin) for the
+    capped rotation of ``owner``; a kernel that turns them itself leaves it unread."""
+
+    owner: _Layer
+    name: str
+
+    def __call__(self, x: Tensor, hook: Any) -> Tensor:
+        self.owner.stash[self.name] = x
+        return x
+
+    def __repr__(self) -> str:
+        return f"keep {self.name} for {self.owner!r}"
+
+
+@dataclass(eq=False)
 class _Layer:
     """One layer's hook on ``hook_attn_scores``: what the temperatures, window and capped rotations do to its
     logits. Called as a hook it changes the scores; a layer of probe's that finds it alone on the point reads
@@ -75,16 +91,13 @@ class _Layer:
     intervention: Intervention
     layer: int
     turn: Callable[[Tensor, int], Tensor] | None = None  # x at one position -> turned (capped rotations)
+    learned: Tensor | None = None  # [layer, head] log inverse temperatures being fitted (read at each call)
     scale: float = 1.0  # the layer's logit divisor (sqrt(d_head) or 1)
     stash: dict[str, Tensor] = field(default_factory=dict)
     terms: dict[str, tuple[tuple, Tensor | None]] = field(default_factory=dict)  # part -> (shape, value)
 
-    def keep(self, name: str) -> Callable[[Tensor, Any], Tensor]:
-        def hook(x: Tensor, hook: Any) -> Tensor:
-            self.stash[name] = x
-            return x
-
-        return hook
+    def keep(self, name: str) -> _Keep:
+        return _Keep(self, name)
 
     def __repr__(self) -> str:  # TransformerLens names a hook by its repr: keep it short
         return f"intervention {self.intervention.name} on layer {self.layer}"
@@ -93,16 +106,15 @@ class _Layer:
         if self.turn is not None:
             scores = self._capped_rotation(scores, query_positions(scores))
         factor, outside = self._terms(scores.shape[-2:], scores.dtype, scores.device)
-        if factor is not None:
+        if factor is not None and self.learned is not None:
+            # masked logits (-inf) are kept out of the product: their gradient would be -inf x 0 = NaN
+            masked = ~torch.isfinite(scores)
+            scores = (scores.masked_fill(masked, 0) * factor).masked_fill(masked, float("-inf"))
+        elif factor is not None:
             scores = scores * factor
         if outside is not None:
             scores = scores.masked_fill(outside, float("-inf"))
         return scores
-
-    @property
-    def foldable(self) -> bool:
-        """Whether :meth:`fold` is all it does (a capped rotation needs the unturned queries and keys)."""
-        return self.turn is None
 
     def fold(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device):
         """(factor [head or 1, query, 1] or None, keys outside the window [query, key] or None) for a pass whose
@@ -112,7 +124,7 @@ class _Layer:
     def factor(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The factor of :meth:`fold` alone, for a kernel that masks the window block by block
         (:attr:`window`) rather than holding a [query, key] mask."""
-        return self._part("factor", (query_len, key_len), dtype, device)
+        return self._factor((query_len, key_len), dtype, device)
 
     @property
     def window(self) -> tuple[int, int] | None:
@@ -120,7 +132,15 @@ class _Layer:
         return None if self.intervention.window is None else (self.intervention.window, self.intervention.sinks)
 
     def _terms(self, shape, dtype: torch.dtype, device: torch.device) -> tuple[Tensor | None, Tensor | None]:
-        return self._part("factor", shape, dtype, device), self._part("outside", shape, dtype, device)
+        return self._factor(shape, dtype, device), self._part("outside", shape, dtype, device)
+
+    def _factor(self, shape, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The intervention's factor, times the fitted per-head one (made afresh: it changes every step)."""
+        factor = self._part("factor", shape, dtype, device)
+        if self.learned is None:
+            return factor
+        fitted = self.learned[self.layer].exp().to(dtype)[:, None, None]  # [head, 1, 1]
+        return fitted if factor is None else factor * fitted
 
     def _part(self, part: str, shape, dtype: torch.dtype, device: torch.device) -> Tensor | None:
         """The factor or the window mask for this shape, made once per shape (a decode step or a batch of one
@@ -156,9 +176,9 @@ class _Layer:
         return torch.where(beyond, far.to(scores.dtype), scores)
 
 
-def folds_on(point) -> list[_Layer] | None:
-    """The intervention hooks on the hook point ``point`` when they are all that hooks it and each is
-    foldable (:meth:`_Layer.fold`); None otherwise: nothing on it, or something a kernel cannot stand in for."""
+def _hooked_by(point) -> list | None:
+    """The functions hooked on ``point`` through TransformerLens when they are all that hooks it (no other
+    forward, pre-forward or backward hook); None where nothing or something else does."""
     handles = point.fwd_hooks
     if (
         not handles
@@ -168,8 +188,20 @@ def folds_on(point) -> list[_Layer] | None:
         or getattr(point, "_backward_pre_hooks", None)
     ):
         return None
-    folds = [h.user_hook for h in handles]
-    return folds if all(isinstance(f, _Layer) and f.foldable for f in folds) else None
+    return [h.user_hook for h in handles]
+
+
+def folds_on(point) -> list[_Layer] | None:
+    """The intervention hooks on the hook point ``point`` when they are all that hooks it, so that a kernel can
+    stand in for them (:meth:`_Layer.fold`; a capped rotation's ``turn``); None otherwise."""
+    hooks = _hooked_by(point)
+    return hooks if hooks is not None and all(isinstance(h, _Layer) for h in hooks) else None
+
+
+def keeps_only(point) -> bool:
+    """Whether all that hooks ``point`` keeps values for a capped rotation (:class:`_Keep`), nothing else."""
+    hooks = _hooked_by(point)
+    return hooks is not None and all(isinstance(h, _Keep) for h in hooks)
 
 
 HF_ROTATION_OFF = ("q_norm", "k_norm", "key_multiplier")  # hf attention terms between hook_q / hook_k and RoPE
@@ -242,6 +274,15 @@ def intervention_hooks(model, intervention: Intervention) -> HookList:
         if scored or intervention.window is not None or state.turn is not None:
             hooks.append((prefix + "hook_attn_scores", state))
     return hooks
+
+
+def fitted_head_scales(model, log_scales: Tensor) -> HookList:
+    """Hooks that multiply each head's logits by ``exp(log_scales[layer, head])`` (a tensor being fitted, with
+    gradients), as a temperature per head does, folded into the fused kernels like any intervention's."""
+    return [
+        (f"blocks.{layer}.attn.hook_attn_scores", _Layer(Intervention(), layer, learned=log_scales))
+        for layer in range(model.cfg.n_layers)
+    ]
 
 
 @contextmanager
