@@ -26,7 +26,7 @@ from probe.analysis.perplexity import scored_nll
 from probe.analysis.subjects import CodeRun, HfModel, Subject, TextReading
 from probe.analysis.tuning import Score, Tuned, validation_split
 from probe.errors import ProbeError
-from probe.models.hf_attention import logits_of
+from probe.models.hf_attention import logits_of, runs_folded
 from probe.models.intervention_hooks import intervened
 from probe.models.interventions import Intervention
 
@@ -101,7 +101,9 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
             on = _with_rope(subject, loaded, intervention, device)
         try:
             if isinstance(subject, HfModel) and intervention.cap is not None:
-                check_fits(on.cfg.n_heads, longest, loaded.info.label)  # ReRoPE reads the bridge's own scores
+                with intervened(on, intervention):
+                    if not runs_folded(on):  # ReRoPE on the bridge's own [head, query, key] scores
+                        check_fits(on.cfg.n_heads, longest, loaded.info.label)
             outcomes.append(outcome(family, "fixed", intervention, on))
         except ProbeError as error:  # one the model cannot take: said in the report, the others kept
             skipped[intervention.name if family == "given" else family] = str(error)

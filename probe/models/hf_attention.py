@@ -197,6 +197,12 @@ def _plan(model) -> _Plan | None:
     return _Plan(hf, swaps, folds, rotary)
 
 
+def runs_folded(model) -> bool:
+    """Whether :func:`logits_of` reads ``model`` as it is hooked now on its own attention modules (no
+    [head, query, key] scores held), not through the bridge's step-by-step attention or as a probe model."""
+    return _plan(model) is not None
+
+
 def logits_of(model, tokens: Tensor, keep: int | None = None) -> Tensor:
     """[batch, keep or pos, vocab] logits of ``model`` (a probe model or a TransformerLens bridge) on
     ``tokens`` [batch, pos], the last ``keep`` positions' (None: all). A bridge whose hooks are foldable
