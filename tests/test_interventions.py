@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import heads_scaled_by_hand, tiny_model
 
 from probe.errors import ProbeError
 from probe.models import build_model
@@ -241,14 +241,6 @@ def test_fitted_head_scales_fold_into_the_fast_path_with_the_gradient_of_the_sco
     log_scales = 0.4 * torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     log_scales.requires_grad_()
 
-    def by_hand(layer):
-        def hook(scores, hook):
-            masked = ~torch.isfinite(scores)
-            scaled = scores.masked_fill(masked, 0) * log_scales[layer].exp()[:, None, None]
-            return scaled.masked_fill(masked, float("-inf"))
-
-        return hook
-
     def loss_and_grad(hooks):
         with model.hooks(fwd_hooks=hooks):
             fast = [block.attn.uses_fast_path() for block in model.blocks]
@@ -257,9 +249,7 @@ def test_fitted_head_scales_fold_into_the_fast_path_with_the_gradient_of_the_sco
         return loss, grad, fast
 
     loss, grad, fast = loss_and_grad(fitted_head_scales(model, log_scales))
-    expected, expected_grad, explicit = loss_and_grad(
-        [(f"blocks.{layer}.attn.hook_attn_scores", by_hand(layer)) for layer in range(shape[0])]
-    )
+    expected, expected_grad, explicit = loss_and_grad(heads_scaled_by_hand(log_scales, shape[0]))
     assert all(fast) and not any(explicit)
     torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-8, atol=1e-10)

@@ -16,7 +16,9 @@ too, switches the layer back to the explicit path; both give the same result. On
 ``hook_attn_scores`` keeps the fast path: an intervention (:mod:`probe.models.intervention_hooks`) whose
 algebra the layer can read (``fold``: the logits times a factor per head and query, keys masked), alone
 on the point; the layer multiplies its queries and its bias by the factor and masks the keys in the bias,
-which is the same product, taken before the kernel instead of on the scores after it. A biased layer on
+which is the same product, taken before the kernel instead of on the scores after it; a capped rotation
+(ReRoPE) becomes two causal attentions merged by their log-sum-exp (:mod:`probe.models.capped_attention`),
+and decoding against a cache goes to the explicit path, whose hook refuses it. A biased layer on
 CPU takes ``probe.models.bias_attention`` instead: the flash kernel with the bias and causal
 skipping together, where SDPA would need a causal mask added to the bias, and, for a learned bias
 (T5, KERPLE, FIRE), would fall back to its quadratic math path to give it its gradient. A PE with a query-dependent term
@@ -109,7 +111,7 @@ class PEAttention(nn.Module):
         )
 
     def _folds(self) -> list | None:
-        """The intervention hooks on ``hook_attn_scores`` when they are all that hooks it and all foldable."""
+        """The intervention hooks on ``hook_attn_scores`` when they are all that hooks it (None otherwise)."""
         return folds_on(self.hook_attn_scores)
 
     def _fold_terms(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device):
