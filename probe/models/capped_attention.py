@@ -42,13 +42,11 @@ def capped_causal_attention(
     if hidden is not None:
         hidden = hidden.expand(*hidden.shape[:2], length, length)
     step = length if block is None else block
-    return torch.cat(
-        [
-            _block(near_q, near_k, far_q, far_k, v, cap, scale, hidden, start, min(start + step, length))
-            for start in range(0, length, step)
-        ],
-        dim=2,
-    )
+    blocks = [
+        _block(near_q, near_k, far_q, far_k, v, cap, scale, hidden, start, min(start + step, length))
+        for start in range(0, length, step)
+    ]
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
 
 
 def _block(near_q, near_k, far_q, far_k, v, cap: int, scale: float, hidden, start: int, end: int) -> Tensor:
@@ -84,7 +82,10 @@ def _block(near_q, near_k, far_q, far_k, v, cap: int, scale: float, hidden, star
         sees_near = _sees_a_key(near_hidden, start - low)[..., first - start :]
         share = share.where(sees_far, 0.0).where(sees_near, 1.0)
     blended = torch.lerp(out[:, :, first - start :], far, share[..., None].to(out.dtype))
-    return torch.cat([out[:, :, : first - start], blended], dim=2)
+    if out.requires_grad:  # the kernel's backward reads its output: leave it whole
+        return torch.cat([out[:, :, : first - start], blended], dim=2)
+    out[:, :, first - start :] = blended
+    return out
 
 
 def _sees_a_key(hidden: Tensor, shift: int) -> Tensor:
