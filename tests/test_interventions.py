@@ -177,7 +177,16 @@ def test_folded_into_the_fast_path_equals_the_hook_on_the_explicit_path(pe, inte
     assert not torch.allclose(fast, model(x))  # it did change the logits
 
 
-@pytest.mark.parametrize("fraction", [1.0, 0.5])
+@pytest.mark.parametrize(
+    "pe, options",
+    [
+        ("rotary", {"fraction": 1.0}),
+        ("rotary", {"fraction": 0.5}),  # part of each head turned
+        ("rotary", {"scaling": "yarn", "factor": 2.0, "original_length": 12}),  # its turn at 0 scales
+        ("xpos", {}),
+    ],
+    ids=["rotary", "rotary-half", "yarn", "xpos"],
+)
 @pytest.mark.parametrize(
     "intervention",
     [
@@ -190,14 +199,14 @@ def test_folded_into_the_fast_path_equals_the_hook_on_the_explicit_path(pe, inte
 )
 @pytest.mark.parametrize("fused", [True, False], ids=["cpu-kernel", "formula"])
 def test_a_capped_rotation_runs_fused_and_equals_the_hook_on_the_explicit_path(
-    fraction, intervention, fused, monkeypatch
+    pe, options, intervention, fused, monkeypatch
 ):
     """The capped rotation as two causal attentions merged by log-sum-exp (probe.models.capped_attention),
     on the CPU flash kernel or the formula other devices take, equals the hook that rewrites the scores (whose
     far logits the test above checks by hand), padded rows included."""
     from probe.models import capped_attention
 
-    model, x = model_of("rotary", fraction=fraction), tokens()
+    model, x = model_of(pe, **options), tokens()
     padding = torch.ones_like(x)
     padding[0, 18:] = 0
     monkeypatch.setattr(capped_attention, "_fused", lambda q: fused)

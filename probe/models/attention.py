@@ -219,12 +219,15 @@ class PEAttention(nn.Module):
         """[batch, query, head, d_head] attention of one pass from position 0 under a capped rotation
         (:mod:`probe.models.capped_attention`): the queries with far keys (from ``cap + 1`` on) turned to the
         cap (``fold.turn``) against the keys turned to 0; the folded temperatures and window apply to both."""
-        batch, length, heads, d_head = q.shape
+        length, d_head = q.size(1), q.size(-1)
         cap = fold.intervention.cap
         far = length - cap - 1  # queries with a far key; keys that are far from some query
         fold.stash.clear()  # the hook's copies of the unturned queries and keys: not needed here
-        at_cap = fold.turn(q_raw[:, -far:].reshape(batch * far, 1, heads, d_head), cap).reshape(batch, far, heads, -1)
-        at_zero = fold.turn(k_raw[:, :far].reshape(batch * far, 1, heads, d_head), 0).reshape(batch, far, heads, -1)
+        # a turn to one position is linear: x turned is x @ (each unit vector turned), a [d_head, d_head] matrix
+        units = torch.eye(d_head, dtype=q.dtype, device=q.device)
+        at_cap = q_raw[:, -far:] @ fold.turn(units[:, None, None, :], cap)[:, 0, 0]  # [batch, far, head, d_head]
+        to_zero = fold.turn(units[:, None, None, :], 0)[:, 0, 0]
+        at_zero = k_raw[:, :far] if torch.equal(to_zero, units) else k_raw[:, :far] @ to_zero
         factor, outside = self._fold_terms(length, length, q.dtype, q.device)
         if factor is not None:  # [head or 1, query, 1]
             q = q * factor.permute(1, 0, 2)[None]
