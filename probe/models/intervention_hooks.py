@@ -169,7 +169,7 @@ class _Layer:
             return scores
         batch, query, heads, d_head = q.shape
         turned = self.turn(q.reshape(batch * query, 1, heads, d_head), cap).reshape(q.shape)
-        still = self.turn(k.reshape(-1, 1, heads, d_head), 0).reshape(k.shape)
+        still = self.turn(k.reshape(-1, 1, k.size(2), d_head), 0).reshape(k.shape)
         if still.size(2) != heads:  # grouped keys (hf models): each serves heads / kv_heads queries
             still = still.repeat_interleave(heads // still.size(2), dim=2)
         far = turned.transpose(1, 2) @ still.permute(0, 2, 3, 1) / self.scale  # [batch, head, query, key]
