@@ -8,10 +8,13 @@ tokens, three times over with the mask and the softmax. A forward that wants onl
 attention function registered through ``transformers``' ``AttentionInterface``: scaled-dot-product attention
 with each intervention's factor multiplied into the queries and its window made a mask, in blocks of queries
 where there is a mask. The same product as the hook's, taken before the kernel, as
-:class:`probe.models.attention.PEAttention` folds it; memory linear in the sequence, causal work skipped.
+:class:`probe.models.attention.PEAttention` folds it; memory linear in the sequence, causal work skipped. A
+capped rotation (ReRoPE) runs as two causal attentions merged by their log-sum-exp
+(:mod:`probe.models.capped_attention`), its far queries and keys turned on from the turned ones by a pure
+rotation of the model's own frequencies. The factors may carry gradients (a per-head temperature being fitted).
 
-Anything else (another hook anywhere on the bridge, a capped rotation, an architecture whose attention has a
-sliding window, soft-capping or sink logits that this function would not apply) takes the bridge's own path.
+Anything else (another hook anywhere on the bridge, an architecture whose attention has a sliding window,
+soft-capping or sink logits that this function would not apply) takes the bridge's own path.
 """
 
 from __future__ import annotations
