@@ -56,6 +56,13 @@ def global_hooks() -> bool:
     return bool(module._global_forward_hooks or module._global_forward_pre_hooks or module._global_backward_hooks)
 
 
+def _keys_kept(attention_mask: torch.Tensor, device) -> torch.Tensor:
+    """[batch, 1, 1 or query, key] True for the keys a query may see: ``attention_mask`` is [batch, key] (0 marks
+    padding) or [batch, query, key] (packed rows' allowed pairs)."""
+    keep = attention_mask.to(device).bool()
+    return keep[:, None] if keep.dim() == 3 else keep[:, None, None, :]
+
+
 def _project_in(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """[batch, pos, d_model] through ``w`` [head, d_model, d_head] + ``b`` [head, d_head] ->
     [batch, pos, head, d_head], as one linear layer (TransformerLens' ``simple_attn_linear``)."""
@@ -234,8 +241,7 @@ class PEAttention(nn.Module):
             at_cap = at_cap * factor[:, -far:].permute(1, 0, 2)[None]
         hidden = None if outside is None else outside[None, None]  # [1, 1, query, key]
         if attention_mask is not None:  # [batch, key] or [batch, query, key]: 0 marks keys left out
-            left_out = ~attention_mask.to(q.device).bool()
-            left_out = left_out[:, None] if left_out.dim() == 3 else left_out[:, None, None, :]
+            left_out = ~_keys_kept(attention_mask, q.device)
             hidden = left_out if hidden is None else hidden | left_out
         z = capped_causal_attention(
             *(t.transpose(1, 2) for t in (q, k, at_cap, at_zero, v)), cap, 1.0 / self.attn_scale, hidden
@@ -260,8 +266,7 @@ class PEAttention(nn.Module):
         if bias is not None:
             mask = mask + bias.to(dtype)[None]
         if attention_mask is not None:  # [batch, key]: 0 marks padding keys; [batch, query, key]: allowed pairs
-            keep = attention_mask.to(q.device).bool()
-            keep = keep[:, None] if keep.dim() == 3 else keep[:, None, None, :]
+            keep = _keys_kept(attention_mask, q.device)
             mask = mask.masked_fill(~keep, float("-inf"))
         return mask
 

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from probe.errors import ProbeError
 from probe.models.attention import global_hooks, is_hooked
 from probe.models.capped_attention import capped_causal_attention
-from probe.models.intervention_hooks import folds_on, keeps_only, outside_window
+from probe.models.intervention_hooks import folds_on, keeps_only, outside_window, rotate_half
 
 NAME = "probe_folded"  # the attention function's name in transformers' AttentionInterface
 QUERY_BLOCK = 1024  # queries per block where keys are masked: a block's mask and scores stay small
@@ -122,9 +122,7 @@ def _rotated(x: Tensor, by: Tensor, inv_freq: Tensor) -> Tensor:
     ``by`` [pos] positions each (angles in float64)."""
     angles = by.double()[:, None] * inv_freq.double()[None, :]  # [pos, d / 2]
     angles = torch.cat([angles, angles], dim=-1)  # [pos, d]
-    half = x.size(-1) // 2
-    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * angles.cos().to(x.dtype) + rotated_half * angles.sin().to(x.dtype)
+    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
 
 
 def _register() -> None:

@@ -230,9 +230,13 @@ def _hf_turn(x: Tensor, cos: Tensor, sin: Tensor, at: int) -> Tensor:
     [batch, pos, d_head] from ``hook_cos`` / ``hook_sin``: the rotate-half layout, any attention scaling inside)."""
     if cos.size(-1) != x.size(-1):
         raise ProbeError(f"cap: this hf: model rotates {cos.size(-1)} of {x.size(-1)} dimensions; not capped")
+    return x * cos[0, at, None, :].to(x.dtype) + rotate_half(x) * sin[0, at, None, :].to(x.dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension: the rotate-half layout's quarter turn."""
     half = x.size(-1) // 2
-    rotated_half = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[0, at, None, :].to(x.dtype) + rotated_half * sin[0, at, None, :].to(x.dtype)
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def intervention_hooks(model, intervention: Intervention) -> HookList:
