@@ -20,7 +20,7 @@ from probe.runs.folders import LAST, Run, load_run
 from probe.runs.locks import run_lock
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
-from probe.tasks.decoding import evaluate_examples
+from probe.tasks.decoding import EvalResult, evaluate_examples, teacher_forced_examples
 
 
 def eval_file(pe_options: dict[str, Any] | None = None, intervention: Intervention | None = None) -> str:
@@ -95,9 +95,13 @@ def _evaluate(
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
     answer_only = bool(task.options.get("scratchpad"))
     cached = not intervention.needs_whole_pass(model)
-    result = evaluate_examples(
-        model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only, use_cache=cached
-    )
+
+    def score(model) -> EvalResult:
+        return score_examples(
+            model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only, cached=cached
+        )
+
+    result = score(model)
     buckets = [Bucket(length, n, k, k / n, task.is_seen(length)) for length, (n, k) in result.by_length().items()]
     iid, ood = split_accuracy(task, result)
     label = run.label + "".join(f" {k}={format_option(v)}" for k, v in sorted(at_inference.items()))
@@ -122,18 +126,30 @@ def _evaluate(
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
             last = apply(load_run(run.path / LAST, device=device, pe_options=at_inference), intervention)
-            result = evaluate_examples(
-                last,
-                tokenizer,
-                examples,
-                device=device,
-                batch_size=batch_size,
-                answer_only=answer_only,
-                use_cache=cached,
-            )
-            iid, ood = split_accuracy(task, result)
+            iid, ood = split_accuracy(task, score(last))
         report.last = LastStep(last_step, iid, ood)
     return report
+
+
+def score_examples(
+    model,
+    tokenizer: Tokenizer,
+    examples: Sequence,
+    *,
+    device: torch.device | str,
+    batch_size: int,
+    answer_only: bool,
+    cached: bool = True,
+) -> EvalResult:
+    """Greedy decoding's exact match of ``model`` on ``examples``: in one teacher-forced pass per batch
+    where that is the same number (:func:`~probe.tasks.decoding.teacher_forced_exact_match`), decoding
+    token by token where it is not: a scratchpad scored on its final answer alone, and positions drawn
+    at random, which decoding draws once for the whole sequence."""
+    if answer_only or model.config.random_positions:
+        return evaluate_examples(
+            model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only, use_cache=cached
+        )
+    return teacher_forced_examples(model, tokenizer, examples, device=device, batch_size=batch_size)
 
 
 def inference_options(

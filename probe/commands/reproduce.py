@@ -21,8 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--scale",
         default="reduced",
-        choices=["reduced", "paper"],
-        help="reduced: the study that fits a 2-core CPU (default); paper: the paper's whole grid, preset base",
+        choices=["reduced", "section3", "paper"],
+        help="reduced: SCAN, copy and reverse at small, on a 2-core CPU (default); section3: the paper's 17 "
+        "Section 3 scenarios at tiny, ranked; paper: the paper's whole grid, preset base",
     )
     parser.add_argument(
         "--task",
@@ -36,6 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--checkpoints", metavar="DIR", help="where the runs go (default: checkpoints/reproduce-SCALE)")
     parser.add_argument("--out", metavar="DIR", help="where the report goes (default: CHECKPOINTS/report)")
+    parser.add_argument(
+        "--summaries",
+        metavar="DIR",
+        help="where each scenario's summary goes, per seed, as soon as its runs are evaluated "
+        "(default: CHECKPOINTS/summaries)",
+    )
     parser.add_argument(
         "--jobs", type=int, metavar="N", help="runs trained side by side (default: one per CPU core; 1 on a GPU)"
     )
@@ -64,7 +71,19 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.device import resolve_device
-    from probe.studies.reproduce import REPORT, analyse, build_report, markdown, plan, write_report
+    from probe.studies.reproduce import (
+        RANKING_ONLY,
+        REPORT,
+        SUMMARIES,
+        analyse,
+        build_report,
+        evaluate,
+        markdown,
+        plan,
+        scenarios,
+        write_report,
+    )
+    from probe.studies.summaries import write_summaries
     from probe.studies.sweep import run_state
     from probe.training.parallel import default_jobs, default_stack
 
@@ -82,12 +101,25 @@ def run(args: argparse.Namespace) -> int:
     todo = [r for r in runs if run_state(r) != "done"]
     if args.dry_run:
         return _dry_run(args, runs, todo, root, device, jobs, out)
+    summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
     if args.address:
         _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out)
-    elif todo:
-        _train_here(todo, device, jobs, stack, out)
-    with out.status("analysing attention") as status:
-        analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
+        for scenario, group in scenarios(runs).items():
+            evaluate(group, device)
+            write_summaries(args.scale, scenario, group, summaries)
+    else:
+        _train_here(
+            runs,
+            device,
+            jobs,
+            stack,
+            out,
+            lambda scenario, group: _summarise(args.scale, scenario, group, summaries, out),
+        )
+    analyses = {}
+    if args.scale not in RANKING_ONLY:
+        with out.status("analysing attention") as status:
+            analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
     report = build_report(runs, analyses, scale=args.scale)
     written = write_report(report, Path(args.out) if args.out else root / REPORT)
     out.print(markdown(report), markup=False, highlight=False)
@@ -139,20 +171,28 @@ def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out
         raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
 
 
-def _train_here(todo: list, device, jobs: int, stack: bool, out) -> None:
+def _summarise(study: str, scenario: str, group: list, folder, out) -> None:
+    from probe.studies.summaries import write_summaries
+
+    for path in write_summaries(study, scenario, group, folder):
+        out.print(f"{scenario}: summary written to {path}")
+
+
+def _train_here(runs: list, device, jobs: int, stack: bool, out, on_scenario) -> None:
+    """Train and evaluate the study here, scenario by scenario, ``on_scenario`` after each."""
     from pathlib import Path
 
     from probe.studies.reproduce import train_and_evaluate
 
     how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
-    with out.status(f"training {len(todo)} runs, {how}") as status:
+    with out.status(f"training {len(runs)} runs, {how}") as status:
 
         def on_event(path, kind, step, loss, speed):
             if kind == "step":
                 run = "/".join(Path(path).parts[-3:])
                 status.update(f"training: {run} step {step}, loss {loss:.4f}")
 
-        results = train_and_evaluate(todo, device, jobs=jobs, stack=stack, on_event=on_event)
+        results = train_and_evaluate(runs, device, jobs=jobs, stack=stack, on_event=on_event, on_scenario=on_scenario)
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")

@@ -24,12 +24,16 @@ from probe.analysis.evaluation import mean_ranks, reciprocal_rank_scores
 from probe.errors import ProbeError
 from probe.reference import category, dataset_for, paper_runs, paper_summary
 from probe.studies.plans import seed_baseline_blocks
-from probe.studies.sweep import SweepRun, expand_grid, load_grid
-from probe.tasks import get as get_task
+from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
 
-STUDIES = {"reduced": "reproduce", "paper": "paper"}
-"""``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU, or the paper's grid."""
+STUDIES = {"reduced": "reproduce", "section3": "section3", "paper": "paper"}
+"""``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU (SCAN, copy, reverse at
+``small``), the paper's Section 3 at ``tiny`` (its 17 scenarios, grids/section3.toml), or the paper's grid."""
+RANKING_ONLY = frozenset({"section3"})
+"""Studies that rank PEs only: no NoPE' (the seed baseline the attention analyses read against), no
+attention analyses."""
 REPORT = "report"
+SUMMARIES = "summaries"
 Progress = Callable[[str], None]
 
 
@@ -43,7 +47,8 @@ def plan(
     if seeds < 1:
         raise ProbeError(f"--seeds must be at least 1, got {seeds}")
     grid = load_grid(STUDIES[scale]) | ({"steps": steps} if steps else {})
-    runs = [run for block in seed_baseline_blocks(range(seeds)) for run in expand_grid({**grid, **block}, root)]
+    blocks = [{"seed": list(range(seeds))}] if scale in RANKING_ONLY else seed_baseline_blocks(range(seeds))
+    runs = [run for block in blocks for run in expand_grid({**grid, **block}, root)]
     unknown = sorted(set(tasks) - {run.config.task for run in runs})
     if unknown:
         raise ProbeError(
@@ -53,6 +58,14 @@ def plan(
     return [run for run in runs if not tasks or run.config.task in tasks]
 
 
+def scenarios(runs: Sequence[SweepRun]) -> dict[str, list[SweepRun]]:
+    """The runs of each scenario (a task folder: one task with its options), in the study's order."""
+    out: dict[str, list[SweepRun]] = {}
+    for run in runs:
+        out.setdefault(run.path.parent.parent.name, []).append(run)
+    return out
+
+
 def train_and_evaluate(
     runs: Sequence[SweepRun],
     device: torch.device,
@@ -60,21 +73,34 @@ def train_and_evaluate(
     jobs: int,
     stack: bool = False,
     on_event: Callable[..., None] | None = None,
+    on_scenario: Callable[[str, list[SweepRun]], None] | None = None,
 ) -> list[Any]:
-    """Train the unfinished runs (``probe train``'s local runners: side by side, or with ``stack`` the
-    runs of one batch stream as one program), then evaluate every run without an eval.json; returns
-    the training results and failures."""
-    from probe.analysis.evaluation import evaluate_run
-    from probe.models.checkpoint import read_checkpoint_config
-    from probe.runs.folders import Run
+    """Train the unfinished runs scenario by scenario (``probe train``'s local runners: side by side, or
+    with ``stack`` the runs of one batch stream as one program), evaluating each scenario's runs that have
+    no eval.json before the next scenario starts, then ``on_scenario(scenario, its runs)``, so a study
+    stopped half-way keeps every scenario it finished. Returns the training results and failures."""
     from probe.training.engine import Engine
     from probe.training.parallel import train_parallel, train_stacked
 
-    pairs = [(r.config, r.path) for r in runs]
-    if stack:
-        results = train_stacked(pairs, device, engine=Engine.for_device(device), on_event=on_event)
-    else:
-        results = train_parallel(pairs, str(device), jobs=jobs, on_event=on_event)
+    results: list[Any] = []
+    for scenario, group in scenarios(runs).items():
+        pairs = [(r.config, r.path) for r in group if run_state(r) not in ("done", "evaluate")]
+        if pairs and stack:
+            results += train_stacked(pairs, device, engine=Engine.for_device(device), on_event=on_event)
+        elif pairs:
+            results += train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event)
+        evaluate(group, device)
+        if on_scenario is not None:
+            on_scenario(scenario, group)
+    return results
+
+
+def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
+    """Evaluate every trained run of ``runs`` that has no eval.json yet."""
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run
+
     for run in runs:
         if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
             evaluate_run(
@@ -83,7 +109,6 @@ def train_and_evaluate(
                 n_valid=run.eval_valid,
                 device=device,
             )
-    return results
 
 
 def analyse(
@@ -194,22 +219,42 @@ def _ranks(queries_by_category: dict[str, dict[Any, dict[str, float]]]) -> dict[
 
 
 def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: str) -> dict[str, Any]:
-    """The report's data: per task ours (NoPE' apart, as the baseline it is) and the paper's, the
-    ranks, the analyses, the notes."""
+    """The report's data from the study's run folders (:func:`report_of` their evaluations)."""
     evals = {str(r.path): read_eval(r.path) for r in runs}
     missing = [r.label for r in runs if evals[str(r.path)] is None]
-    baseline_seed = max(r.config.seed for r in runs)
-    is_baseline = {str(r.path): r.config.pe == "nope" and r.config.seed == baseline_seed for r in runs}
-    evaluated = [e for path, e in evals.items() if e is not None and not is_baseline[path]]
+    baseline_seed = None if scale in RANKING_ONLY else max(r.config.seed for r in runs)
+    return report_of(
+        [e for e in evals.values() if e is not None],
+        analyses,
+        scale=scale,
+        baseline_seed=baseline_seed,
+        missing=missing,
+    )
+
+
+def report_of(
+    evaluations: Sequence[EvalReport],
+    analyses: dict[str, Any],
+    *,
+    scale: str,
+    baseline_seed: int | None = None,
+    missing: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The report's data: per scenario ours (NoPE at ``baseline_seed`` apart, as the NoPE' baseline it is)
+    and the paper's, the ranks, the analyses, the notes; ``missing`` names what was not evaluated."""
+
+    def is_baseline(e: EvalReport) -> bool:
+        return e.pe == "nope" and e.seed == baseline_seed
+
+    evaluated = [e for e in evaluations if not is_baseline(e)]
     tasks: dict[str, Any] = {}
     ours_queries: dict[str, dict[Any, dict[str, float]]] = {}
-    for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
-        group = [r for r in runs if r.path.parent.parent.name == folder]
-        task = group[0].config.task
-        resolved = get_task(task, **group[0].config.task_options).options
+    for folder in dict.fromkeys(e.task_folder for e in evaluations):
+        first = next(e for e in evaluations if e.task_folder == folder)
+        task, resolved = first.task, first.task_options
         dataset = dataset_for(task, resolved)
         mine = [e for e in evaluated if e.task_folder == folder]
-        baseline = [evals[str(r.path)] for r in group if is_baseline[str(r.path)] and evals[str(r.path)] is not None]
+        baseline = [e for e in evaluations if e.task_folder == folder and is_baseline(e)]
         ours = _by_pe(mine)
         paper = paper_summary(dataset) if dataset else None
         name = category(task, resolved)
@@ -240,7 +285,7 @@ def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: s
         "tasks": tasks,
         "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
         "mean_rank": {"ours": mean_ranks(evaluated)},
-        "missing": missing,
+        "missing": list(missing),
         "notes": [n for t in tasks.values() for n in t["notes"]],
     }
 

@@ -1,0 +1,133 @@
+"""A study's results as small files that outlive its checkpoints: one summary per scenario and seed,
+written as soon as that scenario's runs are evaluated, and merged back into eval reports.
+
+A summary holds, per run, what a report needs (IID and OOD exact match, exact match per length with
+its counts, the step selected on IID validation, the training seconds) and nothing heavy (no weights),
+so a study can be run in parts (seeds in separate sittings, scenarios on other machines) and committed
+as it lands. :func:`merge` puts the parts back together and names every part the study expects that
+is not there, rather than ranking on fewer runs without saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from probe.analysis.eval_report import EvalReport, read_eval
+from probe.atomic import atomic_write_json
+from probe.errors import ProbeError
+
+FORMAT = 1
+RECIPE_KEYS = ("preset", "steps", "batch_size", "lr", "dropout", "protocol", "pack")
+
+
+def summary_name(scenario: str, seed: int) -> str:
+    """``<scenario>+seed<k>.json``: one file per scenario (a task folder) and seed."""
+    return f"{scenario}+seed{seed}.json"
+
+
+def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) -> dict[str, Any] | None:
+    """The summary of ``runs`` (a study's :class:`~probe.studies.sweep.SweepRun` of one scenario) at ``seed``,
+    or None while one of them has no evaluation yet."""
+    members = [r for r in runs if r.config.seed == seed]
+    reports = [read_eval(r.path) for r in members]
+    if not members or any(report is None for report in reports):
+        return None
+    rows = []
+    for run, report in zip(members, reports):
+        stored = json.loads((run.path / "config.json").read_text())
+        evaluation = {k: v for k, v in report.to_json().items() if k not in ("path", "written_to")}
+        rows.append(
+            {
+                "pe": run.config.pe,
+                "seed": seed,
+                "iid": report.iid_accuracy,
+                "ood": report.ood_accuracy,
+                "selected_step": report.selected_step,
+                "train_seconds": stored.get("metrics", {}).get("train_seconds"),
+                "evaluation": evaluation,
+            }
+        )
+    first = members[0].config
+    return {
+        "format": FORMAT,
+        "study": study,
+        "scenario": scenario,
+        "task": first.task,
+        "options": reports[0].task_options,
+        "seed": seed,
+        "recipe": {key: getattr(first, key) for key in RECIPE_KEYS},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "runs": rows,
+    }
+
+
+def write_summaries(study: str, scenario: str, runs: Sequence[Any], folder: str | Path) -> list[Path]:
+    """Write (or rewrite) the summary of every seed of ``runs`` whose runs are all evaluated."""
+    written = []
+    for seed in sorted({r.config.seed for r in runs}):
+        summary = scenario_summary(study, scenario, runs, seed)
+        if summary is not None:
+            path = Path(folder) / summary_name(scenario, seed)
+            atomic_write_json(path, summary)
+            written.append(path)
+    return written
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """One summary file, checked: ProbeError naming the file where it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+        if data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
+            raise ValueError("not a study summary")
+        for row in data["runs"]:
+            EvalReport.from_json(row["evaluation"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ProbeError(f"{path}: not a readable study summary ({error})") from None
+    return data
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A study's summaries put together: every run's evaluation, per scenario its recipe and seeds, and
+    the parts (scenario, seed) expected but not found."""
+
+    evaluations: list[EvalReport]
+    recipes: dict[str, list[dict[str, Any]]]  # scenario -> the recipes its summaries were trained at
+    train_seconds: dict[tuple[str, str, int], float | None]  # (scenario, pe, seed) -> seconds
+    missing: list[tuple[str, int]]
+
+    def seeds(self, scenario: str) -> list[int]:
+        return sorted({e.seed for e in self.evaluations if e.task_folder == scenario})
+
+
+def merge(
+    paths: Iterable[str | Path], *, scenarios: Sequence[str] = (), seeds: Sequence[int] = (), study: str | None = None
+) -> Merged:
+    """The runs of every summary in ``paths`` (of ``study`` where given); ``scenarios`` x ``seeds`` are the
+    parts expected, and those without a summary are listed in ``missing``. Two summaries of one scenario
+    and seed are an error (one part run twice), not a silent choice of one."""
+    evaluations: list[EvalReport] = []
+    recipes: dict[str, list[dict[str, Any]]] = {}
+    seconds: dict[tuple[str, str, int], float | None] = {}
+    found: dict[tuple[str, int], Path] = {}
+    for path in sorted(Path(p) for p in paths):
+        data = read_summary(path)
+        if study is not None and data.get("study") != study:
+            continue
+        key = (data["scenario"], int(data["seed"]))
+        if key in found:
+            raise ProbeError(f"{path} and {found[key]} both hold {key[0]} at seed {key[1]}; keep one")
+        found[key] = path
+        if data["recipe"] not in recipes.setdefault(data["scenario"], []):
+            recipes[data["scenario"]].append(data["recipe"])
+        for row in data["runs"]:
+            evaluations.append(EvalReport.from_json(row["evaluation"]))
+            seconds[(data["scenario"], row["pe"], int(row["seed"]))] = row.get("train_seconds")
+    missing = [(scenario, seed) for scenario in scenarios for seed in seeds if (scenario, seed) not in found]
+    return Merged(evaluations, recipes, seconds, missing)
