@@ -7,7 +7,13 @@ import torch
 from scipy.stats import rankdata
 
 from probe.errors import ProbeError
-from probe.metrics import average_ranks, bootstrap_ci, mean_rank, mean_reciprocal_rank_reference_code
+from probe.metrics import (
+    average_ranks,
+    bootstrap_ci,
+    mean_rank,
+    mean_reciprocal_rank_over_seeds,
+    mean_reciprocal_rank_reference_code,
+)
 
 
 def test_average_ranks_share_ties():
@@ -91,3 +97,29 @@ def test_paper_mean_reciprocal_rank_hand_worked_with_a_tie():
     frame = pandas.DataFrame({"q0": [0.8, 0.5, 0.8], "q1": [0.7, 0.95, 0.9]}, index=["t5", "alibi", "nope"])
     oracle = (1 / frame.rank(method="first", ascending=False)).mean(axis=1)
     assert got == pytest.approx(oracle.to_dict())
+
+
+def test_mean_reciprocal_rank_over_seeds_hand_worked():
+    """Two seeds that order two PEs oppositely on one scenario (and agree on a second): PE a ranks
+    (1, 1) at seed 0 and (2, 1) at seed 1, so its MRR is 0.75 (seed 0 alone 1.0, seed 1 alone 0.75,
+    both 0.875). Resamples of two seeds give (0, 0) a quarter of the time, (1, 1) a quarter, mixed
+    half: the 95% interval runs from seed 1 alone to seed 0 alone."""
+    scores = torch.tensor(
+        [
+            [[0.9, 0.1], [0.8, 0.2]],  # seed 0: a first twice
+            [[0.1, 0.9], [0.7, 0.3]],  # seed 1: b first, then a
+        ]
+    )  # [seed, scenario, method]
+    result = mean_reciprocal_rank_over_seeds(scores, n_resamples=2000)
+    assert result.mean.tolist() == pytest.approx([0.875, 0.625])
+    assert result.low.tolist() == pytest.approx([0.75, 0.5])
+    assert result.high.tolist() == pytest.approx([1.0, 0.75])
+
+
+def test_mean_reciprocal_rank_over_one_seed_has_no_spread():
+    scores = torch.tensor([[[0.2, 0.5, 0.5], [0.9, 0.0, 0.1]]])  # [seed, scenario, method]: a tie in the first
+    result = mean_reciprocal_rank_over_seeds(scores)
+    want = mean_reciprocal_rank_reference_code(scores[0])  # the tie goes to the method listed first
+    assert result.mean.tolist() == pytest.approx(want.tolist())
+    assert result.low.tolist() == pytest.approx(want.tolist()) and result.high.tolist() == pytest.approx(want.tolist())
+    assert want.tolist() == pytest.approx([(1 / 3 + 1) / 2, (1 + 1 / 3) / 2, (1 / 2 + 1 / 2) / 2])

@@ -7,7 +7,13 @@ Each implements the paper's definition; the released code's variants are named o
 from probe.metrics.attended import AttendedDistances, Histogram, attended_distances, bimodality_coefficient, histogram
 from probe.metrics.bootstrap import BootstrapCI, bootstrap_ci
 from probe.metrics.jsd import METRICS, Metric, jsd
-from probe.metrics.ranking import average_ranks, mean_rank, mean_reciprocal_rank_reference_code
+from probe.metrics.ranking import (
+    average_ranks,
+    mean_rank,
+    mean_reciprocal_rank_over_seeds,
+    mean_reciprocal_rank_reference_code,
+    reciprocal_ranks_reference_code,
+)
 from probe.metrics.similarity import LayerDistances, head_distance, layer_distances
 
 __all__ = [
@@ -26,5 +32,7 @@ __all__ = [
     "jsd",
     "layer_distances",
     "mean_rank",
+    "mean_reciprocal_rank_over_seeds",
     "mean_reciprocal_rank_reference_code",
+    "reciprocal_ranks_reference_code",
 ]

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from probe.errors import ProbeError
+from probe.metrics.bootstrap import BootstrapCI, bootstrap_ci
 
 
 def average_ranks(scores: Tensor, higher_is_better: bool = True) -> Tensor:
@@ -35,10 +36,11 @@ def mean_rank(scores: Tensor, higher_is_better: bool = True) -> Tensor:
     return ranks.reshape(-1, ranks.shape[-1]).mean(0)
 
 
-def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool = True) -> Tensor:
-    """What the released notebook plots under the label "Mean Rank" (`compute_mean_reciprocal_rank`):
-    the mean over scenarios of 1/rank, ties broken by method order (pandas' method="first"),
-    so higher is better. scores: [scenario, method] → [method].
+def reciprocal_ranks_reference_code(scores: Tensor, higher_is_better: bool = True) -> Tensor:
+    """1/rank of each method within each scenario as the released notebook ranks
+    (`compute_mean_reciprocal_rank`): ties broken by method order (pandas' method="first").
+
+    scores: [..., method] → [..., method] (1 = first).
     """
     if torch.isnan(scores).any():
         raise ProbeError("scores contain NaN: every method needs a score in every scenario")
@@ -47,5 +49,25 @@ def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool =
     ahead = (s[..., None, :] > s[..., :, None]) | (
         (s[..., None, :] == s[..., :, None]) & (order < order[:, None])
     )  # [..., method, other]
-    reciprocal = 1.0 / (ahead.sum(-1) + 1)  # [..., method]
-    return reciprocal.reshape(-1, s.shape[-1]).mean(0)
+    return 1.0 / (ahead.sum(-1) + 1)
+
+
+def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool = True) -> Tensor:
+    """What the released notebook plots under the label "Mean Rank": the mean over scenarios of
+    :func:`reciprocal_ranks_reference_code`, so higher is better. scores: [scenario, method] → [method].
+    """
+    reciprocal = reciprocal_ranks_reference_code(scores, higher_is_better)  # [..., method]
+    return reciprocal.reshape(-1, scores.shape[-1]).mean(0)
+
+
+def mean_reciprocal_rank_over_seeds(
+    scores: Tensor, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> BootstrapCI:
+    """The mean reciprocal rank with a percentile bootstrap interval over seeds: each resample draws
+    as many seeds as there are, with replacement, and ranks every scenario of each drawn seed. With
+    every seed holding every scenario, that is the bootstrap of the per-seed mean over scenarios.
+
+    scores: [seed, scenario, method] → mean, low, high: [method].
+    """
+    per_seed = reciprocal_ranks_reference_code(scores).mean(1)  # [seed, method]
+    return bootstrap_ci(per_seed, n_resamples=n_resamples, confidence=confidence, seed=seed)

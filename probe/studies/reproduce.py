@@ -20,10 +20,11 @@ from typing import Any
 import torch
 
 from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
-from probe.analysis.evaluation import mean_ranks, reciprocal_rank_scores
+from probe.analysis.evaluation import mean_ranks
 from probe.errors import ProbeError
 from probe.reference import category, dataset_for, paper_runs, paper_summary
 from probe.studies.plans import seed_baseline_blocks
+from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
 
 STUDIES = {"reduced": "reproduce", "section3": "section3", "paper": "paper"}
@@ -208,16 +209,6 @@ def disagreements(
     return notes
 
 
-def _ranks(queries_by_category: dict[str, dict[Any, dict[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    overall = {key: q for queries in queries_by_category.values() for key, q in queries.items()}
-    for name, queries in {**queries_by_category, "overall": overall}.items():
-        mrr = reciprocal_rank_scores(queries)
-        if mrr:
-            out[name] = mrr
-    return out
-
-
 def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: str) -> dict[str, Any]:
     """The report's data from the study's run folders (:func:`report_of` their evaluations)."""
     evals = {str(r.path): read_eval(r.path) for r in runs}
@@ -283,7 +274,9 @@ def report_of(
     return {
         "scale": scale,
         "tasks": tasks,
-        "mrr": {"ours": _ranks(ours_queries), "paper": _ranks(paper_queries)},
+        "mrr": {"ours": mean_reciprocal_ranks(ours_queries), "paper": mean_reciprocal_ranks(paper_queries)},
+        "mrr_intervals": {"ours": (ours_ranks := rank_intervals(ours_queries)), "paper": rank_intervals(paper_queries)},
+        "paper_ordering": paper_ordering(ours_ranks),
         "mean_rank": {"ours": mean_ranks(evaluated)},
         "missing": list(missing),
         "notes": [n for t in tasks.values() for n in t["notes"]],
@@ -333,11 +326,24 @@ def markdown(report: dict[str, Any]) -> str:
                 f"{_pct(base['ood'])} | | |" + (_selection(base) if selected else "")
             )
         lines.append("")
-    lines += ["## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)", ""]
+    lines += [
+        "## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)",
+        "",
+        "One query per scenario and seed; [low, high]: 95% bootstrap interval over seeds (none with one seed).",
+        "",
+    ]
     for who in ("ours", "paper"):
-        for name, scores in report["mrr"][who].items():
-            ranked = ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in scores.items())
-            lines.append(f"- {who}, {name}: {ranked}")
+        for name, entry in report.get("mrr_intervals", {}).get(who, {}).items():
+            ranked = ", ".join(
+                f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}"
+                + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
+                for pe, r in entry["pes"].items()
+            )
+            seeds = ",".join(map(str, entry["seeds"]))
+            lines.append(f"- {who}, {name} ({entry['scenarios']} scenarios, seeds {seeds}): {ranked}")
+    if report.get("paper_ordering"):
+        lines += ["", "## The paper's ordering (Figure mrr-per-category), ours", ""]
+        lines += [f"- {line}" for line in report["paper_ordering"]]
     lines += ["", "## Where we differ from the paper", ""] + [
         f"- {note}" for note in report["notes"] or ["nothing flagged"]
     ]

@@ -1,0 +1,92 @@
+"""How a study ranks its PEs across scenarios (Figures teaser and mrr-per-category): the mean reciprocal
+rank per category and overall, its bootstrap interval over seeds, and whether the paper's ordering holds.
+
+A query is one scenario at one seed ({(scenario, seed): {pe: OOD exact match}}); ties go against NoPE,
+as in the authors' notebook (:data:`probe.analysis.evaluation.TIE_ORDER`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from probe.analysis.evaluation import TIE_ORDER, reciprocal_rank_scores
+
+Queries = dict[Any, dict[str, float]]  # (scenario, seed) -> {pe: OOD exact match}
+PAPER_LEADERS = ("nope", "t5")
+PAPER_TRAILERS = ("alibi", "rotary", "ape")
+"""Figure mrr-per-category's caption: "No PE and T5's Relative Bias outperform other encoding methods in
+these categories" (ALiBi, Rotary, sinusoidal APE), in each of the three groups of tasks and overall."""
+
+
+def by_category(queries_by_category: dict[str, Queries]) -> dict[str, Queries]:
+    """The categories' queries and, under ``overall``, all of them."""
+    overall = {key: q for queries in queries_by_category.values() for key, q in queries.items()}
+    return {**queries_by_category, "overall": overall}
+
+
+def mean_reciprocal_ranks(queries_by_category: dict[str, Queries]) -> dict[str, dict[str, float]]:
+    """Per category and overall: each PE's mean reciprocal rank over the queries holding every PE."""
+    out = {}
+    for name, queries in by_category(queries_by_category).items():
+        if mrr := reciprocal_rank_scores(queries):
+            out[name] = mrr
+    return out
+
+
+def rank_intervals(queries_by_category: dict[str, Queries], n_resamples: int = 1000) -> dict[str, dict[str, Any]]:
+    """Per category and overall: each PE's mean reciprocal rank with its 95% bootstrap interval over seeds
+    (:func:`probe.metrics.mean_reciprocal_rank_over_seeds`), on the scenarios that every seed holds with
+    every PE; the seeds and the number of scenarios it rests on. One seed gives an interval of no width."""
+    from probe.metrics import mean_reciprocal_rank_over_seeds
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, queries in by_category(queries_by_category).items():
+        pes = sorted({pe for q in queries.values() for pe in q}, key=_tie_position)
+        complete = {key: q for key, q in queries.items() if set(q) == set(pes)}
+        seeds = sorted({seed for _, seed in complete})
+        scenarios = sorted({s for s, _ in complete if all((s, seed) in complete for seed in seeds)})
+        if len(pes) < 2 or not scenarios:
+            continue
+        scores = torch.tensor(
+            [[[complete[(s, seed)][pe] for pe in pes] for s in scenarios] for seed in seeds], dtype=torch.float64
+        )  # [seed, scenario, pe]
+        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples)
+        ranked = sorted(zip(pes, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda row: -row[1])
+        out[name] = {
+            "seeds": seeds,
+            "scenarios": len(scenarios),
+            "pes": {pe: {"mrr": mean, "low": low, "high": high} for pe, mean, low, high in ranked},
+        }
+    return out
+
+
+def paper_ordering(intervals: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per category: whether NoPE and T5 rank above ALiBi, Rotary and APE, pair by pair, and
+    which pairs the seeds' intervals separate."""
+    from probe.models.registry import PE_LABELS
+
+    lines = []
+    for name, entry in intervals.items():
+        pes = entry["pes"]
+        pairs = [(a, b) for a in PAPER_LEADERS for b in PAPER_TRAILERS if a in pes and b in pes]
+        if not pairs:
+            continue
+        held = [(a, b) for a, b in pairs if pes[a]["mrr"] > pes[b]["mrr"]]
+        apart = [(a, b) for a, b in held if pes[a]["low"] > pes[b]["high"]]
+        failed = [f"{PE_LABELS.get(b, b)} ≥ {PE_LABELS.get(a, a)}" for a, b in pairs if (a, b) not in held]
+        seeds = len(entry["seeds"])
+        verdict = "holds" if len(held) == len(pairs) else f"holds for {len(held)} of {len(pairs)} pairs"
+        lines.append(
+            f"{name} ({entry['scenarios']} scenarios, {seeds} seed{'s' if seeds > 1 else ''}): NoPE and T5 above "
+            f"ALiBi, Rotary and APE {verdict}"
+            + (f" (not: {', '.join(failed)})" if failed else "")
+            + (f"; {len(apart)} of {len(pairs)} pairs apart beyond the seeds' intervals" if seeds > 1 else "")
+            + "."
+        )
+    return lines
+
+
+def _tie_position(pe: str) -> tuple[int, str]:
+    return (TIE_ORDER.index(pe) if pe in TIE_ORDER else -1, pe)

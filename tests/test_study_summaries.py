@@ -1,0 +1,103 @@
+"""The Section 3 study in parts: its plan, a summary per scenario and seed written as it lands, the merge
+that names what is missing, and the ranking with its intervals over seeds."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from probe.errors import ProbeError
+from probe.reference import CATEGORIES
+from probe.studies.reproduce import plan, report_of, scenarios
+from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
+from tests.test_reproduce import fake_evals
+
+PAPER_PES = ["nope", "t5", "alibi", "rotary", "ape"]
+
+
+def test_section3_is_the_papers_17_scenarios_times_its_five_pes_without_nope_prime(tmp_path):
+    runs = plan("section3", tmp_path, seeds=1)
+    folders = scenarios(runs)
+    assert len(folders) == 17
+    assert all(sorted(r.config.pe for r in group) == sorted(PAPER_PES) for group in folders.values())
+    assert {r.config.seed for r in runs} == {0}
+    tasks = [group[0].config.task for group in folders.values()]
+    assert sorted(set(tasks)) == sorted(t for group in CATEGORIES.values() for t in group)
+    assert tasks.count("copy") == 5 and tasks.count("reverse") == 3 and tasks.count("sorting") == 2
+    first = runs[0].config
+    assert (first.preset, first.steps, first.batch_size, first.lr, first.protocol) == (
+        "tiny",
+        1500,
+        32,
+        1e-3,
+        "authors",
+    )
+    assert {(r.config.preset, r.config.steps, r.config.protocol) for r in runs} == {("tiny", 1500, "authors")}
+
+
+def _trained(tmp_path, seeds, ood):
+    runs = plan("section3", tmp_path / "runs", seeds=seeds, tasks=["scan"])
+    fake_evals(runs, ood)
+    for run in runs:
+        (run.path / "config.json").write_text(json.dumps({"metrics": {"train_seconds": 12.5}}))
+    return runs
+
+
+def test_a_summary_is_written_per_seed_once_every_run_of_it_is_evaluated(tmp_path):
+    runs = _trained(tmp_path, 2, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
+    (runs[-1].path / "eval.json").unlink()  # one run of seed 1 not evaluated yet
+    written = write_summaries("section3", "scan+split=paper", runs, tmp_path / "summaries")
+    assert [p.name for p in written] == [summary_name("scan+split=paper", 0)]
+    summary = read_summary(written[0])
+    assert [row["pe"] for row in summary["runs"]] == PAPER_PES
+    assert summary["recipe"]["steps"] == 1500 and summary["runs"][0]["train_seconds"] == 12.5
+    assert summary["runs"][0]["evaluation"]["buckets"][1] == {
+        "length": 30,
+        "n": 5,
+        "correct": 0,
+        "accuracy": 0.5,
+        "seen": False,
+    }
+
+
+def test_the_merge_names_every_part_it_expected_and_did_not_find(tmp_path):
+    runs = _trained(tmp_path, 1, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
+    paths = write_summaries("section3", "scan+split=paper", runs, tmp_path / "summaries")
+    merged = merge(paths, scenarios=["scan+split=paper", "pcfg"], seeds=[0, 1, 2], study="section3")
+    assert merged.missing == [("scan+split=paper", 1), ("scan+split=paper", 2), ("pcfg", 0), ("pcfg", 1), ("pcfg", 2)]
+    assert sorted(e.pe for e in merged.evaluations) == sorted(PAPER_PES)
+    assert merged.seeds("scan+split=paper") == [0]
+
+
+def test_two_summaries_of_one_part_are_an_error_and_a_broken_one_is_named(tmp_path):
+    runs = _trained(tmp_path, 1, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
+    (path,) = write_summaries("section3", "scan+split=paper", runs, tmp_path / "a")
+    copy = tmp_path / "b" / path.name
+    copy.parent.mkdir()
+    copy.write_text(path.read_text())
+    with pytest.raises(ProbeError, match="both hold scan\\+split=paper at seed 0"):
+        merge([path, copy])
+    copy.write_text("{not json")
+    with pytest.raises(ProbeError, match=re.escape(f"{copy}: not a readable study summary")):
+        merge([path, copy])
+
+
+def test_the_report_of_merged_seeds_ranks_with_an_interval_and_says_which_orderings_hold(tmp_path):
+    runs = _trained(tmp_path, 2, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
+    seed1 = [r for r in runs if r.config.seed == 1]
+    fake_evals(seed1, {"nope": 0.1, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.5})  # NoPE last at seed 1
+    paths = write_summaries("section3", "scan+split=paper", runs, tmp_path / "summaries")
+    merged = merge(paths)
+    report = report_of(merged.evaluations, {}, scale="section3")
+    classic = report["mrr_intervals"]["ours"]["classic length generalization"]
+    assert classic["seeds"] == [0, 1] and classic["scenarios"] == 1
+    nope = classic["pes"]["nope"]
+    assert nope["mrr"] == pytest.approx((1 + 1 / 5) / 2)
+    assert (nope["low"], nope["high"]) == pytest.approx((1 / 5, 1.0))
+    line = next(x for x in report["paper_ordering"] if x.startswith("classic"))
+    # MRR: NoPE (1 + 1/5)/2 = APE (1/5 + 1)/2 = 0.6 > T5 1/2 > ALiBi 1/3 > Rotary 1/4, and the seeds agree on
+    # T5 above ALiBi and Rotary alone
+    assert "holds for 4 of 6 pairs (not: APE ≥ NoPE, APE ≥ T5's Relative Bias)" in line
+    assert "2 of 6 pairs apart beyond the seeds' intervals" in line
