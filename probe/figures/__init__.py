@@ -4,7 +4,7 @@ Every analysis draws through these functions, the CLI's reports and the explorer
 imported inside each function, so importing this package stays fast.
 """
 
-from probe.figures.accuracy import accuracy_by_length
+from probe.figures.accuracy import accuracy_by_length, accuracy_panels
 from probe.figures.attended import attended_distance_figure
 from probe.figures.attention import attention_heatmaps
 from probe.figures.output import PLOTLY_JS, write_figure
@@ -17,6 +17,7 @@ from probe.figures.style import pe_color, rgba
 __all__ = [
     "PLOTLY_JS",
     "accuracy_by_length",
+    "accuracy_panels",
     "attended_distance_figure",
     "attention_heatmaps",
     "entropy_figure",

@@ -46,3 +46,74 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
         legend_title="model",
     )
     return figure
+
+
+def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 4):
+    """Figure showcase for a whole study, one small panel per scenario: exact match against length per PE,
+    the mean over seeds as a line and the seeds' range as a band, the training lengths shaded. Small
+    multiples rather than one crowded overlay.
+
+    ``panels``: {scenario: {"train_range": (low, high) | None, "curves": [{pe, label, lengths, mean, low, high}]}}.
+    """
+    import math
+
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from probe.figures.style import rgba
+
+    names = list(panels)
+    rows = math.ceil(len(names) / columns)
+    figure = make_subplots(rows=rows, cols=columns, subplot_titles=names, vertical_spacing=0.3 / rows)
+    named: set[str] = set()
+    for index, name in enumerate(names):
+        row, col = index // columns + 1, index % columns + 1
+        panel = panels[name]
+        if panel.get("train_range") is not None:
+            low, high = panel["train_range"]
+            figure.add_vrect(
+                x0=low - 0.5, x1=high + 0.5, fillcolor="lightgray", opacity=0.35, line_width=0, row=row, col=col
+            )
+        for curve in panel["curves"]:
+            color = pe_color(curve["pe"])
+            x = list(curve["lengths"])
+            if curve.get("low") is not None and any(h > lo for lo, h in zip(curve["low"], curve["high"])):
+                figure.add_trace(
+                    go.Scatter(
+                        x=x + x[::-1],
+                        y=[100 * v for v in curve["high"]] + [100 * v for v in curve["low"][::-1]],
+                        fill="toself",
+                        fillcolor=rgba(color, 0.15),
+                        line=dict(width=0),
+                        hoverinfo="skip",
+                        showlegend=False,
+                        legendgroup=curve["label"],
+                    ),
+                    row=row,
+                    col=col,
+                )
+            figure.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=[100 * v for v in curve["mean"]],
+                    mode="lines",
+                    name=curve["label"],
+                    legendgroup=curve["label"],
+                    showlegend=curve["label"] not in named,
+                    line=dict(color=color, width=1.5),
+                    hovertemplate="length %{x}<br>exact match %{y:.1f}%<extra>" + curve["label"] + "</extra>",
+                ),
+                row=row,
+                col=col,
+            )
+            named.add(curve["label"])
+    figure.update_yaxes(range=[-3, 103])
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        height=230 * rows + 120,
+        width=1100,
+        legend=dict(orientation="h", yanchor="top", y=-0.04, xanchor="center", x=0.5),
+        font=dict(size=10),
+    )
+    return figure
