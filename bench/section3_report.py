@@ -1,0 +1,153 @@
+"""The Section 3 study's report, merged from its committed summaries (one per scenario and seed).
+
+    python bench/section3_report.py                          # bench/results/section3/*.json, seeds 0 1 2
+    python bench/section3_report.py --seeds 0 --figures docs/img
+
+`probe reproduce --scale section3 --task all --summaries bench/results/section3` writes the summaries as
+each scenario lands (``--seeds N``; seeds may be run in separate sittings and on other machines). This
+script merges them (naming every scenario and seed it expected and did not find), and writes
+``bench/results/section3_report.json`` and ``.md``: per scenario IID and OOD exact match per PE (means
+over seeds, the paper's released runs beside where they exist), the recipe and where it stands on the
+recipe rule (grids/section3.toml: the median PE's IID at seed 0), training wall time; the mean reciprocal
+rank per category and overall with bootstrap intervals over seeds, ours and the paper's released runs';
+one line per category on whether the paper's ordering holds. ``--figures DIR`` draws the headline
+(``section3_mrr``) and every scenario's accuracy against length (``section3_showcase``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS  # noqa: E402
+
+from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
+from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
+from probe.studies.reproduce import markdown, plan, report_of, scenarios  # noqa: E402
+from probe.studies.summaries import Merged, merge  # noqa: E402
+
+STUDY = "section3"
+IID_TARGET = 0.95  # the recipe rule's bar, on the median PE's IID exact match
+
+
+def recipe_status(merged: Merged, report: dict) -> dict[str, dict]:
+    """Per scenario: its recipes, the median PE's IID at seed 0, and what the recipe rule says next."""
+    out = {}
+    for folder in report["tasks"]:
+        seed0 = [e.iid_accuracy for e in merged.evaluations if e.task_folder == folder and e.seed == 0]
+        median = statistics.median(seed0) if seed0 else None
+        steps = [r["steps"] for r in merged.recipes.get(folder, [])]
+        if median is None:
+            verdict = "seed 0 not trained"
+        elif median >= IID_TARGET:
+            verdict = f"meets the rule at {max(steps)} steps"
+        elif max(steps) < 4000:
+            verdict = "under 95% IID: rung 2 (4,000 steps) due"
+        else:
+            verdict = "under 95% IID at rung 2: reported at rung 2"
+        out[folder] = {"recipes": merged.recipes.get(folder, []), "median_iid_seed0": median, "rule": verdict}
+    return out
+
+
+def wall_times(merged: Merged) -> dict[str, dict[str, float]]:
+    """Training seconds per scenario and seed, summed over its runs (one core each)."""
+    out: dict[str, dict[str, float]] = {}
+    for (folder, _, seed), seconds in merged.train_seconds.items():
+        out.setdefault(folder, {}).setdefault(str(seed), 0.0)
+        out[folder][str(seed)] += seconds or 0.0
+    return out
+
+
+def panels(merged: Merged, report: dict) -> dict[str, dict]:
+    """Per scenario, per PE: exact match per length, mean over seeds and the seeds' range."""
+    out = {}
+    for folder in report["tasks"]:
+        runs = [e for e in merged.evaluations if e.task_folder == folder]
+        seen = [b.length for e in runs for b in e.buckets if b.seen]
+        curves = []
+        for pe in [pe for pe in FIGURE_ORDER if any(e.pe == pe for e in runs)]:
+            by_length: dict[int, list[float]] = {}
+            for e in runs:
+                if e.pe == pe:
+                    for b in e.buckets:
+                        by_length.setdefault(b.length, []).append(b.accuracy)
+            lengths = sorted(by_length)
+            curves.append(
+                {
+                    "pe": pe,
+                    "label": PE_LABELS.get(pe, pe),
+                    "lengths": lengths,
+                    "mean": [statistics.fmean(by_length[n]) for n in lengths],
+                    "low": [min(by_length[n]) for n in lengths],
+                    "high": [max(by_length[n]) for n in lengths],
+                }
+            )
+        out[folder] = {"train_range": (min(seen), max(seen)) if seen else None, "curves": curves}
+    return out
+
+
+def write_figures(report: dict, merged: Merged, folder: Path) -> list[Path]:
+    from probe.figures import accuracy_panels, rank_figure, write_figure
+
+    written = []
+    for who in ("ours", "paper"):
+        intervals = report["mrr_intervals"][who]
+        if not intervals:
+            continue
+        means = {name: {pe: r["mrr"] for pe, r in entry["pes"].items()} for name, entry in intervals.items()}
+        spans = {
+            name: {pe: (r["low"], r["high"]) for pe, r in entry["pes"].items()} for name, entry in intervals.items()
+        }
+        seeds = sorted({s for entry in intervals.values() for s in entry["seeds"]})
+        whose = (
+            "ours: tiny, 17 scenarios"
+            if who == "ours"
+            else "the paper's released runs: base, SCAN, PCFG, copy, reverse"
+        )
+        title = f"Mean reciprocal rank by OOD exact match ({whose}; {len(seeds)} seed(s), 95% bootstrap over seeds)"
+        figure = rank_figure(means, title, "mean reciprocal rank", y_range=(0, 1.05), intervals=spans)
+        written += write_figure(figure, folder / f"section3_mrr_{who}")
+    figure = accuracy_panels(panels(merged, report), "Exact match by length per scenario (tiny; seen lengths shaded)")
+    written += write_figure(figure, folder / "section3_showcase")
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--summaries", default=str(RESULTS / STUDY), help="folder of the study's summaries")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds the study should hold")
+    parser.add_argument("--name", default="section3_report", help="results file name (JSON and Markdown)")
+    parser.add_argument("--figures", help="folder for the headline and showcase figures (e.g. docs/img)")
+    args = parser.parse_args()
+    expected = list(scenarios(plan(STUDY, "/nonexistent", seeds=1)))
+    merged = merge(sorted(Path(args.summaries).glob("*.json")), scenarios=expected, seeds=args.seeds, study=STUDY)
+    if not merged.evaluations:
+        sys.exit(f"no summaries of the {STUDY} study under {args.summaries}")
+    missing = [f"{folder} seed {seed}" for folder, seed in merged.missing]
+    report = report_of(merged.evaluations, {}, scale=STUDY, missing=missing)
+    report["recipes"] = recipe_status(merged, report)
+    report["train_seconds"] = wall_times(merged)
+    atomic_write_json(RESULTS / f"{args.name}.json", report)
+    text = markdown(report)
+    rule = ["", "## The recipe rule (IID validation only)", "", "| scenario | steps | median PE IID, seed 0 | rule |"]
+    rule += ["|---|---|---|---|"]
+    for folder, status in report["recipes"].items():
+        steps = ",".join(str(r["steps"]) for r in status["recipes"])
+        median = status["median_iid_seed0"]
+        rule.append(f"| {folder} | {steps} | {'-' if median is None else f'{100 * median:.1f}%'} | {status['rule']} |")
+    hours = sum(s for seeds in report["train_seconds"].values() for s in seeds.values()) / 3600
+    tail = rule + ["", f"Training: {hours:.2f} core-hours in all.", ""]
+    tail += ["## Not yet measured", ""] + [f"- {m}" for m in missing or ["nothing"]]
+    atomic_write_text(RESULTS / f"{args.name}.md", text + "\n".join(tail) + "\n")
+    print(text + "\n".join(tail))
+    if args.figures:
+        for path in write_figures(report, merged, Path(args.figures)):
+            print(f"wrote {path}")
+    print(f"wrote {RESULTS / args.name}.json and .md")
+
+
+if __name__ == "__main__":
+    main()
