@@ -16,6 +16,7 @@ from probe.commands.common import (
     console,
     intervention_of,
     parse_options,
+    pe_or_run,
     progress_bar,
     write_report,
 )
@@ -171,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    args.runs = [pe_or_run(name) for name in args.runs]
     task = subjects_task(args.runs, args.task)
     options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
     out = console(stderr=args.json)

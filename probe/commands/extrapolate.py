@@ -17,7 +17,8 @@ from probe.commands.common import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from probe.analysis.extrapolation_plan import FAMILIES, FIXED, TUNED
+    from probe.presets import EXTRAPOLATION_FIXED as FIXED
+    from probe.presets import EXTRAPOLATION_TUNED as TUNED
 
     parser = subparsers.add_parser(
         "extrapolate",
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--family",
         action="append",
-        choices=FAMILIES,
+        choices=FIXED + TUNED,
         help="only these interventions (repeatable; default all that apply to each run)",
     )
     parser.add_argument(
