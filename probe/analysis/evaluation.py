@@ -11,7 +11,7 @@ import torch
 
 from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
 from probe.analysis.examples import trained_length
-from probe.atomic import atomic_write_json
+from probe.atomic import write_json_and_csv
 from probe.errors import ProbeError
 from probe.models.intervention_hooks import apply
 from probe.models.interventions import Intervention
@@ -49,10 +49,14 @@ def evaluate_run(
     pe_options: dict[str, Any] | None = None,
     force: bool = False,
     intervention: Intervention | None = None,
+    out: str | Path | None = None,
 ) -> EvalReport:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
-    (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
-    run folder's lock (:func:`probe.runs.locks.run_lock`) meanwhile. An evaluation on fewer examples than the
+    and eval.csv (one row per length bucket; with ``pe_options`` applied at inference,
+    ``eval+<option>=<value>.json`` beside them), holding the run folder's lock
+    (:func:`probe.runs.locks.run_lock`) meanwhile. With ``out``, the run folder is only read (no lock: locks
+    belong to writers; a shared read-only run can be evaluated): the files go to :func:`eval_folder` under
+    ``out``. An evaluation on fewer examples than the
     one already there (a quick ``--n 100`` look after the full one) never replaces it unless ``force``:
     it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where. ``intervention``:
     the run read under it (:mod:`probe.models.interventions`), the results in ``eval+<intervention>.json``."""
@@ -62,15 +66,30 @@ def evaluate_run(
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
     if not write:
         return _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
+    if out is not None:
+        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
+        _write(report, eval_folder(run, out) / eval_file(report.pe_options_at_inference, intervention), force)
+        return report
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
         report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
-        target = run.path / eval_file(report.pe_options_at_inference, intervention)
-        kept = read_eval(target.parent, target.name)
-        if kept is not None and kept.n_examples > report.n_examples and not force:
-            target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
-        report.written_to = str(target)
-        atomic_write_json(target, report.to_json())
+        _write(report, run.path / eval_file(report.pe_options_at_inference, intervention), force)
     return report
+
+
+def eval_folder(run: Run, out: str | Path) -> Path:
+    """Where ``probe eval --out DIR`` puts a run's evaluation: ``DIR/<task folder>/<pe>/seed<k>``, the run's
+    own place in the layout (a run outside it: ``DIR/<its folder's name>``)."""
+    return Path(out) / (f"{run.task_folder}/{run.pe_name}/seed{run.seed}" if run.in_layout else run.path.name)
+
+
+def _write(report: EvalReport, target: Path, force: bool) -> None:
+    """``report`` as ``target`` (JSON) and the CSV beside it, unless an evaluation on more examples is there and
+    not ``force``: then beside it, ``<name>+n=<examples>``; ``report.written_to`` says where."""
+    kept = read_eval(target.parent, target.name)
+    if kept is not None and kept.n_examples > report.n_examples and not force:
+        target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
+    report.written_to = str(target)
+    write_json_and_csv(target.parent, target.stem, report.to_json(), report.to_rows())
 
 
 def _evaluate(

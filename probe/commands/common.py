@@ -137,6 +137,19 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
     return files
 
 
+def check_out(args: argparse.Namespace, folder, command: str) -> None:
+    """One line before any work when the outputs cannot be written: ``--out`` if given, else ``folder`` (where
+    they go by default, e.g. beside a colleague's read-only runs), naming --out."""
+    from probe.atomic import writable
+
+    target = args.out or folder
+    if not writable(target):
+        hint = "choose another --out" if args.out else "pass --out DIR to write them elsewhere"
+        raise ProbeError(
+            f"{target} is read-only here, and probe {command} writes its results there; nothing was computed: {hint}"
+        )
+
+
 def console(stderr: bool = False):
     """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80), so logs keep
     whole run names and progress fields."""

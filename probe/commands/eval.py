@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "eval",
         help="exact-match accuracy by length bucket (length generalization)",
         description="Greedy exact match per length bucket on held-out IID examples and the test split "
-        "(seen and unseen lengths). Writes eval.json into each run folder, a plotly figure of accuracy "
-        "against length, and the mean rank of each PE when several tasks were evaluated.",
+        "(seen and unseen lengths). Writes eval.json and eval.csv into each run folder (under --out instead, "
+        "if given), a plotly figure of accuracy against length, and one ranking of the PEs by OOD accuracy.",
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
     parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
@@ -48,7 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="when another process is training or evaluating a run folder, wait for it (default: stop)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="where the figures go (default: each task folder, or beside the run folders given)"
+        "--out",
+        metavar="DIR",
+        help="write everything here, the run folders only read (no lock taken: shared read-only runs can be "
+        "evaluated): each run's eval.json and .csv under DIR/<task folder>/<pe>/seed<k>, the figures in DIR "
+        "(default: eval.json and .csv in each run folder, the figures in each task folder)",
     )
     add_intervention(parser)
     add_checkpoints(parser)
@@ -65,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = console(stderr=args.json)
     runs, given = _runs(args, out)
+    if args.out is None:
+        _check_writable(runs)
     device = resolve_device(args.device)
     reports = []
     with out.status("evaluating") as status:
@@ -82,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                     pe_options=given[r.path],
                     force=args.force,
                     intervention=intervention_of(args),
+                    out=args.out,
                 )
             )
     for report in reports:
@@ -136,6 +143,25 @@ def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     for r, names in skipped:
         out.print(f"[dim]skipping {r.label}: {r.pe} has none of {names}[/dim]")
     return [r for r in runs if r.path in taking], taking
+
+
+def _check_writable(runs) -> None:
+    """Without --out, each run folder gets its evaluation and each task folder its figure: one line before any
+    work when one cannot be written (a colleague's shared runs), naming --out."""
+    from probe.atomic import writable
+    from probe.errors import ProbeError
+    from probe.runs.folders import beside
+
+    by_task: dict[str, list] = {}
+    for r in runs:
+        by_task.setdefault(r.task_folder, []).append(r)
+    folders = [r.path for r in runs] + [beside(members) for members in by_task.values()]
+    for folder in folders:
+        if not writable(folder):
+            raise ProbeError(
+                f"{folder} is read-only here, and probe eval writes its results there; nothing was computed: "
+                "pass --out DIR to read the runs and write everything under DIR"
+            )
 
 
 def _accuracy_table(reports):
