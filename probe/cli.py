@@ -64,6 +64,17 @@ def did_you_mean(given: str, choices: Sequence[str]) -> str:
     return f"; did you mean {by_folded[close[0]]!r}?" if close else ""
 
 
+_RESUMES = "finished runs and each run's last checkpoint are kept; the same command again resumes from them"
+INTERRUPTED = {
+    "train": _RESUMES,
+    "pretrain": _RESUMES,
+    "sweep": "finished runs and evaluations are kept; the same command again resumes the grid",
+    "reproduce": "finished runs and scenario summaries are kept; the same command again resumes the study",
+    "eval": "the runs evaluated so far keep their eval.json; the same command again evaluates every run",
+}
+"""What Ctrl-C leaves, per command (the rest write their files whole at the end: nothing half-written)."""
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog="probe",
@@ -100,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except KeyboardInterrupt:
-        print(f"probe {args.command}: interrupted", file=sys.stderr)
+        kept = INTERRUPTED.get(args.command, "no file is left half-written; run the same command again to redo it")
+        print(f"probe {args.command}: interrupted; {kept}", file=sys.stderr)
         return 130
 
 

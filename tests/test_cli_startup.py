@@ -63,3 +63,45 @@ def test_a_pe_is_taken_by_the_label_tables_print_and_a_typo_gets_the_closest(tmp
     assert main(["train", "--task", "scna", "--checkpoints", str(tmp_path)]) == 2
     assert "did you mean 'scan'?" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_ctrl_c_says_what_is_kept_and_that_a_rerun_resumes(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("probe.commands.train.run", interrupted)
+    assert main(["train"]) == 130
+    err = capsys.readouterr().err
+    assert "last checkpoint are kept" in err and "resumes" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_readme_says_which_commands_take_checkpoints_and_json():
+    """The sentence under the README's command table names exactly the commands without --checkpoints or
+    --json, and the table lists every command."""
+    import argparse
+    import re
+
+    from probe.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    without = {
+        flag: {name for name, p in commands.items() if flag not in p._option_string_actions}
+        for flag in ("--checkpoints", "--json")
+    }
+    readme = (ROOT / "README.md").read_text()
+    sentence = readme[readme.index("Every command that reads or writes runs") :].split("--json")[0]
+    named = set(re.findall(r"`probe (\w+)`", sentence))
+    assert without["--checkpoints"] == named - {"app"} and without["--json"] == {"app"}
+    listed = set(re.findall(r"^\| `probe (\w+)", readme, re.M))
+    assert listed == set(commands)
+
+
+def test_dir_of_probe_lists_only_the_api():
+    """No ``Any`` or ``annotations`` beside the entry points; ``read_eval`` is one of them."""
+    code = "import probe; print(' '.join(dir(probe)))"
+    names = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    listed = names.stdout.split()
+    assert "read_eval" in listed and "evaluate_run" in listed and "analysis" in listed
+    assert not {"Any", "annotations"} & set(listed)
+    assert all(not name.startswith("_") or name == "__version__" for name in listed)

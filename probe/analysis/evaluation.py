@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,47 @@ def reciprocal_rank_scores(queries: dict[Any, dict[str, float]]) -> dict[str, fl
     scores = torch.tensor([[q[pe] for pe in pes] for q in complete], dtype=torch.float64)  # [query, pe]
     mrr = mean_reciprocal_rank_reference_code(scores, higher_is_better=True)
     return dict(sorted(zip(pes, mrr.tolist()), key=lambda item: -item[1]))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """PEs ranked by OOD exact match the way the paper's figures rank them, said with what it counts: the mean
+    reciprocal rank (:func:`reciprocal_rank_scores`) over ``queries``, one per (task folder, seed) that every
+    PE ranked has; ``left_out``: the runs of the other queries (NoPE's second seed, NoPE')."""
+
+    scores: dict[str, float]  # PE -> mean reciprocal rank, best first
+    queries: list[tuple[str, int]]
+    left_out: list[str]
+
+    def describe(self) -> str:
+        """``over 1 query (scan seed 0); left out: scan/nope/seed1 (no other PE has its seed)``."""
+        named = ", ".join(f"{folder} seed {seed}" for folder, seed in self.queries)
+        text = f"over {len(self.queries)} quer{'y' if len(self.queries) == 1 else 'ies'} ({named})"
+        if self.left_out:
+            text += f"; left out: {', '.join(self.left_out)} (not every PE has that task and seed)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "measure": "mean reciprocal rank of OOD exact match",
+            "queries": [{"task_folder": folder, "seed": seed} for folder, seed in self.queries],
+            "left_out": self.left_out,
+            "scores": self.scores,
+        }
+
+
+def pe_ranking(reports: Sequence[EvalReport]) -> Ranking:
+    """The one ranking `probe eval` prints: :func:`mean_reciprocal_ranks` of ``reports``, with the queries it
+    counted and the runs it left out."""
+    queries: dict[tuple[str, int], dict[str, float]] = {}
+    for r in reports:
+        if r.ood_accuracy is not None:
+            queries.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
+    pes = {pe for scores in queries.values() for pe in scores}
+    counted = [key for key, scores in queries.items() if set(scores) == pes]
+    left_out = [r.label for r in reports if r.ood_accuracy is not None and (r.task_folder, r.seed) not in counted]
+    scores = reciprocal_rank_scores(queries)
+    return Ranking(scores, counted if scores else [], left_out if scores else [])
 
 
 def mean_reciprocal_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:

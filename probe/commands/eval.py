@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.evaluation import accuracy_figures, evaluate_run, mean_ranks, mean_reciprocal_ranks
+    from probe.analysis.evaluation import accuracy_figures, evaluate_run, pe_ranking
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
     from probe.runs.locks import say_waiting
@@ -106,13 +106,14 @@ def run(args: argparse.Namespace) -> int:
         str(p)
         for p in accuracy_figures(reports, runs, args.out, parse_options(args.pe_option, None), intervention_of(args))
     ]
-    ranks, reciprocal = mean_ranks(reports), mean_reciprocal_ranks(reports)
-    if ranks:
-        out.print(_rank_table(ranks, reciprocal))
+    ranking = pe_ranking(reports)
+    if ranking.scores:
+        out.print(fitted(_rank_table(ranking), out))
     out.print("figures: " + ", ".join(figures))
     if args.json:
         runs_json = [r.to_json() for r in reports]
-        print_json({"runs": runs_json, "mean_rank": ranks, "mean_reciprocal_rank": reciprocal, "figures": figures})
+        ranked = ranking.to_json() if ranking.scores else None
+        print_json({"runs": runs_json, "ranking": ranked, "figures": figures})
     return 0
 
 
@@ -213,17 +214,20 @@ def _bucket_tables(reports) -> list:
     return tables
 
 
-def _rank_table(ranks: dict[str, float], reciprocal: dict[str, float]):
+def _rank_table(ranking):
     from rich.table import Table
 
     from probe.models.registry import PE_LABELS
 
-    table = Table(title="PEs ranked by OOD accuracy, one query per (task, seed)")
+    table = Table(
+        title="PEs ranked by OOD exact match: mean reciprocal rank (the paper's figures; 1 = first every time)",
+        caption=ranking.describe(),
+    )
+    table.add_column("rank", justify="right")
     table.add_column("PE")
-    table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
-    table.add_column("mean rank\n(1 = best; ties share)", justify="right")
-    for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
-        table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
+    table.add_column("mean reciprocal rank", justify="right")
+    for place, (pe, score) in enumerate(ranking.scores.items(), start=1):
+        table.add_row(str(place), PE_LABELS.get(pe, pe), f"{score:.2f}")
     return table
 
 
