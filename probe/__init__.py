@@ -2,12 +2,8 @@
 
 Public entry points are re-exported lazily, and subpackages (``probe.models``, ``probe.tasks``,
 ``probe.metrics``, ...) load on first attribute access, so ``import probe`` (and ``probe --help``)
-stays fast.
+stays fast. ``dir(probe)`` lists exactly those: the entry points and the subpackages.
 """
-
-from __future__ import annotations
-
-from typing import Any
 
 __version__ = "0.1.0"
 
@@ -26,6 +22,7 @@ _LAZY = {
     "train_run": "probe.training.bookkeeping",
     "train_group": "probe.training.bookkeeping",
     "evaluate_run": "probe.analysis.evaluation",
+    "read_eval": "probe.analysis.eval_report",
     "compare_runs": "probe.analysis",
     "compare_report": "probe.analysis",
     "attended_distance_report": "probe.analysis",
@@ -38,10 +35,10 @@ def __dir__() -> list[str]:
     import pkgutil
 
     modules = {info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_")}
-    return sorted({*globals(), *_LAZY, *modules})
+    return sorted({*_LAZY, *modules, "__version__"})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     import importlib
     import importlib.util
 

@@ -51,6 +51,16 @@ def write_error(path: str | os.PathLike, error: BaseException) -> ProbeError:
     )
 
 
+def writable(folder: str | os.PathLike) -> bool:
+    """Whether this process may create files in ``folder`` (where it does not exist yet: in the nearest folder
+    above it that does): the look a command takes before computing what it would write there. A read-only
+    mount says no even to root; a chmod'ed folder says no to anyone but root."""
+    path = Path(folder).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, make_parents: bool = True) -> None:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it over ``path``.
 

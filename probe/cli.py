@@ -3,14 +3,18 @@
 Each subcommand lives in ``probe/commands/<module>.py`` and exposes ``register(subparsers)`` (``import``,
 a Python keyword, lives in ``released.py``: it imports the released models);
 command modules import torch and the library lazily, inside their handlers, so ``probe --help``
-stays instant. A :class:`ProbeError` (a user's mistake) or an OS error (a folder that cannot be
+stays instant (``tests/test_cli_face.py`` holds that building the parser imports neither torch nor
+TransformerLens). A mistyped command, choice or flag gets a "did you mean", and an unknown flag the usage of
+the subcommand it was given to. A :class:`ProbeError` (a user's mistake) or an OS error (a folder that cannot be
 written) becomes one line on stderr and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -35,8 +39,44 @@ COMMANDS = (
 )  # the modules, in the order of `probe --help`
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "invalid choice" line names the closest choice (``probe evl``: did you mean
+    'eval'?). Subcommands' parsers are of this class too (argparse makes them of their parent's)."""
+
+    def error(self, message: str):
+        choice = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)", message)
+        if choice:
+            choices = [c.strip("'") for c in choice.group(2).split(", ")]
+            message += did_you_mean(choice.group(1), choices)
+        super().error(message)
+
+    def unknown_flags(self, extras: Sequence[str]):
+        """The error for arguments this (sub)parser does not take, with the closest flag it does take."""
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        hints = "".join(did_you_mean(x.partition("=")[0], flags) for x in extras if x.startswith("--"))
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+
+
+def did_you_mean(given: str, choices: Sequence[str]) -> str:
+    """``; did you mean 'eval'?`` when a choice is close to ``given`` (any case), else ``""``."""
+    by_folded = {c.casefold(): c for c in choices}
+    close = difflib.get_close_matches(given.casefold(), list(by_folded), n=1, cutoff=0.6)
+    return f"; did you mean {by_folded[close[0]]!r}?" if close else ""
+
+
+_RESUMES = "finished runs and each run's last checkpoint are kept; the same command again resumes from them"
+INTERRUPTED = {
+    "train": _RESUMES,
+    "pretrain": _RESUMES,
+    "sweep": "finished runs and evaluations are kept; the same command again resumes the grid",
+    "reproduce": "finished runs and scenario summaries are kept; the same command again resumes the study",
+    "eval": "the runs evaluated so far keep their eval.json; the same command again evaluates every run",
+}
+"""What Ctrl-C leaves, per command (the rest write their files whole at the end: nothing half-written)."""
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="probe",
         description="Positional encoding, attention and length generalization in decoder-only "
         "transformers (Kazemnejad et al., NeurIPS 2023). Every command runs with no arguments "
@@ -50,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # named by the parser they were given to: `probe eval --bogus` prints eval's usage
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (subparsers.choices[args.command] if args.command else parser).unknown_flags(extras)
     if args.command is None:
         parser.print_help()
         return 0
@@ -68,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except KeyboardInterrupt:
-        print(f"probe {args.command}: interrupted", file=sys.stderr)
+        kept = INTERRUPTED.get(args.command, "no file is left half-written; run the same command again to redo it")
+        print(f"probe {args.command}: interrupted; {kept}", file=sys.stderr)
         return 130
 
 

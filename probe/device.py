@@ -1,16 +1,25 @@
 """Which torch device a command runs on, and in which precision: ``--device`` and ``--dtype`` checked once,
-with one line for a device this machine does not have or a precision probe does not read in."""
+with one line for a device this machine does not have or a precision probe does not read in. Torch is
+imported on first use: the CLI's parser reads :data:`DTYPES` without paying for it."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = ("float32", "bfloat16")
+"""The precisions ``--dtype`` accepts, by the name of their ``torch`` dtype."""
 
 
 def resolve_device(device: str | None) -> torch.device:
     """``auto`` (or None) is the GPU where there is one, else the CPU; ``cpu``, ``cuda`` and ``cuda:N``
     are checked against this machine."""
+    import torch
+
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -26,14 +35,13 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """``float32`` (or None: as saved, float32), ``bfloat16``: the precision a model's weights are
     loaded in and its forward pass runs in; what analyses reduce is float32 or float64 whatever it is."""
+    import torch
+
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
     if dtype not in DTYPES:
         raise ProbeError(f"unknown dtype {dtype!r}; use float32 or bfloat16")
-    return DTYPES[dtype]
+    return getattr(torch, dtype)

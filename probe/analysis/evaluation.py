@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import torch
 
 from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
 from probe.analysis.examples import trained_length
-from probe.atomic import atomic_write_json
+from probe.atomic import write_json_and_csv
 from probe.errors import ProbeError
 from probe.models.intervention_hooks import apply
 from probe.models.interventions import Intervention
@@ -49,10 +50,14 @@ def evaluate_run(
     pe_options: dict[str, Any] | None = None,
     force: bool = False,
     intervention: Intervention | None = None,
+    out: str | Path | None = None,
 ) -> EvalReport:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
-    (with ``pe_options`` applied at inference, ``eval+<option>=<value>.json`` beside it), holding the
-    run folder's lock (:func:`probe.runs.locks.run_lock`) meanwhile. An evaluation on fewer examples than the
+    and eval.csv (one row per length bucket; with ``pe_options`` applied at inference,
+    ``eval+<option>=<value>.json`` beside them), holding the run folder's lock
+    (:func:`probe.runs.locks.run_lock`) meanwhile. With ``out``, the run folder is only read (no lock: locks
+    belong to writers; a shared read-only run can be evaluated): the files go to :func:`eval_folder` under
+    ``out``. An evaluation on fewer examples than the
     one already there (a quick ``--n 100`` look after the full one) never replaces it unless ``force``:
     it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where. ``intervention``:
     the run read under it (:mod:`probe.models.interventions`), the results in ``eval+<intervention>.json``."""
@@ -62,15 +67,30 @@ def evaluate_run(
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
     if not write:
         return _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
+    if out is not None:
+        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
+        _write(report, eval_folder(run, out) / eval_file(report.pe_options_at_inference, intervention), force)
+        return report
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
         report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
-        target = run.path / eval_file(report.pe_options_at_inference, intervention)
-        kept = read_eval(target.parent, target.name)
-        if kept is not None and kept.n_examples > report.n_examples and not force:
-            target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
-        report.written_to = str(target)
-        atomic_write_json(target, report.to_json())
+        _write(report, run.path / eval_file(report.pe_options_at_inference, intervention), force)
     return report
+
+
+def eval_folder(run: Run, out: str | Path) -> Path:
+    """Where ``probe eval --out DIR`` puts a run's evaluation: ``DIR/<task folder>/<pe>/seed<k>``, the run's
+    own place in the layout (a run outside it: ``DIR/<its folder's name>``)."""
+    return Path(out) / (f"{run.task_folder}/{run.pe_name}/seed{run.seed}" if run.in_layout else run.path.name)
+
+
+def _write(report: EvalReport, target: Path, force: bool) -> None:
+    """``report`` as ``target`` (JSON) and the CSV beside it, unless an evaluation on more examples is there and
+    not ``force``: then beside it, ``<name>+n=<examples>``; ``report.written_to`` says where."""
+    kept = read_eval(target.parent, target.name)
+    if kept is not None and kept.n_examples > report.n_examples and not force:
+        target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
+    report.written_to = str(target)
+    write_json_and_csv(target.parent, target.stem, report.to_json(), report.to_rows())
 
 
 def _evaluate(
@@ -256,6 +276,47 @@ def reciprocal_rank_scores(queries: dict[Any, dict[str, float]]) -> dict[str, fl
     scores = torch.tensor([[q[pe] for pe in pes] for q in complete], dtype=torch.float64)  # [query, pe]
     mrr = mean_reciprocal_rank_reference_code(scores, higher_is_better=True)
     return dict(sorted(zip(pes, mrr.tolist()), key=lambda item: -item[1]))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """PEs ranked by OOD exact match the way the paper's figures rank them, said with what it counts: the mean
+    reciprocal rank (:func:`reciprocal_rank_scores`) over ``queries``, one per (task folder, seed) that every
+    PE ranked has; ``left_out``: the runs of the other queries (NoPE's second seed, NoPE')."""
+
+    scores: dict[str, float]  # PE -> mean reciprocal rank, best first
+    queries: list[tuple[str, int]]
+    left_out: list[str]
+
+    def describe(self) -> str:
+        """``over 1 query (scan seed 0); left out: scan/nope/seed1 (no other PE has its seed)``."""
+        named = ", ".join(f"{folder} seed {seed}" for folder, seed in self.queries)
+        text = f"over {len(self.queries)} quer{'y' if len(self.queries) == 1 else 'ies'} ({named})"
+        if self.left_out:
+            text += f"; left out: {', '.join(self.left_out)} (not every PE has that task and seed)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "measure": "mean reciprocal rank of OOD exact match",
+            "queries": [{"task_folder": folder, "seed": seed} for folder, seed in self.queries],
+            "left_out": self.left_out,
+            "scores": self.scores,
+        }
+
+
+def pe_ranking(reports: Sequence[EvalReport]) -> Ranking:
+    """The one ranking `probe eval` prints: :func:`mean_reciprocal_ranks` of ``reports``, with the queries it
+    counted and the runs it left out."""
+    queries: dict[tuple[str, int], dict[str, float]] = {}
+    for r in reports:
+        if r.ood_accuracy is not None:
+            queries.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
+    pes = {pe for scores in queries.values() for pe in scores}
+    counted = [key for key, scores in queries.items() if set(scores) == pes]
+    left_out = [r.label for r in reports if r.ood_accuracy is not None and (r.task_folder, r.seed) not in counted]
+    scores = reciprocal_rank_scores(queries)
+    return Ranking(scores, counted if scores else [], left_out if scores else [])
 
 
 def mean_reciprocal_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:

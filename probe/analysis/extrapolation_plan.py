@@ -23,9 +23,9 @@ from probe.analysis.tuning import (
 )
 from probe.metrics import bootstrap_ci
 from probe.models.interventions import Intervention
+from probe.presets import EXTRAPOLATION_FIXED as FIXED
+from probe.presets import EXTRAPOLATION_TUNED as TUNED
 
-FIXED = ("log-length", "cap", "rope")
-TUNED = ("temperature", "window", "head-temperature")
 FAMILIES = FIXED + TUNED
 VALID_SHARE = 0.2
 MULTIPLES = (0.5, 1.0, 1.5, 2.0, 2.5)

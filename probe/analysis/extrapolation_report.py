@@ -12,6 +12,10 @@ from probe.models.interventions import Intervention
 
 KIND_ORDER = ("none", "fixed", "tuned")
 STEM = "extrapolation"
+IID_MARGIN = 0.05
+"""An intervention whose IID exact match falls more than this (5 points) below the untouched run's is flagged
+wherever it is reported, and never called best: it buys unseen lengths with the lengths trained on."""
+NO_CHANGE = {"temperature": "temperature=1", "head-temperature": "head-temperature=1", "window": "window=off"}
 
 
 @dataclass
@@ -57,7 +61,30 @@ class RunExtrapolation:
     def baseline(self) -> Outcome:
         return self.outcomes[0]
 
-    def to_json(self) -> dict[str, Any]:
+    def iid_change(self, outcome: Outcome) -> float | None:
+        """``outcome``'s IID exact match less the untouched run's (None for language models)."""
+        base = self.baseline.iid
+        return None if outcome.iid is None or base is None else outcome.iid - base
+
+    def iid_dropped(self, outcome: Outcome) -> bool:
+        """Whether ``outcome`` lost more than :data:`IID_MARGIN` of IID exact match."""
+        change = self.iid_change(outcome)
+        return change is not None and change < -IID_MARGIN
+
+    def best(self, higher_is_better: bool = True) -> Outcome | None:
+        """The intervention that improves most on untouched while keeping IID (within :data:`IID_MARGIN`);
+        None where none improves."""
+        sign = 1 if higher_is_better else -1
+        kept = [o for o in self.outcomes[1:] if not self.iid_dropped(o)]
+        better = [o for o in kept if sign * (o.test["mean"] - self.baseline.test["mean"]) > 0]
+        return max(better, key=lambda o: sign * o.test["mean"], default=None)
+
+    def to_json(self, higher_is_better: bool = True) -> dict[str, Any]:
+        best = self.best(higher_is_better)
+        outcomes = [
+            {**o.to_json(), "shown": shown(o), "iid_change": self.iid_change(o), "iid_dropped": self.iid_dropped(o)}
+            for o in self.outcomes
+        ]
         return {
             "label": self.label,
             "pe": self.pe,
@@ -68,7 +95,8 @@ class RunExtrapolation:
             "context": self.context,
             "validation": self.validation,
             "skipped": self.skipped,
-            "outcomes": [o.to_json() for o in self.outcomes],
+            "outcomes": outcomes,
+            "best": None if best is None else shown(best),  # among those that keep IID
         }
 
 
@@ -89,7 +117,8 @@ class ExtrapolationReport:
         return self.measure == "exact match"
 
     def to_json(self) -> dict[str, Any]:
-        return {"measure": self.measure, "seed": self.seed, "runs": [r.to_json() for r in self.runs]}
+        runs = [r.to_json(self.higher_is_better) for r in self.runs]
+        return {"measure": self.measure, "seed": self.seed, "iid_margin": IID_MARGIN, "runs": runs}
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One row per (run, intervention, bucket), the headline as bucket "test"."""
@@ -99,10 +128,11 @@ class ExtrapolationReport:
                 common = {
                     "run": run.label,
                     "pe": run.pe,
-                    "intervention": o.intervention.name,
+                    "intervention": shown(o),
                     "family": o.family,
                     "kind": o.kind,
                     "iid": o.iid,
+                    "iid_dropped": run.iid_dropped(o),
                 }
                 rows.append({**common, "bucket": "test", "context": None, **_cell(o.test)})
                 rows += [{**common, "bucket": b["at"], "context": b.get("context"), **_cell(b)} for b in o.buckets]
@@ -121,7 +151,7 @@ class ExtrapolationReport:
         atomic_write_text(out_dir / f"{STEM}.md", self.to_markdown() + "\n")
         written.append(out_dir / f"{STEM}.md")
         for pe in dict.fromkeys(r.pe for r in self.runs):
-            runs = [r.to_json() for r in self.runs if r.pe == pe]
+            runs = [r.to_json(self.higher_is_better) for r in self.runs if r.pe == pe]
             written += write_figure(extrapolation_figure(runs, self.measure), out_dir / f"{STEM}_{_safe(pe)}")
         for run in self.runs:
             for o in run.outcomes:
@@ -140,6 +170,32 @@ def head_temperature_file(run: RunExtrapolation, outcome: Outcome) -> dict[str, 
         "fitted": outcome.intervention.head_source,
         "on": run.validation,
     }
+
+
+def shown(outcome: Outcome) -> str:
+    """The intervention as reports print it: its name, and a tuned family that settled on no change as the value
+    it settled on (``temperature=1``), not as ``none``."""
+    if outcome.kind == "tuned" and outcome.intervention.is_identity:
+        return NO_CHANGE.get(outcome.family, f"{outcome.family}: no change")
+    return outcome.intervention.name
+
+
+def iid_cell(run: RunExtrapolation, outcome: Outcome) -> str:
+    """``96.0%``, or ``27.5% (-68.5 pts, dropped)`` where IID fell past :data:`IID_MARGIN`."""
+    if outcome.iid is None:
+        return "-"
+    text = f"{100 * outcome.iid:.1f}%"
+    return text + (f" ({100 * run.iid_change(outcome):+.1f} pts, dropped)" if run.iid_dropped(outcome) else "")
+
+
+def best_line(run: RunExtrapolation, higher_is_better: bool) -> str:
+    """``best that keeps IID: temperature=0.8 (+6.2 pts)``, or that none improves on untouched."""
+    best = run.best(higher_is_better)
+    if best is None:
+        return f"{run.label}: no intervention that keeps IID (within {100 * IID_MARGIN:.0f} pts) improves on untouched"
+    change = best.test["mean"] - run.baseline.test["mean"]
+    delta = f"{100 * change:+.1f} pts" if higher_is_better else f"{change:+.2f}"
+    return f"{run.label}: best that keeps IID (within {100 * IID_MARGIN:.0f} pts): {shown(best)} ({delta})"
 
 
 def _cell(stats: dict[str, Any]) -> dict[str, Any]:
@@ -174,12 +230,11 @@ def summary(report: ExtrapolationReport) -> list[str]:
         ]
         base = run.baseline.test["mean"]
         for o in sorted(run.outcomes, key=lambda o: KIND_ORDER.index(o.kind)):
-            iid = f"{100 * o.iid:.1f}% | " if o.iid is not None else ""
+            iid = f"{iid_cell(run, o)} | " if o.iid is not None else ""
             change = o.test["mean"] - base
             delta = f"{100 * change:+.1f} pts" if report.measure == "exact match" else f"{change:+.2f}"
             lines.append(
-                f"| {o.kind} | {o.family} | {o.intervention.name} | {iid}{format_value(o.test, report.measure)} "
-                f"| {delta} |"
+                f"| {o.kind} | {o.family} | {shown(o)} | {iid}{format_value(o.test, report.measure)} | {delta} |"
             )
         for family, why in run.skipped.items():
             lines.append(
@@ -187,7 +242,9 @@ def summary(report: ExtrapolationReport) -> list[str]:
                 + ("- | " if report.measure == "exact match" else "")
                 + f"not applicable: {why} | |"
             )
-        lines.append("")
+        lines += ["", best_line(run, report.higher_is_better) + ".", ""]
+        if any(run.iid_dropped(o) for o in run.outcomes):
+            lines += [f"dropped: IID exact match fell more than {100 * IID_MARGIN:.0f} points below untouched.", ""]
         keys = [b["at"] for b in run.baseline.buckets]
         unit = "length" if report.measure == "exact match" else "x T"
         lines += [
@@ -202,7 +259,7 @@ def summary(report: ExtrapolationReport) -> list[str]:
                 else "-"
                 for k in keys
             ]
-            lines.append(f"| {o.intervention.name} | " + " | ".join(values) + " |")
+            lines.append(f"| {shown(o)} | " + " | ".join(values) + " |")
         lines.append("")
     return lines
 
@@ -215,9 +272,10 @@ def headline_rows(run: dict[str, Any], measure: str) -> list[dict[str, Any]]:
     rows = []
     for o in run["outcomes"]:
         test = o["test"]
-        row = {"kind": o["kind"], "family": o["family"], "intervention": o["intervention"]["name"]}
+        row = {"kind": o["kind"], "family": o["family"], "intervention": o.get("shown", o["intervention"]["name"])}
         if o["iid"] is not None:
             row["IID"] = scale * o["iid"]
+            row["IID dropped"] = bool(o.get("iid_dropped"))
         row |= {
             measure: scale * test["mean"],
             "low": scale * test["low"],

@@ -29,7 +29,7 @@ def add_dtype(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--dtype",
-        choices=list(DTYPES),
+        choices=DTYPES,
         default=None,
         help="the models' weights and forward passes in this precision (default: as saved, float32); "
         "bfloat16 halves their memory: a 1B model on a CPU",
@@ -137,6 +137,19 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
     return files
 
 
+def check_out(args: argparse.Namespace, folder, command: str) -> None:
+    """One line before any work when the outputs cannot be written: ``--out`` if given, else ``folder`` (where
+    they go by default, e.g. beside a colleague's read-only runs), naming --out."""
+    from probe.atomic import writable
+
+    target = args.out or folder
+    if not writable(target):
+        hint = "choose another --out" if args.out else "pass --out DIR to write them elsewhere"
+        raise ProbeError(
+            f"{target} is read-only here, and probe {command} writes its results there; nothing was computed: {hint}"
+        )
+
+
 def console(stderr: bool = False):
     """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80), so logs keep
     whole run names and progress fields."""
@@ -197,6 +210,46 @@ def corpus_spec(args: argparse.Namespace, context: int):
     return CorpusSpec(
         corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size, context=args.context or context
     )
+
+
+def pe_kind(name: str) -> str:
+    """``--pe``'s reading of a name: a PE's registry name, or the label tables print (``Rotary``, ``T5's Relative
+    Bias``), in any case; anything else is one line naming the PEs, with the closest if one is close. The
+    registry (and torch) is imported only when a name is given, so ``--help`` stays instant."""
+    import difflib
+
+    from probe.models.registry import PE_KINDS, PE_LABELS
+
+    by_folded = {kind.casefold(): kind for kind in PE_KINDS} | {
+        label.casefold(): kind for kind, label in PE_LABELS.items()
+    }
+    if name.casefold() in by_folded:
+        return by_folded[name.casefold()]
+    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
+    hint = f"; did you mean {by_folded[close[0]]!r}?" if close else ""
+    raise ProbeError(
+        f"unknown positional encoding {name!r}{hint} (choose one of {', '.join(PE_KINDS)}; see `probe pes`)"
+    )
+
+
+def pe_or_run(name: str) -> str:
+    """A model named on the command line: a run folder or ``hf:`` name as given, else a PE name whose PE part
+    is read by :func:`pe_kind` (``Rotary+base=500`` is ``rotary+base=500``); a name that is neither is one line
+    with the closest PE."""
+    from pathlib import Path
+
+    if name.startswith("hf:") or Path(name).exists():
+        return name
+    pe, plus, options = name.partition("+")
+    try:
+        return pe_kind(pe) + plus + options
+    except ProbeError as error:
+        raise ProbeError(f"{name!r} is neither a run folder nor a PE: {error}") from None
+
+
+def pe_kinds(names: Sequence[str] | None) -> list[str] | None:
+    """``--pe``'s names read by :func:`pe_kind` (None stays None: the command's default set)."""
+    return None if names is None else [pe_kind(name) for name in names]
 
 
 def add_pe_options(parser: argparse.ArgumentParser, what: str) -> None:

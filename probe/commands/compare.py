@@ -13,9 +13,11 @@ from probe.commands.common import (
     add_json,
     add_pe_options,
     add_task_options,
+    check_out,
     console,
     intervention_of,
     parse_options,
+    pe_or_run,
     progress_bar,
     write_report,
 )
@@ -162,7 +164,7 @@ def detail_table(result):
 
 def run(args: argparse.Namespace) -> int:
     from probe.analysis import compare_report
-    from probe.analysis.subjects import subjects_task
+    from probe.analysis.subjects import home, resolve_all, subjects_task
     from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
@@ -171,8 +173,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    args.runs = [pe_or_run(name) for name in args.runs]
     task = subjects_task(args.runs, args.task)
     options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
+    names = dict(root=args.checkpoints, task=task, seed=args.seed, options=options)
+    check_out(args, home(resolve_all(args.runs[:1], **names), args.checkpoints, options) / "compare", "compare")
     out = console(stderr=args.json)
     with progress_bar(out, "comparing", width=40) as on_progress:
         report = compare_report(

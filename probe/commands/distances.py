@@ -14,6 +14,7 @@ from probe.commands.common import (
     console,
     intervention_of,
     parse_options,
+    pe_kinds,
     progress_bar,
     write_report,
 )
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    args.pe = pe_kinds(args.pe)
     names, options = _subjects(args)
     out = console(stderr=args.json)
     with progress_bar(out, "attended distance", width=24) as on_progress:

@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "eval",
         help="exact-match accuracy by length bucket (length generalization)",
         description="Greedy exact match per length bucket on held-out IID examples and the test split "
-        "(seen and unseen lengths). Writes eval.json into each run folder, a plotly figure of accuracy "
-        "against length, and the mean rank of each PE when several tasks were evaluated.",
+        "(seen and unseen lengths). Writes eval.json and eval.csv into each run folder (under --out instead, "
+        "if given), a plotly figure of accuracy against length, and one ranking of the PEs by OOD accuracy.",
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
     parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
@@ -48,7 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="when another process is training or evaluating a run folder, wait for it (default: stop)",
     )
     parser.add_argument(
-        "--out", metavar="DIR", help="where the figures go (default: each task folder, or beside the run folders given)"
+        "--out",
+        metavar="DIR",
+        help="write everything here, the run folders only read (no lock taken: shared read-only runs can be "
+        "evaluated): each run's eval.json and .csv under DIR/<task folder>/<pe>/seed<k>, the figures in DIR "
+        "(default: eval.json and .csv in each run folder, the figures in each task folder)",
     )
     add_intervention(parser)
     add_checkpoints(parser)
@@ -58,13 +62,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.evaluation import accuracy_figures, evaluate_run, mean_ranks, mean_reciprocal_ranks
+    from probe.analysis.evaluation import accuracy_figures, evaluate_run, pe_ranking
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
     from probe.runs.locks import say_waiting
 
     out = console(stderr=args.json)
     runs, given = _runs(args, out)
+    if args.out is None:
+        _check_writable(runs)
     device = resolve_device(args.device)
     reports = []
     with out.status("evaluating") as status:
@@ -82,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                     pe_options=given[r.path],
                     force=args.force,
                     intervention=intervention_of(args),
+                    out=args.out,
                 )
             )
     for report in reports:
@@ -99,13 +106,14 @@ def run(args: argparse.Namespace) -> int:
         str(p)
         for p in accuracy_figures(reports, runs, args.out, parse_options(args.pe_option, None), intervention_of(args))
     ]
-    ranks, reciprocal = mean_ranks(reports), mean_reciprocal_ranks(reports)
-    if ranks:
-        out.print(_rank_table(ranks, reciprocal))
+    ranking = pe_ranking(reports)
+    if ranking.scores:
+        out.print(fitted(_rank_table(ranking), out))
     out.print("figures: " + ", ".join(figures))
     if args.json:
         runs_json = [r.to_json() for r in reports]
-        print_json({"runs": runs_json, "mean_rank": ranks, "mean_reciprocal_rank": reciprocal, "figures": figures})
+        ranked = ranking.to_json() if ranking.scores else None
+        print_json({"runs": runs_json, "ranking": ranked, "figures": figures})
     return 0
 
 
@@ -136,6 +144,25 @@ def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     for r, names in skipped:
         out.print(f"[dim]skipping {r.label}: {r.pe} has none of {names}[/dim]")
     return [r for r in runs if r.path in taking], taking
+
+
+def _check_writable(runs) -> None:
+    """Without --out, each run folder gets its evaluation and each task folder its figure: one line before any
+    work when one cannot be written (a colleague's shared runs), naming --out."""
+    from probe.atomic import writable
+    from probe.errors import ProbeError
+    from probe.runs.folders import beside
+
+    by_task: dict[str, list] = {}
+    for r in runs:
+        by_task.setdefault(r.task_folder, []).append(r)
+    folders = [r.path for r in runs] + [beside(members) for members in by_task.values()]
+    for folder in folders:
+        if not writable(folder):
+            raise ProbeError(
+                f"{folder} is read-only here, and probe eval writes its results there; nothing was computed: "
+                "pass --out DIR to read the runs and write everything under DIR"
+            )
 
 
 def _accuracy_table(reports):
@@ -187,17 +214,20 @@ def _bucket_tables(reports) -> list:
     return tables
 
 
-def _rank_table(ranks: dict[str, float], reciprocal: dict[str, float]):
+def _rank_table(ranking):
     from rich.table import Table
 
     from probe.models.registry import PE_LABELS
 
-    table = Table(title="PEs ranked by OOD accuracy, one query per (task, seed)")
+    table = Table(
+        title="PEs ranked by OOD exact match: mean reciprocal rank (the paper's figures; 1 = first every time)",
+        caption=ranking.describe(),
+    )
+    table.add_column("rank", justify="right")
     table.add_column("PE")
-    table.add_column("mean reciprocal rank\n(the paper's figures; 1 = always first)", justify="right")
-    table.add_column("mean rank\n(1 = best; ties share)", justify="right")
-    for pe in sorted(ranks, key=lambda pe: -reciprocal.get(pe, 0)):
-        table.add_row(PE_LABELS.get(pe, pe), f"{reciprocal[pe]:.2f}" if pe in reciprocal else "-", f"{ranks[pe]:.2f}")
+    table.add_column("mean reciprocal rank", justify="right")
+    for place, (pe, score) in enumerate(ranking.scores.items(), start=1):
+        table.add_row(str(place), PE_LABELS.get(pe, pe), f"{score:.2f}")
     return table
 
 

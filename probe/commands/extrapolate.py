@@ -17,7 +17,8 @@ from probe.commands.common import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from probe.analysis.extrapolation_plan import FAMILIES, FIXED, TUNED
+    from probe.presets import EXTRAPOLATION_FIXED as FIXED
+    from probe.presets import EXTRAPOLATION_TUNED as TUNED
 
     parser = subparsers.add_parser(
         "extrapolate",
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--family",
         action="append",
-        choices=FAMILIES,
+        choices=FIXED + TUNED,
         help="only these interventions (repeatable; default all that apply to each run)",
     )
     parser.add_argument(
@@ -85,6 +86,7 @@ def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from probe.analysis.extrapolate import extrapolate
     from probe.analysis.extrapolation_plan import FAMILIES, MULTIPLES, Settings
+    from probe.analysis.extrapolation_report import best_line
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted
@@ -116,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         report = extrapolate(names, settings, root=args.checkpoints)
     out.print(fitted(_table(report), out))
     for run in report.runs:
+        out.print(best_line(run, report.higher_is_better), highlight=False)
+    for run in report.runs:
         for name, why in run.skipped.items():
             out.print(f"[dim]{run.label}: {name} not applicable ({why})[/dim]")
     write_report(report, args, out, "extrapolation")
@@ -139,11 +143,13 @@ def _runs(args: argparse.Namespace) -> list[str]:
 def _table(report):
     from rich.table import Table
 
-    from probe.analysis.extrapolation_report import format_value
+    from probe.analysis.extrapolation_report import IID_MARGIN, format_value, iid_cell, shown
 
     exact = report.measure == "exact match"
     headline = "OOD exact match" if exact else "perplexity past T"
     table = Table(title=f"probe extrapolate: {headline} under each intervention (95% bootstrap interval)")
+    if exact:
+        table.caption = f"dropped: IID fell more than {100 * IID_MARGIN:.0f} points below untouched (never called best)"
     table.add_column("run")
     table.add_column("kind")
     table.add_column("intervention", overflow="fold")
@@ -155,8 +161,8 @@ def _table(report):
         base = run.baseline.test["mean"]
         for o in run.outcomes:
             change = o.test["mean"] - base
-            cells = [run.label, o.kind, o.intervention.name]
-            cells += [f"{100 * o.iid:.1f}%"] if exact else []
+            cells = [run.label, o.kind, shown(o)]
+            cells += [iid_cell(run, o)] if exact else []
             cells += [format_value(o.test, report.measure), f"{100 * change:+.1f}" if exact else f"{change:+.2f}"]
             table.add_row(*cells)
         table.add_section()

@@ -16,6 +16,7 @@ from probe.commands.common import (
     corpus_spec,
     intervention_of,
     parse_options,
+    pe_kinds,
     progress_bar,
     write_report,
 )
@@ -60,12 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted
 
+    args.pe = pe_kinds(args.pe)
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.max_files is not None and args.max_files < 1:

@@ -17,6 +17,7 @@ from probe.commands.common import (
     console,
     intervention_of,
     parse_options,
+    pe_kinds,
     progress_bar,
     write_report,
 )
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
 
+    args.pe = pe_kinds(args.pe)
     _check(args)
     names, options = _subjects(args)
     out = console(stderr=args.json)

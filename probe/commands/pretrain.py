@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options
+from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options, pe_kinds
 from probe.commands.shared_training import add_training_options, report_results, results_table, train_with_progress
 from probe.errors import ProbeError
 from probe.presets import LM_RECIPES, listed
@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.presets import training_context
     from probe.runs.folders import run_dir
 
+    args.pe = pe_kinds(args.pe)
     spec = corpus_spec(args, training_context(args.preset))
     device = resolve_device(args.device)
     configs = _configs(args, spec)

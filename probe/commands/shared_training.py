@@ -109,6 +109,9 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
     from probe.training.bookkeeping import RunResult
     from probe.training.parallel import train_runs
 
+    planned = list(paths)
+    done = _finished_read_only(configs, paths, args.force)  # reported as done, not handed to the trainer
+    configs, paths = [c for c, p in zip(configs, paths) if p not in done], [p for p in paths if p not in done]
     speeds = (TextColumn("loss {task.fields[loss]:>7}"), TextColumn("{task.fields[speed]:>9} tok/s"))
     columns = bar_columns(26, *speeds)
     with Progress(*columns, console=out, transient=False) as progress:
@@ -117,16 +120,20 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
             for c, path in zip(configs, paths)
         }
         on_event = _bar_events(progress, bars, out)
-        results = train_runs(
-            list(zip(configs, paths)),
-            device,
-            stack=args.stack,
-            jobs=args.jobs,
-            compile=args.compile,
-            force=args.force,
-            wait=args.wait,
-            on_event=on_event,
-            on_wait=say_waiting,
+        results = (
+            []
+            if not configs
+            else train_runs(
+                list(zip(configs, paths)),
+                device,
+                stack=args.stack,
+                jobs=args.jobs,
+                compile=args.compile,
+                force=args.force,
+                wait=args.wait,
+                on_event=on_event,
+                on_wait=say_waiting,
+            )
         )
         for result in results:
             bar = bars[str(result.path)]
@@ -136,7 +143,27 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
                 completed=result.config.steps if status != "failed" else None,
                 description=f"{progress.tasks[bar].description} ({status})",
             )
-    return results
+    trained = iter(results)  # train_runs answers in the order it was given
+    return [done[path] if path in done else next(trained) for path in planned]
+
+
+def _finished_read_only(configs: list, paths: list, force: bool) -> dict:
+    """The finished runs in folders this process cannot write (a colleague's, shared read-only), each as what
+    skipping it gives (done, or trained with other settings): reading them takes no lock, and a run there
+    is reported like any finished one. ``--force`` wants them retrained: they go to the trainer's error."""
+    from probe.atomic import writable
+    from probe.errors import ProbeError
+    from probe.training.bookkeeping import _skipped, is_complete
+    from probe.training.parallel import RunFailure
+
+    done = {}
+    for config, path in zip(configs, paths):
+        if not force and is_complete(path) and not writable(path):
+            try:
+                done[path] = _skipped(config, path)
+            except ProbeError as error:
+                done[path] = RunFailure(path, config, str(error))
+    return done
 
 
 def _bar_events(progress, bars: dict, out):

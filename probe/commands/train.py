@@ -8,6 +8,7 @@ from probe.commands.common import (
     add_task_options,
     console,
     parse_options,
+    pe_kinds,
 )
 from probe.commands.shared_training import add_training_options, report_results, results_table, train_with_progress
 from probe.presets import RECIPES, listed
@@ -57,6 +58,7 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
     from probe.models.registry import PAPER_PES, pe_class
     from probe.studies.plans import seed_baseline_blocks
 
+    args.pe = pe_kinds(args.pe)  # `--pe Rotary`, the label tables print, is rotary
     pes = args.pe or list(PAPER_PES)
     seeds = args.seed or [0]
     for pe in pes:

@@ -13,6 +13,11 @@ def _short(label: str) -> str:
     return label if len(label) <= TITLE else "…" + label[-(TITLE - 1) :]
 
 
+def _name(outcome: Mapping[str, Any]) -> str:
+    """The intervention as the report prints it (a tuned temperature of 1 as ``temperature=1``)."""
+    return outcome.get("shown") or outcome["intervention"]["name"]
+
+
 def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     """One panel per run of a PE (as :meth:`probe.analysis.extrapolation_report.RunExtrapolation.to_json` gives
     it): a line per intervention with its 95% interval as error bars; untouched solid, fixed rules dashed,
@@ -22,12 +27,12 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     from plotly.subplots import make_subplots
 
     figure = make_subplots(rows=1, cols=len(runs), subplot_titles=[_short(r["label"]) for r in runs], shared_yaxes=True)
-    names = list(dict.fromkeys(o["intervention"]["name"] for r in runs for o in r["outcomes"]))
+    names = list(dict.fromkeys(_name(o) for r in runs for o in r["outcomes"]))
     colours = {name: qualitative.D3[i % len(qualitative.D3)] for i, name in enumerate(names)}
     scale = 100 if measure == "exact match" else 1
     for column, run in enumerate(runs, start=1):
         for o in run["outcomes"]:
-            name, buckets = o["intervention"]["name"], o["buckets"]
+            name, buckets = _name(o), o["buckets"]
             x = [b["at"] for b in buckets]
             y = [scale * b["mean"] for b in buckets]
             figure.add_trace(
@@ -35,7 +40,7 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
                     x=x,
                     y=y,
                     mode="lines+markers",
-                    name=f"{name} ({o['kind']})",
+                    name=f"{name} ({o['kind']}{', IID dropped' if o.get('iid_dropped') else ''})",
                     legendgroup=name,
                     showlegend=column == 1,
                     line=dict(color=colours[name], dash=DASH.get(o["kind"], "solid")),

@@ -34,7 +34,11 @@ def get(name: str, **options: Any) -> Task:
     try:
         cls = TASKS[name]
     except KeyError:
-        raise ProbeError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
+        import difflib
+
+        close = difflib.get_close_matches(str(name).casefold(), list(TASKS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ProbeError(f"unknown task {name!r}{hint} (choose one of {', '.join(TASKS)})") from None
     return cls(**options)
 
 

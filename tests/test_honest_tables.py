@@ -1,0 +1,82 @@
+"""Honest tables: `probe eval` ranks PEs once, over queries it names (a seed only one PE has is left out and
+said to be); `probe extrapolate` flags an intervention that buys unseen lengths with the seen ones wherever
+it reports it, never calls it best, and prints a tuned value as the value (temperature=1, not none)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from probe.analysis.eval_report import EvalReport
+from probe.analysis.evaluation import pe_ranking
+from probe.analysis.extrapolation_report import ExtrapolationReport, Outcome, RunExtrapolation
+from probe.figures.extrapolation import extrapolation_figure
+from probe.models.interventions import Intervention
+
+
+def _eval(pe: str, seed: int, ood: float) -> EvalReport:
+    return EvalReport(
+        label=f"scan/{pe}/seed{seed}",
+        path=f"/runs/scan/{pe}/seed{seed}",
+        pe_options_at_inference={},
+        task="scan",
+        task_folder="scan",
+        task_options={},
+        pe=pe,
+        seed=seed,
+        n_examples=10,
+        iid_accuracy=1.0,
+        ood_accuracy=ood,
+        buckets=[],
+    )
+
+
+def test_the_eval_ranking_counts_the_queries_every_pe_has_and_names_what_it_leaves_out():
+    """NoPE's second seed scores best of all; it has no query of its own, so it moves nothing and is named."""
+    reports = [_eval("nope", 0, 0.05), _eval("t5", 0, 0.06), _eval("alibi", 0, 0.04), _eval("nope", 1, 0.9)]
+    ranking = pe_ranking(reports)
+    assert list(ranking.scores) == ["t5", "nope", "alibi"]
+    assert ranking.scores["nope"] == 0.5 and ranking.queries == [("scan", 0)]
+    assert ranking.left_out == ["scan/nope/seed1"]
+    assert "scan seed 0" in ranking.describe() and "scan/nope/seed1" in ranking.describe()
+
+
+def _outcome(intervention: Intervention, family: str, kind: str, iid: float, ood: float) -> Outcome:
+    stats = {"mean": ood, "low": ood - 0.01, "high": ood + 0.01, "n": 40}
+    return Outcome(intervention, family, kind, iid, stats, [{"at": 30, **stats}])
+
+
+def _report() -> ExtrapolationReport:
+    """ALiBi untouched at 96% IID; a per-head temperature that lifts OOD most but drops IID to 27.5%; a tuned
+    temperature that settled on no change; a log-length rule that helps a little and keeps IID."""
+    outcomes = [
+        _outcome(Intervention(), "none", "none", 0.96, 0.065),
+        _outcome(Intervention(log_length=20), "log-length", "fixed", 0.95, 0.08),
+        _outcome(Intervention(), "temperature", "tuned", 0.96, 0.065),
+        _outcome(Intervention(temperature=0.5), "head-temperature", "tuned", 0.275, 0.115),
+    ]
+    run = RunExtrapolation("scan/alibi/seed0", "alibi", "/runs/alibi", 0, 20, "valid", outcomes, {})
+    return ExtrapolationReport([run], "exact match", Path("/runs"))
+
+
+def test_an_intervention_that_drops_iid_is_flagged_everywhere_and_not_called_best(tmp_path):
+    report = _report()
+    data = report.to_json()
+    run = data["runs"][0]
+    assert [o["iid_dropped"] for o in run["outcomes"]] == [False, False, False, True]
+    assert run["best"] == "log-length=20" and data["iid_margin"] == 0.05
+    rows = report.to_rows()
+    assert {r["intervention"] for r in rows if r["iid_dropped"]} == {"temperature=0.5"}
+    markdown = report.to_markdown()
+    assert "27.5% (-68.5 pts, dropped)" in markdown and "best that keeps IID" in markdown
+    assert "log-length=20 (+1.5 pts)" in markdown
+    figure = extrapolation_figure(data["runs"], report.measure)
+    assert [t.name for t in figure.data if "IID dropped" in t.name] == ["temperature=0.5 (tuned, IID dropped)"]
+
+
+def test_a_tuned_value_of_no_change_is_printed_as_the_value(tmp_path):
+    report = _report()
+    tuned = report.to_json()["runs"][0]["outcomes"][2]
+    assert tuned["shown"] == "temperature=1"
+    assert "| tuned | temperature | temperature=1 |" in report.to_markdown()
+    assert json.loads(json.dumps(report.to_json()))  # still plain JSON
