@@ -91,6 +91,25 @@ EXTRAPOLATION_FIXED = ("log-length", "cap", "rope")
 EXTRAPOLATION_TUNED = ("temperature", "window", "head-temperature")
 
 
+# The main job: what `probe train` trains with no arguments (every paper PE at seed 0, plus NoPE' at seed 1), the
+# runs every analysis reads when no task is named (`probe eval`, `compare`, `distances`, `positions`,
+# `extrapolate`, `sweep`, the explorer), and `probe sweep`'s default grid. Chosen by measurement among the
+# Section 3 scenarios (docs/reproducing.md, "The main job"): within 10 minutes on 2 cores, install included,
+# every run at >= 95% IID, and the PEs apart on unseen lengths by more than their seeds' spread.
+MAIN_JOB: dict[str, Any] = dict(
+    task="copy", options={"split": "paper", "variant": "count"}, preset="tiny", steps=1500, pack=True
+)
+MAIN_JOB_TRAINING = ("preset", "steps", "pack")  # the fields of MAIN_JOB that are a run's training settings
+
+
+def main_task(task: str | None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The task a command reads and its options: ``task`` with ``options`` where a task is named, else the
+    main job's task with its options, ``options`` (the command's ``-o`` flags) over them."""
+    if task is not None:
+        return task, dict(options or {})
+    return MAIN_JOB["task"], {**MAIN_JOB["options"], **(options or {})}
+
+
 def check_preset(preset: str) -> None:
     """One line naming the presets when ``preset`` is not one of them."""
     if preset not in PRESETS:

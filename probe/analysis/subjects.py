@@ -219,14 +219,15 @@ def resolve(
     return _run_subject(path, read_checkpoint_config(path))
 
 
-def subjects_task(names: Sequence[str], task: str | None) -> str:
+def subjects_task(names: Sequence[str], task: str | None) -> str | None:
     """The task whose runs PE names among ``names`` are: code where an ``hf:`` model is among them (they are
-    read on held-out code), else ``task`` (default scan); a task that is not code beside hf: is one line."""
+    read on held-out code), else ``task`` (None: the main job's, :func:`probe.presets.main_task`); a task that
+    is not code beside hf: is one line."""
     if any(is_external(str(n)) for n in names):
         if task not in (None, CODE_TASK):
             raise ProbeError(f"hf: models are read on held-out code (--task {CODE_TASK}), not on task {task}")
         return CODE_TASK
-    return task or "scan"
+    return task
 
 
 def split_hf(names: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -271,6 +271,20 @@ class _SplitOption(argparse.Action):
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), f"split={value}"])
 
 
+def task_options(task: str | None, pairs: list[str], scratchpad: str | None) -> tuple[str, dict[str, Any]]:
+    """The task a command reads and its options (``-o`` flags, ``--scratchpad``), checked: the task named, else
+    the main job's with its options, the flags over them (:func:`probe.presets.main_task`)."""
+    from probe.corpus import CODE_TASK
+    from probe.presets import main_task
+
+    task, options = main_task(task, parse_options(pairs, scratchpad))
+    if task != CODE_TASK:
+        from probe.tasks import get as get_task
+
+        get_task(task, **options)  # an unknown task, option or value: one line naming what is accepted
+    return task, options
+
+
 def parse_options(pairs: list[str], scratchpad: str | None, tasks: Sequence[str] = ()) -> dict[str, Any]:
     """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text.
     With ``tasks``, each must exist and accept the options (ProbeError naming what is wrong), so a

@@ -19,6 +19,7 @@ from probe.commands.common import (
     parse_options,
     pe_or_run,
     progress_bar,
+    task_options,
     write_report,
 )
 
@@ -41,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "runs", nargs="+", metavar="PE_OR_RUN", help="A, then the runs (or hf:ID, hf:FOLDER) to compare it with"
     )
-    parser.add_argument("--task", help="task of the runs named by PE (default scan; code where a model is hf:)")
+    parser.add_argument(
+        "--task", help="task of the runs named by PE (default: the main job's; code where a model is hf:)"
+    )
     add_task_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs named by PE (default 0)")
     parser.add_argument(
@@ -165,7 +168,6 @@ def detail_table(result):
 def run(args: argparse.Namespace) -> int:
     from probe.analysis import compare_report
     from probe.analysis.subjects import home, resolve_all, subjects_task
-    from probe.corpus import CODE_TASK
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted
@@ -174,8 +176,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
     args.runs = [pe_or_run(name) for name in args.runs]
-    task = subjects_task(args.runs, args.task)
-    options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
+    task, options = task_options(subjects_task(args.runs, args.task), args.option, args.scratchpad)
     names = dict(root=args.checkpoints, task=task, seed=args.seed, options=options)
     check_out(args, home(resolve_all(args.runs[:1], **names), args.checkpoints, options) / "compare", "compare")
     out = console(stderr=args.json)

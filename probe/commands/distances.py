@@ -16,6 +16,7 @@ from probe.commands.common import (
     parse_options,
     pe_kinds,
     progress_bar,
+    task_options,
     write_report,
 )
 
@@ -28,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "layers, heads and up to --n-per-bucket examples per length bucket (gold input + output): one "
         "histogram per run on one figure, for the arg-max key (the paper) and attention-weighted, with "
         "Sarle's bimodality coefficient (5/9 = uniform; higher = two modes, near and far). Default: the "
-        "runs of --task (scan, as `probe train` makes them); --paper: the paper's Figure attended_distance setting, "
+        "runs of --task (the main job's, as `probe train` makes them); --paper: the paper's Figure "
+        "attended_distance setting, "
         "addition with the full scratchpad (`probe train --task addition --scratchpad full` makes those). Pretrained "
         "code models (--task code): every query of the last c "
         "tokens of held-out files, one histogram per run at c = 1x and 2x the training context. A model may be hf:ID "
@@ -41,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="RUN_DIR",
         help="run folders or hf:ID, hf:FOLDER (default: the runs of --task, --seed)",
     )
-    parser.add_argument("--task", help="task of the runs (default scan, as `probe train`; code where a model is hf:)")
+    parser.add_argument(
+        "--task", help="task of the runs (default: the main job's, as `probe train`; code where a model is hf:)"
+    )
     add_task_options(parser)
     parser.add_argument(
         "--paper",
@@ -140,7 +144,7 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict]:
     if args.runs:
         task = subjects_task(args.runs, args.task)
         return list(args.runs), parse_options(args.option, None) if task == CODE_TASK else {}
-    task, scratchpad = args.task or "scan", args.scratchpad
+    task, scratchpad = args.task, args.scratchpad
     if args.paper:
         if args.task not in (None, PAPER_TASK) or args.scratchpad not in (None, PAPER_SCRATCHPAD):
             raise ProbeError(
@@ -148,9 +152,7 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict]:
                 "give either --paper or --task/--scratchpad"
             )
         task, scratchpad = PAPER_TASK, PAPER_SCRATCHPAD
-    options = parse_options(
-        args.option, None if scratchpad in (None, "none") else scratchpad, tasks=[] if task == CODE_TASK else [task]
-    )
+    task, options = task_options(task, args.option, None if scratchpad in (None, "none") else scratchpad)
     return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
 
 

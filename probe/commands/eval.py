@@ -15,6 +15,7 @@ from probe.commands.common import (
     intervention_of,
     parse_options,
     print_json,
+    task_options,
 )
 
 
@@ -27,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "if given), a plotly figure of accuracy against length, and one ranking of the PEs by OOD accuracy.",
     )
     parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="run folders (default: every run of --task)")
-    parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default scan)")
+    parser.add_argument("--task", action="append", help="task(s) whose runs to evaluate (default: the main job's)")
     add_task_options(parser, "of the runs to evaluate (as given to `probe train`)")
     add_pe_options(
         parser,
@@ -127,18 +128,18 @@ def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run, find_runs, task_folder_name
 
-    tasks = args.task or ["scan"]
     if args.runs:
         runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
     else:
-        runs, options = [], parse_options(args.option, args.scratchpad, tasks=tasks)
-        for task in tasks:
+        named = [task_options(task, args.option, args.scratchpad) for task in args.task or [None]]
+        runs = []
+        for task, options in named:
             found, broken = find_runs(args.checkpoints, task, options)
             for path, why in broken:
                 out.print(f"[yellow]skipping {path}: {why}[/yellow]")
             runs += found
         if not runs:
-            folders = ", ".join(task_folder_name(t, options) for t in tasks)
+            folders = ", ".join(task_folder_name(t, options) for t, options in named)
             raise ProbeError(f"no runs of {folders} under {args.checkpoints}; train them first with `probe train`")
     taking, skipped = inference_options(runs, parse_options(args.pe_option, None))
     for r, names in skipped:

@@ -10,8 +10,8 @@ from probe.commands.common import (
     add_json,
     add_task_options,
     console,
-    parse_options,
     progress_bar,
+    task_options,
     write_report,
 )
 
@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: every run of --task)"
     )
-    parser.add_argument("--task", default="scan", help="task whose runs to read when none is given (default scan)")
+    parser.add_argument("--task", help="task whose runs to read when none is given (default: the main job's)")
     add_task_options(parser, "of the runs to read (as given to `probe train`)")
     parser.add_argument(
         "--family",
@@ -130,12 +130,12 @@ def _runs(args: argparse.Namespace) -> list[str]:
     from probe.errors import ProbeError
     from probe.runs.folders import find_runs, task_folder_name
 
-    options = parse_options(args.option, args.scratchpad, tasks=[args.task])
-    found, _ = find_runs(args.checkpoints, args.task, options)
+    task, options = task_options(args.task, args.option, args.scratchpad)
+    found, _ = find_runs(args.checkpoints, task, options)
     runs = [r for r in found if r.complete]
     if not runs:
         raise ProbeError(
-            f"no runs of {task_folder_name(args.task, options)} under {args.checkpoints}; train them with `probe train`"
+            f"no runs of {task_folder_name(task, options)} under {args.checkpoints}; train them with `probe train`"
         )
     return [str(r.path) for r in runs]
 

@@ -19,6 +19,7 @@ from probe.commands.common import (
     parse_options,
     pe_kinds,
     progress_bar,
+    task_options,
     write_report,
 )
 
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="RUN_DIR",
         help="run folders or hf:ID, hf:FOLDER (default: the runs of --task, --seed)",
     )
-    parser.add_argument("--task", help="task of the runs (default scan)")
+    parser.add_argument("--task", help="task of the runs (default: the main job's)")
     add_task_options(parser)
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs, and of the examples (default 0)")
@@ -152,8 +153,7 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict | None]:
                     f"{name} is not a run folder (it has no config.json); give run folders, hf:ID or hf:FOLDER"
                 )
         return list(args.runs), parse_options(args.option, None) if task == CODE_TASK else None
-    task = args.task or "scan"
-    options = parse_options(args.option, args.scratchpad, tasks=[] if task == CODE_TASK else [task])
+    task, options = task_options(args.task, args.option, args.scratchpad)
     return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
 
 

@@ -1,4 +1,4 @@
-"""`probe train`: train a set of runs (default: every PE on SCAN, plus NoPE' = NoPE seed 1)."""
+"""`probe train`: train a set of runs (default: the main job, every PE plus NoPE' = NoPE seed 1)."""
 
 from __future__ import annotations
 
@@ -17,17 +17,22 @@ from probe.presets import RECIPES, listed
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="train models (default: every PE + NoPE' on SCAN, preset tiny)",
-        description="Train one model per (PE, seed). With no --pe and no --seed: every PE with seed 0 "
+        help="train models (default: the main job, every PE + NoPE' on copy, preset tiny)",
+        description="Train one model per (PE, seed). With no --task: the main job (copy, the authors' split "
+        "and count variant, preset tiny, 1,500 packed steps: the PEs' length generalization apart in minutes). "
+        "With no --pe and no --seed: every PE with seed 0 "
         "plus a second NoPE seed (the paper's NoPE' baseline). Finished runs are skipped (if trained with "
         "the same settings; otherwise one line says which differ), interrupted ones resume from their last state.",
     )
-    parser.add_argument("--task", default="scan", help="task name (see `probe tasks`; default scan)")
+    parser.add_argument(
+        "--task",
+        help="task name (see `probe tasks`; default: the main job's, copy with -o split=paper -o variant=count)",
+    )
     parser.add_argument(
         "--pe", action="append", help="positional encoding (repeatable; default: the paper's five; see `probe pes`)"
     )
     parser.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0)")
-    parser.add_argument("--preset", default="tiny", help=f"model size: {listed(RECIPES)} (default tiny)")
+    parser.add_argument("--preset", help=f"model size: {listed(RECIPES)} (default tiny)")
     add_task_options(parser, "(see `probe tasks`)")
     parser.add_argument(
         "--protocol",
@@ -46,9 +51,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--pack",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="pack several examples into each row, attention kept within each: the same scored tokens in "
-        "less padding (PEs whose logits read only relative positions, and embedded ones)",
+        "less padding (PEs whose logits read only relative positions, and embedded ones; default: the main "
+        "job packs, other tasks do not)",
+    )
+    parser.add_argument(
+        "--no-eval",
+        action="store_true",
+        help="skip scoring the trained runs on the test split (seen and unseen lengths) at the end",
     )
     add_training_options(parser, "examples")
     parser.set_defaults(func=run)
@@ -79,25 +90,25 @@ def run(args: argparse.Namespace) -> int:
 
     runs = planned_runs(args)
     device = resolve_device(args.device)
-    task_options = parse_options(args.option, args.scratchpad, tasks=[args.task])  # checked before any run
+    job = _job(args)
     model = parse_options(args.model, None)
     pe_options = parse_options(args.pe_option, None)
     configs = [
         TrainConfig(
-            task=args.task,
+            task=job["task"],
             pe=pe,
             seed=seed,
-            preset=args.preset,
-            task_options=task_options,
+            preset=job["preset"],
+            task_options=job["options"],
             pe_options=pe_options,
-            steps=args.steps,
+            steps=job["steps"],
             lr=args.lr,
             batch_size=args.batch_size,
             dropout=args.dropout,
             model=model,
             checkpoint_every=args.checkpoint_every,
             protocol=args.protocol,
-            pack=args.pack,
+            pack=job["pack"],
             precision=args.precision,
             eval_every=args.eval_every,
         )
@@ -108,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
     out = console(stderr=args.json)
     results = train_with_progress(configs, paths, device, args, out)
-
+    folder = paths[0].parent.parent.name
     out.print(
         results_table(
-            f"probe train: {args.task}, preset {args.preset} (runs under {args.checkpoints})",
+            f"probe train: {folder}, preset {job['preset']} (runs under {args.checkpoints})",
             results,
             ("steps/s", "IID exact match"),
             lambda r: (
@@ -122,8 +133,71 @@ def run(args: argparse.Namespace) -> int:
     )
     examples = {c.eval_examples for c in configs}
     out.print(
-        f"[dim]IID exact match: greedy, on {', '.join(map(str, sorted(examples)))} held-out examples of the "
-        "training lengths (`probe eval` scores its own draw, with the test split's seen lengths: its IID "
-        "differs a little)[/dim]"
+        f"[dim]IID exact match: on {', '.join(map(str, sorted(examples)))} held-out examples of the training "
+        "lengths, greedy decoding's exact match[/dim]"
     )
+    if not args.no_eval:
+        _length_generalization(results, device, out)
+    _next_steps(job, args, out)
     return report_results(results, args, out)
+
+
+def _job(args: argparse.Namespace) -> dict:
+    """Task, options, preset, steps and packing of the runs asked for: the main job's where no --task is given
+    (:data:`probe.presets.MAIN_JOB`), flags over it; else the task's with the preset's recipe."""
+    from probe.presets import MAIN_JOB, main_task
+    from probe.tasks import get as get_task
+
+    task, options = main_task(args.task, parse_options(args.option, args.scratchpad))
+    get_task(task, **options)  # an unknown option or value gets its line before any run starts
+    main = args.task is None
+    return {
+        "task": task,
+        "options": options,
+        "preset": args.preset or (MAIN_JOB["preset"] if main else "tiny"),
+        "steps": args.steps or (MAIN_JOB["steps"] if main and args.preset is None else None),
+        "pack": args.pack if args.pack is not None else main and MAIN_JOB["pack"],
+    }
+
+
+def _length_generalization(results: list, device, out) -> None:
+    """Score every trained run on the test split and print exact match on seen and unseen lengths, the number
+    the paper is about, beside IID (``eval.json`` per run, as `probe eval` writes it)."""
+    from rich.table import Table
+
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run
+    from probe.training.parallel import RunFailure
+
+    trained = [r for r in results if not isinstance(r, RunFailure)]
+    if not trained:
+        return
+    table = Table(title="exact match on the test split: seen lengths and unseen (longer) ones")
+    for column in ("run", "seen lengths (IID)", "unseen lengths (OOD)"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    with out.status("scoring the runs on seen and unseen lengths") as status:
+        for r in trained:
+            status.update(f"scoring {'/'.join(r.path.parts[-2:])} on seen and unseen lengths")
+            report = evaluate_run(Run(r.path, read_checkpoint_config(r.path)), device=device, wait=True)
+            ood = "-" if report.ood_accuracy is None else f"{100 * report.ood_accuracy:.1f}%"
+            table.add_row("/".join(r.path.parts[-2:]), f"{100 * report.iid_accuracy:.1f}%", ood)
+    out.print(table)
+
+
+def _next_steps(job: dict, args: argparse.Namespace, out) -> None:
+    """What to run next, and what it shows."""
+    where = "" if args.checkpoints == "checkpoints" else f" --checkpoints {args.checkpoints}"
+    task = (
+        ""
+        if args.task is None
+        else f" --task {job['task']}" + "".join(f" -o {k}={v}" for k, v in sorted(job["options"].items()))
+    )
+    steps = [
+        (f"probe eval{task}{where}", "accuracy per length bucket, a figure, the PEs ranked"),
+        (f"probe compare nope t5{task}{where}", "how alike two PEs' attention is, layer by layer (Section 4)"),
+        (f"probe distances{task}{where}", "how far back each PE attends on unseen lengths (Section 5)"),
+        ("probe app", "all of it in the browser"),
+    ]
+    width = max(len(command) for command, _ in steps)
+    out.print("next:\n" + "\n".join(f"  {command:<{width}}   {what}" for command, what in steps), highlight=False)

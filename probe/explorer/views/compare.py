@@ -11,6 +11,8 @@ import streamlit as st
 from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.figures import head_matrix_figure, layer_distance_figure
+from probe.presets import main_task
+from probe.runs.folders import task_folder_name
 
 st.header("Compare attention between two models")
 st.caption(
@@ -55,7 +57,7 @@ def comparison(
 
 found, broken = shared.runs()
 shared.show_broken(broken)
-source = shared.pick_source(found, key="compare-task", preferred="scan")
+source = shared.pick_source(found, key="compare-task", preferred=task_folder_name(*main_task(None)))
 folder, members, code = source.folder, source.members, source.code
 by_path = {str(r.path): r for r in members}
 external = (

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from probe.errors import ProbeError
+from probe.presets import MAIN_JOB, MAIN_JOB_TRAINING
 from probe.runs.folders import run_dir
 
 GRID_DIR = "grids"
@@ -42,14 +43,36 @@ class SweepRun:
         }
 
 
+DEFAULT_GRID = "default"
+
+
+def main_job_grid() -> dict[str, Any]:
+    """The main job as a grid (:data:`probe.presets.MAIN_JOB`): every paper PE at seed 0 plus NoPE', the runs
+    `probe train` trains with no arguments, so a sweep and `probe train` share (and skip) each other's runs."""
+    from probe.studies.plans import seed_baseline_blocks
+
+    training = {k: MAIN_JOB[k] for k in MAIN_JOB_TRAINING}
+    return {
+        "name": DEFAULT_GRID,
+        "description": f"the main job: every PE on {MAIN_JOB['task']} plus NoPE', preset {MAIN_JOB['preset']}",
+        "task": MAIN_JOB["task"],
+        "options": dict(MAIN_JOB["options"]),
+        **training,
+        "block": seed_baseline_blocks([0]),
+    }
+
+
 def named_grids() -> list[str]:
-    """Names of the grids shipped in ``probe/studies/grids/`` (``probe sweep --grid NAME``)."""
+    """Names of the grids shipped in ``probe/studies/grids/`` and the main job's (``probe sweep --grid NAME``)."""
     folder = resources.files("probe.studies") / GRID_DIR
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return sorted([DEFAULT_GRID, *(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))])
 
 
 def load_grid(name_or_path: str) -> dict[str, Any]:
-    """A grid from a TOML file, or the shipped grid of that name."""
+    """A grid from a TOML file, or the shipped grid of that name; ``default`` is the main job's
+    (:func:`main_job_grid`)."""
+    if name_or_path == DEFAULT_GRID:
+        return main_job_grid()
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
@@ -180,11 +203,15 @@ def grid_from_flags(
     model: dict[str, Any] | None = None,
     **train: Any,
 ) -> dict[str, Any]:
-    """The grid that command-line flags describe (repeated flags become lists). With no PE or seed
+    """The grid that command-line flags describe (repeated flags become lists). With no task given, the main
+    job's (:data:`probe.presets.MAIN_JOB`: its options and recipe under the flags); with no PE or seed
     given, as ``probe train``: every PE at seed 0 plus NoPE' (:func:`probe.studies.plans.seed_baseline_blocks`)."""
     from probe.studies.plans import seed_baseline_blocks
 
-    block: dict[str, Any] = {"name": "sweep", "task": list(tasks or ["scan"])}
+    block: dict[str, Any] = {"name": "sweep", "task": list(tasks or [MAIN_JOB["task"]])}
+    if not tasks:  # the main job, its options and recipe under the flags
+        options = {**{k: [v] for k, v in MAIN_JOB["options"].items()}, **(options or {})}
+        train = {**{k: MAIN_JOB[k] for k in MAIN_JOB_TRAINING}, **{k: v for k, v in train.items() if v is not None}}
     if pes:
         block["pe"] = list(pes)
     block["seed"] = list(seeds or [0])
