@@ -29,23 +29,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "layers, heads and up to --n-per-bucket examples per length bucket (gold input + output): one "
         "histogram per run on one figure, for the arg-max key (the paper) and attention-weighted, with "
         "Sarle's bimodality coefficient (5/9 = uniform; higher = two modes, near and far). Default: the "
-        "runs of --task (the main job's, as `probe train` makes them); --paper: the paper's Figure "
-        "attended_distance setting, "
-        "addition with the full scratchpad (`probe train --task addition --scratchpad full` makes those). Pretrained "
-        "code models (--task code): every query of the last c "
-        "tokens of held-out files, one histogram per run at c = 1x and 2x the training context. A model may be hf:ID "
+        "runs of --task (the main job's, as `probe train` makes them); --paper: the paper's Figure attended_distance "
+        "setting, addition with the full scratchpad (`probe train --task addition --scratchpad full` makes those). "
+        "Pretrained code models (--task code): every query of the last c tokens of held-out files, one histogram "
+        "per run at c = 1x and 2x the training context. A model may be hf:ID "
         "or hf:FOLDER (any model TransformerLens loads): read on held-out code of -o corpus=... (default stdlib) with "
         "its own tokenizer, at 1x and 2x -o context=T (default: its n_ctx).",
     )
     parser.add_argument(
-        "runs",
-        nargs="*",
-        metavar="RUN_DIR",
-        help="run folders or hf:ID, hf:FOLDER (default: the runs of --task, --seed)",
+        "runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: --task's)"
     )
-    parser.add_argument(
-        "--task", help="task of the runs (default: the main job's, as `probe train`; code where a model is hf:)"
-    )
+    parser.add_argument("--task", help="task of the runs (default: the main job's; code where a model is hf:)")
     add_task_options(parser)
     parser.add_argument(
         "--paper",
