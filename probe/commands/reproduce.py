@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import add_device, add_json, console, print_json
+from probe.commands.shared_training import add_capture
 from probe.errors import ProbeError
 
 
@@ -44,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         help="train the PEs of each seed as one program (default: on a GPU, not on a CPU)",
     )
+    add_capture(parser)
     parser.add_argument(
         "--n-per-bucket",
         type=int,
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
     from probe.studies.reproduce import REPORT, analyse, build_report, markdown, plan, write_report
     from probe.studies.sweep import run_state
+    from probe.training.engine import Engine
     from probe.training.parallel import default_jobs, default_stack
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
@@ -76,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
+    engine = Engine.for_device(device, capture=args.capture)  # --capture on a CPU: one line, before any work
     stack = default_stack(device.type) if args.stack is None else args.stack
     jobs = 1 if stack else args.jobs or default_jobs(len(runs), device.type)
     out = console(stderr=args.json)
@@ -83,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, runs, todo, root, device, jobs, out)
     if args.address:
-        _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out)
+        _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out, args.capture)
     elif todo:
-        _train_here(todo, device, jobs, stack, out)
+        _train_here(todo, device, jobs, stack, engine, out)
     with out.status("analysing attention") as status:
         analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
     report = build_report(runs, analyses, scale=args.scale)
@@ -128,18 +132,18 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     return 0
 
 
-def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out) -> None:
+def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out, capture: bool | None) -> None:
     from probe.studies.sweep import Manifest, connect, execute, manifest_path
 
     connect(address)
     with out.status(f"training {len(todo)} runs on the Ray cluster at {address}"):
-        manifest = execute(runs, Manifest(manifest_path(root, name), name, runs))
+        manifest = execute(runs, Manifest(manifest_path(root, name), name, runs), capture=capture)
     failed = [label for label, entry in manifest.entries.items() if entry["state"] == "failed"]
     if failed:
         raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
 
 
-def _train_here(todo: list, device, jobs: int, stack: bool, out) -> None:
+def _train_here(todo: list, device, jobs: int, stack: bool, engine, out) -> None:
     from pathlib import Path
 
     from probe.studies.reproduce import train_and_evaluate
@@ -152,7 +156,7 @@ def _train_here(todo: list, device, jobs: int, stack: bool, out) -> None:
                 run = "/".join(Path(path).parts[-3:])
                 status.update(f"training: {run} step {step}, loss {loss:.4f}")
 
-        results = train_and_evaluate(todo, device, jobs=jobs, stack=stack, on_event=on_event)
+        results = train_and_evaluate(todo, device, jobs=jobs, stack=stack, engine=engine, on_event=on_event)
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")

@@ -26,6 +26,7 @@ from probe.reference import category, dataset_for, paper_runs, paper_summary
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.sweep import SweepRun, expand_grid, load_grid
 from probe.tasks import get as get_task
+from probe.training.engine import Engine
 
 STUDIES = {"reduced": "reproduce", "paper": "paper"}
 """``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU, or the paper's grid."""
@@ -59,22 +60,23 @@ def train_and_evaluate(
     *,
     jobs: int,
     stack: bool = False,
+    engine: Engine | None = None,
     on_event: Callable[..., None] | None = None,
 ) -> list[Any]:
     """Train the unfinished runs (``probe train``'s local runners: side by side, or with ``stack`` the
-    runs of one batch stream as one program), then evaluate every run without an eval.json; returns
-    the training results and failures."""
+    runs of one batch stream as one program; ``engine``: how steps run, the device's default if None),
+    then evaluate every run without an eval.json; returns the training results and failures."""
     from probe.analysis.evaluation import evaluate_run
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
-    from probe.training.engine import Engine
     from probe.training.parallel import train_parallel, train_stacked
 
     pairs = [(r.config, r.path) for r in runs]
+    engine = engine or Engine.for_device(device)
     if stack:
-        results = train_stacked(pairs, device, engine=Engine.for_device(device), on_event=on_event)
+        results = train_stacked(pairs, device, engine=engine, on_event=on_event)
     else:
-        results = train_parallel(pairs, str(device), jobs=jobs, on_event=on_event)
+        results = train_parallel(pairs, str(device), jobs=jobs, on_event=on_event, engine=engine)
     for run in runs:
         if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
             evaluate_run(
