@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import add_device, add_json, console, print_json
+from probe.commands.shared_training import add_capture
 from probe.errors import ProbeError
 
 
@@ -51,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         help="train the PEs of each seed as one program (default: on a GPU, not on a CPU)",
     )
+    add_capture(parser)
     parser.add_argument(
         "--n-per-bucket",
         type=int,
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from probe.studies.summaries import write_summaries
     from probe.studies.sweep import run_state
+    from probe.training.engine import Engine
     from probe.training.parallel import default_jobs, default_stack
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
@@ -95,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
     if args.jobs is not None and args.jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {args.jobs}")
+    engine = Engine.for_device(device, capture=args.capture)  # --capture on a CPU: one line, before any work
     stack = default_stack(device.type) if args.stack is None else args.stack
     jobs = 1 if stack else args.jobs or default_jobs(len(runs), device.type)
     out = console(stderr=args.json)
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(args, runs, todo, root, device, jobs, out)
     summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
     if args.address:
-        _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out)
+        _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out, args.capture)
         for scenario, group in scenarios(runs).items():
             evaluate(group, device)
             write_summaries(args.scale, scenario, group, summaries)
@@ -113,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             device,
             jobs,
             stack,
+            engine,
             out,
             lambda scenario, group: _summarise(args.scale, scenario, group, summaries, out),
         )
@@ -160,12 +165,12 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     return 0
 
 
-def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out) -> None:
+def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out, capture: bool | None) -> None:
     from probe.studies.sweep import Manifest, connect, execute, manifest_path
 
     connect(address)
     with out.status(f"training {len(todo)} runs on the Ray cluster at {address}"):
-        manifest = execute(runs, Manifest(manifest_path(root, name), name, runs))
+        manifest = execute(runs, Manifest(manifest_path(root, name), name, runs), capture=capture)
     failed = [label for label, entry in manifest.entries.items() if entry["state"] == "failed"]
     if failed:
         raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
@@ -178,7 +183,7 @@ def _summarise(study: str, scenario: str, group: list, folder, out) -> None:
         out.print(f"{scenario}: summary written to {path}")
 
 
-def _train_here(runs: list, device, jobs: int, stack: bool, out, on_scenario) -> None:
+def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scenario) -> None:
     """Train and evaluate the study here, scenario by scenario, ``on_scenario`` after each."""
     from pathlib import Path
 
@@ -192,7 +197,9 @@ def _train_here(runs: list, device, jobs: int, stack: bool, out, on_scenario) ->
                 run = "/".join(Path(path).parts[-3:])
                 status.update(f"training: {run} step {step}, loss {loss:.4f}")
 
-        results = train_and_evaluate(runs, device, jobs=jobs, stack=stack, on_event=on_event, on_scenario=on_scenario)
+        results = train_and_evaluate(
+            runs, device, jobs=jobs, stack=stack, engine=engine, on_event=on_event, on_scenario=on_scenario
+        )
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")

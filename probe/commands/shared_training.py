@@ -58,9 +58,21 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
         action="store_true",
         help="run the forward pass through torch.compile, on one fixed batch shape for the whole run",
     )
+    add_capture(parser)
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
+
+
+def add_capture(parser: argparse.ArgumentParser) -> None:
+    """``--capture/--no-capture``: each training step replayed as a CUDA graph, or eager."""
+    parser.add_argument(
+        "--capture",
+        action=argparse.BooleanOptionalAction,
+        help="replay each training step as a CUDA graph (default: on a GPU; a run whose PE or options read "
+        "the host every step trains eagerly, saying so); --no-capture trains every step eagerly. The run's "
+        "config.json records what ran (metrics.step_engine)",
+    )
 
 
 def label(path) -> str:
@@ -129,6 +141,7 @@ def train_with_progress(configs: list, paths: list, device, args: argparse.Names
                 stack=args.stack,
                 jobs=args.jobs,
                 compile=args.compile,
+                capture=args.capture,
                 force=args.force,
                 wait=args.wait,
                 on_event=on_event,

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from probe.commands.common import add_checkpoints, add_json, console, print_json
+from probe.commands.shared_training import add_capture
 from probe.errors import ProbeError
 from probe.presets import PRESETS, listed
 
@@ -77,6 +78,7 @@ def _add_ray_flags(ray_group) -> None:
         metavar="N",
         help="GPUs each run asks for; a fraction shares one GPU (0.25: four runs per GPU). >0 trains on CUDA",
     )
+    add_capture(ray_group)
     ray_group.add_argument("--num-cpus", type=int, metavar="N", help="CPUs of the local Ray instance (default: all)")
     ray_group.add_argument(
         "--max-retries", type=int, default=3, help="times Ray restarts a run whose worker died (default 3)"
@@ -183,7 +185,12 @@ def run(args: argparse.Namespace) -> int:
         address=args.address,
         num_cpus=args.num_cpus,
         report_out=args.out,
+        capture=args.capture,
     )
+    if args.capture and not launch.gpus_per_run:
+        raise ProbeError(
+            "CUDA graphs need a GPU: --capture needs --gpus-per-run above 0; pass --no-capture or leave it out"
+        )
     if args.report:
         summary = show_report(runs, name, launch, out)
         if args.json:

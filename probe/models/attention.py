@@ -28,6 +28,7 @@ skipping together, where SDPA would need a causal mask added to the bias, and, f
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -196,15 +197,17 @@ class PEAttention(nn.Module):
         if fast:
             # SDPA wants the mask in q's dtype; under bf16 autocast that would round the bias (ALiBi's
             # slope x distance loses adjacent keys' differences), so a biased layer attends in the
-            # mask's float32 instead, as the hooked path's float32 scores do.
+            # mask's float32 instead, as the hooked path's float32 scores do, with autocast off: SDPA is
+            # on its lower-precision list, which would cast the float32 mask to bf16 all the same.
             inputs = (q, k, v) if mask is None else (q.to(mask.dtype), k.to(mask.dtype), v.to(mask.dtype))
-            z = F.scaled_dot_product_attention(
-                *(t.transpose(1, 2) for t in inputs),
-                attn_mask=mask,
-                is_causal=mask is None and query_len > 1,
-                dropout_p=drop,
-                scale=1.0 / self.attn_scale,
-            )  # [batch, head, query, d_head]
+            with torch.autocast(q.device.type, enabled=False) if mask is not None else nullcontext():
+                z = F.scaled_dot_product_attention(
+                    *(t.transpose(1, 2) for t in inputs),
+                    attn_mask=mask,
+                    is_causal=mask is None and query_len > 1,
+                    dropout_p=drop,
+                    scale=1.0 / self.attn_scale,
+                )  # [batch, head, query, d_head]
             z = self.hook_z(z.transpose(1, 2).to(q.dtype))  # [batch, query, head, d_head]
         else:
             scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) / self.attn_scale  # [batch, head, query, key]

@@ -39,11 +39,19 @@ class LearnedAPE(PositionalEncoding):
             self.W_pos.copy_(torch.randn(self.W_pos.shape, generator=generator, dtype=self.W_pos.dtype) * std)
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """[pos, d_model] rows of W_pos (``F.embedding``: a deterministic backward, as PEEmbed's)."""
+        """[pos, d_model] rows of W_pos (``F.embedding``: a deterministic backward, as PEEmbed's) at
+        ``positions``, some of this pass's (a slice, or each packed example's own). The pass's positions
+        are checked against the table once (``geometry``): the steps of one length then read nothing back
+        to the host, so a step can be captured."""
+        self.geometry(("rows_checked",), lambda: self._check(self.positions))
+        return F.embedding(positions, self.W_pos).to(dtype)
+
+    def _check(self, positions: torch.Tensor) -> torch.Tensor:
+        """``positions``, or one line if any is outside the table."""
         n_ctx = self.W_pos.size(0)
         if len(positions) and not (0 <= int(positions.min()) and int(positions.max()) < n_ctx):
             raise ProbeError(
                 f"positions {int(positions.min())} .. {int(positions.max())} go past the learned "
                 f"table's {n_ctx} rows (positions 0 .. {n_ctx - 1}, n_ctx={n_ctx})"
             )
-        return F.embedding(positions, self.W_pos).to(dtype)
+        return positions

@@ -63,6 +63,14 @@ class ModelConfig:
             raise ProbeError(f"random_positions must be in 0 .. n_ctx={self.n_ctx}, got {self.random_positions}")
         object.__setattr__(self, "pe_options", cls.resolve_options(self.pe_options, self))
 
+    @property
+    def eager_because(self) -> str | None:
+        """Why this model's training step cannot be captured as a CUDA graph, or None: it can. Decided
+        here, from the PE and the options, never by a capture that fails (see probe.training.engine)."""
+        if self.random_positions:
+            return "random_positions draws each pass's positions on the host"
+        return pe_class(self.pe).eager_because(self.pe_options)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

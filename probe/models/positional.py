@@ -92,6 +92,13 @@ class PositionalEncoding(nn.Module):
     scores_term: ClassVar[bool] = False  # blocks.{l}.attn.hook_pos_scores [batch, head, query, key]
 
     @classmethod
+    def eager_because(cls, options: dict[str, Any]) -> str | None:
+        """Why a training step of this PE with ``options`` cannot be captured as a CUDA graph (a value it
+        reads back to the host every step), or None: it can. Such runs train eagerly by design; the
+        host-sync test holds every PE and option set that answers None to it."""
+        return None
+
+    @classmethod
     def packable(cls) -> bool:
         """Whether examples packed into one row (attention kept within each) see what they would
         alone: logits that depend on relative position only, or an embedding looked up at each
@@ -103,7 +110,7 @@ class PositionalEncoding(nn.Module):
         self.config = config
         self.option = dict(config.pe_options)  # resolved: every option with its value
         self.positions = torch.arange(0)  # [key]: set by begin_forward
-        self._geometry: dict[tuple, torch.Tensor] = {}  # what depends on the positions alone: see ``geometry``
+        self._geometry: dict[tuple, Any] = {}  # what depends on the positions alone: see ``geometry``
         self._pass: dict[tuple, torch.Tensor] = {}  # what one pass shares across its layers: see ``per_pass``
 
     @classmethod
@@ -156,10 +163,11 @@ class PositionalEncoding(nn.Module):
             self._geometry.clear()
         self.positions = positions
 
-    def geometry(self, key: tuple, make: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """``make()``, a tensor that depends on this pass's positions alone (distances, T5's buckets),
-        computed once and kept for the passes that follow over the same positions (training steps
-        of one length), not for a pass at other positions."""
+    def geometry(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, a tensor that depends on this pass's positions alone (distances, T5's buckets; or a
+        number read from one on the host, which a captured step cannot read), computed once and kept for
+        the passes that follow over the same positions (training steps of one length), not for a pass at
+        other positions."""
         if key not in self._geometry:
             self._geometry[key] = make()
         return self._geometry[key]

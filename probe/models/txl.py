@@ -67,6 +67,11 @@ class TransformerXL(PositionalEncoding):
         angles = distances.double()[:, None] * self.frequencies[None, :]  # [span, d_model / 2]
         return torch.cat([angles.sin(), angles.cos()], dim=-1).to(dtype)
 
+    def span(self, query_len: int, key_len: int) -> int:
+        """1 + the largest distance of this pass, read on the host once per positions (``geometry``), so
+        the steps of one length read nothing back and a step can be captured."""
+        return self.geometry(("span", query_len, key_len), lambda: int(self.distances(query_len, key_len).max()) + 1)
+
     def score_term(self, layer: int, q: torch.Tensor, k: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """[batch, head, query, key] (u^T k_j + (q_i + v)^T W_R R_{i-j}) / scale, in float32 (float64
         for a float64 model) also under autocast."""
@@ -74,7 +79,7 @@ class TransformerXL(PositionalEncoding):
         with torch.autocast(q.device.type, enabled=False):
             q, k = q.to(dtype), k.to(dtype)
             distances = self.distances(q.shape[1], k.shape[1])  # [query, key]
-            span = int(distances.max()) + 1
+            span = self.span(q.shape[1], k.shape[1])
             r = torch.einsum(
                 "sd,dhe->she", self.sinusoids(span, dtype), self.projection[layer].to(dtype)
             )  # [span, head, d_head]

@@ -26,6 +26,7 @@ from probe.reference import category, dataset_for, paper_runs, paper_summary
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
+from probe.training.engine import Engine
 
 STUDIES = {"reduced": "reproduce", "section3": "section3", "paper": "paper"}
 """``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU (SCAN, copy, reverse at
@@ -73,23 +74,25 @@ def train_and_evaluate(
     *,
     jobs: int,
     stack: bool = False,
+    engine: Engine | None = None,
     on_event: Callable[..., None] | None = None,
     on_scenario: Callable[[str, list[SweepRun]], None] | None = None,
 ) -> list[Any]:
     """Train the unfinished runs scenario by scenario (``probe train``'s local runners: side by side, or
     with ``stack`` the runs of one batch stream as one program), evaluating each scenario's runs that have
     no eval.json before the next scenario starts, then ``on_scenario(scenario, its runs)``, so a study
-    stopped half-way keeps every scenario it finished. Returns the training results and failures."""
-    from probe.training.engine import Engine
+    stopped half-way keeps every scenario it finished; ``engine``: how steps run, the device's default if None.
+    Returns the training results and failures."""
     from probe.training.parallel import train_parallel, train_stacked
 
+    engine = engine or Engine.for_device(device)
     results: list[Any] = []
     for scenario, group in scenarios(runs).items():
         pairs = [(r.config, r.path) for r in group if run_state(r) not in ("done", "evaluate")]
         if pairs and stack:
-            results += train_stacked(pairs, device, engine=Engine.for_device(device), on_event=on_event)
+            results += train_stacked(pairs, device, engine=engine, on_event=on_event)
         elif pairs:
-            results += train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event)
+            results += train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event, engine=engine)
         evaluate(group, device)
         if on_scenario is not None:
             on_scenario(scenario, group)

@@ -18,6 +18,11 @@ import torch
 
 from probe.errors import ProbeError
 
+# Held while a training step is captured as a CUDA graph (probe.training.engine), and by the batch thread
+# around its CUDA work (pinning a batch): the capture then meets no other thread's CUDA call, whatever
+# capture mode it runs in, and the thread no capture's emptied pinned-memory cache.
+CAPTURING = threading.Lock()
+
 
 class StateWriter:
     """One write at a time in a background thread; :meth:`wait` joins it and raises its error."""
@@ -72,7 +77,9 @@ def prefetched(
     def produce() -> None:
         try:
             for epoch, position, index in stream:
-                item = (epoch, position, tuple(t.pin_memory() for t in cut(index)))
+                tensors = cut(index)
+                with CAPTURING:
+                    item = (epoch, position, tuple(t.pin_memory() for t in tensors))
                 while not stop.is_set():
                     try:
                         ready.put(item, timeout=0.1)

@@ -8,25 +8,42 @@ launch. Capture needs what the rest of the loop provides: one batch shape for th
 (:class:`probe.tasks.batches.Geometry`), no host sync inside a step (losses are read every ``log_every``
 steps), and the learning rate on the device (:class:`CapturedStep` indexes a table of the schedule
 with a step counter it keeps there).
+
+A capture must not fail: on torch (up to 2.11 at least) a capture that breaks inside ``torch.cuda.graph``
+leaves CUDA's generator flagged as capturing, the caching allocator mid-capture and the current stream on
+the graph's side stream, so nothing that follows in the process can be trusted. So what could break it is
+found before: a run whose model needs the host each step (``ModelConfig.eager_because``) trains eagerly by
+design, decided when the run is built; the last eager warm-up step runs under CUDA's sync check, and a
+step that synchronises stays eager; the batch thread is held off while capturing. If a capture breaks all
+the same, :class:`CaptureFailed` stops the program with the cause, never going on in that process.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from probe.errors import ProbeError
+from probe.training.background import CAPTURING
 
 WARMUP_STEPS = 3  # eager steps before capture: the optimizer's state, cuBLAS's workspace, autograd's buffers
+NO_CAPTURE = "--no-capture"  # the flag of `probe train`, `probe reproduce` and `probe sweep` that trains eagerly
+
+
+class CaptureFailed(ProbeError):
+    """A CUDA graph capture broke: the process's CUDA state is not to be trusted, so the whole program
+    stops (never one member, the others going on)."""
 
 
 @dataclass(frozen=True)
 class Engine:
     """``compile``: the model's forward through ``torch.compile``; ``capture``: each step replayed
-    as a CUDA graph (GPU only). Either one trains on one fixed batch geometry."""
+    as a CUDA graph (GPU only; a run whose model cannot be captured trains eagerly, saying so once).
+    Either one trains on one fixed batch geometry."""
 
     compile: bool = False
     capture: bool = False
@@ -36,7 +53,7 @@ class Engine:
         """The default for ``device``: eager on a CPU (fixed shapes would only add padding there);
         captured on a GPU. ``compile`` and ``capture`` force either way."""
         if capture and device.type != "cuda":
-            raise ProbeError("CUDA graphs need a GPU; leave out --capture on a CPU")
+            raise ProbeError(f"CUDA graphs need a GPU; pass {NO_CAPTURE} (or leave out --capture) on a CPU")
         return cls(
             compile=bool(compile),
             capture=device.type == "cuda" if capture is None else capture,
@@ -47,15 +64,26 @@ class Engine:
         return self.compile or self.capture
 
 
+def cause_of(error: BaseException) -> str:
+    """The first line of what started ``error``: a failed capture raises its own error from
+    ``capture_end`` while handling the op's, which is the one that says what happened."""
+    while (error.__cause__ or error.__context__) is not None:
+        error = error.__cause__ or error.__context__
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else '?'}"
+
+
 class CapturedStep:
     """One run's training step as a CUDA graph: ``step(batch)`` copies the batch into the graph's
     input buffers and replays it, returning the step's loss (a device scalar, valid until the next
     replay). The first :data:`WARMUP_STEPS` calls run ``eager`` (real steps, on a side stream, as
-    capture requires); the next one captures and replays. If capturing fails (an op the graph cannot
-    hold), the step says so in one line on stderr and runs eagerly from then on (``failed``).
+    capture requires), the last of them under CUDA's sync check: a step that synchronises with the
+    host says so in one line on stderr and runs eagerly from then on (``failed``). Otherwise the next
+    call captures and replays; a capture that breaks raises :class:`CaptureFailed`.
 
-    What is CUDA's is in :meth:`_warm_up` and :meth:`_record`; the rest (input buffers, the schedule
-    on the device, which call takes which step) is tested on a CPU with those two replaced."""
+    What is CUDA's is in :meth:`_warm_up`, :meth:`_sync_check` and :meth:`_record`; the rest (input
+    buffers, the schedule on the device, which call takes which step) is tested on a CPU with those
+    replaced."""
 
     def __init__(
         self,
@@ -65,8 +93,9 @@ class CapturedStep:
         first_step: int,
         device: torch.device,
         hold: Callable[[], object] = lambda: None,
+        name: str = "the run",
     ):
-        self.eager, self.optimizer, self.device, self.hold = eager, optimizer, device, hold
+        self.eager, self.optimizer, self.device, self.hold, self.name = eager, optimizer, device, hold, name
         dtype = optimizer.param_groups[0]["params"][0].dtype  # the weights' (float32; float64 in a test)
         self.schedule = torch.tensor(schedule, dtype=dtype, device=device)  # [steps] lr at each step
         self.counter = torch.full((), first_step, dtype=torch.long, device=device)
@@ -78,7 +107,7 @@ class CapturedStep:
         self.held: object = None  # what the graph reads that was made before it (the PE's tables): kept alive
         self.inputs: tuple[torch.Tensor, ...] = ()
         self.loss: torch.Tensor | None = None
-        self.failed: str | None = None  # why capturing failed, if it did
+        self.failed: str | None = None  # why the step runs eagerly, if the sync check found a reason
 
     @property
     def captured(self) -> bool:
@@ -107,38 +136,69 @@ class CapturedStep:
             return self.eager(batch)
         if self.calls < WARMUP_STEPS:
             self.calls += 1
-            return self._warm_up(batch)
+            if self.calls < WARMUP_STEPS:
+                return self._warm_up(batch)
+            loss, sync = self._sync_check(lambda: self._warm_up(batch))
+            if sync:
+                self.failed = sync
+                print(
+                    f"probe: {self.name}: its training step waits on the host ({sync}); it runs eagerly",
+                    file=sys.stderr,
+                )
+            return loss
         self.inputs = tuple(t.clone() for t in batch)
         self.optimizer.zero_grad(set_to_none=True)  # gradients are the graph's own, made while capturing
         try:
             replay = self._record(self._body)
-        except RuntimeError as error:  # nothing captured ran: the step is still to take
-            self.failed = str(error).strip().splitlines()[0] if str(error).strip() else "?"
-            print(f"probe: capturing the training step failed ({self.failed}); it runs eagerly", file=sys.stderr)
-            torch.cuda.synchronize(self.device)
-            self._advance()
-            return self.eager(batch)
+        except Exception as error:  # noqa: BLE001 - any failure inside a capture poisons the process
+            raise CaptureFailed(
+                f"capturing the training step of {self.name} as a CUDA graph failed ({cause_of(error)}); "
+                f"torch {torch.__version__} cannot go on safely after that, so probe stops here (every state "
+                f"already written is kept): train with {NO_CAPTURE}"
+            ) from error
         self.held, self.replay = self.hold(), replay
         self.replay()  # capturing records the step; this runs it
         return self.loss
 
     def _warm_up(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """An eager step on a side stream, as the steps before a capture must be."""
-        main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(main)
-        for tensor in batch:
-            tensor.record_stream(side)  # made on the main stream, read on this one
-        with torch.cuda.stream(side):
-            self._advance()
-            loss = self.eager(batch)
-        main.wait_stream(side)
+        """An eager step on a side stream of the run's device, as the steps before a capture must be."""
+        with torch.cuda.device(self.device):
+            main = torch.cuda.current_stream(self.device)
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(main)
+            for tensor in batch:
+                tensor.record_stream(side)  # made on the main stream, read on this one
+            with torch.cuda.stream(side):
+                self._advance()
+                loss = self.eager(batch)
+            main.wait_stream(side)
         return loss
 
+    def _sync_check(self, step: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, str | None]:
+        """``step()`` with CUDA's sync debug mode warning on each synchronising call (``"warn"``, not
+        ``"error"``: the step is taken whole, and stays eager, rather than stopped halfway through an
+        optimizer update), then the mode as it was: (its loss, where the first sync was, or None)."""
+        previous = torch.cuda.get_sync_debug_mode()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                loss = step()
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+        syncs = [w for w in seen if "synchroniz" in str(w.message)]
+        if not syncs:
+            return loss, None
+        first = syncs[0]
+        return loss, f"{str(first.message).strip()} at {first.filename}:{first.lineno}"
+
     def _record(self, body: Callable[[], None]) -> Callable[[], None]:
-        """``body`` captured as a CUDA graph (recorded, not run); returns its replay."""
-        torch.cuda.synchronize(self.device)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
+        """``body`` captured as a CUDA graph (recorded, not run) on the run's device, other threads'
+        CUDA calls allowed meanwhile (``thread_local``) and the batch thread held off; returns its replay."""
+        with CAPTURING, torch.cuda.device(self.device):
+            torch.cuda.synchronize(self.device)
+            graph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream(self.device)  # the graph's own: torch's default is made once, on one device
+            with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+                body()
         return graph.replay

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -69,6 +70,10 @@ class Trainer:
         )
         self.model = PETransformer(config.model_config(self.source.vocab_size), device=device)
         self.source.attach_to(self.model)  # string habits (to_tokens, generate) on the training model too
+        # a model that reads the host every step trains eagerly by design, said once; never found by a failed capture
+        self.eager_because = self.model.config.eager_because if self.engine.capture else None
+        if self.eager_because:
+            print(f"probe: {self.path}: trains eagerly, not captured: {self.eager_because}", file=sys.stderr)
         self.forward = torch.compile(self.model, dynamic=False) if self.engine.compile else self.model
         self.optimizer = make_optimizer(
             self.model,
@@ -191,16 +196,24 @@ class Trainer:
         self.model.train()
         if self.rng is None:  # a fresh run; a resumed one restored its own
             self.rng = self._seeded_rng()
-        if self.engine.capture:  # replays draw from the device's generator, in member order: seed it
-            self._set_rng(self.rng)
         self._started = time.perf_counter()
         self._window = (time.perf_counter(), *self._window[1:])  # the clock restarts; a resumed window goes on
         self._evaluate_if_due()  # a run stopped between a step and its evaluation
 
+    @property
+    def captures(self) -> bool:
+        """Whether this run's steps are captured as CUDA graphs: asked of the engine, and possible."""
+        return self.engine.capture and not self.eager_because
+
     def run_step(self, batch: tuple[torch.Tensor, ...]) -> None:
-        """One optimizer step on ``batch`` (tokens, loss mask[, segments], on the device); no host sync."""
+        """One optimizer step on ``batch`` (tokens, loss mask[, segments], on the device); no host sync.
+        The step draws from this run's own generators, swapped in around it (host-side states: a
+        captured step's replay reads the device generator's seed and offset as they are at replay, so
+        captured and eager runs alike resume with the masks an uninterrupted run draws)."""
         self._updating = True  # weights and counters change together; never save in between
-        if self.engine.capture:
+        outer = self._rng_states()
+        self._set_rng(self.rng)
+        if self.captures:
             self._captured = self._captured or CapturedStep(
                 self._compute,
                 self.optimizer,
@@ -208,23 +221,22 @@ class Trainer:
                 self.step,
                 self.device,
                 hold=lambda: (dict(self.model.pe._geometry), self.model.pe.positions),
+                name=str(self.path),
             )
             loss = self._captured(batch).clone()  # the graph's loss buffer is rewritten by the next replay
         else:
-            outer = self._rng_states()
-            self._set_rng(self.rng)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate(self.step, self.config)
             loss = self._compute(batch)
-            self.rng = self._rng_states()
-            self._set_rng(outer)
+        self.rng = self._rng_states()
+        self._set_rng(outer)
         self._losses.append((self.step, loss))
 
     def _compute(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Forward, backward, clipping and AdamW at the optimizer's learning rate: the captured part."""
         autocast = (
             # a captured step keeps no casts between replays: autocast's weight cache would hold stale ones
-            torch.autocast(self.device.type, dtype=self.forward_dtype, cache_enabled=not self.engine.capture)
+            torch.autocast(self.device.type, dtype=self.forward_dtype, cache_enabled=not self.captures)
             if self.forward_dtype
             else nullcontext()
         )
@@ -339,12 +351,15 @@ class Trainer:
 
     @property
     def step_engine(self) -> dict[str, Any]:
-        """How this session's steps ran: compiled, captured (and if capturing failed, why)."""
+        """How this session's steps ran: compiled, captured as asked (``capture``) and as done
+        (``captured``), and why not where a capture was asked: the model's reason (``eager_because``),
+        or the sync the warm-up found (``capture_failed``)."""
         captured = self._captured
         return {
             "compile": self.engine.compile,
             "capture": self.engine.capture,
             "captured": bool(captured and captured.captured),
+            **({"eager_because": self.eager_because} if self.eager_because else {}),
             **({"capture_failed": captured.failed} if captured and captured.failed else {}),
         }
 

@@ -56,19 +56,30 @@ def _worker(
 
     from probe.runs.locks import say_waiting
     from probe.training.bookkeeping import train_run
+    from probe.training.engine import CaptureFailed
 
+    global _SPOILT
+    if _SPOILT:  # the pool hands this process on to the next run: it trains nothing more
+        raise CaptureFailed(f"{path} not trained: {_SPOILT}")
     torch.set_num_threads(threads)
-    return train_run(
-        config,
-        Path(path),
-        torch.device(device),
-        force=force,
-        wait=wait,
-        on_wait=lambda holder: say_waiting(path, holder),
-        on_start=lambda step, total: events.put((path, "start", step, None, None)),
-        on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
-        engine=engine,
-    )
+    try:
+        return train_run(
+            config,
+            Path(path),
+            torch.device(device),
+            force=force,
+            wait=wait,
+            on_wait=lambda holder: say_waiting(path, holder),
+            on_start=lambda step, total: events.put((path, "start", step, None, None)),
+            on_step=lambda step, loss, speed: events.put((path, "step", step, loss, speed)),
+            engine=engine,
+        )
+    except CaptureFailed as error:
+        _SPOILT = f"this worker's CUDA state was spoilt by a failed capture ({error})"
+        raise
+
+
+_SPOILT = ""  # in a worker process: why it must train nothing more (a capture broke in it)
 
 
 def train_parallel(
@@ -84,10 +95,11 @@ def train_parallel(
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``.
 
     A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
-    :class:`RunFailure` and the others go on; Ctrl-C reaches every worker, each of which keeps
-    its last state for the next ``probe train`` to resume.
+    :class:`RunFailure` and the others go on (a broken CUDA graph capture stops them all); Ctrl-C
+    reaches every worker, each of which keeps its last state for the next ``probe train`` to resume.
     """
     from probe.errors import ProbeError
+    from probe.training.engine import CaptureFailed
 
     threads = threads_per_job(jobs)
     context = multiprocessing.get_context("spawn")
@@ -108,6 +120,10 @@ def train_parallel(
                     config, path = runs[index]
                     try:
                         results[index] = future.result()
+                    except CaptureFailed:  # its worker's CUDA state is spoilt: stop, as in one process
+                        for other in pending:
+                            other.cancel()
+                        raise
                     except ProbeError as error:
                         results[index] = RunFailure(Path(path), config, str(error))
             _drain(events, on_event)
@@ -174,6 +190,7 @@ def train_runs(
     stack: bool | None = None,
     jobs: int | None = None,
     compile: bool = False,
+    capture: bool | None = None,
     force: bool = False,
     wait: bool = False,
     on_event: OnEvent | None = None,
@@ -181,7 +198,8 @@ def train_runs(
 ) -> list[RunResult | RunFailure]:
     """Train every (config, folder) of ``runs`` the way the device trains best: together as one program
     (``stack``; default on a GPU), else ``jobs`` side by side (default one per core on a CPU), else one after
-    another. Every folder is checked writable and free first, so a problem is one line before any work; the
+    another. ``capture``: each step a CUDA graph (default on a GPU; :class:`~probe.training.engine.Engine`).
+    Every folder is checked writable and free first, so a problem is one line before any work; the
     result (or failure) of each run, in order. What `probe train` and `probe pretrain` call."""
     from probe.errors import ProbeError
     from probe.runs.locks import check_free
@@ -193,7 +211,7 @@ def train_runs(
     if stack and jobs not in (None, 1):
         raise ProbeError("--stack trains its runs in one process; leave out --jobs, or pass --no-stack")
     jobs = 1 if stack else jobs or default_jobs(len(runs), device.type)
-    engine = Engine.for_device(device, compile=compile)
+    engine = Engine.for_device(device, compile=compile, capture=capture)
     for _, path in runs:
         check_writable(path)
         if not wait:

@@ -15,6 +15,7 @@ from probe.errors import ProbeError
 from probe.tasks.batches import batch_stream, fixed_geometry
 from probe.training.background import prefetched
 from probe.training.dropout import dropout
+from probe.training.engine import CaptureFailed
 from probe.training.loop import Trainer
 from probe.training.train_config import TrainConfig
 
@@ -49,7 +50,8 @@ def train_together(
     """Train ``trainers`` (one :func:`group_key`, at one step) to their last step on one batch stream:
     each batch is cut once, on one fixed geometry when their engine needs one, and every member
     takes its step on it in turn. Per member: (last logged loss, seconds of this session), or the
-    ProbeError that stopped it (a non-finite loss), the others going on."""
+    ProbeError that stopped it (a non-finite loss), the others going on; a capture that broke
+    (:class:`~probe.training.engine.CaptureFailed`) stops them all."""
     lead = trainers[0]
     config = lead.config
     if len({group_key(t.config) for t in trainers}) > 1 or len({t.step for t in trainers}) > 1:
@@ -81,6 +83,8 @@ def train_together(
                     try:
                         trainers[i].run_step(batch)
                         trainers[i].end_step(epoch, position, batch[0].numel(), on_steps[i])
+                    except CaptureFailed:  # the process's CUDA state is spoilt: no member goes on, nothing is saved
+                        raise
                     except ProbeError as error:
                         outcomes[i] = error
                         active.remove(i)

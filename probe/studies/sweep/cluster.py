@@ -32,13 +32,15 @@ class EventLog:
         return events
 
 
-def run_one(run: dict[str, Any], device: str, threads: int, evaluate: bool, log: Any = None) -> dict[str, Any]:
+def run_one(
+    run: dict[str, Any], device: str, threads: int, evaluate: bool, log: Any = None, capture: bool | None = None
+) -> dict[str, Any]:
     """:func:`run_group` of one run."""
-    return run_group([run], device, threads, evaluate, log)[0]
+    return run_group([run], device, threads, evaluate, log, capture)[0]
 
 
 def run_group(
-    runs: list[dict[str, Any]], device: str, threads: int, evaluate: bool, log: Any = None
+    runs: list[dict[str, Any]], device: str, threads: int, evaluate: bool, log: Any = None, capture: bool | None = None
 ) -> list[dict[str, Any]]:
     """Train runs of one batch stream together (``train_group``; one run alone) then evaluate each
     (``evaluate_run``); a user-level failure (NaN loss, bad option) comes back as a failed result
@@ -78,7 +80,7 @@ def run_group(
         trained = train_group(
             [(config, Path(run["path"])) for run, config in zip(runs, configs)],
             resolved,
-            engine=Engine.for_device(resolved),
+            engine=Engine.for_device(resolved, capture=capture),
             on_start=lambda path, step, total: tell(labels[str(path)], kind="step", step=step, total=total),
             on_step=lambda path, step, loss, speed: tell(
                 labels[str(path)], kind="step", step=step, total=steps[str(path)], loss=loss
@@ -235,6 +237,7 @@ def execute(
     gpus_per_run: float = 0,
     max_retries: int = 3,
     evaluate: bool = True,
+    capture: bool | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
     poll: float = 0.25,
 ) -> Manifest:
@@ -275,7 +278,7 @@ def execute(
     )
     threads = max(1, int(cpus_per_run))
     refs = {
-        task.remote([run.to_dict() for run in group], device, threads, evaluate, log): group
+        task.remote([run.to_dict() for run in group], device, threads, evaluate, log, capture): group
         for group in tasks(todo, device)
     }
     running = {run.label for run in todo}

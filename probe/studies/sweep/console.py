@@ -31,6 +31,7 @@ class Launch:
     address: str | None = None  # None: a local Ray instance
     num_cpus: int | None = None  # of the local Ray instance (None: all)
     report_out: str | Path | None = None  # report figures (None: CHECKPOINTS/sweep-NAME-report)
+    capture: bool | None = None  # each step a CUDA graph (None: on a GPU); False: eager
 
 
 def _shape(key: str) -> str:
@@ -215,6 +216,7 @@ def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: 
             gpus_per_run=launch.gpus_per_run,
             max_retries=launch.max_retries,
             evaluate=launch.evaluate,
+            capture=launch.capture,
             on_event=on_event,
         )
     return manifest
