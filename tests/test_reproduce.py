@@ -124,10 +124,10 @@ def test_the_default_study_is_small_at_4000_steps_of_64(tmp_path):
     assert (config.preset, config.steps, config.batch_size, config.dropout, config.lr) == ("small", 4000, 64, 0.1, 5e-4)
 
 
-@pytest.mark.parametrize("jobs, threads, wall", [(1, 4, 600.0), (2, 2, 300.0), (4, 1, 200.0)])
+@pytest.mark.parametrize("jobs, threads, wall", [(1, 1, 600.0), (2, 1, 300.0), (4, 1, 200.0)])
 def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, threads, wall, tmp_path, capsys, monkeypatch):
-    """On 4 cores, --jobs 1 trains one run on 4 threads, --jobs 2 two runs on 2 each: the estimate
-    times its steps that way, and the wall time shares the 6 runs among the jobs."""
+    """On 4 cores, every run trains on one thread whatever --jobs is (its weights must not depend on it):
+    the estimate times its steps that way, and the wall time shares the 6 runs among the jobs."""
     import os
 
     import probe.studies.sweep

@@ -214,3 +214,30 @@ def test_unwritable_checkpoint_folder(tmp_path, capsys):
     code = main(["train", "--pe", "nope", "--steps", "1", "--checkpoints", str(blocker)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "cannot" in err and "--checkpoints" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_runs_weights_do_not_depend_on_jobs_or_on_the_threads_it_was_started_with(tmp_path):
+    """The same run trained alone (``--jobs 1``, which used to give it every core's thread) and beside another
+    (``--jobs 2``, one thread each), and in this process after asking torch for two threads: it trains on one
+    intra-op thread each time, and to the same weights bit for bit (Adam turns another count's rounding into
+    different weights within a few steps where a kernel splits its sums by thread; on this machine's torch the
+    tiny preset's do not, so the thread count seen inside the steps is what can fail here)."""
+    from probe.training.parallel import train_parallel
+
+    config, other = _config(pe="nope", steps=30, model={}), _config(pe="t5", steps=30, model={})
+    alone = train_parallel([(config, tmp_path / "alone")], "cpu", jobs=1)
+    paired = train_parallel([(config, tmp_path / "paired"), (other, tmp_path / "other")], "cpu", jobs=2)
+    assert [r.status for r in alone + paired] == ["trained"] * 3
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        inside: set[int] = set()
+        train_run(config, tmp_path / "here", CPU, on_step=lambda *_: inside.add(torch.get_num_threads()))
+        assert inside == {1}
+        assert torch.get_num_threads() == 2  # the caller's count comes back
+    finally:
+        torch.set_num_threads(before)
+    reference = _weights(tmp_path / "alone")
+    for folder in ("paired", "here"):
+        weights = _weights(tmp_path / folder)
+        assert all(torch.equal(reference[name], weights[name]) for name in reference), folder

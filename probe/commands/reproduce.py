@@ -137,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
 def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
     """What the study trains, and about how long it takes here (measured on this machine)."""
     from probe.studies.sweep import duration, estimate_cost, wall_seconds
-    from probe.training.parallel import threads_per_job
+    from probe.training.bookkeeping import TRAIN_THREADS
 
-    threads = threads_per_job(jobs)
+    threads = TRAIN_THREADS
     with out.status("measuring this machine's training speed") as status:
         cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
     wall = wall_seconds(cost["seconds"], jobs)

@@ -6,8 +6,8 @@ is complete and was trained as asked (:func:`is_complete`,
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +60,27 @@ def is_complete(path: Path) -> bool:
         return bool(read_checkpoint_config(path).get("training", {}).get("complete"))
     except ProbeError:
         return False
+
+
+TRAIN_THREADS = 1
+"""Intra-op threads a run trains with on a CPU, whatever the machine or ``--jobs``: another count rounds the
+same sums differently, and Adam turns that rounding into different weights within steps (about 2e-4 relative
+after 30). Side-by-side runs, not threads, use the other cores (:mod:`probe.training.parallel`)."""
+
+
+@contextmanager
+def training_threads(device: torch.device) -> Iterator[None]:
+    """Train with :data:`TRAIN_THREADS` intra-op threads on a CPU (the count restored after), so a run's
+    weights are the same on any machine and at any ``--jobs``."""
+    if torch.device(device).type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(TRAIN_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def train_run(
@@ -126,6 +147,7 @@ def train_group(
             except ProbeError as error:  # trained otherwise, or another process's: this run only
                 results[i] = error
         if todo:
+            stack.enter_context(training_threads(device))
             first, path = runs[todo[0]]  # one group: one task, options, seed and protocol
             source = training_source(
                 first.task, first.task_options, first.seed, Path(path), authors=first.protocol == "authors"

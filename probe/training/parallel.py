@@ -3,8 +3,10 @@
 
 On a CPU, tiny models use a second core poorly inside one run (small matrices, many small ops),
 so ``probe train`` runs independent runs side by side instead: with 2 cores, two runs of one
-thread each train about twice as fast in total as one run of two threads. Each worker calls
-:func:`probe.training.bookkeeping.train_run`, the same code a single run uses; progress comes back on a queue.
+thread each train about twice as fast in total as one run of two threads. Every run trains on one
+thread (:data:`~probe.training.bookkeeping.TRAIN_THREADS`), so its weights do not depend on ``--jobs``.
+Each worker calls :func:`probe.training.bookkeeping.train_run`, the same code a single run uses; progress
+comes back on a queue.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.training.bookkeeping import RunResult
+from probe.training.bookkeeping import TRAIN_THREADS, RunResult
 from probe.training.engine import Engine
 from probe.training.train_config import TrainConfig
 
@@ -42,11 +44,6 @@ def default_jobs(n_runs: int, device_type: str) -> int:
     if device_type != "cpu":
         return 1
     return max(1, min(n_runs, os.cpu_count() or 1))
-
-
-def threads_per_job(jobs: int) -> int:
-    """Torch threads each of ``jobs`` side-by-side runs gets: the CPU cores shared out evenly."""
-    return max(1, (os.cpu_count() or 1) // jobs)
 
 
 def _worker(
@@ -101,7 +98,7 @@ def train_parallel(
     from probe.errors import ProbeError
     from probe.training.engine import CaptureFailed
 
-    threads = threads_per_job(jobs)
+    threads = TRAIN_THREADS
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
         events = manager.Queue()
