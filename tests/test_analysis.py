@@ -165,7 +165,24 @@ def test_compare_report_finds_every_other_pe_and_the_seed_baseline(root):
 def test_cli_compare_json_files_and_exit_codes(root, tmp_path, capsys, no_png):
     ckpt = str(root / "checkpoints")
     out = tmp_path / "out"
-    assert main(["compare", "nope", "--checkpoints", ckpt, "--n-per-bucket", "1", "--json", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "nope",
+                "--task",
+                "scan",
+                "--checkpoints",
+                ckpt,
+                "--n-per-bucket",
+                "1",
+                "--json",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["a"]["pe"] == "nope" and [c["b"]["pe"] for c in data["comparisons"]] == ["t5"]
     assert data["baseline"]["b"]["seed"] == 1 and data["metric"] == "jsd"
@@ -178,8 +195,8 @@ def test_cli_compare_json_files_and_exit_codes(root, tmp_path, capsys, no_png):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["nope", "sinusoid"], "neither a positional encoding"),
-        (["nope", "t5", "--seed", "7"], "probe train --task scan --pe nope --seed 7"),
+        (["nope", "sinusoid"], "neither a run folder nor a PE"),
+        (["nope", "t5", "--task", "scan", "--seed", "7"], "probe train --task scan --pe nope --seed 7"),
         (["nope", "t5", "--n-per-bucket", "0"], "--n-per-bucket must be at least 1"),
         (["nope", "t5", "--task", "addition", "--scratchpad", "I+X"], "scratchpad='I+X' is not accepted"),
     ],
@@ -252,6 +269,8 @@ def test_compare_applies_rope_scaling_at_inference_to_the_runs_that_have_it(tmp_
                 "compare",
                 "nope",
                 "rotary",
+                "--task",
+                "scan",
                 "-p",
                 "scaling=linear",
                 "-p",
@@ -268,5 +287,5 @@ def test_compare_applies_rope_scaling_at_inference_to_the_runs_that_have_it(tmp_
         == 0
     )
     assert (tmp_path / "out" / "nope_vs_rotary+factor=4+scaling=linear.json").is_file()
-    assert main(["compare", "nope", "rotary", "-p", "scaling=bogus", "--checkpoints", str(ckpt)]) == 2
+    assert main(["compare", "nope", "rotary", "--task", "scan", "-p", "scaling=bogus", "--checkpoints", str(ckpt)]) == 2
     assert "scaling" in capsys.readouterr().err
