@@ -1,0 +1,292 @@
+"""One GPU chance in one command (bench/gpu/run starts it, after installing the carried wheels): the
+versions, a smoke of the captured step on ``tiny`` for every paper PE, the member-step rate at the
+study's preset captured and eager (a slice of ``--slice-s`` each), then as many whole paper-scale
+runs (40,000 x 64, the authors' protocol, selection on IID validation, the test split scored
+teacher-forced) as that rate fits in the time left, NoPE and T5 first.
+
+    bench/gpu/run --device cuda                               # the device's one command
+    bench/gpu/run --device cuda --pes alibi rotary            # a later chance: the PEs not yet measured
+    bench/gpu/run --device cpu --preset tiny --steps 300 --slice-s 10 --log-every 10   # the rehearsal
+
+Each phase runs in a child process of its own, so a phase that takes CUDA down with it (a failed
+capture leaves torch <= 2.12 unusable in that process) costs that phase only. Every number is written
+as it is measured to bench/results/gpu_kit_<name>_<device>.json and to $OUT when set; by default
+the PEs that an earlier record already holds a whole run of are skipped, so the chances merge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]  # the kit, bench/common.py, probe
+
+from planner import RunCost, candidates, load_records, measured_pes, plan  # noqa: E402
+from record import Progress, Record, Stopped, out_paths, since, stop_on_signals  # noqa: E402
+
+RESULTS = HERE.parent / "results"
+MARGIN_S = 30  # kept free at the end: the last writes, the tool's own copy of $OUT
+CHILD_GRACE_S = 10  # a child told to stop has this long to write its part
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu, for the rehearsal")
+    parser.add_argument("--preset", default="base", help="of the rate slices and the whole runs (default base)")
+    parser.add_argument("--steps", type=int, default=40_000, help="of a whole run (default the paper's 40,000)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pes", nargs="+", help="the whole runs' PEs in order (default: the five not yet measured)")
+    parser.add_argument("--slice-s", type=float, default=60, help="each rate slice's timed window (default 60)")
+    parser.add_argument("--budget-s", type=float, default=530, help="from the start of bench/gpu/run (default 530)")
+    parser.add_argument("--log-every", type=int, default=50, help="steps between loss reads (default 50)")
+    parser.add_argument("--threads", type=int, help="torch's CPU threads in each phase (default torch's)")
+    parser.add_argument("--no-capture", action="store_true", help="skip the captured slice; whole runs eager")
+    parser.add_argument("--name", help="bench/results/gpu_kit_<name>_<device>.json (default: preset and UTC time)")
+    parser.add_argument("--phase", choices=("smoke", "slice", "run"), help=argparse.SUPPRESS)  # a child's
+    parser.add_argument("--part", type=Path, help=argparse.SUPPRESS)  # where a child writes its part
+    parser.add_argument("--capture", action="store_true", help=argparse.SUPPRESS)  # a child's engine
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)  # a child's, epoch seconds
+    return parser.parse_args(argv)
+
+
+def started_at() -> float:
+    """When the command began: bench/gpu/run stamps it before installing, which the budget counts."""
+    return float(os.environ.get("KIT_STARTED", time.time()))
+
+
+def versions() -> dict[str, object]:
+    """What the device image and the carried wheels gave, and the tree's commit."""
+    from importlib.metadata import version
+
+    import numpy
+    import torch
+    import transformers
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    found = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+        "transformer_lens": version("transformer-lens"),
+        "commit": commit or None,
+    }
+    if torch.cuda.is_available():
+        found["gpu"] = torch.cuda.get_device_name(0)
+    return found
+
+
+def run_child(
+    phase: list[str], args: argparse.Namespace, record: Record, key: tuple[str, ...], limit_s: float, progress: Progress
+) -> dict:
+    """Run ``kit.py --phase ...`` as a child, its lines relayed, merging the part it writes into
+    ``record`` at ``key`` every few seconds; past ``limit_s``, or when this process is told to stop,
+    the child is told to stop too and its last part is merged. Returns that part."""
+    with tempfile.TemporaryDirectory(prefix="gpu-kit-") as scratch:
+        part = Path(scratch) / "part.json"
+        command = [sys.executable, str(HERE / "kit.py"), *phase, "--part", str(part), *common_flags(args)]
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        threading.Thread(target=lambda: [progress.relay(line) for line in child.stdout], daemon=True).start()
+        began = time.monotonic()
+
+        def merge() -> dict:
+            data = json.loads(part.read_text()) if part.is_file() else {}
+            record.put(*key, value=data)
+            return data
+
+        over = False
+        try:
+            while child.poll() is None and not over:
+                over = time.monotonic() - began > limit_s
+                time.sleep(2)
+                merge()
+        except Stopped:
+            _stop(child)
+            merge()
+            raise
+        if over:
+            _stop(child)
+        data = merge()
+        if over:
+            record.put(*key, "_stopped", value=f"ran over its {limit_s:.0f} s")
+        if child.returncode:
+            record.put(*key, "_exit", value=child.returncode)
+        return data
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """SIGTERM (the child writes its part), then SIGKILL after the grace."""
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(CHILD_GRACE_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def common_flags(args: argparse.Namespace) -> list[str]:
+    flags = ["--device", args.device, "--preset", args.preset, "--steps", str(args.steps), "--seed", str(args.seed)]
+    flags += ["--slice-s", str(args.slice_s), "--log-every", str(args.log_every)]
+    return flags + (["--threads", str(args.threads)] if args.threads else [])
+
+
+def child(args: argparse.Namespace) -> None:
+    """One phase in this process, its results in ``--part`` (a record of its own)."""
+    import torch
+    from measure import rate_slice, smoke, whole_run
+    from planner import ORDER
+
+    started = started_at()
+    record = Record([args.part], {})
+    stop_on_signals(record, started)
+    progress = Progress(started, heartbeat=None)  # the parent relays these lines and keeps the heartbeat
+    device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="gpu-kit-runs-") as folder:
+        folder = Path(folder)
+        try:
+            if args.phase == "smoke":
+                smoke(list(ORDER), device, folder, record.put, progress.say)
+            elif args.phase == "slice":
+                rate_slice(args.pes, args, device, args.capture, folder, record.put, progress.say)
+            else:
+                whole_run(args.pes[0], args, device, args.capture, folder, record.put, progress.say, args.deadline)
+        except Stopped as stop:
+            sys.exit(128 + stop.signum)
+        except Exception as error:  # noqa: BLE001 - the phase's failure is its result
+            record.put("error", value=f"{type(error).__name__}: {error}")
+            raise
+
+
+def rate_cost(rate: dict, args: argparse.Namespace) -> RunCost | None:
+    """A whole run's cost from a slice's part (None where the slice measured no rate)."""
+    from probe.training.selection import every
+
+    result, evaluation = rate.get("result", {}), rate.get("evaluation")
+    if not result.get("member_steps_per_s") or not evaluation:
+        return None
+    scale = (evaluation["valid_examples"] + evaluation["test_examples"]) / evaluation["valid_examples"]
+    return RunCost(
+        steps=args.steps,
+        member_steps_per_s=result["member_steps_per_s"],
+        evaluations=args.steps // every(args.steps),  # the authors' selection: 20 a run
+        evaluation_s=evaluation["seconds"],
+        scoring_s=evaluation["seconds"] * (2 + scale),  # last validation, the selected one's, then scoring
+        startup_s=rate.get("build_s", 0) / result["members"] + result["first_logged_step_s"],
+    )
+
+
+def parent(args: argparse.Namespace) -> int:
+    """The whole command: versions, smoke, two rate slices, the planned runs; every result recorded."""
+    import torch
+    from common import header
+
+    started = started_at()
+    deadline = started + args.budget_s
+    device = torch.device(args.device)
+    done = measured_pes(load_records(RESULTS, device.type), args.preset, args.seed, args.steps)
+    pes = candidates(args.pes, done)
+    name = args.name or f"gpu_kit_{args.preset}_{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    what = "the captured step's smoke, member-step rates captured and eager, whole paper-scale SCAN runs"
+    record = Record(out_paths(name, device.type, RESULTS), header("gpu_kit", what, device, os.getloadavg()))
+    stop_on_signals(record, started)
+    progress = Progress(started)
+    settings = {"preset": args.preset, "seed": args.seed, "steps": args.steps, "pes": pes, "already_measured": done}
+    record.put("settings", value=settings | {"slice_s": args.slice_s, "budget_s": args.budget_s})
+    try:
+        record.put("versions", value=versions())
+        progress.say(f"versions: {record.data['versions']}")
+        phases(args, pes, device, deadline, record, progress)
+        record.put("phase", value="done")
+        return 0
+    except Stopped as stop:
+        progress.say(f"stopped by {signal.Signals(stop.signum).name}; the record keeps what was measured")
+        return 128 + stop.signum
+    finally:
+        record.put("wall_s", value=since(started))
+        progress.say(f"record: {', '.join(str(p) for p in record.paths)}")
+        progress.close()
+
+
+def phases(
+    args: argparse.Namespace, pes: list[str], device, deadline: float, record: Record, progress: Progress
+) -> None:
+    """Smoke, rate slices (captured, then eager), then whole runs as the rates allow."""
+    record.put("phase", value="smoke")
+    progress.say("smoke: the captured step against eager, tiny, every paper PE")
+    run_child(["--phase", "smoke"], args, record, ("smoke",), 180, progress)
+    capture = device.type == "cuda" and not args.no_capture
+    slice_pes = pes or ["nope"]
+    slice_limit = args.slice_s + 240  # build, warm-up, capture, one timed evaluation
+    rates: dict[str, dict] = {}
+    for engine in ("captured", "eager") if capture else ("eager",):
+        record.put("phase", value=f"rate {engine}")
+        progress.say(f"rate slice, {engine}: {', '.join(slice_pes)} trained together at {args.preset}")
+        flags = ["--phase", "slice", "--pes", *slice_pes] + (["--capture"] if engine == "captured" else [])
+        rates[engine] = run_child(flags, args, record, ("rate", engine), slice_limit, progress)
+    if all(rates.get(e, {}).get("result", {}).get("member_steps_per_s") for e in ("captured", "eager")):
+        ratio = rates["captured"]["result"]["member_steps_per_s"] / rates["eager"]["result"]["member_steps_per_s"]
+        record.put("rate", "speedup", value=ratio)
+    engine, cost = choose(rates, args)
+    if cost is None:
+        record.put("plan", value={"runs": [], "why": "no rate was measured"})
+        return
+    record.put("plan", "engine", value=engine)
+    record.put("plan", "estimated_run_s", value=cost.seconds())
+    for _ in range(len(pes)):
+        todo = [pe for pe in pes if pe not in record.data.get("runs", {})]
+        left = deadline - time.time()
+        chosen = plan(todo, cost, left, MARGIN_S)
+        record.put("plan", "last", value={"seconds_left": left, "fits": chosen})
+        if not chosen:
+            progress.say(f"plan: no whole run fits the {left:.0f} s left (one takes ~{cost.seconds():.0f} s)")
+            return
+        pe = chosen[0]
+        record.put("phase", value=f"run {pe}")
+        progress.say(f"whole run {pe}: {args.steps} steps at {args.preset}, {engine}; {len(chosen)} fit")
+        flags = ["--phase", "run", "--pes", pe, "--deadline", str(deadline - MARGIN_S)]
+        flags += ["--capture"] if engine == "captured" else []
+        part = run_child(flags, args, record, ("runs", pe), deadline - time.time(), progress)
+        if "wall_s" in part:  # plan the next from the slower of the estimate and this run
+            cost = replace(cost, startup_s=cost.startup_s + max(0.0, part["wall_s"] - cost.seconds()))
+
+
+def choose(rates: dict[str, dict], args: argparse.Namespace) -> tuple[str, RunCost | None]:
+    """The engine the whole runs take: captured where its slice measured a rate with every member
+    captured and faster than eager; else eager. Its cost, for the planner."""
+    captured = rates.get("captured", {})
+    engines = captured.get("result", {}).get("engines", {})
+    held = bool(engines) and all(e.get("captured") for e in engines.values())
+    costs = {name: rate_cost(rates[name], args) for name in rates}
+    if (
+        held
+        and costs.get("captured")
+        and (not costs.get("eager") or costs["captured"].member_steps_per_s >= costs["eager"].member_steps_per_s)
+    ):
+        return "captured", costs["captured"]
+    return "eager", costs.get("eager")
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)
+    args = parse(argv)
+    if args.phase:
+        child(args)
+        return 0
+    return parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
