@@ -49,6 +49,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slice-s", type=float, default=60, help="each rate slice's timed window (default 60)")
     parser.add_argument("--budget-s", type=float, default=530, help="from the start of bench/gpu/run (default 530)")
     parser.add_argument("--log-every", type=int, default=50, help="steps between loss reads (default 50)")
+    parser.add_argument("--rates-from", type=Path, help="an earlier record of this device: its rates, no slices")
     parser.add_argument("--threads", type=int, help="torch's CPU threads in each phase (default torch's)")
     parser.add_argument("--no-capture", action="store_true", help="skip the captured slice; whole runs eager")
     parser.add_argument("--name", help="bench/results/gpu_kit_<name>_<device>.json (default: preset and UTC time)")
@@ -96,6 +97,7 @@ def run_child(
     with tempfile.TemporaryDirectory(prefix="gpu-kit-") as scratch:
         part = Path(scratch) / "part.json"
         command = [sys.executable, str(HERE / "kit.py"), *phase, "--part", str(part), *common_flags(args)]
+        spawned = time.time()
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         threading.Thread(target=lambda: [progress.relay(line) for line in child.stdout], daemon=True).start()
         began = time.monotonic()
@@ -122,7 +124,9 @@ def run_child(
             record.put(*key, "_stopped", value=f"ran over its {limit_s:.0f} s")
         if child.returncode:
             record.put(*key, "_exit", value=child.returncode)
-        return data
+        if "ready_at" in data:  # the child's start (interpreter, torch, TransformerLens): part of a run's cost
+            record.put(*key, "_start_s", value=data["ready_at"] - spawned)
+        return record.data_at(*key)
 
 
 def _stop(child: subprocess.Popen) -> None:
@@ -148,7 +152,7 @@ def child(args: argparse.Namespace) -> None:
     from planner import ORDER
 
     started = started_at()
-    record = Record([args.part], {})
+    record = Record([args.part], {"ready_at": time.time()})
     stop_on_signals(record, started)
     progress = Progress(started, heartbeat=None)  # the parent relays these lines and keeps the heartbeat
     device = torch.device(args.device)
@@ -184,7 +188,7 @@ def rate_cost(rate: dict, args: argparse.Namespace) -> RunCost | None:
         evaluations=args.steps // every(args.steps),  # the authors' selection: 20 a run
         evaluation_s=evaluation["seconds"],
         scoring_s=evaluation["seconds"] * (2 + scale),  # last validation, the selected one's, then scoring
-        startup_s=rate.get("build_s", 0) / result["members"] + result["first_logged_step_s"],
+        startup_s=rate.get("_start_s", 0) + rate.get("build_s", 0) / result["members"] + result["first_logged_step_s"],
     )
 
 
@@ -216,8 +220,27 @@ def parent(args: argparse.Namespace) -> int:
         return 128 + stop.signum
     finally:
         record.put("wall_s", value=since(started))
-        progress.say(f"record: {', '.join(str(p) for p in record.paths)}")
         progress.close()
+        summary(record)
+
+
+def summary(record: Record) -> None:
+    """The table the device's reply ends with (the reply keeps the output's tail)."""
+    for pe, row in record.data.get("smoke", {}).items():
+        if isinstance(row, dict) and "engine" in row:
+            print(f"smoke {pe:<7} captured {row['engine']['captured']!s:<5} equal to eager {row['equal']}")
+    for engine, part in record.data.get("rate", {}).items():
+        if isinstance(part, dict) and part.get("result"):
+            print(f"rate {engine:<8} {part['result']['member_steps_per_s'] or 0:8.1f} member-steps/s")
+    print(f"{'PE':<8} {'IID':>6} {'OOD':>6} {'paper OOD':>9} {'selected':>8} {'train s':>8}")
+    for pe, run in record.data.get("runs", {}).items():
+        test, selection = run.get("test", {}), run.get("selection", {})
+        paper = (test.get("paper") or {}).get("ood")
+        cells = [test.get("iid_accuracy"), test.get("ood_accuracy"), paper]
+        iid, ood, paper = ("-" if v is None else f"{100 * v:.1f}" for v in cells)
+        step, seconds = selection.get("selected_step", "-"), selection.get("train_seconds")
+        print(f"{pe:<8} {iid:>6} {ood:>6} {paper:>9} {step!s:>8} {'-' if seconds is None else f'{seconds:.0f}':>8}")
+    print(f"record: {', '.join(str(p) for p in record.paths)}", flush=True)
 
 
 def phases(
@@ -227,40 +250,62 @@ def phases(
     record.put("phase", value="smoke")
     progress.say("smoke: the captured step against eager, tiny, every paper PE")
     run_child(["--phase", "smoke"], args, record, ("smoke",), 180, progress)
-    capture = device.type == "cuda" and not args.no_capture
-    slice_pes = pes or ["nope"]
-    slice_limit = args.slice_s + 240  # build, warm-up, capture, one timed evaluation
-    rates: dict[str, dict] = {}
-    for engine in ("captured", "eager") if capture else ("eager",):
-        record.put("phase", value=f"rate {engine}")
-        progress.say(f"rate slice, {engine}: {', '.join(slice_pes)} trained together at {args.preset}")
-        flags = ["--phase", "slice", "--pes", *slice_pes] + (["--capture"] if engine == "captured" else [])
-        rates[engine] = run_child(flags, args, record, ("rate", engine), slice_limit, progress)
-    if all(rates.get(e, {}).get("result", {}).get("member_steps_per_s") for e in ("captured", "eager")):
-        ratio = rates["captured"]["result"]["member_steps_per_s"] / rates["eager"]["result"]["member_steps_per_s"]
-        record.put("rate", "speedup", value=ratio)
-    engine, cost = choose(rates, args)
+    engine, cost = choose(measure_rates(args, pes or ["nope"], device, record, progress), args)
     if cost is None:
         record.put("plan", value={"runs": [], "why": "no rate was measured"})
         return
-    record.put("plan", "engine", value=engine)
-    record.put("plan", "estimated_run_s", value=cost.seconds())
-    for _ in range(len(pes)):
-        todo = [pe for pe in pes if pe not in record.data.get("runs", {})]
+    record.put("plan", value={"engine": engine, "estimated_run_s": cost.seconds()})
+    run_planned(args, pes, engine, cost, deadline, record, progress)
+
+
+def measure_rates(
+    args: argparse.Namespace, pes: list[str], device, record: Record, progress: Progress
+) -> dict[str, dict]:
+    """{engine: slice part}: ``pes`` trained together for a slice, captured (on a GPU) then eager; or
+    the rates of an earlier record (``--rates-from``), which leaves the time to whole runs."""
+    if args.rates_from:
+        earlier = json.loads(args.rates_from.read_text())["rate"]
+        rates = {engine: earlier[engine] for engine in ("captured", "eager") if engine in earlier}
+        record.put("rate", value=rates | {"from": str(args.rates_from)})
+        return rates
+    rates = {}
+    for engine in ("captured", "eager") if device.type == "cuda" and not args.no_capture else ("eager",):
+        record.put("phase", value=f"rate {engine}")
+        progress.say(f"rate slice, {engine}: {', '.join(pes)} trained together at {args.preset}")
+        flags = ["--phase", "slice", "--pes", *pes] + (["--capture"] if engine == "captured" else [])
+        limit = args.slice_s + 240  # start, build, warm-up, capture, one timed evaluation
+        rates[engine] = run_child(flags, args, record, ("rate", engine), limit, progress)
+    if all(rates.get(e, {}).get("result", {}).get("member_steps_per_s") for e in ("captured", "eager")):
+        ratio = rates["captured"]["result"]["member_steps_per_s"] / rates["eager"]["result"]["member_steps_per_s"]
+        record.put("rate", "speedup", value=ratio)
+    return rates
+
+
+def run_planned(
+    args: argparse.Namespace,
+    pes: list[str],
+    engine: str,
+    cost: RunCost,
+    deadline: float,
+    record: Record,
+    progress: Progress,
+) -> None:
+    """Whole runs one after another, each while the planner says one more fits the time left."""
+    for pe in pes:
         left = deadline - time.time()
-        chosen = plan(todo, cost, left, MARGIN_S)
-        record.put("plan", "last", value={"seconds_left": left, "fits": chosen})
-        if not chosen:
+        fits = plan(pes[pes.index(pe) :], cost, left, MARGIN_S)
+        record.put("plan", "last", value={"seconds_left": left, "fits": fits})
+        if not fits:
             progress.say(f"plan: no whole run fits the {left:.0f} s left (one takes ~{cost.seconds():.0f} s)")
             return
-        pe = chosen[0]
         record.put("phase", value=f"run {pe}")
-        progress.say(f"whole run {pe}: {args.steps} steps at {args.preset}, {engine}; {len(chosen)} fit")
+        progress.say(f"whole run {pe}: {args.steps} steps at {args.preset}, {engine}; {len(fits)} fit")
         flags = ["--phase", "run", "--pes", pe, "--deadline", str(deadline - MARGIN_S)]
         flags += ["--capture"] if engine == "captured" else []
         part = run_child(flags, args, record, ("runs", pe), deadline - time.time(), progress)
         if "wall_s" in part:  # plan the next from the slower of the estimate and this run
-            cost = replace(cost, startup_s=cost.startup_s + max(0.0, part["wall_s"] - cost.seconds()))
+            taken = part["wall_s"] + part.get("_start_s", 0)
+            cost = replace(cost, startup_s=cost.startup_s + max(0.0, taken - cost.seconds()))
 
 
 def choose(rates: dict[str, dict], args: argparse.Namespace) -> tuple[str, RunCost | None]:

@@ -52,6 +52,13 @@ class Record:
         node[keys[-1]] = value
         self.write()
 
+    def data_at(self, *keys: str) -> Any:
+        """``data[k1][k2]...`` (an empty dictionary where it is not yet set)."""
+        node = self.data
+        for key in keys:
+            node = node.get(key, {})
+        return node
+
     def write(self) -> None:
         for path in self.paths:
             write_json_atomic(path, self.data)
