@@ -133,3 +133,33 @@ def test_sigkill_mid_write_leaves_the_last_whole_document(tmp_path):
     os.kill(child.pid, signal.SIGKILL)
     child.wait(timeout=60)
     assert json.loads(path.read_text())["updates"] >= 3  # a temporary may be left; the record is whole
+
+
+def _slice(rate: float, captured: bool) -> dict:
+    """A rate slice's part as kit.py merges it: one evaluation of 1 s, 1,000 validation and 3,000 test
+    examples, a second to start."""
+    return {
+        "build_s": 2.0,
+        "_start_s": 1.0,
+        "result": {
+            "member_steps_per_s": rate,
+            "members": 2,
+            "first_logged_step_s": 4.0,
+            "engines": {pe: {"captured": captured} for pe in ("nope", "t5")},
+        },
+        "evaluation": {"seconds": 1.0, "valid_examples": 1000, "test_examples": 3000},
+    }
+
+
+def test_whole_runs_take_the_captured_engine_only_where_every_member_captured_and_it_is_faster():
+    from kit import choose, parse
+
+    args = parse(["--steps", "40000"])
+    engine, costs = choose({"captured": _slice(300, True), "eager": _slice(66.7, False)}, args)
+    assert engine == "captured"
+    # 40,000 / 300 s of steps, 20 evaluations of 1 s, scoring (2 + 4,000 / 1,000) x 1 s, a start of
+    # 1 + 2 / 2 + 4 s
+    assert costs["captured"].seconds() == pytest.approx(40_000 / 300 + 20 + 6 + 6)
+    assert choose({"captured": _slice(300, False), "eager": _slice(66.7, False)}, args)[0] == "eager"
+    assert choose({"captured": _slice(50, True), "eager": _slice(66.7, False)}, args)[0] == "eager"
+    assert choose({"eager": {"error": "RuntimeError: ..."}}, args) == (None, {})

@@ -6,7 +6,7 @@ teacher-forced) as that rate fits in the time left, NoPE and T5 first.
 
     bench/gpu/run --device cuda                               # the device's one command
     bench/gpu/run --device cuda --pes alibi rotary            # a later chance: the PEs not yet measured
-    bench/gpu/run --device cpu --preset tiny --steps 300 --slice-s 10 --log-every 10   # the rehearsal
+    bench/gpu/run --device cpu --preset tiny --steps 100 --slice-s 10 --log-every 10   # as bench/gpu/rehearse
 
 Each phase runs in a child process of its own, so a phase that takes CUDA down with it (a failed
 capture leaves torch <= 2.12 unusable in that process) costs that phase only. Every number is written
@@ -250,12 +250,12 @@ def phases(
     record.put("phase", value="smoke")
     progress.say("smoke: the captured step against eager, tiny, every paper PE")
     run_child(["--phase", "smoke"], args, record, ("smoke",), 180, progress)
-    engine, cost = choose(measure_rates(args, pes or ["nope"], device, record, progress), args)
-    if cost is None:
+    engine, costs = choose(measure_rates(args, pes or ["nope"], device, record, progress), args)
+    if engine is None:
         record.put("plan", value={"runs": [], "why": "no rate was measured"})
         return
-    record.put("plan", value={"engine": engine, "estimated_run_s": cost.seconds()})
-    run_planned(args, pes, engine, cost, deadline, record, progress)
+    record.put("plan", value={"engine": engine, "estimated_run_s": costs[engine].seconds()})
+    run_planned(args, pes, engine, costs, deadline, record, progress)
 
 
 def measure_rates(
@@ -285,12 +285,14 @@ def run_planned(
     args: argparse.Namespace,
     pes: list[str],
     engine: str,
-    cost: RunCost,
+    costs: dict[str, RunCost],
     deadline: float,
     record: Record,
     progress: Progress,
 ) -> None:
-    """Whole runs one after another, each while the planner says one more fits the time left."""
+    """Whole runs one after another, each while the planner says one more fits the time left; after a
+    captured run that failed, the rest run eagerly (a capture that failed once fails again)."""
+    cost = costs[engine]
     for pe in pes:
         left = deadline - time.time()
         fits = plan(pes[pes.index(pe) :], cost, left, MARGIN_S)
@@ -306,22 +308,22 @@ def run_planned(
         if "wall_s" in part:  # plan the next from the slower of the estimate and this run
             taken = part["wall_s"] + part.get("_start_s", 0)
             cost = replace(cost, startup_s=cost.startup_s + max(0.0, taken - cost.seconds()))
+        if engine == "captured" and part.get("_exit") and "eager" in costs:
+            engine, cost = "eager", costs["eager"]
+            record.put("plan", "engine", value="eager after a captured run failed")
 
 
-def choose(rates: dict[str, dict], args: argparse.Namespace) -> tuple[str, RunCost | None]:
-    """The engine the whole runs take: captured where its slice measured a rate with every member
-    captured and faster than eager; else eager. Its cost, for the planner."""
-    captured = rates.get("captured", {})
-    engines = captured.get("result", {}).get("engines", {})
+def choose(rates: dict[str, dict], args: argparse.Namespace) -> tuple[str | None, dict[str, RunCost]]:
+    """The engine the whole runs take (None where no rate was measured) and each engine's run cost:
+    captured where its slice measured a rate with every member captured and no slower than eager."""
+    costs = {name: cost for name in rates if (cost := rate_cost(rates[name], args))}
+    engines = rates.get("captured", {}).get("result", {}).get("engines", {})
     held = bool(engines) and all(e.get("captured") for e in engines.values())
-    costs = {name: rate_cost(rates[name], args) for name in rates}
-    if (
-        held
-        and costs.get("captured")
-        and (not costs.get("eager") or costs["captured"].member_steps_per_s >= costs["eager"].member_steps_per_s)
-    ):
-        return "captured", costs["captured"]
-    return "eager", costs.get("eager")
+    if held and "captured" in costs:
+        faster = "eager" not in costs or costs["captured"].member_steps_per_s >= costs["eager"].member_steps_per_s
+        if faster:
+            return "captured", costs
+    return ("eager" if "eager" in costs else None), costs
 
 
 def main(argv: list[str] | None = None) -> int:
