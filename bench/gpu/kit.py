@@ -50,6 +50,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=530, help="from the start of bench/gpu/run (default 530)")
     parser.add_argument("--log-every", type=int, default=50, help="steps between loss reads (default 50)")
     parser.add_argument("--rates-from", type=Path, help="an earlier record of this device: its rates, no slices")
+    parser.add_argument("--patience", type=float, default=1, help="multiplies each phase's time limit (default 1)")
     parser.add_argument("--threads", type=int, help="torch's CPU threads in each phase (default torch's)")
     parser.add_argument("--no-capture", action="store_true", help="skip the captured slice; whole runs eager")
     parser.add_argument("--name", help="bench/results/gpu_kit_<name>_<device>.json (default: preset and UTC time)")
@@ -249,7 +250,7 @@ def phases(
     """Smoke, rate slices (captured, then eager), then whole runs as the rates allow."""
     record.put("phase", value="smoke")
     progress.say("smoke: the captured step against eager, tiny, every paper PE")
-    run_child(["--phase", "smoke"], args, record, ("smoke",), 180, progress)
+    run_child(["--phase", "smoke"], args, record, ("smoke",), 180 * args.patience, progress)
     engine, costs = choose(measure_rates(args, pes or ["nope"], device, record, progress), args)
     if engine is None:
         record.put("plan", value={"runs": [], "why": "no rate was measured"})
@@ -273,7 +274,7 @@ def measure_rates(
         record.put("phase", value=f"rate {engine}")
         progress.say(f"rate slice, {engine}: {', '.join(pes)} trained together at {args.preset}")
         flags = ["--phase", "slice", "--pes", *pes] + (["--capture"] if engine == "captured" else [])
-        limit = args.slice_s + 240  # start, build, warm-up, capture, one timed evaluation
+        limit = args.slice_s + 240 * args.patience  # start, build, warm-up, capture, one timed evaluation
         rates[engine] = run_child(flags, args, record, ("rate", engine), limit, progress)
     if all(rates.get(e, {}).get("result", {}).get("member_steps_per_s") for e in ("captured", "eager")):
         ratio = rates["captured"]["result"]["member_steps_per_s"] / rates["eager"]["result"]["member_steps_per_s"]
