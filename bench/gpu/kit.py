@@ -208,7 +208,13 @@ def parent(args: argparse.Namespace) -> int:
     record = Record(out_paths(name, device.type, RESULTS), header("gpu_kit", what, device, os.getloadavg()))
     stop_on_signals(record, started)
     progress = Progress(started)
-    settings = {"preset": args.preset, "seed": args.seed, "steps": args.steps, "pes": pes, "already_measured": done}
+    settings = {
+        "preset": args.preset,
+        "seed": args.seed,
+        "steps": args.steps,
+        "pes": pes,
+        "already_measured": sorted(done),
+    }
     record.put("settings", value=settings | {"slice_s": args.slice_s, "budget_s": args.budget_s})
     try:
         record.put("versions", value=versions())
