@@ -2,7 +2,7 @@
 graph per run. None of these changes what a step computes beyond float rounding; each is proved
 equal to the eager step by a test on the CPU where it can run there (captured graphs need a GPU).
 
-At the paper's scale a step is about 1,500 tokens through 12 x 768 (bench/paper_scale.py): on an H100
+At the paper's scale a step is about 1,500 tokens through 12 x 768 (bench/gpu/, the GPU kit): on an H100
 it is bound by its ~2,000 kernel launches, not by arithmetic. A captured step replays them as one
 launch. Capture needs what the rest of the loop provides: one batch shape for the whole run
 (:class:`probe.tasks.batches.Geometry`), no host sync inside a step (losses are read every ``log_every``
