@@ -304,3 +304,17 @@ def write_json(name: str, device: torch.device | str, payload: dict) -> Path:
     os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it 0600
     os.replace(handle.name, path)
     return path
+
+
+def fill_block(path: Path, name: str, text: str) -> None:
+    """Replace what lies between ``<!-- name:begin -->`` and ``<!-- name:end -->`` in the page ``path`` with
+    ``text``: numbers a page quotes, written by the script that measured them rather than typed."""
+    page = path.read_text()
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in page or end not in page:
+        sys.exit(f"{path} has no {begin} ... {end} block to fill")
+    before, rest = page.split(begin, 1)
+    after = rest.split(end, 1)[1]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(before + begin + "\n" + text + end + after)
+    os.replace(tmp, path)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS  # noqa: E402
+from common import RESULTS, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
@@ -116,7 +116,6 @@ def write_figures(report: dict, merged: Merged, folder: Path) -> list[Path]:
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproducing.md"
-MARKERS = ("<!-- section3:begin -->", "<!-- section3:end -->")
 
 
 def _pct(value: float | None) -> str:
@@ -177,17 +176,6 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
     return "\n".join(lines) + "\n"
 
 
-def write_docs(text: str, path: Path = DOCS) -> None:
-    """Replace what lies between the markers in ``path`` with ``text``."""
-    page = path.read_text()
-    begin, end = MARKERS
-    if begin not in page or end not in page:
-        sys.exit(f"{path} has no {begin} ... {end} block to fill")
-    before, rest = page.split(begin, 1)
-    after = rest.split(end, 1)[1]
-    atomic_write_text(path, before + begin + "\n" + text + end + after)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--summaries", default=str(RESULTS / STUDY), help="folder of the study's summaries")
@@ -218,7 +206,7 @@ def main() -> None:
     atomic_write_text(RESULTS / f"{args.name}.md", text + "\n".join(tail) + "\n")
     print(text + "\n".join(tail))
     if args.docs:
-        write_docs(docs_tables(report, merged.missing, args.seeds))
+        fill_block(DOCS, "section3", docs_tables(report, merged.missing, args.seeds))
         print(f"wrote the tables into {DOCS}")
     if args.figures:
         for path in write_figures(report, merged, Path(args.figures)):
