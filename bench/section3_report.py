@@ -26,7 +26,8 @@ from common import RESULTS, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
-from probe.studies.reproduce import markdown, plan, report_of, scenarios  # noqa: E402
+from probe.studies.reproduce import plan, scenarios  # noqa: E402
+from probe.studies.reproduce_report import markdown, report_of  # noqa: E402
 from probe.studies.summaries import Merged, merge  # noqa: E402
 
 STUDY = "section3"

@@ -81,7 +81,7 @@ def test_mean_over_seeds_hand_worked():
 
 
 def test_reproduce_and_sweep_report_the_same_means_none_where_no_seed_has_unseen_lengths(tmp_path):
-    from probe.studies.reproduce import _by_pe
+    from probe.studies.reproduce_report import _by_pe
     from probe.studies.sweep.report import aggregate
 
     reports = [_report("nope", 0, None), _report("nope", 1, None), _report("t5", 0, 0.5), _report("t5", 1, 0.25)]

@@ -9,7 +9,8 @@ import pytest
 
 from probe.atomic import atomic_write_json
 from probe.cli import main
-from probe.studies.reproduce import build_report, find_reports, markdown, plan, read_report, write_report
+from probe.studies.reproduce import plan
+from probe.studies.reproduce_report import build_report, find_reports, markdown, read_report, write_report
 from probe.tasks import get
 
 PAPER_SCAN_OOD = {"nope": 0.797, "t5": 0.798, "alibi": 0.438, "rotary": 0.283, "ape": 0.057}  # rounded, for reading
@@ -187,7 +188,7 @@ def test_reproduction_page_without_a_report_says_how_to_make_one(tmp_path, monke
 
 
 def test_disagreements_name_gaps_and_inversions_but_not_our_ties():
-    from probe.studies.reproduce import disagreements
+    from probe.studies.reproduce_report import disagreements
 
     paper = {"nope": {"ood": 0.80}, "rotary": {"ood": 0.28}, "ape": {"ood": 0.06}}
     ours = {"nope": {"ood": 0.0}, "rotary": {"ood": 0.0004}, "ape": {"ood": 0.30}}

@@ -10,7 +10,8 @@ import pytest
 
 from probe.errors import ProbeError
 from probe.reference import CATEGORIES
-from probe.studies.reproduce import plan, report_of, scenarios
+from probe.studies.reproduce import plan, scenarios
+from probe.studies.reproduce_report import report_of
 from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
 from tests.test_reproduce import fake_evals
 

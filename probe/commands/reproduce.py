@@ -73,18 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.device import resolve_device
-    from probe.studies.reproduce import (
-        RANKING_ONLY,
-        REPORT,
-        SUMMARIES,
-        analyse,
-        build_report,
-        evaluate,
-        markdown,
-        plan,
-        scenarios,
-        write_report,
-    )
+    from probe.studies.reproduce import SUMMARIES, analyse, evaluate, plan, scenarios
+    from probe.studies.reproduce_report import RANKING_ONLY, REPORT, build_report, markdown, write_report
     from probe.studies.summaries import write_summaries
     from probe.studies.sweep import run_state
     from probe.training.engine import Engine

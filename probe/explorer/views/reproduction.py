@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from probe.explorer import shared
-from probe.studies.reproduce import figures, find_reports, markdown, read_report
+from probe.studies.reproduce_report import figures, find_reports, markdown, read_report
 
 st.header("Reproduction")
 root = shared.checkpoints_root()

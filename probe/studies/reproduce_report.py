@@ -1,0 +1,317 @@
+"""`probe reproduce`'s report: per scenario ours beside the paper's released runs, where they differ, the
+ranks per category with their intervals over seeds, and the report's files (JSON, Markdown, HTML)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
+from probe.analysis.evaluation import mean_ranks
+from probe.reference import category, dataset_for, paper_runs, paper_summary
+from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals
+from probe.studies.sweep import SweepRun
+
+REPORT = "report"
+RANKING_ONLY = frozenset({"section3"})
+"""Studies that rank PEs only: no NoPE' (the seed baseline the attention analyses read against), no
+attention analyses."""
+
+
+def _by_pe(evals: Sequence[EvalReport]) -> dict[str, dict[str, Any]]:
+    """Per PE, from eval reports of one task folder: IID and OOD exact match and accuracy per length, means
+    over seeds (:func:`~probe.analysis.eval_report.mean_over_seeds`)."""
+    return {
+        m.pe: {
+            "iid": m.iid_accuracy,
+            "ood": m.ood_accuracy,
+            "seeds": m.seeds,
+            "lengths": m.lengths,
+            "accuracy": m.accuracy,
+            "seen": m.seen,
+            "selected_steps": m.selected_steps,
+            "last_iid": m.last_iid,
+            "last_ood": m.last_ood,
+        }
+        for m in mean_over_seeds(evals)
+    }
+
+
+def disagreements(
+    ours: dict[str, dict[str, Any]],
+    paper: dict[str, dict[str, Any]],
+    folder: str,
+    gap: float = 0.15,
+    clear: float = 0.05,
+    tie: float = 0.01,
+) -> list[str]:
+    """Sentences naming where our OOD accuracy departs from the paper's by ``gap`` or more, and each
+    pair of PEs that one side orders clearly (by ``clear`` or more) and the other reverses; pairs
+    both sides call close (NoPE ≈ T5 in the paper) are not an inversion, and neither is a pair we
+    tie (within ``tie``: 0.0% against 0.04% orders nothing)."""
+    pes = [pe for pe in paper if pe in ours and ours[pe]["ood"] is not None]
+    notes = []
+    for pe in pes:
+        difference = ours[pe]["ood"] - paper[pe]["ood"]
+        if abs(difference) >= gap:
+            notes.append(
+                f"{folder}: {pe} reaches {100 * ours[pe]['ood']:.1f}% OOD where the paper's reaches "
+                f"{100 * paper[pe]['ood']:.1f}% ({'+' if difference > 0 else ''}{100 * difference:.1f} "
+                "points)."
+            )
+    for i, a in enumerate(pes):
+        for b in pes[i + 1 :]:
+            mine, theirs = ours[a]["ood"] - ours[b]["ood"], paper[a]["ood"] - paper[b]["ood"]
+            if mine * theirs < 0 and abs(mine) >= tie and max(abs(mine), abs(theirs)) >= clear:
+                high, low = (a, b) if mine > 0 else (b, a)
+                notes.append(
+                    f"{folder}: we rank {high} above {low} ({100 * ours[high]['ood']:.1f}% vs "
+                    f"{100 * ours[low]['ood']:.1f}% OOD); the paper ranks {low} above {high} "
+                    f"({100 * paper[low]['ood']:.1f}% vs {100 * paper[high]['ood']:.1f}%)."
+                )
+    return notes
+
+
+def build_report(runs: Sequence[SweepRun], analyses: dict[str, Any], *, scale: str) -> dict[str, Any]:
+    """The report's data from the study's run folders (:func:`report_of` their evaluations)."""
+    evals = {str(r.path): read_eval(r.path) for r in runs}
+    missing = [r.label for r in runs if evals[str(r.path)] is None]
+    baseline_seed = None if scale in RANKING_ONLY else max(r.config.seed for r in runs)
+    return report_of(
+        [e for e in evals.values() if e is not None],
+        analyses,
+        scale=scale,
+        baseline_seed=baseline_seed,
+        missing=missing,
+    )
+
+
+def report_of(
+    evaluations: Sequence[EvalReport],
+    analyses: dict[str, Any],
+    *,
+    scale: str,
+    baseline_seed: int | None = None,
+    missing: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The report's data: per scenario ours (NoPE at ``baseline_seed`` apart, as the NoPE' baseline it is)
+    and the paper's, the ranks, the analyses, the notes; ``missing`` names what was not evaluated."""
+
+    def is_baseline(e: EvalReport) -> bool:
+        return e.pe == "nope" and e.seed == baseline_seed
+
+    evaluated = [e for e in evaluations if not is_baseline(e)]
+    tasks: dict[str, Any] = {}
+    ours_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    for folder in dict.fromkeys(e.task_folder for e in evaluations):
+        first = next(e for e in evaluations if e.task_folder == folder)
+        task, resolved = first.task, first.task_options
+        dataset = dataset_for(task, resolved)
+        mine = [e for e in evaluated if e.task_folder == folder]
+        baseline = [e for e in evaluations if e.task_folder == folder and is_baseline(e)]
+        ours = _by_pe(mine)
+        paper = paper_summary(dataset) if dataset else None
+        name = category(task, resolved)
+        for e in mine:
+            if e.ood_accuracy is not None:
+                ours_queries.setdefault(name, {}).setdefault((folder, e.seed), {})[e.pe] = e.ood_accuracy
+        tasks[folder] = {
+            "task": task,
+            "options": resolved,
+            "category": name,
+            "paper_dataset": dataset,
+            "ours": ours,
+            "baseline": _by_pe(baseline).get("nope"),
+            "paper": paper,
+            "notes": disagreements(ours, paper, folder)
+            if paper
+            else [f"{folder}: the paper's released results hold no run of this task to compare with."],
+            **analyses.get(folder, {}),
+        }
+    paper_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    for entry in tasks.values():
+        if entry["paper_dataset"]:
+            for run in paper_runs(entry["paper_dataset"]):
+                key = (entry["paper_dataset"], run["seed"])
+                paper_queries.setdefault(entry["category"], {}).setdefault(key, {})[run["pe"]] = run["ood"]
+    return {
+        "scale": scale,
+        "tasks": tasks,
+        "mrr": {"ours": mean_reciprocal_ranks(ours_queries), "paper": mean_reciprocal_ranks(paper_queries)},
+        "mrr_intervals": {"ours": (ours_ranks := rank_intervals(ours_queries)), "paper": rank_intervals(paper_queries)},
+        "paper_ordering": paper_ordering(ours_ranks),
+        "mean_rank": {"ours": mean_ranks(evaluated)},
+        "missing": list(missing),
+        "notes": [n for t in tasks.values() for n in t["notes"]],
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _selection(ours: dict[str, Any]) -> str:
+    """`` best step 3400; last step 94.2% / 20.1% |`` where runs were selected on IID validation, else
+    an empty cell."""
+    if not ours.get("selected_steps"):
+        return " |"
+    steps = ",".join(map(str, ours["selected_steps"]))
+    return f" best step {steps}; last step {_pct(ours['last_iid'])} / {_pct(ours['last_ood'])} |"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The Markdown summary: per task, ours beside the paper's; the MRR; the notes."""
+    from probe.models.registry import PE_LABELS
+
+    lines = [f"# probe reproduce ({report['scale']} study)", ""]
+    for folder, entry in report["tasks"].items():
+        paper = entry["paper"] or {}
+        rows = [*entry["ours"].values(), *([entry["baseline"]] if entry.get("baseline") else [])]
+        selected = any(row.get("selected_steps") for row in rows)  # a column for the selection, if any
+        lines += [
+            f"## {folder} ({entry['category']})",
+            "",
+            "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |"
+            + (" selected on IID validation (last step IID / OOD) |" if selected else ""),
+            "|---|---|---|---|---|---|" + ("---|" if selected else ""),
+        ]
+        for pe, ours in entry["ours"].items():
+            theirs = paper.get(pe, {})
+            lines.append(
+                f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
+                f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |"
+                + (_selection(ours) if selected else "")
+            )
+        if entry.get("baseline"):
+            base = entry["baseline"]
+            lines.append(
+                f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
+                f"{_pct(base['ood'])} | | |" + (_selection(base) if selected else "")
+            )
+        lines.append("")
+    lines += [
+        "## Mean reciprocal rank by OOD exact match (higher is better; ties go against NoPE)",
+        "",
+        "One query per scenario and seed; [low, high]: 95% bootstrap interval over seeds (none with one seed).",
+        "",
+    ]
+    for who in ("ours", "paper"):
+        for name, entry in report.get("mrr_intervals", {}).get(who, {}).items():
+            ranked = ", ".join(
+                f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}"
+                + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
+                for pe, r in entry["pes"].items()
+            )
+            seeds = ",".join(map(str, entry["seeds"]))
+            lines.append(f"- {who}, {name} ({entry['scenarios']} scenarios, seeds {seeds}): {ranked}")
+    if report.get("paper_ordering"):
+        lines += ["", "## The paper's ordering (Figure mrr-per-category), ours", ""]
+        lines += [f"- {line}" for line in report["paper_ordering"]]
+    lines += ["", "## Where we differ from the paper", ""] + [
+        f"- {note}" for note in report["notes"] or ["nothing flagged"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def figures(report: dict[str, Any]) -> dict[str, Any]:
+    """{name: plotly figure} of the report, the paper's series dashed beside ours."""
+
+    from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, rank_figure
+    from probe.models.registry import PE_LABELS
+
+    out: dict[str, Any] = {}
+    for folder, entry in report["tasks"].items():
+        curves = [
+            {"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
+            for pe, t in entry["ours"].items()
+        ]
+        if entry.get("baseline"):
+            base = entry["baseline"]
+            curves.append(
+                {
+                    "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
+                    "pe": "nope",
+                    "lengths": base["lengths"],
+                    "accuracy": base["accuracy"],
+                    "dashed": True,
+                }
+            )
+        for pe, theirs in (entry["paper"] or {}).items():
+            lengths = list(theirs["ood_by_length"])
+            curves.append(
+                {
+                    "label": f"{PE_LABELS.get(pe, pe)} (paper)",
+                    "pe": pe,
+                    "dashed": True,
+                    "lengths": lengths,
+                    "accuracy": [theirs["ood_by_length"][n] for n in lengths],
+                }
+            )
+        seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
+        out[f"accuracy_{folder}"] = accuracy_by_length(
+            curves,
+            (min(seen), max(seen)) if seen else None,
+            f"{folder}: exact match by length; ours solid, the paper's released runs dotted (unseen lengths)",
+        )
+        for metric, data in entry.get("compare", {}).items():
+            label = "D^(l), JSD" if metric == "jsd" else "D^(l), released code's metric"
+            out[f"distance_{folder}_{metric}"] = layer_distance_figure(
+                data["curves"], f"{folder}: D(NoPE, ·) per layer", label
+            )
+        if entry.get("distances"):
+            out[f"attended_{folder}"] = attended_distance_figure(
+                entry["distances"]["series"], f"{folder}: normalized attended distance (unseen lengths)"
+            )
+    for who in ("ours", "paper"):
+        ranks = report["mrr"][who]
+        if not ranks:
+            continue
+        out[f"mrr_{who}"] = rank_figure(
+            ranks,
+            f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
+            "mean reciprocal rank (1 = always first)",
+            y_range=(0, 1),
+        )
+    return out
+
+
+def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
+    """``report.json``, ``summary.md`` and one self-contained ``report.html`` (plotly inlined once)."""
+    from probe.atomic import atomic_write_json, atomic_write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "report.json", report)
+    summary = markdown(report)
+    atomic_write_text(out / "summary.md", summary)
+    parts, first = [], True
+    for name, figure in figures(report).items():
+        parts.append(figure.to_html(full_html=False, include_plotlyjs=first, div_id=name))
+        first = False
+    notes = "".join(f"<li>{n}</li>" for n in report["notes"]) or "<li>nothing flagged</li>"
+    html = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>probe reproduce</title></head><body>"
+        f"<h1>probe reproduce ({report['scale']} study)</h1><h2>Where we differ from the paper</h2><ul>{notes}</ul>"
+        + "".join(parts)
+        + "</body></html>"
+    )
+    atomic_write_text(out / "report.html", html)
+    return [out / "report.json", out / "summary.md", out / "report.html"]
+
+
+def find_reports(root: str | Path) -> list[Path]:
+    """Folders under ``root`` (two levels down at most) that hold a ``probe reproduce`` report."""
+    root = Path(root)
+    candidates = [root / REPORT, *root.glob(f"*/{REPORT}"), *root.glob(f"*/*/{REPORT}")]
+    return [folder for folder in candidates if (folder / "report.json").is_file()]
+
+
+def read_report(folder: str | Path) -> dict[str, Any] | None:
+    """A report folder's report.json, or None when missing or unreadable."""
+    try:
+        data = json.loads((Path(folder) / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "tasks" in data else None
