@@ -55,7 +55,7 @@ def measure(name: str, device: str, dtype: str) -> dict:
     from probe.analysis.budget import keep_freed_memory
     from probe.analysis.distances import attended_results
     from probe.analysis.inputs import Inputs, WindowGroup
-    from probe.analysis.perplexity import Protocol, scored_nll
+    from probe.analysis.perplexity import ScoringPlan, scored_nll
     from probe.analysis.position_hooks import collect
     from probe.analysis.run_info import RunInfo
     from probe.analysis.subjects import Loaded
@@ -82,7 +82,7 @@ def measure(name: str, device: str, dtype: str) -> dict:
             model(tokens[:, :64].to(placed))  # warm-up
             timed("1024", model, tokens[:, :CONTEXT].to(placed))
         elif name == "perplexity":
-            protocol = Protocol.scaled(CONTEXT)
+            protocol = ScoringPlan.scaled(CONTEXT)
             for c in protocol.contexts:
                 timed(str(c), scored_nll, model, [tokens[0]], c, protocol.scored, device=placed)
             seconds["file"] = sum(seconds.values())

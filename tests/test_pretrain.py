@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe.analysis.perplexity import PAPER_CONTEXTS, Protocol, perplexity_report, scored_nll
+from probe.analysis.perplexity import PAPER_CONTEXTS, ScoringPlan, perplexity_report, scored_nll
 from probe.cli import main
 from probe.corpus import CorpusSpec, SourceFile, find_sources, prepare_corpus, split_files
 from probe.corpus.files import split_fraction
@@ -140,8 +140,8 @@ def test_cosine_schedule_is_the_half_cosine_after_warm_up():
 
 # -- perplexity ----------------------------------------------------------------------------------
 def test_protocol_scales_the_papers_columns_scored_tokens_and_buckets():
-    assert Protocol.scaled(1024) == Protocol(1024, PAPER_CONTEXTS, 200, 250, 4500)
-    small = Protocol.scaled(128)
+    assert ScoringPlan.scaled(1024) == ScoringPlan(1024, PAPER_CONTEXTS, 200, 250, 4500)
+    small = ScoringPlan.scaled(128)
     assert small.contexts == (64, 80, 95, 110, 128, 150, 175, 200, 225, 256, 288, 320)
     assert (small.scored, small.bucket_width) == (25, 31)
 

@@ -58,8 +58,9 @@ def context_room(context: int) -> int:
 
 
 @dataclass(frozen=True)
-class Protocol:
-    """The paper's scoring, scaled to a training context: context sizes, scored tokens, bucket width."""
+class ScoringPlan:
+    """The paper's perplexity scoring, scaled to a training context: context sizes, scored tokens, bucket
+    width (not the training protocol of :mod:`probe.training.train_config`)."""
 
     train_context: int
     contexts: tuple[int, ...]
@@ -68,7 +69,7 @@ class Protocol:
     longest: int  # the last bucket ends here
 
     @classmethod
-    def scaled(cls, train_context: int) -> Protocol:
+    def scaled(cls, train_context: int) -> ScoringPlan:
         scale = train_context / PAPER_CONTEXT
         contexts = tuple(dict.fromkeys(max(2, round(c * scale)) for c in PAPER_CONTEXTS))
         return cls(
@@ -127,7 +128,7 @@ def scored_nll(
 def read_contexts(
     model,
     files: Sequence[Tensor],
-    protocol: Protocol,
+    protocol: ScoringPlan,
     *,
     device: torch.device,
     batch_size: int = 16,
@@ -161,7 +162,7 @@ def read_contexts(
     return nll
 
 
-def pick_files(lengths: Tensor, protocol: Protocol, max_files: int | None, seed: int) -> Tensor:
+def pick_files(lengths: Tensor, protocol: ScoringPlan, max_files: int | None, seed: int) -> Tensor:
     """[picked] indices of the held-out files read (``lengths``: [file] tokens): at most ``max_files``,
     drawn with ``seed``, each at least as long as the smallest context; ProbeError if none is."""
     order = torch.arange(len(lengths))
@@ -192,7 +193,7 @@ class RunPerplexity:
 class PerplexityReport:
     """Perplexity per run, file-length bucket and context size, with bootstrap intervals over files."""
 
-    protocol: Protocol
+    protocol: ScoringPlan
     files: list[str]
     lengths: Tensor  # [file] tokens
     runs: list[RunPerplexity]
@@ -410,7 +411,7 @@ def _corpus_perplexity(
     from probe.models.rotary import SCALINGS_WITH_LENGTH
 
     corpus = _code_corpus(subjects)
-    protocol = Protocol.scaled(int(subjects[0].config["task"]["options"]["context"]))
+    protocol = ScoringPlan.scaled(int(subjects[0].config["task"]["options"]["context"]))
     lengths = corpus.heldout_lengths()
     order = pick_files(lengths, protocol, max_files, seed)
     files = [corpus.heldout_file(int(i)) for i in order]
@@ -455,7 +456,7 @@ def _text_perplexity(
 ) -> PerplexityReport:
     """Every model on the same held-out texts, each with its own tokenizer, at T (:mod:`probe.analysis.subjects`)."""
     first = subjects[0].load(device, dtype=dtype)
-    protocol = Protocol.scaled(reading.context(first))
+    protocol = ScoringPlan.scaled(reading.context(first))
     every = reading.tokenized(first)
     lengths = every.heldout_lengths()
     order = pick_files(lengths, protocol, max_files, seed)

@@ -126,7 +126,7 @@ def train_group(
     on_start: Callable[[Path, int, int], None] | None = None,
     on_step: Callable[[Path, int, float, float], None] | None = None,
 ) -> list[RunResult | ProbeError]:
-    """Train ``runs`` (one :func:`~probe.training.loop.group_key`: a study's PEs at one seed) as one
+    """Train ``runs`` (one :func:`~probe.training.together.group_key`: a study's PEs at one seed) as one
     program on ``device``, each into its run folder exactly as :func:`train_run` writes it; complete
     ones are skipped. Runs resumed from different steps train in turn, each batch of equal steps
     together. Per run its result, or the ProbeError that stopped it (the others go on); a folder

@@ -147,7 +147,7 @@ def train_stacked(
     on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
     on_wait: Callable[[Path, dict], None] | None = None,
 ) -> list[RunResult | RunFailure]:
-    """Train ``runs`` in this process, those of one :func:`~probe.training.loop.group_key` together
+    """Train ``runs`` in this process, those of one :func:`~probe.training.together.group_key` together
     (:func:`~probe.training.bookkeeping.train_group`); results in the order of ``runs``, a run that
     failed (NaN loss, another's folder) as a :class:`RunFailure` while the others go on."""
     from probe.errors import ProbeError
