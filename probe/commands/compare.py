@@ -175,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    if args.n_per_bucket < 1:  # a bad value is its own line, before any run is looked for
+        raise ProbeError(f"--n-per-bucket must be at least 1, got {args.n_per_bucket}")
     args.runs = [pe_or_run(name) for name in args.runs]
     task, options = task_options(subjects_task(args.runs, args.task), args.option, args.scratchpad)
     names = dict(root=args.checkpoints, task=task, seed=args.seed, options=options)
