@@ -19,7 +19,20 @@ MODEL = ["-m", "n_layers=1", "-m", "d_model=32", "-m", "n_heads=2", "-m", "d_hea
 def root(tmp_path_factory):
     """NoPE and Rotary on reverse, a few steps each: enough to evaluate."""
     folder = tmp_path_factory.mktemp("eval") / "ck"
-    argv = ["train", *COMMON, "--pe", "nope", "--pe", "rotary", "--steps", "20", *MODEL, "--checkpoints", str(folder)]
+    argv = [
+        "train",
+        *COMMON,
+        "--pe",
+        "nope",
+        "--pe",
+        "rotary",
+        "--steps",
+        "20",
+        *MODEL,
+        "--no-eval",
+        "--checkpoints",
+        str(folder),
+    ]
     assert main(argv) == 0
     return folder
 
