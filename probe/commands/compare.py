@@ -180,11 +180,12 @@ def run(args: argparse.Namespace) -> int:
     args.runs = [pe_or_run(name) for name in args.runs]
     task, options = task_options(subjects_task(args.runs, args.task), args.option, args.scratchpad)
     names = dict(root=args.checkpoints, task=task, seed=args.seed, options=options)
-    check_out(args, home(resolve_all(args.runs[:1], **names), args.checkpoints, options) / "compare", "compare")
+    first = resolve_all(args.runs[:1], **names)  # resolved once: its run (config read) goes on to the report
+    check_out(args, home(first, args.checkpoints, options) / "compare", "compare")
     out = console(stderr=args.json)
     with progress_bar(out, "comparing", width=40) as on_progress:
         report = compare_report(
-            args.runs[0],
+            first[0].run if first[0].path is not None else args.runs[0],
             args.runs[1:],
             root=args.checkpoints,
             task=task,

@@ -133,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
     )
     examples = {c.eval_examples for c in configs}
     out.print(
-        f"[dim]IID exact match: on {', '.join(map(str, sorted(examples)))} held-out examples of the training "
-        "lengths, greedy decoding's exact match[/dim]"
+        f"[dim]IID exact match: greedy, on {', '.join(map(str, sorted(examples)))} held-out examples of the "
+        "training lengths (`probe eval` scores its own draw, with the test split's seen lengths: its IID "
+        "differs a little)[/dim]"
     )
     if not args.no_eval:
         _length_generalization(results, device, out)
@@ -165,7 +166,9 @@ def _length_generalization(results: list, device, out) -> None:
     the paper is about, beside IID (``eval.json`` per run, as `probe eval` writes it)."""
     from rich.table import Table
 
+    from probe.analysis.eval_report import read_eval
     from probe.analysis.evaluation import evaluate_run
+    from probe.atomic import writable
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
     from probe.training.parallel import RunFailure
@@ -179,7 +182,10 @@ def _length_generalization(results: list, device, out) -> None:
     with out.status("scoring the runs on seen and unseen lengths") as status:
         for r in trained:
             status.update(f"scoring {'/'.join(r.path.parts[-2:])} on seen and unseen lengths")
-            report = evaluate_run(Run(r.path, read_checkpoint_config(r.path)), device=device, wait=True)
+            report = read_eval(r.path) if r.status == "skipped" else None  # a finished run's own evaluation
+            if report is None:  # written where the run can be written; a read-only run is read, not locked
+                run = Run(r.path, read_checkpoint_config(r.path))
+                report = evaluate_run(run, device=device, wait=True, write=writable(r.path))
             ood = "-" if report.ood_accuracy is None else f"{100 * report.ood_accuracy:.1f}%"
             table.add_row("/".join(r.path.parts[-2:]), f"{100 * report.iid_accuracy:.1f}%", ood)
     out.print(table)
