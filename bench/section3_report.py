@@ -86,7 +86,8 @@ def panels(merged: Merged, report: dict) -> dict[str, dict]:
                     "high": [max(by_length[n]) for n in lengths],
                 }
             )
-        out[folder] = {"train_range": (min(seen), max(seen)) if seen else None, "curves": curves}
+        name = folder.replace("+split=paper", "").replace("+train_length=8", " (L=8)").replace("+variant=", " ")
+        out[name] = {"train_range": (min(seen), max(seen)) if seen else None, "curves": curves}
     return out
 
 

@@ -48,7 +48,7 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
     return figure
 
 
-def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 4):
+def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 3):
     """Figure showcase for a whole study, one small panel per scenario: exact match against length per PE,
     the mean over seeds as a line and the seeds' range as a band, the training lengths shaded. Small
     multiples rather than one crowded overlay.
@@ -71,8 +71,19 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
         panel = panels[name]
         if panel.get("train_range") is not None:
             low, high = panel["train_range"]
-            figure.add_vrect(
-                x0=low - 0.5, x1=high + 0.5, fillcolor="lightgray", opacity=0.35, line_width=0, row=row, col=col
+            axis = "" if index == 0 else str(index + 1)  # the subplot's axes: x, y, then x2, y2 ...
+            figure.add_shape(
+                type="rect",
+                xref=f"x{axis}",
+                yref=f"y{axis} domain",
+                x0=low - 0.5,
+                x1=high + 0.5,
+                y0=0,
+                y1=1,
+                fillcolor="lightgray",
+                opacity=0.35,
+                line_width=0,
+                layer="below",
             )
         for curve in panel["curves"]:
             color = pe_color(curve["pe"])
