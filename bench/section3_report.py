@@ -104,12 +104,12 @@ def write_figures(report: dict, merged: Merged, folder: Path) -> list[Path]:
             name: {pe: (r["low"], r["high"]) for pe, r in entry["pes"].items()} for name, entry in intervals.items()
         }
         seeds = sorted({s for entry in intervals.values() for s in entry["seeds"]})
-        whose = (
-            "ours: tiny, 17 scenarios"
-            if who == "ours"
-            else "the paper's released runs: base, SCAN, PCFG, copy, reverse"
+        scenarios = max(entry["scenarios"] for entry in intervals.values())
+        whose = "ours, tiny" if who == "ours" else "the paper's released runs, base (SCAN, PCFG, copy, reverse)"
+        title = (
+            f"Mean reciprocal rank by OOD exact match<br><sup>{whose}: {scenarios} scenarios, "
+            f"seed(s) {', '.join(map(str, seeds))}; bars: 95% bootstrap interval over seeds</sup>"
         )
-        title = f"Mean reciprocal rank by OOD exact match ({whose}; {len(seeds)} seed(s), 95% bootstrap over seeds)"
         figure = rank_figure(means, title, "mean reciprocal rank", y_range=(0, 1.05), intervals=spans)
         written += write_figure(figure, folder / f"section3_mrr_{who}")
     figure = accuracy_panels(panels(merged, report), "Exact match by length per scenario (tiny; seen lengths shaded)")
