@@ -156,7 +156,7 @@ def _job(args: argparse.Namespace) -> dict:
         "task": task,
         "options": options,
         "preset": args.preset or (MAIN_JOB["preset"] if main else "tiny"),
-        "steps": args.steps or (MAIN_JOB["steps"] if main and args.preset is None else None),
+        "steps": args.steps if args.steps is not None else MAIN_JOB["steps"] if main and args.preset is None else None,
         "pack": args.pack if args.pack is not None else main and MAIN_JOB["pack"],
     }
 
