@@ -127,9 +127,25 @@ def test_the_installed_wheel_trains_compares_and_serves(venv, tmp_path):
     assert script.is_relative_to(site) and script.is_file()
 
     probe = str(venv / "bin" / "probe")
-    run([probe, "train", "--pe", "nope", "--pe", "t5", *TINY, "--checkpoints", "C"], cwd=tmp_path)
+    run([probe, "train", "--task", "scan", "--pe", "nope", "--pe", "t5", *TINY, "--checkpoints", "C"], cwd=tmp_path)
     assert all((tmp_path / "C" / "scan" / pe / "seed0" / "model.safetensors").is_file() for pe in ("nope", "t5"))
-    run([probe, "compare", "nope", "t5", "--n-per-bucket", "2", "--device", "cpu", "--checkpoints", "C"], cwd=tmp_path)
+    run(
+        [
+            probe,
+            "compare",
+            "nope",
+            "t5",
+            "--task",
+            "scan",
+            "--n-per-bucket",
+            "2",
+            "--device",
+            "cpu",
+            "--checkpoints",
+            "C",
+        ],
+        cwd=tmp_path,
+    )
     assert (tmp_path / "C" / "scan" / "compare" / "nope_vs_t5.json").is_file()
 
     log = tmp_path / "probe-app.log"
