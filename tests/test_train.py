@@ -241,3 +241,13 @@ def test_a_runs_weights_do_not_depend_on_jobs_or_on_the_threads_it_was_started_w
     for folder in ("paired", "here"):
         weights = _weights(tmp_path / folder)
         assert all(torch.equal(reference[name], weights[name]) for name in reference), folder
+
+
+def test_a_task_with_fewer_validation_examples_than_asked_validates_on_all_of_them(tmp_path):
+    """PCFG's IID validation split holds 807 examples; a run asking for 1,000 (the default) under the authors'
+    protocol, which validates every few steps, used to stop at its first step ("cannot draw 1000")."""
+    config = _config(task="pcfg", task_options={}, steps=2, eval_every=1, eval_examples=1000, protocol="authors")
+    result = train_run(config, tmp_path / "run", CPU)
+    assert result.status == "trained"
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert [step for step, _ in stored["training"]["selection"]["history"]] == [1, 2]
