@@ -167,10 +167,16 @@ def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out
 
 
 def _summarise(study: str, scenario: str, group: list, folder, out) -> None:
+    """A scenario's summaries as it lands, and at once a line naming its runs that did not finish (their
+    errors are listed again when the study ends)."""
+    from probe.analysis.eval_report import read_eval
     from probe.studies.summaries import write_summaries
 
     for path in write_summaries(study, scenario, group, folder):
         out.print(f"{scenario}: summary written to {path}")
+    unfinished = [r.label for r in group if read_eval(r.path) is None]
+    if unfinished:
+        out.print(f"[red]{scenario}: {len(unfinished)} run(s) did not finish: {', '.join(unfinished)}[/red]")
 
 
 def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scenario) -> None:
