@@ -21,6 +21,7 @@ from common import fill_block, write_json  # noqa: E402
 
 from probe.analysis.eval_report import read_eval  # noqa: E402
 from probe.analysis.evaluation import evaluate_run  # noqa: E402
+from probe.errors import ProbeError  # noqa: E402
 from probe.models.checkpoint import read_checkpoint_config  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PAPER_PES, PE_LABELS  # noqa: E402
 from probe.presets import MAIN_JOB  # noqa: E402
@@ -102,7 +103,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--docs", action="store_true", help="write the table into the getting-started page and README")
     args = parser.parse_args()
-    pes = measure(Path(args.checkpoints), args.seeds)
+    try:
+        pes = measure(Path(args.checkpoints), args.seeds)
+    except ProbeError as error:  # a run not trained yet: one line saying which
+        sys.exit(f"bench/main_job.py: {error}")
     result = {"benchmark": "main_job", "main_job": MAIN_JOB, "seeds": args.seeds, "pes": pes, "apart": apart(pes)}
     print(f"wrote {write_json('main_job', 'cpu', result)}")
     text = table(pes, args.seeds)

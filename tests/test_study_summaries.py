@@ -51,7 +51,7 @@ def test_a_summary_is_written_per_seed_once_every_run_of_it_is_evaluated(tmp_pat
     (runs[-1].path / "eval.json").unlink()  # one run of seed 1 not evaluated yet
     written = write_summaries("section3", "scan+split=paper", runs, tmp_path / "summaries")
     assert [p.name for p in written] == [summary_name("scan+split=paper", 0)]
-    summary = read_summary(written[0])
+    summary, _ = read_summary(written[0])
     assert [row["pe"] for row in summary["runs"]] == PAPER_PES
     assert summary["recipe"]["steps"] == 1500 and summary["runs"][0]["train_seconds"] == 12.5
     assert summary["runs"][0]["evaluation"]["buckets"][1] == {

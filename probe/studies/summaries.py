@@ -79,17 +79,15 @@ def write_summaries(study: str, scenario: str, runs: Sequence[Any], folder: str 
     return written
 
 
-def read_summary(path: str | Path) -> dict[str, Any]:
-    """One summary file, checked: ProbeError naming the file where it is not one."""
+def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
+    """One summary file and its runs' evaluations, read once: ProbeError naming the file where it is not one."""
     try:
         data = json.loads(Path(path).read_text())
         if data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
             raise ValueError("not a study summary")
-        for row in data["runs"]:
-            EvalReport.from_json(row["evaluation"])
+        return data, [EvalReport.from_json(row["evaluation"]) for row in data["runs"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ProbeError(f"{path}: not a readable study summary ({error})") from None
-    return data
 
 
 @dataclass(frozen=True)
@@ -117,7 +115,7 @@ def merge(
     seconds: dict[tuple[str, str, int], float | None] = {}
     found: dict[tuple[str, int], Path] = {}
     for path in sorted(Path(p) for p in paths):
-        data = read_summary(path)
+        data, reports = read_summary(path)
         if study is not None and data.get("study") != study:
             continue
         key = (data["scenario"], int(data["seed"]))
@@ -126,8 +124,8 @@ def merge(
         found[key] = path
         if data["recipe"] not in recipes.setdefault(data["scenario"], []):
             recipes[data["scenario"]].append(data["recipe"])
+        evaluations += reports
         for row in data["runs"]:
-            evaluations.append(EvalReport.from_json(row["evaluation"]))
             seconds[(data["scenario"], row["pe"], int(row["seed"]))] = row.get("train_seconds")
     missing = [(scenario, seed) for scenario in scenarios for seed in seeds if (scenario, seed) not in found]
     return Merged(evaluations, recipes, seconds, missing)
