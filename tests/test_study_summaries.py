@@ -7,13 +7,13 @@ import json
 import re
 
 import pytest
+from test_reproduce import fake_evals
 
 from probe.errors import ProbeError
 from probe.reference import CATEGORIES
 from probe.studies.reproduce import plan, scenarios
 from probe.studies.reproduce_report import report_of
 from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
-from tests.test_reproduce import fake_evals
 
 PAPER_PES = ["nope", "t5", "alibi", "rotary", "ape"]
 
