@@ -6,6 +6,7 @@ mask under autocast, evaluation builds no graph, and `--capture/--no-capture` is
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from probe.models import build_model
 from probe.models.checkpoint import load_checkpoint
 from probe.models.registry import PE_CLASSES, REGISTRY
 from probe.tasks.batches import fixed_geometry
-from probe.training.engine import CaptureFailed, Engine, cause_of
+from probe.training.engine import CapturedStep, CaptureFailed, Engine, cause_of
 from probe.training.loop import Trainer
 
 CPU = torch.device("cpu")
@@ -160,6 +161,51 @@ def test_a_step_that_syncs_in_its_last_warm_up_stays_eager_with_one_line(syncs, 
         assert "_local_scalar_dense called" in err and "runs eagerly" in err
     expected = 1 - 0.1 * sum(range(1, 9))
     torch.testing.assert_close(weight.detach(), torch.full((3,), expected, dtype=torch.float64))
+
+
+class SyncDebugMode:
+    """torch.cuda's sync debug mode as an H200 showed it (torch 2.11): setting a mode other than "default"
+    warns once that the mode is a prototype, and a synchronising call warns while the mode is "warn"."""
+
+    PROTOTYPE = "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations"
+    SYNC = "called a synchronizing CUDA operation"
+
+    def __init__(self) -> None:
+        self.mode = 0
+
+    def get(self) -> int:
+        return self.mode
+
+    def set(self, mode) -> None:
+        self.mode = {"default": 0, "warn": 1, "error": 2}.get(mode, mode)
+        if self.mode:
+            warnings.warn(self.PROTOTYPE, stacklevel=2)
+
+    def sync(self) -> None:
+        if self.mode == 1:
+            warnings.warn(self.SYNC, stacklevel=2)
+
+
+@pytest.mark.parametrize("syncs", [False, True])
+def test_the_sync_check_counts_the_steps_syncs_not_torchs_notice_about_the_mode(syncs, monkeypatch):
+    """The GPU's first chance left NoPE eager on torch's "prototype feature" notice, which setting the mode
+    prints once per process: only a warning raised by the step itself marks it as syncing."""
+    cuda = SyncDebugMode()
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", cuda.get)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", cuda.set)
+
+    def step() -> torch.Tensor:
+        if syncs:
+            cuda.sync()
+        return torch.ones(())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing of the check's own reaches the user
+        loss, where = CapturedStep._sync_check(None, step)
+    assert loss.item() == 1 and cuda.mode == 0
+    assert (where is not None) is syncs
+    if syncs:
+        assert where.startswith(SyncDebugMode.SYNC)
 
 
 def _for_loop_adamw(monkeypatch) -> None:

@@ -179,14 +179,16 @@ class CapturedStep:
         ``"error"``: the step is taken whole, and stays eager, rather than stopped halfway through an
         optimizer update), then the mode as it was: (its loss, where the first sync was, or None)."""
         previous = torch.cuda.get_sync_debug_mode()
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's own notice that the mode is a prototype: not a sync
             torch.cuda.set_sync_debug_mode("warn")
-            try:
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
                 loss = step()
-            finally:
-                torch.cuda.set_sync_debug_mode(previous)
-        syncs = [w for w in seen if "synchroniz" in str(w.message)]
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        syncs = [w for w in seen if "synchroniz" in str(w.message).lower()]
         if not syncs:
             return loss, None
         first = syncs[0]
