@@ -39,10 +39,12 @@ from probe.training.together import train_together  # noqa: E402
 RESULTS = HERE.parent / "results"
 
 
-def profile_pe(pe: str, preset: str, steps: int, device: torch.device, folder: Path) -> dict[str, Any]:
+def profile_pe(
+    pe: str, preset: str, steps: int, device: torch.device, folder: Path, compile: bool = False
+) -> dict[str, Any]:
     folder.mkdir(parents=True)
     config = paper_config(pe, preset, 0, steps, log_every=steps // 3, eval_every=steps)
-    trainer = Trainer(config, folder, device, source=scan_source(0), engine=Engine.for_device(device))
+    trainer = Trainer(config, folder, device, source=scan_source(0), engine=Engine.for_device(device, compile=compile))
     marks: list[tuple[float, int]] = []
     train_together([trainer], [lambda step, loss, speed: marks.append((time.perf_counter(), step))])
     (t0, s0), (t1, s1) = marks[-2], marks[-1]
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--preset", default="base")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--pes", nargs="+", default=["nope", "t5"])
+    parser.add_argument("--compile", action="store_true", help="torch.compile the forward (the engine's option)")
     args = parser.parse_args()
     device = torch.device(args.device)
     out = {
@@ -89,13 +92,13 @@ def main() -> None:
         "settings": vars(args),
         "pes": {},
     }
-    paths = [RESULTS / f"gpu_step_profile_{device.type}.json"]
+    paths = [RESULTS / f"gpu_step_profile{'_compiled' if args.compile else ''}_{device.type}.json"]
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / paths[0].name)
     with tempfile.TemporaryDirectory() as tmp:
         for pe in args.pes:
             try:
-                out["pes"][pe] = profile_pe(pe, args.preset, args.steps, device, Path(tmp) / pe)
+                out["pes"][pe] = profile_pe(pe, args.preset, args.steps, device, Path(tmp) / pe, args.compile)
             except Exception as error:  # noqa: BLE001 - one PE's failure is a result
                 out["pes"][pe] = {"error": f"{type(error).__name__}: {error}"}
             for path in paths:
