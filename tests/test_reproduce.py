@@ -30,8 +30,9 @@ def test_plan_is_every_pe_at_every_seed_plus_nope_prime(tmp_path):
     }
 
 
-def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> None:
-    """An eval.json per run, as `probe eval` writes it, with the given OOD accuracy per PE (NoPE' apart)."""
+def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None, iid: float = 1.0) -> None:
+    """An eval.json per run, as `probe eval` writes it, with the given OOD accuracy per PE (NoPE' apart)
+    and IID accuracy."""
     task = get("scan", split="paper")
     for run in runs:
         run.path.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,7 @@ def fake_evals(runs, ood: dict[str, float], nope_prime: float | None = None) -> 
                 "pe": run.config.pe,
                 "seed": run.config.seed,
                 "n_examples": 10,
-                "iid_accuracy": 1.0,
+                "iid_accuracy": iid,
                 "ood_accuracy": acc,
                 "buckets": [
                     {"length": 25, "n": 5, "correct": 5, "accuracy": 1.0, "seen": True},

@@ -4,6 +4,7 @@ the paper's released numbers (HTML with figures, JSON, Markdown)."""
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from probe.commands.common import add_device, add_json, console, print_json
 from probe.commands.shared_training import add_capture
@@ -73,9 +74,16 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from probe.device import resolve_device
-    from probe.studies.reproduce import SUMMARIES, analyse, evaluate, plan, scenarios
+    from probe.studies.reproduce import (
+        SUMMARIES,
+        analyse,
+        chosen_runs,
+        ladder,
+        plan,
+        rung_plan,
+        train_and_evaluate,
+    )
     from probe.studies.reproduce_report import RANKING_ONLY, REPORT, build_report, markdown, write_report
-    from probe.studies.summaries import write_summaries
     from probe.studies.sweep import run_state
     from probe.training.engine import Engine
     from probe.training.parallel import default_jobs, default_stack
@@ -96,26 +104,19 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(args, runs, todo, root, device, jobs, out)
     summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
+    rule = None if args.steps else ladder(args.scale)  # --steps: a quick look at one recipe
+    rung = rung_plan(args.scale, root, rule, seeds=args.seeds, tasks=tasks) if rule else None
+    on_scenario = partial(_summarise, args.scale, folder=summaries, out=out)
     if args.address:
-        _train_on_cluster(args.address, runs, todo, root, f"reproduce-{args.scale}", out, args.capture)
-        for scenario, group in scenarios(runs).items():
-            evaluate(group, device)
-            write_summaries(args.scale, scenario, group, summaries)
+        train = partial(_train_on_cluster, args.address, root, f"reproduce-{args.scale}", out, args.capture)
+        train_and_evaluate(runs, device, train, rule=rule, rung=rung, on_scenario=on_scenario, whole_phases=True)
     else:
-        _train_here(
-            runs,
-            device,
-            jobs,
-            stack,
-            engine,
-            out,
-            lambda scenario, group: _summarise(args.scale, scenario, group, summaries, out),
-        )
+        _train_here(runs, device, jobs, stack, engine, out, on_scenario, rule, rung)
     analyses = {}
     if args.scale not in RANKING_ONLY:
         with out.status("analysing attention") as status:
             analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
-    report = build_report(runs, analyses, scale=args.scale)
+    report = build_report(chosen_runs(runs, rule, rung) if rule else runs, analyses, scale=args.scale)
     written = write_report(report, Path(args.out) if args.out else root / REPORT)
     out.print(markdown(report), markup=False, highlight=False)
     out.print("report: " + ", ".join(str(p) for p in written))
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
     """What the study trains, and about how long it takes here (measured on this machine)."""
+    from probe.studies.reproduce import ladder
     from probe.studies.sweep import duration, estimate_cost, wall_seconds
     from probe.training.bookkeeping import TRAIN_THREADS
 
@@ -142,6 +144,15 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
         f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
         f"{cost['source']}; evaluation and analyses add minutes)"
     )
+    rule = None if args.steps else ladder(args.scale)
+    if rule is not None and len(rule.steps) > 1:
+        ratio = rule.steps[-1] / rule.steps[0]
+        worst = wall / args.seeds * (1 + args.seeds * ratio)  # seed 0 at the first rung, then every seed at the last
+        out.print(
+            f"recipe rule: seed 0 of a scenario trains again at {', '.join(map(str, rule.steps[1:]))} steps while its "
+            f"median PE stays under {rule.median_iid:.0%} IID, and its other seeds at the rung it stops at; the price "
+            f"above is every scenario at {rule.steps[0]} steps, and at most about {duration(worst)} if all climb"
+        )
     if args.json:
         print_json(
             {
@@ -155,35 +166,41 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     return 0
 
 
-def _train_on_cluster(address: str, runs: list, todo: list, root, name: str, out, capture: bool | None) -> None:
-    from probe.studies.sweep import Manifest, connect, execute, manifest_path
+def _train_on_cluster(address: str, root, name: str, out, capture: bool | None, runs: list) -> list:
+    """One phase of the study on the Ray cluster at ``address``, resumable through its manifest."""
+    from probe.studies.sweep import Manifest, connect, execute, manifest_path, run_state
 
+    todo = [r for r in runs if run_state(r) != "done"]
+    if not todo:
+        return []
     connect(address)
     with out.status(f"training {len(todo)} runs on the Ray cluster at {address}"):
         manifest = execute(runs, Manifest(manifest_path(root, name), name, runs), capture=capture)
     failed = [label for label, entry in manifest.entries.items() if entry["state"] == "failed"]
     if failed:
         raise ProbeError(f"{len(failed)} run(s) failed on the cluster (see {manifest.path}); rerun to resume")
+    return []
 
 
-def _summarise(study: str, scenario: str, group: list, folder, out) -> None:
-    """A scenario's summaries as it lands, and at once a line naming its runs that did not finish (their
-    errors are listed again when the study ends)."""
+def _summarise(study: str, scenario: str, group: list, tag: str, *, folder, out) -> None:
+    """A scenario's summaries at one rung (``tag``) as it lands, and at once a line naming its runs that
+    did not finish (their errors are listed again when the study ends)."""
     from probe.analysis.eval_report import read_eval
     from probe.studies.summaries import write_summaries
 
-    for path in write_summaries(study, scenario, group, folder):
-        out.print(f"{scenario}: summary written to {path}")
+    for path in write_summaries(study, scenario, group, folder, tag):
+        out.print(f"{scenario}{tag}: summary written to {path}")
     unfinished = [r.label for r in group if read_eval(r.path) is None]
     if unfinished:
-        out.print(f"[red]{scenario}: {len(unfinished)} run(s) did not finish: {', '.join(unfinished)}[/red]")
+        out.print(f"[red]{scenario}{tag}: {len(unfinished)} run(s) did not finish: {', '.join(unfinished)}[/red]")
 
 
-def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scenario) -> None:
-    """Train and evaluate the study here, scenario by scenario, ``on_scenario`` after each."""
+def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scenario, rule, rung) -> None:
+    """Train and evaluate the study here, scenario by scenario (climbing the recipe ``rule`` where the
+    study has one), ``on_scenario`` after each rung."""
     from pathlib import Path
 
-    from probe.studies.reproduce import train_and_evaluate
+    from probe.studies.reproduce import local_trainer, train_and_evaluate
 
     how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
     with out.status(f"training {len(runs)} runs, {how}") as status:
@@ -193,9 +210,8 @@ def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scen
                 run = "/".join(Path(path).parts[-3:])
                 status.update(f"training: {run} step {step}, loss {loss:.4f}")
 
-        results = train_and_evaluate(
-            runs, device, jobs=jobs, stack=stack, engine=engine, on_event=on_event, on_scenario=on_scenario
-        )
+        train = local_trainer(device, jobs=jobs, stack=stack, engine=engine, on_event=on_event)
+        results = train_and_evaluate(runs, device, train, rule=rule, rung=rung, on_scenario=on_scenario)
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")

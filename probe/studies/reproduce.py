@@ -12,6 +12,8 @@ released code's metric (Figure similarity_per_layer); and the attended-distance 
 
 from __future__ import annotations
 
+import functools
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import torch
 
 from probe.analysis.eval_report import read_eval
 from probe.errors import ProbeError
+from probe.studies.ladder import Ladder
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.reproduce_report import RANKING_ONLY
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
@@ -30,13 +33,23 @@ STUDIES = {"reduced": "reproduce", "section3": "section3", "paper": "paper"}
 ``small``), the paper's Section 3 at ``tiny`` (its 17 scenarios, grids/section3.toml), or the paper's grid."""
 SUMMARIES = "summaries"
 Progress = Callable[[str], None]
+OnScenario = Callable[[str, list[SweepRun], str], None]  # (scenario, its runs at one rung, the rung's tag)
+Train = Callable[[list[SweepRun]], list[Any]]  # trains the unfinished of the runs given: results, failures
+
+
+def ladder(scale: str) -> Ladder | None:
+    """The study's recipe rule (its grid's ``[ladder]``), or None where it trains one recipe."""
+    if scale not in STUDIES:
+        raise ProbeError(f"unknown scale {scale!r}; choose one of {', '.join(STUDIES)}")
+    return Ladder.from_grid(load_grid(STUDIES[scale]).get("ladder"))
 
 
 def plan(
     scale: str, root: str | Path, *, seeds: int = 1, tasks: Sequence[str] = (), steps: int | None = None
 ) -> list[SweepRun]:
     """Every run of the study: each PE at seeds 0..seeds-1 and NoPE' (NoPE at seed ``seeds``);
-    ``steps`` overrides the study's (a quick look, not the study)."""
+    ``steps`` overrides the study's (a quick look, not the study). A study with a recipe rule lists its
+    first rung here; :func:`train_and_evaluate` climbs it."""
     if scale not in STUDIES:
         raise ProbeError(f"unknown scale {scale!r}; choose one of {', '.join(STUDIES)}")
     if seeds < 1:
@@ -61,35 +74,126 @@ def scenarios(runs: Sequence[SweepRun]) -> dict[str, list[SweepRun]]:
     return out
 
 
-def train_and_evaluate(
-    runs: Sequence[SweepRun],
+def local_trainer(
     device: torch.device,
     *,
     jobs: int,
     stack: bool = False,
     engine: Engine | None = None,
     on_event: Callable[..., None] | None = None,
-    on_scenario: Callable[[str, list[SweepRun]], None] | None = None,
-) -> list[Any]:
-    """Train the unfinished runs scenario by scenario (``probe train``'s local runners: side by side, or
-    with ``stack`` the runs of one batch stream as one program), evaluating each scenario's runs that have
-    no eval.json before the next scenario starts, then ``on_scenario(scenario, its runs)``, so a study
-    stopped half-way keeps every scenario it finished; ``engine``: how steps run, the device's default if None.
-    Returns the training results and failures."""
+) -> Train:
+    """``probe train``'s local runners as a study's ``train``: the unfinished of the runs given, side by
+    side on ``jobs`` workers, or with ``stack`` the runs of one batch stream as one program; ``engine``:
+    how steps run, the device's default if None."""
     from probe.training.parallel import train_parallel, train_stacked
 
     engine = engine or Engine.for_device(device)
+
+    def train(runs: list[SweepRun]) -> list[Any]:
+        pairs = [(r.config, r.path) for r in runs if run_state(r) not in ("done", "evaluate")]
+        if not pairs:
+            return []
+        if stack:
+            return train_stacked(pairs, device, engine=engine, on_event=on_event)
+        return train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event, engine=engine)
+
+    return train
+
+
+def train_and_evaluate(
+    runs: Sequence[SweepRun],
+    device: torch.device,
+    train: Train,
+    *,
+    rule: Ladder | None = None,
+    rung: Callable[[int], Sequence[SweepRun]] | None = None,
+    on_scenario: OnScenario | None = None,
+    whole_phases: bool = False,
+) -> list[Any]:
+    """Train the study in phases, each scenario's runs evaluated (those with no eval.json) and handed to
+    ``on_scenario(scenario, its runs, rung tag)`` as they land, so a study stopped half-way keeps every
+    scenario it finished. Without a recipe ``rule``, one phase: every run. With one: seed 0 of every
+    scenario at the first rung; then seed 0 again at the next rung for each scenario the rule sends on,
+    until none is; then every other seed at its scenario's rung (``rung(steps)``: the study planned at a
+    rung, :func:`rung_plan`). So every recipe is fixed, on IID validation, before another seed trains.
+    ``train`` trains the unfinished of the runs it is given (:func:`local_trainer`, or a cluster's), a
+    scenario at a time, or with ``whole_phases`` a phase at a time. Returns its results and failures."""
     results: list[Any] = []
-    for scenario, group in scenarios(runs).items():
-        pairs = [(r.config, r.path) for r in group if run_state(r) not in ("done", "evaluate")]
-        if pairs and stack:
-            results += train_stacked(pairs, device, engine=engine, on_event=on_event)
-        elif pairs:
-            results += train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event, engine=engine)
-        evaluate(group, device)
-        if on_scenario is not None:
-            on_scenario(scenario, group)
+
+    def phase(groups: dict[str, tuple[list[SweepRun], str]]) -> None:
+        if whole_phases:
+            results.extend(train([r for group, _ in groups.values() for r in group]))
+        for scenario, (group, tag) in groups.items():
+            if not whole_phases:
+                results.extend(train(group))
+            evaluate(group, device)
+            if on_scenario is not None:
+                on_scenario(scenario, group, tag)
+
+    by_scenario = scenarios(runs)
+    if rule is None or rung is None:
+        phase({scenario: (group, "") for scenario, group in by_scenario.items()})
+        return results
+    planned = functools.cache(lambda steps: list(rung(steps)))
+    steps = {scenario: group[0].config.steps for scenario, group in by_scenario.items()}
+    seed0 = {scenario: [r for r in group if r.config.seed == 0] for scenario, group in by_scenario.items()}
+    climbing = {scenario: group for scenario, group in seed0.items() if group}
+    while climbing:
+        phase({scenario: (group, rule.tag(steps[scenario])) for scenario, group in climbing.items()})
+        landed, climbing = climbing, {}
+        for scenario, group in landed.items():
+            iid = seed0_iid(group)
+            higher = rule.climbs(iid, steps[scenario]) if iid is not None else None
+            if higher is not None:
+                steps[scenario] = higher
+                climbing[scenario] = seed0[scenario] = same_runs(group, planned(higher))
+    phase(
+        {
+            scenario: (same_runs(others, planned(steps[scenario])), rule.tag(steps[scenario]))
+            for scenario, group in by_scenario.items()
+            if (others := [r for r in group if r.config.seed != 0]) and seed0_iid(seed0[scenario]) is not None
+        }
+    )
     return results
+
+
+def chosen_runs(runs: Sequence[SweepRun], rule: Ladder, rung: Callable[[int], Sequence[SweepRun]]) -> list[SweepRun]:
+    """``runs`` (the study at its first rung) at each scenario's rung as the rule reads it from seed 0's
+    evaluations (the last rung evaluated while the rule still needs another): what the report ranks."""
+    planned = functools.cache(lambda steps: list(rung(steps)))
+    out: list[SweepRun] = []
+    for group in scenarios(runs).values():
+        seed0 = [r for r in group if r.config.seed == 0]
+        medians: dict[int, float] = {}
+        for steps in rule.steps:
+            iid = seed0_iid(same_runs(seed0, planned(steps)))
+            if iid is None:
+                break
+            medians[steps] = statistics.median(iid)
+        steps = rule.chosen(medians) or max(medians, default=rule.steps[0])
+        out += same_runs(group, planned(steps))
+    return out
+
+
+def seed0_iid(runs: Sequence[SweepRun]) -> list[float] | None:
+    """Each run's IID exact match, or None while one of them has no evaluation (the rule cannot read it)."""
+    reports = [read_eval(r.path) for r in runs]
+    if any(report is None for report in reports):
+        return None
+    return [report.iid_accuracy for report in reports]
+
+
+def same_runs(runs: Sequence[SweepRun], rung: Sequence[SweepRun]) -> list[SweepRun]:
+    """The runs of ``rung`` (a study planned at another rung) that are ``runs``' scenario, PE and seed."""
+    by_label = {r.label: r for r in rung}
+    return [by_label[r.label] for r in runs]
+
+
+def rung_plan(
+    scale: str, root: str | Path, rule: Ladder, *, seeds: int, tasks: Sequence[str] = ()
+) -> Callable[[int], list[SweepRun]]:
+    """The study planned at a rung's steps, its runs in that rung's folder (:meth:`Ladder.root`)."""
+    return lambda steps: plan(scale, rule.root(Path(root), steps), seeds=seeds, tasks=tasks, steps=steps)
 
 
 def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:

@@ -13,22 +13,25 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from probe.analysis.eval_report import EvalReport, read_eval
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
+from probe.studies.ladder import Ladder
 
 FORMAT = 1
 RECIPE_KEYS = ("preset", "steps", "batch_size", "lr", "dropout", "protocol", "pack")
 
 
-def summary_name(scenario: str, seed: int) -> str:
-    """``<scenario>+seed<k>.json``: one file per scenario (a task folder) and seed."""
-    return f"{scenario}+seed{seed}.json"
+def summary_name(scenario: str, seed: int, tag: str = "") -> str:
+    """``<scenario><tag>+seed<k>.json``: one file per scenario (a task folder), rung of the recipe rule
+    (``tag``: :meth:`~probe.studies.ladder.Ladder.tag`, empty for the first) and seed."""
+    return f"{scenario}{tag}+seed{seed}.json"
 
 
 def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) -> dict[str, Any] | None:
@@ -67,13 +70,13 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
     }
 
 
-def write_summaries(study: str, scenario: str, runs: Sequence[Any], folder: str | Path) -> list[Path]:
-    """Write (or rewrite) the summary of every seed of ``runs`` whose runs are all evaluated."""
+def write_summaries(study: str, scenario: str, runs: Sequence[Any], folder: str | Path, tag: str = "") -> list[Path]:
+    """Write (or rewrite) the summary of every seed of ``runs`` (one rung, ``tag``) whose runs are all evaluated."""
     written = []
     for seed in sorted({r.config.seed for r in runs}):
         summary = scenario_summary(study, scenario, runs, seed)
         if summary is not None:
-            path = Path(folder) / summary_name(scenario, seed)
+            path = Path(folder) / summary_name(scenario, seed, tag)
             atomic_write_json(path, summary)
             written.append(path)
     return written
@@ -93,39 +96,78 @@ def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
 @dataclass(frozen=True)
 class Merged:
     """A study's summaries put together: every run's evaluation, per scenario its recipe and seeds, and
-    the parts (scenario, seed) expected but not found."""
+    the parts (scenario, seed) expected but not found. Under a recipe rule only each scenario's chosen
+    rung is kept, and ``rungs`` says per scenario what the rule read and chose."""
 
     evaluations: list[EvalReport]
-    recipes: dict[str, list[dict[str, Any]]]  # scenario -> the recipes its summaries were trained at
+    recipes: dict[str, list[dict[str, Any]]]  # scenario -> the recipes its kept summaries were trained at
     train_seconds: dict[tuple[str, str, int], float | None]  # (scenario, pe, seed) -> seconds
     missing: list[tuple[str, int]]
+    rungs: dict[str, dict[str, Any]] = field(default_factory=dict)  # scenario -> medians per steps, chosen
 
     def seeds(self, scenario: str) -> list[int]:
         return sorted({e.seed for e in self.evaluations if e.task_folder == scenario})
 
 
+@dataclass(frozen=True)
+class _Part:
+    path: Path
+    data: dict[str, Any]
+    reports: list[EvalReport]
+
+
 def merge(
-    paths: Iterable[str | Path], *, scenarios: Sequence[str] = (), seeds: Sequence[int] = (), study: str | None = None
+    paths: Iterable[str | Path],
+    *,
+    scenarios: Sequence[str] = (),
+    seeds: Sequence[int] = (),
+    study: str | None = None,
+    rule: Ladder | None = None,
 ) -> Merged:
     """The runs of every summary in ``paths`` (of ``study`` where given); ``scenarios`` x ``seeds`` are the
-    parts expected, and those without a summary are listed in ``missing``. Two summaries of one scenario
-    and seed are an error (one part run twice), not a silent choice of one."""
-    evaluations: list[EvalReport] = []
-    recipes: dict[str, list[dict[str, Any]]] = {}
-    seconds: dict[tuple[str, str, int], float | None] = {}
-    found: dict[tuple[str, int], Path] = {}
+    parts expected, and those without a summary are listed in ``missing``. Two summaries of one scenario,
+    seed and number of steps are an error (one part run twice), not a silent choice of one. Under a recipe
+    ``rule`` each scenario keeps the rung the rule chooses from its seed-0 IID (the last rung trained while
+    the rule still needs another); without one, two step counts of one part are an error too."""
+    parts: dict[tuple[str, int, int], _Part] = {}
     for path in sorted(Path(p) for p in paths):
         data, reports = read_summary(path)
         if study is not None and data.get("study") != study:
             continue
-        key = (data["scenario"], int(data["seed"]))
-        if key in found:
-            raise ProbeError(f"{path} and {found[key]} both hold {key[0]} at seed {key[1]}; keep one")
-        found[key] = path
-        if data["recipe"] not in recipes.setdefault(data["scenario"], []):
-            recipes[data["scenario"]].append(data["recipe"])
-        evaluations += reports
-        for row in data["runs"]:
-            seconds[(data["scenario"], row["pe"], int(row["seed"]))] = row.get("train_seconds")
+        key = (data["scenario"], int(data["seed"]), int(data["recipe"]["steps"]))
+        if key in parts or (rule is None and any(k[:2] == key[:2] for k in parts)):
+            other = next(p.path for k, p in parts.items() if k[:2] == key[:2])
+            raise ProbeError(f"{path} and {other} both hold {key[0]} at seed {key[1]}; keep one")
+        parts[key] = _Part(path, data, reports)
+    rungs = _choose_rungs(parts, rule) if rule is not None else {}
+    evaluations: list[EvalReport] = []
+    recipes: dict[str, list[dict[str, Any]]] = {}
+    seconds: dict[tuple[str, str, int], float | None] = {}
+    found: set[tuple[str, int]] = set()
+    for (scenario, seed, steps), part in parts.items():
+        if rule is not None and steps != rungs[scenario]["kept"]:
+            continue
+        found.add((scenario, seed))
+        if part.data["recipe"] not in recipes.setdefault(scenario, []):
+            recipes[scenario].append(part.data["recipe"])
+        evaluations += part.reports
+        for row in part.data["runs"]:
+            seconds[(scenario, row["pe"], int(row["seed"]))] = row.get("train_seconds")
     missing = [(scenario, seed) for scenario in scenarios for seed in seeds if (scenario, seed) not in found]
-    return Merged(evaluations, recipes, seconds, missing)
+    return Merged(evaluations, recipes, seconds, missing, rungs)
+
+
+def _choose_rungs(parts: dict[tuple[str, int, int], _Part], rule: Ladder) -> dict[str, dict[str, Any]]:
+    """Per scenario: the median PE's IID at seed 0 per rung trained, the rung the rule chooses (None while
+    it needs one not trained yet), and the rung kept (the chosen one, else the last trained)."""
+    out: dict[str, dict[str, Any]] = {}
+    for scenario in dict.fromkeys(k[0] for k in parts):
+        medians = {
+            steps: statistics.median(r.iid_accuracy for r in part.reports)
+            for (name, seed, steps), part in parts.items()
+            if name == scenario and seed == 0
+        }
+        chosen = rule.chosen(medians)
+        trained = sorted(steps for (name, _, steps) in parts if name == scenario)
+        out[scenario] = {"median_iid_seed0": medians, "chosen": chosen, "kept": chosen or trained[-1]}
+    return out

@@ -109,6 +109,7 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     a mistake stops the sweep before any run starts."""
     from probe.corpus import CODE_TASK, CorpusSpec
     from probe.models.registry import PAPER_PES, pe_class
+    from probe.studies.ladder import Ladder
     from probe.studies.plans import PE_SETS, expand_pes
     from probe.tasks import SCRATCHPAD_TASKS, TASKS
     from probe.tasks import get as get_task
@@ -117,7 +118,10 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
 
     train_fields = train_keys()
     accepted = set(LIST_KEYS) | set(EVAL_KEYS) | set(train_fields) | {"options", "name", "description"}
-    defaults = {k: v for k, v in grid.items() if k != "block"}
+    defaults = {k: v for k, v in grid.items() if k not in ("block", "ladder")}
+    rule = Ladder.from_grid(grid.get("ladder"))
+    if rule is not None:  # a study with a recipe rule lists its first rung; probe reproduce climbs it
+        defaults.setdefault("steps", rule.steps[0])
     blocks = grid.get("block") or [{}]
     if not isinstance(blocks, list):
         raise ProbeError("grid: 'block' must be an array of tables ([[block]])")

@@ -1,0 +1,148 @@
+"""The Section 3 study's recipe rule (grids/section3.toml's [ladder]): seed 0 climbs while the median PE's
+IID stays under the bar, the other seeds train at the rung it stops at, and the merge of the summaries keeps
+each scenario's chosen rung. Hand-worked cases; the trainer is a stand-in that writes evaluations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_reproduce import fake_evals
+
+from probe.errors import ProbeError
+from probe.studies.ladder import Ladder
+from probe.studies.reproduce import chosen_runs, ladder, plan, rung_plan, train_and_evaluate
+from probe.studies.summaries import merge, write_summaries
+
+RULE = Ladder((1500, 4000), 0.95)
+OOD = {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
+
+
+def test_section3_declares_the_rule_stated_before_its_first_run():
+    assert ladder("section3") == RULE
+    assert ladder("reduced") is None
+
+
+@pytest.mark.parametrize(
+    ("iid", "steps", "higher"),
+    [
+        ([0.2, 0.9, 0.94, 1.0, 1.0], 1500, 4000),  # median 0.94: under the bar
+        ([0.2, 0.3, 0.95, 1.0, 1.0], 1500, None),  # median 0.95: at the bar
+        ([0.1, 0.1, 0.1, 0.1, 0.1], 4000, None),  # the last rung: no higher
+    ],
+)
+def test_a_scenario_climbs_while_its_median_pe_is_under_the_bar(iid, steps, higher):
+    assert RULE.climbs(iid, steps) == higher
+
+
+def test_the_chosen_rung_is_the_first_at_the_bar_else_the_last_and_undecided_until_trained():
+    assert RULE.chosen({1500: 0.97}) == 1500
+    assert RULE.chosen({1500: 0.97, 4000: 0.99}) == 1500  # a later rung trained anyway changes nothing
+    assert RULE.chosen({1500: 0.5}) is None  # rung 2 due
+    assert RULE.chosen({1500: 0.5, 4000: 0.9}) == 4000  # under the bar at the last rung: reported there
+    assert RULE.chosen({}) is None
+
+
+@pytest.mark.parametrize(
+    "table", [{"steps": []}, {"steps": [4000, 1500], "median_iid": 0.9}, {"steps": [10], "median_iid": 1.5}]
+)
+def test_a_malformed_ladder_is_one_line(table):
+    with pytest.raises(ProbeError, match=r"\[ladder\]"):
+        Ladder.from_grid(table)
+
+
+def test_later_rungs_live_beside_the_study_and_their_summaries_are_tagged(tmp_path):
+    assert RULE.root(tmp_path / "study", 1500) == tmp_path / "study"
+    assert RULE.root(tmp_path / "study", 4000) == tmp_path / "study-steps4000"
+    assert (RULE.tag(1500), RULE.tag(4000)) == ("", "+steps4000")
+
+
+def _stand_in(iid_of):
+    """A trainer that 'trains' by writing each run's evaluation, its IID set by (task, steps)."""
+    trained = []
+
+    def train(runs):
+        trained.append([(r.config.task, r.config.seed, r.config.steps) for r in runs])
+        for run in runs:
+            fake_evals([run], OOD, iid=iid_of[(run.config.task, run.config.steps)])
+        return []
+
+    return train, trained
+
+
+def test_seed_0_climbs_first_and_the_other_seeds_train_only_at_the_rung_chosen(tmp_path):
+    root = tmp_path / "section3"
+    runs = plan("section3", root, seeds=3, tasks=["scan", "parity"])
+    rung = rung_plan("section3", root, RULE, seeds=3, tasks=["scan", "parity"])
+    train, trained = _stand_in({("scan", 1500): 0.9, ("scan", 4000): 0.97, ("parity", 1500): 1.0})
+    landed = []
+    train_and_evaluate(
+        runs, "cpu", train, rule=RULE, rung=rung, on_scenario=lambda s, group, tag: landed.append((s, tag))
+    )
+    phases = [sorted(set(batch)) for batch in trained]
+    assert phases == [
+        [("scan", 0, 1500)],
+        [("parity", 0, 1500)],
+        [("scan", 0, 4000)],  # scan's median 0.9 < 0.95 at rung 1; parity's 1.0 stays
+        [("scan", 1, 4000), ("scan", 2, 4000)],
+        [("parity", 1, 1500), ("parity", 2, 1500)],
+    ]
+    assert all(len(batch) == 5 * len({b[1] for b in batch}) for batch in trained)  # every PE, every seed
+    scan, parity = "scan+split=paper", "parity+train_length=8"
+    assert landed == [(scan, ""), (parity, ""), (scan, "+steps4000"), (scan, "+steps4000"), (parity, "")]
+    assert (tmp_path / "section3-steps4000" / scan / "nope" / "seed2" / "eval.json").is_file()
+    assert not (tmp_path / "section3-steps4000" / parity).exists()
+    final = chosen_runs(runs, RULE, rung)
+    assert {(r.config.task, r.config.steps) for r in final} == {("scan", 4000), ("parity", 1500)}
+    assert len(final) == len(runs) == 2 * 3 * 5
+
+
+def test_the_merge_keeps_each_scenarios_chosen_rung_and_names_what_is_missing_there(tmp_path):
+    root, summaries = tmp_path / "section3", tmp_path / "summaries"
+    runs = plan("section3", root, seeds=2, tasks=["scan"])
+    rung = rung_plan("section3", root, RULE, seeds=2, tasks=["scan"])
+    train, _ = _stand_in({("scan", 1500): 0.9, ("scan", 4000): 0.96})
+    paths = []
+
+    def on_scenario(scenario, group, tag):
+        for run in group:
+            (run.path / "config.json").write_text(json.dumps({"metrics": {"train_seconds": 1.0}}))
+        paths.extend(write_summaries("section3", scenario, group, summaries, tag))
+
+    train_and_evaluate(runs, "cpu", train, rule=RULE, rung=rung, on_scenario=on_scenario)
+    names = sorted(p.name for p in set(paths))
+    assert names == [
+        "scan+split=paper+seed0.json",
+        "scan+split=paper+steps4000+seed0.json",
+        "scan+split=paper+steps4000+seed1.json",
+    ]
+    merged = merge(paths, scenarios=["scan+split=paper"], seeds=[0, 1, 2], study="section3", rule=RULE)
+    assert merged.rungs["scan+split=paper"] == {
+        "median_iid_seed0": {1500: 0.9, 4000: 0.96},
+        "chosen": 4000,
+        "kept": 4000,
+    }
+    assert {e.iid_accuracy for e in merged.evaluations} == {0.96} and len(merged.evaluations) == 10
+    assert merged.missing == [("scan+split=paper", 2)]
+    assert [r["steps"] for r in merged.recipes["scan+split=paper"]] == [4000]
+    with pytest.raises(ProbeError, match="both hold scan\\+split=paper at seed 0"):
+        merge(paths)  # without the rule, two rungs of one part are two answers to one question
+    rung1 = merge([summaries / "scan+split=paper+seed0.json"], rule=RULE)
+    assert rung1.rungs["scan+split=paper"]["chosen"] is None and rung1.rungs["scan+split=paper"]["kept"] == 1500
+
+
+def test_the_dry_run_states_the_rule_and_prices_its_worst_case(tmp_path, capsys, monkeypatch):
+    """5 runs of 100 s on 1 job: 500 s a seed at rung 1; if every scenario climbs, seed 0's first rung
+    and then 3 seeds at 4000/1500 the cost: 500 + 3 x 1333 s = 4500 s = 1:15:00."""
+    import probe.studies.sweep
+    from probe.cli import main
+
+    def estimate_cost(runs, *, device, threads, on_measure):
+        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+
+    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    argv = ["reproduce", "--scale", "section3", "--task", "scan", "--seeds", "3", "--jobs", "1", "--dry-run"]
+    assert main([*argv, "--checkpoints", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "recipe rule: seed 0 of a scenario trains again at 4000 steps" in out
+    assert "under 95% IID" in out and "at most about 1.2 h if all climb" in out
