@@ -40,6 +40,10 @@ NOT_ON_TASK_RUNS = {"pretraining": "probe pretrain", "reproduction": "probe repr
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
     at = run_page(page, checkpoints, monkeypatch)
+    if page == "extrapolation":  # minutes a run: nothing is computed until Measure is pressed
+        assert charts(at) == 0 and "**Measure** evaluates each run" in texts(at.info)
+        at.button[0].click().run()
+        assert not at.exception, [e.value for e in at.exception]
     if page in NOT_ON_TASK_RUNS:  # nothing of theirs among task runs: they say which command makes it
         assert charts(at) == 0 and NOT_ON_TASK_RUNS[page] in texts(at.info)
         return
@@ -365,3 +369,49 @@ def test_models_page_shows_the_sweep_report_of_a_manifest(checkpoints, tmp_path,
     assert "2 run(s) of this sweep have no eval.json" in texts(at.info)
     at.selectbox(key="sweep").set_value(tmp_path / "sweep-broken.json").run()
     assert not at.exception and "not a sweep manifest" in texts(at.error)
+
+
+def test_extrapolation_page_shows_what_probe_extrapolate_saved_without_computing(checkpoints, tmp_path, monkeypatch):
+    """The command's extrapolation.json is shown as it is; a run re-published since is not; nothing is measured."""
+    import os
+
+    import probe.analysis.extrapolate
+
+    root = tmp_path / "ck"
+    shutil.copytree(checkpoints, root)
+    folder = root / FOLDER
+    runs = [folder / "nope" / "seed0", folder / "t5" / "seed0"]
+    assert main(["extrapolate", *map(str, runs), "--family", "temperature", "--n-valid", "2", "--n-iid", "4"]) == 0
+    saved = folder / "extrapolation" / "extrapolation.json"
+    later = saved.stat().st_mtime + 60
+    os.utime(runs[1] / "model.safetensors", (later, later))  # T5 re-published after the report was written
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the page computed instead of showing the saved report")
+
+    monkeypatch.setattr(probe.analysis.extrapolate, "extrapolate", refuse)
+    at = run_page("extrapolation", root, monkeypatch)
+    assert "Saved by `probe extrapolate`" in texts(at.caption)
+    assert charts(at) == 1 and [m.value for m in at.markdown if m.value.startswith("**NoPE**")]
+    assert not [m.value for m in at.markdown if m.value.startswith("**T5")]
+
+
+def test_a_long_computation_stops_once_its_session_has_closed(monkeypatch):
+    """The explorer's progress callback raises at the next step when the session is gone, and not before."""
+    from types import SimpleNamespace
+
+    from streamlit.runtime import Runtime
+
+    from probe.explorer import shared
+
+    active = {"s1": True}
+    monkeypatch.setattr(
+        "streamlit.runtime.scriptrunner.get_script_run_ctx", lambda *a, **k: SimpleNamespace(session_id="s1")
+    )
+    monkeypatch.setattr(Runtime, "exists", staticmethod(lambda: True))
+    monkeypatch.setattr(Runtime, "instance", staticmethod(lambda: SimpleNamespace(is_active_session=active.get)))
+    check = shared.stop_when_closed()
+    check("nope: untouched", 0, 5)
+    active["s1"] = False
+    with pytest.raises(shared.SessionClosed):
+        check("nope: temperature", 1, 5)

@@ -6,7 +6,9 @@ offers the widgets that pick a run.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,3 +310,46 @@ def corpus_options(members: list[Run]) -> dict[str, Any]:
 
 def error_line(error: ProbeError | Exception) -> None:
     st.error(str(error), icon=":material/error:")
+
+
+class SessionClosed(Exception):
+    """Raised inside a long computation once the browser session that asked for it has gone."""
+
+
+def stop_when_closed() -> Callable[..., None]:
+    """A ``progress`` callback for a long library call: it raises :class:`SessionClosed` at the call's next
+    step once the session that started it has closed (Streamlit lets a script run on after its browser goes,
+    so a page would otherwise keep a CPU busy for nobody)."""
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    context = get_script_run_ctx()
+
+    def check(*_: Any) -> None:
+        if context is None or not Runtime.exists():  # outside a server (a test's AppTest): nothing closes
+            return
+        if not Runtime.instance().is_active_session(context.session_id):
+            raise SessionClosed(f"session {context.session_id} closed")
+
+    return check
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A report a command wrote beside the runs, as a page shows it without computing it again."""
+
+    data: dict[str, Any]
+    runs: list[dict[str, Any]]  # its runs whose weights have not changed since it was written
+    written: str  # when, for the caption
+
+
+def saved_report(folder: str, stem: str, by_path: dict[str, Run]) -> Saved:
+    """``<checkpoints>/<folder>/<stem>/<stem>.json`` as the command wrote it (empty where there is none or it
+    cannot be read), keeping only its runs not re-published since (their stamp is older than the file)."""
+    path = checkpoints_root() / folder / stem / f"{stem}.json"
+    try:
+        data, written = json.loads(path.read_text()), path.stat().st_mtime
+        runs = [r for r in data["runs"] if r["path"] in by_path and stamp(by_path[r["path"]]) <= written]
+    except (OSError, ValueError, KeyError, TypeError):
+        return Saved({}, [], "")
+    return Saved(data, runs, time.strftime("%Y-%m-%d %H:%M", time.localtime(written)))

@@ -37,6 +37,7 @@ def measure(name: str, version: float, families: tuple[str, ...], given: str, n_
         n_valid=n_valid,
         device=resolve_device("auto"),
         options=json.loads(options),
+        progress=shared.stop_when_closed(),
     )
     report = extrapolate([name], settings, root=shared.checkpoints_root())
     return {"measure": report.measure, "run": report.runs[0].to_json()}
@@ -68,24 +69,38 @@ with st.form("extrapolation-settings", border=False):
     n_valid = st.number_input(
         "Validation examples per unseen length (at most)", 1, 500, 50, key="valid", bind="query-params"
     )
-    st.form_submit_button("Measure", type="primary")
+    if st.form_submit_button("Measure", type="primary"):
+        st.session_state["extrapolation-asked"] = True
 
 chosen = [*chosen, *external]
 if not chosen:
     st.info("Pick at least one run" + (", or type an hf: model." if source.code else "."), icon=":material/info:")
     st.stop()
-options = json.dumps(source.options if external else {})
-found_runs = shared.measure_each(
-    chosen,
-    by_path,
-    "Evaluating",
-    lambda name, version: measure(name, version, tuple(families), given, int(n_valid), options),
-)
-if not found_runs:
-    st.stop()
 flags = "".join(f" --family {f}" for f in families) if set(families) != set(FAMILIES) else ""
 flags += f" --intervention {given.strip()}" if given.strip() else ""
-st.caption(f"Same as: `probe extrapolate {' '.join(chosen)}{flags} --n-valid {int(n_valid)}`")
+command = f"probe extrapolate {' '.join(chosen)}{flags} --n-valid {int(n_valid)}"
+if st.session_state.get("extrapolation-asked"):  # computed only when asked: minutes a run on a CPU
+    options = json.dumps(source.options if external else {})
+    found_runs = shared.measure_each(
+        chosen,
+        by_path,
+        "Evaluating",
+        lambda name, version: measure(name, version, tuple(families), given, int(n_valid), options),
+    )
+    st.caption(f"Same as: `{command}`")
+else:
+    saved = shared.saved_report(source.folder, "extrapolation", by_path)
+    found_runs = [{"measure": saved.data["measure"], "run": run} for run in saved.runs if run["path"] in chosen]
+    if found_runs:
+        st.caption(f"Saved by `probe extrapolate` on {saved.written}; **Measure** computes the settings above here.")
+    else:
+        st.info(
+            f"**Measure** evaluates each run under every intervention picked: minutes a run on a CPU (`{command}` "
+            "does the same in a terminal, and this page then shows what it saved).",
+            icon=":material/info:",
+        )
+if not found_runs:
+    st.stop()
 for pe in dict.fromkeys(r["run"]["pe"] for r in found_runs):
     members = [r for r in found_runs if r["run"]["pe"] == pe]
     measure_name = members[0]["measure"]
