@@ -88,6 +88,22 @@ def test_compare_without_out_says_so_before_computing(read_only, monkeypatch, ca
     assert "read-only" in err and "--out DIR" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["distances"], ["positions", "--resamples", "10"], ["extrapolate", "--family", "temperature", "--n-iid", "4"]],
+)
+def test_analyses_without_out_say_so_before_computing_and_with_out_write_only_there(
+    command, read_only, tmp_path, monkeypatch, capsys
+):
+    quick = ["--n-per-bucket", "2"] if command[0] != "extrapolate" else ["--n-valid", "2"]
+    assert main([*command, *COMMON, *quick, "--checkpoints", str(read_only)]) == 2
+    err = capsys.readouterr().err
+    assert "read-only" in err and "--out DIR" in err and len(err.strip().splitlines()) == 1
+    out = tmp_path / "out"
+    assert main([*command, *COMMON, *quick, "--checkpoints", str(read_only), "--out", str(out)]) == 0
+    assert any(out.iterdir())
+
+
 def test_train_reports_finished_read_only_runs_as_done(read_only, capsys):
     assert main([*TRAIN, "--checkpoints", str(read_only), "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)
@@ -105,6 +121,7 @@ def test_a_chmod_read_only_folder_for_real(root, tmp_path, capsys):
         assert main(["eval", str(_run(root)), "--valid", "10", "--n", "10", "--out", str(tmp_path)]) == 0
         assert main(["eval", *COMMON, "--checkpoints", str(root)]) == 2
         assert main(["compare", "nope", "rotary", *COMMON, "--checkpoints", str(root)]) == 2
+        assert main(["distances", *COMMON, "--checkpoints", str(root)]) == 2
         assert main([*TRAIN, "--checkpoints", str(root)]) == 0
         assert _snapshot(root) == before
     finally:

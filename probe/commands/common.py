@@ -150,6 +150,17 @@ def check_out(args: argparse.Namespace, folder, command: str) -> None:
         )
 
 
+def check_out_beside(args: argparse.Namespace, names, options, stem: str, command: str) -> None:
+    """:func:`check_out` for a report that goes beside the runs ``names`` (their home, then ``stem``) unless
+    ``--out`` is given: one line before any work when it cannot be written there."""
+    if args.out:
+        check_out(args, args.out, command)
+        return
+    from probe.analysis.subjects import home, resolve_all
+
+    check_out(args, home(resolve_all(list(names)), args.checkpoints, options) / stem, command)
+
+
 def console(stderr: bool = False):
     """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80), so logs keep
     whole run names and progress fields."""

@@ -11,6 +11,7 @@ from probe.commands.common import (
     add_intervention,
     add_json,
     add_task_options,
+    check_out_beside,
     console,
     intervention_of,
     parse_options,
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
     args.pe = pe_kinds(args.pe)
     names, options = _subjects(args)
+    check_out_beside(args, names, options, "distances", "distances")
     out = console(stderr=args.json)
     with progress_bar(out, "attended distance", width=24) as on_progress:
         report = attended_distance_report(

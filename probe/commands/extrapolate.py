@@ -9,6 +9,7 @@ from probe.commands.common import (
     add_device,
     add_json,
     add_task_options,
+    check_out_beside,
     console,
     progress_bar,
     task_options,
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     options = {"corpus": args.corpus, "heldout": args.heldout}
     if args.context is not None:
         options["context"] = args.context
+    check_out_beside(args, names, options, "extrapolation", "extrapolate")
     out = console(stderr=args.json)
     settings = Settings(
         families=args.family or FAMILIES,

@@ -12,6 +12,7 @@ from probe.commands.common import (
     add_intervention,
     add_json,
     add_pe_options,
+    check_out_beside,
     console,
     corpus_spec,
     intervention_of,
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         "vocab_size": args.vocab_size,
         **({"context": args.context} if args.context is not None else {}),
     }
+    check_out_beside(args, names, options, "perplexity", "perplexity")
     out = console(stderr=args.json)
     with progress_bar(out, "perplexity") as on_progress:
         report = perplexity_report(

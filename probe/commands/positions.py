@@ -14,6 +14,7 @@ from probe.commands.common import (
     add_intervention,
     add_json,
     add_task_options,
+    check_out_beside,
     console,
     intervention_of,
     parse_options,
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     args.pe = pe_kinds(args.pe)
     _check(args)
     names, options = _subjects(args)
+    check_out_beside(args, names, options, "positions", "positions")
     out = console(stderr=args.json)
     with progress_bar(out, "positions", width=24) as on_progress:
         report = positions_report(
