@@ -149,6 +149,7 @@ class EvalReport:
             "pe": self.pe,
             "lengths": [b.length for b in self.buckets],
             "accuracy": [b.accuracy for b in self.buckets],
+            "counts": [b.n for b in self.buckets],
         }
 
 
