@@ -83,27 +83,31 @@ def test_site_search_finds_the_entry_points(site):
         assert any(location.startswith("api/") for location in found), f"site search does not find {name}: {found}"
 
 
-def test_the_walkthrough_notebook_runs(checkpoints, tmp_path):
-    """docs/walkthrough.ipynb, run by a Jupyter kernel on the tiny runs the explorer tests read (its
-    parameters cell pointed at them): every call it teaches works as written."""
+def test_the_walkthrough_notebook_runs(checkpoints, tmp_path, monkeypatch):
+    """docs/walkthrough.ipynb, each cell run in order by IPython (in this process: a kernel would import torch
+    again) on the tiny runs the explorer tests read, its parameters cell pointed at them: every call it
+    teaches works as written."""
     import nbformat
     from helpers import FOLDER
-    from nbclient import NotebookClient
+    from IPython.core.interactiveshell import InteractiveShell
 
     notebook = nbformat.read(ROOT / "docs" / "walkthrough.ipynb", as_version=4)
-    assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code"), "commit it without outputs"
-    parameters = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    nbformat.validate(notebook)
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in cells), "commit it without outputs"
+    parameters = next(c for c in cells if "parameters" in c.metadata.get("tags", []))
     runs = checkpoints / FOLDER
     parameters.source = (
         f"RUN_A = {str(runs / 'nope' / 'seed0')!r}\nRUN_B = {str(runs / 't5' / 'seed0')!r}\n"
-        f"N_PER_BUCKET = 2\nOUT = {str(tmp_path / 'out')!r}\n"
-        "import torch\ntorch.set_num_threads(1)"
+        f"N_PER_BUCKET = 2\nOUT = {str(tmp_path / 'out')!r}"
     )
-    NotebookClient(
-        notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    try:
+        for cell in cells:
+            shell.run_cell(cell.source, store_history=False, silent=True).raise_error()
+    finally:
+        InteractiveShell.clear_instance()
     assert (tmp_path / "out" / "t5-copy" / "model.safetensors").is_file()
 
 
