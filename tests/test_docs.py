@@ -1,27 +1,114 @@
-"""The documentation: the site builds strict (a broken link, anchor or API reference fails it), the
-commands page holds every command's `--help` as the CLI prints it, and the README stays short."""
+"""The documentation: the site builds strict (a broken link, anchor or API reference fails it), its API
+reference holds every entry point with its parameters and no raw Sphinx role, site search finds them, the
+walk-through notebook runs, the commands page holds every command's `--help` as the CLI prints it, and the
+README stays short."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_site_builds_strict(tmp_path):
+ROLE = re.compile(r":(?:func|meth|class|mod|attr|data|obj|exc):")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The documentation site, built strict once for this module."""
+    out = tmp_path_factory.mktemp("site")
     build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
     )
     assert build.returncode == 0, build.stderr[-3000:]
-    assert (tmp_path / "site" / "api" / "index.html").read_text().count("compare_runs") > 0
+    return out
+
+
+def _entry_points() -> dict[str, str]:
+    """Each name ``dir(probe)`` offers as API, by the path the reference documents it at (where it is defined)."""
+    import probe
+
+    paths = {}
+    for name in probe.__all__:
+        value = getattr(probe, name)
+        module = getattr(value, "__module__", None) if callable(value) else None
+        paths[name] = f"{module or probe._LAZY[name]}.{name}"
+    return paths
+
+
+def test_the_api_reference_documents_every_entry_point_with_its_parameters(site):
+    page = (site / "api" / "index.html").read_text()
+    for name, path in _entry_points().items():
+        assert f'id="{path}"' in page, f"probe.{name} is not in the API reference ({path})"
+    for path in (
+        "probe.runs.folders.load_run",
+        "probe.models.checkpoint.load_checkpoint",
+        "probe.analysis.extrapolate.extrapolate",
+    ):
+        section = page.split(f'id="{path}"', 1)[1].split("<h2 id=", 1)[0]
+        assert "Parameters:" in section and ("<code>device</code>" in section or "<code>settings</code>" in section), (
+            path
+        )
+    assert page.count('class="autorefs autorefs-internal"') > 10  # roles became links between entries
+    pages = {p.relative_to(site): p.read_text() for p in site.rglob("*.html")}
+    raw = {str(p): ROLE.findall(text)[:3] for p, text in pages.items() if ROLE.search(text)}
+    assert not raw, f"raw Sphinx roles on the site: {raw}"
+    assert not list(site.rglob("*.py")), "the docs' Python files are tooling, not pages"
+
+
+def test_site_search_finds_the_entry_points(site):
+    index = json.loads((site / "search" / "search_index.json").read_text())["docs"]
+    for name in (
+        "load_run",
+        "load_checkpoint",
+        "save_checkpoint",
+        "ModelConfig",
+        "Tokenizer",
+        "extrapolate",
+        "read_eval",
+    ):
+        found = [d["location"] for d in index if re.search(rf"\b{name}\b", d["title"])]
+        assert any(location.startswith("api/") for location in found), f"site search does not find {name}: {found}"
+
+
+def test_the_walkthrough_notebook_runs(checkpoints, tmp_path, monkeypatch):
+    """docs/walkthrough.ipynb, each cell run in order by IPython (in this process: a kernel would import torch
+    again) on the tiny runs the explorer tests read, its parameters cell pointed at them: every call it
+    teaches works as written."""
+    import nbformat
+    from helpers import FOLDER
+    from IPython.core.interactiveshell import InteractiveShell
+
+    notebook = nbformat.read(ROOT / "docs" / "walkthrough.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in cells), "commit it without outputs"
+    parameters = next(c for c in cells if "parameters" in c.metadata.get("tags", []))
+    runs = checkpoints / FOLDER
+    parameters.source = (
+        f"RUN_A = {str(runs / 'nope' / 'seed0')!r}\nRUN_B = {str(runs / 't5' / 'seed0')!r}\n"
+        f"N_PER_BUCKET = 2\nOUT = {str(tmp_path / 'out')!r}"
+    )
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    try:
+        for cell in cells:
+            shell.run_cell(cell.source, store_history=False, silent=True).raise_error()
+    finally:
+        InteractiveShell.clear_instance()
+    assert (tmp_path / "out" / "t5-copy" / "model.safetensors").is_file()
 
 
 def test_every_commands_help_is_on_the_commands_page():

@@ -149,6 +149,7 @@ class EvalReport:
             "pe": self.pe,
             "lengths": [b.length for b in self.buckets],
             "accuracy": [b.accuracy for b in self.buckets],
+            "counts": [b.n for b in self.buckets],
         }
 
 
@@ -170,7 +171,10 @@ def _optional(value: Any) -> float | None:
 
 def read_eval(folder: str | Path, name: str = EVAL) -> EvalReport | None:
     """A run folder's ``eval.json`` (or ``name`` beside it), or None when it is missing, unreadable or not
-    such a report (then ``probe eval`` rewrites it)."""
+    such a report (then ``probe eval`` rewrites it).
+
+    :param folder: a run folder ``probe eval`` has evaluated.
+    :param name: another report beside it (``eval+n=100.json``, ``eval[temperature=0.8].json``, ...)."""
     try:
         return EvalReport.from_json(json.loads((Path(folder) / name).read_text()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -31,9 +31,17 @@ from probe.errors import ProbeError
 
 
 def extrapolate(
-    names: Sequence[str | Path], settings: Settings, root: str | Path = "checkpoints"
+    names: Sequence[str | Path], settings: Settings | None = None, root: str | Path = "checkpoints"
 ) -> ExtrapolationReport:
-    """Every run of ``names`` under each intervention of ``settings`` (module docstring)."""
+    """Every run of ``names`` untouched and under each intervention of ``settings``: the library call
+    behind `probe extrapolate` (its fixed rules and tuned families in the module docstring).
+
+    :param names: run folders, all task runs or all language models (code runs, imported runs, ``hf:``).
+    :param settings: which intervention families, how many examples, the device (default: all families, CPU).
+    :param root: where the report's folder is, for names that are PEs rather than folders.
+    :return: :meth:`~probe.analysis.extrapolation_report.ExtrapolationReport.to_rows` gives the table,
+        ``.write(folder)`` its JSON, CSV, Markdown and figures."""
+    settings = Settings() if settings is None else settings
     unknown = [f for f in settings.families if f not in FAMILIES]
     if unknown:
         raise ProbeError(f"unknown intervention family {unknown[0]!r}; choose from {', '.join(FAMILIES)}")

@@ -35,6 +35,9 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class Settings:
+    """What `probe extrapolate` tries and on how much, a field per flag: the intervention families, the
+    examples tuned and scored on, the device; ``progress(what, done, total)`` hears each step."""
+
     families: Sequence[str] = FAMILIES
     given: Sequence[Intervention] = ()  # fixed interventions as the user spelled them
     n_valid: int = 50  # validation examples per unseen length at most (files: in all)

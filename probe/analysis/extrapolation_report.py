@@ -102,6 +102,10 @@ class RunExtrapolation:
 
 @dataclass
 class ExtrapolationReport:
+    """What `probe extrapolate` found: per run, each intervention beside the run untouched, in exact match or
+    perplexity (``measure``); a table by :meth:`to_rows`, its files (JSON, CSV, Markdown, figures) by
+    :meth:`write`."""
+
     runs: list[RunExtrapolation]
     measure: str  # "exact match" | "perplexity"
     folder: Path

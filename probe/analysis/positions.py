@@ -11,8 +11,8 @@ feeds every measure through hooks (:mod:`probe.analysis.position_hooks`: ``block
 the probes' rows are kept.
 
 Probes read position 0-based (the first token at 0) from stream s: s = 0 the embedding (``blocks.0.hook_resid_pre``,
-token and absolute position embeddings), s = l the residual after layer l (``blocks.{l-1}.hook_resid_post``,
-the paper's 1-based layers). They are fitted on half the seen length buckets (every other one; by
+token and absolute position embeddings), s > 0 the residual after layer s - 1 (``blocks.{s-1}.hook_resid_post``;
+layers from 0, as everywhere in probe). They are fitted on half the seen length buckets (every other one; by
 example where there is one seen bucket, as for code windows) and scored on the other half (held-out
 seen lengths) and on the unseen lengths; on the unseen ones also separately on the positions beyond
 the largest one fitted, where rounding a regression is exact only if it extrapolates.

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if any("unseen" in r.entropy and "seen" in r.entropy for r in report.results):
         out.print(fitted(_entropy_table(report.results), out))
     out.print(
-        "[dim]stream 0 = embedding, l = after layer l; beyond: exact accuracy on unseen positions past the "
+        "[dim]stream 0 = embedding, s = after layer s - 1; beyond: exact accuracy on unseen positions past the "
         "largest fitted one; rel/abs/content: mean over heads of the variance shares of f(i − j), g(j) and "
         "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content; "
         "var slope: d log Var / d log t of the last layer's attention output[/dim]"

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from probe.figures.style import pe_color
+from probe.figures.style import TINY_BUCKET, bucket_symbols, bucket_ticks, pe_color
 
 
 def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[float, float] | None, title: str):
     """Figure showcase: exact match against length, one line per run, the training range shaded.
 
-    ``curves``: dicts with ``label``, ``pe``, ``lengths``, ``accuracy`` (0..1).
+    ``curves``: dicts with ``label``, ``pe``, ``lengths``, ``accuracy`` (0..1), and optionally ``counts`` (examples
+    per bucket): then each tick says its bucket's count and tiny buckets are hollow, so a bucket of one example
+    jumping 100 -> 0 reads as what it is.
     """
     import plotly.graph_objects as go
 
@@ -26,7 +28,11 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
             annotation_text="seen lengths",
             annotation_position="top left",
         )
+    counts: dict[float, list[int]] = {}
     for curve in curves:
+        n = curve.get("counts")
+        for length, count in zip(curve["lengths"], n or ()):
+            counts.setdefault(length, []).append(count)
         figure.add_trace(
             go.Scatter(
                 x=list(curve["lengths"]),
@@ -34,12 +40,32 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
                 mode="lines+markers",
                 name=curve["label"],
                 line=dict(color=pe_color(curve["pe"]), dash="dot" if curve.get("dashed") else "solid"),
-                hovertemplate="length %{x}<br>exact match %{y:.1f}%<extra>" + curve["label"] + "</extra>",
+                marker=dict(symbol=bucket_symbols(n), size=8) if n else None,
+                customdata=n,
+                hovertemplate="length %{x}<br>exact match %{y:.1f}%"
+                + ("<br>%{customdata} examples" if n else "")
+                + "<extra>"
+                + curve["label"]
+                + "</extra>",
             )
         )
+    if counts:
+        figure.update_xaxes(**bucket_ticks(counts))
+        if min(min(c) for c in counts.values()) < TINY_BUCKET:
+            figure.add_annotation(
+                text=f"hollow: a bucket of fewer than {TINY_BUCKET} examples",
+                xref="paper",
+                yref="paper",
+                x=1,
+                y=1.02,
+                xanchor="right",
+                yanchor="bottom",
+                showarrow=False,
+                font=dict(size=11, color="#d62728"),
+            )
     figure.update_layout(
         title=title,
-        xaxis_title="length bucket λ",
+        xaxis_title="length bucket λ" + (" (n: its examples)" if counts else ""),
         yaxis_title="exact match (%)",
         yaxis_range=[-2, 102],
         template="plotly_white",
@@ -123,7 +149,6 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
         title=title,
         template="plotly_white",
         height=230 * rows + 120,
-        width=1100,
         legend=dict(orientation="h", yanchor="top", y=-0.04, xanchor="center", x=0.5),
         font=dict(size=10),
     )

@@ -10,8 +10,14 @@ from probe.figures.style import pe_color, rgba
 WEIGHTING_TITLES = {"argmax": "attended key (arg-max)", "attention": "attention-weighted"}
 
 
-def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str):
-    """Figure attended_distance: the distribution of d̄ per PE, overlaid, one panel per weighting.
+OVERLAID = 3
+"""At most this many distributions share a panel; more are drawn as small multiples (one row per model):
+five translucent fills overlaid mix into one brown."""
+
+
+def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, panels: bool | None = None):
+    """Figure attended_distance: the distribution of d̄ per PE, one column per weighting; overlaid for up to
+    :data:`OVERLAID` models, else (or with ``panels``) one row per model on shared axes.
 
     ``series``: dicts with ``label``, ``pe`` and ``histograms`` = {weighting: {``edges``, ``mass``,
     ``bimodality``}}.
@@ -20,13 +26,19 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str):
     from plotly.subplots import make_subplots
 
     weightings = list(dict.fromkeys(w for s in series for w in s["histograms"]))
+    panels = len(series) > OVERLAID if panels is None else panels
+    columns = [WEIGHTING_TITLES.get(w, w) for w in weightings] or [""]
+    rows = len(series) if panels and series else 1
     figure = make_subplots(
-        rows=1,
-        cols=max(1, len(weightings)),
-        shared_yaxes=True,
-        subplot_titles=[WEIGHTING_TITLES.get(w, w) for w in weightings],
+        rows=rows,
+        cols=len(columns),
+        shared_xaxes=True,
+        shared_yaxes="all" if panels else True,
+        subplot_titles=columns,
+        row_titles=[s["label"] for s in series] if panels and series else None,
+        vertical_spacing=min(0.08, 0.3 / rows),
     )
-    for s in series:
+    for index, s in enumerate(series):
         color = pe_color(s["pe"])
         for col, weighting in enumerate(weightings, start=1):
             h = s["histograms"].get(weighting)
@@ -40,7 +52,7 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str):
                     mode="lines",
                     line=dict(color=color, shape="hv", width=2),
                     fill="tozeroy",
-                    fillcolor=rgba(color, 0.08),
+                    fillcolor=rgba(color, 0.3 if panels else 0.08),
                     name=s["label"],
                     legendgroup=s["label"],
                     showlegend=col == 1,
@@ -48,11 +60,19 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str):
                     + s["label"]
                     + f" (bimodality {h.get('bimodality', float('nan')):.3f})</extra>",
                 ),
-                row=1,
+                row=index + 1 if panels else 1,
                 col=col,
             )
-        for col in range(1, len(weightings) + 1):
-            figure.update_xaxes(title_text="normalized distance d̄", range=[0, 1], row=1, col=col)
-    figure.update_yaxes(title_text="fraction of attention", row=1, col=1)
-    figure.update_layout(title=title, template="plotly_white", legend_title="positional encoding")
+    figure.update_xaxes(range=[0, 1])
+    top = max((m for s in series for h in s["histograms"].values() for m in h["mass"]), default=1.0)
+    figure.update_yaxes(range=[0, 1.08 * top])  # the tallest bar whole, every panel on one scale
+    for col in range(1, len(columns) + 1):
+        figure.update_xaxes(title_text="normalized distance d̄", row=rows, col=col)
+    figure.update_yaxes(title_text="fraction of attention", row=(rows + 1) // 2, col=1)
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        legend_title="positional encoding",
+        height=max(450, 170 * rows + 150) if panels else None,
+    )
     return figure

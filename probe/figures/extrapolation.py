@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from probe.figures.style import bucket_symbols, bucket_ticks
+
 DASH = {"none": "solid", "fixed": "dash", "tuned": "dot"}
 TITLE = 40  # characters of a panel's title: an hf: model's folder keeps its end
 
@@ -21,7 +23,9 @@ def _name(outcome: Mapping[str, Any]) -> str:
 def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     """One panel per run of a PE (as :meth:`probe.analysis.extrapolation_report.RunExtrapolation.to_json` gives
     it): a line per intervention with its 95% interval as error bars; untouched solid, fixed rules dashed,
-    tuned dotted. Perplexity on a log axis: past the context it grows by orders of magnitude."""
+    tuned dotted. Perplexity on a log axis: past the context it grows by orders of magnitude. Each curve is
+    named in the legend, once (a tuned value differs from run to run); each tick gives its bucket's examples
+    (files), tiny buckets hollow."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
@@ -30,20 +34,29 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     names = list(dict.fromkeys(_name(o) for r in runs for o in r["outcomes"]))
     colours = {name: qualitative.D3[i % len(qualitative.D3)] for i, name in enumerate(names)}
     scale = 100 if measure == "exact match" else 1
+    named: set[str] = set()
     for column, run in enumerate(runs, start=1):
+        counts: dict[float, list[int]] = {}
         for o in run["outcomes"]:
             name, buckets = _name(o), o["buckets"]
             x = [b["at"] for b in buckets]
             y = [scale * b["mean"] for b in buckets]
+            n = [b["n"] for b in buckets]
+            for at, count in zip(x, n):
+                counts.setdefault(at, []).append(count)
+            label = f"{name} ({o['kind']}{', IID dropped' if o.get('iid_dropped') else ''})"
             figure.add_trace(
                 go.Scatter(
                     x=x,
                     y=y,
                     mode="lines+markers",
-                    name=f"{name} ({o['kind']}{', IID dropped' if o.get('iid_dropped') else ''})",
-                    legendgroup=name,
-                    showlegend=column == 1,
+                    name=label,
+                    legendgroup=label,
+                    showlegend=label not in named,
                     line=dict(color=colours[name], dash=DASH.get(o["kind"], "solid")),
+                    marker=dict(symbol=bucket_symbols(n), size=7),
+                    customdata=n,
+                    hovertemplate="%{x}: %{y:.3g} (n=%{customdata})<extra>" + label + "</extra>",
                     error_y=dict(
                         type="data",
                         symmetric=False,
@@ -56,6 +69,8 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
                 row=1,
                 col=column,
             )
+            named.add(label)
+        figure.update_xaxes(**bucket_ticks(counts), row=1, col=column)
         if measure != "exact match":
             figure.add_vline(x=1.0, line_dash="dash", line_color="gray", row=1, col=column)
     figure.update_yaxes(title_text="exact match (%)" if measure == "exact match" else "perplexity", col=1)
@@ -68,7 +83,6 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
         "under each intervention",
         template="plotly_white",
         height=420 + 24 * len(names),
-        width=max(620, 420 * len(runs)),
         legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
     )
     return figure

@@ -17,12 +17,14 @@ SHARE_COLORS = {
 
 
 def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position"):
-    """R² of the linear read-out per stream (0: embedding, l: after layer l), one panel per set scored
-    (held-out seen lengths, unseen lengths), one line per model with its bootstrap band."""
+    """R² of the linear read-out per stream (0: the embedding, s: after layer s - 1, layers from 0), one panel
+    per set scored (held-out seen lengths, unseen lengths), one line per model with its bootstrap band. The
+    y-axis reaches the lowest R² drawn (on unseen lengths it can fall far below 0): no curve is clipped."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     sets = ("heldout", "unseen")
+    lowest = 0.0
     figure = make_subplots(
         rows=1, cols=2, subplot_titles=("held-out seen lengths", "unseen lengths"), shared_yaxes=True
     )
@@ -35,6 +37,7 @@ def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position")
             if not rows:
                 continue
             x = [r["stream"] for r in rows]
+            lowest = min(lowest, *(r["r2_low"] for r in rows), *(r["r2"] for r in rows))
             figure.add_trace(
                 go.Scatter(
                     x=x + x[::-1],
@@ -45,6 +48,7 @@ def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position")
                     line=dict(width=0),
                     hoverinfo="skip",
                     showlegend=False,
+                    legendgroup=label,
                 ),
                 row=1,
                 col=col,
@@ -66,8 +70,8 @@ def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position")
                 col=col,
             )
     what = "absolute position" if target == "position" else "distance to the separator"
-    figure.update_xaxes(title_text="stream (0 = embedding, l = after layer l)", dtick=1)
-    figure.update_yaxes(title_text="R²", range=[-0.5, 1.05], row=1, col=1)
+    figure.update_xaxes(title_text="stream (0 = embedding, s = after layer s - 1)", dtick=1)
+    figure.update_yaxes(title_text="R²", range=[min(-0.5, lowest - 0.05 * (1.05 - lowest)), 1.05], row=1, col=1)
     figure.update_layout(title=f"Linear read-out of {what} per layer", template="plotly_white")
     return figure
 
@@ -186,21 +190,22 @@ def entropy_figure(results: Sequence[Mapping[str, Any]]):
 
 
 def variance_figure(results: Sequence[Mapping[str, Any]]):
-    """Variance of each layer's attention output across examples against position (log-log), per model."""
+    """Variance of each layer's attention output across examples against position (log-log), per model;
+    layers numbered from 0, as in every other figure and table."""
     import plotly.graph_objects as go
 
     figure = go.Figure()
     for result in results:
         pe, label = result["run"]["pe"], result["run"]["label"]
         variance = result["variance"]
-        for layer, (values, slope) in enumerate(zip(variance["layers"], variance["slope"]), start=1):
+        for layer, (values, slope) in enumerate(zip(variance["layers"], variance["slope"])):
             figure.add_trace(
                 go.Scatter(
                     x=variance["position"],
                     y=values,
                     mode="lines",
                     name=f"{label} layer {layer} (slope {slope:.2f})",
-                    line=dict(color=pe_color(pe), dash=("solid", "dash", "dot", "dashdot")[(layer - 1) % 4]),
+                    line=dict(color=pe_color(pe), dash=("solid", "dash", "dot", "dashdot")[layer % 4]),
                 )
             )
     figure.update_layout(

@@ -45,7 +45,13 @@ def _package_version() -> str:
 
 
 def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike, **metadata: Any) -> Path:
-    """Write ``model`` (a ``PETransformer``) and ``metadata`` (JSON-serialisable) to ``directory``."""
+    """Write ``model`` and ``metadata`` to ``directory`` as safetensors + ``config.json``, each file
+    atomically (a killed save leaves the previous checkpoint whole).
+
+    :param model: a :class:`~probe.models.transformer.PETransformer`.
+    :param directory: the folder, created if missing.
+    :param metadata: anything JSON-serialisable, kept in ``config.json`` (``model.metadata`` once loaded).
+    :return: ``directory``."""
     directory = Path(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -131,11 +137,14 @@ def load_checkpoint(
 ):
     """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and the
     tokenizer the run carries (``tokenizer.json``) on ``model.tokenizer``. Runs saved before runs
-    carried one: ``probe.runs.folders.load_run``.
+    carried one: :func:`~probe.runs.folders.load_run`. Nothing is unpickled.
 
-    ``pe_options`` changes PE options at inference (RoPE scaling on a model trained without it);
-    an option that would change the PE's weights is one line, not a silently different model. ``config``: the
-    folder's ``config.json`` where the caller has read it already (it is read once per command)."""
+    :param directory: a folder :func:`save_checkpoint` wrote.
+    :param device: where the model is loaded.
+    :param pe_options: PE options changed at inference (RoPE scaling on a model trained without it); an
+        option that would change the PE's weights is one line, not a silently different model.
+    :param config: the folder's ``config.json`` where the caller has read it already (read once per command).
+    :raises ProbeError: a missing or corrupt checkpoint (weights that do not match their ``config.json``)."""
     from probe.models.transformer import PETransformer
 
     directory = Path(directory)

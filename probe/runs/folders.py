@@ -224,7 +224,12 @@ def load_run(
 ):
     """A run's model with its tokenizer: the one the run carries (``tokenizer.json``), or, for a run saved
     before runs carried one, its task's word-level vocabulary or its code BPE, as it was trained with.
-    ``config``: its ``config.json`` where the caller has read it already."""
+
+    :param path: a run folder (``probe train``, ``probe pretrain``, ``probe import``) or a checkpoint folder.
+    :param device: where the model is loaded.
+    :param pe_options: PE options changed at inference (RoPE ``scaling``, ``factor``, ...).
+    :param config: the folder's ``config.json`` where the caller has read it already.
+    :return: a hooked :class:`~probe.models.transformer.PETransformer`, its ``config.json`` on ``.metadata``."""
     from probe.models.checkpoint import load_checkpoint
 
     model = load_checkpoint(path, device=device, pe_options=pe_options, config=config)
