@@ -170,7 +170,9 @@ def test_the_explorer_page_evaluates_a_run_and_draws_a_figure_per_pe(runs, tmp_p
     root = tmp_path / "checkpoints"
     shutil.copytree(runs[1], run_dir(root, "reverse", "rotary", 0, OPTIONS))
     at = run_page("extrapolation", root, monkeypatch)
-    assert not at.error, texts(at.error)
+    assert charts(at) == 0  # nothing saved, nothing computed until asked
+    at.button[0].click().run()  # the form's Measure
+    assert not at.exception and not at.error, texts(at.error)
     assert charts(at) == 1
     table = at.dataframe[0].value
     assert list(table["family"])[:4] == ["none", "log-length", "cap", "rope"]
@@ -206,3 +208,24 @@ def test_an_intervention_given_that_a_run_cannot_take_is_listed_as_not_applicabl
     assert [o["intervention"]["name"] for o in rotary["outcomes"]] == [
         "none", "log-length=17", "cap=3", "factor=2+scaling=linear",
     ]  # fmt: skip
+
+
+def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first(runs, capsys, monkeypatch):
+    """--dry-run prints each model's steps and loads none; a real call's progress hears every planned step,
+    numbered over all models, with the total known from the first call."""
+    import probe.analysis.extrapolate as module
+
+    real = module.task_run
+    monkeypatch.setattr(module, "task_run", lambda *a: pytest.fail("--dry-run loaded a model"))
+    assert main(["extrapolate", *map(str, runs), "--family", "cap", "--family", "temperature", "--dry-run"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 model(s), 8 steps in all" in out  # untouched + temperature each; cap for Rotary and T5
+    assert "NoPE: untouched, tuning a temperature" in out
+    assert "Rotary, T5's Relative Bias: untouched, cap, tuning a temperature" in out
+
+    monkeypatch.setattr(module, "task_run", real)
+    heard = []
+    settings = Settings(families=("cap", "temperature"), n_valid=2, n_iid=4, progress=lambda *a: heard.append(a))
+    extrapolate(runs, settings)
+    assert [(done, total) for _, done, total in heard] == [(i, 8) for i in range(8)]
+    assert heard[0][0] == "NoPE: untouched" and heard[-1][0].endswith("tuning a temperature")

@@ -24,10 +24,16 @@ from pathlib import Path
 
 from probe.analysis.extrapolate_lms import language_model
 from probe.analysis.extrapolate_tasks import task_run
-from probe.analysis.extrapolation_plan import FAMILIES, Progress, Settings
+from probe.analysis.extrapolation_plan import FAMILIES, Progress, RunPlan, Settings, run_plan
 from probe.analysis.extrapolation_report import ExtrapolationReport
 from probe.analysis.subjects import TaskRun, home, resolve_all
 from probe.errors import ProbeError
+
+
+def plan(names: Sequence[str | Path], settings: Settings) -> list[RunPlan]:
+    """What :func:`extrapolate` will do to each model of ``names``, checked, before any model is loaded:
+    `probe extrapolate` prints it first, and alone under ``--dry-run``."""
+    return [run_plan(subject, settings) for subject in _subjects(names, settings)]
 
 
 def extrapolate(
@@ -37,21 +43,18 @@ def extrapolate(
     behind `probe extrapolate` (its fixed rules and tuned families in the module docstring).
 
     :param names: run folders, all task runs or all language models (code runs, imported runs, ``hf:``).
-    :param settings: which intervention families, how many examples, the device (default: all families, CPU).
+    :param settings: which intervention families, how many examples, the device (default: all families, CPU);
+        its ``progress`` hears (step, steps done, steps planned, over every model: :func:`plan`) as each begins.
     :param root: where the report's folder is, for names that are PEs rather than folders.
     :return: :meth:`~probe.analysis.extrapolation_report.ExtrapolationReport.to_rows` gives the table,
         ``.write(folder)`` its JSON, CSV, Markdown and figures."""
     settings = Settings() if settings is None else settings
-    unknown = [f for f in settings.families if f not in FAMILIES]
-    if unknown:
-        raise ProbeError(f"unknown intervention family {unknown[0]!r}; choose from {', '.join(FAMILIES)}")
-    subjects = resolve_all(list(names))
-    kinds = {isinstance(s, TaskRun) for s in subjects}
-    if len(kinds) > 1:
-        raise ProbeError("extrapolate task runs and language models (code runs, hf: models) separately")
+    subjects = _subjects(names, settings)
+    total = sum(len(run_plan(subject, settings).steps) for subject in subjects)
+    done = [0]
     runs = []
-    for index, subject in enumerate(subjects):
-        step = _stepper(settings.progress, subject.info.label, index, len(subjects))
+    for subject in subjects:
+        step = _stepper(settings.progress, subject.info.label, done, total)
         evaluate = task_run if isinstance(subject, TaskRun) else language_model
         runs.append(evaluate(subject, settings, step))
     measure = "exact match" if isinstance(subjects[0], TaskRun) else "perplexity"
@@ -59,9 +62,23 @@ def extrapolate(
     return ExtrapolationReport(runs, measure, folder, settings.seed)
 
 
-def _stepper(progress: Progress | None, label: str, index: int, total: int) -> Callable[[str], None]:
+def _subjects(names: Sequence[str | Path], settings: Settings) -> list:
+    unknown = [f for f in settings.families if f not in FAMILIES]
+    if unknown:
+        raise ProbeError(f"unknown intervention family {unknown[0]!r}; choose from {', '.join(FAMILIES)}")
+    subjects = resolve_all(list(names))
+    if len({isinstance(s, TaskRun) for s in subjects}) > 1:
+        raise ProbeError("extrapolate task runs and language models (code runs, hf: models) separately")
+    return subjects
+
+
+def _stepper(progress: Progress | None, label: str, done: list[int], total: int) -> Callable[[str], None]:
+    """The ``step(what)`` a model's evaluation calls as each step begins: the steps finished so far (over
+    every model) and the planned total go to ``progress``, so its count and time left hold from the first."""
+
     def step(what: str) -> None:
         if progress:
-            progress(f"{label}: {what}", index, total)
+            progress(f"{label}: {what}", done[0], max(total, done[0] + 1))
+        done[0] += 1
 
     return step

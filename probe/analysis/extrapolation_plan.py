@@ -137,3 +137,32 @@ def buckets(values: Tensor, keys: Tensor, seed: int) -> list[dict[str, Any]]:
         {"at": int(k) if float(k).is_integer() else float(k), **interval(values[keys == k], seed)}
         for k in keys.unique().tolist()
     ]
+
+
+TUNED_STEPS = {  # family -> its step, as the progress line names it (tuning.tuned_candidates)
+    "temperature": "tuning a temperature",
+    "window": "tuning a window",
+    "head-temperature": "fitting a temperature per head",
+}
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What `probe extrapolate` does to one model, in order, before it starts: its steps (untouched, each
+    fixed rule, each tuned family) and the families it takes none of, with why."""
+
+    label: str
+    steps: list[str]
+    skipped: dict[str, str]
+
+
+def run_plan(subject: Subject, settings: Settings) -> RunPlan:
+    """``subject``'s steps under ``settings``, from its PE alone (nothing loaded). An hf: model's RoPE is
+    known only once it is loaded: its plan counts the rope rule, which it may then skip."""
+    external = subject.path is None
+    pe = None if external else subject.info.pe
+    rotary = True if external else has_rope(subject)
+    fixed, skipped = fixed_candidates(pe, rotary, 2, 4, settings)  # which rules apply, not their values
+    names = [intervention.name if family == "given" else family for family, intervention in fixed]
+    tuned = [step for family, step in TUNED_STEPS.items() if family in settings.families]
+    return RunPlan(subject.info.label, ["untouched", *names, *tuned], skipped)

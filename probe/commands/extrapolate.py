@@ -11,6 +11,7 @@ from probe.commands.common import (
     add_task_options,
     check_out_beside,
     console,
+    print_json,
     progress_bar,
     task_options,
     write_report,
@@ -67,6 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the files drawn")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: extrapolation/ in the task folder)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="say what each model will be put through, and stop (loads no model)"
+    )
     add_checkpoints(parser)
     add_device(parser)
     add_json(parser)
@@ -85,7 +89,7 @@ def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.extrapolate import extrapolate
+    from probe.analysis.extrapolate import extrapolate, plan
     from probe.analysis.extrapolation_plan import FAMILIES, MULTIPLES, Settings
     from probe.analysis.extrapolation_report import best_line
     from probe.device import resolve_device
@@ -101,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
     options = {"corpus": args.corpus, "heldout": args.heldout}
     if args.context is not None:
         options["context"] = args.context
-    check_out_beside(args, names, options, "extrapolation", "extrapolate")
     out = console(stderr=args.json)
     settings = Settings(
         families=args.family or FAMILIES,
@@ -115,6 +118,13 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         options=options,
     )
+    plans = plan(names, settings)
+    _say_plan(plans, out)
+    if args.dry_run:
+        if args.json:
+            print_json({"runs": [{"label": p.label, "steps": p.steps, "skipped": p.skipped} for p in plans]})
+        return 0
+    check_out_beside(args, names, options, "extrapolation", "extrapolate")
     with progress_bar(out, "extrapolate") as on_progress:
         settings.progress = on_progress
         report = extrapolate(names, settings, root=args.checkpoints)
@@ -126,6 +136,18 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"[dim]{run.label}: {name} not applicable ({why})[/dim]")
     write_report(report, args, out, "extrapolation")
     return 0
+
+
+def _say_plan(plans, out) -> None:
+    """Before any model loads: each model's steps (models with the same steps on one line), and the total
+    the progress line counts down."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for p in plans:
+        groups.setdefault(tuple(p.steps), []).append(p.label)
+    total = sum(len(p.steps) for p in plans)
+    out.print(f"probe extrapolate: {len(plans)} model(s), {total} steps in all:", highlight=False)
+    for steps, labels in groups.items():
+        out.print(f"  {', '.join(labels)}: {', '.join(steps)}", highlight=False)
 
 
 def _runs(args: argparse.Namespace) -> list[str]:
