@@ -4,6 +4,7 @@ scored on it alone, the scores are greedy decoding's, and the outputs are writte
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -211,8 +212,8 @@ def test_an_intervention_given_that_a_run_cannot_take_is_listed_as_not_applicabl
 
 
 def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first(runs, capsys, monkeypatch):
-    """--dry-run prints each model's steps and loads none; a real call's progress hears every planned step,
-    numbered over all models, with the total known from the first call."""
+    """--dry-run prints each model's steps and an estimate, and evaluates none; a real call's progress hears
+    every planned step, numbered over all models, with the total known from the first call."""
     import probe.analysis.extrapolate as module
 
     real = module.task_run
@@ -222,6 +223,7 @@ def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first
     assert "3 model(s), 8 steps in all" in out  # untouched + temperature each; cap for Rotary and T5
     assert "NoPE: untouched, tuning a temperature" in out
     assert "Rotary, T5's Relative Bias: untouched, cap, tuning a temperature" in out
+    assert re.search(r"about \d+ (s|min \d+ s) here \(one pass over the first run's test examples, timed now\)", out)
 
     monkeypatch.setattr(module, "task_run", real)
     heard = []
@@ -229,3 +231,19 @@ def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first
     extrapolate(runs, settings)
     assert [(done, total) for _, done, total in heard] == [(i, 8) for i in range(8)]
     assert heard[0][0] == "NoPE: untouched" and heard[-1][0].endswith("tuning a temperature")
+
+
+def test_the_estimate_counts_each_steps_reads_from_the_data(runs):
+    """NoPE under cap and temperature: untouched and the tuned pick each read test and IID; the grid reads the
+    validation slice once per temperature; no cap (NoPE has no distance)."""
+    from probe.analysis.extrapolate import plan
+    from probe.analysis.extrapolate_tasks import task_reads, task_sets
+    from probe.analysis.subjects import resolve
+    from probe.analysis.tuning import TEMPERATURES
+
+    settings = Settings(families=("cap", "temperature"), n_valid=2, n_iid=4)
+    (nope,) = plan(runs[:1], settings)
+    assert nope.steps == ["untouched", "tuning a temperature"] and "cap" in nope.skipped
+    valid, test, iid, _ = task_sets(resolve(runs[0]), settings)
+    assert len(iid) == 4 and 0 < len(valid) <= 2 * len({e.length for e in valid})
+    assert task_reads(resolve(runs[0]), settings, nope) == 2 * (len(test) + 4) + len(TEMPERATURES) * len(valid)

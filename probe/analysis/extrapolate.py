@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from probe.analysis.extrapolate_lms import language_model
-from probe.analysis.extrapolate_tasks import task_run
+from probe.analysis.extrapolate_tasks import seconds_per_read, task_reads, task_run
 from probe.analysis.extrapolation_plan import FAMILIES, Progress, RunPlan, Settings, run_plan
 from probe.analysis.extrapolation_report import ExtrapolationReport
 from probe.analysis.subjects import TaskRun, home, resolve_all
@@ -34,6 +34,16 @@ def plan(names: Sequence[str | Path], settings: Settings) -> list[RunPlan]:
     """What :func:`extrapolate` will do to each model of ``names``, checked, before any model is loaded:
     `probe extrapolate` prints it first, and alone under ``--dry-run``."""
     return [run_plan(subject, settings) for subject in _subjects(names, settings)]
+
+
+def estimate(names: Sequence[str | Path], settings: Settings, plans: Sequence[RunPlan]) -> float | None:
+    """Seconds :func:`extrapolate` should take here: every task run's reads (counted from its data) at the
+    rate one pass over the first run's test examples is timed at, now; None for language models."""
+    subjects = _subjects(names, settings)
+    if not isinstance(subjects[0], TaskRun):
+        return None
+    rate = seconds_per_read(subjects[0], settings)
+    return rate * sum(task_reads(subject, settings, p) for subject, p in zip(subjects, plans))
 
 
 def extrapolate(

@@ -5,7 +5,9 @@ validation slice of the unseen lengths (per length the first 20% of its examples
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -13,7 +15,9 @@ from torch import Tensor
 
 from probe.analysis.examples import TRAINED_FROM, task_of
 from probe.analysis.extrapolation_plan import (
+    TUNED_STEPS,
     VALID_SHARE,
+    RunPlan,
     Settings,
     buckets,
     fixed_candidates,
@@ -23,7 +27,16 @@ from probe.analysis.extrapolation_plan import (
 )
 from probe.analysis.extrapolation_report import Outcome, RunExtrapolation
 from probe.analysis.subjects import Subject
-from probe.analysis.tuning import HEAD_BATCH, Score, Tuned, validation_split
+from probe.analysis.tuning import (
+    HEAD_BATCH,
+    HEAD_EVERY,
+    HEAD_STEPS,
+    Score,
+    Tuned,
+    temperature_grid,
+    validation_split,
+    window_grid,
+)
 from probe.errors import ProbeError
 from probe.models.intervention_hooks import intervened
 from probe.models.interventions import Intervention
@@ -59,8 +72,9 @@ def example_loss(model, data: EncodedSet, device: torch.device, step: int) -> Te
     return (losses * mask).sum() / mask.sum()
 
 
-def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
-    """One task run untouched and under each candidate (module docstring)."""
+def task_sets(subject: Subject, settings: Settings) -> tuple[list, list, list, Any]:
+    """(validation, test, IID examples, tokenizer) of a task run: its test split's unseen lengths, per length
+    the validation slice first by SHA-256 (at most ``n_valid``), and ``n_iid`` IID validation examples."""
     task, tokenizer = task_of(subject.config)
     unseen = [e for e in task.examples("test") if not task.is_seen(e.length)]
     if not unseen:
@@ -68,7 +82,34 @@ def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) 
     valid, test = validation_split(
         unseen, lambda e: f"{e.source}\t{e.target}", lambda e: e.length, VALID_SHARE, settings.n_valid
     )
-    iid = task.examples("valid", n=settings.n_iid, seed=0)
+    return valid, test, task.examples("valid", n=settings.n_iid, seed=0), tokenizer
+
+
+def task_reads(subject: Subject, settings: Settings, plan: RunPlan) -> int:
+    """Examples ``plan`` reads on this run, each step's counted from its data: an outcome reads the test and
+    the IID examples; a grid, its validation slice per candidate; the per-head fit, its minibatches forward
+    and back (about 3 reads each) and its validation slice per snapshot."""
+    valid, test, iid, _ = task_sets(subject, settings)
+    tuned = {family for family, step in TUNED_STEPS.items() if step in plan.steps}
+    grids = {"temperature": len(temperature_grid()), "window": len(window_grid(subject.trained_length()))}
+    reads = len(plan.steps) * (len(test) + len(iid)) + sum(grids.get(family, 0) * len(valid) for family in tuned)
+    if "head-temperature" in tuned:
+        reads += HEAD_STEPS * HEAD_BATCH * 3 + -(-HEAD_STEPS // HEAD_EVERY) * len(valid)
+    return reads
+
+
+def seconds_per_read(subject: Subject, settings: Settings) -> float:
+    """This machine's seconds per example read, timed on one pass over the run's test examples untouched."""
+    _, test, _, tokenizer = task_sets(subject, settings)
+    model = subject.load(settings.device).model
+    began = time.perf_counter()
+    score_examples(model, encode(test, tokenizer), settings.device, settings.batch_size)
+    return (time.perf_counter() - began) / max(1, len(test))
+
+
+def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
+    """One task run untouched and under each candidate (module docstring)."""
+    valid, test, iid, tokenizer = task_sets(subject, settings)
     data = {"valid": encode(valid, tokenizer), "test": encode(test, tokenizer), "iid": encode(iid, tokenizer)}
     trained = subject.trained_length()
     longest = int(data["test"].lengths.max())

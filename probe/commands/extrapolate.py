@@ -11,6 +11,7 @@ from probe.commands.common import (
     add_task_options,
     check_out_beside,
     console,
+    elapsed,
     print_json,
     progress_bar,
     task_options,
@@ -69,7 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the files drawn")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: extrapolation/ in the task folder)")
     parser.add_argument(
-        "--dry-run", action="store_true", help="say what each model will be put through, and stop (loads no model)"
+        "--dry-run",
+        action="store_true",
+        help="say what each model will be put through and about how long it takes here, and stop",
     )
     add_checkpoints(parser)
     add_device(parser)
@@ -89,7 +92,7 @@ def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.extrapolate import extrapolate, plan
+    from probe.analysis.extrapolate import estimate, extrapolate, plan
     from probe.analysis.extrapolation_plan import FAMILIES, MULTIPLES, Settings
     from probe.analysis.extrapolation_report import best_line
     from probe.device import resolve_device
@@ -120,9 +123,14 @@ def run(args: argparse.Namespace) -> int:
     )
     plans = plan(names, settings)
     _say_plan(plans, out)
+    with out.status("timing one pass over the first run's test examples"):
+        seconds = estimate(names, settings, plans)
+    if seconds is not None:
+        out.print(f"about {elapsed(seconds)} here (one pass over the first run's test examples, timed now)")
     if args.dry_run:
         if args.json:
-            print_json({"runs": [{"label": p.label, "steps": p.steps, "skipped": p.skipped} for p in plans]})
+            runs = [{"label": p.label, "steps": p.steps, "skipped": p.skipped} for p in plans]
+            print_json({"runs": runs, "estimated_seconds": seconds})
         return 0
     check_out_beside(args, names, options, "extrapolation", "extrapolate")
     with progress_bar(out, "extrapolate") as on_progress:
