@@ -127,3 +127,27 @@ def test_a_chmod_read_only_folder_for_real(root, tmp_path, capsys):
     finally:
         for p in folders:
             p.chmod(modes[p])
+
+
+def test_a_rerun_of_eval_reads_what_it_wrote_unless_the_examples_weights_or_force_differ(root, tmp_path, monkeypatch):
+    """The second `probe eval` of the same examples reads eval.json (nothing computed); other examples, weights
+    re-published since, or --force compute again."""
+    import shutil
+
+    import probe.analysis.evaluation
+
+    run = tmp_path / "run"
+    shutil.copytree(_run(root), run)
+    args = ["eval", str(run), "--valid", "10", "--n", "10", "--json"]
+    assert main(args) == 0
+    first = (run / "eval.json").read_text()
+    computed = []
+    real = probe.analysis.evaluation._evaluate
+    monkeypatch.setattr(probe.analysis.evaluation, "_evaluate", lambda *a: computed.append(a) or real(*a))
+    assert main(args) == 0 and not computed and (run / "eval.json").read_text() == first
+    assert main([*args, "--force"]) == 0 and len(computed) == 1
+    assert main(["eval", str(run), "--valid", "10", "--n", "12"]) == 0 and len(computed) == 2
+    later = (run / "eval.json").stat().st_mtime + 5
+    os.utime(run / "model.safetensors", (later, later))  # re-published after its evaluation
+    assert main([*args, "--force"]) == 0 and len(computed) == 3
+    assert main(args) == 0 and len(computed) == 3  # the --force run wrote after the weights: read again

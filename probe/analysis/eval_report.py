@@ -70,6 +70,7 @@ class EvalReport:
     last: LastStep | None = None
     written_to: str | None = None  # where evaluate_run wrote it
     intervention: dict[str, Any] = field(default_factory=dict)  # on its attention at inference (resolved)
+    asked: dict[str, Any] = field(default_factory=dict)  # the examples asked for (n_test, n_valid): what a rerun reuses
 
     def to_json(self) -> dict[str, Any]:
         """The dict ``eval.json`` holds, its keys in the order they have always been written."""
@@ -95,6 +96,8 @@ class EvalReport:
             data["written_to"] = self.written_to
         if self.intervention:
             data["intervention"] = self.intervention
+        if self.asked:
+            data["asked"] = self.asked
         return data
 
     @classmethod
@@ -131,6 +134,7 @@ class EvalReport:
             else LastStep(int(last["step"]), float(last["iid_accuracy"]), _optional(last["ood_accuracy"])),
             written_to=data.get("written_to"),
             intervention=dict(data.get("intervention", {})),
+            asked=dict(data.get("asked", {})),
         )
 
     @property

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,16 +66,48 @@ def evaluate_run(
         intervention = intervention.resolved(trained_length(run.config))
     if n_test is not None and n_test < 1:
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
+    asked = {"n_test": n_test, "n_valid": n_valid}
     if not write:
         return _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
     if out is not None:
+        folder = eval_folder(run, out)
+        if (kept := _kept(run, folder, asked, pe_options, intervention, force)) is not None:
+            return kept
         report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
-        _write(report, eval_folder(run, out) / eval_file(report.pe_options_at_inference, intervention), force)
+        _write(report, folder / eval_file(report.pe_options_at_inference, intervention), force, asked)
         return report
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
+        if (kept := _kept(run, run.path, asked, pe_options, intervention, force)) is not None:
+            return kept
         report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
-        _write(report, run.path / eval_file(report.pe_options_at_inference, intervention), force)
+        _write(report, run.path / eval_file(report.pe_options_at_inference, intervention), force, asked)
     return report
+
+
+def _kept(
+    run: Run,
+    folder: Path,
+    asked: dict[str, Any],
+    pe_options: dict[str, Any] | None,
+    intervention: Intervention | None,
+    force: bool,
+) -> EvalReport | None:
+    """The evaluation already in ``folder`` of these same examples, written after the run's weights were, or
+    None (then it is computed again): a rerun of `probe eval` reads what it wrote instead of recomputing it."""
+    if force or pe_options:
+        return None
+    target = folder / eval_file({}, intervention)
+    try:
+        published = (run.path / "model.safetensors").stat().st_mtime
+    except OSError:
+        return None
+    beside = sorted(folder.glob(f"{glob.escape(target.stem)}+n=*.json"))  # beside a larger one: +n=<examples>
+    for path in [target, *beside]:
+        kept = read_eval(path.parent, path.name)
+        if kept is not None and kept.asked == asked and path.stat().st_mtime >= published:
+            kept.written_to = str(path)
+            return kept
+    return None
 
 
 def eval_folder(run: Run, out: str | Path) -> Path:
@@ -83,9 +116,11 @@ def eval_folder(run: Run, out: str | Path) -> Path:
     return Path(out) / (f"{run.task_folder}/{run.pe_name}/seed{run.seed}" if run.in_layout else run.path.name)
 
 
-def _write(report: EvalReport, target: Path, force: bool) -> None:
-    """``report`` as ``target`` (JSON) and the CSV beside it, unless an evaluation on more examples is there and
-    not ``force``: then beside it, ``<name>+n=<examples>``; ``report.written_to`` says where."""
+def _write(report: EvalReport, target: Path, force: bool, asked: dict[str, Any]) -> None:
+    """``report`` (of the examples ``asked``) as ``target`` (JSON) and the CSV beside it, unless an evaluation on
+    more examples is there and not ``force``: then beside it, ``<name>+n=<examples>``; ``report.written_to`` says
+    where."""
+    report.asked = asked
     kept = read_eval(target.parent, target.name)
     if kept is not None and kept.n_examples > report.n_examples and not force:
         target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
