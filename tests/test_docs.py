@@ -127,3 +127,32 @@ def test_the_readme_is_short_and_its_links_resolve():
     for target in re.findall(r"\]\(((?:docs|bench)/[^)#]+)", readme):
         assert (ROOT / target).is_file(), target
     assert "shared/" not in readme and not any("../shared" in p.read_text() for p in (ROOT / "docs").glob("*.md"))
+
+
+def _bench(name: str):
+    """A bench/ script as a module (bench/ is scripts, not a package)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def _block(page: Path, name: str) -> str:
+    text = page.read_text()
+    return text.split(f"<!-- {name}:begin -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
+
+
+def test_the_numbers_the_docs_quote_are_the_committed_results_as_their_scripts_write_them():
+    """The main job's table (README, Start here) and the walk's tables are bench/main_job.py's and
+    bench/getting_started.py's rendering of the results files in bench/results/, not typed numbers."""
+    main_job, walk = _bench("main_job"), _bench("getting_started")
+    measured = json.loads((ROOT / "bench" / "results" / "main_job_cpu.json").read_text())
+    expected = main_job.table(measured["pes"], measured["seeds"])
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        assert _block(page, "main-job") == expected, page
+    walked = json.loads((ROOT / "bench" / "results" / "getting_started_walk_cpu.json").read_text())
+    assert _block(ROOT / "docs" / "getting-started.md", "walk") == walk.docs_block(walked)

@@ -1,0 +1,174 @@
+"""The walk of docs/getting-started.md, run on the main job's runs: every command after `probe train` as a
+newcomer types it, and what it shows, per seed, so the page quotes measured numbers with their spread.
+
+    python bench/getting_started.py --checkpoints checkpoints --docs
+
+Reads the main job's runs (``probe.presets.MAIN_JOB``: every paper PE at ``--seeds``, NoPE at the next seed
+for NoPE') under ``--checkpoints`` (train the extra seeds with ``probe train --seed 1 --seed 2``) and runs, as
+subprocesses of this Python, ``probe compare nope``, ``probe distances`` and ``probe positions`` at each seed,
+``probe theorem``, and ``probe extrapolate`` on the seed-0 runs, each with ``--json``. Writes
+``bench/results/getting_started_walk.json`` (the numbers and each command's wall time); ``--docs`` writes
+the walk's tables into docs/getting-started.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS, fill_block, write_json  # noqa: E402
+
+from probe.models.registry import FIGURE_ORDER, PAPER_PES, PE_LABELS  # noqa: E402
+from probe.presets import MAIN_JOB  # noqa: E402
+from probe.runs.folders import run_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "getting-started.md"
+PES = [pe for pe in FIGURE_ORDER if pe in PAPER_PES]
+
+
+def probe_json(args: list[str], timings: dict[str, float]) -> dict[str, Any]:
+    """``probe ARGS --json`` in a child process: its JSON (stdout), its wall time kept under its command."""
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "probe.cli", *args, "--json"], capture_output=True, text=True)
+    timings[args[0]] = timings.get(args[0], 0.0) + time.perf_counter() - began
+    if done.returncode not in (0, 1):  # theorem exits 1 when a claim fails: a result, not a crash
+        sys.exit(f"probe {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def walk(root: Path, seeds: list[int], scratch: Path) -> dict[str, Any]:
+    """Each command's headline numbers per PE, over ``seeds`` (extrapolation: seed 0)."""
+    timings: dict[str, float] = {}
+    on = ["--checkpoints", str(root)]
+    compare: dict[str, list[float]] = {}
+    distances: dict[str, list[float]] = {}
+    probes: dict[str, list[float]] = {}
+    for seed in seeds:
+        report = probe_json(["compare", "nope", "--seed", str(seed), *on, "--out", str(scratch / f"c{seed}")], timings)
+        for c in report["comparisons"]:
+            compare.setdefault(c["b"]["pe"], []).append(c["overall"]["average"]["mean"])
+        if report.get("baseline"):  # NoPE against NoPE': NoPE's row
+            compare.setdefault("nope", []).append(report["baseline"]["overall"]["average"]["mean"])
+        report = probe_json(["distances", "--seed", str(seed), *on, "--out", str(scratch / f"d{seed}")], timings)
+        for run in report["runs"]:
+            distances.setdefault(run["run"]["pe"], []).append(run["weightings"]["argmax"]["bimodality"])
+        report = probe_json(["positions", "--seed", str(seed), *on, "--out", str(scratch / f"p{seed}")], timings)
+        for model in report["models"]:
+            probes.setdefault(model["run"]["pe"], []).append(model["summary"]["best_probe"]["heldout"]["r2"])
+    theorem = probe_json(["theorem"], timings)
+    seed0 = [str(run_dir(root, MAIN_JOB["task"], pe, 0, MAIN_JOB["options"])) for pe in PES]
+    extrapolation = probe_json(["extrapolate", *seed0, *on, "--out", str(scratch / "x")], timings)
+    return {
+        "seeds": seeds,
+        "compare_d_nope": {label: spread(v) for label, v in compare.items()},
+        "distances_bimodality": {pe: spread(v) for pe, v in distances.items()},
+        "positions_heldout_r2": {pe: spread(v) for pe, v in probes.items()},
+        "theorem": theorem,
+        "extrapolate": _extrapolation(extrapolation),
+        "wall_seconds": timings,
+    }
+
+
+def _extrapolation(report: dict[str, Any]) -> dict[str, Any]:
+    """Per run: untouched OOD, and the best intervention that keeps IID (the report's own choice)."""
+    out = {}
+    for run in report["runs"]:
+        best = next((o for o in run["outcomes"] if run["best"] and o["shown"] == run["best"]), None)
+        out[run["pe"]] = {
+            "untouched": run["outcomes"][0]["test"]["mean"],
+            "best": run["best"],
+            "best_ood": None if best is None else best["test"]["mean"],
+        }
+    return out
+
+
+def _cell(s: dict[str, float], scale: float = 1.0, digits: int = 3) -> str:
+    if s["n"] == 1:
+        return f"{scale * s['mean']:.{digits}f}"
+    return f"{scale * s['mean']:.{digits}f} [{scale * s['min']:.{digits}f}, {scale * s['max']:.{digits}f}]"
+
+
+def _theorem_line(theorem: dict[str, Any]) -> str:
+    claims = theorem["claims"]
+    held = sum(c["passed"] for c in claims)
+    worst = max(c["max_error"] / c["tolerance"] for c in claims if c["tolerance"]) if claims else 0.0
+    return (
+        f"{held} of {len(claims)} checks hold (every claim of Theorems 1 and 2, float32 and float64, lengths up to "
+        f"{theorem['max_length']}); the largest error is {worst:.2g} of its tolerance; exit status "
+        f"{0 if theorem['passed'] else 1}."
+    )
+
+
+def docs_block(result: dict[str, Any]) -> str:
+    seeds = ", ".join(map(str, result["seeds"]))
+    times = result["wall_seconds"]
+    rows = ["| PE | D(NoPE, PE), all lengths | bimodality of attended distance | position probe R², held out |"]
+    rows += ["|---|---|---|---|"]
+    label_of = {pe: PE_LABELS.get(pe, pe) for pe in PES}
+    for pe in PES:
+        d = result["compare_d_nope"].get(pe)
+        cells = [_cell(d, digits=4) if d else "–", _cell(result["distances_bimodality"][pe], digits=2)]
+        cells.append(_cell(result["positions_heldout_r2"][pe], digits=2))
+        rows.append(f"| {label_of[pe]} | " + " | ".join(cells) + " |")
+    x = result["extrapolate"]
+    xrows = ["| PE | OOD untouched (%) | best intervention that keeps IID | its OOD (%) |", "|---|---|---|---|"]
+    for key, v in x.items():
+        best = v["best"] or "none"
+        ood = "–" if v["best_ood"] is None else f"{100 * v['best_ood']:.1f}"
+        xrows.append(f"| {PE_LABELS.get(key, key)} | {100 * v['untouched']:.1f} | {best} | {ood} |")
+    return "\n".join(
+        [
+            f"Mean [lowest, highest] over seeds {seeds} of the main job's runs, measured by "
+            "`python bench/getting_started.py` (NoPE's row of D is NoPE against NoPE', the seed baseline; "
+            "bimodality 5/9 = uniform, higher = near and far; R² of the best stream's linear probe on held-out "
+            f"seen-length examples). Wall time on a 2-core CPU: compare {times['compare']:.0f} s, distances "
+            f"{times['distances']:.0f} s, positions {times['positions']:.0f} s for the "
+            f"{len(result['seeds'])} seeds; theorem {times['theorem']:.0f} s; extrapolate {times['extrapolate']:.0f} s "
+            "on seed 0.",
+            "",
+            *rows,
+            "",
+            f"`probe theorem`: {_theorem_line(result['theorem'])}",
+            "",
+            "`probe extrapolate` on the seed-0 runs (OOD exact match on unseen lengths, teacher forced):",
+            "",
+            *xrows,
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoints", default="checkpoints", help="where the main job's runs are")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--docs", action="store_true", help="write the walk's tables into docs/getting-started.md")
+    parser.add_argument("--reuse", action="store_true", help="the tables from the last results file, run nothing")
+    args = parser.parse_args()
+    if args.reuse:
+        result = json.loads((RESULTS / "getting_started_walk_cpu.json").read_text())
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            result = walk(Path(args.checkpoints), args.seeds, Path(scratch))
+        write_json("getting_started_walk", "cpu", result)
+    print(docs_block(result))
+    if args.docs:
+        fill_block(PAGE, "walk", docs_block(result))
+        print(f"wrote the walk's tables into {PAGE}")
+
+
+if __name__ == "__main__":
+    main()
