@@ -67,7 +67,7 @@ def turned_to(x: Tensor, at: int, turn: Turn) -> Tensor:
     is ``x`` times the matrix of the unit vectors turned: one small matmul, whatever the PE's rotation is."""
     units = torch.eye(x.size(-1), dtype=x.dtype, device=x.device)
     matrix = turn(units[:, None, None, :], at)[:, 0, 0]  # [d_head, d_head]: row i is unit i turned
-    return x if torch.equal(matrix, units) else x @ matrix
+    return x if at == 0 and torch.equal(matrix, units) else x @ matrix  # plain RoPE leaves a key at 0 as it is
 
 
 def far_pair(q: Tensor, k: Tensor, cap: int, turn: Turn, far: int | None = None) -> tuple[Tensor, Tensor]:
