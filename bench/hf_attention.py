@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 from common import add_common_args, header, interleave, medians, paired_ratio, setup, time_once, write_json
 
+from probe.models.attach import attached
 from probe.models.hf import load_external
 from probe.models.hf_attention import logits_of
-from probe.models.intervention_hooks import intervened
 from probe.models.interventions import Intervention
 
 GIB = 2**30
@@ -74,11 +74,11 @@ def calls_at(
             continue
 
         def folded(intervention=intervention):
-            with torch.inference_mode(), intervened(bridge, intervention):
+            with torch.inference_mode(), attached(bridge, intervention):
                 return logits_of(bridge, tokens, keep=keep)
 
         def hooked(intervention=intervention):
-            with torch.inference_mode(), intervened(bridge, intervention):
+            with torch.inference_mode(), attached(bridge, intervention):
                 return bridge(tokens)[:, -keep:]
 
         calls[name] = (folded, hooked)

@@ -1,6 +1,8 @@
-"""Forward time under each inference-time intervention relative to the untouched model (issue 41: <= 1.10x).
+"""Forward time under each inference-time intervention relative to the untouched model (issue 41: <= 1.10x),
+or, with ``--old-tree``, against another checkout of probe (issue 51: new / old <= 1.03 on every variant).
 
     python bench/interventions.py [--device cuda] [--presets tiny small] [--length 64] [--batch 64]
+    python bench/interventions.py --old-tree /tmp/probe-old [--turns 15]
 
 Per preset and PE (NoPE, T5, Rotary), the evaluation forward pass (eval mode, no gradient) on a batch of
 random tokens at ``--length`` (SCAN's unseen test sequences are 30 to 60 tokens; a PE's cost does not depend
@@ -9,19 +11,35 @@ variants interleaved in one run. ``hooked`` is the untouched model on its explic
 identity hook on every layer's scores): every score intervention takes that path, so ``hooked`` / ``none``
 is what the path costs and each intervention / ``hooked`` what its own elementwise work costs.
 Writes bench/results/interventions_<device>.json.
+
+With ``--old-tree``, each side is a worker process (this file run with ``--worker``, that side's tree first on
+``PYTHONPATH``, one torch thread) that builds the same model and batch and times every variant's forward
+passes on process CPU time; the driver asks both sides for one variant after the other, alternating which
+side goes first, and reports per variant the median over turns of new / old. A side attaches an intervention
+the way its checkout does (``probe.models.attach.attached``, or the older hooks). Writes
+bench/results/interventions_ab_cpu.json (``--name``: another name).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
 
 import torch
 from common import add_common_args, header, interleave, medians, paired_ratio, setup, write_json
 
 from probe.models import build_model
-from probe.models.intervention_hooks import intervention_hooks
 from probe.models.interventions import Intervention
+
+HERE = Path(__file__).resolve()
 
 TARGET = 1.10
 VOCAB = 24
@@ -42,6 +60,124 @@ def variants_of(pe: str, length: int) -> dict[str, Intervention | None]:
     return out
 
 
+def under(model, spec: Intervention | None) -> Callable[[], AbstractContextManager]:
+    """A context in which ``model`` attends under ``spec`` (None: untouched), however this checkout attaches it."""
+    if spec is None:
+        return ExitStack
+    try:
+        from probe.models.attach import attached
+    except ImportError:  # a checkout from before attach(): interventions were hooks
+        from probe.models.intervention_hooks import intervention_hooks
+
+        hooks = intervention_hooks(model, spec)
+        return lambda: model.hooks(fwd_hooks=hooks)
+    return lambda: attached(model, spec)
+
+
+def plan_for(model, pe: str, length: int) -> dict[str, Intervention | None]:
+    cfg = model.cfg
+    plan = variants_of(pe, length)
+    plan["head-temperature"] = Intervention(
+        head_temperatures=tuple(tuple(0.9 + 0.05 * h for h in range(cfg.n_heads)) for _ in range(cfg.n_layers))
+    )
+    return plan
+
+
+def forwards(model, tokens: torch.Tensor, pe: str) -> dict[str, Callable[[], None]]:
+    """{variant: one evaluation forward under it}, ``hooked`` the untouched model on its explicit path."""
+    identity = [(f"blocks.{layer}.attn.hook_attn_scores", lambda s, hook: s) for layer in range(model.cfg.n_layers)]
+
+    def forward(context: Callable[[], AbstractContextManager]) -> Callable[[], None]:
+        def run() -> None:
+            with torch.no_grad(), context():
+                model(tokens)
+
+        return run
+
+    calls = {"hooked": forward(lambda: model.hooks(fwd_hooks=identity))}
+    for name, spec in plan_for(model, pe, tokens.size(1)).items():
+        calls[name] = forward(under(model, spec))
+    return calls
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Answer each variant named on stdin with the CPU seconds of ``--calls`` forward passes under it."""
+    torch.set_num_threads(1)
+    model = build_model(args.pe, vocab_size=VOCAB, preset=args.preset, seed=args.seed).eval()
+    tokens = torch.randint(0, VOCAB, (args.batch, args.length), generator=torch.Generator().manual_seed(args.seed))
+    calls = forwards(model, tokens, args.pe)
+    for call in calls.values():  # warm-up
+        call(), call()
+    print(json.dumps(list(calls)), flush=True)
+    for line in sys.stdin:
+        started = time.process_time()
+        for _ in range(args.calls):
+            calls[line.strip()]()
+        print(json.dumps(time.process_time() - started), flush=True)
+
+
+def spawn(tree: Path, args: argparse.Namespace, preset: str, pe: str) -> tuple[subprocess.Popen, list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+    options = ["--preset", preset, "--pe", pe, "--batch", str(args.batch), "--length", str(args.length)]
+    options += ["--calls", str(args.calls), "--seed", str(args.seed)]
+    command = [sys.executable, str(HERE), "--worker", *options]
+    process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree)
+    return process, json.loads(process.stdout.readline())
+
+
+def ask(process: subprocess.Popen, variant: str) -> float:
+    process.stdin.write(variant + "\n")
+    process.stdin.flush()
+    return json.loads(process.stdout.readline())
+
+
+def against_old(args: argparse.Namespace) -> None:
+    """new / old per variant, the two checkouts side by side (module docstring)."""
+    load = os.getloadavg()
+    results: dict[str, dict] = {}
+    for preset in args.presets:
+        for pe in args.pes:
+            (old, names), (new, _) = spawn(args.old_tree, args, preset, pe), spawn(args.new_tree, args, preset, pe)
+            sides, row = {"old": old, "new": new}, {}
+            for name in names:
+                ratios, times = [], {"old": [], "new": []}
+                for turn in range(args.turns):
+                    order = ("old", "new") if turn % 2 == 0 else ("new", "old")
+                    got = {side: ask(sides[side], name) for side in order}
+                    for side in got:
+                        times[side].append(got[side] / args.calls)
+                    ratios.append(got["new"] / got["old"])
+                row[name] = {
+                    "new_over_old": statistics.median(ratios),
+                    "old_s": statistics.median(times["old"]),
+                    "new_s": statistics.median(times["new"]),
+                }
+            for process in sides.values():
+                process.stdin.close()
+                process.wait()
+            results[f"{preset}/{pe}"] = row
+            print(f"{preset}/{pe}: " + "  ".join(f"{n} {r['new_over_old']:.3f}" for n, r in row.items()), flush=True)
+    worst = max(r["new_over_old"] for row in results.values() for r in row.values())
+    payload = header(
+        "interventions_ab",
+        f"evaluation forward pass at T = {args.length}, batch {args.batch}, under each intervention, new checkout / "
+        "old checkout; process CPU time, one torch thread; median over alternating turns of per-turn ratios",
+        "cpu",
+        load,
+    ) | {
+        "old_tree": str(args.old_tree),
+        "new_tree": str(args.new_tree),
+        "target": 1.03,
+        "worst_new_over_old": worst,
+        "meets_target": worst <= 1.03,
+        "turns": args.turns,
+        "calls_per_turn": args.calls,
+        "results": results,
+    }
+    path = write_json(args.name or "interventions_ab", "cpu", payload)
+    print(f"worst new / old: {worst:.3f} (target 1.03); wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=30)
@@ -50,7 +186,18 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--calls", type=int, default=4, help="forward passes per variant per repeat")
+    parser.add_argument("--old-tree", type=Path, help="another checkout: time each variant new / old")
+    parser.add_argument("--new-tree", type=Path, default=HERE.parent.parent)
+    parser.add_argument("--turns", type=int, default=15, help="with --old-tree: turns per variant")
+    parser.add_argument("--name", help="with --old-tree: results file bench/results/<name>_cpu.json")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--preset", default="tiny", help=argparse.SUPPRESS)
+    parser.add_argument("--pe", default="nope", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.old_tree is not None:
+        return against_old(args)
     device = setup(args)
     load = os.getloadavg()
     tokens = torch.randint(0, VOCAB, (args.batch, args.length), generator=torch.Generator().manual_seed(args.seed))
@@ -59,23 +206,7 @@ def main() -> None:
     for preset in args.presets:
         for pe in args.pes:
             model = build_model(pe, vocab_size=VOCAB, preset=preset, seed=args.seed, device=device).eval()
-            cfg = model.cfg
-            plan = variants_of(pe, args.length)
-            plan["head-temperature"] = Intervention(
-                head_temperatures=tuple(tuple(0.9 + 0.05 * h for h in range(cfg.n_heads)) for _ in range(cfg.n_layers))
-            )
-            identity = [(f"blocks.{layer}.attn.hook_attn_scores", lambda s, hook: s) for layer in range(cfg.n_layers)]
-
-            def forward(hooks, model=model):
-                def run() -> None:
-                    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
-                        model(tokens)
-
-                return run
-
-            calls = {"hooked": forward(identity)}
-            for name, spec in plan.items():
-                calls[name] = forward([] if spec is None else intervention_hooks(model, spec))
+            calls = forwards(model, tokens, pe)
             print(f"{preset} {pe}: {len(calls)} variants", flush=True)
             runs = interleave(calls, repeats=args.repeats, calls=args.calls, warmup=2, device=device)
             primary = "wall" if device.type == "cuda" else "cpu"

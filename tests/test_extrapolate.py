@@ -18,7 +18,7 @@ from probe.analysis.extrapolate_tasks import score_examples
 from probe.analysis.extrapolation_plan import VALID_SHARE, Settings
 from probe.analysis.tuning import Score, grid_search, validation_split
 from probe.cli import main
-from probe.models.intervention_hooks import intervened
+from probe.models.attach import attached
 from probe.models.interventions import Intervention
 from probe.runs.folders import load_run, run_dir
 from probe.tasks.batches import encode
@@ -115,7 +115,7 @@ def test_teacher_forced_scores_are_greedy_decodings_exact_match_under_an_interve
     model = load_run(runs[1])  # rotary
     task, tokenizer = task_of(json.loads((runs[1] / "config.json").read_text()))
     examples = task.examples("test", n=60, seed=0)
-    with intervened(model, intervention):
+    with attached(model, intervention):
         correct, _ = score_examples(model, encode(examples, tokenizer), torch.device("cpu"), 16)
         decoded = evaluate_examples(model, tokenizer, examples, batch_size=16)  # token by token, KV cache
     assert correct.tolist() == decoded.correct

@@ -791,13 +791,13 @@ def test_an_hf_model_under_an_intervention_is_transformers_with_the_change_by_ha
 ):
     from transformers import AttentionInterface
 
-    from probe.models.intervention_hooks import apply
+    from probe.models.attach import attach
     from probe.models.interventions import parse_intervention
 
     name = f"by_hand_{family}_{abs(hash(spec))}"
     AttentionInterface.register(name, _by_hand(*by_hand))
     oracle = AutoModelForCausalLM.from_pretrained(tiny.names[family].removeprefix("hf:"), attn_implementation=name)
-    bridge = apply(load_external(tiny.names[family]).bridge, parse_intervention(spec))
+    bridge = attach(load_external(tiny.names[family]).bridge, parse_intervention(spec))
     tokens = torch.randint(1, 200, (2, 20), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected, got = oracle.eval()(tokens).logits, bridge(tokens)
@@ -841,7 +841,7 @@ def test_logits_of_an_untouched_hf_model_are_transformers_own(tiny, family, monk
 def test_any_other_hook_on_an_hf_model_keeps_the_bridges_path(tiny, monkeypatch):
     """A hook the fast path would skip (on a pattern, or a non-foldable function on the scores) must run:
     the bridge's own forward is taken, and the hook sees every layer."""
-    from probe.models.intervention_hooks import intervened
+    from probe.models.attach import attached
     from probe.models.interventions import parse_intervention
 
     bridge = load_external(tiny.names["llama"]).bridge
@@ -854,7 +854,7 @@ def test_any_other_hook_on_an_hf_model_keeps_the_bridges_path(tiny, monkeypatch)
         return x
 
     for point in ("blocks.0.attn.hook_pattern", "blocks.1.attn.hook_attn_scores"):
-        with intervened(bridge, parse_intervention("temperature=0.5")), bridge.hooks(fwd_hooks=[(point, record)]):
+        with attached(bridge, parse_intervention("temperature=0.5")), bridge.hooks(fwd_hooks=[(point, record)]):
             logits_of(bridge, tokens)
         assert seen == [point] and calls == [0]
         seen.clear()
@@ -864,7 +864,7 @@ def test_a_per_head_fit_on_an_hf_model_runs_on_its_own_attention_with_the_bridge
     """The per-head temperatures being fitted fold into the model's own attention modules (one window's
     activations, no [query, key] scores held); loss and gradient are the bridge's with each head's logits
     multiplied by hand."""
-    from probe.models.intervention_hooks import fitted_head_scales
+    from probe.models.attach import attached
 
     bridge = load_external(tiny.names["llama"]).bridge
     for p in bridge.parameters():
@@ -873,17 +873,17 @@ def test_a_per_head_fit_on_an_hf_model_runs_on_its_own_attention_with_the_bridge
     shape = (bridge.cfg.n_layers, bridge.cfg.n_heads)
     log_scales = (0.4 * torch.randn(shape, generator=torch.Generator().manual_seed(2))).requires_grad_()
 
-    def loss_and_grad(hooks):
-        with bridge.hooks(fwd_hooks=hooks):
+    def loss_and_grad(scaled):
+        with scaled:
             logits = logits_of(bridge, tokens, keep=9)[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, -8:])
         (grad,) = torch.autograd.grad(loss, log_scales)
         return loss, grad
 
     calls = _count_folded_attention(monkeypatch)
-    loss, grad = loss_and_grad(fitted_head_scales(bridge, log_scales))
+    loss, grad = loss_and_grad(attached(bridge, learned=log_scales))
     assert calls == [len(bridge.blocks)]
-    expected, expected_grad = loss_and_grad(heads_scaled_by_hand(log_scales, shape[0]))
+    expected, expected_grad = loss_and_grad(bridge.hooks(fwd_hooks=heads_scaled_by_hand(log_scales, shape[0])))
     assert calls == [len(bridge.blocks)]  # the by-hand hooks took the bridge's path
     torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-3, atol=1e-5)
@@ -927,7 +927,7 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
     BLOOM has no rotation) is one line, and ``probe extrapolate`` reports it as skipped."""
     from transformers import AttentionInterface
 
-    from probe.models.intervention_hooks import apply, intervened
+    from probe.models.attach import attach, attached
     from probe.models.interventions import parse_intervention
 
     folder = tiny.names["llama"].removeprefix("hf:")
@@ -935,7 +935,7 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
     theta = config.get("rope_parameters", {}).get("rope_theta", config.get("rope_theta", 10_000.0))
     AttentionInterface.register("rerope_by_hand", _rerope_by_hand(theta, 5))
     oracle = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="rerope_by_hand").eval()
-    bridge = apply(load_external(tiny.names["llama"]).bridge, parse_intervention("cap=5"))
+    bridge = attach(load_external(tiny.names["llama"]).bridge, parse_intervention("cap=5"))
     # 1 x 19 tokens: the 2 key heads' values do not fill whole rows of the 4 query heads (a turn must not ask them to)
     tokens = torch.randint(1, 200, (1, 19), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
@@ -945,7 +945,7 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
     calls = _count_folded_attention(monkeypatch)
     torch.testing.assert_close(logits_of(bridge, tokens), expected, rtol=1e-4, atol=1e-4)
     assert calls == [len(bridge.blocks)]  # on the model's own attention modules, ReRoPE as two merged attentions
-    with intervened(bridge, parse_intervention("window=8+sinks=1")):  # composed: the oracle changed by hand
+    with attached(bridge, parse_intervention("window=8+sinks=1")):  # composed: the oracle changed by hand
         AttentionInterface.register("rerope_window_by_hand", _rerope_by_hand(theta, 5, window=(8, 1)))
         oracle = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="rerope_window_by_hand").eval()
         with torch.no_grad():
@@ -955,7 +955,7 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
     assert calls == [2 * len(bridge.blocks)]
     for family, why in [("neox", "rotates"), ("bloom", "no rotary positions")]:
         with pytest.raises(ProbeError, match=why):
-            apply(load_external(tiny.names[family]).bridge, parse_intervention("cap=5"))
+            attach(load_external(tiny.names[family]).bridge, parse_intervention("cap=5"))
     argv = ["--corpus", str(tiny.source), "--heldout", "0.5", "--context", str(T), "--checkpoints", str(tmp_path)]
     capsys.readouterr()
     assert main(["perplexity", tiny.names["neox"], "--intervene", "cap=5", *argv]) == 2

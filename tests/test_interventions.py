@@ -14,7 +14,7 @@ from helpers import heads_scaled_by_hand, tiny_model
 from probe.errors import ProbeError
 from probe.models import build_model
 from probe.models.alibi import alibi_slopes
-from probe.models.intervention_hooks import apply, intervened, log_length_factor
+from probe.models.attach import attach, attached, log_length_factor
 from probe.models.interventions import TRAINED, Intervention, parse_intervention
 
 VOCAB = 20
@@ -37,7 +37,7 @@ def read(model, intervention: Intervention | None, x: torch.Tensor, layer: int =
     if intervention is None:
         logits, cache = model.run_with_cache(x, names_filter=lambda n: n in names)
     else:
-        with intervened(model, intervention):
+        with attached(model, intervention):
             logits, cache = model.run_with_cache(x, names_filter=lambda n: n in names)
     return logits, cache[names[0]], cache[names[1]]
 
@@ -56,7 +56,7 @@ def test_temperature_one_and_a_window_past_the_sequence_leave_logits_bit_identic
     with model.hooks(fwd_hooks=identity_hooks(model)):
         explicit = model(x)  # the explicit path, every layer's scores hooked
     for intervention in no_change:  # n <= L everywhere: a factor of exactly 1; a window hiding no key
-        with intervened(model, intervention):
+        with attached(model, intervention):
             assert torch.equal(model(x), plain), intervention.name  # folded into the fast path
             with model.hooks(fwd_hooks=identity_hooks(model)):
                 assert torch.equal(model(x), explicit), intervention.name  # called as a hook
@@ -148,7 +148,7 @@ def test_capped_distance_rotary_scores_far_keys_as_if_they_were_at_the_cap():
 
 
 def _with(model, intervention, x):
-    with intervened(model, intervention):
+    with attached(model, intervention):
         return model(x)
 
 
@@ -165,7 +165,7 @@ def _with(model, intervention, x):
 )
 def test_folded_into_the_fast_path_equals_the_hook_on_the_explicit_path(pe, intervention):
     model, x = model_of(pe), tokens()
-    with intervened(model, intervention):
+    with attached(model, intervention):
         uses_fast = [block.attn.uses_fast_path() for block in model.blocks]
         fast = model(x)
         with model.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: p)]):
@@ -212,8 +212,10 @@ def test_a_capped_rotation_runs_fused_and_equals_the_hook_on_the_explicit_path(
     monkeypatch.setattr(capped_attention, "_fused", lambda q: fused)
     calls = []
     merged = capped_attention.capped_causal_attention
-    monkeypatch.setattr("probe.models.attention.capped_causal_attention", lambda *a: calls.append(1) or merged(*a))
-    with intervened(model, intervention):
+    monkeypatch.setattr(
+        "probe.models.fused_attention.capped_causal_attention", lambda *a: calls.append(1) or merged(*a)
+    )
+    with attached(model, intervention):
         fast, fast_padded = model(x), model(x, attention_mask=padding)
         assert len(calls) == 2 * model.cfg.n_layers  # every layer took the merged path, both times
         model.set_fast_attention(False)
@@ -230,10 +232,10 @@ def test_a_capped_rotation_past_the_sequence_is_bit_identical_and_refuses_a_cach
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
     model, x = model_of("rotary"), tokens()
-    with intervened(model, Intervention(cap=T - 1)):  # no key more than T - 1 behind: nothing to cap
+    with attached(model, Intervention(cap=T - 1)):  # no key more than T - 1 behind: nothing to cap
         assert torch.equal(model(x), model_of("rotary")(x))
     cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, x.size(0))
-    with intervened(model, Intervention(cap=4)):
+    with attached(model, Intervention(cap=4)):
         model(x[:, :10], past_kv_cache=cache)  # the prompt: one pass from position 0
         with pytest.raises(ProbeError, match="one pass"):
             model(x[:, 10:11], past_kv_cache=cache)  # a token decoded against the cache
@@ -243,22 +245,20 @@ def test_a_capped_rotation_past_the_sequence_is_bit_identical_and_refuses_a_cach
 def test_fitted_head_scales_fold_into_the_fast_path_with_the_gradient_of_the_scores_by_hand(pe):
     """The per-head fit's scales (probe.analysis.tuning) run in the fused kernels; their loss and gradient are
     those of each head's logits multiplied by hand on the explicit path."""
-    from probe.models.intervention_hooks import fitted_head_scales
-
     model, x = model_of(pe), tokens()
     shape = (model.cfg.n_layers, model.cfg.n_heads)
     log_scales = 0.4 * torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     log_scales.requires_grad_()
 
-    def loss_and_grad(hooks):
-        with model.hooks(fwd_hooks=hooks):
+    def loss_and_grad(scaled):
+        with scaled:
             fast = [block.attn.uses_fast_path() for block in model.blocks]
             loss = torch.nn.functional.cross_entropy(model(x)[:, :-1].transpose(1, 2), x[:, 1:])
         (grad,) = torch.autograd.grad(loss, log_scales)
         return loss, grad, fast
 
-    loss, grad, fast = loss_and_grad(fitted_head_scales(model, log_scales))
-    expected, expected_grad, explicit = loss_and_grad(heads_scaled_by_hand(log_scales, shape[0]))
+    loss, grad, fast = loss_and_grad(attached(model, learned=log_scales))
+    expected, expected_grad, explicit = loss_and_grad(model.hooks(fwd_hooks=heads_scaled_by_hand(log_scales, shape[0])))
     assert all(fast) and not any(explicit)
     torch.testing.assert_close(loss, expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-8, atol=1e-10)
@@ -287,13 +287,13 @@ def test_parse_names_and_errors():
         with pytest.raises(ProbeError, match=says):
             parse_intervention(bad)
     with pytest.raises(ProbeError, match="no relative distance"):
-        apply(model_of("nope"), Intervention(cap=4))
+        attach(model_of("nope"), Intervention(cap=4))
 
 
 def test_permanent_hooks_survive_run_with_cache():
     model, x = model_of("nope"), tokens()
     window = Intervention(window=3)
-    apply(model, window)
+    attach(model, window)
     _, cache = model.run_with_cache(x)
     assert bool((cache["blocks.0.attn.hook_pattern"][..., 10, :7] == 0).all())
     model.reset_hooks(including_permanent=True)

@@ -15,7 +15,7 @@ from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_
 from probe.analysis.examples import trained_length
 from probe.atomic import write_json_and_csv
 from probe.errors import ProbeError
-from probe.models.intervention_hooks import apply
+from probe.models.attach import attach
 from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
 from probe.runs.folders import LAST, Run, load_run
@@ -142,7 +142,7 @@ def _evaluate(
 
     intervention = intervention or Intervention()
     at_inference = parse_pe_options(run.pe, {**(pe_options or {}), **intervention.rope})
-    model = apply(load_run(run.path, device=device, pe_options=at_inference, config=run.config), intervention)
+    model = attach(load_run(run.path, device=device, pe_options=at_inference, config=run.config), intervention)
     meta = model.metadata
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
@@ -180,7 +180,7 @@ def _evaluate(
         report.selected_step = training["selected_step"]
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
-            last = apply(load_run(run.path / LAST, device=device, pe_options=at_inference), intervention)
+            last = attach(load_run(run.path / LAST, device=device, pe_options=at_inference), intervention)
             iid, ood = split_accuracy(task, score(last))
         report.last = LastStep(last_step, iid, ood)
     return report

@@ -26,8 +26,8 @@ from probe.analysis.perplexity import scored_nll
 from probe.analysis.subjects import CodeRun, HfModel, Subject, TextReading
 from probe.analysis.tuning import Score, Tuned, validation_split
 from probe.errors import ProbeError
+from probe.models.attach import attached
 from probe.models.hf_attention import logits_of, runs_folded
-from probe.models.intervention_hooks import intervened
 from probe.models.interventions import Intervention
 
 LM_FIT_FILES = 4  # validation windows per step of a language model's per-head fit
@@ -59,7 +59,7 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
         return out
 
     def outcome(family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
-        with intervened(on, intervention):
+        with attached(on, intervention):
             per = torch.stack([nll_at(on, test_files, c) for c in contexts], 1)  # [file, context]
         buckets = []
         for index, c in enumerate(contexts):
@@ -82,7 +82,7 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
     unseen_contexts = [c for c in contexts if c > context] or [longest]
 
     def on_valid(intervention: Intervention) -> Score:
-        with intervened(loaded.model, intervention):
+        with attached(loaded.model, intervention):
             nll = torch.stack([nll_at(loaded.model, valid_files, c) for c in unseen_contexts])
         return Score(-float(nll.nanmean()))
 
@@ -101,7 +101,7 @@ def language_model(subject: Subject, settings: Settings, step: Callable[[str], N
             on = _with_rope(subject, loaded, intervention, device)
         try:
             if isinstance(subject, HfModel) and intervention.cap is not None:
-                with intervened(on, intervention):
+                with attached(on, intervention):
                     if not runs_folded(on):  # ReRoPE on the bridge's own [head, query, key] scores
                         check_fits(on.cfg.n_heads, longest, loaded.info.label)
             outcomes.append(outcome(family, "fixed", intervention, on))

@@ -38,7 +38,7 @@ from probe.analysis.tuning import (
     window_grid,
 )
 from probe.errors import ProbeError
-from probe.models.intervention_hooks import intervened
+from probe.models.attach import attached
 from probe.models.interventions import Intervention
 from probe.tasks.batches import EncodedSet, encode
 
@@ -118,7 +118,7 @@ def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) 
     model = subject.load(device).model
 
     def outcome(family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
-        with intervened(on, intervention):
+        with attached(on, intervention):
             ok_test, _ = score_examples(on, data["test"], device, batch)
             ok_iid, _ = score_examples(on, data["iid"], device, batch)
         return Outcome(
@@ -132,7 +132,7 @@ def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) 
         )
 
     def on_valid(intervention: Intervention) -> Score:
-        with intervened(model, intervention):
+        with attached(model, intervention):
             ok, nll = score_examples(model, data["valid"], device, batch)
         return Score(float(ok.double().mean()), -float(nll.mean()))
 

@@ -48,9 +48,9 @@ from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_corpus, run_tokenizer_json
 from probe.errors import ProbeError
+from probe.models.attach import attach
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
-from probe.models.intervention_hooks import apply
 from probe.models.interventions import Intervention
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 
@@ -126,7 +126,7 @@ class Subject:
         """``loaded`` attending under ``intervention`` (the subject's, resolved), its label and info saying which."""
         if intervention.is_identity:
             return loaded
-        apply(loaded.model, intervention)
+        attach(loaded.model, intervention)
         info = replace(
             loaded.info, label=f"{loaded.info.label} under {intervention.name}", intervention=intervention.to_json()
         )
@@ -165,7 +165,7 @@ class CodeRun(Subject):
         label: str | None = None,
         dtype: torch.dtype | None = None,
     ) -> Loaded:
-        loaded = super().load(device, pe_options, label, dtype)  # intervened: its hooks are on the model
+        loaded = super().load(device, pe_options, label, dtype)  # intervened: its edits are on the model
         tokenizer = CodeTokenizer.from_json(run_tokenizer_json(self.path))
         loaded.encode, loaded.vocabulary = tokenizer.encode_batch, tokenizer.tokenizer.get_vocab()
         loaded.context = training_context(self.config)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from probe.models.intervention_hooks import fitted_head_scales
+from probe.models.attach import attached
 from probe.models.interventions import Intervention
 
 TEMPERATURES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)  # logits / t: sharper below 1
@@ -104,7 +104,7 @@ def fit_head_temperatures(
     its weights frozen: one log inverse temperature per head, from 0 (no change), by Adam. ``losses(step)`` yields
     the step's minibatch loss in parts, each taken back as it comes (a language model's windows one at a time,
     so one window's activations are held, not all). The scales fold into the fused attention kernels
-    (:func:`probe.models.intervention_hooks.fitted_head_scales`). The caller picks among the snapshots on
+    (:func:`probe.models.attach.attached` with ``learned``). The caller picks among the snapshots on
     validation: a lower loss need not be more exact matches."""
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     device = next(model.parameters()).device
@@ -115,7 +115,7 @@ def fit_head_temperatures(
     optimizer = torch.optim.Adam([log_scale], lr=lr)
     snapshots = []
     try:
-        with model.hooks(fwd_hooks=fitted_head_scales(model, log_scale)), torch.enable_grad():
+        with attached(model, learned=log_scale), torch.enable_grad():
             for step in range(1, steps + 1):
                 optimizer.zero_grad()
                 for part in losses(step):

@@ -189,7 +189,7 @@ def load_external(
     """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32 unless ``dtype``, eval mode), with its
     tokenizer; ``rope`` (``scaling``, ``factor``, ``original_length``, as probe's Rotary spells them) stretches
     its rotary positions through ``transformers``' own ``rope_parameters``
-    (:func:`probe.models.interventions.hf_rope_parameters`).
+    (:func:`probe.models.attach.hf_rope_parameters`).
 
     Anything that stops it (not cached, not a model folder, an architecture TransformerLens does not
     support, missing weights) is one ProbeError line naming the model.
@@ -204,7 +204,7 @@ def load_external(
     try:
         overrides = None
         if rope:
-            from probe.models.intervention_hooks import hf_rope_parameters
+            from probe.models.attach import hf_rope_parameters
 
             overrides = {"rope_parameters": hf_rope_parameters(rope, read_config(spelling))}
         bridge = TransformerBridge.boot_transformers(

@@ -1,7 +1,8 @@
 """Inference-time interventions on attention: what rescues length generalization without retraining.
 
-Each is a change to a trained model's attention logits, made through its hook points, so it applies the
-same way to probe's models and to any model TransformerLens loads (``hf:``), and no model code is forked:
+Each is a change to a trained model's attention logits, held by each attention layer as a declared edit
+(:mod:`probe.models.attention_edit`), so it applies the same way to probe's models and to any model
+TransformerLens loads (``hf:``), and no model code is forked:
 
 - ``temperature=t``: every logit divided by t (t < 1 sharpens).
 - ``log-length`` (``log-length=L``): the logits of a query that sees n keys multiplied by
@@ -24,8 +25,9 @@ same way to probe's models and to any model TransformerLens loads (``hf:``), and
   the RoPE scalings probe's Rotary already has as options (:mod:`probe.models.rotary`), applied when the
   model loads; an ``hf:`` model gets the same through ``transformers``' ``rope_parameters``.
 
-They compose (``log-length+window=64+sinks=4``); :mod:`probe.models.intervention_hooks` applies them. Every
-report an intervened model feeds records :attr:`Intervention.name`.
+They compose (``log-length+window=64+sinks=4``); :func:`probe.models.attach.attach` compiles them into
+each attention layer's edit. Every report an
+intervened model feeds records :attr:`Intervention.name`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ Batch with right padding (causal attention never lets a real position see the pa
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -253,9 +255,35 @@ class PETransformer(HookedModel):
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def set_fast_attention(self, enabled: bool) -> None:
-        """Allow (default) or forbid the scaled_dot_product_attention path in every layer."""
+        """Allow (default) or forbid the fused attention route in every layer (probe.models.attention)."""
         for block in self.blocks:
             block.attn.fast_path = enabled
+
+    @contextmanager
+    def reference_route(self) -> Iterator[PETransformer]:
+        """Every layer on the reference attention route within the block, where every hook fires."""
+        before = [block.attn.fast_path for block in self.blocks]
+        self.set_fast_attention(False)
+        try:
+            yield self
+        finally:
+            for block, fast in zip(self.blocks, before):
+                block.attn.fast_path = fast
+
+    def run_with_cache(self, *model_args: Any, **kwargs: Any):
+        """TransformerLens' ``run_with_cache``, on the reference route: a cache holds what every hook saw."""
+        with self.reference_route():
+            return super().run_with_cache(*model_args, **kwargs)
+
+    def reset_hooks(
+        self, clear_contexts: bool = True, direction: str = "both", including_permanent: bool = False, level=None
+    ):
+        """TransformerLens' ``reset_hooks``; ``including_permanent`` also takes off an attached intervention
+        (probe.models.attach), which stays on like a permanent hook until then."""
+        super().reset_hooks(clear_contexts, direction, including_permanent, level)
+        if including_permanent:
+            for block in self.blocks:
+                block.attn.edit = None
 
 
 def build_model(

@@ -1,0 +1,312 @@
+"""How an :class:`~probe.models.interventions.Intervention` reaches a model: :func:`attach` compiles it once
+into one :class:`LayerEdit` per attention layer, which the layer holds; and the ``rope_parameters`` an
+``hf:`` model gets for a RoPE scaling (applied when it loads, not here).
+
+A probe layer (:class:`probe.models.attention.PEAttention`) reads its edit on either route. An ``hf:`` model's
+edits sit on its own attention modules, where :mod:`probe.models.hf_attention` reads them; the bridge's
+step-by-step attention, which probe does not own, gets them through one executor hook per layer on its
+scores (and, for a capped rotation, hooks keeping the unturned queries and keys and the cos and sin).
+
+Positions are read from the scores' shape: the query rows are the last ``query`` of ``key`` positions, which
+holds for a whole sequence, right padding and decoding with the KV cache (never left padding).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from probe.errors import ProbeError
+from probe.models.attention_edit import edited_scores, outside_window
+from probe.models.interventions import TRAINED, Intervention
+
+NO_CHANGE = Intervention()
+HF_EDIT = "probe_edit"  # the attribute an hf attention module holds its edit in
+
+
+def log_length_factor(n: Tensor, trained: int) -> Tensor:
+    """max(1, ln n / ln L) for a query that sees ``n`` keys (float64; n = position + 1)."""
+    return (n.double().log() / math.log(trained)).clamp(min=1.0)
+
+
+def row_factor(intervention: Intervention, layer: int, positions: Tensor) -> Tensor | None:
+    """[head or 1, query, 1] float64 multiplier of layer ``layer``'s logits, or None where it is 1."""
+    factor = torch.full((1, len(positions), 1), 1.0 / intervention.temperature, dtype=torch.float64)
+    if intervention.log_length is not None:
+        factor = factor * log_length_factor(positions.cpu() + 1, intervention.log_length)[None, :, None]
+    if intervention.head_temperatures is not None:
+        heads = torch.tensor(intervention.head_temperatures[layer], dtype=torch.float64)
+        factor = factor / heads[:, None, None]
+    if bool((factor == 1).all()):
+        return None
+    return factor.to(positions.device)
+
+
+@dataclass(eq=False)
+class LayerEdit:
+    """One layer's edit (:class:`probe.models.attention_edit.Edit`): the interventions attached to it, composed
+    (their factors multiply, their windows all hide), a per-head scale being fitted, and the cap with its turn."""
+
+    layer: int
+    interventions: tuple[Intervention, ...] = ()
+    learned: Tensor | None = None  # [layer, head] log inverse temperatures being fitted (read at each call)
+    cap: int | None = None  # set where this layer has a distance to cap
+    turns: bool = False  # the cap acts through the layer's rotation (ReRoPE)
+    _made: dict[str, tuple[tuple, Tensor | None]] = field(default_factory=dict, repr=False)  # part -> (shape, value)
+
+    @property
+    def windows(self) -> tuple[tuple[int, int], ...]:
+        return tuple((i.window, i.sinks) for i in self.interventions if i.window is not None)
+
+    @property
+    def keeps_masked_out(self) -> bool:
+        return self.learned is not None
+
+    def composed(self, other: LayerEdit) -> LayerEdit:
+        """Both edits at once; one cap at most."""
+        if self.cap is not None and other.cap is not None:
+            raise ProbeError("one cap at a time: the model already attends under one")
+        if self.learned is not None and other.learned is not None:
+            raise ProbeError("one per-head fit at a time")
+        capped = self if self.cap is not None else other
+        return LayerEdit(
+            self.layer,
+            self.interventions + other.interventions,
+            self.learned if self.learned is not None else other.learned,
+            capped.cap,
+            capped.turns,
+        )
+
+    def factor(self, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device) -> Tensor | None:
+        """The interventions' factor times the fitted per-head one (made afresh: it changes every step)."""
+        factor = self._part("factor", query_len, key_len, dtype, device)
+        if self.learned is None:
+            return factor
+        fitted = self.learned[self.layer].exp().to(dtype)[:, None, None]  # [head, 1, 1]
+        return fitted if factor is None else factor * fitted
+
+    def hidden(self, query_len: int, key_len: int, device: torch.device) -> Tensor | None:
+        return self._part("hidden", query_len, key_len, torch.bool, device)
+
+    def _part(self, part: str, query_len: int, key_len: int, dtype: torch.dtype, device: torch.device):
+        """The factor or the hidden keys for this shape, made once per shape (a decode step or a batch of one
+        length reuses it); only the last shape's is kept."""
+        key = (query_len, key_len, dtype, device)
+        if self._made.get(part, (None,))[0] != key:
+            positions = torch.arange(key_len - query_len, key_len, device=device)
+            value = None
+            if part == "factor":
+                for intervention in self.interventions:
+                    f = row_factor(intervention, self.layer, positions)
+                    value = f if value is None or f is None else value * f
+                value = None if value is None else value.to(dtype)
+            else:
+                for window, sinks in self.windows:
+                    outside = outside_window(positions, key_len, window, sinks)
+                    value = outside if value is None else value | outside
+                if value is not None and not bool(value.any()):
+                    value = None  # a window past the sequence: nothing to mask, the logits stay bit for bit
+            self._made[part] = (key, value)
+        return self._made[part][1]
+
+
+def _edits(model, intervention: Intervention, learned: Tensor | None) -> list[LayerEdit | None]:
+    """Each layer's edit for ``intervention`` (resolved: :meth:`Intervention.resolved`), None where it changes
+    nothing there; ProbeError where the model has nothing to cap or the per-head temperatures do not fit."""
+    if intervention.log_length == TRAINED or intervention.cap == TRAINED:
+        raise ProbeError("resolve log-length and cap against the model's training length first")
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    heads = intervention.head_temperatures
+    if heads is not None and (len(heads) != n_layers or len(heads[0]) != n_heads):
+        raise ProbeError(
+            f"head-temperature gives {len(heads)} layers of {len(heads[0])} heads; the model has "
+            f"{n_layers} of {n_heads}"
+        )
+    scored = intervention.temperature != 1.0 or intervention.log_length is not None or heads is not None
+    changes = scored or intervention.window is not None or learned is not None
+    pe = getattr(model, "pe", None)
+    edits: list[LayerEdit | None] = []
+    for layer in range(n_layers):
+        edit = LayerEdit(layer, (intervention,), learned)
+        if intervention.cap is not None:
+            if pe is None:
+                _check_hf_rotation(model.blocks[layer].attn, model.original_model.config)
+                edit.cap, edit.turns = intervention.cap, True
+            elif pe.adds_bias:
+                edit.cap = intervention.cap
+            elif pe.rotates:
+                if model.blocks[layer].attn.rotates:
+                    edit.cap, edit.turns = intervention.cap, True
+            else:
+                raise ProbeError(f"cap: {pe.kind} has no relative distance to cap (bias and rotating PEs do)")
+        edits.append(edit if changes or edit.cap is not None else None)
+    return edits
+
+
+def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None) -> Any:
+    """``model`` (probe's, or a TransformerLens bridge of an ``hf:`` model) attending under ``intervention``
+    (resolved) from now on, composed with what it attends under already; ``learned`` [layer, head]: log scales
+    of each head's logits being fitted (with gradients). The only way an intervention reaches a model.
+    :func:`detach` (or, on probe's models, ``reset_hooks(including_permanent=True)``) takes it off."""
+    for layer, edit in enumerate(_edits(model, intervention, learned)):
+        if edit is not None:
+            holder = _holder(model, layer)
+            before = getattr(holder, _name(model), None)
+            if before is None and _bridged(model):
+                _Executor.install(model, layer)
+            object.__setattr__(holder, _name(model), edit if before is None else before.composed(edit))
+    return model
+
+
+def detach(model) -> Any:
+    """``model`` attending as it was built: every edit taken off."""
+    for layer in range(model.cfg.n_layers):
+        holder = _holder(model, layer)
+        if getattr(holder, _name(model), None) is not None:
+            object.__setattr__(holder, _name(model), None)
+            if _bridged(model):
+                _Executor.remove(model, layer)
+    return model
+
+
+@contextmanager
+def attached(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None) -> Iterator[Any]:
+    """``model`` attending under ``intervention`` (and ``learned``, as :func:`attach`) within the block; what
+    it attended under before is restored after."""
+    before = [getattr(_holder(model, layer), _name(model), None) for layer in range(model.cfg.n_layers)]
+    attach(model, intervention, learned)
+    try:
+        yield model
+    finally:
+        for layer, edit in enumerate(before):
+            if edit is None and getattr(_holder(model, layer), _name(model), None) is not None and _bridged(model):
+                _Executor.remove(model, layer)
+            object.__setattr__(_holder(model, layer), _name(model), edit)
+
+
+def _bridged(model) -> bool:
+    return getattr(model, "pe", None) is None
+
+
+def _holder(model, layer: int):
+    attn = model.blocks[layer].attn
+    return attn.original_component if _bridged(model) else attn
+
+
+def _name(model) -> str:
+    return HF_EDIT if _bridged(model) else "edit"
+
+
+@dataclass(eq=False)
+class _Executor:
+    """The reference route of a bridge's attention layer, which probe does not own: a hook on its scores that
+    applies the edit its hf module holds, and hooks keeping what a capped rotation reads from the same pass."""
+
+    module: torch.nn.Module  # the hf attention module holding the edit
+    kept: dict[str, Tensor] = field(default_factory=dict)
+    handles: list = field(default_factory=list)  # (hook point, LensHandle)
+
+    KEPT = ("hook_q", "hook_k", "hook_cos", "hook_sin")
+
+    def __repr__(self) -> str:  # TransformerLens names a hook by its repr: keep it short
+        return f"the edit of {type(self.module).__name__}"
+
+    def __call__(self, scores: Tensor, hook: Any) -> Tensor:  # [batch, head, query, key]
+        edit, kept = getattr(self.module, HF_EDIT), dict(self.kept)
+        self.kept.clear()  # held for this pass only
+        if not edit.turns:
+            return edited_scores(scores, edit)
+        turn = lambda x, at: _hf_turn(x, at, kept["hook_cos"], kept["hook_sin"])  # noqa: E731
+        return edited_scores(scores, edit, kept["hook_q"], kept["hook_k"], turn, 1.0 / self.module.scaling)
+
+    def keeper(self, name: str):
+        def keep(x: Tensor, hook: Any) -> Tensor:
+            self.kept[name] = x
+            return x
+
+        return keep
+
+    @staticmethod
+    def install(model, layer: int) -> None:
+        attn = model.blocks[layer].attn
+        executor = _Executor(attn.original_component)
+        for name, point in executor_points(attn):
+            hook = executor if name == "hook_attn_scores" else executor.keeper(name)
+            executor.handles.append((point, point.add_hook(hook, dir="fwd", is_permanent=True)))
+        object.__setattr__(attn.original_component, "probe_executor", executor)
+
+    @staticmethod
+    def remove(model, layer: int) -> None:
+        executor = model.blocks[layer].attn.original_component.__dict__.pop("probe_executor")
+        for point, handle in executor.handles:
+            handle.hook.remove()
+            point.fwd_hooks = [h for h in point.fwd_hooks if h is not handle]
+
+
+def executor_points(attn) -> list[tuple[str, Any]]:
+    """(name, hook point) of a bridge attention layer that its edit's executor hooks: the scores, and what a
+    capped rotation keeps."""
+    return [("hook_attn_scores", attn.hook_attn_scores)] + [
+        (name, getattr(attn, name)) for name in _Executor.KEPT if hasattr(attn, name)
+    ]
+
+
+HF_ROTATION_OFF = ("q_norm", "k_norm", "key_multiplier")  # hf attention terms between hook_q / hook_k and RoPE
+HF_PAIRING = ("rotary_interleaved_cos_sin", "rotary_adjacent_pairs")  # RoPE layouts other than rotate-half
+
+
+def _check_hf_rotation(attn, config) -> None:
+    """ProbeError unless a bridge's attention layer rotates its hooked queries and keys (``hook_q``, ``hook_k``)
+    whole by the rotate-half RoPE of ``hook_cos`` / ``hook_sin``, which a capped rotation re-applies."""
+    module = getattr(attn, "original_component", None)
+    if module is None or not hasattr(attn, "hook_cos") or not hasattr(module, "scaling"):
+        raise ProbeError("cap: this hf: model has no rotary positions in its attention to cap")
+    rope = getattr(config, "rope_parameters", None) or {}
+    share = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    share = share if share is not None else getattr(config, "rotary_pct", 1.0)
+    if share != 1.0:
+        raise ProbeError(f"cap: this hf: model rotates {share:g} of each head's dimensions; not capped")
+    if any(getattr(module, name, None) is not None for name in HF_ROTATION_OFF) or any(
+        getattr(getattr(attn, "config", None), name, False) for name in HF_PAIRING
+    ):
+        raise ProbeError("cap: this hf: model normalises or lays out its queries and keys around RoPE; not capped")
+
+
+def _hf_turn(x: Tensor, at: int, cos: Tensor, sin: Tensor) -> Tensor:
+    """``x`` [..., head, d_head] turned to position ``at`` as a Llama-style attention turns it (``cos``, ``sin``
+    [batch, pos, d_head] from ``hook_cos`` / ``hook_sin``: the rotate-half layout, any attention scaling inside)."""
+    if cos.size(-1) != x.size(-1):
+        raise ProbeError(f"cap: this hf: model rotates {cos.size(-1)} of {x.size(-1)} dimensions; not capped")
+    return x * cos[0, at, None, :].to(x.dtype) + rotate_half(x) * sin[0, at, None, :].to(x.dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dimension: the rotate-half layout's quarter turn."""
+    half = x.size(-1) // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """``transformers``' ``rope_parameters`` for a probe RoPE scaling of a model whose config is ``config``
+    (its own ``rope_parameters`` or ``rope_theta``): linear, dynamic, yarn and llama3 by name; ntk (NTK-aware,
+    bloc97 2023) as the base times s^(d/(d-2)), what the scaling is."""
+    given = dict(config.get("rope_parameters") or {})
+    theta = float(given.get("rope_theta", config.get("rope_theta", 10_000.0)))
+    scaling, factor = rope["scaling"], float(rope.get("factor", 1.0))
+    if scaling == "none":
+        return {**given, "rope_theta": theta}
+    if scaling == "ntk":
+        dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+        return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
+    out = {"rope_type": scaling, "rope_theta": theta, "factor": factor}
+    if scaling in ("yarn", "llama3"):
+        out["original_max_position_embeddings"] = int(rope["original_length"])
+    if scaling == "llama3":
+        out |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    return out
