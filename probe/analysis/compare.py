@@ -226,17 +226,9 @@ def compare_report(
     start = time.perf_counter()
     loaded_a = a.load(settings["device"], pe_options, dtype=settings["dtype"])
     timings["load"] = time.perf_counter() - start
-    comparisons = []
-    total = len(others) + (base is not None)
-    for b in others:
-        what = f"{loaded_a.info.label} vs {b.info.label}"
-        step = within(progress, what, len(comparisons), total)
-        comparisons.append(_compare_with(loaded_a, b, reading, settings, timings, pe_options, progress=step))
-    result_base = None
-    if base is not None:
-        label = baseline_label(a)
-        step = within(progress, f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
-        result_base = _compare_with(loaded_a, base, reading, settings, timings, pe_options, label, step)
+    comparisons, result_base = _compare_each(
+        a, loaded_a, others, base, reading, settings, timings, pe_options, progress
+    )
     every = [a, *others]
     return CompareReport(
         loaded_a.info,
@@ -248,6 +240,33 @@ def compare_report(
         stems=[_stem(a, loaded_a.info), *(_stem(s, r.b) for s, r in zip(others, comparisons))],
         seed_baseline=reading.seed_baseline,
     )
+
+
+def _compare_each(
+    a: Subject,
+    loaded_a: Loaded,
+    others: Sequence[Subject],
+    base: Subject | None,
+    reading: Reading,
+    settings: dict[str, Any],
+    timings: dict[str, float],
+    pe_options: Mapping[str, Any] | None,
+    progress: Progress | None,
+) -> tuple[list[CompareResult], CompareResult | None]:
+    """A (``loaded_a``, loaded once) against each other subject, then against its seed baseline where there
+    is one, the progress counted over all of them."""
+    comparisons = []
+    total = len(others) + (base is not None)
+    for b in others:
+        what = f"{loaded_a.info.label} vs {b.info.label}"
+        step = within(progress, what, len(comparisons), total)
+        comparisons.append(_compare_with(loaded_a, b, reading, settings, timings, pe_options, progress=step))
+    result_base = None
+    if base is not None:
+        label = baseline_label(a)
+        step = within(progress, f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
+        result_base = _compare_with(loaded_a, base, reading, settings, timings, pe_options, label, step)
+    return comparisons, result_base
 
 
 def _stem(subject: Subject, info: RunInfo) -> str:

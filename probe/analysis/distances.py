@@ -83,6 +83,20 @@ def _into(grids: dict[str, Tensor], batch: TokenBatch, device: torch.device) -> 
     return fold
 
 
+def _weightings(weighting: Weighting | Sequence[Weighting], normalization: str, bins: int) -> list[Weighting]:
+    """The weightings asked for, as a list; a bad weighting, normalization or bin count stops the
+    report before any model is loaded."""
+    weightings = [weighting] if isinstance(weighting, str) else list(weighting)
+    for w in weightings:
+        if w not in ("argmax", "attention"):
+            raise ProbeError(f"unknown weighting {w!r}; accepted: argmax, attention")
+    if normalization not in ("text", "reference-code"):
+        raise ProbeError(f"unknown normalization {normalization!r}; accepted: text, reference-code")
+    if bins < 1:
+        raise ProbeError(f"--bins must be at least 1, got {bins}")
+    return weightings
+
+
 def attended_distance_report(
     runs: Sequence[str | Path | Run],
     *,
@@ -114,14 +128,7 @@ def attended_distance_report(
     ``intervention``: every model read under it (:mod:`probe.models.interventions`).
     """
     keep_freed_memory()
-    weightings = [weighting] if isinstance(weighting, str) else list(weighting)
-    for w in weightings:
-        if w not in ("argmax", "attention"):
-            raise ProbeError(f"unknown weighting {w!r}; accepted: argmax, attention")
-    if normalization not in ("text", "reference-code"):
-        raise ProbeError(f"unknown normalization {normalization!r}; accepted: text, reference-code")
-    if bins < 1:
-        raise ProbeError(f"--bins must be at least 1, got {bins}")
+    weightings = _weightings(weighting, normalization, bins)
     device = torch.device(device)
     subjects = resolve_all(list(runs), intervention=intervention)
     settings = dict(weightings=weightings, normalization=normalization, bins=bins, device=device, batch_size=batch_size)

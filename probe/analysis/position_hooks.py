@@ -154,11 +154,11 @@ def collect(
     :func:`probe.analysis.budget.memory_budget`), so a long context costs forward passes, not memory; each
     pass stops after its block's last layer. Hooks are bound to the names asked for (a bridge's hook may carry
     its canonical name instead)."""
-    streams, scores, patterns, outputs = hook_names(model)
+    names = hook_names(model)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     budget = memory_budget() if budget is None else budget
     out = Collected(
-        [[] for _ in streams],
+        [[] for _ in names[0]],  # one list of rows per stream
         [],
         [],
         {},
@@ -168,11 +168,82 @@ def collect(
         [[] for _ in range(L)],
     )
     model.eval()
-    batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
-    logits: dict[int, dict[bool, LogitSums]] = {}  # the block's layers: seen -> sums [head, cell]
+    folds = _Folds(out, sink_first)
     bases: dict[tuple[bool, bool], LogitBases] = {}  # (seen, within rows) -> the fits' pseudo-inverses
+    widths = {flag: max((len(x.tokens) for x in inputs if x.seen == flag), default=0) for flag in (True, False)}
+    step = H * WORKING_BYTES + CHUNK_BYTES  # per (query, key) cell of one input of a batch
+    blocks = layer_blocks(
+        L, stats_bytes(H, [w for w in widths.values() if w]), step * max(widths.values()) ** 2, budget
+    )
+    sizes = [len(x.tokens) for x in inputs]
+    for block in blocks:
+        hooks = folds.for_block(block, names)
+        for start, stop in batches_within(sizes, step, batch_size, budget):
+            if progress:
+                what = f"layers {block.start + 1}-{block.stop} of {L}, inputs {start + 1}-{stop} of {len(inputs)}"
+                progress(what, (block.start * len(inputs) + start * len(block)), L * len(inputs))  # layer-inputs read
+            chosen = inputs[start:stop]
+            folds.start_batch(
+                chosen, start, stop, first_block=block.start == 0, most=max_probe_positions, device=device
+            )
+            try:
+                model.run_with_hooks(
+                    padded([x.tokens for x in chosen], pad_id).to(device), return_type=None, fwd_hooks=hooks
+                )
+            except _BlockDone:
+                pass
+        _decompose(folds.logits, out.shares, bases)
+    return out
 
-    def on_stream(stream: int, last: bool):
+
+class _Folds:
+    """The hooks of one :func:`collect`: each folds what its layer sees of the current batch into
+    ``out`` (and the block's logit sums) at once, so only one layer's maps are alive."""
+
+    def __init__(self, out: Collected, sink_first: Sequence[int]) -> None:
+        self.out, self.sink_first = out, sink_first
+        self.batch: dict[str, Any] = {}  # the current batch's rows, positions, lengths and seen masks
+        self.logits: dict[int, dict[bool, LogitSums]] = {}  # the block's layers: seen -> sums [head, cell]
+
+    def for_block(self, block: range, names: tuple[list[str], ...]) -> list[tuple[str, Any]]:
+        """The hooks that read ``block``'s layers (and the embedding with the first block); the pass
+        stops at the block's last stream, and layers before it take the path they take when read."""
+        streams, scores, patterns, outputs = names
+        self.logits.clear()
+        self.logits.update({layer: {} for layer in block})
+        return [
+            *((patterns[layer], _explicit) for layer in range(block.start)),  # the same path as in one block
+            *([(streams[0], self.on_stream(0, False))] if block.start == 0 else []),
+            *((scores[layer], self.on_scores(layer)) for layer in block),
+            *((patterns[layer], self.on_pattern(layer)) for layer in block),
+            *((outputs[layer], self.on_output(layer)) for layer in block),
+            *((streams[layer + 1], self.on_stream(layer + 1, layer == block[-1])) for layer in block),
+        ]
+
+    def start_batch(
+        self, chosen: Sequence[PositionInput], start: int, stop: int, *, first_block: bool, most: int, device
+    ) -> None:
+        """Set the batch the hooks read: the probes' rows and positions (recorded once, with the
+        first block), the inputs' lengths and which of them are seen."""
+        lengths = torch.tensor([len(x.tokens) for x in chosen])
+        kept = [probe_positions(len(x.tokens), most) for x in chosen]
+        rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
+        positions = torch.cat(kept)
+        if first_block:
+            self.out.example.append(torch.arange(start, stop)[rows])
+            self.out.position.append(positions)
+        seen = torch.tensor([x.seen for x in chosen], device=device)
+        self.batch.update(
+            rows=rows.to(device),
+            positions=positions.to(device),
+            lengths=lengths.to(device),
+            seen={flag: seen == flag for flag in (True, False) if (seen == flag).any()},
+        )
+
+    def on_stream(self, stream: int, last: bool):
+        """Keep the probes' rows of one residual stream; the block's last one ends the pass."""
+        out, batch = self.out, self.batch
+
         def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model] -> [kept, d_model]
             out.rows[stream].append(value[batch["rows"], batch["positions"]].float().cpu())
             if last:
@@ -180,7 +251,10 @@ def collect(
 
         return hook
 
-    def on_scores(layer: int):
+    def on_scores(self, layer: int):
+        """Add a layer's logits to its sums, seen and unseen inputs apart."""
+        batch, logits = self.batch, self.logits
+
         def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
             for flag, chosen in batch["seen"].items():
                 part = head_chunks(value[chosen], batch["lengths"][chosen])
@@ -189,7 +263,10 @@ def collect(
 
         return hook
 
-    def on_pattern(layer: int):
+    def on_pattern(self, layer: int):
+        """Keep a layer's sink shares and row entropies per input and head (uniform attention's once)."""
+        out, batch, sink_first = self.out, self.batch, self.sink_first
+
         def hook(value: Tensor, hook) -> None:  # [batch, head, query, key]
             for k in sink_first:
                 share, uniform = sink_share(value, batch["lengths"], k)  # [batch, head], [batch]
@@ -203,57 +280,15 @@ def collect(
 
         return hook
 
-    def on_output(layer: int):
+    def on_output(self, layer: int):
+        """Add a layer's attention outputs to its moments per position."""
+        out, batch = self.out, self.batch
+
         def hook(value: Tensor, hook) -> None:  # [batch, pos, d_model]
             moments = moment_sums(value, batch["lengths"])
             out.moments[layer] = moments if out.moments[layer] is None else out.moments[layer] + moments
 
         return hook
-
-    widths = {flag: max((len(x.tokens) for x in inputs if x.seen == flag), default=0) for flag in (True, False)}
-    step = H * WORKING_BYTES + CHUNK_BYTES  # per (query, key) cell of one input of a batch
-    blocks = layer_blocks(
-        L, stats_bytes(H, [w for w in widths.values() if w]), step * max(widths.values()) ** 2, budget
-    )
-    sizes = [len(x.tokens) for x in inputs]
-    for block in blocks:
-        logits.clear()
-        logits.update({layer: {} for layer in block})
-        hooks = [
-            *((patterns[layer], _explicit) for layer in range(block.start)),  # the same path as in one block
-            *([(streams[0], on_stream(0, False))] if block.start == 0 else []),
-            *((scores[layer], on_scores(layer)) for layer in block),
-            *((patterns[layer], on_pattern(layer)) for layer in block),
-            *((outputs[layer], on_output(layer)) for layer in block),
-            *((streams[layer + 1], on_stream(layer + 1, layer == block[-1])) for layer in block),
-        ]
-        for start, stop in batches_within(sizes, step, batch_size, budget):
-            if progress:
-                what = f"layers {block.start + 1}-{block.stop} of {L}, inputs {start + 1}-{stop} of {len(inputs)}"
-                progress(what, (block.start * len(inputs) + start * len(block)), L * len(inputs))  # layer-inputs read
-            chosen = inputs[start:stop]
-            lengths = torch.tensor([len(x.tokens) for x in chosen])
-            kept = [probe_positions(len(x.tokens), max_probe_positions) for x in chosen]
-            rows = torch.cat([torch.full_like(k, row) for row, k in enumerate(kept)])
-            positions = torch.cat(kept)
-            if block.start == 0:
-                out.example.append(torch.arange(start, stop)[rows])
-                out.position.append(positions)
-            seen = torch.tensor([x.seen for x in chosen], device=device)
-            batch.update(
-                rows=rows.to(device),
-                positions=positions.to(device),
-                lengths=lengths.to(device),
-                seen={flag: seen == flag for flag in (True, False) if (seen == flag).any()},
-            )
-            try:
-                model.run_with_hooks(
-                    padded([x.tokens for x in chosen], pad_id).to(device), return_type=None, fwd_hooks=hooks
-                )
-            except _BlockDone:
-                pass
-        _decompose(logits, out.shares, bases)
-    return out
 
 
 def _decompose(

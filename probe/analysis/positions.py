@@ -25,6 +25,7 @@ is read from the raw logits of the seen lengths. Sinks and variance are per laye
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,8 +209,50 @@ def analyse_positions(
     """Every position measure of ``model`` on ``inputs`` (module docstring). An input longer than
     ``max_length`` (default the model's n_ctx; ``math.inf`` for a model that reads any length, Rotary or ALiBi
     from Hugging Face) raises ProbeError."""
-    import time
+    _check_lengths(model, inputs, max_length)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    got = collect(
+        model,
+        inputs,
+        pad_id=pad_id,
+        batch_size=batch_size,
+        max_probe_positions=max_probe_positions,
+        device=torch.device(device),
+        sink_first=sink_first,
+        progress=progress,
+    )
+    timings["collect"] = time.perf_counter() - start
+    start = time.perf_counter()
+    probes = _position_probes(got, inputs, alpha=alpha, n_resamples=n_resamples, seed=seed)
+    timings["probes"] = time.perf_counter() - start
 
+    start = time.perf_counter()
+    decomposition, kinds = _decomposition(got)
+    seen = torch.tensor([x.seen for x in inputs])
+    sinks = _sinks(got, seen, sink_first, n_resamples, seed)
+    entropy = _entropy(got, seen, n_resamples, seed)
+    variance = _variance(got)
+    timings["attention"] = time.perf_counter() - start
+    return PositionResult(
+        info,
+        model.cfg.n_layers,
+        model.cfg.n_heads,
+        {"seen": int(seen.sum()), "unseen": int((~seen).sum())},
+        probes,
+        decomposition,
+        kinds,
+        sinks,
+        variance,
+        skipped,
+        timings,
+        entropy,
+    )
+
+
+def _check_lengths(model, inputs: Sequence[PositionInput], max_length: float | None) -> None:
+    """Refuse no inputs, or an input longer than the model reads (``max_length``, default its n_ctx),
+    before any forward pass."""
     if not inputs:
         raise ProbeError("no inputs to read")
     limit = model.cfg.n_ctx if max_length is None else max_length
@@ -219,21 +262,13 @@ def analyse_positions(
             f"{len(too_long)} input(s) have up to {max(too_long)} tokens, more than this model's context "
             f"(n_ctx={model.cfg.n_ctx})"
         )
-    device = torch.device(device)
-    timings: dict[str, float] = {}
-    start = time.perf_counter()
-    got = collect(
-        model,
-        inputs,
-        pad_id=pad_id,
-        batch_size=batch_size,
-        max_probe_positions=max_probe_positions,
-        device=device,
-        sink_first=sink_first,
-        progress=progress,
-    )
-    timings["collect"] = time.perf_counter() - start
-    start = time.perf_counter()
+
+
+def _position_probes(
+    got, inputs: Sequence[PositionInput], *, alpha: float, n_resamples: int, seed: int
+) -> list[dict[str, Any]]:
+    """The probes' rows for the absolute position of every read row and, where inputs have a landmark,
+    for the distance from it (rows at or after the landmark)."""
     example, position = torch.cat(got.example), torch.cat(got.position)
     features = [torch.cat(rows) for rows in got.rows]
     split = _split(inputs)
@@ -263,9 +298,12 @@ def analyse_positions(
             n_resamples=n_resamples,
             seed=seed,
         )
-    timings["probes"] = time.perf_counter() - start
+    return probes
 
-    start = time.perf_counter()
+
+def _decomposition(got) -> tuple[dict[str, dict[str, list[list[float]]]], list[list[str]]]:
+    """Every head's logit shares at the seen and unseen lengths (raw and within rows), and each
+    head's kind read from the seen lengths' raw logits."""
     decomposition, kinds = {}, []
     for flag, name in ((True, "seen"), (False, "unseen")):
         shares = got.decomposition(name)  # each [layer, head]
@@ -274,7 +312,12 @@ def analyse_positions(
             decomposition[f"{name}_rows"] = {k: v.tolist() for k, v in got.decomposition(f"{name}_rows").items()}
             if flag:
                 kinds = head_kind(shares)
-    seen = torch.tensor([x.seen for x in inputs])
+    return decomposition, kinds
+
+
+def _sinks(got, seen: Tensor, sink_first: Sequence[int], n_resamples: int, seed: int) -> list[dict[str, Any]]:
+    """One row per (lengths, first k tokens, layer): the attention share on the first k tokens,
+    heads averaged, with a bootstrap interval over inputs, and uniform attention's share beside it."""
     sinks = []
     for k in sink_first:
         share = torch.stack([torch.cat(layer) for layer in got.sinks[k]], 1)  # [input, layer, head]
@@ -298,31 +341,22 @@ def analyse_positions(
                         "heads": share[chosen][:, layer].mean(0).tolist(),
                     }
                 )
-    entropy = _entropy(got, seen, n_resamples, seed)
+    return sinks
+
+
+def _variance(got) -> dict[str, Any]:
+    """The variance of attention outputs at each position per layer, and its log-log slope against
+    position."""
     moments = got.moment_sums()
     variance = position_variance(moments)  # [layer, pos]
     t = torch.arange(1, variance.shape[-1] + 1)
     slopes = log_slope(t, variance)
-    timings["attention"] = time.perf_counter() - start
-    return PositionResult(
-        info,
-        model.cfg.n_layers,
-        model.cfg.n_heads,
-        {"seen": int(seen.sum()), "unseen": int((~seen).sum())},
-        probes,
-        decomposition,
-        kinds,
-        sinks,
-        {
-            "position": t.tolist(),
-            "layers": variance.cpu().tolist(),
-            "slope": slopes.cpu().tolist(),
-            "count": moments.count.cpu().tolist(),
-        },
-        skipped,
-        timings,
-        entropy,
-    )
+    return {
+        "position": t.tolist(),
+        "layers": variance.cpu().tolist(),
+        "slope": slopes.cpu().tolist(),
+        "count": moments.count.cpu().tolist(),
+    }
 
 
 def _entropy(got, seen: Tensor, n_resamples: int, seed: int) -> dict[str, Any]:

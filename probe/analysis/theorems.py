@@ -181,6 +181,65 @@ class _Worst:
             self.error, self.length, self.position = value.item(), length, index.item() + 1
 
 
+@dataclass(frozen=True)
+class _Expected:
+    """What the claims expect at every query and key up to the longest length, built once and
+    sliced per length."""
+
+    t: torch.Tensor  # [pos] 1-based
+    causal: torch.Tensor  # [query, key]
+    uniform: torch.Tensor  # [query, key]: Eq. abs_attention_prob
+    relative: torch.Tensor  # [query, key]: −(t − i)
+
+    @classmethod
+    def up_to(cls, T: int, dtype: torch.dtype) -> _Expected:
+        t = _positions(T, dtype)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return cls(t, causal, causal.to(dtype) / t[:, None], t[None, :] - t[:, None])
+
+
+def _read_names(n_layers: int) -> set[str]:
+    """The hooks whose values the claims are checked on (the cache keeps only these)."""
+    return {
+        "hook_embed",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_post",
+        f"blocks.{n_layers - 1}.hook_resid_post",
+        *(f"blocks.{layer}.attn.hook_attn_scores" for layer in range(1, n_layers)),
+        *(f"blocks.{layer}.hook_resid_pre" for layer in range(1, n_layers)),
+    }
+
+
+def _check_sequence(
+    model: PETransformer, tokens: torch.Tensor, names: set[str], expected: _Expected, worst: dict[str, _Worst]
+) -> float:
+    """Every claim on one sequence (tokens: [1, length]), its errors folded into ``worst``; returns the
+    largest content magnitude of its logits (for the Theorem 2 tolerance)."""
+    dtype, n_layers, length = model.W_E.dtype, model.cfg.n_layers, tokens.shape[1]
+    _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    t, causal = expected.t[:length], expected.causal[:length, :length]
+    one, bos, zero = torch.ones_like(t), (tokens[0] == BOS_ID).to(dtype), torch.zeros_like(t)
+    positions = torch.stack([one, bos, t], dim=1)  # [pos, 3]: Eq. rel_hidden_state_1
+
+    def check(claim: str, value: torch.Tensor, wanted: torch.Tensor) -> None:
+        worst[claim].update((value - wanted).abs().flatten(1).amax(dim=1), length)
+
+    check("embedding", cache["hook_embed"][0, :, :3], torch.stack([one, bos, zero], dim=1))
+    check("t1_pattern", cache["blocks.0.attn.hook_pattern"][0, 0], expected.uniform[:length, :length])
+    check("t1_output", cache["blocks.0.hook_attn_out"][0, :, :3], torch.stack([zero, zero, 1.0 / t], dim=1))
+    check("t1_mlp", cache["blocks.0.hook_resid_post"][0, :, :3], positions)
+    check("t2_kept", cache[f"blocks.{n_layers - 1}.hook_resid_post"][0, :, :3], positions)
+    content_size = 0.0
+    for layer in range(1, n_layers):
+        content, size = _content_logits(model, cache[f"blocks.{layer}.hook_resid_pre"][0], layer)
+        scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][0] * model.blocks[layer].attn.attn_scale
+        error = torch.where(causal, scores - content - expected.relative[:length, :length], 0.0).abs()
+        worst["t2_logits"].update(error.amax(dim=(0, 2)), length)  # [head, query, key] -> [query]
+        content_size = max(content_size, size.max().item())
+    return content_size
+
+
 @_one_thread()
 @torch.no_grad()
 def verify_theorems(
@@ -203,47 +262,16 @@ def verify_theorems(
         max_length = min(max_length, model.cfg.n_ctx)
     dtype = model.W_E.dtype
     eps = torch.finfo(dtype).eps
-    n_layers = model.cfg.n_layers
     lengths = list(range(1, max_length + 1)) if lengths is None else list(lengths)
     generator = torch.Generator().manual_seed(seed)
     worst = {claim: _Worst() for claim, _, _ in CLAIMS}
     content_size = 0.0
-    last = f"blocks.{n_layers - 1}.hook_resid_post"
-    names = {
-        "hook_embed",
-        "blocks.0.attn.hook_pattern",
-        "blocks.0.hook_attn_out",
-        "blocks.0.hook_resid_post",
-        last,
-        *(f"blocks.{layer}.attn.hook_attn_scores" for layer in range(1, n_layers)),
-        *(f"blocks.{layer}.hook_resid_pre" for layer in range(1, n_layers)),
-    }
+    names = _read_names(model.cfg.n_layers)
     T = max(lengths)
-    t_all = _positions(T, dtype)
-    causal_all = torch.ones(T, T, dtype=torch.bool).tril()  # [query, key]
-    uniform_all = causal_all.to(dtype) / t_all[:, None]  # Eq. abs_attention_prob
-    relative_all = t_all[None, :] - t_all[:, None]  # −(t − i)
+    expected = _Expected.up_to(T, dtype)
     for length in lengths:
         tokens = random_tokens(model.cfg.d_vocab, length, generator)
-        _, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
-        t, causal = t_all[:length], causal_all[:length, :length]
-        one, bos, zero = torch.ones_like(t), (tokens[0] == BOS_ID).to(dtype), torch.zeros_like(t)
-        positions = torch.stack([one, bos, t], dim=1)  # [pos, 3]: Eq. rel_hidden_state_1
-
-        def check(claim: str, value: torch.Tensor, expected: torch.Tensor) -> None:
-            worst[claim].update((value - expected).abs().flatten(1).amax(dim=1), length)  # noqa: B023 (called in this pass only)
-
-        check("embedding", cache["hook_embed"][0, :, :3], torch.stack([one, bos, zero], dim=1))
-        check("t1_pattern", cache["blocks.0.attn.hook_pattern"][0, 0], uniform_all[:length, :length])
-        check("t1_output", cache["blocks.0.hook_attn_out"][0, :, :3], torch.stack([zero, zero, 1.0 / t], dim=1))
-        check("t1_mlp", cache["blocks.0.hook_resid_post"][0, :, :3], positions)
-        check("t2_kept", cache[last][0, :, :3], positions)
-        for layer in range(1, n_layers):
-            content, size = _content_logits(model, cache[f"blocks.{layer}.hook_resid_pre"][0], layer)
-            scores = cache[f"blocks.{layer}.attn.hook_attn_scores"][0] * model.blocks[layer].attn.attn_scale
-            error = torch.where(causal, scores - content - relative_all[:length, :length], 0.0).abs()
-            worst["t2_logits"].update(error.amax(dim=(0, 2)), length)  # [head, query, key] -> [query]
-            content_size = max(content_size, size.max().item())
+        content_size = max(content_size, _check_sequence(model, tokens, names, expected, worst))
         if progress is not None:
             progress(length)
 

@@ -30,39 +30,11 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
         )
     counts: dict[float, list[int]] = {}
     for curve in curves:
-        n = curve.get("counts")
-        for length, count in zip(curve["lengths"], n or ()):
+        for length, count in zip(curve["lengths"], curve.get("counts") or ()):
             counts.setdefault(length, []).append(count)
-        figure.add_trace(
-            go.Scatter(
-                x=list(curve["lengths"]),
-                y=[100 * a for a in curve["accuracy"]],
-                mode="lines+markers",
-                name=curve["label"],
-                line=dict(color=pe_color(curve["pe"]), dash="dot" if curve.get("dashed") else "solid"),
-                marker=dict(symbol=bucket_symbols(n), size=8) if n else None,
-                customdata=n,
-                hovertemplate="length %{x}<br>exact match %{y:.1f}%"
-                + ("<br>%{customdata} examples" if n else "")
-                + "<extra>"
-                + curve["label"]
-                + "</extra>",
-            )
-        )
+        figure.add_trace(_accuracy_trace(curve))
     if counts:
-        figure.update_xaxes(**bucket_ticks(counts))
-        if min(min(c) for c in counts.values()) < TINY_BUCKET:
-            figure.add_annotation(
-                text=f"hollow: a bucket of fewer than {TINY_BUCKET} examples",
-                xref="paper",
-                yref="paper",
-                x=1,
-                y=1.02,
-                xanchor="right",
-                yanchor="bottom",
-                showarrow=False,
-                font=dict(size=11, color="#d62728"),
-            )
+        _mark_bucket_counts(figure, counts)
     figure.update_layout(
         title=title,
         xaxis_title="length bucket λ" + (" (n: its examples)" if counts else ""),
@@ -74,6 +46,46 @@ def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[f
     return figure
 
 
+def _accuracy_trace(curve: Mapping[str, Any]):
+    """One run's line of exact match against length; with bucket counts, hollow markers on tiny
+    buckets and the count in the hover."""
+    import plotly.graph_objects as go
+
+    n = curve.get("counts")
+    return go.Scatter(
+        x=list(curve["lengths"]),
+        y=[100 * a for a in curve["accuracy"]],
+        mode="lines+markers",
+        name=curve["label"],
+        line=dict(color=pe_color(curve["pe"]), dash="dot" if curve.get("dashed") else "solid"),
+        marker=dict(symbol=bucket_symbols(n), size=8) if n else None,
+        customdata=n,
+        hovertemplate="length %{x}<br>exact match %{y:.1f}%"
+        + ("<br>%{customdata} examples" if n else "")
+        + "<extra>"
+        + curve["label"]
+        + "</extra>",
+    )
+
+
+def _mark_bucket_counts(figure: Any, counts: Mapping[float, list[int]]) -> None:
+    """Ticks that say each bucket's example count, and a note on what a hollow marker means when some
+    bucket is tiny."""
+    figure.update_xaxes(**bucket_ticks(counts))
+    if min(min(c) for c in counts.values()) < TINY_BUCKET:
+        figure.add_annotation(
+            text=f"hollow: a bucket of fewer than {TINY_BUCKET} examples",
+            xref="paper",
+            yref="paper",
+            x=1,
+            y=1.02,
+            xanchor="right",
+            yanchor="bottom",
+            showarrow=False,
+            font=dict(size=11, color="#d62728"),
+        )
+
+
 def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 3):
     """Figure showcase for a whole study, one small panel per scenario: exact match against length per PE,
     the mean over seeds as a line and the seeds' range as a band, the training lengths shaded. Small
@@ -83,10 +95,7 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
     """
     import math
 
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-
-    from probe.figures.style import rgba
 
     names = list(panels)
     rows = math.ceil(len(names) / columns)
@@ -96,53 +105,9 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
         row, col = index // columns + 1, index % columns + 1
         panel = panels[name]
         if panel.get("train_range") is not None:
-            low, high = panel["train_range"]
-            axis = "" if index == 0 else str(index + 1)  # the subplot's axes: x, y, then x2, y2 ...
-            figure.add_shape(
-                type="rect",
-                xref=f"x{axis}",
-                yref=f"y{axis} domain",
-                x0=low - 0.5,
-                x1=high + 0.5,
-                y0=0,
-                y1=1,
-                fillcolor="lightgray",
-                opacity=0.35,
-                line_width=0,
-                layer="below",
-            )
+            _shade_panel(figure, index, panel["train_range"])
         for curve in panel["curves"]:
-            color = pe_color(curve["pe"])
-            x = list(curve["lengths"])
-            if curve.get("low") is not None and any(h > lo for lo, h in zip(curve["low"], curve["high"])):
-                figure.add_trace(
-                    go.Scatter(
-                        x=x + x[::-1],
-                        y=[100 * v for v in curve["high"]] + [100 * v for v in curve["low"][::-1]],
-                        fill="toself",
-                        fillcolor=rgba(color, 0.15),
-                        line=dict(width=0),
-                        hoverinfo="skip",
-                        showlegend=False,
-                        legendgroup=curve["label"],
-                    ),
-                    row=row,
-                    col=col,
-                )
-            figure.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[100 * v for v in curve["mean"]],
-                    mode="lines",
-                    name=curve["label"],
-                    legendgroup=curve["label"],
-                    showlegend=curve["label"] not in named,
-                    line=dict(color=color, width=1.5),
-                    hovertemplate="length %{x}<br>exact match %{y:.1f}%<extra>" + curve["label"] + "</extra>",
-                ),
-                row=row,
-                col=col,
-            )
+            _add_panel_curve(figure, curve, row, col, show_legend=curve["label"] not in named)
             named.add(curve["label"])
     figure.update_yaxes(range=[-3, 103])
     figure.update_layout(
@@ -153,3 +118,62 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
         font=dict(size=10),
     )
     return figure
+
+
+def _shade_panel(figure: Any, index: int, train_range: tuple[float, float]) -> None:
+    """Shade the training lengths of the ``index``-th panel (a shape on that subplot's axes)."""
+    low, high = train_range
+    axis = "" if index == 0 else str(index + 1)  # the subplot's axes: x, y, then x2, y2 ...
+    figure.add_shape(
+        type="rect",
+        xref=f"x{axis}",
+        yref=f"y{axis} domain",
+        x0=low - 0.5,
+        x1=high + 0.5,
+        y0=0,
+        y1=1,
+        fillcolor="lightgray",
+        opacity=0.35,
+        line_width=0,
+        layer="below",
+    )
+
+
+def _add_panel_curve(figure: Any, curve: Mapping[str, Any], row: int, col: int, *, show_legend: bool) -> None:
+    """One PE's mean over seeds in a panel, with the seeds' range as a band where they differ; a PE is
+    named in the legend once for all panels."""
+    import plotly.graph_objects as go
+
+    from probe.figures.style import rgba
+
+    color = pe_color(curve["pe"])
+    x = list(curve["lengths"])
+    if curve.get("low") is not None and any(h > lo for lo, h in zip(curve["low"], curve["high"])):
+        figure.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=[100 * v for v in curve["high"]] + [100 * v for v in curve["low"][::-1]],
+                fill="toself",
+                fillcolor=rgba(color, 0.15),
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=curve["label"],
+            ),
+            row=row,
+            col=col,
+        )
+    figure.add_trace(
+        go.Scatter(
+            x=x,
+            y=[100 * v for v in curve["mean"]],
+            mode="lines",
+            name=curve["label"],
+            legendgroup=curve["label"],
+            showlegend=show_legend,
+            line=dict(color=color, width=1.5),
+            hovertemplate="length %{x}<br>exact match %{y:.1f}%<extra>" + curve["label"] + "</extra>",
+        ),
+        row=row,
+        col=col,
+    )

@@ -22,7 +22,6 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, pa
     ``series``: dicts with ``label``, ``pe`` and ``histograms`` = {weighting: {``edges``, ``mass``,
     ``bimodality``}}.
     """
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     weightings = list(dict.fromkeys(w for s in series for w in s["histograms"]))
@@ -39,30 +38,11 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, pa
         vertical_spacing=min(0.08, 0.3 / rows),
     )
     for index, s in enumerate(series):
-        color = pe_color(s["pe"])
         for col, weighting in enumerate(weightings, start=1):
             h = s["histograms"].get(weighting)
             if h is None:
                 continue
-            edges, mass = list(h["edges"]), list(h["mass"])
-            figure.add_trace(
-                go.Scatter(
-                    x=edges,
-                    y=mass + mass[-1:],
-                    mode="lines",
-                    line=dict(color=color, shape="hv", width=2),
-                    fill="tozeroy",
-                    fillcolor=rgba(color, 0.3 if panels else 0.08),
-                    name=s["label"],
-                    legendgroup=s["label"],
-                    showlegend=col == 1,
-                    hovertemplate="d̄ from %{x:.2f}<br>mass %{y:.3f}<extra>"
-                    + s["label"]
-                    + f" (bimodality {h.get('bimodality', float('nan')):.3f})</extra>",
-                ),
-                row=index + 1 if panels else 1,
-                col=col,
-            )
+            _add_histogram(figure, s, h, row=index + 1 if panels else 1, col=col, panels=panels)
     figure.update_xaxes(range=[0, 1])
     top = max((m for s in series for h in s["histograms"].values() for m in h["mass"]), default=1.0)
     figure.update_yaxes(range=[0, 1.08 * top])  # the tallest bar whole, every panel on one scale
@@ -76,3 +56,32 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, pa
         height=max(450, 170 * rows + 150) if panels else None,
     )
     return figure
+
+
+def _add_histogram(
+    figure: Any, s: Mapping[str, Any], h: Mapping[str, Any], *, row: int, col: int, panels: bool
+) -> None:
+    """One model's histogram of one weighting as a filled step line, more opaque in a panel of its own than
+    overlaid; the model named in the legend from its first column only."""
+    import plotly.graph_objects as go
+
+    color = pe_color(s["pe"])
+    edges, mass = list(h["edges"]), list(h["mass"])
+    figure.add_trace(
+        go.Scatter(
+            x=edges,
+            y=mass + mass[-1:],
+            mode="lines",
+            line=dict(color=color, shape="hv", width=2),
+            fill="tozeroy",
+            fillcolor=rgba(color, 0.3 if panels else 0.08),
+            name=s["label"],
+            legendgroup=s["label"],
+            showlegend=col == 1,
+            hovertemplate="d̄ from %{x:.2f}<br>mass %{y:.3f}<extra>"
+            + s["label"]
+            + f" (bimodality {h.get('bimodality', float('nan')):.3f})</extra>",
+        ),
+        row=row,
+        col=col,
+    )

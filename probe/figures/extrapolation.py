@@ -26,7 +26,6 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     tuned dotted. Perplexity on a log axis: past the context it grows by orders of magnitude. Each curve is
     named in the legend, once (a tuned value differs from run to run); each tick gives its bucket's examples
     (files), tiny buckets hollow."""
-    import plotly.graph_objects as go
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
@@ -38,37 +37,9 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
     for column, run in enumerate(runs, start=1):
         counts: dict[float, list[int]] = {}
         for o in run["outcomes"]:
-            name, buckets = _name(o), o["buckets"]
-            x = [b["at"] for b in buckets]
-            y = [scale * b["mean"] for b in buckets]
-            n = [b["n"] for b in buckets]
-            for at, count in zip(x, n):
-                counts.setdefault(at, []).append(count)
-            label = f"{name} ({o['kind']}{', IID dropped' if o.get('iid_dropped') else ''})"
-            figure.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=y,
-                    mode="lines+markers",
-                    name=label,
-                    legendgroup=label,
-                    showlegend=label not in named,
-                    line=dict(color=colours[name], dash=DASH.get(o["kind"], "solid")),
-                    marker=dict(symbol=bucket_symbols(n), size=7),
-                    customdata=n,
-                    hovertemplate="%{x}: %{y:.3g} (n=%{customdata})<extra>" + label + "</extra>",
-                    error_y=dict(
-                        type="data",
-                        symmetric=False,
-                        array=[scale * (b["high"] - b["mean"]) for b in buckets],
-                        arrayminus=[scale * (b["mean"] - b["low"]) for b in buckets],
-                        thickness=1,
-                        width=2,
-                    ),
-                ),
-                row=1,
-                col=column,
-            )
+            label = _add_outcome(figure, o, column, colours[_name(o)], scale, named=named)
+            for b in o["buckets"]:
+                counts.setdefault(b["at"], []).append(b["n"])
             named.add(label)
         figure.update_xaxes(**bucket_ticks(counts), row=1, col=column)
         if measure != "exact match":
@@ -86,3 +57,40 @@ def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
         legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0),
     )
     return figure
+
+
+def _add_outcome(
+    figure: Any, outcome: Mapping[str, Any], column: int, colour: str, scale: float, *, named: set[str]
+) -> str:
+    """One intervention's line in a run's panel, its 95% interval as error bars, named in the legend
+    unless its label is in ``named`` already; returns the label."""
+    import plotly.graph_objects as go
+
+    name, buckets = _name(outcome), outcome["buckets"]
+    n = [b["n"] for b in buckets]
+    label = f"{name} ({outcome['kind']}{', IID dropped' if outcome.get('iid_dropped') else ''})"
+    figure.add_trace(
+        go.Scatter(
+            x=[b["at"] for b in buckets],
+            y=[scale * b["mean"] for b in buckets],
+            mode="lines+markers",
+            name=label,
+            legendgroup=label,
+            showlegend=label not in named,
+            line=dict(color=colour, dash=DASH.get(outcome["kind"], "solid")),
+            marker=dict(symbol=bucket_symbols(n), size=7),
+            customdata=n,
+            hovertemplate="%{x}: %{y:.3g} (n=%{customdata})<extra>" + label + "</extra>",
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=[scale * (b["high"] - b["mean"]) for b in buckets],
+                arrayminus=[scale * (b["mean"] - b["low"]) for b in buckets],
+                thickness=1,
+                width=2,
+            ),
+        ),
+        row=1,
+        col=column,
+    )
+    return label

@@ -15,7 +15,6 @@ def layer_distance_figure(curves: Sequence[Mapping[str, Any]], title: str, metri
     ``curves``: dicts with ``label``, ``pe``, per-layer ``mean``, ``low``, ``high`` (bootstrap
     interval), ``average`` = [mean, low, high], and ``dashed`` (the NoPE' seed baseline).
     """
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     figure = make_subplots(
@@ -26,59 +25,75 @@ def layer_distance_figure(curves: Sequence[Mapping[str, Any]], title: str, metri
         subplot_titles=("distance per layer", "average over layers"),
     )
     for curve in curves:
-        color, name = pe_color(curve["pe"]), curve["label"]
-        layers = list(range(len(curve["mean"])))
-        dash = "dash" if curve.get("dashed") else "solid"
-        figure.add_trace(
-            go.Scatter(
-                x=layers + layers[::-1],
-                y=list(curve["high"]) + list(curve["low"])[::-1],
-                mode="lines",
-                fill="toself",
-                fillcolor=rgba(color, 0.15),
-                line=dict(width=0),
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=name,
-            ),
-            row=1,
-            col=1,
-        )
-        figure.add_trace(
-            go.Scatter(
-                x=layers,
-                y=list(curve["mean"]),
-                mode="lines+markers",
-                name=name,
-                legendgroup=name,
-                line=dict(color=color, dash=dash),
-                customdata=list(zip(curve["low"], curve["high"])),
-                hovertemplate="layer %{x}<br>%{y:.4f} [%{customdata[0]:.4f}, %{customdata[1]:.4f}]<extra>"
-                + name
-                + "</extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        mean, low, high = curve["average"]
-        figure.add_trace(
-            go.Bar(
-                x=[name],
-                y=[mean],
-                marker=dict(color=color, pattern_shape="/" if curve.get("dashed") else ""),
-                error_y=dict(type="data", symmetric=False, array=[high - mean], arrayminus=[mean - low]),
-                showlegend=False,
-                legendgroup=name,
-                hovertemplate=f"{mean:.4f} [{low:.4f}, {high:.4f}]<extra>{name}</extra>",
-            ),
-            row=1,
-            col=2,
-        )
+        _add_layer_curve(figure, curve)
+        _add_average_bar(figure, curve)
     figure.update_xaxes(title_text="layer", dtick=1, row=1, col=1)
     figure.update_yaxes(title_text=metric_label, rangemode="tozero", row=1, col=1)
     figure.update_yaxes(rangemode="tozero", row=1, col=2)
     figure.update_layout(title=title, template="plotly_white", legend_title="compared with")
     return figure
+
+
+def _add_layer_curve(figure: Any, curve: Mapping[str, Any]) -> None:
+    """One model's distance per layer (left panel), its bootstrap interval as a band behind it."""
+    import plotly.graph_objects as go
+
+    color, name = pe_color(curve["pe"]), curve["label"]
+    layers = list(range(len(curve["mean"])))
+    dash = "dash" if curve.get("dashed") else "solid"
+    figure.add_trace(
+        go.Scatter(
+            x=layers + layers[::-1],
+            y=list(curve["high"]) + list(curve["low"])[::-1],
+            mode="lines",
+            fill="toself",
+            fillcolor=rgba(color, 0.15),
+            line=dict(width=0),
+            hoverinfo="skip",
+            showlegend=False,
+            legendgroup=name,
+        ),
+        row=1,
+        col=1,
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=layers,
+            y=list(curve["mean"]),
+            mode="lines+markers",
+            name=name,
+            legendgroup=name,
+            line=dict(color=color, dash=dash),
+            customdata=list(zip(curve["low"], curve["high"])),
+            hovertemplate="layer %{x}<br>%{y:.4f} [%{customdata[0]:.4f}, %{customdata[1]:.4f}]<extra>"
+            + name
+            + "</extra>",
+        ),
+        row=1,
+        col=1,
+    )
+
+
+def _add_average_bar(figure: Any, curve: Mapping[str, Any]) -> None:
+    """One model's distance averaged over layers (right panel), with its interval as error bars; the
+    seed baseline hatched."""
+    import plotly.graph_objects as go
+
+    color, name = pe_color(curve["pe"]), curve["label"]
+    mean, low, high = curve["average"]
+    figure.add_trace(
+        go.Bar(
+            x=[name],
+            y=[mean],
+            marker=dict(color=color, pattern_shape="/" if curve.get("dashed") else ""),
+            error_y=dict(type="data", symmetric=False, array=[high - mean], arrayminus=[mean - low]),
+            showlegend=False,
+            legendgroup=name,
+            hovertemplate=f"{mean:.4f} [{low:.4f}, {high:.4f}]<extra>{name}</extra>",
+        ),
+        row=1,
+        col=2,
+    )
 
 
 def head_matrix_figure(matrix, argmin: Sequence[int], title: str, labels: tuple[str, str] = ("A", "B")):

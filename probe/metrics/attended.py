@@ -55,28 +55,9 @@ def attended_distances(
     code's argmax); "attention" counts every key n ≤ t weighted by its probability. Either
     way each (query, head) carries total weight 1.
     """
-    if patterns.dim() == 4:
-        patterns = patterns[None]
-    if patterns.dim() != 5 or patterns.shape[-1] != patterns.shape[-2]:
-        raise ProbeError(
-            f"patterns must be [example, layer, head, query, key] with square maps; got {tuple(patterns.shape)}"
-        )
-    if weighting not in ("argmax", "attention"):
-        raise ProbeError(f"unknown weighting {weighting!r}; accepted: argmax, attention")
-    if normalization not in ("text", "reference-code"):
-        raise ProbeError(f"unknown normalization {normalization!r}; accepted: text, reference-code")
-    n_examples, n_layers, n_heads, n_positions, _ = patterns.shape
+    patterns, output_start, lengths = _checked(patterns, output_start, lengths, weighting, normalization)
+    _, n_layers, n_heads, n_positions, _ = patterns.shape
     device, dtype = patterns.device, patterns.dtype
-    output_start = torch.as_tensor(output_start, device=device).reshape(-1)
-    lengths = torch.as_tensor(lengths, device=device).reshape(-1)
-    if output_start.shape != (n_examples,) or lengths.shape != (n_examples,):
-        raise ProbeError(
-            f"output_start and lengths need one value per example ({n_examples}); got "
-            f"{tuple(output_start.shape)} and {tuple(lengths.shape)}"
-        )
-    if (lengths > n_positions).any() or (output_start < 0).any():
-        raise ProbeError(f"need 0 ≤ output_start and lengths ≤ {n_positions} (the padded length)")
-
     positions = torch.arange(n_positions, device=device)  # [query] (0-based; t = index + 1)
     steps = (positions + 1).to(dtype)  # [query]: length of the sequence at query t
     offset = 1 if normalization == "text" else 0
@@ -95,6 +76,34 @@ def attended_distances(
     layer = torch.arange(n_layers, device=device).view(1, -1, 1, *trailing).expand(keep.shape)
     head = torch.arange(n_heads, device=device).view(1, 1, -1, *trailing).expand(keep.shape)
     return AttendedDistances(distance[keep], weight[keep], layer[keep], head[keep])
+
+
+def _checked(
+    patterns: Tensor, output_start: Tensor | int, lengths: Tensor | int, weighting: str, normalization: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`attended_distances`' inputs checked, with a line saying what was wrong: patterns as
+    [example, layer, head, query, key], output starts and lengths as one value per example."""
+    if patterns.dim() == 4:
+        patterns = patterns[None]
+    if patterns.dim() != 5 or patterns.shape[-1] != patterns.shape[-2]:
+        raise ProbeError(
+            f"patterns must be [example, layer, head, query, key] with square maps; got {tuple(patterns.shape)}"
+        )
+    if weighting not in ("argmax", "attention"):
+        raise ProbeError(f"unknown weighting {weighting!r}; accepted: argmax, attention")
+    if normalization not in ("text", "reference-code"):
+        raise ProbeError(f"unknown normalization {normalization!r}; accepted: text, reference-code")
+    n_examples, n_positions = patterns.shape[0], patterns.shape[-1]
+    output_start = torch.as_tensor(output_start, device=patterns.device).reshape(-1)
+    lengths = torch.as_tensor(lengths, device=patterns.device).reshape(-1)
+    if output_start.shape != (n_examples,) or lengths.shape != (n_examples,):
+        raise ProbeError(
+            f"output_start and lengths need one value per example ({n_examples}); got "
+            f"{tuple(output_start.shape)} and {tuple(lengths.shape)}"
+        )
+    if (lengths > n_positions).any() or (output_start < 0).any():
+        raise ProbeError(f"need 0 ≤ output_start and lengths ≤ {n_positions} (the padded length)")
+    return patterns, output_start, lengths
 
 
 def histogram(

@@ -84,30 +84,8 @@ def layer_distances(
     `itertools.combinations(range(n_heads), 2)` as (head of the compared model, head of NoPE),
     i.e. head_B < head_A with A the NoPE model. `pairwise` still holds every pair.
     """
-    check_metric(metric)
-    if A.dim() < 4 or B.dim() != A.dim():
-        raise ProbeError(
-            f"patterns must be [..., layer, head, query, key] with the same number of "
-            f"dimensions; got {tuple(A.shape)} and {tuple(B.shape)}"
-        )
-    if A.shape[:-3] != B.shape[:-3]:
-        raise ProbeError(
-            f"A has {A.shape[-4]} layers and B has {B.shape[-4]} (batch "
-            f"{tuple(A.shape[:-4])} vs {tuple(B.shape[:-4])}): the layerwise distance "
-            f"needs the same examples and models of the same depth"
-        )
-    if A.shape[-2:] != B.shape[-2:] or A.shape[-1] != A.shape[-2]:
-        raise ProbeError(
-            f"patterns must be square [query, key] maps of the same length; got "
-            f"{tuple(A.shape[-2:])} and {tuple(B.shape[-2:])}"
-        )
+    dtype = _check_patterns(A, B, metric)
     heads_a, heads_b, n_positions = A.shape[-3], B.shape[-3], A.shape[-1]
-    if metric == "reference-code" and heads_a < 2:
-        raise ProbeError("metric 'reference-code' visits head pairs head_B < head_A only: it needs at least 2 heads")
-    dtype = torch.promote_types(A.dtype, B.dtype)
-    if not dtype.is_floating_point:
-        raise ProbeError(f"attention patterns must be floating point, got {dtype}")
-
     rows, cols = torch.tril_indices(n_positions, n_positions, device=A.device)  # row-major: query by query
     a = A.to(dtype)[..., rows, cols]  # [..., layer, head_A, entry]: the causal entries (key ≤ query)
     b = B.to(dtype)[..., rows, cols]  # [..., layer, head_B, entry]
@@ -138,6 +116,34 @@ def layer_distances(
     per_layer, flat = visited.flatten(-2).min(-1)  # [..., layer]
     head_pairs = torch.stack([flat // heads_b, flat % heads_b], dim=-1)
     return LayerDistances(per_layer, head_pairs, pairwise)
+
+
+def _check_patterns(A: Tensor, B: Tensor, metric: Metric) -> torch.dtype:
+    """Refuse patterns :func:`layer_distances` cannot compare (shapes, depth, length, heads for the
+    reference code's pairs, integer maps) with a line saying why; returns the dtype both are read in."""
+    check_metric(metric)
+    if A.dim() < 4 or B.dim() != A.dim():
+        raise ProbeError(
+            f"patterns must be [..., layer, head, query, key] with the same number of "
+            f"dimensions; got {tuple(A.shape)} and {tuple(B.shape)}"
+        )
+    if A.shape[:-3] != B.shape[:-3]:
+        raise ProbeError(
+            f"A has {A.shape[-4]} layers and B has {B.shape[-4]} (batch "
+            f"{tuple(A.shape[:-4])} vs {tuple(B.shape[:-4])}): the layerwise distance "
+            f"needs the same examples and models of the same depth"
+        )
+    if A.shape[-2:] != B.shape[-2:] or A.shape[-1] != A.shape[-2]:
+        raise ProbeError(
+            f"patterns must be square [query, key] maps of the same length; got "
+            f"{tuple(A.shape[-2:])} and {tuple(B.shape[-2:])}"
+        )
+    if metric == "reference-code" and A.shape[-3] < 2:
+        raise ProbeError("metric 'reference-code' visits head pairs head_B < head_A only: it needs at least 2 heads")
+    dtype = torch.promote_types(A.dtype, B.dtype)
+    if not dtype.is_floating_point:
+        raise ProbeError(f"attention patterns must be floating point, got {dtype}")
+    return dtype
 
 
 def _pair_sums(a: Tensor, b: Tensor, metric: Metric, budget: int) -> Tensor:

@@ -132,6 +132,30 @@ def _theorem1_layer(
         W_out[:, code_columns] = interpolation_mlp(code)[2]
 
 
+def _theorem2_layer(
+    w: Weights, rng: np.random.Generator, layer: int, d_model: int, d_head: int, max_length: int
+) -> None:
+    """Layers 2 .. n (``blocks.{layer}``, layer >= 1): every head's W_Q, W_K of Eq. rel_query / rel_key,
+    so ⟨q_t, k_i⟩ = f_cnt − (t − i); the rest random, and nothing written to indices 0-2 (Theorem 2)."""
+    scale = 1.0 / np.sqrt(d_model)
+    p = f"blocks.{layer}"
+    for name in ("W_Q", "W_K"):
+        W = w[f"{p}.attn.{name}"]
+        W[:] = rng.normal(size=W.shape) * scale
+        W[:, POS, :] = 0.0  # arbitrary rows w_{j,.}, j >= 3, leave the position alone
+        W[:, :, :2] = 0.0
+    w[f"{p}.attn.W_Q"][:, ONE, 0] = 1.0  # Eq. rel_query: q_t = [1, -t, ...]
+    w[f"{p}.attn.W_Q"][:, POS, 1] = -1.0
+    w[f"{p}.attn.W_K"][:, POS, 0] = 1.0  # Eq. rel_key: k_i = [i, 1, ...]
+    w[f"{p}.attn.W_K"][:, ONE, 1] = 1.0
+    w[f"{p}.attn.W_V"][:] = rng.normal(size=w[f"{p}.attn.W_V"].shape) * scale
+    w[f"{p}.attn.W_O"][:] = rng.normal(size=w[f"{p}.attn.W_O"].shape) / np.sqrt(d_head)
+    w[f"{p}.mlp.W_in"][:] = rng.normal(size=w[f"{p}.mlp.W_in"].shape) * scale
+    w[f"{p}.mlp.W_out"][:] = rng.normal(size=w[f"{p}.mlp.W_out"].shape) / np.sqrt(max_length)
+    for name in ("attn.W_O", "mlp.W_out"):
+        w[f"{p}.{name}"][..., :3] = 0.0  # Theorem 2: positions are not overwritten
+
+
 def theorem_model(
     max_length: int = 512,
     *,
@@ -178,22 +202,7 @@ def theorem_model(
     _theorem1_layer(w, rng, d_model, random_heads=True)
     scale = 1.0 / np.sqrt(d_model)
     for layer in range(1, n_layers):
-        p = f"blocks.{layer}"
-        for name in ("W_Q", "W_K"):
-            W = w[f"{p}.attn.{name}"]
-            W[:] = rng.normal(size=W.shape) * scale
-            W[:, POS, :] = 0.0  # arbitrary rows w_{j,.}, j >= 3, leave the position alone
-            W[:, :, :2] = 0.0
-        w[f"{p}.attn.W_Q"][:, ONE, 0] = 1.0  # Eq. rel_query: q_t = [1, -t, ...]
-        w[f"{p}.attn.W_Q"][:, POS, 1] = -1.0
-        w[f"{p}.attn.W_K"][:, POS, 0] = 1.0  # Eq. rel_key: k_i = [i, 1, ...]
-        w[f"{p}.attn.W_K"][:, ONE, 1] = 1.0
-        w[f"{p}.attn.W_V"][:] = rng.normal(size=w[f"{p}.attn.W_V"].shape) * scale
-        w[f"{p}.attn.W_O"][:] = rng.normal(size=w[f"{p}.attn.W_O"].shape) / np.sqrt(d_head)
-        w[f"{p}.mlp.W_in"][:] = rng.normal(size=w[f"{p}.mlp.W_in"].shape) * scale
-        w[f"{p}.mlp.W_out"][:] = rng.normal(size=w[f"{p}.mlp.W_out"].shape) / np.sqrt(max_length)
-        for name in ("attn.W_O", "mlp.W_out"):
-            w[f"{p}.{name}"][..., :3] = 0.0  # Theorem 2: positions are not overwritten
+        _theorem2_layer(w, rng, layer, d_model, d_head, max_length)
     w["unembed.W_U"][:] = rng.normal(size=w["unembed.W_U"].shape) * scale
     return _load(model, w, dtype)
 

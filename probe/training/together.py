@@ -12,8 +12,8 @@ from contextlib import ExitStack
 from functools import partial
 
 from probe.errors import ProbeError
-from probe.tasks.batches import batch_stream, fixed_geometry
-from probe.training.background import prefetched
+from probe.tasks.batches import EncodedSet, batch_stream, fixed_geometry
+from probe.training.background import Batch, prefetched
 from probe.training.dropout import dropout
 from probe.training.engine import CaptureFailed
 from probe.training.loop import Trainer
@@ -59,13 +59,7 @@ def train_together(
     on_steps = list(on_steps or [None] * len(trainers))
     data = lead.source.training_set(config.seed)
     grouped = config.protocol == "probe"
-    if lead.engine.fixed_shapes:
-        geometry = fixed_geometry(
-            data, config.batch_size, config.seed, config.steps, grouped=grouped, packed=config.pack
-        )
-        cut = partial(geometry.cut, data)
-    else:
-        cut = data.packed_batch if config.pack else data.batch
+    cut = _batch_cutter(lead, data, grouped)
     stream = batch_stream(data, config.batch_size, config.seed, lead.epoch, lead.position, grouped=grouped)
     outcomes: dict[int, tuple[float, float] | ProbeError] = {}
     active = list(range(len(trainers)))
@@ -78,16 +72,7 @@ def train_together(
             for trainer in trainers:
                 trainer.begin()
             while active and trainers[active[0]].step < config.steps:
-                epoch, position, batch = next(batches)
-                for i in list(active):
-                    try:
-                        trainers[i].run_step(batch)
-                        trainers[i].end_step(epoch, position, batch[0].numel(), on_steps[i])
-                    except CaptureFailed:  # the process's CUDA state is spoilt: no member goes on, nothing is saved
-                        raise
-                    except ProbeError as error:
-                        outcomes[i] = error
-                        active.remove(i)
+                _step_each(trainers, active, next(batches), on_steps, outcomes)
             for i in list(active):
                 try:
                     trainers[i].close()
@@ -103,6 +88,39 @@ def train_together(
                 trainer.model.eval()
                 trainer.writer.wait()
     return [outcomes[i] for i in range(len(trainers))]
+
+
+def _batch_cutter(lead: Trainer, data: EncodedSet, grouped: bool) -> Callable:
+    """How the stream's examples become a batch: on one fixed geometry when the engine needs fixed
+    shapes (a captured step), else packed or padded as the run asks."""
+    config = lead.config
+    if lead.engine.fixed_shapes:
+        geometry = fixed_geometry(
+            data, config.batch_size, config.seed, config.steps, grouped=grouped, packed=config.pack
+        )
+        return partial(geometry.cut, data)
+    return data.packed_batch if config.pack else data.batch
+
+
+def _step_each(
+    trainers: Sequence[Trainer],
+    active: list[int],
+    item: Batch,
+    on_steps: Sequence[Callable[[int, float, float], None] | None],
+    outcomes: dict[int, tuple[float, float] | ProbeError],
+) -> None:
+    """Every active member's step on one batch (``item``: epoch, position, batch); a member whose step
+    raised a ProbeError leaves ``active`` with it as its outcome, the others go on."""
+    epoch, position, batch = item
+    for i in list(active):
+        try:
+            trainers[i].run_step(batch)
+            trainers[i].end_step(epoch, position, batch[0].numel(), on_steps[i])
+        except CaptureFailed:  # the process's CUDA state is spoilt: no member goes on, nothing is saved
+            raise
+        except ProbeError as error:
+            outcomes[i] = error
+            active.remove(i)
 
 
 def train_alone(trainer: Trainer, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:

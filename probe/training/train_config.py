@@ -66,6 +66,20 @@ class TrainConfig:
     weight_decay_groups: str | None = None  # which weights AdamW decays (probe.training.optimizer); the protocol's
 
     def __post_init__(self) -> None:
+        self._fill_recipe()
+        self.pe_options = parse_pe_options(self.pe, self.pe_options)
+        self._settle_protocol()
+        if self.precision not in PRECISIONS:
+            raise ProbeError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.eval_every is None:
+            self.eval_every = every(self.steps) if self.protocol == "authors" else 0
+        if self.eval_every < 0:
+            raise ProbeError(f"--eval-every must be 0 (no selection) or positive, got {self.eval_every}")
+        self._check_pack()
+
+    def _fill_recipe(self) -> None:
+        """Settings left unset take the preset's recipe for the task (pretraining on code has its own);
+        a schedule, batch size or step count that cannot train is refused."""
         from probe.corpus import CODE_TASK
 
         recipe = training_recipe(self.preset, self.task, code=self.task == CODE_TASK)
@@ -78,7 +92,12 @@ class TrainConfig:
             raise ProbeError(f"--batch-size must be positive, got {self.batch_size}")
         if self.steps < 1:
             raise ProbeError(f"--steps must be at least 1, got {self.steps}")
-        self.pe_options = parse_pe_options(self.pe, self.pe_options)
+
+    def _settle_protocol(self) -> None:
+        """The protocol (the authors' on their paper split, else probe's) and the weight-decay groups it
+        implies unless given; the authors' protocol is refused for code pretraining."""
+        from probe.corpus import CODE_TASK
+
         if self.protocol is None:
             self.protocol = "authors" if self.task_options.get("split") == "paper" else "probe"
         if self.protocol not in PROTOCOLS:
@@ -91,12 +110,12 @@ class TrainConfig:
             raise ProbeError(
                 f"unknown weight-decay groups {self.weight_decay_groups!r}; choose one of {', '.join(DECAY_GROUPS)}"
             )
-        if self.precision not in PRECISIONS:
-            raise ProbeError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
-        if self.eval_every is None:
-            self.eval_every = every(self.steps) if self.protocol == "authors" else 0
-        if self.eval_every < 0:
-            raise ProbeError(f"--eval-every must be 0 (no selection) or positive, got {self.eval_every}")
+
+    def _check_pack(self) -> None:
+        """``pack`` only where packing changes nothing a model sees: not code windows (full already), not a
+        PE whose logits read more than each example's relative positions."""
+        from probe.corpus import CODE_TASK
+
         if self.pack and (self.task == CODE_TASK or not pe_class(self.pe).packable()):
             what = (
                 "code windows are full already"

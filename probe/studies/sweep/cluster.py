@@ -245,16 +245,7 @@ def execute(
     finished ones are marked done without starting anything. Failures are recorded and the others
     go on; a worker that dies is retried by Ray (``max_retries``) and resumes from its last state."""
     prepare_corpora(runs)
-    todo = []
-    for run in runs:
-        state = run_state(run, evaluate)
-        if state == "done":
-            if manifest.entries[run.label]["state"] != "done":
-                manifest.update(run.label, write=False, state="done", error=None)
-        else:
-            manifest.update(run.label, write=False, state="pending", error=None)
-            todo.append(run)
-    manifest.write()
+    todo = _mark_plan(runs, manifest, evaluate)
     if on_event:
         on_event(
             {
@@ -267,7 +258,6 @@ def execute(
     if not todo:
         return manifest
     import ray
-    from ray.exceptions import RayError
 
     device = "cuda" if gpus_per_run > 0 else "cpu"
     log = ray.remote(num_cpus=0)(EventLog).remote()
@@ -282,59 +272,99 @@ def execute(
         for group in tasks(todo, device)
     }
     running = {run.label for run in todo}
-
-    def attempt(label: str, node: dict[str, Any], started: float) -> None:
-        """Count an attempt once, whether its start event or its result is seen first."""
-        entry = manifest.entries[label]
-        if not any(
-            a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history", [])
-        ):
-            manifest.update(
-                label,
-                write=False,
-                attempts=entry.get("attempts", 0) + 1,
-                history=[*entry.get("history", []), {"node": node, "started": started}],
-            )
-
-    def drain() -> None:
-        for event in ray.get(log.drain.remote()):
-            label = event["label"]
-            if event["kind"] == "start":
-                attempt(label, event["node"], event["time"])
-            if label not in running:
-                continue  # late news of a run whose result is already in
-            if event["kind"] == "start":
-                manifest.update(label, state="running", node=event["node"], started=event["time"], error=None)
-            if on_event:
-                on_event(event)
-
     try:
         while refs:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=poll)
-            drain()
+            _drain_events(log, manifest, running, on_event)
             for ref in ready:
                 group = refs.pop(ref)
                 running.difference_update(run.label for run in group)
-                try:
-                    results = ray.get(ref)
-                    for run, result in zip(group, results):
-                        attempt(run.label, result["node"], result["started"])
-                except RayError as error:  # the worker died more often than max_retries allows
-                    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                    failed = {"state": "failed", "error": f"{type(error).__name__}: {first}", "finished": time.time()}
-                    results = [failed] * len(group)
-                for run, result in zip(group, results):
-                    entry = manifest.update(run.label, **result)
-                    if on_event:
-                        on_event({"kind": "finish", "label": run.label, "entry": entry})
+                _record_results(ref, group, manifest, on_event)
     except KeyboardInterrupt:
-        for ref, group in refs.items():
-            ray.cancel(ref, force=True)
-            for run in group:
-                manifest.update(run.label, write=False, state="interrupted")
-        manifest.write()
+        _cancel(refs, manifest)
         raise
     return manifest
+
+
+def _mark_plan(runs: Sequence[SweepRun], manifest: Manifest, evaluate: bool) -> list[SweepRun]:
+    """Mark finished runs done and the others pending in the manifest (written once), so a
+    re-run sweep starts only what is left; returns the runs left to do."""
+    todo = []
+    for run in runs:
+        state = run_state(run, evaluate)
+        if state == "done":
+            if manifest.entries[run.label]["state"] != "done":
+                manifest.update(run.label, write=False, state="done", error=None)
+        else:
+            manifest.update(run.label, write=False, state="pending", error=None)
+            todo.append(run)
+    manifest.write()
+    return todo
+
+
+def _count_attempt(manifest: Manifest, label: str, node: dict[str, Any], started: float) -> None:
+    """Count an attempt once, whether its start event or its result is seen first."""
+    entry = manifest.entries[label]
+    if not any(a["node"].get("pid") == node.get("pid") and a["started"] == started for a in entry.get("history", [])):
+        manifest.update(
+            label,
+            write=False,
+            attempts=entry.get("attempts", 0) + 1,
+            history=[*entry.get("history", []), {"node": node, "started": started}],
+        )
+
+
+def _drain_events(
+    log: Any, manifest: Manifest, running: set[str], on_event: Callable[[dict[str, Any]], None] | None
+) -> None:
+    """Record what the workers told the event log since the last poll and pass it on; news of a
+    run whose result is already in only counts its attempt."""
+    import ray
+
+    for event in ray.get(log.drain.remote()):
+        label = event["label"]
+        if event["kind"] == "start":
+            _count_attempt(manifest, label, event["node"], event["time"])
+        if label not in running:
+            continue  # late news of a run whose result is already in
+        if event["kind"] == "start":
+            manifest.update(label, state="running", node=event["node"], started=event["time"], error=None)
+        if on_event:
+            on_event(event)
+
+
+def _record_results(
+    ref: Any, group: list[SweepRun], manifest: Manifest, on_event: Callable[[dict[str, Any]], None] | None
+) -> None:
+    """Write a finished task's results in the manifest, or its runs as failed when Ray gave up on
+    the worker (it died more often than ``max_retries`` allows)."""
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        results = ray.get(ref)
+        for run, result in zip(group, results):
+            _count_attempt(manifest, run.label, result["node"], result["started"])
+    except RayError as error:  # the worker died more often than max_retries allows
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        failed = {"state": "failed", "error": f"{type(error).__name__}: {first}", "finished": time.time()}
+        results = [failed] * len(group)
+    for run, result in zip(group, results):
+        entry = manifest.update(run.label, **result)
+        if on_event:
+            on_event({"kind": "finish", "label": run.label, "entry": entry})
+
+
+def _cancel(refs: dict[Any, list[SweepRun]], manifest: Manifest) -> None:
+    """On Ctrl-C: cancel the tasks still running and mark their runs interrupted, so the
+    manifest says what a re-run has to redo."""
+    import ray
+
+    for ref, group in refs.items():
+        ray.cancel(ref, force=True)
+        for run in group:
+            manifest.update(run.label, write=False, state="interrupted")
+    manifest.write()
 
 
 def tasks(runs: Sequence[SweepRun], device: str) -> list[list[SweepRun]]:

@@ -53,8 +53,6 @@ def dry_run(
 ) -> dict[str, Any]:
     """Print the runs (one row per task folder, or every run), their states and the estimated training
     time on this machine and on ``cluster_size`` such slots; start nothing. Returns the plan."""
-    from rich.table import Table
-
     from probe.figures.terminal import fitted
 
     states = [run_state(r, launch.evaluate) for r in runs]
@@ -69,44 +67,11 @@ def dry_run(
             on_measure=status.update,
         )
     seconds = cost["seconds"]
-    if launch.gpus_per_run > 0:
-        slots = max(1, int(1 / launch.gpus_per_run)) if launch.gpus_per_run < 1 else 1
-        machine = "one GPU"
-    else:
-        slots, machine = max(1, int((os.cpu_count() or 1) // max(launch.cpus_per_run, 1e-9))), "this machine's CPUs"
+    slots, machine = _slots(launch)
     wall_one = wall_seconds(seconds, slots)
     wall_cluster = wall_seconds(seconds, slots * cluster_size)
-    table = Table(title=f"probe sweep {name} --dry-run: {len(runs)} runs under {launch.checkpoints}")
-    if list_runs:
-        columns = ("run", "preset", "steps", "state", "estimate")
-        rows = [
-            (r.label, r.config.preset, str(r.config.steps), s, duration(t)) for r, s, t in zip(runs, states, seconds)
-        ]
-    else:
-        columns = ("task", "PEs", "seeds", "preset", "steps", "runs", "to start", "estimate")
-        groups: dict[str, list] = {}
-        for r, s, t in zip(runs, states, seconds):
-            groups.setdefault(r.path.parent.parent.name, []).append((r, s, t))
-        rows = []
-        for folder, members in groups.items():
-            rows.append(
-                (
-                    folder,
-                    " ".join(dict.fromkeys(r.config.pe for r, _, _ in members)),
-                    " ".join(str(x) for x in dict.fromkeys(r.config.seed for r, _, _ in members)),
-                    " ".join(dict.fromkeys(r.config.preset for r, _, _ in members)),
-                    " ".join(str(x) for x in dict.fromkeys(r.config.steps for r, _, _ in members)),
-                    str(len(members)),
-                    str(sum(s != "done" for _, s, _ in members)),
-                    duration(sum(t for _, _, t in members)),
-                )
-            )
-    for column in columns:
-        numeric = column in ("steps", "runs", "to start", "estimate")
-        table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
-    for row in rows:
-        table.add_row(*row)
-    out.print(fitted(table, out))
+    title = f"probe sweep {name} --dry-run: {len(runs)} runs under {launch.checkpoints}"
+    out.print(fitted(_plan_table(title, runs, states, seconds, list_runs), out))
     counts = {s: states.count(s) for s in ("new", "resume", "evaluate", "done")}
     speed = "; ".join(f"{_shape(shape)}: {tps:,.0f} tokens/s" for shape, tps in cost["tokens_per_second"].items())
     out.print(
@@ -135,6 +100,56 @@ def dry_run(
     }
 
 
+def _slots(launch: Launch) -> tuple[int, str]:
+    """How many runs one machine holds at a time at ``launch``'s resources per run, and what that
+    machine is called in the dry run's estimate."""
+    if launch.gpus_per_run > 0:
+        return (max(1, int(1 / launch.gpus_per_run)) if launch.gpus_per_run < 1 else 1), "one GPU"
+    return max(1, int((os.cpu_count() or 1) // max(launch.cpus_per_run, 1e-9))), "this machine's CPUs"
+
+
+def _plan_table(
+    title: str, runs: Sequence[SweepRun], states: list[str], seconds: Sequence[float], list_runs: bool
+) -> Any:
+    """The dry run's table: one row per run with ``--list``, else one per task folder (a sweep
+    can hold hundreds of runs)."""
+    from rich.table import Table
+
+    if list_runs:
+        columns: tuple[str, ...] = ("run", "preset", "steps", "state", "estimate")
+        rows = [
+            (r.label, r.config.preset, str(r.config.steps), s, duration(t)) for r, s, t in zip(runs, states, seconds)
+        ]
+    else:
+        columns = ("task", "PEs", "seeds", "preset", "steps", "runs", "to start", "estimate")
+        groups: dict[str, list] = {}
+        for r, s, t in zip(runs, states, seconds):
+            groups.setdefault(r.path.parent.parent.name, []).append((r, s, t))
+        rows = [_folder_row(folder, members) for folder, members in groups.items()]
+    table = Table(title=title)
+    for column in columns:
+        numeric = column in ("steps", "runs", "to start", "estimate")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _folder_row(folder: str, members: list[tuple[SweepRun, str, float]]) -> tuple[str, ...]:
+    """One task folder's row of the dry run: the distinct PEs, seeds, presets and steps of its
+    runs, how many are left to start and their estimated time."""
+    return (
+        folder,
+        " ".join(dict.fromkeys(r.config.pe for r, _, _ in members)),
+        " ".join(str(x) for x in dict.fromkeys(r.config.seed for r, _, _ in members)),
+        " ".join(dict.fromkeys(r.config.preset for r, _, _ in members)),
+        " ".join(str(x) for x in dict.fromkeys(r.config.steps for r, _, _ in members)),
+        str(len(members)),
+        str(sum(s != "done" for _, s, _ in members)),
+        duration(sum(t for _, _, t in members)),
+    )
+
+
 def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any) -> Manifest:
     """Run the sweep on Ray (:func:`probe.studies.sweep.execute`) with one progress bar per running run and one
     for the whole sweep; a sweep whose runs are all done starts nothing. Returns its manifest."""
@@ -146,6 +161,33 @@ def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: 
         execute(runs, manifest, evaluate=launch.evaluate)  # marks them done; starts nothing
         out.print(f"all {len(runs)} runs of {name} are already done (manifest {path})")
         return manifest
+    _join_ray(launch, manifest, out)
+    columns = (
+        TextColumn("{task.description:<40}"),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=out, transient=False) as progress:
+        bars = _ProgressBars(progress, manifest, progress.add_task(f"sweep {name}", total=1, info=""))
+        execute(
+            runs,
+            manifest,
+            cpus_per_run=launch.cpus_per_run,
+            gpus_per_run=launch.gpus_per_run,
+            max_retries=launch.max_retries,
+            evaluate=launch.evaluate,
+            capture=launch.capture,
+            on_event=bars.on_event,
+        )
+    return manifest
+
+
+def _join_ray(launch: Launch, manifest: Manifest, out: Any) -> None:
+    """Start or join Ray, check that a run fits on some node, and record the cluster in the
+    manifest, so a sweep that cannot run fails before its progress bars are drawn."""
     with out.status("starting Ray" if not launch.address else f"joining Ray at {launch.address}"):
         cluster = connect(launch.address, num_cpus=launch.num_cpus)
         check_resources(cluster, launch.cpus_per_run, launch.gpus_per_run)
@@ -157,69 +199,61 @@ def run_with_progress(runs: Sequence[SweepRun], name: str, launch: Launch, out: 
     }
     out.print(
         f"Ray: {cluster['nodes']} node(s), {cluster['cpus']:g} CPUs, {cluster['gpus']:g} GPUs; "
-        f"each run asks for {launch.cpus_per_run:g} CPU, {launch.gpus_per_run:g} GPU; manifest {path}"
+        f"each run asks for {launch.cpus_per_run:g} CPU, {launch.gpus_per_run:g} GPU; manifest {manifest.path}"
     )
-    columns = (
-        TextColumn("{task.description:<40}"),
-        BarColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=out, transient=False) as progress:
-        state: dict[str, Any] = {"bars": {}, "steps": {}}
-        overall = progress.add_task(f"sweep {name}", total=1, info="")
 
-        def refresh() -> None:
-            c = manifest.counts()
-            left = c["pending"] + c["interrupted"]
-            elsewhere = f"  elsewhere {c['elsewhere']}" if c["elsewhere"] else ""
-            progress.update(
-                overall,
-                completed=sum(state["steps"].values()),
-                info=f"done {c['done']}  running {c['running']}  failed {c['failed']}{elsewhere}  left {left}",
-            )
 
-        def on_event(event: dict[str, Any]) -> None:
-            kind, label = event["kind"], event.get("label")
-            if kind == "plan":
-                state["steps"] = {lab: event["total_steps"][lab] - left for lab, left in event["left"].items()}
-                progress.reset(
-                    overall, total=sum(event["total_steps"].values()) or 1, completed=sum(state["steps"].values())
-                )
-            elif kind == "start" and label not in state["bars"]:
-                state["bars"][label] = progress.add_task(f"  {label}", total=1, info=event["node"]["host"])
-            elif kind == "step":
-                state["steps"][label] = event["step"]
-                bar = state["bars"].get(label)
-                if bar is not None:
-                    loss = f"loss {event['loss']:.4f}" if "loss" in event else ""
-                    progress.update(bar, total=event["total"], completed=event["step"], info=loss)
-            elif kind == "finish":
-                entry = event["entry"]
-                if entry["state"] == "done":
-                    state["steps"][label] = max(state["steps"].get(label, 0), entry.get("steps") or 0)
-                bar = state["bars"].pop(label, None)
-                if bar is not None:
-                    progress.remove_task(bar)
-                if entry["state"] == "failed":
-                    progress.console.print(f"[red]failed[/red] {label}: {entry['error']}")
-                elif entry["state"] == "elsewhere":
-                    progress.console.print(f"[yellow]in use[/yellow] {label}: by {entry['held_by']}; left to it")
-            refresh()
+class _ProgressBars:
+    """The sweep's progress: one bar for the whole sweep (steps of every run) and one per running
+    run, moved by :func:`execute`'s events."""
 
-        execute(
-            runs,
-            manifest,
-            cpus_per_run=launch.cpus_per_run,
-            gpus_per_run=launch.gpus_per_run,
-            max_retries=launch.max_retries,
-            evaluate=launch.evaluate,
-            capture=launch.capture,
-            on_event=on_event,
+    def __init__(self, progress: Any, manifest: Manifest, overall: Any) -> None:
+        self.progress, self.manifest, self.overall = progress, manifest, overall
+        self.bars: dict[str, Any] = {}
+        self.steps: dict[str, int] = {}
+
+    def refresh(self) -> None:
+        """The whole sweep's bar: steps done and the manifest's counts."""
+        c = self.manifest.counts()
+        left = c["pending"] + c["interrupted"]
+        elsewhere = f"  elsewhere {c['elsewhere']}" if c["elsewhere"] else ""
+        self.progress.update(
+            self.overall,
+            completed=sum(self.steps.values()),
+            info=f"done {c['done']}  running {c['running']}  failed {c['failed']}{elsewhere}  left {left}",
         )
-    return manifest
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """Move the bars by one event of :func:`execute` (plan, start, step, finish)."""
+        kind, label = event["kind"], event.get("label")
+        if kind == "plan":
+            self.steps = {lab: event["total_steps"][lab] - left for lab, left in event["left"].items()}
+            self.progress.reset(
+                self.overall, total=sum(event["total_steps"].values()) or 1, completed=sum(self.steps.values())
+            )
+        elif kind == "start" and label not in self.bars:
+            self.bars[label] = self.progress.add_task(f"  {label}", total=1, info=event["node"]["host"])
+        elif kind == "step":
+            self.steps[label] = event["step"]
+            bar = self.bars.get(label)
+            if bar is not None:
+                loss = f"loss {event['loss']:.4f}" if "loss" in event else ""
+                self.progress.update(bar, total=event["total"], completed=event["step"], info=loss)
+        elif kind == "finish":
+            self._finish(label, event["entry"])
+        self.refresh()
+
+    def _finish(self, label: str, entry: dict[str, Any]) -> None:
+        """A run's result is in: count its steps, drop its bar, and say why when it did not finish."""
+        if entry["state"] == "done":
+            self.steps[label] = max(self.steps.get(label, 0), entry.get("steps") or 0)
+        bar = self.bars.pop(label, None)
+        if bar is not None:
+            self.progress.remove_task(bar)
+        if entry["state"] == "failed":
+            self.progress.console.print(f"[red]failed[/red] {label}: {entry['error']}")
+        elif entry["state"] == "elsewhere":
+            self.progress.console.print(f"[yellow]in use[/yellow] {label}: by {entry['held_by']}; left to it")
 
 
 def show_outcome(runs: Sequence[SweepRun], manifest: Manifest, name: str, launch: Launch, out: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -107,14 +107,7 @@ def train_keys() -> tuple[str, ...]:
 def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     """Every run of ``grid`` under ``root``, in grid order, checked (names, options, shapes) so that
     a mistake stops the sweep before any run starts."""
-    from probe.corpus import CODE_TASK, CorpusSpec
-    from probe.models.registry import PAPER_PES, pe_class
     from probe.studies.ladder import Ladder
-    from probe.studies.plans import PE_SETS, expand_pes
-    from probe.tasks import SCRATCHPAD_TASKS, TASKS
-    from probe.tasks import get as get_task
-    from probe.tasks.scratchpad import parse_format
-    from probe.training.train_config import TrainConfig
 
     train_fields = train_keys()
     accepted = set(LIST_KEYS) | set(EVAL_KEYS) | set(train_fields) | {"options", "name", "description"}
@@ -129,68 +122,117 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     checked: set[str] = set()
     for number, block in enumerate(blocks, start=1):
         where = f"grid {grid.get('name', '?')}" + (f", block {number}" if len(blocks) > 1 else "")
-        spec = {**defaults, **block, "options": {**defaults.get("options", {}), **block.get("options", {})}}
-        unknown = sorted(set(spec) - accepted)
-        if unknown:
-            raise ProbeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(accepted))}")
-        for key in (*train_fields, *EVAL_KEYS):
-            if isinstance(spec.get(key), list):
-                raise ProbeError(
-                    f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)"
-                )
-        tasks, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("seed", 0))
-        pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES))))
-        scratchpads = _listed(spec.get("scratchpad", "none"))
-        for task in tasks:
-            if task not in TASKS and task != CODE_TASK:
-                raise ProbeError(
-                    f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)"
-                )
-        for pe in pes:
-            pe_class(pe, sets=PE_SETS)
-        for seed in seeds:
-            if not isinstance(seed, int) or isinstance(seed, bool):
-                raise ProbeError(f"{where}: seed {seed!r} is not an integer")
-        for fmt in scratchpads:
-            try:
-                parse_format(fmt)
-            except ValueError as error:
-                raise ProbeError(f"{where}: {error}") from None
-        option_keys = sorted(spec["options"])
-        option_values = [_listed(spec["options"][k]) for k in option_keys]
+        spec = _block_spec(defaults, block, accepted, train_fields, where)
+        tasks, pes, seeds, scratchpads = _block_lists(spec, where)
         train = {k: spec[k] for k in train_fields if k in spec}
-        for task, fmt, values in itertools.product(tasks, scratchpads, itertools.product(*option_values)):
-            if parse_format(fmt) is not None and task not in SCRATCHPAD_TASKS:
-                continue  # a scratchpad format only means something for tasks that have one
-            options = dict(zip(option_keys, values))
-            if task == CODE_TASK:
-                options = CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
-            if parse_format(fmt) is not None:
-                options["scratchpad"] = fmt
-            key = json.dumps([task, options], sort_keys=True)
-            if key not in checked and task != CODE_TASK:
-                get_task(task, **options)  # an unknown option or value raises here
-                checked.add(key)
+        for task, options in _task_options(spec, tasks, scratchpads, checked):
             for pe, seed in itertools.product(pes, seeds):
-                try:
-                    config = TrainConfig(task=task, pe=pe, seed=seed, task_options=options, **train)
-                except TypeError as error:
-                    raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
-                config.model_config(vocab_size=8)
-                run = SweepRun(
-                    config,
-                    run_dir(root, task, pe, seed, options, config.pe_options),
-                    spec.get("eval_n"),
-                    spec.get("eval_valid", 500),
-                )
+                run = _grid_run(spec, root, where, task, pe, seed, options, train)
                 earlier = runs.get(run.path)
-                if earlier is not None and earlier.config != config:
+                if earlier is not None and earlier.config != run.config:
                     raise ProbeError(
                         f"{where}: two runs of the grid share the folder {run.path} with different "
                         "settings (preset, steps, model ...); a run folder holds one run"
                     )
                 runs.setdefault(run.path, run)
     return list(runs.values())
+
+
+def _block_spec(
+    defaults: dict[str, Any], block: dict[str, Any], accepted: set[str], train_fields: Sequence[str], where: str
+) -> dict[str, Any]:
+    """A block over the grid's defaults (options merged key by key), refused when it has a key no
+    grid takes or a list where only one value makes sense."""
+    spec = {**defaults, **block, "options": {**defaults.get("options", {}), **block.get("options", {})}}
+    unknown = sorted(set(spec) - accepted)
+    if unknown:
+        raise ProbeError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(sorted(accepted))}")
+    for key in (*train_fields, *EVAL_KEYS):
+        if isinstance(spec.get(key), list):
+            raise ProbeError(f"{where}: {key} must be one value (only {', '.join(LIST_KEYS)} and options may be lists)")
+    return spec
+
+
+def _block_lists(spec: dict[str, Any], where: str) -> tuple[list[Any], list[str], list[Any], list[Any]]:
+    """A block's tasks, PEs (sets expanded), seeds and scratchpad formats, each name checked."""
+    from probe.corpus import CODE_TASK
+    from probe.models.registry import PAPER_PES, pe_class
+    from probe.studies.plans import PE_SETS, expand_pes
+    from probe.tasks import TASKS
+    from probe.tasks.scratchpad import parse_format
+
+    tasks, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("seed", 0))
+    pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES))))
+    scratchpads = _listed(spec.get("scratchpad", "none"))
+    for task in tasks:
+        if task not in TASKS and task != CODE_TASK:
+            raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)")
+    for pe in pes:
+        pe_class(pe, sets=PE_SETS)
+    for seed in seeds:
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ProbeError(f"{where}: seed {seed!r} is not an integer")
+    for fmt in scratchpads:
+        try:
+            parse_format(fmt)
+        except ValueError as error:
+            raise ProbeError(f"{where}: {error}") from None
+    return tasks, pes, seeds, scratchpads
+
+
+def _task_options(
+    spec: dict[str, Any], tasks: list[Any], scratchpads: list[Any], checked: set[str]
+) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Each task of a block with each combination of its listed options and scratchpads, in grid
+    order, as the run folder names them; each new combination is built once (``checked``) so an
+    unknown option or value stops the sweep here."""
+    from probe.corpus import CODE_TASK, CorpusSpec
+    from probe.tasks import SCRATCHPAD_TASKS
+    from probe.tasks import get as get_task
+    from probe.tasks.scratchpad import parse_format
+
+    option_keys = sorted(spec["options"])
+    option_values = [_listed(spec["options"][k]) for k in option_keys]
+    for task, fmt, values in itertools.product(tasks, scratchpads, itertools.product(*option_values)):
+        if parse_format(fmt) is not None and task not in SCRATCHPAD_TASKS:
+            continue  # a scratchpad format only means something for tasks that have one
+        options = dict(zip(option_keys, values))
+        if task == CODE_TASK:
+            options = CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
+        if parse_format(fmt) is not None:
+            options["scratchpad"] = fmt
+        key = json.dumps([task, options], sort_keys=True)
+        if key not in checked and task != CODE_TASK:
+            get_task(task, **options)  # an unknown option or value raises here
+            checked.add(key)
+        yield task, options
+
+
+def _grid_run(
+    spec: dict[str, Any],
+    root: str | Path,
+    where: str,
+    task: Any,
+    pe: str,
+    seed: int,
+    options: dict[str, Any],
+    train: dict[str, Any],
+) -> SweepRun:
+    """One run of a block, its config checked by building its model's config (a bad shape stops
+    the sweep before it starts)."""
+    from probe.training.train_config import TrainConfig
+
+    try:
+        config = TrainConfig(task=task, pe=pe, seed=seed, task_options=options, **train)
+    except TypeError as error:
+        raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
+    config.model_config(vocab_size=8)
+    return SweepRun(
+        config,
+        run_dir(root, task, pe, seed, options, config.pe_options),
+        spec.get("eval_n"),
+        spec.get("eval_valid", 500),
+    )
 
 
 def _listed(value: Any) -> list[Any]:
