@@ -184,12 +184,12 @@ def test_only_the_resolver_asks_whether_a_name_is_an_hf_model():
     assert users == ["probe/analysis/subjects.py", "probe/models/hf.py"]
 
 
-def test_faces_hold_no_function_over_60_lines():
-    """Commands and explorer pages parse, call the library and print: none of their functions is long."""
+def test_no_function_in_the_package_is_over_60_lines():
+    """A function a reader takes in at once: none in probe/ runs past 60 lines (its signature and docstring
+    counted); ruff's C901 holds their complexity to 12 beside it."""
     long = [
         f"{path.relative_to(PACKAGE.parent)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
-        for face in ("commands", "explorer")
-        for path in (PACKAGE / face).rglob("*.py")
+        for path in PACKAGE.rglob("*.py")
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60
     ]

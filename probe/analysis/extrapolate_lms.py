@@ -6,6 +6,7 @@ SHA-256 of their name."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,99 +34,122 @@ from probe.models.interventions import Intervention
 LM_FIT_FILES = 4  # validation windows per step of a language model's per-head fit
 
 
-def language_model(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
-    """One code run or ``hf:`` model untouched and under each candidate (module docstring)."""
-    device = settings.device
-    loaded = subject.load(device)
-    files, names, context, bos, trained = _lm_files(subject, loaded, settings)
-    pairs = list(zip(names, files))
-    valid, test = validation_split(pairs, lambda p: p[0], lambda p: 0, VALID_SHARE, settings.n_valid)
-    contexts = sorted({max(2, round(m * context)) for m in settings.multiples})
-    scored = max(1, round(context * 200 / 1024))  # the paper's last 200 of 1024 tokens
-    test_files = [f for _, f in test]
-    valid_files = [f for _, f in valid]
-    longest = contexts[-1]
-    max_length = loaded.max_length
+@dataclass(frozen=True)
+class _Windows:
+    """How a language model is read here: each held-out file's last ``c`` tokens at every context ``c`` of
+    the multiples, its last ``scored`` tokens scored (the paper's 200 of 1024), ``bos`` in front."""
 
-    def nll_at(model, chosen: Sequence[Tensor], length: int) -> Tensor:
+    contexts: list[int]  # ascending, in tokens
+    context: int  # T, the multiples' unit
+    scored: int
+    bos: int | None
+    max_length: int | None  # the longest the model reads; None: any
+    settings: Settings
+
+    @classmethod
+    def of(cls, loaded, context: int, bos: int | None, settings: Settings) -> _Windows:
+        contexts = sorted({max(2, round(m * context)) for m in settings.multiples})
+        scored = max(1, round(context * 200 / 1024))
+        return cls(contexts, context, scored, bos, loaded.max_length, settings)
+
+    @property
+    def unseen(self) -> list[int]:
+        """The contexts past T (the longest where none is): what tuning reads."""
+        return [c for c in self.contexts if c > self.context] or [self.contexts[-1]]
+
+    def nll_at(self, model, chosen: Sequence[Tensor], length: int) -> Tensor:
         """[file] mean NLL of the scored tokens at ``length`` (NaN where a file is shorter)."""
         out = torch.full((len(chosen),), float("nan"), dtype=torch.float64)
         keep = [i for i, f in enumerate(chosen) if len(f) >= length]
-        if keep and (max_length is None or length <= max_length):
+        if keep and (self.max_length is None or length <= self.max_length):
+            files = [chosen[i] for i in keep]
+            batch = self.settings.batch_size
             rows = scored_nll(
-                model, [chosen[i] for i in keep], length, scored, device=device, batch_size=settings.batch_size, bos=bos
+                model, files, length, self.scored, device=self.settings.device, batch_size=batch, bos=self.bos
             )
             out[keep] = rows.mean(1)
         return out
 
-    def outcome(family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
+    def outcome(
+        self,
+        family: str,
+        kind: str,
+        intervention: Intervention,
+        on,
+        files: Sequence[Tensor],
+        tuning: Tuned | None = None,
+    ) -> Outcome:
+        """``on`` under ``intervention``: each file's perplexity per context, the longest past T the headline."""
         with attached(on, intervention):
-            per = torch.stack([nll_at(on, test_files, c) for c in contexts], 1)  # [file, context]
+            per = torch.stack([self.nll_at(on, files, c) for c in self.contexts], 1)  # [file, context]
         buckets = []
-        for index, c in enumerate(contexts):
+        for index, c in enumerate(self.contexts):
             values = per[:, index]
             values = values[~values.isnan()].exp()  # each file's perplexity
             if values.numel():
-                buckets.append({"at": round(c / context, 3), "context": c, **interval(values, settings.seed)})
+                buckets.append({"at": round(c / self.context, 3), "context": c, **interval(values, self.settings.seed)})
         unseen = [b for b in buckets if b["at"] > 1]
         headline = unseen[-1] if unseen else buckets[-1]
-        return Outcome(
-            intervention,
-            family,
-            kind,
-            None,
-            {k: headline[k] for k in ("mean", "low", "high", "n")},
-            buckets,
-            None if tuning is None else tuning.to_json(),
-        )
+        test = {k: headline[k] for k in ("mean", "low", "high", "n")}
+        return Outcome(intervention, family, kind, None, test, buckets, None if tuning is None else tuning.to_json())
 
-    unseen_contexts = [c for c in contexts if c > context] or [longest]
+
+def language_model(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
+    """One code run or ``hf:`` model untouched and under each candidate (module docstring)."""
+    loaded = subject.load(settings.device)
+    files, names, context, bos, trained = _lm_files(subject, loaded, settings)
+    valid, test = validation_split(list(zip(names, files)), lambda p: p[0], lambda p: 0, VALID_SHARE, settings.n_valid)
+    windows = _Windows.of(loaded, context, bos, settings)
+    test_files, valid_files = [f for _, f in test], [f for _, f in valid]
 
     def on_valid(intervention: Intervention) -> Score:
         with attached(loaded.model, intervention):
-            nll = torch.stack([nll_at(loaded.model, valid_files, c) for c in unseen_contexts])
+            nll = torch.stack([windows.nll_at(loaded.model, valid_files, c) for c in windows.unseen])
         return Score(-float(nll.nanmean()))
 
     def losses(step: int) -> Iterator[Tensor]:
-        return _window_losses(loaded.model, valid_files, unseen_contexts[-1], scored, bos, device, step)
+        model, longest = loaded.model, windows.unseen[-1]
+        return _window_losses(model, valid_files, longest, windows.scored, bos, settings.device, step)
 
     step("untouched")
-    outcomes = [outcome("none", "none", Intervention(), loaded.model)]
-    rotary = loaded.info.pe == "rotary" if isinstance(subject, HfModel) else has_rope(subject)
-    pe_kind = None if isinstance(subject, HfModel) else subject.info.pe
-    fixed, skipped = fixed_candidates(pe_kind, rotary, trained, longest, settings)
-    for family, intervention in fixed:
-        step(intervention.name)
-        on = loaded.model
-        if intervention.rope:
-            on = _with_rope(subject, loaded, intervention, device)
-        try:
-            if isinstance(subject, HfModel) and intervention.cap is not None:
-                with attached(on, intervention):
-                    if not runs_folded(on):  # ReRoPE on the bridge's own [head, query, key] scores
-                        check_fits(on.cfg.n_heads, longest, loaded.info.label)
-            outcomes.append(outcome(family, "fixed", intervention, on))
-        except ProbeError as error:  # one the model cannot take: said in the report, the others kept
-            skipped[intervention.name if family == "given" else family] = str(error)
+    outcomes = [windows.outcome("none", "none", Intervention(), loaded.model, test_files)]
+    fixed, skipped = _fixed_outcomes(subject, loaded, trained, windows, test_files, step)
+    outcomes += fixed
     for tuned in tuned_candidates(loaded.model, settings, trained, on_valid, losses, step):
-        outcomes.append(outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
+        outcomes.append(windows.outcome(tuned.family, "tuned", tuned.intervention, loaded.model, test_files, tuned))
     validation = (
         f"{len(valid)} held-out files (the first {VALID_SHARE:.0%} by SHA-256 of their name), left out of the "
         f"test's {len(test)}"
     )
     where = "its n_ctx" if isinstance(subject, HfModel) else "its training context"
+    info = loaded.info
     return RunExtrapolation(
-        loaded.info.label,
-        loaded.info.pe,
-        loaded.info.path,
-        loaded.info.seed,
-        trained,
-        validation,
-        outcomes,
-        skipped,
-        f"{where}, in tokens",
+        info.label, info.pe, info.path, info.seed, trained, validation, outcomes, skipped, f"{where}, in tokens",
         context=context,
-    )
+    )  # fmt: skip
+
+
+def _fixed_outcomes(
+    subject: Subject, loaded, trained: int, windows: _Windows, files: Sequence[Tensor], step: Callable[[str], None]
+) -> tuple[list[Outcome], dict[str, str]]:
+    """The fixed rules that apply, each scored; one the model cannot take is said in ``skipped``, the others kept."""
+    settings, longest = windows.settings, windows.contexts[-1]
+    rotary = loaded.info.pe == "rotary" if isinstance(subject, HfModel) else has_rope(subject)
+    pe_kind = None if isinstance(subject, HfModel) else subject.info.pe
+    fixed, skipped = fixed_candidates(pe_kind, rotary, trained, longest, settings)
+    outcomes = []
+    for family, intervention in fixed:
+        step(intervention.name)
+        on = _with_rope(subject, loaded, intervention, settings.device) if intervention.rope else loaded.model
+        try:
+            if isinstance(subject, HfModel) and intervention.cap is not None:
+                with attached(on, intervention):
+                    if not runs_folded(on):  # ReRoPE on the bridge's own [head, query, key] scores
+                        check_fits(on.cfg.n_heads, longest, loaded.info.label)
+            outcomes.append(windows.outcome(family, "fixed", intervention, on, files))
+        except ProbeError as error:
+            skipped[intervention.name if family == "given" else family] = str(error)
+    return outcomes, skipped
 
 
 def _lm_files(subject: Subject, loaded, settings: Settings) -> tuple[list[Tensor], list[str], int, int | None, int]:

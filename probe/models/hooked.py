@@ -174,13 +174,7 @@ class HookedModel(HookedRootModule):
         with ``use_past_kv_cache``. ``return_type`` ``input`` gives what was given (text for text),
         ``str`` text (without special tokens), ``tokens`` ids; ``output_logits`` adds each step's logits
         (a ``GenerateOutput``)."""
-        given_text = isinstance(input, str) or (
-            isinstance(input, (list, tuple)) and input and isinstance(input[0], str)
-        )
-        tokens = self.to_tokens(input, prepend_bos, padding_side) if given_text else torch.as_tensor(input)
-        if tokens.dim() == 1:
-            tokens = tokens[None]
-        tokens = tokens.to(self.cfg.device)
+        tokens, given_text = self._generate_input(input, prepend_bos, padding_side)
         if stop_at_eos and eos_token_id is None:
             eos_token_id = getattr(self.tokenizer, "eos_token_id", None)
             if eos_token_id is None:
@@ -188,29 +182,24 @@ class HookedModel(HookedRootModule):
         batch = tokens.size(0)
         cache = TransformerLensKeyValueCache.init_cache(self.cfg, self.cfg.device, batch) if use_past_kv_cache else None
         finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
-        sequences, steps = tokens, []
-        new = tokens
+        sequences, steps, new = tokens, [], tokens  # new: what the next forward reads (all of it without a cache)
         for _ in range(max_new_tokens):
             logits = self(new, past_kv_cache=cache)[:, -1] if cache is not None else self(sequences)[:, -1]
             steps.append(logits)
             if do_sample:
-                token = sample_logits(
+                sampled = sample_logits(
                     logits,
                     top_k=top_k,
                     top_p=top_p,
                     temperature=temperature,
                     freq_penalty=freq_penalty,
                     tokens=sequences,
-                ).to(tokens.device)
+                )
+                token = sampled.to(tokens.device)
             else:
                 token = logits.argmax(-1)
             if stop_at_eos:
-                pad = (
-                    self.tokenizer.pad_token_id
-                    if self.tokenizer is not None and self.tokenizer.pad_token_id is not None
-                    else eos_token_id
-                )
-                token = torch.where(finished, torch.full_like(token, pad), token)
+                token = torch.where(finished, torch.full_like(token, self._pad_id(eos_token_id)), token)
                 finished |= token == eos_token_id
             sequences = torch.cat([sequences, token[:, None]], dim=1)
             new = token[:, None]
@@ -222,6 +211,23 @@ class HookedModel(HookedRootModule):
             text = [self.tokenizer.decode(row.tolist(), skip_special_tokens=True) for row in sequences]
             return text[0] if isinstance(input, str) else text
         return sequences
+
+    def _generate_input(
+        self, input: TextInput | torch.Tensor, prepend_bos: bool | None, padding_side: str | None
+    ) -> tuple[torch.Tensor, bool]:
+        """``generate``'s input as ids [batch, pos] on the model's device, and whether it was given as text."""
+        given_text = isinstance(input, str) or (
+            isinstance(input, (list, tuple)) and input and isinstance(input[0], str)
+        )
+        tokens = self.to_tokens(input, prepend_bos, padding_side) if given_text else torch.as_tensor(input)
+        if tokens.dim() == 1:
+            tokens = tokens[None]
+        return tokens.to(self.cfg.device), bool(given_text)
+
+    def _pad_id(self, eos_token_id: int) -> int:
+        """What a finished row is padded with: the tokenizer's pad token, else end of sequence."""
+        pad = getattr(self.tokenizer, "pad_token_id", None) if self.tokenizer is not None else None
+        return eos_token_id if pad is None else pad
 
     # --- weights, stacked over layers --------------------------------------------------------------
     def _stack(self, part: str, name: str) -> torch.Tensor:
