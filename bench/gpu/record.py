@@ -18,21 +18,29 @@ from typing import Any
 HEARTBEAT = 10.0  # seconds without a line before the heartbeat prints one (the issue asks for 15 at most)
 
 
+STOPPING = {signal.SIGINT, signal.SIGTERM}
+
+
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """``payload`` as ``path``, replaced in one rename: a reader, or a kill, sees the old document or
-    the new one, never half of one. A failed write leaves no temporary file behind."""
+    the new one, never half of one. SIGINT and SIGTERM wait until the write is over (a handler raising
+    between the temporary file's creation and the rename left it behind); a failed write leaves none."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
     try:
-        with handle:
-            json.dump(payload, handle, indent=2, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it 0600
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+        handle = tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+        try:
+            with handle:
+                json.dump(payload, handle, indent=2, default=str)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(handle.name, 0o644)  # NamedTemporaryFile makes it 0600
+            os.replace(handle.name, path)
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 class Record:
