@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from scipy.stats import rankdata
@@ -13,6 +15,7 @@ from probe.metrics import (
     mean_rank,
     mean_reciprocal_rank_over_seeds,
     mean_reciprocal_rank_reference_code,
+    reciprocal_ranks_shared,
 )
 
 
@@ -123,3 +126,35 @@ def test_mean_reciprocal_rank_over_one_seed_has_no_spread():
     assert result.mean.tolist() == pytest.approx(want.tolist())
     assert result.low.tolist() == pytest.approx(want.tolist()) and result.high.tolist() == pytest.approx(want.tolist())
     assert want.tolist() == pytest.approx([(1 / 3 + 1) / 2, (1 + 1 / 3) / 2, (1 / 2 + 1 / 2) / 2])
+
+
+def _expected_reciprocal_ranks(row: list[float]) -> list[float]:
+    """Oracle: the mean of 1/rank over every order of the methods consistent with the scores (ties in
+    every order), written from the definition, not from the harmonic numbers the code uses."""
+    orders = [o for o in itertools.permutations(range(len(row))) if all(row[a] >= row[b] for a, b in zip(o, o[1:]))]
+    return [sum(1 / (o.index(m) + 1) for o in orders) / len(orders) for m in range(len(row))]
+
+
+@pytest.mark.parametrize(
+    "row",
+    [[0.0, 0.0, 0.0, 0.0], [0.9, 0.9, 0.5, 0.1], [0.2, 0.7, 0.7, 0.7], [0.3, 0.1, 0.3, 0.1, 0.3], [1.0, 0.5, 0.2]],
+)
+def test_shared_ties_are_the_expected_reciprocal_rank_over_random_tie_breaks(row):
+    got = reciprocal_ranks_shared(torch.tensor([row]))[0]
+    assert got.tolist() == pytest.approx(_expected_reciprocal_ranks(row))
+
+
+def test_shared_ties_hand_worked_and_first_ties_differ():
+    """Three formats at 0% and one at 5%: the leader 1, the three share (1/2 + 1/3 + 1/4) / 3 = 13/36, where
+    the notebook's method="first" would hand them 1/2, 1/3, 1/4 by their order in the table."""
+    scores = torch.tensor([[0.0, 0.0, 0.05, 0.0]])
+    assert reciprocal_ranks_shared(scores)[0].tolist() == pytest.approx([13 / 36, 13 / 36, 1.0, 13 / 36])
+    by_order = mean_reciprocal_rank_over_seeds(scores[None], ties="first").mean
+    assert by_order.tolist() == pytest.approx([1 / 2, 1 / 3, 1.0, 1 / 4])
+    shared = mean_reciprocal_rank_over_seeds(scores[None], ties="shared").mean
+    assert shared.tolist() == pytest.approx([13 / 36, 13 / 36, 1.0, 13 / 36])
+
+
+def test_an_unknown_tie_rule_is_one_clear_error():
+    with pytest.raises(ProbeError, match="unknown tie rule 'random'"):
+        mean_reciprocal_rank_over_seeds(torch.zeros(1, 1, 2), ties="random")

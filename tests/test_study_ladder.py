@@ -23,6 +23,25 @@ def test_section3_declares_the_rule_stated_before_its_first_run():
     assert ladder("reduced") is None
 
 
+def test_section6_applies_section3s_rule_to_the_subset_chosen_before_its_first_run(tmp_path):
+    """The same rule, and the issue's floor: the full format and computation only (C) on every math and
+    reasoning task, every format on addition; the baselines without a scratchpad are Section 3's runs."""
+    assert ladder("section6") == RULE
+    runs = plan("section6", tmp_path, seeds=1)
+    formats: dict[str, set[str]] = {}
+    for run in runs:
+        options = run.config.task_options
+        key = "+".join([run.config.task, *([options["variant"]] if "variant" in options else [])])
+        formats.setdefault(key, set()).add(options["scratchpad"])
+        assert run.config.steps == 1500 and run.config.preset == "tiny"
+    assert formats.pop("addition") == {"full", "C", "C+O+V+R", "I+O+V+R", "I+C+V+R", "I+C+O+R", "I+C+O+V"}
+    assert formats == {
+        **{task: {"full", "C"} for task in ("parity", "summation", "polynomial")},
+        **{task: {"I+C+O+R", "C"} for task in ("lego", "sorting+single-token", "sorting+multi-digit")},
+    }
+    assert len(runs) == 19 * 5
+
+
 @pytest.mark.parametrize(
     ("iid", "steps", "higher"),
     [

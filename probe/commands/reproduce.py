@@ -23,9 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--scale",
         default="reduced",
-        choices=["reduced", "section3", "paper"],
+        choices=["reduced", "section3", "section6", "paper"],
         help="reduced: SCAN, copy and reverse at small, on a 2-core CPU (default); section3: the paper's 17 "
-        "Section 3 scenarios at tiny, ranked; paper: the paper's whole grid, preset base",
+        "Section 3 scenarios at tiny, ranked; section6: scratchpad formats on the math & reasoning tasks at "
+        "tiny; paper: the paper's whole grid, preset base",
     )
     parser.add_argument(
         "--task",

@@ -13,6 +13,7 @@ from probe.metrics.ranking import (
     mean_reciprocal_rank_over_seeds,
     mean_reciprocal_rank_reference_code,
     reciprocal_ranks_reference_code,
+    reciprocal_ranks_shared,
 )
 from probe.metrics.similarity import LayerDistances, head_distance, layer_distances
 
@@ -35,4 +36,5 @@ __all__ = [
     "mean_reciprocal_rank_over_seeds",
     "mean_reciprocal_rank_reference_code",
     "reciprocal_ranks_reference_code",
+    "reciprocal_ranks_shared",
 ]

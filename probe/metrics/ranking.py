@@ -52,6 +52,24 @@ def reciprocal_ranks_reference_code(scores: Tensor, higher_is_better: bool = Tru
     return 1.0 / (ahead.sum(-1) + 1)
 
 
+def reciprocal_ranks_shared(scores: Tensor, higher_is_better: bool = True) -> Tensor:
+    """1/rank of each method within each scenario, tied methods sharing the mean of the reciprocal ranks of
+    the places they span: each one's expected 1/rank when the tie is broken uniformly at random. Where
+    most scores tie (formats that all stay at 0% on unseen lengths), this keeps the tie from ranking
+    them by their order in a table, as pandas' method="first" would.
+
+    scores: [..., method] → [..., method] (1 = first, alone).
+    """
+    if torch.isnan(scores).any():
+        raise ProbeError("scores contain NaN: every method needs a score in every scenario")
+    s = scores if higher_is_better else -scores
+    beaten_by = (s[..., None, :] > s[..., :, None]).sum(-1)  # [..., method]: methods strictly better
+    tied = (s[..., None, :] == s[..., :, None]).sum(-1)  # [..., method]: itself included
+    places = torch.arange(1, s.shape[-1] + 1, dtype=torch.float64, device=s.device)
+    harmonic = torch.cat([places.new_zeros(1), (1.0 / places).cumsum(0)])  # [method + 1]: H(0..n)
+    return (harmonic[beaten_by + tied] - harmonic[beaten_by]) / tied  # mean of 1/r over the places spanned
+
+
 def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool = True) -> Tensor:
     """What the released notebook plots under the label "Mean Rank": the mean over scenarios of
     :func:`reciprocal_ranks_reference_code`, so higher is better. scores: [scenario, method] → [method].
@@ -61,13 +79,18 @@ def mean_reciprocal_rank_reference_code(scores: Tensor, higher_is_better: bool =
 
 
 def mean_reciprocal_rank_over_seeds(
-    scores: Tensor, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+    scores: Tensor, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0, ties: str = "first"
 ) -> BootstrapCI:
     """The mean reciprocal rank with a percentile bootstrap interval over seeds: each resample draws
     as many seeds as there are, with replacement, and ranks every scenario of each drawn seed. With
     every seed holding every scenario, that is the bootstrap of the per-seed mean over scenarios.
+    ``ties``: "first" breaks them by method order (:func:`reciprocal_ranks_reference_code`), "shared"
+    splits them (:func:`reciprocal_ranks_shared`).
 
     scores: [seed, scenario, method] → mean, low, high: [method].
     """
-    per_seed = reciprocal_ranks_reference_code(scores).mean(1)  # [seed, method]
+    rank = {"first": reciprocal_ranks_reference_code, "shared": reciprocal_ranks_shared}
+    if ties not in rank:
+        raise ProbeError(f"unknown tie rule {ties!r}; choose one of {', '.join(rank)}")
+    per_seed = rank[ties](scores).mean(1)  # [seed, method]
     return bootstrap_ci(per_seed, n_resamples=n_resamples, confidence=confidence, seed=seed)

@@ -28,9 +28,10 @@ from probe.studies.reproduce_report import RANKING_ONLY
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
 from probe.training.engine import Engine
 
-STUDIES = {"reduced": "reproduce", "section3": "section3", "paper": "paper"}
+STUDIES = {"reduced": "reproduce", "section3": "section3", "section6": "section6", "paper": "paper"}
 """``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU (SCAN, copy, reverse at
-``small``), the paper's Section 3 at ``tiny`` (its 17 scenarios, grids/section3.toml), or the paper's grid."""
+``small``), the paper's Section 3 at ``tiny`` (its 17 scenarios, grids/section3.toml), its Section 6 at
+``tiny`` (scratchpad formats, grids/section6.toml), or the paper's grid."""
 SUMMARIES = "summaries"
 Progress = Callable[[str], None]
 OnScenario = Callable[[str, list[SweepRun], str], None]  # (scenario, its runs at one rung, the rung's tag)

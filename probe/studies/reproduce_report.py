@@ -15,7 +15,7 @@ from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_inte
 from probe.studies.sweep import SweepRun
 
 REPORT = "report"
-RANKING_ONLY = frozenset({"section3"})
+RANKING_ONLY = frozenset({"section3", "section6"})
 """Studies that rank PEs only: no NoPE' (the seed baseline the attention analyses read against), no
 attention analyses."""
 

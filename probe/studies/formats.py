@@ -1,0 +1,135 @@
+"""Section 6's measures: how scratchpad formats rank per task, and whether a scratchpad helps, per PE.
+
+Figure scratchpad_formats_per_ds ranks the formats of each task "aggregated across all models": in the
+released notebook (plot_aggregate_final.ipynb, ``get_mrr_df``) a query is one PE at one seed, the items
+ranked in it are the task's formats with no scratchpad among them, scored by test exact match, and each
+format's mean reciprocal rank is its 1/rank averaged over the queries. probe scores unseen lengths (OOD),
+as its Section 3 ranking does, and splits ties (:func:`probe.metrics.reciprocal_ranks_shared`) where the
+notebook's ``method="first"`` ranks tied formats by their order in its table: at a CPU's scale many
+formats tie at 0%, and an order would decide them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from probe.analysis.eval_report import EvalReport
+from probe.metrics import bootstrap_ci, mean_reciprocal_rank_over_seeds
+
+NONE = "none"  # the format name of a run without a scratchpad
+Queries = dict[tuple[str, int], dict[str, float]]  # (pe, seed) -> {format: OOD exact match}
+
+
+def task_key(report: EvalReport) -> str:
+    """The task a format varies on: its name and options bar the scratchpad and L (``sorting+variant=...``)."""
+    options = {k: v for k, v in report.task_options.items() if k not in ("scratchpad", "train_length", "template")}
+    return "+".join([report.task, *(f"{k}={v}" for k, v in sorted(options.items()))])
+
+
+def format_of(report: EvalReport) -> str:
+    """A run's scratchpad format, :data:`NONE` without one."""
+    return report.task_options.get("scratchpad") or NONE
+
+
+def format_queries(reports: Iterable[EvalReport]) -> dict[str, Queries]:
+    """Per task: {(pe, seed): {format: OOD exact match}} from every run's evaluation."""
+    out: dict[str, Queries] = {}
+    for r in reports:
+        if r.ood_accuracy is not None:
+            out.setdefault(task_key(r), {}).setdefault((r.pe, r.seed), {})[format_of(r)] = r.ood_accuracy
+    return out
+
+
+def format_ranks(queries: Mapping[str, Queries], n_resamples: int = 1000) -> dict[str, dict[str, Any]]:
+    """Per task: each format's mean reciprocal rank over the (PE, seed) queries holding every format, with
+    a 95% bootstrap interval over seeds (each resample redraws the seeds, every PE of a drawn seed kept);
+    the seeds, PEs and formats it rests on. Formats best first."""
+    out: dict[str, dict[str, Any]] = {}
+    for task, by_query in queries.items():
+        formats = sorted({f for q in by_query.values() for f in q}, key=lambda f: (f == NONE, f))
+        complete = {key: q for key, q in by_query.items() if set(q) == set(formats)}
+        seeds = sorted({seed for _, seed in complete})
+        pes = sorted({pe for pe, _ in complete if all((pe, seed) in complete for seed in seeds)})
+        if len(formats) < 2 or not pes:
+            continue
+        scores = torch.tensor(
+            [[[complete[(pe, seed)][f] for f in formats] for pe in pes] for seed in seeds], dtype=torch.float64
+        )  # [seed, pe, format]
+        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties="shared")
+        ranked = sorted(zip(formats, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda r: -r[1])
+        out[task] = {
+            "seeds": seeds,
+            "pes": pes,
+            "formats": {f: {"mrr": mean, "low": low, "high": high} for f, mean, low, high in ranked},
+        }
+    return out
+
+
+def scratchpad_gain(
+    queries: Mapping[str, Queries], fmt: str = "full", n_resamples: int = 1000
+) -> dict[str, dict[str, Any]]:
+    """Per task: OOD exact match with format ``fmt`` minus without a scratchpad, per PE (mean over seeds and
+    the seeds' range) and over PEs (mean, with a 95% bootstrap interval over seeds). Sorting and LEGO have
+    no variable updates: their ``full`` is I+C+O+R, read where ``full`` is absent."""
+    out: dict[str, dict[str, Any]] = {}
+    for task, by_query in queries.items():
+        with_fmt = fmt if any(fmt in q for q in by_query.values()) else _full_without_updates(fmt, by_query)
+        pairs = {key: q[with_fmt] - q[NONE] for key, q in by_query.items() if with_fmt in q and NONE in q}
+        seeds = sorted({seed for _, seed in pairs})
+        pes = sorted({pe for pe, _ in pairs if all((pe, seed) in pairs for seed in seeds)})
+        if not pes:
+            continue
+        per_pe = {pe: [pairs[(pe, seed)] for seed in seeds] for pe in pes}
+        per_seed = torch.tensor([[pairs[(pe, seed)] for pe in pes] for seed in seeds], dtype=torch.float64)
+        ci = bootstrap_ci(per_seed.mean(1, keepdim=True), n_resamples=n_resamples)  # over seeds
+        out[task] = {
+            "format": with_fmt,
+            "seeds": seeds,
+            "pes": {pe: {"mean": sum(v) / len(v), "min": min(v), "max": max(v)} for pe, v in per_pe.items()},
+            "mean": ci.mean.item(),
+            "low": ci.low.item(),
+            "high": ci.high.item(),
+        }
+    return out
+
+
+def _full_without_updates(fmt: str, by_query: Queries) -> str:
+    return "I+C+O+R" if fmt == "full" and any("I+C+O+R" in q for q in by_query.values()) else fmt
+
+
+def helps(gain: Mapping[str, Any]) -> bool | None:
+    """Whether a scratchpad helps on a task: its gain over PEs is above 0 with the interval over seeds clear
+    of 0; None with one seed (an interval of no width says nothing)."""
+    if len(gain["seeds"]) < 2:
+        return None
+    return gain["low"] > 0
+
+
+def claim_only_addition(gains: Mapping[str, Mapping[str, Any]], addition: str = "addition") -> str:
+    """The paper's first Section 6 claim, read from the gains: "scratchpad is beneficial solely for the
+    addition task" (across PEs). One line: holds, does not, or cannot be told yet."""
+    verdicts = {task: helps(g) for task, g in gains.items()}
+    if addition not in verdicts or any(v is None for v in verdicts.values()):
+        return "cannot be told yet: it needs addition and at least two seeds of every task"
+    helped = sorted(t for t, v in verdicts.items() if v)
+    if helped == [addition]:
+        return "holds: a scratchpad helps on addition and on no other task"
+    if not helped:
+        return "does not hold: a scratchpad helps on no task here, addition included"
+    others = ", ".join(t for t in helped if t != addition)
+    prefix = "partly holds: it helps on addition, and also on" if addition in helped else "does not hold: it helps on"
+    return f"{prefix} {others}"
+
+
+def pe_queries(reports: Iterable[EvalReport], formats: Sequence[str] | None = None) -> dict[tuple[str, int], dict]:
+    """{(scenario, seed): {pe: OOD}} over scratchpad runs (of ``formats`` where given): the PEs ranked with a
+    scratchpad, for the paper's second claim (a PE that generalizes is still needed)."""
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    for r in reports:
+        fmt = format_of(r)
+        if fmt != NONE and (formats is None or fmt in formats) and r.ood_accuracy is not None:
+            out.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
+    return out

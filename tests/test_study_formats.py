@@ -1,0 +1,109 @@
+"""Section 6's measures (probe.studies.formats) on hand-worked examples: the formats' mean reciprocal rank
+per task with shared ties and intervals over seeds, the scratchpad's gain per PE, the claim's one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from probe.analysis.eval_report import EvalReport
+from probe.studies.formats import (
+    claim_only_addition,
+    format_queries,
+    format_ranks,
+    pe_queries,
+    scratchpad_gain,
+    task_key,
+)
+
+
+def report(task: str, pe: str, seed: int, ood: float, fmt: str | None = None, **options) -> EvalReport:
+    opts = {**options, "train_length": 8, **({"scratchpad": fmt} if fmt else {})}
+    folder = "+".join([task, *(f"{k}={v}" for k, v in sorted(opts.items()))])
+    path = f"/runs/{folder}/{pe}/seed{seed}"
+    return EvalReport(f"{pe} {folder}", path, task, folder, pe, seed, 1.0, ood, [], 1, opts)
+
+
+def test_formats_rank_per_pe_and_seed_with_shared_ties():
+    """Addition, two PEs, one seed. NoPE: full 0.5, C 0.2, none 0.0 → 1, 1/2, 1/3. Rotary: all three at 0 →
+    each (1 + 1/2 + 1/3) / 3 = 11/18. Means: full (1 + 11/18) / 2 = 29/36, C (1/2 + 11/18) / 2 = 20/36,
+    none (1/3 + 11/18) / 2 = 17/36."""
+    runs = [
+        report("addition", "nope", 0, 0.5, "full"),
+        report("addition", "nope", 0, 0.2, "C"),
+        report("addition", "nope", 0, 0.0),
+        report("addition", "rotary", 0, 0.0, "full"),
+        report("addition", "rotary", 0, 0.0, "C"),
+        report("addition", "rotary", 0, 0.0),
+    ]
+    ranks = format_ranks(format_queries(runs))["addition"]
+    assert list(ranks["formats"]) == ["full", "C", "none"]
+    assert [v["mrr"] for v in ranks["formats"].values()] == pytest.approx([29 / 36, 20 / 36, 17 / 36])
+    assert all(v["low"] == pytest.approx(v["mrr"]) == pytest.approx(v["high"]) for v in ranks["formats"].values())
+    assert ranks["pes"] == ["nope", "rotary"] and ranks["seeds"] == [0]
+
+
+def test_a_query_missing_a_format_is_left_out_and_tasks_stay_apart():
+    runs = [
+        report("parity", "nope", 0, 0.1, "full"),
+        report("parity", "nope", 0, 0.3),
+        report("parity", "t5", 0, 0.4, "full"),  # t5 has no baseline: not a complete query
+        report("sorting", "nope", 0, 0.2, "I+C+O+R", variant="multi-digit"),
+        report("sorting", "nope", 0, 0.1, variant="multi-digit"),
+    ]
+    ranks = format_ranks(format_queries(runs))
+    assert ranks["parity"]["pes"] == ["nope"]
+    assert list(ranks["parity"]["formats"]) == ["none", "full"]
+    assert list(ranks["sorting+variant=multi-digit"]["formats"]) == ["I+C+O+R", "none"]
+    assert task_key(runs[3]) == "sorting+variant=multi-digit"
+
+
+def test_the_gain_per_pe_and_over_pes_with_its_interval_over_seeds():
+    """Gains (full − none): NoPE +0.4 and +0.2 at seeds 0 and 1, ALiBi 0.0 and +0.2. Over PEs: seed 0 +0.2,
+    seed 1 +0.2 → mean 0.2, an interval of no width; NoPE's mean 0.3 in [0.2, 0.4]."""
+    runs = []
+    for seed, (nope, alibi) in enumerate([(0.4, 0.0), (0.2, 0.2)]):
+        runs += [report("addition", "nope", seed, 0.5 + nope, "full"), report("addition", "nope", seed, 0.5)]
+        runs += [report("addition", "alibi", seed, 0.1 + alibi, "full"), report("addition", "alibi", seed, 0.1)]
+    gain = scratchpad_gain(format_queries(runs))["addition"]
+    assert gain["pes"]["nope"] == pytest.approx({"mean": 0.3, "min": 0.2, "max": 0.4})
+    assert gain["pes"]["alibi"] == pytest.approx({"mean": 0.1, "min": 0.0, "max": 0.2})
+    assert (gain["mean"], gain["low"], gain["high"]) == pytest.approx((0.2, 0.2, 0.2))
+
+
+def test_sorting_and_legos_full_format_is_the_one_without_updates():
+    runs = [report("lego", "nope", 0, 0.6, "I+C+O+R"), report("lego", "nope", 0, 0.5)]
+    assert scratchpad_gain(format_queries(runs))["lego"]["format"] == "I+C+O+R"
+
+
+def _gains(addition: float, parity: float) -> dict:
+    """Two seeds of two tasks, one PE: the gain of each task equal at both seeds."""
+    runs = []
+    for seed in (0, 1):
+        for task, gain in (("addition", addition), ("parity", parity)):
+            runs += [report(task, "nope", seed, 0.2 + gain, "full"), report(task, "nope", seed, 0.2)]
+    return scratchpad_gain(format_queries(runs))
+
+
+@pytest.mark.parametrize(
+    "addition, parity, line",
+    [
+        (0.3, 0.0, "holds"),
+        (0.3, 0.1, "partly holds: it helps on addition, and also on parity"),
+        (0.0, -0.1, "does not hold: a scratchpad helps on no task"),
+        (-0.1, 0.2, "does not hold: it helps on parity"),
+    ],
+)
+def test_the_claim_line_reads_the_gains(addition, parity, line):
+    assert claim_only_addition(_gains(addition, parity)).startswith(line)
+
+
+def test_one_seed_cannot_tell_the_claim():
+    runs = [report("addition", "nope", 0, 0.9, "full"), report("addition", "nope", 0, 0.1)]
+    assert claim_only_addition(scratchpad_gain(format_queries(runs))).startswith("cannot be told yet")
+
+
+def test_pes_ranked_with_a_scratchpad_only():
+    runs = [report("addition", "nope", 0, 0.4, "full"), report("addition", "t5", 0, 0.3, "full")]
+    runs.append(report("addition", "nope", 0, 0.9))  # no scratchpad: not a query of the PE ranking
+    queries = pe_queries(runs)
+    assert list(queries.values()) == [{"nope": 0.4, "t5": 0.3}]
