@@ -89,7 +89,14 @@ def _pct(x: float | None) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = ["Mean reciprocal rank of each scratchpad format per task, over (PE, seed) queries (higher is better):", ""]
+    lines = []
+    if report["formats"]:
+        lines += [
+            "Mean reciprocal rank of each scratchpad format per task, over (PE, seed) queries (higher is better):"
+        ]
+        lines += [""]
+    else:
+        lines += ["No task has a scratchpad run measured yet: nothing to rank."]
     for task, entry in report["formats"].items():
         cells = ", ".join(
             f"{fmt} {r['mrr']:.2f}" + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
@@ -97,7 +104,7 @@ def markdown(report: dict) -> str:
         )
         lines.append(f"- **{task}** (seeds {','.join(map(str, entry['seeds']))}): {cells}")
     pes = [pe for pe in FIGURE_ORDER if pe in PAPER_ADDITION_FULL]
-    for fmt, gains in report["gain"].items():
+    for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
         lines += ["", f"OOD gain of format {fmt} over no scratchpad (points; mean over seeds, range):", ""]
         lines += ["| task | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
         lines += ["|" + "---|" * (len(pes) + 2)]
