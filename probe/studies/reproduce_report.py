@@ -227,47 +227,55 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _accuracy_curves(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """One scenario's curves for :func:`~probe.figures.accuracy_by_length`: ours with each bucket's count, NoPE'
+    and the paper's released runs dashed."""
+    from probe.models.registry import PE_LABELS
+
+    curves = [
+        {
+            "label": f"{PE_LABELS.get(pe, pe)} (ours)",
+            "pe": pe,
+            "lengths": t["lengths"],
+            "accuracy": t["accuracy"],
+            "counts": t.get("counts"),
+        }
+        for pe, t in entry["ours"].items()
+    ]
+    if entry.get("baseline"):
+        base = entry["baseline"]
+        curves.append(
+            {
+                "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
+                "pe": "nope",
+                "lengths": base["lengths"],
+                "accuracy": base["accuracy"],
+                "counts": base.get("counts"),
+                "dashed": True,
+            }
+        )
+    for pe, theirs in (entry["paper"] or {}).items():
+        lengths = list(theirs["ood_by_length"])
+        curves.append(
+            {
+                "label": f"{PE_LABELS.get(pe, pe)} (paper)",
+                "pe": pe,
+                "dashed": True,
+                "lengths": lengths,
+                "accuracy": [theirs["ood_by_length"][n] for n in lengths],
+            }
+        )
+    return curves
+
+
 def figures(report: dict[str, Any]) -> dict[str, Any]:
     """{name: plotly figure} of the report, the paper's series dashed beside ours."""
 
     from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, rank_figure
-    from probe.models.registry import PE_LABELS
 
     out: dict[str, Any] = {}
     for folder, entry in report["tasks"].items():
-        curves = [
-            {
-                "label": f"{PE_LABELS.get(pe, pe)} (ours)",
-                "pe": pe,
-                "lengths": t["lengths"],
-                "accuracy": t["accuracy"],
-                "counts": t.get("counts"),
-            }
-            for pe, t in entry["ours"].items()
-        ]
-        if entry.get("baseline"):
-            base = entry["baseline"]
-            curves.append(
-                {
-                    "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
-                    "pe": "nope",
-                    "lengths": base["lengths"],
-                    "accuracy": base["accuracy"],
-                    "counts": base.get("counts"),
-                    "dashed": True,
-                }
-            )
-        for pe, theirs in (entry["paper"] or {}).items():
-            lengths = list(theirs["ood_by_length"])
-            curves.append(
-                {
-                    "label": f"{PE_LABELS.get(pe, pe)} (paper)",
-                    "pe": pe,
-                    "dashed": True,
-                    "lengths": lengths,
-                    "accuracy": [theirs["ood_by_length"][n] for n in lengths],
-                }
-            )
+        curves = _accuracy_curves(entry)
         seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
         out[f"accuracy_{folder}"] = accuracy_by_length(
             curves,
