@@ -71,7 +71,8 @@ def wall_times(merged: Merged) -> dict[str, dict[str, float]]:
 
 
 def panels(merged: Merged, report: dict) -> dict[str, dict]:
-    """Per scenario, per PE: exact match per length, mean over seeds and the seeds' range."""
+    """Per scenario, per PE: exact match per length, mean over seeds and the seeds' range, and the examples
+    per length (the figure labels tiny buckets with theirs)."""
     out = {}
     for folder in report["tasks"]:
         runs = [e for e in merged.evaluations if e.task_folder == folder]
@@ -79,10 +80,12 @@ def panels(merged: Merged, report: dict) -> dict[str, dict]:
         curves = []
         for pe in [pe for pe in FIGURE_ORDER if any(e.pe == pe for e in runs)]:
             by_length: dict[int, list[float]] = {}
+            counts: dict[int, list[int]] = {}
             for e in runs:
                 if e.pe == pe:
                     for b in e.buckets:
                         by_length.setdefault(b.length, []).append(b.accuracy)
+                        counts.setdefault(b.length, []).append(b.n)
             lengths = sorted(by_length)
             curves.append(
                 {
@@ -92,6 +95,7 @@ def panels(merged: Merged, report: dict) -> dict[str, dict]:
                     "mean": [statistics.fmean(by_length[n]) for n in lengths],
                     "low": [min(by_length[n]) for n in lengths],
                     "high": [max(by_length[n]) for n in lengths],
+                    "counts": [min(counts[n]) for n in lengths],  # examples per bucket, the fewest over seeds
                 }
             )
         name = folder.replace("+split=paper", "").replace("+train_length=8", " (L=8)").replace("+variant=", " ")

@@ -147,7 +147,8 @@ def _block(page: Path, name: str) -> str:
 
 
 def test_the_numbers_the_docs_quote_are_the_committed_results_as_their_scripts_write_them():
-    """The main job's table (README, Start here) and the walk's tables are bench/main_job.py's and
+    """The main job's table (README, Start here), the walk's tables, and the tables of the main job's runs in
+    How models represent position and What rescues length generalization are bench/main_job.py's and
     bench/getting_started.py's rendering of the results files in bench/results/, not typed numbers."""
     main_job, walk = _bench("main_job"), _bench("getting_started")
     measured = json.loads((ROOT / "bench" / "results" / "main_job_cpu.json").read_text())
@@ -156,6 +157,24 @@ def test_the_numbers_the_docs_quote_are_the_committed_results_as_their_scripts_w
         assert _block(page, "main-job") == expected, page
     walked = json.loads((ROOT / "bench" / "results" / "getting_started_walk_cpu.json").read_text())
     assert _block(ROOT / "docs" / "getting-started.md", "walk") == walk.docs_block(walked)
+    written = walk.blocks(walked)
+    assert {(page.name, name) for page, name, _ in written} >= {
+        ("positions.md", "positions"),
+        ("extrapolation.md", "extrapolate-default"),
+        ("extrapolation.md", "distraction"),
+    }
+    for page, name, text in written:
+        assert _block(page, name) == text, (
+            f"{page.name}'s {name} block: run python bench/getting_started.py --reuse --docs"
+        )
+
+
+def test_the_docs_number_layers_from_0():
+    """Every layer and stream label on the pages of measured numbers counts from 0, as the commands print them:
+    the 2-layer main job has layers 0 and 1, never a layer 2."""
+    for page in ("positions.md", "extrapolation.md", "getting-started.md"):
+        text = (ROOT / "docs" / page).read_text()
+        assert not re.search(r"layers 1, 2\b|layers 1-4\b", text), page
 
 
 def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_merges_them():

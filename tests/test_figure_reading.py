@@ -118,3 +118,68 @@ def test_five_attended_distance_histograms_are_small_multiples():
     assert all(len(axes) == 2 for axes in rows.values())
     assert not unnamed(many)
     assert [a.text for a in many.layout.annotations if a.textangle == 90] == list(pes)  # each row says whose
+
+
+def test_attention_heatmaps_take_the_pages_width():
+    """No fixed cell width: the HTML and the explorer stretch the heads across the page, a PNG gives each its
+    panel's width."""
+    import torch
+
+    from probe.figures import attention_heatmaps
+
+    figure = attention_heatmaps(list("abcde"), torch.rand(2, 4, 5, 5), 1)
+    assert figure.layout.width is None and figure.layout.height
+    assert png_width(figure) == 4 * 450
+
+
+def _evaluation(pe: str, seed: int, counts: list[int]):
+    from probe.analysis.eval_report import Bucket, EvalReport
+
+    buckets = [Bucket(2 + i, n, n, 1.0, i == 0) for i, n in enumerate(counts)]
+    return EvalReport(f"{pe} {seed}", "", "scan", "scan", pe, seed, 1.0, 1.0, buckets, sum(counts))
+
+
+def test_the_reproduce_reports_accuracy_figure_shows_each_buckets_count():
+    """The study report passes the counts its evaluations hold (the fewest over seeds) to the figure."""
+    from probe.studies.reproduce_report import figures, report_of
+
+    runs = [_evaluation("nope", 0, [40, 40, 3]), _evaluation("nope", 1, [40, 30, 3]), _evaluation("t5", 0, [40, 40, 3])]
+    report = report_of(runs, {}, scale="section3")
+    assert report["tasks"]["scan"]["ours"]["nope"]["counts"] == [40, 30, 3]
+    figure = figures(report)["accuracy_scan"]
+    ticks = dict(zip(figure.layout.xaxis.tickvals, figure.layout.xaxis.ticktext))
+    assert ticks[2] == "2<br>n=40" and ticks[3] == "3<br>n=30–40" and "n=3" in ticks[4]
+    assert figure.data[0].marker.symbol == ("circle", "circle", "circle-open")
+
+
+def test_the_section3_showcase_labels_its_tiny_buckets():
+    """bench/section3_report.py's panels carry the committed summaries' counts: SCAN at seed 0 has a bucket of
+    one example, hollow and labelled in its panel."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_section3_report", bench / "section3_report.py")
+        section3 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(section3)
+    finally:
+        sys.path.remove(str(bench))
+    from probe.studies.reproduce_report import report_of
+    from probe.studies.summaries import merge
+
+    merged = merge(sorted((bench / "results" / "section3").glob("scan+*seed0.json")), study="section3")
+    panels = section3.panels(merged, report_of(merged.evaluations, {}, scale="section3"))
+    nope = next(c for c in panels["scan"]["curves"] if c["pe"] == "nope")
+    assert min(nope["counts"]) == 1
+    figure = accuracy_panels(panels, "study")
+    trace = next(t for t in figure.data if t.name == nope["label"] and t.mode)
+    tiny = [i for i, n in enumerate(nope["counts"]) if n < TINY_BUCKET]
+    assert [trace.text[i] for i in tiny] == [f"n={nope['counts'][i]}" for i in tiny]
+    assert {trace.marker.symbol[i] for i in tiny} == {"circle-open"}
+    assert not any(text for i, text in enumerate(trace.text) if i not in tiny)
+    assert list(trace.customdata) == nope["counts"]
+    assert any(f"fewer than {TINY_BUCKET}" in a.text for a in figure.layout.annotations)
+    assert not unnamed(figure)

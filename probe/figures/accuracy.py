@@ -73,17 +73,22 @@ def _mark_bucket_counts(figure: Any, counts: Mapping[float, list[int]]) -> None:
     bucket is tiny."""
     figure.update_xaxes(**bucket_ticks(counts))
     if min(min(c) for c in counts.values()) < TINY_BUCKET:
-        figure.add_annotation(
-            text=f"hollow: a bucket of fewer than {TINY_BUCKET} examples",
-            xref="paper",
-            yref="paper",
-            x=1,
-            y=1.02,
-            xanchor="right",
-            yanchor="bottom",
-            showarrow=False,
-            font=dict(size=11, color="#d62728"),
-        )
+        _note_tiny(figure)
+
+
+def _note_tiny(figure: Any) -> None:
+    """The note, above the plot's top right, on what a hollow marker means."""
+    figure.add_annotation(
+        text=f"hollow: a bucket of fewer than {TINY_BUCKET} examples",
+        xref="paper",
+        yref="paper",
+        x=1,
+        y=1.02,
+        xanchor="right",
+        yanchor="bottom",
+        showarrow=False,
+        font=dict(size=11, color="#d62728"),
+    )
 
 
 def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 3):
@@ -91,7 +96,9 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
     the mean over seeds as a line and the seeds' range as a band, the training lengths shaded. Small
     multiples rather than one crowded overlay.
 
-    ``panels``: {scenario: {"train_range": (low, high) | None, "curves": [{pe, label, lengths, mean, low, high}]}}.
+    ``panels``: {scenario: {"train_range": (low, high) | None, "curves": [{pe, label, lengths, mean, low, high}]}};
+    a curve may carry ``counts`` (examples per bucket, the fewest over its seeds): its hover then says each
+    bucket's count, and a tiny bucket is a hollow marker labelled with its count.
     """
     import math
 
@@ -110,6 +117,8 @@ def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns
             _add_panel_curve(figure, curve, row, col, show_legend=curve["label"] not in named)
             named.add(curve["label"])
     figure.update_yaxes(range=[-3, 103])
+    if any(n < TINY_BUCKET for p in panels.values() for c in p["curves"] for n in c.get("counts") or ()):
+        _note_tiny(figure)
     figure.update_layout(
         title=title,
         template="plotly_white",
@@ -163,17 +172,36 @@ def _add_panel_curve(figure: Any, curve: Mapping[str, Any], row: int, col: int, 
             row=row,
             col=col,
         )
+    n = curve.get("counts")
     figure.add_trace(
         go.Scatter(
             x=x,
             y=[100 * v for v in curve["mean"]],
-            mode="lines",
+            mode="lines+markers+text" if n else "lines",
             name=curve["label"],
             legendgroup=curve["label"],
             showlegend=show_legend,
             line=dict(color=color, width=1.5),
-            hovertemplate="length %{x}<br>exact match %{y:.1f}%<extra>" + curve["label"] + "</extra>",
+            **(_tiny_markers(n) if n else {}),
+            hovertemplate="length %{x}<br>exact match %{y:.1f}%"
+            + ("<br>%{customdata} examples" if n else "")
+            + "<extra>"
+            + curve["label"]
+            + "</extra>",
         ),
         row=row,
         col=col,
     )
+
+
+def _tiny_markers(counts: Sequence[int]) -> dict[str, Any]:
+    """A small panel's markers: none on buckets of enough examples, a hollow one labelled ``n=`` (red) on a
+    tiny bucket; every bucket's count in the hover."""
+    tiny = [c < TINY_BUCKET for c in counts]
+    return {
+        "marker": dict(symbol=bucket_symbols(counts), size=[8 if t else 0 for t in tiny]),
+        "text": [f"n={c}" if t else "" for c, t in zip(counts, tiny)],
+        "textposition": "top center",
+        "textfont": dict(size=9, color="#d62728"),
+        "customdata": list(counts),
+    }

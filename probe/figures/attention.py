@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 
 def attention_heatmaps(tokens: Sequence[str], patterns, layer: int, title: str | None = None):
-    """One heatmap per head of ``layer``: queries down, keys across, tokens on the axes, values on hover.
+    """One heatmap per head of ``layer``: queries down, keys across, tokens on the axes, values on hover; the
+    heads side by side across the page's width, four to a row.
 
     ``patterns``: [layer, head, query, key] (or [head, query, key] for the layer itself).
     """
@@ -45,8 +46,6 @@ def attention_heatmaps(tokens: Sequence[str], patterns, layer: int, title: str |
     axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=list(tokens), tickfont=dict(size=8))
     figure.update_xaxes(**axis, tickangle=-90)
     figure.update_yaxes(**axis, autorange="reversed")
-    size = max(250, min(500, 10 * n + 100))  # pixels per head
-    figure.update_layout(
-        title=title or f"attention, layer {layer}", template="plotly_white", height=size * rows + 80, width=size * cols
-    )
-    return figure
+    size = max(250, min(500, 10 * n + 100))  # pixels per row of heads: tall enough to read every token
+    figure.update_layout(title=title or f"attention, layer {layer}", template="plotly_white", height=size * rows + 80)
+    return figure  # no width: the HTML and the explorer take the page's, a PNG PANEL_WIDTH per head across

@@ -22,7 +22,8 @@ attention analyses."""
 
 def _by_pe(evals: Sequence[EvalReport]) -> dict[str, dict[str, Any]]:
     """Per PE, from eval reports of one task folder: IID and OOD exact match and accuracy per length, means
-    over seeds (:func:`~probe.analysis.eval_report.mean_over_seeds`)."""
+    over seeds (:func:`~probe.analysis.eval_report.mean_over_seeds`), and the examples per length (the
+    fewest over the seeds), which the figures show beside each bucket."""
     return {
         m.pe: {
             "iid": m.iid_accuracy,
@@ -31,12 +32,23 @@ def _by_pe(evals: Sequence[EvalReport]) -> dict[str, dict[str, Any]]:
             "lengths": m.lengths,
             "accuracy": m.accuracy,
             "seen": m.seen,
+            "counts": _counts(evals, m.pe, m.lengths),
             "selected_steps": m.selected_steps,
             "last_iid": m.last_iid,
             "last_ood": m.last_ood,
         }
         for m in mean_over_seeds(evals)
     }
+
+
+def _counts(evals: Sequence[EvalReport], pe: str, lengths: Sequence[int]) -> list[int]:
+    """Examples per length of ``pe``'s runs among ``evals``, the fewest over its seeds."""
+    counts: dict[int, int] = {}
+    for e in evals:
+        if e.pe == pe:
+            for b in e.buckets:
+                counts[b.length] = min(counts.get(b.length, b.n), b.n)
+    return [counts[n] for n in lengths]
 
 
 def disagreements(
@@ -215,40 +227,55 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _accuracy_curves(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """One scenario's curves for :func:`~probe.figures.accuracy_by_length`: ours with each bucket's count, NoPE'
+    and the paper's released runs dashed."""
+    from probe.models.registry import PE_LABELS
+
+    curves = [
+        {
+            "label": f"{PE_LABELS.get(pe, pe)} (ours)",
+            "pe": pe,
+            "lengths": t["lengths"],
+            "accuracy": t["accuracy"],
+            "counts": t.get("counts"),
+        }
+        for pe, t in entry["ours"].items()
+    ]
+    if entry.get("baseline"):
+        base = entry["baseline"]
+        curves.append(
+            {
+                "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
+                "pe": "nope",
+                "lengths": base["lengths"],
+                "accuracy": base["accuracy"],
+                "counts": base.get("counts"),
+                "dashed": True,
+            }
+        )
+    for pe, theirs in (entry["paper"] or {}).items():
+        lengths = list(theirs["ood_by_length"])
+        curves.append(
+            {
+                "label": f"{PE_LABELS.get(pe, pe)} (paper)",
+                "pe": pe,
+                "dashed": True,
+                "lengths": lengths,
+                "accuracy": [theirs["ood_by_length"][n] for n in lengths],
+            }
+        )
+    return curves
+
+
 def figures(report: dict[str, Any]) -> dict[str, Any]:
     """{name: plotly figure} of the report, the paper's series dashed beside ours."""
 
     from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, rank_figure
-    from probe.models.registry import PE_LABELS
 
     out: dict[str, Any] = {}
     for folder, entry in report["tasks"].items():
-        curves = [
-            {"label": f"{PE_LABELS.get(pe, pe)} (ours)", "pe": pe, "lengths": t["lengths"], "accuracy": t["accuracy"]}
-            for pe, t in entry["ours"].items()
-        ]
-        if entry.get("baseline"):
-            base = entry["baseline"]
-            curves.append(
-                {
-                    "label": f"NoPE' (ours, seed {','.join(map(str, base['seeds']))})",
-                    "pe": "nope",
-                    "lengths": base["lengths"],
-                    "accuracy": base["accuracy"],
-                    "dashed": True,
-                }
-            )
-        for pe, theirs in (entry["paper"] or {}).items():
-            lengths = list(theirs["ood_by_length"])
-            curves.append(
-                {
-                    "label": f"{PE_LABELS.get(pe, pe)} (paper)",
-                    "pe": pe,
-                    "dashed": True,
-                    "lengths": lengths,
-                    "accuracy": [theirs["ood_by_length"][n] for n in lengths],
-                }
-            )
+        curves = _accuracy_curves(entry)
         seen = [n for t in entry["ours"].values() for n, s in zip(t["lengths"], t["seen"]) if s]
         out[f"accuracy_{folder}"] = accuracy_by_length(
             curves,
