@@ -309,7 +309,7 @@ def test_every_answer_is_right(name, options):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_scratchpad_format(name, options, fmt):
     """The final answer, the number of steps, which components each step has, what O, V and R write."""
-    task = get(name, **options, scratchpad=fmt)
+    task = get(name, **options, scratchpad=fmt, template="figure")
     assert task.train_length == 8
     markers = {
         "I": r"^For ",
@@ -342,7 +342,7 @@ def test_every_scratchpad_format(name, options, fmt):
 
 def test_addition_reproduces_the_figure():
     """Figure fig:unified_scratchpad_format: the first step of 5 3 7 2 6 + 1 9 1 7, full format."""
-    example = get("addition", scratchpad="full").example_for(53726, 1917)
+    example = get("addition", scratchpad="full", template="figure").example_for(53726, 1917)
     first = (
         "For digits 6 and 7, We have ( 6 + 7 + carry ) % 10 = 13 % 10 = 13 % 10 Which is equal to 3 . "
         "We update carry to 13 // 10 = 1. So, the remaining input is 5 3 7 2 + 1 9 1"
@@ -437,7 +437,7 @@ def test_vocabulary_comes_from_the_alphabet(name, options):
     vocabulary = task.vocabulary()
     assert vocabulary == get(name, **options).vocabulary() and len(vocabulary) == len(set(vocabulary))
     if name in SCRATCHPAD_TASKS:
-        assert set(vocabulary) < set(get(name, **options, scratchpad="full").vocabulary())
+        assert set(vocabulary) < set(get(name, **options, scratchpad="full", template="figure").vocabulary())
 
 
 # --- SCAN -------------------------------------------------------------------------------------

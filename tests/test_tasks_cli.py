@@ -26,7 +26,8 @@ def test_json_listing(capsys):
 
 
 def test_show_prints_examples(capsys):
-    assert main(["tasks", "show", "addition", "--scratchpad", "full", "--n", "2", "--part", "test"]) == 0
+    args = ["tasks", "show", "addition", "--scratchpad", "full", "-o", "template=figure", "--n", "2", "--part", "test"]
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "<scratch>" in out and "Compute:" in out and "train_length=8" in out
 

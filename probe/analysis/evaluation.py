@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,12 +148,12 @@ def _evaluate(
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
-    answer_only = bool(task.options.get("scratchpad"))
+    answer_of = task.answer_reader()
     cached = not intervention.needs_whole_pass(model)
 
     def score(model) -> EvalResult:
         return score_examples(
-            model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only, cached=cached
+            model, tokenizer, examples, device=device, batch_size=batch_size, answer_of=answer_of, cached=cached
         )
 
     result = score(model)
@@ -193,16 +193,16 @@ def score_examples(
     *,
     device: torch.device | str,
     batch_size: int,
-    answer_only: bool,
+    answer_of: Callable[[str], Hashable | None] | None,
     cached: bool = True,
 ) -> EvalResult:
     """Greedy decoding's exact match of ``model`` on ``examples``: in one teacher-forced pass per batch
     where that is the same number (:func:`~probe.tasks.decoding.teacher_forced_exact_match`), decoding
     token by token where it is not: a scratchpad scored on its final answer alone, and positions drawn
     at random, which decoding draws once for the whole sequence."""
-    if answer_only or model.config.random_positions:
+    if answer_of or model.config.random_positions:
         return evaluate_examples(
-            model, tokenizer, examples, device=device, batch_size=batch_size, answer_only=answer_only, use_cache=cached
+            model, tokenizer, examples, device=device, batch_size=batch_size, answer_of=answer_of, use_cache=cached
         )
     return teacher_forced_examples(model, tokenizer, examples, device=device, batch_size=batch_size)
 

@@ -12,7 +12,7 @@ import hashlib
 import numbers
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -134,6 +134,11 @@ class Task(ABC):
         """Whether length bucket ``length`` is among the training lengths (λ <= L)."""
         return length <= self.train_length
 
+    def answer_reader(self) -> Callable[[str], Hashable | None] | None:
+        """What scoring compares of a prediction and its gold target, or None: the whole target, token
+        for token up to ``<eos>`` (exact match)."""
+        return None
+
 
 def check_request(split: str, n: int | None) -> None:
     if split not in SPLITS:
@@ -179,13 +184,25 @@ class GeneratedTask(Task):
 class ScratchpadTask(GeneratedTask):
     """A generated task that can write its answer after a scratchpad (Section 5).
 
-    L defaults to 20, and to 8 with a scratchpad, as in the paper (after Nye et al., 2021).
+    L defaults to 20, and to 8 with a scratchpad, as in the paper (after Nye et al., 2021). The
+    ``template`` says whose words the examples use: ``authors`` (the default with a scratchpad) writes
+    the prompt, the scratchpad and the answer as the authors' released processors (``s2s_*``) do,
+    ``figure`` (the default without) as the paper's Table tab:dataset-examples and Figure
+    fig:unified_scratchpad_format do. With a scratchpad a prediction is scored on its answer alone, read
+    as the authors read it (:meth:`answer_of`).
     """
 
     OPTIONS: ClassVar[dict[str, Option]] = {
         "train_length": train_length_option(None, "threshold L on the length bucket", "20, or 8 with a scratchpad"),
         "scratchpad": Option(
             None, scratchpad.ACCEPTS, scratchpad.parse_format, "scratchpad format (Section 5)", "none"
+        ),
+        "template": Option(
+            None,
+            ", ".join(scratchpad.TEMPLATES),
+            one_of(*scratchpad.TEMPLATES),
+            "whose words: the authors' released code, or the paper's table and figure",
+            "authors with a scratchpad, else figure",
         ),
     }
 
@@ -194,20 +211,43 @@ class ScratchpadTask(GeneratedTask):
         if self.train_length is None:
             self.train_length = 8 if self.scratchpad else 20
             self.options["train_length"] = self.train_length
+        if self.options["template"] is None:
+            self.options["template"] = "authors" if self.scratchpad else "figure"
 
     @property
     def scratchpad(self) -> str | None:
         return self.options["scratchpad"]
 
+    @property
+    def template(self) -> str:
+        return self.options["template"]
+
+    @property
+    def authors_text(self) -> bool:
+        """Whether examples are written in the authors' words (``template=authors``)."""
+        return self.template == "authors"
+
     def target(self, steps: Callable[[], Sequence[Step]], answer: str) -> str:
         """``answer``, after the scratchpad of ``steps()`` when a format is set (steps built lazily)."""
-        return scratchpad.render(steps() if self.scratchpad else (), answer, self.scratchpad)
+        return scratchpad.render(steps() if self.scratchpad else (), answer, self.scratchpad, self.template)
 
     def vocabulary(self) -> list[str]:
         texts = self.alphabet()
         if self.scratchpad:
-            texts += [scratchpad.TEMPLATE, *self.scratchpad_alphabet()]
+            texts += [scratchpad.template_words(self.template), *self.scratchpad_alphabet()]
         return vocabulary_of(*texts)
+
+    def answer_reader(self) -> Callable[[str], Hashable | None] | None:
+        return self.answer_of if self.scratchpad else None
+
+    def answer_of(self, text: str) -> Hashable | None:
+        """The answer a prediction (or gold target) gives: :meth:`read_answer` of the text after its first
+        scratchpad end marker (the whole text without one). None where no answer can be read."""
+        return self.read_answer(scratchpad.final_answer(text, self.template))
+
+    @abstractmethod
+    def read_answer(self, final: str) -> Hashable | None:
+        """The answer in a final output (``The answer is 5 5 6 4 3.``), as the authors' processor reads it."""
 
     @abstractmethod
     def alphabet(self) -> list[str]:

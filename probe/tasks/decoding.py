@@ -3,15 +3,15 @@
 Decoding reuses keys and values (TransformerLens' KV cache): the prompt runs once, then one token
 per step. Examples are grouped by prompt length, so no batch needs padding and every position
 index is the one the model would see alone. A prediction is correct when the generated tokens up
-to ``<eos>`` equal the gold target (with ``answer_only``, when the text after the scratchpad equals
-the gold answer, as the paper scores scratchpad tasks); decoding stops one token after the longest
-gold target.
+to ``<eos>`` equal the gold target (with ``answer_of``, a task's answer reader, when the answer read
+from the generated text, up to ``<eos>`` or all of it, equals the gold target's: how the authors score a
+scratchpad); decoding stops one token after the longest gold target.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +20,6 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from probe.errors import ProbeError
 from probe.tasks import Example, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
-from probe.tasks.scratchpad import final_answer
 
 
 @dataclass
@@ -100,13 +99,15 @@ def evaluate_examples(
     batch_size: int = 256,
     use_cache: bool = True,
     keep_predictions: bool = False,
-    answer_only: bool = False,
+    answer_of: Callable[[str], Hashable | None] | None = None,
 ) -> EvalResult:
-    """Greedy exact match of ``model`` on ``examples`` (same order in the result)."""
+    """Greedy exact match of ``model`` on ``examples`` (same order in the result); with ``answer_of``
+    (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer."""
     device = torch.device(device)
     model.eval()
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
     targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
+    answers = [answer_of(e.target) for e in examples] if answer_of else []
     groups: dict[int, list[int]] = defaultdict(list)
     for i, prompt in enumerate(prompts):
         groups[len(prompt)].append(i)
@@ -125,13 +126,12 @@ def evaluate_examples(
                 ).cpu()
                 for row, i in enumerate(chunk):
                     ids = out[row].tolist()
-                    if answer_only or keep_predictions:
+                    if answer_of or keep_predictions:
                         end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
                         predictions[i] = tokenizer.decode(ids[:end])
-                    if answer_only:
-                        correct[i] = tokenizer.eos_id in ids and final_answer(predictions[i]) == final_answer(
-                            examples[i].target
-                        )
+                    if answer_of:
+                        read = answer_of(predictions[i])
+                        correct[i] = read is not None and read == answers[i]
                     else:
                         correct[i] = ids[: len(targets[i])] == targets[i]
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
@@ -172,7 +172,7 @@ def teacher_forced_examples(
     device: torch.device | str = "cpu",
     batch_size: int = 256,
 ) -> EvalResult:
-    """:func:`evaluate_examples`' exact match (not ``answer_only``'s) in one teacher-forced pass per
+    """:func:`evaluate_examples`' exact match (not ``answer_of``'s) in one teacher-forced pass per
     batch (:func:`teacher_forced_exact_match`): a study's test split in seconds where decoding token
     by token takes minutes."""
     correct = teacher_forced_exact_match(model, encode(examples, tokenizer), device=device, batch_size=batch_size)

@@ -6,14 +6,19 @@ each later clause links a variable to the previous one by the sign that makes th
 The query is a variable from the middle of the chain to its end (index ⌈λ/2⌉ to λ-1, as in the
 paper's code; index 0 when λ = 1). Clauses follow the chain order, as in the table's example;
 ``shuffle=true`` presents them in random order. Variables are a-z then A-Z, so λ <= 52 and L <= 26.
+``template=authors`` writes the authors' ``s2s_lego`` text (``If a = -1, b = - a. Then, what is the
+value of b?``), whose steps have no variable updates (their processor refuses V), so there ``full``
+is I+C+O+R.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Hashable
 from typing import Any, ClassVar
 
 from probe.errors import ProbeError
+from probe.tasks.answers import read_word
 from probe.tasks.base import Example, Option, ScratchpadTask, boolean
 from probe.tasks.scratchpad import Step
 
@@ -50,30 +55,53 @@ class Lego(ScratchpadTask):
 
     def example_for(self, names: list[str], values: list[int], query: int, order: list[int]) -> Example:
         """The chain ``names`` with ``values``, asking for ``names[query]``, clauses in ``order``."""
-        chain = Chain(names, values)
-        source = f"If {'; '.join(chain.clause(i) for i in order)}. Then what is {names[query]}?"
+        chain = Chain(names, values, authors=self.authors_text)
         answer = f"The answer is {signed(values[query])}."
+        if self.authors_text:
+            source = f"If {', '.join(chain.clause(i) for i in order)}. Then, what is the value of {names[query]}?"
+            return Example(source, self.target(lambda: chain.authors_steps(query, order), answer), len(names))
+        source = f"If {'; '.join(chain.clause(i) for i in order)}. Then what is {names[query]}?"
         return Example(source, self.target(lambda: chain.steps(query, order), answer), len(names))
 
+    def read_answer(self, final: str) -> Hashable | None:
+        return read_word(final)
+
     def alphabet(self) -> list[str]:
+        if self.authors_text:
+            return ["If = -1, + - +1. Then, what is the value of a? The answer is", *VARIABLES]
         signs = [f"{v} +{v} -{v}" for v in VARIABLES]
         return ["If a = -1; b = +a. Then what is b? The answer is +1.", *signs]
 
     def scratchpad_alphabet(self) -> list[str]:
+        if self.authors_text:
+            return ["= + - +1 -1 a,"]
         return ["For a, We have and Which is equal to . We update to +1. So, the remaining input is"]
 
 
 class Chain:
-    """A LEGO chain: variable i equals the sign-linked variable i-1; variable 0 is a literal."""
+    """A LEGO chain: variable i equals the sign-linked variable i-1; variable 0 is a literal. With
+    ``authors`` a link is written ``b = + a`` (the authors' clauses), else ``b = +a``."""
 
-    def __init__(self, names: list[str], values: list[int]) -> None:
-        self.names, self.values = names, values
+    def __init__(self, names: list[str], values: list[int], authors: bool = False) -> None:
+        self.names, self.values, self.authors = names, values, authors
+
+    def sign(self, i: int) -> str:
+        return "+" if self.values[i] == self.values[i - 1] else "-"
 
     def clause(self, i: int) -> str:
         if i == 0:
             return f"{self.names[0]} = {signed(self.values[0])}"
-        sign = "+" if self.values[i] == self.values[i - 1] else "-"
-        return f"{self.names[i]} = {sign}{self.names[i - 1]}"
+        return f"{self.names[i]} = {self.sign(i)}{' ' if self.authors else ''}{self.names[i - 1]}"
+
+    def authors_steps(self, query: int, order: list[int]) -> list[Step]:
+        """The authors' steps up to the queried variable: the variable, its link with the linked value
+        put in (``+ a = + -1``; nothing for the literal), its value, no V, the clauses left in prompt order."""
+        out = []
+        for i in range(query + 1):
+            link = f"{self.sign(i)} {self.names[i - 1]} = {self.sign(i)} {signed(self.values[i - 1])}" if i else ""
+            remaining = ", ".join(self.clause(j) for j in order if j > i)
+            out.append(Step(self.names[i], link, signed(self.values[i]), None, remaining))
+        return out
 
     def steps(self, query: int, order: list[int]) -> list[Step]:
         """Resolves the chain from its literal up to the queried variable, one clause per step."""

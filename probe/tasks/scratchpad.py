@@ -2,9 +2,15 @@
 
 Each step of a scratchpad has five components, each of which a format switches on or off:
 step input ``I``, step computation ``C``, step output ``O``, intermediate variable updates ``V``
-and remaining input ``R``; 2^5 = 32 formats. A target with a scratchpad reads
-``<scratch> STEP ; STEP ; ... </scratch> The answer is ...``: every step ends with ``;`` so the
-number of steps stays visible even in the ``empty`` format (all five components off).
+and remaining input ``R``; 2^5 = 32 formats.
+
+Two templates write a scratchpad. ``authors`` is what the authors' released code ran
+(``configs/data/minimal_template.jsonnet`` over ``DataInstanceProcessorWithUnifiedScratchpad``):
+``Thinking step by step: in 7, 8 comp 7 + 8 + carry = 15 + 0 = 15 out 5 [ carry: 1 ] re 5 + 6 # in ...
+. Thus, The answer is ...``: each component after its marker, the variable updates in brackets, ``#``
+between steps, and the task's own stripped computations. ``figure`` is the paper's Figure
+fig:unified_scratchpad_format in words: ``<scratch> STEP ; STEP ; ... </scratch> The answer is ...``,
+every step ending with ``;`` so the number of steps stays visible even in the ``empty`` format.
 
 Format names: ``full`` (all five), ``empty`` (none), or the components joined by ``+`` in the
 order I, C, O, V, R (``I+C+O``); ``none`` means no scratchpad at all.
@@ -26,16 +32,23 @@ COMPONENT_NAMES = {
 }
 OPEN, CLOSE, END_OF_STEP = "<scratch>", "</scratch>", ";"
 ACCEPTS = "none, full, empty, or components joined by '+' (e.g. I+C+O)"
+TEMPLATES = ("authors", "figure")
+AUTHORS_OPEN, AUTHORS_CLOSE, AUTHORS_SEPARATOR = "Thinking step by step:", ". Thus,", "#"
+"""The authors' scratchpad bos and eos (every task processor's default) and ``minimal_template``'s step
+separator, as single-spaced words."""
+AUTHORS_MARKERS = {"I": "in", "C": "comp", "O": "out", "R": "re"}
+"""``minimal_template``'s component markers; V is written between ``[`` and ``]``."""
 
 
 @dataclass(frozen=True)
 class Step:
-    """One scratchpad step; each field is that component's full text (e.g. ``For digits 6 and 7,``)."""
+    """One scratchpad step; each field is that component's full text (e.g. ``For digits 6 and 7,``).
+    ``update`` is None where the task has no variable to update (the authors' sorting and LEGO)."""
 
     input: str
     computation: str
     output: str
-    update: str
+    update: str | None
     remaining: str
 
 
@@ -75,10 +88,12 @@ def components(fmt: str) -> frozenset[str]:
     return frozenset() if fmt == "empty" else frozenset(fmt.split("+"))
 
 
-def render(steps: Sequence[Step], answer: str, fmt: str | None) -> str:
+def render(steps: Sequence[Step], answer: str, fmt: str | None, template: str = "figure") -> str:
     """The target: ``answer`` alone without a scratchpad, else the scratchpad's steps then ``answer``."""
     if fmt is None:
         return answer
+    if template == "authors":
+        return render_authors(steps, answer, fmt)
     on = [key in components(fmt) for key in COMPONENTS]
     parts = [OPEN]
     for step in steps:
@@ -89,10 +104,39 @@ def render(steps: Sequence[Step], answer: str, fmt: str | None) -> str:
     return " ".join(parts)
 
 
-def final_answer(target: str) -> str:
-    """The part of a target after its scratchpad (the whole target when it has none): what the
-    paper scores on scratchpad tasks ("evaluated on the correctness of its predicted result")."""
-    return target.rpartition(CLOSE + " ")[2]
+def render_authors(steps: Sequence[Step], answer: str, fmt: str) -> str:
+    """The authors' ``create_scratchpad_str`` + target: bos, the steps' switched-on components after
+    their markers, ``#`` between steps, eos, the answer; single-spaced (their text has double spaces,
+    which a word-level tokenizer drops as their T5 tokenizer does)."""
+    on = components(fmt)
+    written = []
+    for step in steps:
+        texts = dict(zip(COMPONENTS, (step.input, step.computation, step.output, step.update, step.remaining)))
+        parts = [
+            f"[ {text} ]" if key == "V" else f"{AUTHORS_MARKERS[key]} {text}"
+            for key, text in texts.items()
+            if key in on and text is not None
+        ]
+        written.append(" ".join(parts))
+    body = f" {AUTHORS_SEPARATOR} ".join(written)
+    return " ".join(f"{AUTHORS_OPEN} {body} {AUTHORS_CLOSE} {answer}".split())
+
+
+def final_answer(text: str, template: str = "figure") -> str:
+    """What follows the FIRST scratchpad end marker up to a second one, or the whole ``text`` when it
+    has none: the part a prediction is scored on (the authors' ``extract_answer_from_prediction``:
+    ``prediction.split(scratchpad_eos)[1]``; the paper: "evaluated on the correctness of its predicted
+    result"). A gold target's is its answer."""
+    close = AUTHORS_CLOSE if template == "authors" else CLOSE
+    parts = text.split(close)
+    return (parts[1] if len(parts) > 1 else text).strip()
+
+
+def template_words(template: str) -> str:
+    """The words a template writes itself, for task vocabularies."""
+    if template == "authors":
+        return " ".join([AUTHORS_OPEN, AUTHORS_CLOSE, AUTHORS_SEPARATOR, *AUTHORS_MARKERS.values(), "[ ]"])
+    return TEMPLATE
 
 
 TEMPLATE = f"{OPEN} {CLOSE} {END_OF_STEP}"

@@ -65,7 +65,7 @@ class TaskSource:
         valid = self._validation_examples(n)
         return {
             "iid_accuracy": evaluate_examples(
-                model, self.tokenizer, valid, device=device, answer_only=bool(self.task.options.get("scratchpad"))
+                model, self.tokenizer, valid, device=device, answer_of=self.task.answer_reader()
             ).accuracy
         }
 
