@@ -1,15 +1,15 @@
 """The Section 6 study's report: scratchpad formats ranked per task, a scratchpad's gain per PE, the claims.
 
-    python bench/section6_report.py                  # bench/results/section6/ + section3's L = 8 baselines
+    python bench/section6_report.py                  # bench/results/section6/*.json, seeds 0 1 2
     python bench/section6_report.py --seeds 0 --docs
 
 `probe reproduce --scale section6 --task all --summaries bench/results/section6` writes a summary per
-scenario and seed as it lands (grids/section6.toml). Each task's run without a scratchpad is the Section 3
-study's scenario at L = 8 (the same runs), read from ``bench/results/section3/``. Both are merged under
-their recipe rule (the same for both); every part expected and not found is named. Writes
-``bench/results/section6_report.{json,md}``: per task each format's mean reciprocal rank over (PE, seed)
-with its interval over seeds (Figure scratchpad_formats_per_ds), the full format's and C's gain over no
-scratchpad per PE, the PEs ranked with a scratchpad, and one line per claim of the paper's Section 6.
+scenario and seed as it lands (grids/section6.toml: each task with its scratchpad formats and without one,
+every example in the authors' wording). This script merges them under the study's recipe rule, naming every
+part expected and not found, and writes ``bench/results/section6_report.{json,md}``: per task each format's
+mean reciprocal rank over (PE, seed) with its interval over seeds (Figure scratchpad_formats_per_ds), the
+full format's and C's gain over no scratchpad per PE, the PEs ranked with a scratchpad, and one line per
+claim of the paper's Section 6.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
 from probe.studies.summaries import merge  # noqa: E402
 
-STUDY, BASELINES = "section6", "section3"
+STUDY = "section6"
 RULE = ladder(STUDY)
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproducing.md"
 PAPER_ADDITION_FULL = {"nope": 0.166, "t5": 0.162, "alibi": 0.117, "rotary": 0.066, "ape": 0.075}
@@ -42,15 +42,11 @@ PAPER_ADDITION_FULL = {"nope": 0.166, "t5": 0.162, "alibi": 0.117, "rotary": 0.0
 their notebooks; their per-run file for these tasks is not in the released repository."""
 
 
-def merged_runs(summaries: Path, baselines: Path, seeds: list[int]):
-    """Section 6's runs and, for each of its tasks, Section 3's run at L = 8; the parts not found."""
+def merged_runs(summaries: Path, seeds: list[int]):
+    """The study's runs at each scenario's chosen rung, and the parts (scenario, seed) not found."""
     expected = list(scenarios(plan(STUDY, "/nonexistent", seeds=1)))
-    ours = merge(sorted(summaries.glob("*.json")), scenarios=expected, seeds=seeds, study=STUDY, rule=RULE)
-    tasks = {s.split("+")[0] for s in expected}
-    base_expected = [s for s in scenarios(plan(BASELINES, "/nonexistent", seeds=1)) if s.split("+")[0] in tasks]
-    paths = [p for p in sorted(baselines.glob("*.json")) if p.name.split("+")[0] in tasks]
-    base = merge(paths, scenarios=base_expected, seeds=seeds, study=BASELINES, rule=ladder(BASELINES))
-    return ours.evaluations + base.evaluations, ours.missing + base.missing
+    merged = merge(sorted(summaries.glob("*.json")), scenarios=expected, seeds=seeds, study=STUDY, rule=RULE)
+    return merged.evaluations, merged.missing
 
 
 def report_of(evaluations: list, missing: list) -> dict:
@@ -118,8 +114,21 @@ def markdown(report: dict) -> str:
     paper = ", ".join(f"{PE_LABELS.get(pe, pe)} {_pct(v)}" for pe, v in report["paper_addition_full"].items())
     lines += ["", f"The authors' addition runs with the full scratchpad (`base`), OOD %: {paper}."]
     if report["missing"]:
-        lines += ["", "Not yet measured: " + "; ".join(report["missing"]) + "."]
+        lines += ["", "Not yet measured: " + _missing(report) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _missing(report: dict) -> str:
+    """``seed 0: every scenario; seed 1: addition+scratchpad=C, ...``: the parts not found, per seed."""
+    by_seed: dict[str, list[str]] = {}
+    for part in report["missing"]:
+        scenario, seed = part.rsplit(" seed ", 1)
+        by_seed.setdefault(seed, []).append(scenario)
+    every = len(list(scenarios(plan(STUDY, "/nonexistent", seeds=1))))
+    return "; ".join(
+        f"seed {seed}: " + ("every scenario" if len(absent) == every else ", ".join(absent))
+        for seed, absent in by_seed.items()
+    )
 
 
 def _gain(g: dict | None) -> str:
@@ -129,13 +138,10 @@ def _gain(g: dict | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--summaries", default=str(RESULTS / STUDY), help="folder of the study's summaries")
-    parser.add_argument("--baselines", default=str(RESULTS / BASELINES), help="Section 3's summaries (L = 8 runs)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds the study should hold")
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
     args = parser.parse_args()
-    evaluations, missing = merged_runs(Path(args.summaries), Path(args.baselines), args.seeds)
-    if not evaluations:
-        sys.exit(f"no summaries of the {STUDY} study under {args.summaries}")
+    evaluations, missing = merged_runs(Path(args.summaries), args.seeds)
     report = report_of(evaluations, missing)
     text = markdown(report)
     atomic_write_json(RESULTS / "section6_report.json", report)

@@ -179,11 +179,11 @@ def test_the_docs_number_layers_from_0():
 
 def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_merges_them():
     """docs/reproducing.md's Section 6 block is bench/section6_report.py's rendering of the merge of the
-    committed summaries (bench/results/section6/ and Section 3's L = 8 baselines), and the committed report
+    committed summaries (bench/results/section6/), and the committed report
     JSON is that merge: a summary added without rerunning the script fails here."""
     script = _bench("section6_report")
     results = ROOT / "bench" / "results"
-    evaluations, missing = script.merged_runs(results / "section6", results / "section3", [0, 1, 2])
+    evaluations, missing = script.merged_runs(results / "section6", [0, 1, 2])
     report = json.loads(json.dumps(script.report_of(evaluations, missing)))
     assert report == json.loads((results / "section6_report.json").read_text())
     assert _block(ROOT / "docs" / "reproducing.md", "section6") == script.markdown(report)

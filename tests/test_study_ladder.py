@@ -13,6 +13,7 @@ from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
 from probe.studies.reproduce import chosen_runs, ladder, plan, rung_plan, train_and_evaluate
 from probe.studies.summaries import merge, write_summaries
+from probe.tasks import get
 
 RULE = Ladder((1500, 4000), 0.95)
 OOD = {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
@@ -25,21 +26,25 @@ def test_section3_declares_the_rule_stated_before_its_first_run():
 
 def test_section6_applies_section3s_rule_to_the_subset_chosen_before_its_first_run(tmp_path):
     """The same rule, and the issue's floor: the full format and computation only (C) on every math and
-    reasoning task, every format on addition; the baselines without a scratchpad are Section 3's runs."""
+    reasoning task, every format on addition; each task's baseline without a scratchpad at the same L, every
+    example in the authors' wording."""
     assert ladder("section6") == RULE
     runs = plan("section6", tmp_path, seeds=1)
     formats: dict[str, set[str]] = {}
     for run in runs:
         options = run.config.task_options
         key = "+".join([run.config.task, *([options["variant"]] if "variant" in options else [])])
-        formats.setdefault(key, set()).add(options["scratchpad"])
+        formats.setdefault(key, set()).add(options.get("scratchpad") or "none")
         assert run.config.steps == 1500 and run.config.preset == "tiny"
-    assert formats.pop("addition") == {"full", "C", "C+O+V+R", "I+O+V+R", "I+C+V+R", "I+C+O+R", "I+C+O+V"}
+        assert (
+            get(run.config.task, **options).template == "authors" and get(run.config.task, **options).train_length == 8
+        )
+    assert formats.pop("addition") == {"none", "full", "C", "C+O+V+R", "I+O+V+R", "I+C+V+R", "I+C+O+R", "I+C+O+V"}
     assert formats == {
-        **{task: {"full", "C"} for task in ("parity", "summation", "polynomial")},
-        **{task: {"I+C+O+R", "C"} for task in ("lego", "sorting+single-token", "sorting+multi-digit")},
+        **{task: {"none", "full", "C"} for task in ("parity", "summation", "polynomial")},
+        **{task: {"none", "I+C+O+R", "C"} for task in ("lego", "sorting+single-token", "sorting+multi-digit")},
     }
-    assert len(runs) == 19 * 5
+    assert len(runs) == 26 * 5
 
 
 @pytest.mark.parametrize(
