@@ -114,5 +114,4 @@ if found is not None:
         st.plotly_chart(
             attention_heatmaps(tokens, patterns, layer, title=f"{shared.run_title(run)}: layer {layer}"),
             key=f"attention-layer-{layer}",
-            width="content",
         )

@@ -321,4 +321,4 @@ with st.expander(f"The last {context} tokens of {names[index]}"):
     st.code(text, language="python")
 figure = attention_heatmaps(tokens, maps, layer, title=f"{title} on {names[index]}: layer {layer}, head {head}")
 figure.layout.annotations[0].text = f"head {head}"
-st.plotly_chart(figure, key="pretraining-attention", width="content")
+st.plotly_chart(figure, key="pretraining-attention")
