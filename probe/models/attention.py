@@ -31,33 +31,15 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from probe.compat import global_hooks, hook_count
 from probe.models.attention_edit import Edit, capped_bias, edited_scores
 from probe.models.fused_attention import additive_mask, causal_mask, fused_attention
 from probe.models.positional import PositionalEncoding
 
 
-def hook_count(point: HookPoint) -> int:
-    """How many hooks (a user's, ``run_with_cache``'s, an edit's executor on a bridge) ``point`` has."""
-    return sum(
-        len(getattr(point, name, None) or ())
-        for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    )
-
-
 def is_hooked(point: HookPoint) -> bool:
     """Whether anything (a user's hook, ``run_with_cache``'s) is registered on ``point``."""
-    return bool(
-        point._forward_hooks
-        or point._forward_pre_hooks
-        or point._backward_hooks
-        or getattr(point, "_backward_pre_hooks", None)
-    )
-
-
-def global_hooks() -> bool:
-    """Whether a module-global hook is registered: it would expect every module to run."""
-    module = torch.nn.modules.module
-    return bool(module._global_forward_hooks or module._global_forward_pre_hooks or module._global_backward_hooks)
+    return hook_count(point) > 0
 
 
 def _project_in(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
