@@ -32,6 +32,18 @@ import torch
 HERE = Path(__file__).resolve()
 
 
+def _train_alone(trainer_class: type):
+    """The tree's way to train one run to its last step, whatever the checkout's age."""
+    try:
+        from probe.training.stacked import train_alone
+    except ImportError:
+        try:  # a checkout from before the word "stacked"
+            from probe.training.together import train_alone
+        except ImportError:  # a checkout from before runs trained together
+            return trainer_class.train
+    return train_alone
+
+
 def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
     """Answer each line of stdin ("step" or "forward") with the CPU seconds of ``steps`` of it."""
     torch.set_num_threads(1)
@@ -73,10 +85,7 @@ def worker(preset: str, pe: str, batch: int, length: int, steps: int) -> None:
             from probe.training.train_config import TrainConfig
         except ImportError:  # a checkout from before the packages by layer
             from probe.training.config import TrainConfig
-        try:
-            from probe.training.together import train_alone
-        except ImportError:  # a checkout from before runs trained together
-            train_alone = Trainer.train
+        train_alone = _train_alone(Trainer)
 
         with tempfile.TemporaryDirectory() as folder:
             config = TrainConfig(

@@ -30,7 +30,7 @@ from probe.corpus import CODE_TASK, CorpusSpec
 from probe.presets import CONTEXTS, LM_RECIPES, RECIPES
 from probe.training.loop import Trainer
 from probe.training.sources import CorpusSource
-from probe.training.together import train_alone
+from probe.training.stacked import train_alone
 from probe.training.train_config import TrainConfig
 
 # (untimed warm-up steps, timed steps) per preset; base takes seconds a step on a CPU.

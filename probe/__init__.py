@@ -20,7 +20,7 @@ _LAZY = {
     "Tokenizer": "probe.tasks",
     "TrainConfig": "probe.training.train_config",
     "train_run": "probe.training.bookkeeping",
-    "train_group": "probe.training.bookkeeping",
+    "train_stacked": "probe.training.bookkeeping",
     "evaluate_run": "probe.analysis.evaluation",
     "extrapolate": "probe.analysis.extrapolate",
     "read_eval": "probe.analysis.eval_report",

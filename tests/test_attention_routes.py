@@ -79,3 +79,13 @@ def test_the_compatibility_table_says_why_and_decides_alone():
         assert rotary.route(key_len=10) == "fused" and rotary.route(key_len=5, offset=3) == "fused"
         assert rotary.route(key_len=10, offset=3) == "reference"  # far keys against a cache: refused there
         assert rotary.route(key_len=10, dropout=0.1) == "reference"
+
+
+def test_what_the_configuration_rules_out_is_settled_when_the_layer_is_built(monkeypatch):
+    """As in x-transformers' Attend: CoPE's layer knows from its construction that it never fuses; the table's
+    per-call rows are what a pass reads."""
+    cope, rotary = model_of("cope").blocks[0].attn, model_of("rotary").blocks[0].attn
+    built = [why for why, holds in REFERENCE_ONLY if isinstance(holds, attention.WhenBuilt)]
+    assert cope.reference_only in built and rotary.reference_only is None
+    monkeypatch.setattr(attention, "REFERENCE_ONLY", ())  # a pass no longer reads any row ...
+    assert cope.route() == "reference" and rotary.route() == "fused"  # ... and CoPE's was read when built

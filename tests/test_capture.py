@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 from helpers import tiny_model
-from test_group import CapturedOnCPU, HostSyncs, _config
+from test_stacked import CapturedOnCPU, HostSyncs, _config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from probe.errors import ProbeError
@@ -19,8 +19,8 @@ from probe.models import build_model
 from probe.models.checkpoint import load_checkpoint
 from probe.models.registry import PE_CLASSES, REGISTRY
 from probe.tasks.batches import fixed_geometry
-from probe.training.engine import CapturedStep, CaptureFailed, Engine, cause_of
 from probe.training.loop import Trainer
+from probe.training.steps import CapturedStep, CaptureFailed, Engine, cause_of
 
 CPU = torch.device("cpu")
 
@@ -236,14 +236,14 @@ def test_a_capture_that_breaks_stops_every_member_with_one_line_naming_its_cause
     """No member goes on in the spoilt process (the others neither), and the line says what broke, not
     what broke after it, and which flag avoids it."""
     import probe.training.loop as loop
-    from probe.training.bookkeeping import train_group
+    from probe.training.bookkeeping import train_stacked
 
     monkeypatch.setattr(loop, "CapturedStep", BreaksOnCapture)
     _for_loop_adamw(monkeypatch)
     runs = [(_config(pe, steps=12, checkpoint_every=100), tmp_path / pe) for pe in ("nope", "t5")]
     steps = []
     with pytest.raises(CaptureFailed) as error:
-        train_group(
+        train_stacked(
             runs, CPU, engine=Engine(capture=True), on_step=lambda path, step, *_: steps.append((path.name, step))
         )
     message = str(error.value)
@@ -269,7 +269,7 @@ def test_a_captured_study_killed_midway_resumes_with_the_masks_an_uninterrupted_
     swapped in around its step as the eager loop does, and its state file keeps them, so the resumed
     runs end on the uninterrupted runs' weights; the process's own random state is left alone."""
     import probe.training.loop as loop
-    from probe.training.bookkeeping import train_group
+    from probe.training.bookkeeping import train_stacked
 
     monkeypatch.setattr(loop, "CapturedStep", CapturedOnCPU)
     _for_loop_adamw(monkeypatch)
@@ -278,7 +278,7 @@ def test_a_captured_study_killed_midway_resumes_with_the_masks_an_uninterrupted_
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    train_group(runs(tmp_path / "whole"), CPU, engine=Engine(capture=True))
+    train_stacked(runs(tmp_path / "whole"), CPU, engine=Engine(capture=True))
     assert torch.equal(torch.rand(3), expected)
 
     def interrupt(path, step, loss, speed):
@@ -286,8 +286,8 @@ def test_a_captured_study_killed_midway_resumes_with_the_masks_an_uninterrupted_
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_group(runs(tmp_path / "split"), CPU, engine=Engine(capture=True), on_step=interrupt)
-    resumed = train_group(runs(tmp_path / "split"), CPU, engine=Engine(capture=True))
+        train_stacked(runs(tmp_path / "split"), CPU, engine=Engine(capture=True), on_step=interrupt)
+    resumed = train_stacked(runs(tmp_path / "split"), CPU, engine=Engine(capture=True))
     assert [r.status for r in resumed] == ["resumed"] * len(pes)
     for pe in pes:
         whole, split = (load_checkpoint(tmp_path / part / pe) for part in ("whole", "split"))

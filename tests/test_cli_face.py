@@ -103,7 +103,7 @@ def test_dir_of_probe_lists_the_public_api_without_importing_it():
     import subprocess
     import sys
 
-    names = ("build_model", "compare_runs", "train_group", "evaluate_run", "analysis", "models")
+    names = ("build_model", "compare_runs", "train_stacked", "evaluate_run", "analysis", "models")
     code = f"import probe, sys; d = dir(probe); print(all(n in d for n in {names!r}), 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "False"]

@@ -1,10 +1,12 @@
 """The documentation: the site builds strict (a broken link, anchor or API reference fails it), its API
 reference holds every entry point with its parameters and no raw Sphinx role, site search finds them, the
-walk-through notebook runs, the commands page holds every command's `--help` as the CLI prints it, and the
-README stays short."""
+walk-through notebook runs, the commands page holds every command's `--help` as the CLI prints it, every
+cross-reference in probe's docstrings and every `probe.x.y` the pages name resolves, and the README stays
+short."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import json
@@ -109,6 +111,92 @@ def test_the_walkthrough_notebook_runs(checkpoints, tmp_path, monkeypatch):
     finally:
         InteractiveShell.clear_instance()
     assert (tmp_path / "out" / "t5-copy" / "model.safetensors").is_file()
+
+
+REFERENCE = re.compile(r":(?:py:)?(?:func|meth|class|mod|attr|data|obj|exc):`(?:[^`<]*<)?[~!]?([\w.]+)>?`")
+CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+DOTTED = re.compile(r"(?<![\w./-])probe(?:\.[A-Za-z_]\w*)+")
+
+
+def _docstring_references() -> list[tuple[str, list[str], str]]:
+    """(where, the scopes a name is looked up in from the innermost out, target) for every Sphinx role in a
+    docstring of probe/, the scopes as Sphinx reads them: the object's class (a class's own, for its
+    docstring) or module, then its packages."""
+    found: list[tuple[str, list[str], str]] = []
+    for path in sorted((ROOT / "probe").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        _visit(ast.parse(path.read_text()), module, [], str(path.relative_to(ROOT)), found)
+    return found
+
+
+def _visit(node: ast.AST, module: str, classes: list[str], file: str, found: list) -> None:
+    inner = [*classes, node.name] if isinstance(node, ast.ClassDef) else classes
+    packages = [module.rsplit(".", i)[0] for i in range(module.count(".") + 1)]
+    scopes = [".".join([module, *inner[:i]]) for i in range(len(inner), 0, -1)] + packages
+    doc = ast.get_docstring(node) if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) else None
+    found.extend((f"{file}:{getattr(node, 'lineno', 1)}", scopes, t) for t in REFERENCE.findall(doc or ""))
+    for child in ast.iter_child_nodes(node):
+        _visit(child, module, inner, file, found)
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module, or an attribute of one (a class's annotated field counts)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            fields = {k for c in getattr(value, "__mro__", ()) for k in getattr(c, "__annotations__", {})}
+            if not hasattr(value, name) and name not in fields:
+                return False
+            value = getattr(value, name, None)
+        return True
+    return False
+
+
+def _broken_docstring_references() -> list[str]:
+    return [
+        f"{where}: {target}"
+        for where, scopes, target in _docstring_references()
+        if not any(_resolves(f"{scope}.{target}") for scope in scopes) and not _resolves(target)
+    ]
+
+
+def _broken_page_names() -> list[str]:
+    broken = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)  # fenced blocks: code, not names
+        names = {m for span in CODE_SPAN.findall(text) for m in DOTTED.findall(span)}
+        names |= set(re.findall(r"^::: (probe[\w.]*)", text, re.M))
+        broken += [f"{page.name}: {name}" for name in sorted(names) if not _resolves(name)]
+    return broken
+
+
+def test_every_cross_reference_resolves():
+    """Each ``:func:``/``:mod:``/``:class:``/``:meth:``/``:attr:`` in probe's docstrings names a real object, looked
+    up as Sphinx does (the object's scope outwards, then absolute), and so does each ``probe.x.y`` in the pages'
+    code spans: a renamed function leaves no pointer at nothing. Imports the modules, builds no site."""
+    assert len(_docstring_references()) > 300  # the roles are found at all
+    assert not _broken_docstring_references(), "docstring references to nothing:\n" + "\n".join(
+        _broken_docstring_references()
+    )
+    assert not _broken_page_names(), "names in docs/*.md that are not in probe:\n" + "\n".join(_broken_page_names())
+
+
+def test_a_reference_to_nothing_is_found(tmp_path):
+    """The check can fail: a role or a code span naming what probe lacks is reported."""
+    assert _resolves("probe.training.stacked.train_stack") and _resolves("probe.models.attention.PEAttention.route")
+    assert _resolves("probe.training.bookkeeping.RunResult.path")  # a dataclass field
+    assert not _resolves("probe.training.loop.group_key") and not _resolves("probe.no_such_module")
+    assert REFERENCE.findall("see :func:`~probe.training.loop.group_key` and :meth:`Trainer.run_step`") == [
+        "probe.training.loop.group_key",
+        "Trainer.run_step",
+    ]
+    assert DOTTED.findall("`probe.training.loop.group_key(config)`, not `probe/models/x.py`") == [
+        "probe.training.loop.group_key"
+    ]
 
 
 def test_every_commands_help_is_on_the_commands_page():

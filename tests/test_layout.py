@@ -14,7 +14,8 @@ from probe.presets import CONTEXTS, LM_RECIPES, PRESETS, RECIPE_DEFAULTS, RECIPE
 from probe.studies.plans import PE_SETS
 
 PACKAGE = Path(probe.__file__).parent
-BOTTOM = {"probe", "probe.errors", "probe.atomic", "probe.presets"}  # what models/ may import from outside itself
+# what models/ may import from outside itself
+BOTTOM = {"probe", "probe.errors", "probe.atomic", "probe.presets", "probe.compat"}
 
 
 def module_names() -> dict[str, Path]:
@@ -108,7 +109,7 @@ def test_the_layering_test_sees_imports_inside_functions(tmp_path):
 
 def test_the_root_holds_only_the_top_level():
     loose = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert loose == ["__init__.py", "atomic.py", "cli.py", "device.py", "errors.py", "presets.py"]
+    assert loose == ["__init__.py", "atomic.py", "cli.py", "compat.py", "device.py", "errors.py", "presets.py"]
 
 
 def test_no_module_of_probe_imports_itself_back():
@@ -194,3 +195,104 @@ def test_no_function_in_the_package_is_over_60_lines():
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60
     ]
     assert not long, long
+
+
+def _private_names() -> set[str]:
+    """The private names (one leading underscore) of what probe touches of torch and transformers: a module,
+    a tensor, an optimizer, a config and a pretrained model, and torch's module of module-global state."""
+    import torch
+    import transformers
+
+    owners = (
+        torch.nn.Module(),
+        torch.nn.modules.module,
+        torch.zeros(1),
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)]),
+        transformers.PretrainedConfig(),
+        transformers.PreTrainedModel,
+    )
+    return {name for owner in owners for name in dir(owner) if name.startswith("_") and not name.startswith("__")}
+
+
+THEIRS = ("torch", "transformers")
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _their_module_names(tree: ast.AST) -> set[str]:
+    """The names a file binds to torch's or transformers' modules and objects (``F``, ``nn``, ...)."""
+    names = set(THEIRS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname or a.name for a in node.names if a.name.split(".")[0] in THEIRS}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in THEIRS:
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _read(node: ast.AST, private: set[str], theirs: set[str]) -> list[str]:
+    """What ``node`` reads of torch's or transformers' private names, as the report words it."""
+    if isinstance(node, ast.Attribute) and _is_private(node.attr):
+        return [f".{node.attr}"] if node.attr in private or _root(node) in theirs else []
+    if isinstance(node, ast.Constant) and node.value in private:
+        return [repr(node.value)]
+    if isinstance(node, ast.FunctionDef) and node.name in private:
+        return [f"def {node.name} (overrides theirs)"]
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in THEIRS:
+        paths = [f"{node.module}.{a.name}" for a in node.names]
+    elif isinstance(node, ast.Import):
+        paths = [a.name for a in node.names if a.name.split(".")[0] in THEIRS]
+    else:
+        return []
+    return [f"import {p}" for p in paths if any(_is_private(part) for part in p.split("."))]
+    return []
+
+
+def private_reads(path: Path, private: set[str]) -> list[str]:
+    """Where ``path`` reads a private name of torch or transformers: an attribute of theirs (``x._modules``,
+    ``getattr(x, "_modules")``, ``super()._apply``, an override of one), a private part of a path from their
+    modules (``torch.ops.aten._flash``, ``torch._dynamo``), a private module or name imported from them, or
+    such a name as a string (``config.get("_name_or_path")``)."""
+    tree = ast.parse(path.read_text())
+    theirs = _their_module_names(tree)
+    where = path.relative_to(PACKAGE.parent) if path.is_relative_to(PACKAGE.parent) else path.name
+    return [f"{where}:{getattr(n, 'lineno', 0)}: {read}" for n in ast.walk(tree) for read in _read(n, private, theirs)]
+
+
+def test_torch_and_transformers_internals_are_read_in_compat_alone():
+    """A private name of torch or transformers (one that a release may change without notice) is read in
+    probe/compat.py, one small function each with the versions it was checked on, and nowhere else."""
+    private = _private_names()
+    reads = [
+        r for path in sorted(PACKAGE.rglob("*.py")) if path.name != "compat.py" for r in private_reads(path, private)
+    ]
+    assert not reads, "private torch/transformers reads outside probe/compat.py:\n" + "\n".join(reads)
+
+
+def test_the_internals_test_sees_each_kind_of_read(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import torch\nimport torch.nn.functional as F\nfrom torch._dynamo import config\n\n"
+        "class M(torch.nn.Module):\n    def _apply(self, fn):\n        return super()._apply(fn)\n\n"
+        "def f(m, c):\n    m._forward_hooks, getattr(m, '_modules'), c.get('_name_or_path')\n"
+        "    return torch.ops.aten._foo, F._private, m._probe_own\n"
+    )
+    reads = [r.split(": ", 1)[1] for r in private_reads(source, _private_names())]
+    assert sorted(reads) == [
+        "'_modules'",
+        "'_name_or_path'",
+        "._apply",
+        "._foo",
+        "._forward_hooks",
+        "._private",
+        "def _apply (overrides theirs)",
+        "import torch._dynamo.config",
+    ]  # not m._probe_own: a name of probe's own

@@ -18,7 +18,7 @@ from probe.corpus import CODE_TASK
 from probe.errors import ProbeError
 from probe.presets import CPU_BF16
 from probe.training.loop import STATE, Trainer
-from probe.training.together import train_alone
+from probe.training.stacked import train_alone
 from probe.training.train_config import TrainConfig, settings_differ
 
 CPU = torch.device("cpu")

@@ -121,7 +121,7 @@ def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tm
     """No cut-down batch (tokens/s at batch 8 is well below batch 64's on a CPU), the torch threads
     each run will get, the first step left out as a warm-up, the median of the rest."""
     import probe.training.loop
-    import probe.training.together
+    import probe.training.stacked
 
     run = sweep.expand_grid({**TINY, "batch_size": 64}, tmp_path)[0]
     seen: dict[str, int] = {}
@@ -137,7 +137,7 @@ def test_throughput_is_timed_at_the_runs_own_batch_with_the_threads_asked_for(tm
         return 0.0, 0.0
 
     monkeypatch.setattr(probe.training.loop, "Trainer", FakeTrainer)
-    monkeypatch.setattr(probe.training.together, "train_alone", fake_train_alone)
+    monkeypatch.setattr(probe.training.stacked, "train_alone", fake_train_alone)
     before = torch.get_num_threads()
     threads = 2 if before != 2 else 3
     assert sweep.measure_tokens_per_second(run, "cpu", steps=5, threads=threads) == 30.0

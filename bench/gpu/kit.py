@@ -268,7 +268,7 @@ def phases(
 def measure_rates(
     args: argparse.Namespace, pes: list[str], device, record: Record, progress: Progress
 ) -> dict[str, dict]:
-    """{engine: slice part}: ``pes`` trained together for a slice, captured (on a GPU) then eager; or
+    """{engine: slice part}: ``pes`` stacked for a slice, captured (on a GPU) then eager; or
     the rates of an earlier record (``--rates-from``), which leaves the time to whole runs."""
     if args.rates_from:
         earlier = json.loads(args.rates_from.read_text())["rate"]
@@ -278,7 +278,7 @@ def measure_rates(
     rates = {}
     for engine in ("captured", "eager") if device.type == "cuda" and not args.no_capture else ("eager",):
         record.put("phase", value=f"rate {engine}")
-        progress.say(f"rate slice, {engine}: {', '.join(pes)} trained together at {args.preset}")
+        progress.say(f"rate slice, {engine}: {', '.join(pes)} stacked at {args.preset}")
         flags = ["--phase", "slice", "--pes", *pes] + (["--capture"] if engine == "captured" else [])
         limit = args.slice_s + 240 * args.patience  # start, build, warm-up, capture, one timed evaluation
         rates[engine] = run_child(flags, args, record, ("rate", engine), limit, progress)

@@ -1,6 +1,6 @@
-"""What the kit measures, each through probe's own training path (``Trainer``, ``train_together``,
-``train_group``, ``Engine.for_device``): the captured step against the eager one on the first steps
-(:func:`smoke`), the member-step rate of the study's PEs trained together (:func:`rate_slice`), and a
+"""What the kit measures, each through probe's own training path (``Trainer``, ``train_stack``,
+``train_stacked``, ``Engine.for_device``): the captured step against the eager one on the first steps
+(:func:`smoke`), the member-step rate of the study's PEs stacked (:func:`rate_slice`), and a
 whole run of the paper's SCAN study, selected on IID validation and scored teacher-forced on the test
 split (:func:`whole_run`). Each reports through ``put(key, value)`` as soon as a number exists."""
 
@@ -21,11 +21,11 @@ from probe.reference import paper_summary
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.decoding import teacher_forced_exact_match, teacher_forced_examples
-from probe.training.bookkeeping import train_group
-from probe.training.engine import Engine
+from probe.training.bookkeeping import train_stacked
 from probe.training.loop import Trainer
 from probe.training.sources import TaskSource
-from probe.training.together import train_together
+from probe.training.stacked import train_stack
+from probe.training.steps import Engine
 from probe.training.train_config import TrainConfig
 
 DATASET = "scan-mdlen_tr25_ts48"  # the authors' name for SCAN's length split (probe.reference)
@@ -95,7 +95,7 @@ def _smoke_one(pe: str, device: torch.device, folder: Path, source: TaskSource) 
     trainers = [Trainer(config, _folder(folder / name), device, source=source, engine=e) for name, e in engines.items()]
     losses: dict[str, list[float]] = {name: [] for name in engines}
     callbacks = [lambda step, loss, speed, name=name: losses[name].append(loss) for name in engines]
-    outcomes = train_together(trainers, callbacks)
+    outcomes = train_stack(trainers, callbacks)
     failures = [str(o) for o in outcomes if isinstance(o, ProbeError)]
     if failures:
         raise RuntimeError("; ".join(failures))
@@ -115,7 +115,7 @@ def _smoke_one(pe: str, device: torch.device, folder: Path, source: TaskSource) 
 def rate_slice(
     pes: list[str], args: Any, device: torch.device, capture: bool, folder: Path, put: Put, say: Callable[[str], None]
 ) -> None:
-    """The member-step rate of ``pes`` trained together at ``args.preset`` for ``args.slice_s`` seconds
+    """The member-step rate of ``pes`` stacked at ``args.preset`` for ``args.slice_s`` seconds
     after their warm-up (captured or eager), with no evaluation inside the timed window; then one
     selection evaluation, timed, and the start-up cost: what the planner needs."""
     began = time.perf_counter()
@@ -143,7 +143,7 @@ def rate_slice(
 
     failed: dict[str, str] = {}
     try:
-        outcomes = train_together(trainers, [on_lead_step] + [None] * (len(trainers) - 1))
+        outcomes = train_stack(trainers, [on_lead_step] + [None] * (len(trainers) - 1))
         failed = {t.config.pe: str(o) for t, o in zip(trainers, outcomes) if isinstance(o, ProbeError)}
     except TimeUp:  # the slice's time is up (a short --steps may end it first)
         pass
@@ -168,7 +168,7 @@ def rate_slice(
 
 
 def _folder(path: Path) -> Path:
-    """A run folder for a Trainer built here (``train_group`` makes its own)."""
+    """A run folder for a Trainer built here (``train_stacked`` makes its own)."""
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -205,7 +205,7 @@ def whole_run(
     say: Callable[[str], None],
     deadline: float,
 ) -> None:
-    """One run of the paper's study from nothing to its selected checkpoint (``train_group``: the
+    """One run of the paper's study from nothing to its selected checkpoint (``train_stacked``: the
     authors' protocol, selection on IID validation), then scored; its progress, its selection and its
     test numbers are put as each exists. Training past ``deadline`` (epoch seconds) stops, keeping
     the validations it made."""
@@ -226,7 +226,7 @@ def whole_run(
     engine = Engine.for_device(device, capture=capture)
     put("engine", value={"compile": engine.compile, "capture": engine.capture})
     try:
-        (result,) = train_group([(config, path)], device, engine=engine, on_step=on_step)
+        (result,) = train_stacked([(config, path)], device, engine=engine, on_step=on_step)
     except TimeUp:
         put("progress", value={"stopped": "out of time", "seconds": time.perf_counter() - began,
                                "validations": _validations(path)})  # fmt: skip

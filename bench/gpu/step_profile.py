@@ -1,7 +1,7 @@
 """Where a captured member step's time goes at ``base``: host-bound or GPU-bound? The kit's rate slice
 measured 84.4 member-steps/s on an H200 (11.8 ms a member step, five PEs together, every one captured),
 against the 300 targeted. Per PE, one run alone through probe's own path (``Trainer``,
-``train_together``) for ``--steps`` steps, then:
+``train_stack``) for ``--steps`` steps, then:
 
 - ``loop_ms``: wall time per step of the real loop between its last two loss reads (batch thread,
   input copy, RNG swap, replay, bookkeeping);
@@ -32,9 +32,9 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 import torch  # noqa: E402
 from measure import paper_config, scan_source  # noqa: E402
 
-from probe.training.engine import Engine  # noqa: E402
 from probe.training.loop import Trainer  # noqa: E402
-from probe.training.together import train_together  # noqa: E402
+from probe.training.stacked import train_stack  # noqa: E402
+from probe.training.steps import Engine  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 
@@ -46,7 +46,7 @@ def profile_pe(
     config = paper_config(pe, preset, 0, steps, log_every=steps // 3, eval_every=steps)
     trainer = Trainer(config, folder, device, source=scan_source(0), engine=Engine.for_device(device, compile=compile))
     marks: list[tuple[float, int]] = []
-    train_together([trainer], [lambda step, loss, speed: marks.append((time.perf_counter(), step))])
+    train_stack([trainer], [lambda step, loss, speed: marks.append((time.perf_counter(), step))])
     (t0, s0), (t1, s1) = marks[-2], marks[-1]
     result: dict[str, Any] = {"loop_ms": 1e3 * (t1 - t0) / (s1 - s0), "engine": trainer.step_engine}
     captured = trainer._captured

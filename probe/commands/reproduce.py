@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from probe.studies.reproduce_report import RANKING_ONLY, REPORT, build_report, markdown, write_report
     from probe.studies.sweep import run_state
-    from probe.training.engine import Engine
     from probe.training.parallel import default_jobs, default_stack
+    from probe.training.steps import Engine
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
     tasks = [] if args.task and "all" in args.task else list(args.task or ["scan"])

@@ -14,47 +14,32 @@ a cap on distance), which :func:`probe.models.attach.attach` compiles from an in
 of two routes, which give the same result: the *reference* route, TransformerLens' recipe with every hook
 firing and the edit applied to the scores; and the *fused* route, which hands q, k, v, the bias and the edit to
 a kernel (:mod:`probe.models.fused_attention`). The fused route runs unless a row of :data:`REFERENCE_ONLY`
-holds: a caller who observes the scores or the pattern asks for the reference route (``run_with_cache`` does,
-by name; a hook on those points does by being there).
+holds. As in x-transformers' ``Attend``, what the layer's configuration rules out is settled when the layer is
+built (CoPE's query-dependent term has no kernel: such a layer is on the reference route for good); what a call
+brings is asked per pass: a caller who observes the scores or the pattern asks for the reference route
+(``run_with_cache`` does, by name; a hook on those points does by being there), a cache, dropout.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from probe.compat import global_hooks, hook_count
 from probe.models.attention_edit import Edit, capped_bias, edited_scores
 from probe.models.fused_attention import additive_mask, causal_mask, fused_attention
 from probe.models.positional import PositionalEncoding
 
 
-def hook_count(point: HookPoint) -> int:
-    """How many hooks (a user's, ``run_with_cache``'s, an edit's executor on a bridge) ``point`` has."""
-    return sum(
-        len(getattr(point, name, None) or ())
-        for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-    )
-
-
 def is_hooked(point: HookPoint) -> bool:
     """Whether anything (a user's hook, ``run_with_cache``'s) is registered on ``point``."""
-    return bool(
-        point._forward_hooks
-        or point._forward_pre_hooks
-        or point._backward_hooks
-        or getattr(point, "_backward_pre_hooks", None)
-    )
-
-
-def global_hooks() -> bool:
-    """Whether a module-global hook is registered: it would expect every module to run."""
-    module = torch.nn.modules.module
-    return bool(module._global_forward_hooks or module._global_forward_pre_hooks or module._global_backward_hooks)
+    return hook_count(point) > 0
 
 
 def _project_in(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -69,6 +54,7 @@ class PEAttention(nn.Module):
     """Causal multi-head attention whose logits get the positional term of ``pe``."""
 
     fast_path: bool = True  # False: the reference route, asked for by name
+    reference_only: str | None = None  # why this layer can never fuse (a row of REFERENCE_ONLY read when built)
     attn_dropout: float = 0.0  # dropout on the probabilities while training (probe.training.dropout sets it)
     edit: Edit | None = None  # what probe.models.attach.attach compiled for this layer
 
@@ -102,11 +88,18 @@ class PEAttention(nn.Module):
             self.hook_pos_bias = HookPoint()  # [head, query, key]
         if pe.scores_term:
             self.hook_pos_scores = HookPoint()  # [batch, head, query, key]
+        self.reference_only = next(
+            (why for why, holds in REFERENCE_ONLY if isinstance(holds, WhenBuilt) and holds.test(pe, layer)), None
+        )
 
     def route(self, key_len: int = 0, offset: int = 0, dropout: float = 0.0) -> str:
-        """``"reference"`` where a row of :data:`REFERENCE_ONLY` holds for a pass of ``key_len`` keys from
-        ``offset`` (``dropout`` on its probabilities), else ``"fused"``."""
-        return "reference" if any(holds(self, key_len, offset, dropout) for _, holds in REFERENCE_ONLY) else "fused"
+        """``"reference"`` where a row of :data:`REFERENCE_ONLY` holds (those read when the layer was built, or
+        the others for a pass of ``key_len`` keys from ``offset``, ``dropout`` on its probabilities), else
+        ``"fused"``."""
+        if self.reference_only is not None:
+            return "reference"
+        per_call = (holds for _, holds in REFERENCE_ONLY if not isinstance(holds, WhenBuilt))
+        return "reference" if any(holds(self, key_len, offset, dropout) for holds in per_call) else "fused"
 
     def uses_fast_path(self) -> bool:
         """Whether a plain pass takes the fused route."""
@@ -187,14 +180,21 @@ def _far_keys_need_one_pass(attn: PEAttention, key_len: int, offset: int, dropou
     return edit is not None and edit.turns and key_len - 1 > edit.cap and bool(offset or dropout)
 
 
-# The compatibility table: why a pass cannot take the fused route. The first row that holds sends it to the
-# reference route; no other place decides. (why, holds(layer, key_len, offset, dropout))
-REFERENCE_ONLY: tuple[tuple[str, Callable[[PEAttention, int, int, float], bool]], ...] = (
+class WhenBuilt(NamedTuple):
+    """A row of :data:`REFERENCE_ONLY` known from the layer's configuration: read once, when the layer is built."""
+
+    test: Callable[[PositionalEncoding, int], bool]  # (the layer's PE, its index) -> it can never fuse
+
+
+# The compatibility table: why a pass cannot take the fused route. A row that holds sends it to the reference route;
+# no other place decides. (why, holds): a WhenBuilt row is read when the layer is built (PEAttention.reference_only),
+# every other row on each pass, as holds(layer, key_len, offset, dropout).
+REFERENCE_ONLY: tuple[tuple[str, WhenBuilt | Callable[[PEAttention, int, int, float], bool]], ...] = (
+    ("a query-dependent term (CoPE) has no kernel", WhenBuilt(lambda pe, _: pe.scores_term)),
     ("asked for by name: set_fast_attention(False), reference_route()", lambda a, *_: not a.fast_path),
     (
         "a hook observes the scores or the pattern, or a module-global hook expects every step",
         lambda a, *_: _observed(a),
     ),
-    ("a query-dependent term (CoPE) has no kernel", lambda a, *_: a._pe.scores_term),
     ("a capped rotation's far keys against a cache (refused there) or under dropout", _far_keys_need_one_pass),
 )

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from probe.compat import cpu_flash_attention
+
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
 BLOCK = 48  # query rows per backward block: large enough for the matmuls, small enough to skip most causal zeros
 
@@ -41,9 +43,7 @@ def biased_causal_attention(
     the blocked backward below, or, within one block, where there is nothing to skip, the formula
     itself under autograd: fewer operators than SDPA's math path, which also builds no causal mask."""
     if not (bias.requires_grad and torch.is_grad_enabled()):
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale
-        )[0]
+        return cpu_flash_attention(q, k, v, True, bias[None], scale)[0]
     if q.size(2) > BLOCK:
         return _BiasedCausalAttention.apply(q, k, v, bias.contiguous(), scale)
     logits = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).add_(_with_causal_mask(bias))
@@ -60,9 +60,8 @@ def _with_causal_mask(bias: torch.Tensor) -> torch.Tensor:
 class _BiasedCausalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, scale):  # type: ignore[override]
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, True, attn_mask=bias[None], scale=scale
-        )  # [batch, head, pos, d_head], [batch, head, pos]
+        # [batch, head, pos, d_head], [batch, head, pos]
+        out, lse = cpu_flash_attention(q, k, v, True, bias[None], scale)
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.scale = scale
         return out

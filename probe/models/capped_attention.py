@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from probe.compat import cpu_flash_attention
+
 
 def capped_causal_attention(
     near_q: Tensor,
@@ -111,9 +113,7 @@ def _attend(
         hidden = hidden if hidden.dim() == 4 else hidden[None, None]  # [batch or 1, head or 1, row, key]
         mask = torch.zeros(hidden.shape, dtype=dtype, device=q.device).masked_fill_(hidden, float("-inf"))
     if fused:
-        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, causal, attn_mask=mask, scale=scale
-        )[:2]
+        return cpu_flash_attention(q, k, v, causal, mask, scale)
     logits = (q @ k.transpose(-1, -2)).to(dtype) * scale  # [batch, head, row, key]
     if causal:
         rows, keys = logits.shape[-2:]

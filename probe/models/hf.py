@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from probe.compat import hub_source
 from probe.errors import ProbeError, first_line
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def _model_name(folder: Path) -> str:
         return folder.name
     if not isinstance(config, dict):
         return folder.name
-    source = str(config.get("_name_or_path") or "")
+    source = hub_source(config)
     if source and not _is_path(source):
         return source
     layers = next((config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config), None)

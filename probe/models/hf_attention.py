@@ -30,9 +30,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from probe.compat import (
+    attention_implementation,
+    global_hooks,
+    hook_count,
+    replace_child,
+    set_attention_implementation,
+    supports_attention_functions,
+)
 from probe.errors import ProbeError
 from probe.models.attach import HF_EDIT, LayerEdit, executor_points, rotate_half
-from probe.models.attention import global_hooks, hook_count
 from probe.models.attention_edit import far_pair, outside_window
 from probe.models.capped_attention import capped_causal_attention
 
@@ -136,19 +143,19 @@ class _Plan:
         """The hf model with its attention modules back in place and attending through :func:`_attention`."""
         _register()
         configs = {id(c): c for c in [self.hf.config, *(getattr(m, "config", None) for *_, m in self.swaps)] if c}
-        before = {key: config._attn_implementation for key, config in configs.items()}
+        before = {key: attention_implementation(config) for key, config in configs.items()}
         token = _ROTARY.set(self.rotary)
         try:
             for parent, name, _, module in self.swaps:
-                parent._modules[name] = module
+                replace_child(parent, name, module)
             for config in configs.values():
-                config._attn_implementation = NAME
+                set_attention_implementation(config, NAME)
             yield self.hf
         finally:
             for key, config in configs.items():
-                config._attn_implementation = before[key]
+                set_attention_implementation(config, before[key])
             for parent, name, component, _ in self.swaps:
-                parent._modules[name] = component
+                replace_child(parent, name, component)
             _ROTARY.reset(token)
 
 
@@ -158,7 +165,7 @@ def _plan(model) -> _Plan | None:
     attention has terms :func:`_attention` does not apply."""
     hf = getattr(model, "original_model", None)
     blocks = getattr(model, "blocks", None)
-    if hf is None or blocks is None or model.training or not getattr(hf, "_supports_attention_backend", False):
+    if hf is None or blocks is None or model.training or not supports_attention_functions(hf):
         return None
     if global_hooks():
         return None
@@ -167,7 +174,7 @@ def _plan(model) -> _Plan | None:
         attn = getattr(block, "attn", None)
         module = getattr(attn, "original_component", None)
         parent = getattr(block, "original_component", None)
-        name = next((n for n, child in (parent._modules.items() if parent else ()) if child is attn), None)
+        name = next((n for n, child in (parent.named_children() if parent else ()) if child is attn), None)
         if module is None or name is None or any(getattr(module, a, None) is not None for a in UNSUPPORTED):
             return None
         edit = getattr(module, HF_EDIT, None)

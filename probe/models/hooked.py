@@ -13,7 +13,7 @@ attention_mask=...)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.utilities import sample_logits
 
+from probe.compat import FollowsApply
 from probe.errors import ProbeError
 
 TextInput = str | Sequence[str]
@@ -37,7 +38,7 @@ class GenerateOutput:
     logits: tuple[torch.Tensor, ...]
 
 
-class HookedModel(HookedRootModule):
+class HookedModel(FollowsApply, HookedRootModule):
     """A TransformerLens-hooked transformer: ``cfg`` is a ``TransformerLensConfig``."""
 
     cfg: TransformerLensConfig
@@ -61,11 +62,10 @@ class HookedModel(HookedRootModule):
             block.attn.use_attn_result = enabled
         self.cfg.use_attn_result = enabled
 
-    def _apply(self, fn: Callable, *args: Any, **kwargs: Any):  # .to(), .cuda(), .double(): cfg follows
-        module = super()._apply(fn, *args, **kwargs)
+    def after_apply(self) -> None:
+        """After ``.to()``, ``.cuda()``, ``.double()`` ...: ``cfg`` follows the weights' device and dtype."""
         weight = self.embed.W_E
         self.cfg.device, self.cfg.dtype = str(weight.device), weight.dtype
-        return module
 
     # --- strings -----------------------------------------------------------------------------------
     def set_tokenizer(self, tokenizer: Any, default_padding_side: str = "right") -> None:

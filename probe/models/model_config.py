@@ -66,7 +66,7 @@ class ModelConfig:
     @property
     def eager_because(self) -> str | None:
         """Why this model's training step cannot be captured as a CUDA graph, or None: it can. Decided
-        here, from the PE and the options, never by a capture that fails (see probe.training.engine)."""
+        here, from the PE and the options, never by a capture that fails (see probe.training.steps)."""
         if self.random_positions:
             return "random_positions draws each pass's positions on the host"
         return pe_class(self.pe).eager_because(self.pe_options)

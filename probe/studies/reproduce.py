@@ -26,7 +26,7 @@ from probe.studies.ladder import Ladder
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.reproduce_report import RANKING_ONLY
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
-from probe.training.engine import Engine
+from probe.training.steps import Engine
 
 STUDIES = {"reduced": "reproduce", "section3": "section3", "section6": "section6", "paper": "paper"}
 """``--scale`` -> the grid it trains: the reduced study that fits a 2-core CPU (SCAN, copy, reverse at
@@ -86,7 +86,7 @@ def local_trainer(
     """``probe train``'s local runners as a study's ``train``: the unfinished of the runs given, side by
     side on ``jobs`` workers, or with ``stack`` the runs of one batch stream as one program; ``engine``:
     how steps run, the device's default if None."""
-    from probe.training.parallel import train_parallel, train_stacked
+    from probe.training.parallel import train_by_stack, train_parallel
 
     engine = engine or Engine.for_device(device)
 
@@ -95,7 +95,7 @@ def local_trainer(
         if not pairs:
             return []
         if stack:
-            return train_stacked(pairs, device, engine=engine, on_event=on_event)
+            return train_by_stack(pairs, device, engine=engine, on_event=on_event)
         return train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event, engine=engine)
 
     return train

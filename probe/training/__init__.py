@@ -1,16 +1,22 @@
 """Training (Section 3, Appendix D.2): AdamW, polynomial decay after a linear warm-up, loss on
 the output tokens only, checkpoints that survive a kill and resume to the same weights.
 
-- :mod:`probe.training.train_config`: :class:`TrainConfig` (what decides a run's weights: the preset's
-  recipe from :mod:`probe.presets`, overrides, the protocol) and the learning-rate schedule;
+- :mod:`probe.training.train_config`: :class:`~probe.training.train_config.TrainConfig` (what decides a
+  run's weights: the preset's recipe from :mod:`probe.presets`, overrides, the protocol) and the
+  learning-rate schedule;
 - :mod:`probe.training.optimizer`: AdamW and its weight-decay groups, per protocol;
-- :mod:`probe.training.loop`: :class:`Trainer`, one run's model, optimizer, resumable state and steps;
-- :mod:`probe.training.together`: :func:`train_together`, runs that read one batch stream (a study's
-  PEs at one seed) as one program, each the run it is alone; one of them is a run trained alone;
-- :mod:`probe.training.engine`: how a step executes (eager, compiled, captured as a CUDA graph);
+- :mod:`probe.training.loop`: :class:`~probe.training.loop.Trainer`, one run's model, optimizer, resumable
+  state and steps;
+- :mod:`probe.training.stacked`: stacked runs, those that read one batch stream (a study's PEs at one
+  seed, one :func:`~probe.training.stacked.stack_key`), trained as one program
+  (:func:`~probe.training.stacked.train_stack`), each the run it is alone; one of them is a run trained alone;
+- :mod:`probe.training.steps`: how a step executes (eager, compiled, captured as a CUDA graph);
 - :mod:`probe.training.background`: states written and batches cut off the training thread;
-- :mod:`probe.training.bookkeeping`: :func:`train_run` and :func:`train_group`, run folders from
-  nothing (or a kill) to published, locked meanwhile; whether a folder is complete and trained as asked.
+- :mod:`probe.training.bookkeeping`: :func:`~probe.training.bookkeeping.train_run` and
+  :func:`~probe.training.bookkeeping.train_stacked`, run folders from nothing (or a kill) to published,
+  locked meanwhile; whether a folder is complete and trained as asked;
+- :mod:`probe.training.parallel`: :func:`~probe.training.parallel.train_runs`, runs side by side
+  (``--jobs``) or stack by stack (``--stack``), what ``probe train`` calls.
 
 A run lives in its run folder (``probe.runs.folders.run_dir``). While it trains, ``train_state.safetensors``
 (weights, optimizer moments, RNG, data position, all in one atomically replaced file) is written

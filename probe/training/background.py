@@ -18,7 +18,7 @@ import torch
 
 from probe.errors import ProbeError
 
-# Held while a training step is captured as a CUDA graph (probe.training.engine), and by the batch thread
+# Held while a training step is captured as a CUDA graph (probe.training.steps), and by the batch thread
 # around its CUDA work (pinning a batch): the capture then meets no other thread's CUDA call, whatever
 # capture mode it runs in, and the thread no capture's emptied pinned-memory cache.
 CAPTURING = threading.Lock()

@@ -1,5 +1,5 @@
 """A run folder's bookkeeping: train it from nothing or from a kill to published, under its lock
-(:func:`train_run`; runs that read one batch stream together, :func:`train_group`); skip it when it
+(:func:`train_run`; stacked runs, those that read one batch stream, :func:`train_stacked`); skip it when it
 is complete and was trained as asked (:func:`is_complete`,
 :func:`probe.training.train_config.settings_differ`), one line when it was trained otherwise."""
 
@@ -17,10 +17,10 @@ from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, read_checkpoint_config
 from probe.runs.folders import LAST
 from probe.runs.locks import run_lock
-from probe.training.engine import Engine
 from probe.training.loop import METRICS, STATE, Trainer
 from probe.training.sources import TrainingSource, training_source
-from probe.training.together import group_key, train_together
+from probe.training.stacked import stack_key, train_stack
+from probe.training.steps import Engine
 from probe.training.train_config import TrainConfig, settings_differ
 
 
@@ -100,7 +100,7 @@ def train_run(
     The run folder is locked meanwhile (:func:`probe.runs.locks.run_lock`): another process training
     or evaluating it raises :class:`~probe.runs.locks.RunLocked`, or with ``wait`` is waited for.
     """
-    (result,) = train_group(
+    (result,) = train_stacked(
         [(config, Path(run_path))],
         device,
         force=force,
@@ -115,7 +115,7 @@ def train_run(
     return result
 
 
-def train_group(
+def train_stacked(
     runs: Sequence[tuple[TrainConfig, Path]],
     device: torch.device,
     *,
@@ -126,14 +126,14 @@ def train_group(
     on_start: Callable[[Path, int, int], None] | None = None,
     on_step: Callable[[Path, int, float, float], None] | None = None,
 ) -> list[RunResult | ProbeError]:
-    """Train ``runs`` (one :func:`~probe.training.together.group_key`: a study's PEs at one seed) as one
+    """Train ``runs`` (one :func:`~probe.training.stacked.stack_key`: a study's PEs at one seed) as one
     program on ``device``, each into its run folder exactly as :func:`train_run` writes it; complete
     ones are skipped. Runs resumed from different steps train in turn, each batch of equal steps
     together. Per run its result, or the ProbeError that stopped it (the others go on); a folder
     trained with other settings, or held by another process without ``wait``, is that run's error
     before any run starts."""
-    if len({group_key(config) for config, _ in runs}) > 1:
-        raise ValueError("runs trained together share a batch stream: one group_key")
+    if len({stack_key(config) for config, _ in runs}) > 1:
+        raise ValueError("stacked runs share a batch stream: one stack_key")
     engine = engine or Engine()
     results: dict[int, RunResult | ProbeError] = {}
     with ExitStack() as stack:
@@ -148,7 +148,7 @@ def train_group(
                 results[i] = error
         if todo:
             stack.enter_context(training_threads(device))
-            first, path = runs[todo[0]]  # one group: one task, options, seed and protocol
+            first, path = runs[todo[0]]  # one stack: one task, options, seed and protocol
             source = training_source(
                 first.task, first.task_options, first.seed, Path(path), authors=first.protocol == "authors"
             )
@@ -158,7 +158,7 @@ def train_group(
                 for i in members:
                     if on_start:
                         on_start(Path(runs[i][1]), step, runs[i][0].steps)
-                outcomes = train_together(
+                outcomes = train_stack(
                     [prepared[i][0] for i in members],
                     [_progress(on_step, Path(runs[i][1])) for i in members],
                 )

@@ -1,6 +1,6 @@
 """The training loop's member: one run's model, optimizer and steps (:class:`Trainer`), its resumable
 state in one atomically replaced file, and what it publishes (the best checkpoint on IID validation
-under the authors' protocol, the last step's otherwise). :func:`probe.training.together.train_together`
+under the authors' protocol, the last step's otherwise). :func:`probe.training.stacked.train_stack`
 drives one or several of them over a batch stream."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from probe.models.transformer import PETransformer
 from probe.runs.folders import LAST
 from probe.tasks.decoding import teacher_forced_exact_match
 from probe.training.background import StateWriter
-from probe.training.engine import CapturedStep, Engine
 from probe.training.optimizer import make_optimizer
 from probe.training.selection import Selection
 from probe.training.sources import TrainingSource, training_source
+from probe.training.steps import CapturedStep, Engine
 from probe.training.train_config import TrainConfig, learning_rate, settings_differ
 
 STATE = "train_state.safetensors"
@@ -49,7 +49,7 @@ def target_loss(
 
 
 class Trainer:
-    """One run: build or resume, step, publish. :func:`~probe.training.together.train_together` runs
+    """One run: build or resume, step, publish. :func:`~probe.training.stacked.train_stack` runs
     its session (:meth:`begin`, then :meth:`run_step` and :meth:`end_step` a step, then :meth:`close`),
     alone or beside others on the same batches."""
 

@@ -1,5 +1,5 @@
 """Several training runs at once on one machine: one process per run, one thread each
-(:func:`train_parallel`), or runs that read one batch stream as one program (:func:`train_stacked`).
+(:func:`train_parallel`), or runs that read one batch stream as one program (:func:`train_by_stack`).
 
 On a CPU, tiny models use a second core poorly inside one run (small matrices, many small ops),
 so ``probe train`` runs independent runs side by side instead: with 2 cores, two runs of one
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.training.bookkeeping import TRAIN_THREADS, RunResult
-from probe.training.engine import Engine
+from probe.training.steps import Engine
 from probe.training.train_config import TrainConfig
 
 
@@ -33,7 +33,7 @@ class RunFailure:
 
 
 def default_stack(device_type: str) -> bool:
-    """Whether runs that can train together do by default: on a GPU, where one program replaying
+    """Whether runs that can be stacked are by default: on a GPU, where one program replaying
     each member's captured step keeps the card busy; not on a CPU, where side-by-side processes
     already use every core and a fixed batch geometry would only add padding."""
     return device_type == "cuda"
@@ -53,7 +53,7 @@ def _worker(
 
     from probe.runs.locks import say_waiting
     from probe.training.bookkeeping import train_run
-    from probe.training.engine import CaptureFailed
+    from probe.training.steps import CaptureFailed
 
     global _SPOILT
     if _SPOILT:  # the pool hands this process on to the next run: it trains nothing more
@@ -96,7 +96,7 @@ def train_parallel(
     reaches every worker, each of which keeps its last state for the next ``probe train`` to resume.
     """
     from probe.errors import ProbeError
-    from probe.training.engine import CaptureFailed
+    from probe.training.steps import CaptureFailed
 
     threads = TRAIN_THREADS
     context = multiprocessing.get_context("spawn")
@@ -137,7 +137,7 @@ def _drain(events, on_event) -> None:
             on_event(*event)
 
 
-def train_stacked(
+def train_by_stack(
     runs: Sequence[tuple[TrainConfig, Path]],
     device,
     *,
@@ -147,19 +147,19 @@ def train_stacked(
     on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
     on_wait: Callable[[Path, dict], None] | None = None,
 ) -> list[RunResult | RunFailure]:
-    """Train ``runs`` in this process, those of one :func:`~probe.training.together.group_key` together
-    (:func:`~probe.training.bookkeeping.train_group`); results in the order of ``runs``, a run that
+    """Train ``runs`` in this process, those of one :func:`~probe.training.stacked.stack_key` stacked
+    (:func:`~probe.training.bookkeeping.train_stacked`); results in the order of ``runs``, a run that
     failed (NaN loss, another's folder) as a :class:`RunFailure` while the others go on."""
     from probe.errors import ProbeError
-    from probe.training.bookkeeping import train_group
-    from probe.training.together import group_key
+    from probe.training.bookkeeping import train_stacked
+    from probe.training.stacked import stack_key
 
     groups: dict[tuple, list[int]] = {}
     for i, (config, _) in enumerate(runs):
-        groups.setdefault(group_key(config), []).append(i)
+        groups.setdefault(stack_key(config), []).append(i)
     results: dict[int, RunResult | RunFailure] = {}
     for members in groups.values():
-        outcomes = train_group(
+        outcomes = train_stacked(
             [runs[i] for i in members],
             device,
             engine=engine,
@@ -193,9 +193,9 @@ def train_runs(
     on_event: OnEvent | None = None,
     on_wait: Callable[[Path, dict], None] | None = None,
 ) -> list[RunResult | RunFailure]:
-    """Train every (config, folder) of ``runs`` the way the device trains best: together as one program
+    """Train every (config, folder) of ``runs`` the way the device trains best: stacked, as one program
     (``stack``; default on a GPU), else ``jobs`` side by side (default one per core on a CPU), else one after
-    another. ``capture``: each step a CUDA graph (default on a GPU; :class:`~probe.training.engine.Engine`).
+    another. ``capture``: each step a CUDA graph (default on a GPU; :class:`~probe.training.steps.Engine`).
     Every folder is checked writable and free first, so a problem is one line before any work; the
     result (or failure) of each run, in order. What `probe train` and `probe pretrain` call."""
     from probe.errors import ProbeError
@@ -215,7 +215,9 @@ def train_runs(
             check_free(path)  # train_run takes the lock itself
     event = on_event or (lambda *_: None)
     if stack:
-        return train_stacked(list(runs), device, engine=engine, force=force, wait=wait, on_event=event, on_wait=on_wait)
+        return train_by_stack(
+            list(runs), device, engine=engine, force=force, wait=wait, on_event=event, on_wait=on_wait
+        )
     if jobs > 1:
         return train_parallel(list(runs), str(device), jobs=jobs, force=force, wait=wait, on_event=event, engine=engine)
     return [

@@ -33,7 +33,7 @@ runs are validated by held-out perplexity (``probe perplexity`` reads them side 
     scratchpad = ["none", "full"]
 """
 
-from probe.studies.sweep.cluster import EventLog, check_resources, connect, execute, prepare_corpora, run_group, run_one
+from probe.studies.sweep.cluster import EventLog, check_resources, connect, execute, prepare_corpora, run_one, run_stack
 from probe.studies.sweep.console import Launch, dry_run, run_with_progress, show_outcome, show_report
 from probe.studies.sweep.cost import (
     duration,
@@ -91,7 +91,7 @@ __all__ = [
     "report",
     "report_figure_objects",
     "report_figures",
-    "run_group",
+    "run_stack",
     "run_one",
     "run_state",
     "run_with_progress",

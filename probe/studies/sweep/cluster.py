@@ -35,14 +35,14 @@ class EventLog:
 def run_one(
     run: dict[str, Any], device: str, threads: int, evaluate: bool, log: Any = None, capture: bool | None = None
 ) -> dict[str, Any]:
-    """:func:`run_group` of one run."""
-    return run_group([run], device, threads, evaluate, log, capture)[0]
+    """:func:`run_stack` of one run."""
+    return run_stack([run], device, threads, evaluate, log, capture)[0]
 
 
-def run_group(
+def run_stack(
     runs: list[dict[str, Any]], device: str, threads: int, evaluate: bool, log: Any = None, capture: bool | None = None
 ) -> list[dict[str, Any]]:
-    """Train runs of one batch stream together (``train_group``; one run alone) then evaluate each
+    """Train stacked runs, those of one batch stream (``train_stacked``; one run alone) then evaluate each
     (``evaluate_run``); a user-level failure (NaN loss, bad option) comes back as a failed result
     instead of an exception, so Ray does not retry it."""
     started = time.time()
@@ -65,8 +65,8 @@ def run_group(
     import torch
 
     from probe.device import resolve_device
-    from probe.training.bookkeeping import train_group
-    from probe.training.engine import Engine
+    from probe.training.bookkeeping import train_stacked
+    from probe.training.steps import Engine
     from probe.training.train_config import TrainConfig
 
     torch.set_num_threads(max(1, threads))
@@ -77,7 +77,7 @@ def run_group(
         configs = [TrainConfig(**run["config"]) for run in runs]
         labels = {str(Path(run["path"])): run["label"] for run in runs}
         steps = {str(Path(run["path"])): config.steps for run, config in zip(runs, configs)}
-        trained = train_group(
+        trained = train_stacked(
             [(config, Path(run["path"])) for run, config in zip(runs, configs)],
             resolved,
             engine=Engine.for_device(resolved, capture=capture),
@@ -263,7 +263,7 @@ def execute(
     log = ray.remote(num_cpus=0)(EventLog).remote()
     ray.get(log.drain.remote())  # up before any run starts: a busy node can take seconds to start it,
     # and until it is up every progress event waits behind it
-    task = ray.remote(run_group).options(
+    task = ray.remote(run_stack).options(
         num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=max_retries, retry_exceptions=False
     )
     threads = max(1, int(cpus_per_run))
@@ -369,14 +369,14 @@ def _cancel(refs: dict[Any, list[SweepRun]], manifest: Manifest) -> None:
 
 def tasks(runs: Sequence[SweepRun], device: str) -> list[list[SweepRun]]:
     """The Ray tasks that train ``runs``: on a GPU, the runs of one batch stream (a study's PEs at a
-    seed) in one task that trains them together (``probe.training.parallel.default_stack``); one run a task
+    seed) in one task that trains them stacked (``probe.training.parallel.default_stack``); one run a task
     otherwise."""
     from probe.training.parallel import default_stack
-    from probe.training.together import group_key
+    from probe.training.stacked import stack_key
 
     if not default_stack(device):
         return [[run] for run in runs]
     groups: dict[tuple, list[SweepRun]] = {}
     for run in runs:
-        groups.setdefault(group_key(run.config), []).append(run)
+        groups.setdefault(stack_key(run.config), []).append(run)
     return list(groups.values())

@@ -116,7 +116,7 @@ def measure_tokens_per_second(
     from probe.device import resolve_device
     from probe.training.loop import Trainer
     from probe.training.sources import training_source
-    from probe.training.together import train_alone
+    from probe.training.stacked import train_alone
 
     resolved = resolve_device(device)
     previous_threads = torch.get_num_threads()

@@ -1,4 +1,4 @@
-"""Runs that read one batch stream, trained as one program (:func:`train_together`): a study's PEs
+"""Stacked runs: runs that read one batch stream, trained as one program (:func:`train_stack`): a study's PEs
 at one seed read the same batches in the same order, so each batch is cut once and every member
 takes its step on it in turn. Each member is a :class:`~probe.training.loop.Trainer` doing exactly
 what it does alone (its own model, optimizer, RNG, log and state), so a run trained with others is
@@ -15,12 +15,12 @@ from probe.errors import ProbeError
 from probe.tasks.batches import EncodedSet, batch_stream, fixed_geometry
 from probe.training.background import Batch, prefetched
 from probe.training.dropout import dropout
-from probe.training.engine import CaptureFailed
 from probe.training.loop import Trainer
+from probe.training.steps import CaptureFailed
 from probe.training.train_config import TrainConfig
 
 
-def group_key(config: TrainConfig) -> tuple:
+def stack_key(config: TrainConfig) -> tuple:
     """What runs share to read one batch stream and validate at the same steps: the task and its
     options, the seed, the preset, the steps and batch size, the protocol (its sequence format and
     batch order), packing, and the selection schedule. Code pretraining reads a corpus of its own."""
@@ -44,18 +44,18 @@ def group_key(config: TrainConfig) -> tuple:
     )
 
 
-def train_together(
+def train_stack(
     trainers: Sequence[Trainer], on_steps: Sequence[Callable[[int, float, float], None] | None] | None = None
 ) -> list[tuple[float, float] | ProbeError]:
-    """Train ``trainers`` (one :func:`group_key`, at one step) to their last step on one batch stream:
+    """Train ``trainers`` (one :func:`stack_key`, at one step) to their last step on one batch stream:
     each batch is cut once, on one fixed geometry when their engine needs one, and every member
     takes its step on it in turn. Per member: (last logged loss, seconds of this session), or the
     ProbeError that stopped it (a non-finite loss), the others going on; a capture that broke
-    (:class:`~probe.training.engine.CaptureFailed`) stops them all."""
+    (:class:`~probe.training.steps.CaptureFailed`) stops them all."""
     lead = trainers[0]
     config = lead.config
-    if len({group_key(t.config) for t in trainers}) > 1 or len({t.step for t in trainers}) > 1:
-        raise ValueError("runs trained together share a batch stream: one group_key, one step")
+    if len({stack_key(t.config) for t in trainers}) > 1 or len({t.step for t in trainers}) > 1:
+        raise ValueError("stacked runs share a batch stream: one stack_key, one step")
     on_steps = list(on_steps or [None] * len(trainers))
     data = lead.source.training_set(config.seed)
     grouped = config.protocol == "probe"
@@ -126,7 +126,7 @@ def _step_each(
 def train_alone(trainer: Trainer, on_step: Callable[[int, float, float], None] | None = None) -> tuple[float, float]:
     """Train one run to ``config.steps``: (last logged loss, seconds spent in this call); a non-finite
     loss raises its ProbeError."""
-    (outcome,) = train_together([trainer], [on_step])
+    (outcome,) = train_stack([trainer], [on_step])
     if isinstance(outcome, ProbeError):
         raise outcome
     return outcome

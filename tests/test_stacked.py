@@ -1,4 +1,4 @@
-"""Runs trained together are the runs trained alone; the fast step's parts (a fixed batch geometry,
+"""Stacked runs are the runs trained alone; the fast step's parts (a fixed batch geometry,
 no host sync, the compiled forward, weight-decay groups) each against the plain path or a hand-written
 expectation."""
 
@@ -17,12 +17,12 @@ from probe.errors import ProbeError
 from probe.models import build_model
 from probe.models.checkpoint import load_checkpoint
 from probe.tasks.batches import batch_stream, fixed_geometry
-from probe.training.bookkeeping import train_group, train_run
-from probe.training.engine import CapturedStep, Engine
+from probe.training.bookkeeping import train_run, train_stacked
 from probe.training.loop import STATE, Trainer, target_loss
 from probe.training.optimizer import decayed
 from probe.training.sources import TaskSource
-from probe.training.together import train_alone
+from probe.training.stacked import train_alone
+from probe.training.steps import CapturedStep, Engine
 from probe.training.train_config import TrainConfig, settings_differ
 
 CPU = torch.device("cpu")
@@ -64,13 +64,13 @@ PROTOCOLS = [
 
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_runs_trained_together_are_the_runs_trained_alone(tmp_path, dropout, protocol):
-    """Every PE of the paper in one group: the same weights bit for bit, the same log and selection.
+def test_stacked_runs_are_the_runs_trained_alone(tmp_path, dropout, protocol):
+    """Every PE of the paper in one stack: the same weights bit for bit, the same log and selection.
     With dropout too: each member draws its masks from its own generator, swapped in around its step."""
     for pe in PAPER:
         train_run(_config(pe, dropout=dropout, **protocol), tmp_path / "alone" / pe, CPU)
     runs = [(_config(pe, dropout=dropout, **protocol), tmp_path / "together" / pe) for pe in PAPER]
-    together = train_group(runs, CPU)
+    together = train_stacked(runs, CPU)
     assert [r.status for r in together] == ["trained"] * len(PAPER)
     for pe in PAPER:
         alone, joint = tmp_path / "alone" / pe, tmp_path / "together" / pe
@@ -86,7 +86,7 @@ def test_each_member_drops_out_at_its_own_rate(tmp_path):
     rates = {"nope": 0.1, "t5": 0.0, "alibi": 0.3}
     for pe, rate in rates.items():
         train_run(_config(pe, dropout=rate), tmp_path / "alone" / pe, CPU)
-    train_group([(_config(pe, dropout=rate), tmp_path / "together" / pe) for pe, rate in rates.items()], CPU)
+    train_stacked([(_config(pe, dropout=rate), tmp_path / "together" / pe) for pe, rate in rates.items()], CPU)
     for pe in rates:
         a, b = _weights(tmp_path / "alone" / pe), _weights(tmp_path / "together" / pe)
         assert all(torch.equal(a[k], b[k]) for k in a), pe
@@ -94,8 +94,8 @@ def test_each_member_drops_out_at_its_own_rate(tmp_path):
 
 def test_a_rerun_with_dropout_is_bit_identical(tmp_path):
     runs = lambda root: [(_config(pe, dropout=0.1), root / pe) for pe in ("nope", "t5")]  # noqa: E731
-    train_group(runs(tmp_path / "a"), CPU)
-    train_group(runs(tmp_path / "b"), CPU)
+    train_stacked(runs(tmp_path / "a"), CPU)
+    train_stacked(runs(tmp_path / "b"), CPU)
     for pe in ("nope", "t5"):
         a, b = _weights(tmp_path / "a" / pe), _weights(tmp_path / "b" / pe)
         assert all(torch.equal(a[k], b[k]) for k in a)
@@ -105,31 +105,31 @@ def test_training_leaves_the_process_random_state_alone(tmp_path):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    train_group([(_config("nope", dropout=0.1), tmp_path / "nope")], CPU)
+    train_stacked([(_config("nope", dropout=0.1), tmp_path / "nope")], CPU)
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_a_study_killed_midway_resumes_to_where_an_uninterrupted_one_ends(tmp_path):
     """Killed while the first member has taken step 15 and the others 14: each keeps its finished
-    steps, and the resumed group trains each from where it stopped to the uninterrupted weights."""
+    steps, and the resumed stack trains each from where it stopped to the uninterrupted weights."""
     pes = ("nope", "t5", "alibi")
     options = dict(dropout=0.1, protocol="authors", pack=True, eval_every=10)
     runs = lambda root: [(_config(pe, **options), root / pe) for pe in pes]  # noqa: E731
-    train_group(runs(tmp_path / "whole"), CPU)
+    train_stacked(runs(tmp_path / "whole"), CPU)
 
     def interrupt(path, step, loss, speed):
         if path.name == "nope" and step == 15:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_group(runs(tmp_path / "split"), CPU, on_step=interrupt)
+        train_stacked(runs(tmp_path / "split"), CPU, on_step=interrupt)
     for pe in pes:
         assert (tmp_path / "split" / pe / STATE).is_file() and not (tmp_path / "split" / pe / "config.json").exists()
     steps = {pe: Trainer(*runs(tmp_path / "split")[i], CPU) for i, pe in enumerate(pes)}
     for trainer in steps.values():
         trainer.load_state()
     assert {pe: t.step for pe, t in steps.items()} == {"nope": 15, "t5": 14, "alibi": 14}
-    resumed = train_group(runs(tmp_path / "split"), CPU)
+    resumed = train_stacked(runs(tmp_path / "split"), CPU)
     assert [r.status for r in resumed] == ["resumed"] * len(pes)
     for pe in pes:
         a, b = _weights(tmp_path / "whole" / pe), _weights(tmp_path / "split" / pe)
@@ -152,7 +152,7 @@ def test_a_member_whose_loss_goes_non_finite_stops_alone(tmp_path, monkeypatch):
         return loss
 
     monkeypatch.setattr(loop, "target_loss", poisoned)
-    results = train_group([(_config(pe), tmp_path / pe) for pe in ("nope", "t5", "alibi")], CPU)
+    results = train_stacked([(_config(pe), tmp_path / pe) for pe in ("nope", "t5", "alibi")], CPU)
     assert isinstance(results[1], ProbeError) and "loss became nan at step 12" in str(results[1])
     assert "(step 10)" in str(results[1]) and (tmp_path / "t5" / STATE).is_file()
     assert [r.status for r in (results[0], results[2])] == ["trained", "trained"]
@@ -160,14 +160,14 @@ def test_a_member_whose_loss_goes_non_finite_stops_alone(tmp_path, monkeypatch):
 
 def test_a_member_trained_otherwise_is_its_own_error_and_the_others_train(tmp_path):
     train_run(_config("t5", steps=20), tmp_path / "t5", CPU)
-    results = train_group([(_config(pe), tmp_path / pe) for pe in ("nope", "t5")], CPU)
+    results = train_stacked([(_config(pe), tmp_path / pe) for pe in ("nope", "t5")], CPU)
     assert results[0].status == "trained"
     assert isinstance(results[1], ProbeError) and "steps 20, asked 30" in str(results[1])
 
 
-def test_only_runs_of_one_batch_stream_train_together(tmp_path):
-    with pytest.raises(ValueError, match="one group_key"):
-        train_group([(_config("nope"), tmp_path / "a"), (_config("t5", seed=1), tmp_path / "b")], CPU)
+def test_only_runs_of_one_batch_stream_are_stacked(tmp_path):
+    with pytest.raises(ValueError, match="one stack_key"):
+        train_stacked([(_config("nope"), tmp_path / "a"), (_config("t5", seed=1), tmp_path / "b")], CPU)
 
 
 def _paper_scan():
