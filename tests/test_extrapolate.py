@@ -216,8 +216,8 @@ def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first
     every planned step, numbered over all models, with the total known from the first call."""
     import probe.analysis.extrapolate as module
 
-    real = module.task_run
-    monkeypatch.setattr(module, "task_run", lambda *a: pytest.fail("--dry-run loaded a model"))
+    real = module.extrapolate_one
+    monkeypatch.setattr(module, "extrapolate_one", lambda *a: pytest.fail("--dry-run loaded a model"))
     assert main(["extrapolate", *map(str, runs), "--family", "cap", "--family", "temperature", "--dry-run"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "3 model(s), 8 steps in all" in out  # untouched + temperature each; cap for Rotary and T5
@@ -225,7 +225,7 @@ def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first
     assert "Rotary, T5's Relative Bias: untouched, cap, tuning a temperature" in out
     assert re.search(r"about \d+ (s|min \d+ s) here \(one pass over the first run's test examples, timed now\)", out)
 
-    monkeypatch.setattr(module, "task_run", real)
+    monkeypatch.setattr(module, "extrapolate_one", real)
     heard = []
     settings = Settings(families=("cap", "temperature"), n_valid=2, n_iid=4, progress=lambda *a: heard.append(a))
     extrapolate(runs, settings)

@@ -296,3 +296,91 @@ def test_the_internals_test_sees_each_kind_of_read(tmp_path):
         "def _apply (overrides theirs)",
         "import torch._dynamo.config",
     ]  # not m._probe_own: a name of probe's own
+
+
+RESOLVER = PACKAGE / "analysis" / "subjects.py"  # the one module that knows what kind of subject it has
+CODE_TASK_HOME = PACKAGE / "corpus" / "prepared.py"  # where CODE_TASK is spelled, once
+
+
+def subject_kinds(resolver: Path = RESOLVER) -> tuple[set[str], set[str]]:
+    """(every subject and reading class of the resolver's module, the kinds among them: those defined on top of
+    another of them, as TaskRun on Subject or TextReading on Reading), read from its source."""
+    classes = {
+        node.name: {b.id for b in node.bases if isinstance(b, ast.Name)}
+        for node in ast.parse(resolver.read_text()).body
+        if isinstance(node, ast.ClassDef)
+    }
+    found = {"Subject", "Reading"}
+    while grown := {name for name, bases in classes.items() if bases & found} - found:
+        found |= grown
+    return found, found - {"Subject", "Reading"}
+
+
+def kind_questions(source: str, types: set[str], kinds: set[str], allow_code_task: bool = False) -> list[str]:
+    """What in ``source`` asks which kind of subject or reading it has: isinstance / issubclass against one of
+    ``types``, ``type(x) is`` one, an import of one of ``kinds`` (the concrete ones), and the code task's name
+    spelled as a literal (``"code"``), unless it is CODE_TASK's own definition and ``allow_code_task``."""
+    found = []
+    tree = ast.parse(source)
+    defining = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if allow_code_task
+        and isinstance(node, ast.Assign)
+        and [getattr(t, "id", None) for t in node.targets] == ["CODE_TASK"]
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "issubclass"):
+            against = node.args[1] if len(node.args) > 1 else None
+            named = [e for e in (against.elts if isinstance(against, ast.Tuple) else [against]) if e is not None]
+            found += [
+                f"line {node.lineno}: {node.func.id}(..., {e.id})" for e in named if getattr(e, "id", None) in types
+            ]
+        elif (
+            isinstance(node, ast.Compare)
+            and isinstance(node.left, ast.Call)
+            and getattr(node.left.func, "id", "") == "type"
+        ):
+            found += [
+                f"line {node.lineno}: type(...) is {c.id}" for c in node.comparators if getattr(c, "id", None) in types
+            ]
+        elif isinstance(node, ast.alias) and node.name in kinds:
+            found.append(f"imports {node.name}")
+        elif isinstance(node, ast.Constant) and node.value == "code" and id(node) not in defining:
+            found.append(f"line {node.lineno}: the literal 'code'")
+    return found
+
+
+def test_only_the_resolver_asks_what_kind_of_subject_it_has():
+    """Every analysis written once: what differs by kind of subject is the subject's or its reading's to say
+    (:mod:`probe.analysis.subjects`). Outside the resolver's module nothing checks a subject's or a reading's
+    type, imports a concrete kind (TaskRun, HfModel, TextReading, ...), or spells the code task's name."""
+    types, kinds = subject_kinds()
+    assert {"Subject", "TaskRun", "CodeRun", "HfModel", "Reading", "TaskReading", "TextReading"} <= types
+    asking = [
+        f"{path.relative_to(PACKAGE.parent)} {question}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != RESOLVER
+        for question in kind_questions(path.read_text(), types, kinds, allow_code_task=path == CODE_TASK_HOME)
+    ]
+    assert not asking, "\n".join(asking)
+
+
+def test_the_kind_rule_sees_each_way_of_asking():
+    types, kinds = {"Subject", "HfModel", "TextReading"}, {"HfModel", "TextReading"}
+    source = (
+        "from probe.analysis.subjects import HfModel\n"
+        "CODE_TASK = 'code'\n"
+        "def f(s, r, config):\n"
+        "    a = isinstance(s, (int, HfModel))\n"
+        "    b = type(r) is TextReading\n"
+        "    return config['task']['name'] == 'code'\n"
+    )
+    assert kind_questions(source, types, kinds, allow_code_task=True) == [
+        "imports HfModel",
+        "line 4: isinstance(..., HfModel)",
+        "line 5: type(...) is TextReading",
+        "line 6: the literal 'code'",
+    ]
+    assert "line 2: the literal 'code'" in kind_questions(source, types, kinds)
+    assert kind_questions("def f(s):\n    return s.measure, isinstance(s, dict)\n", types, kinds) == []

@@ -13,12 +13,12 @@ import torch
 
 from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
 from probe.analysis.examples import trained_length
+from probe.analysis.subjects import resolve
 from probe.atomic import write_json_and_csv
 from probe.errors import ProbeError
-from probe.models.attach import attach
 from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
-from probe.runs.folders import LAST, Run, load_run
+from probe.runs.folders import LAST, Run
 from probe.runs.locks import run_lock
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
@@ -142,7 +142,7 @@ def _evaluate(
 
     intervention = intervention or Intervention()
     at_inference = parse_pe_options(run.pe, {**(pe_options or {}), **intervention.rope})
-    model = attach(load_run(run.path, device=device, pe_options=at_inference, config=run.config), intervention)
+    model = resolve(run).under(intervention).load(device, pe_options=at_inference).model
     meta = model.metadata
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
@@ -180,7 +180,7 @@ def _evaluate(
         report.selected_step = training["selected_step"]
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
-            last = attach(load_run(run.path / LAST, device=device, pe_options=at_inference), intervention)
+            last = resolve(run.path / LAST).under(intervention).load(device, pe_options=at_inference).model
             iid, ood = split_accuracy(task, score(last))
         report.last = LastStep(last_step, iid, ood)
     return report

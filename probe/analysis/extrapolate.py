@@ -22,12 +22,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from probe.analysis.extrapolate_lms import language_model
-from probe.analysis.extrapolate_tasks import seconds_per_read, task_reads, task_run
-from probe.analysis.extrapolation_plan import FAMILIES, Progress, RunPlan, Settings, run_plan
-from probe.analysis.extrapolation_report import ExtrapolationReport
-from probe.analysis.subjects import TaskRun, home, resolve_all
+from probe.analysis.extrapolate_lms import LanguageModelScorer
+from probe.analysis.extrapolate_tasks import TaskScorer
+from probe.analysis.extrapolation_plan import (
+    FAMILIES,
+    Progress,
+    RunPlan,
+    Settings,
+    fixed_candidates,
+    run_plan,
+    tuned_candidates,
+)
+from probe.analysis.extrapolation_report import ExtrapolationReport, RunExtrapolation
+from probe.analysis.subjects import EXACT_MATCH, PERPLEXITY, Subject, home, reading_of, resolve_all
 from probe.errors import ProbeError
+from probe.models.interventions import Intervention
+
+SCORERS = {EXACT_MATCH: TaskScorer, PERPLEXITY: LanguageModelScorer}  # a subject's measure -> how it is scored
 
 
 def plan(names: Sequence[str | Path], settings: Settings) -> list[RunPlan]:
@@ -40,10 +51,7 @@ def estimate(names: Sequence[str | Path], settings: Settings, plans: Sequence[Ru
     """Seconds :func:`extrapolate` should take here: every task run's reads (counted from its data) at the
     rate one pass over the first run's test examples is timed at, now; None for language models."""
     subjects = _subjects(names, settings)
-    if not isinstance(subjects[0], TaskRun):
-        return None
-    rate = seconds_per_read(subjects[0], settings)
-    return rate * sum(task_reads(subject, settings, p) for subject, p in zip(subjects, plans))
+    return SCORERS[subjects[0].measure].estimate(subjects, settings, plans)
 
 
 def extrapolate(
@@ -65,11 +73,42 @@ def extrapolate(
     runs = []
     for subject in subjects:
         step = _stepper(settings.progress, subject.info.label, done, total)
-        evaluate = task_run if isinstance(subject, TaskRun) else language_model
-        runs.append(evaluate(subject, settings, step))
-    measure = "exact match" if isinstance(subjects[0], TaskRun) else "perplexity"
+        runs.append(extrapolate_one(subject, settings, step))
     folder = home(subjects, root, settings.options)
-    return ExtrapolationReport(runs, measure, folder, settings.seed)
+    return ExtrapolationReport(runs, subjects[0].measure, folder, settings.seed)
+
+
+def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
+    """One model untouched and under each candidate (module docstring), scored the way its measure says:
+    exact match for a task run, held-out perplexity for a language model."""
+    loaded = subject.load(settings.device)
+    reading = reading_of([subject], {**settings.options, "context": settings.options.get("context") or loaded.context})
+    scorer = SCORERS[subject.measure](subject, loaded, reading, settings)
+    step("untouched")
+    outcomes = [scorer.outcome("none", "none", Intervention(), loaded.model)]
+    rotary = subject.rotates(loaded)
+    fixed, skipped = fixed_candidates(subject.has_distance(loaded), rotary, scorer.trained, scorer.longest, settings)
+    for family, intervention in fixed:
+        step(intervention.name)
+        on = _with_rope(subject, intervention, settings) if intervention.rope else loaded.model
+        try:
+            subject.check_cap_fits(on, intervention, scorer.longest, loaded.info.label)
+            outcomes.append(scorer.outcome(family, "fixed", intervention, on))
+        except ProbeError as error:  # a rule this model cannot take is said, the others kept
+            skipped[intervention.name if family == "given" else family] = str(error)
+    for tuned in tuned_candidates(loaded.model, settings, scorer.trained, scorer.on_valid, scorer.losses, step):
+        outcomes.append(scorer.outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
+    info = loaded.info
+    return RunExtrapolation(
+        info.label, info.pe, info.path, info.seed, scorer.trained, scorer.validation, outcomes, skipped,
+        f"{subject.trained_from}, in tokens", context=scorer.context,
+    )  # fmt: skip
+
+
+def _with_rope(subject: Subject, intervention: Intervention, settings: Settings):
+    """The model loaded again under ``intervention``'s RoPE scaling, through the resolver: a scaling changes the
+    model's rotation as it is built, which no edit attached afterwards does."""
+    return subject.under(Intervention(rope=intervention.rope)).load(settings.device).model
 
 
 def _subjects(names: Sequence[str | Path], settings: Settings) -> list:
@@ -77,7 +116,7 @@ def _subjects(names: Sequence[str | Path], settings: Settings) -> list:
     if unknown:
         raise ProbeError(f"unknown intervention family {unknown[0]!r}; choose from {', '.join(FAMILIES)}")
     subjects = resolve_all(list(names))
-    if len({isinstance(s, TaskRun) for s in subjects}) > 1:
+    if len({s.measure for s in subjects}) > 1:
         raise ProbeError("extrapolate task runs and language models (code runs, hf: models) separately")
     return subjects
 

@@ -1,32 +1,22 @@
-"""`probe extrapolate` on task runs: exact match per unseen length of the task's test split, teacher forced
-(greedy decoding's exact match in one pass, :func:`probe.tasks.decoding.teacher_forced_exact_match`), and on
-IID examples as a check that a change leaves the seen lengths alone; tuned interventions chosen on the
+"""`probe extrapolate`'s scorer of task runs: exact match per unseen length of the task's test split, teacher
+forced (greedy decoding's exact match in one pass, :func:`probe.tasks.decoding.teacher_forced_exact_match`), and
+on IID examples as a check that a change leaves the seen lengths alone; tuned interventions chosen on the
 validation slice of the unseen lengths (per length the first 20% of its examples by SHA-256)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.examples import TRAINED_FROM, task_of
-from probe.analysis.extrapolation_plan import (
-    TUNED_STEPS,
-    VALID_SHARE,
-    RunPlan,
-    Settings,
-    buckets,
-    fixed_candidates,
-    has_rope,
-    interval,
-    tuned_candidates,
-)
-from probe.analysis.extrapolation_report import Outcome, RunExtrapolation
-from probe.analysis.subjects import Subject
+from probe.analysis.examples import task_of
+from probe.analysis.extrapolation_plan import TUNED_STEPS, VALID_SHARE, RunPlan, Settings, buckets, interval
+from probe.analysis.extrapolation_report import Outcome
+from probe.analysis.subjects import Loaded, Reading, Subject
 from probe.analysis.tuning import (
     HEAD_BATCH,
     HEAD_EVERY,
@@ -107,61 +97,46 @@ def seconds_per_read(subject: Subject, settings: Settings) -> float:
     return (time.perf_counter() - began) / max(1, len(test))
 
 
-def task_run(subject: Subject, settings: Settings, step: Callable[[str], None]) -> RunExtrapolation:
-    """One task run untouched and under each candidate (module docstring)."""
-    valid, test, iid, tokenizer = task_sets(subject, settings)
-    data = {"valid": encode(valid, tokenizer), "test": encode(test, tokenizer), "iid": encode(iid, tokenizer)}
-    trained = subject.trained_length()
-    longest = int(data["test"].lengths.max())
-    device, batch = settings.device, settings.batch_size
-    lengths = torch.tensor([e.length for e in test])
-    model = subject.load(device).model
+class TaskScorer:
+    """How extrapolation scores a task run: exact match on its unseen test lengths (teacher forced), IID
+    examples beside as a check, tuned on the validation slice (module docstring)."""
 
-    def outcome(family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
-        with attached(on, intervention):
-            ok_test, _ = score_examples(on, data["test"], device, batch)
-            ok_iid, _ = score_examples(on, data["iid"], device, batch)
-        return Outcome(
-            intervention,
-            family,
-            kind,
-            float(ok_iid.double().mean()),
-            interval(ok_test.double(), settings.seed),
-            buckets(ok_test.double(), lengths, settings.seed),
-            None if tuning is None else tuning.to_json(),
+    def __init__(self, subject: Subject, loaded: Loaded, reading: Reading, settings: Settings):
+        valid, test, iid, tokenizer = task_sets(subject, settings)
+        self.data = {"valid": encode(valid, tokenizer), "test": encode(test, tokenizer), "iid": encode(iid, tokenizer)}
+        self.settings = settings
+        self.trained = subject.trained_length()
+        self.longest = int(self.data["test"].lengths.max())
+        self.lengths = torch.tensor([e.length for e in test])
+        self.context = None
+        self.validation = (
+            f"{len(valid)} unseen-length test examples (per length the first {VALID_SHARE:.0%} by SHA-256 of "
+            f"source and target, at most {settings.n_valid}), left out of the test's {len(test)}"
         )
+        self.model = loaded.model
 
-    def on_valid(intervention: Intervention) -> Score:
-        with attached(model, intervention):
-            ok, nll = score_examples(model, data["valid"], device, batch)
+    @staticmethod
+    def estimate(subjects: Sequence[Subject], settings: Settings, plans: Sequence[RunPlan]) -> float:
+        """Seconds here: every run's reads at the rate one pass over the first run's test examples takes now."""
+        rate = seconds_per_read(subjects[0], settings)
+        return rate * sum(task_reads(subject, settings, p) for subject, p in zip(subjects, plans))
+
+    def outcome(self, family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
+        device, batch, seed = self.settings.device, self.settings.batch_size, self.settings.seed
+        with attached(on, intervention):
+            ok_test, _ = score_examples(on, self.data["test"], device, batch)
+            ok_iid, _ = score_examples(on, self.data["iid"], device, batch)
+        test = ok_test.double()
+        tuned = None if tuning is None else tuning.to_json()
+        return Outcome(
+            intervention, family, kind, float(ok_iid.double().mean()), interval(test, seed),
+            buckets(test, self.lengths, seed), tuned,
+        )  # fmt: skip
+
+    def on_valid(self, intervention: Intervention) -> Score:
+        with attached(self.model, intervention):
+            ok, nll = score_examples(self.model, self.data["valid"], self.settings.device, self.settings.batch_size)
         return Score(float(ok.double().mean()), -float(nll.mean()))
 
-    step("untouched")
-    outcomes = [outcome("none", "none", Intervention(), model)]
-    rotary = has_rope(subject)
-    fixed, skipped = fixed_candidates(subject.info.pe, rotary, trained, longest, settings)
-    for family, intervention in fixed:
-        step(intervention.name)
-        on = model
-        if intervention.rope:
-            on = subject.load(device, pe_options=dict(intervention.rope)).model
-        outcomes.append(outcome(family, "fixed", intervention, on))
-    for tuned in tuned_candidates(
-        model, settings, trained, on_valid, lambda step: [example_loss(model, data["valid"], device, step)], step
-    ):
-        outcomes.append(outcome(tuned.family, "tuned", tuned.intervention, model, tuned))
-    validation = (
-        f"{len(valid)} unseen-length test examples (per length the first {VALID_SHARE:.0%} by SHA-256 of "
-        f"source and target, at most {settings.n_valid}), left out of the test's {len(test)}"
-    )
-    return RunExtrapolation(
-        subject.info.label,
-        subject.info.pe,
-        subject.info.path,
-        subject.info.seed,
-        trained,
-        validation,
-        outcomes,
-        skipped,
-        f"the longest of {TRAINED_FROM} IID validation sequences, in tokens",
-    )
+    def losses(self, step: int) -> list[Tensor]:
+        return [example_loss(self.model, self.data["valid"], self.settings.device, step)]

@@ -1,6 +1,6 @@
 """What `probe extrapolate` evaluates and how it sums an outcome up: its settings, the interventions each
 model takes (fixed rules, and tuned ones searched on the validation slice), and percentile-bootstrap
-intervals over examples or files. The readers (:mod:`probe.analysis.extrapolate_tasks` for task runs,
+intervals over examples or files. The scorers (:mod:`probe.analysis.extrapolate_tasks` for task runs,
 :mod:`probe.analysis.extrapolate_lms` for language models) share it."""
 
 from __future__ import annotations
@@ -52,17 +52,16 @@ class Settings:
 
 
 def fixed_candidates(
-    pe_kind: str | None, rotary: bool, trained: int, longest: int, settings: Settings
+    distance: bool, rotary: bool, trained: int, longest: int, settings: Settings
 ) -> tuple[list[tuple[str, Intervention]], dict[str, str]]:
-    """(family, intervention) of the fixed rules this model takes, and why it takes none of the others."""
-    from probe.models.registry import pe_class
-
+    """(family, intervention) of the fixed rules a model takes, and why it takes none of the others: ``distance``
+    whether it has a relative distance to cap, ``rotary`` whether it takes a RoPE scaling (the subject's
+    answers: :meth:`probe.analysis.subjects.Subject.has_distance`, :meth:`~probe.analysis.subjects.Subject.rotates`)."""
     chosen, skipped = [], {}
-    cls = pe_class(pe_kind) if pe_kind else None
     if "log-length" in settings.families:
         chosen.append(("log-length", Intervention(log_length=trained)))
     if "cap" in settings.families:
-        if _has_distance(cls, rotary):
+        if distance:
             chosen.append(("cap", Intervention(cap=trained - 1)))
         else:
             skipped["cap"] = "no relative distance to cap"
@@ -74,7 +73,7 @@ def fixed_candidates(
         else:
             skipped["rope"] = "no rotary positions"
     for given in settings.given:
-        why = _not_applicable(given, cls, rotary)
+        why = _not_applicable(given, distance, rotary)
         if why:
             skipped[given.name] = why
         else:
@@ -82,25 +81,13 @@ def fixed_candidates(
     return chosen, skipped
 
 
-def _has_distance(cls, rotary: bool) -> bool:
-    """Whether a run has a relative distance to cap: a bias or rotating PE of probe's, or an hf: model's RoPE."""
-    return (cls.adds_bias or cls.rotates) if cls is not None else rotary
-
-
-def _not_applicable(intervention: Intervention, cls, rotary: bool) -> str | None:
-    """Why a run cannot take ``intervention`` as given (``cls``: its PE class, None for an hf: model), or None."""
+def _not_applicable(intervention: Intervention, distance: bool, rotary: bool) -> str | None:
+    """Why a model cannot take ``intervention`` as given, or None."""
     if intervention.rope and not rotary:
         return "no rotary positions to scale"
-    if intervention.cap is not None and not _has_distance(cls, rotary):
+    if intervention.cap is not None and not distance:
         return "no relative distance to cap"
     return None
-
-
-def has_rope(subject: Subject) -> bool:
-    """Whether a run's PE takes a RoPE scaling (Rotary: its ``scaling`` option)."""
-    from probe.models.registry import pe_class
-
-    return "scaling" in pe_class(subject.info.pe).options
 
 
 def tuned_candidates(
@@ -159,10 +146,7 @@ class RunPlan:
 def run_plan(subject: Subject, settings: Settings) -> RunPlan:
     """``subject``'s steps under ``settings``, from its PE alone (nothing loaded). An hf: model's RoPE is
     known only once it is loaded: its plan counts the rope rule, which it may then skip."""
-    external = subject.path is None
-    pe = None if external else subject.info.pe
-    rotary = True if external else has_rope(subject)
-    fixed, skipped = fixed_candidates(pe, rotary, 2, 4, settings)  # which rules apply, not their values
+    fixed, skipped = fixed_candidates(subject.has_distance(), subject.rotates(), 2, 4, settings)  # which, not values
     names = [intervention.name if family == "given" else family for family, intervention in fixed]
     tuned = [step for family, step in TUNED_STEPS.items() if family in settings.families]
     return RunPlan(subject.info.label, ["untouched", *names, *tuned], skipped)

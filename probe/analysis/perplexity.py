@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +31,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from probe.analysis.budget import keep_freed_memory, memory_budget, per_batch
-from probe.analysis.subjects import Subject, TextReading, file_stem, home, reading_of, resolve_all
-from probe.corpus.prepared import PreparedCorpus, run_corpus
+from probe.analysis.subjects import Reading, Subject, file_stem, home, reading_of, resolve_all
 from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
-from probe.models.checkpoint import task_name
 from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
 from probe.models.registry import pe_folder_name
@@ -346,139 +344,56 @@ def perplexity_report(
         raise ProbeError("no runs to read; train some with `probe pretrain`")
     subjects = resolve_all(list(names), intervention=intervention)
     reading = reading_of(subjects, options)
+    reading.check_scored_together(subjects)
     device = torch.device(device)
-    settings = dict(
-        max_files=max_files,
-        seed=seed,
-        device=device,
-        batch_size=batch_size,
-        progress=progress,
-        dtype=resolve_dtype(dtype),
-    )
-    if isinstance(reading, TextReading):
-        if pe_options:
-            raise ProbeError(
-                "-p applies probe's PE options at inference; hf: models are read as published: read them without -p"
-            )
-        report = _text_perplexity(subjects, reading, **settings)
-        suffix = file_stem(subjects)
-    else:
-        report = _corpus_perplexity(subjects, pe_options, **settings)
-        suffix = pe_folder_name("", pe_options).lstrip("+") if pe_options else ""
+    report = _read(subjects, reading, pe_options, max_files, seed, device, batch_size, progress, resolve_dtype(dtype))
+    suffix = "+".join(filter(None, [file_stem(subjects), pe_folder_name("", pe_options).lstrip("+")]))
     report.folder = home(subjects, root, options)
     report.name = "perplexity" + (f"+{suffix}" if suffix else "")
     return report
 
 
-def _code_corpus(subjects: Sequence[Subject]) -> PreparedCorpus:
-    """The one corpus every run trained on (the folder beside the first), checked by fingerprint."""
-    for s in subjects:
-        if task_name(s.config) != "code":
-            raise ProbeError(
-                f"{s.path} is not a pretrained code model (task {task_name(s.config)!r}); "
-                "perplexity reads runs of `probe pretrain`"
-            )
-    corpus = run_corpus(subjects[0].path, subjects[0].config)
-    for s in subjects[1:]:
-        if s.config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
-            raise ProbeError(
-                f"{s.path} was trained on another corpus than the one in {corpus.folder}; compare runs of one "
-                "task folder"
-            )
-    contexts = {s.config["task"]["options"]["context"] for s in subjects}
-    if len(contexts) > 1:
-        raise ProbeError(
-            f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context"
-        )
-    return corpus
-
-
-def _corpus_perplexity(
+def _read(
     subjects: Sequence[Subject],
+    reading: Reading,
     pe_options: dict[str, Any] | None,
-    *,
-    max_files,
-    seed,
-    device,
-    batch_size,
-    progress,
-    dtype,
+    max_files: int | None,
+    seed: int,
+    device: torch.device,
+    batch_size: int,
+    progress: Progress | None,
+    dtype: torch.dtype | None,
 ) -> PerplexityReport:
-    """Code runs on their own prepared corpus, a beginning-of-sequence token first where they were trained
-    with one."""
-    from probe.models.checkpoint import window_bos
-    from probe.models.registry import options_for
-    from probe.models.rotary import SCALINGS_WITH_LENGTH
-
-    corpus = _code_corpus(subjects)
-    protocol = ScoringPlan.scaled(int(subjects[0].config["task"]["options"]["context"]))
-    lengths = corpus.heldout_lengths()
-    order = pick_files(lengths, protocol, max_files, seed)
-    files = [corpus.heldout_file(int(i)) for i in order]
-    results = []
-    for done, subject in enumerate(subjects):
-        path, config = subject.path, subject.config
-        applied = options_for(config["pe"], pe_options)
-        if applied.get("scaling") in SCALINGS_WITH_LENGTH:
-            applied.setdefault("original_length", protocol.train_context)  # what "the length trained on" is here
-        loaded = subject.load(device, pe_options=applied, dtype=dtype)
-        model = loaded.model
-        if model.cfg.n_ctx < protocol.contexts[-1]:
-            raise ProbeError(
-                f"{path} accepts {model.cfg.n_ctx} tokens; reading 2.5x its context needs "
-                f"{protocol.contexts[-1]} (train with -m n_ctx={protocol.contexts[-1]})"
-            )
-        training = config.get("training", {}).get("pe_options", {})
-        seed_of = config.get("training", {}).get("seed", 0)
-        label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
-        if loaded.info.intervention:
-            label += f" under {loaded.info.intervention['name']}"
-        nll = read_contexts(
-            model,
-            files,
-            protocol,
-            device=device,
-            batch_size=batch_size,
-            bos=window_bos(config),
-            progress=progress,
-            label=label,
-            step=done * len(protocol.contexts),
-            steps=len(subjects) * len(protocol.contexts),
-        )
-        results.append(RunPerplexity(label, config["pe"], str(path), nll, applied))
-        del model
-    names = corpus.heldout_names
-    return PerplexityReport(protocol, [names[int(i)] for i in order], lengths[order], results, seed)
-
-
-def _text_perplexity(
-    subjects: Sequence[Subject], reading: TextReading, *, max_files, seed, device, batch_size, progress, dtype
-) -> PerplexityReport:
-    """Every model on the same held-out texts, each with its own tokenizer, at T (:mod:`probe.analysis.subjects`)."""
-    first = subjects[0].load(device, dtype=dtype)
-    protocol = ScoringPlan.scaled(reading.context(first))
-    every = reading.tokenized(first)
+    """Every model on the held-out files its reading gives, tokenized for the first (a code run's own corpus,
+    or the same texts for all: :mod:`probe.analysis.subjects`), at multiples of the reading's T; one model
+    held at a time."""
+    applied = [reading.at_inference(s, pe_options) for s in subjects]  # every model's options checked first
+    loaded = subjects[0].load(device, pe_options=applied[0], dtype=dtype)
+    first = replace(loaded, model=None)  # what the others are checked against, without its weights
+    plan = ScoringPlan.scaled(reading.context(first))
+    every = reading.heldout(first)
     lengths = every.heldout_lengths()
-    order = pick_files(lengths, protocol, max_files, seed)
+    order = pick_files(lengths, plan, max_files, seed)
     files = [every.heldout_file(int(i)) for i in order]
-    steps = len(subjects) * len(protocol.contexts)
     results = []
     for done, subject in enumerate(subjects):
-        loaded = first if done == 0 else subject.load(device, dtype=dtype)
-        reading.check_pair(first, loaded)
+        if done:
+            loaded = subject.load(device, pe_options=applied[done], dtype=dtype)
+            reading.check_pair(first, loaded)
+        label = reading.label(subject, loaded, applied[done])
         nll = read_contexts(
             loaded.model,
             files,
-            protocol,
+            plan,
             device=device,
             batch_size=batch_size,
-            bos=first.bos_id,
-            max_length=loaded.max_length,
+            bos=reading.bos(subject, first),
+            max_length=reading.max_length(loaded, plan.contexts[-1]),
             progress=progress,
-            label=loaded.info.label,
-            step=done * len(protocol.contexts),
-            steps=steps,
+            label=label,
+            step=done * len(plan.contexts),
+            steps=len(subjects) * len(plan.contexts),
         )
-        results.append(RunPerplexity(loaded.info.label, loaded.info.pe, loaded.info.path, nll))
-        del loaded
-    return PerplexityReport(protocol, [every.heldout_names[int(i)] for i in order], lengths[order], results, seed)
+        results.append(RunPerplexity(label, loaded.info.pe, loaded.info.path, nll, applied[done]))
+        loaded = None
+    return PerplexityReport(plan, [every.heldout_names[int(i)] for i in order], lengths[order], results, seed)

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from probe.analysis.budget import check_fits
-from probe.analysis.examples import fitting_examples, sample_buckets, task_of, trained_length
+from probe.analysis.examples import TRAINED_FROM, fitting_examples, sample_buckets, task_of, trained_length
 from probe.analysis.inputs import ExampleGroup, Inputs, WindowGroup
 from probe.analysis.run_info import (
     Lengths,
@@ -43,12 +43,12 @@ from probe.analysis.run_info import (
     task_runs,
     training_context,
 )
-from probe.analysis.windows import ContextWindows, choose_windows, fitting_windows, run_windows
+from probe.analysis.windows import ContextWindows, HeldoutFiles, choose_windows, fitting_windows, run_windows
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
-from probe.corpus.prepared import run_corpus, run_tokenizer_json
+from probe.corpus.prepared import PreparedCorpus, run_corpus, run_tokenizer_json
 from probe.errors import ProbeError
-from probe.models.attach import attach
+from probe.models.attach import attach, attached
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
 from probe.models.interventions import Intervention
@@ -58,6 +58,8 @@ from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train
 # 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
 # under 3 minutes at 256, where 151 and 146 of the default corpus's 200 held-out files reach 2x and 2.5x
 HF_CONTEXT = 256
+
+EXACT_MATCH, PERPLEXITY = "exact match", "perplexity"  # a subject's measure: task runs', language models'
 
 # TransformerLens' positional_embedding_type -> the probe PE whose colour an hf: model gets in figures
 POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rotary", "alibi": "alibi"}
@@ -87,9 +89,33 @@ class Subject:
     config: dict[str, Any] | None  # its config.json, read once
     intervention: Intervention = field(default_factory=Intervention)
 
+    measure = EXACT_MATCH  # how a change to its attention is scored: exact match or held-out perplexity
+    trained_from = f"the longest of {TRAINED_FROM} IID validation sequences"  # what its L is, said
+
     @property
     def run(self) -> Run | None:
         return None if self.path is None else Run(self.path, self.config)
+
+    def under(self, intervention: Intervention) -> Subject:
+        """This subject, to be read under ``intervention`` instead of its own."""
+        return replace(self, intervention=intervention)
+
+    def rotates(self, loaded: Loaded | None = None) -> bool:
+        """Whether it takes a RoPE scaling (its PE has a ``scaling`` option: Rotary)."""
+        from probe.models.registry import pe_class
+
+        return "scaling" in pe_class(self.info.pe).options
+
+    def has_distance(self, loaded: Loaded | None = None) -> bool:
+        """Whether it has a relative distance to cap: a bias or rotating PE."""
+        from probe.models.registry import pe_class
+
+        cls = pe_class(self.info.pe)
+        return cls.adds_bias or cls.rotates
+
+    def check_cap_fits(self, model: Any, intervention: Intervention, longest: int, label: str) -> None:
+        """ProbeError where ``model`` (``label``) cannot be read at ``longest`` tokens under ``intervention``'s
+        cap (probe's layers cap in their own kernels: it always can)."""
 
     def trained_length(self) -> int:
         """L, the longest sequence it was trained on, in tokens (what log-length, cap and RoPE scalings read)."""
@@ -158,6 +184,9 @@ class TaskRun(Subject):
 class CodeRun(Subject):
     """A run of `probe pretrain` or `probe import`: a code model with its corpus beside it."""
 
+    measure = PERPLEXITY
+    trained_from = "its training context"
+
     def load(
         self,
         device: torch.device,
@@ -174,6 +203,27 @@ class CodeRun(Subject):
 
 class HfModel(Subject):
     """A model TransformerLens boots from Hugging Face files, with its own tokenizer."""
+
+    measure = PERPLEXITY
+    trained_from = "its n_ctx"
+
+    def rotates(self, loaded: Loaded | None = None) -> bool:
+        """Whether its attention has RoPE: known once it is loaded (before, it may: a plan counts the rule)."""
+        return True if loaded is None else loaded.info.pe == "rotary"
+
+    def has_distance(self, loaded: Loaded | None = None) -> bool:
+        return self.rotates(loaded)
+
+    def check_cap_fits(self, model: Any, intervention: Intervention, longest: int, label: str) -> None:
+        """A cap the fused route cannot fold is ReRoPE on the bridge's own [head, query, key] scores: they must
+        fit in memory at ``longest``."""
+        if intervention.cap is None:
+            return
+        from probe.models.hf_attention import runs_folded
+
+        with attached(model, intervention):
+            if not runs_folded(model):
+                check_fits(model.cfg.n_heads, longest, label)
 
     def load(
         self,
@@ -230,13 +280,26 @@ def subjects_task(names: Sequence[str], task: str | None) -> str | None:
     return task
 
 
+def reads_code(names: Sequence[str], task: str | None) -> bool:
+    """Whether the models ``names`` (with ``--task``) are read on code, where options name a corpus rather than
+    a task's (:func:`subjects_task`)."""
+    return subjects_task(names, task) == CODE_TASK
+
+
+def is_language_model(config: Mapping[str, Any]) -> bool:
+    """Whether a run folder's ``config.json`` is a language model's (a code run of `probe pretrain` or
+    `probe import`: read on held-out text, scored by perplexity) rather than a task run's: the one test of a
+    run's kind, which :func:`resolve` and the explorer's run lists ask."""
+    return is_code_run(config)
+
+
 def split_hf(names: Sequence[str]) -> tuple[list[str], list[str]]:
     """(the ``hf:`` spellings among ``names``, the rest): what a text field of model names holds."""
     return [n for n in names if is_external(n)], [n for n in names if not is_external(n)]
 
 
 def _run_subject(path: Path, config: dict[str, Any]) -> Subject:
-    kind = CodeRun if is_code_run(config) else TaskRun
+    kind = CodeRun if is_language_model(config) else TaskRun
     return kind(str(path), run_info(path, config), path, config)
 
 
@@ -336,6 +399,41 @@ class Reading:
     def check_pair(self, a: Loaded, b: Loaded) -> None:
         """Whether ``a`` and ``b`` read the same tokens (checked before loading, unless tokenizers decide)."""
 
+    # what held-out text reads (perplexity, extrapolation's language models); a task's examples have none
+    def check_scored_together(self, subjects: Sequence[Subject]) -> None:
+        """ProbeError unless ``subjects`` can be scored on held-out text in one table (before any is loaded)."""
+        from probe.models.checkpoint import task_name
+
+        s = subjects[0]
+        raise ProbeError(
+            f"{s.path} is not a pretrained code model (task {task_name(s.config)!r}); perplexity reads runs of "
+            "`probe pretrain`"
+        )
+
+    def at_inference(self, subject: Subject, pe_options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The PE options ``subject`` is read with (``-p``), checked."""
+        raise NotImplementedError
+
+    def context(self, first: Loaded) -> int:
+        """T, the context the windows' sizes are multiples of."""
+        raise NotImplementedError
+
+    def heldout(self, first: Loaded) -> HeldoutFiles:
+        """The held-out files in ``first``'s token ids."""
+        raise NotImplementedError
+
+    def bos(self, subject: Subject, first: Loaded) -> int | None:
+        """The token ``subject``'s windows start with (``first``: the model the files were tokenized for)."""
+        raise NotImplementedError
+
+    def max_length(self, loaded: Loaded, longest: int) -> int | None:
+        """The longest window ``loaded`` is read at (None: any); ProbeError where it must read ``longest``."""
+        raise NotImplementedError
+
+    def label(self, subject: Subject, loaded: Loaded, applied: Mapping[str, Any]) -> str:
+        """``loaded``'s name in a table of scores, with the PE options ``applied`` at inference."""
+        return loaded.info.label
+
 
 class TaskReading(Reading):
     default_lengths = "unseen"  # the released notebook's attended distances
@@ -362,6 +460,71 @@ class CorpusReading(Reading):
 
     def __init__(self, subject: Subject):
         self.subject = subject
+        self._corpus: PreparedCorpus | None = None
+
+    def check_scored_together(self, subjects: Sequence[Subject]) -> None:
+        """Every run a code run of the one corpus (checked by fingerprint) at one training context."""
+        for s in subjects:
+            if not is_code_run(s.config):
+                Reading.check_scored_together(self, [s])
+        corpus = self.heldout(None)
+        for s in subjects[1:]:
+            if s.config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
+                raise ProbeError(
+                    f"{s.path} was trained on another corpus than the one in {corpus.folder}; compare runs of "
+                    "one task folder"
+                )
+        contexts = {training_context(s.config) for s in subjects}
+        if len(contexts) > 1:
+            raise ProbeError(
+                f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context"
+            )
+
+    def at_inference(self, subject: Subject, pe_options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Those of ``pe_options`` its PE has, a RoPE scaling's ``original_length`` its training context unless
+        given."""
+        from probe.models.registry import options_for
+        from probe.models.rotary import SCALINGS_WITH_LENGTH
+
+        applied = options_for(subject.config["pe"], dict(pe_options or {}))
+        if applied.get("scaling") in SCALINGS_WITH_LENGTH:
+            applied.setdefault("original_length", self.context(None))  # what "the length trained on" is here
+        return applied
+
+    def context(self, first: Loaded | None) -> int:
+        return training_context(self.subject.config)
+
+    def heldout(self, first: Loaded | None) -> PreparedCorpus:
+        if self._corpus is None:
+            self._corpus = run_corpus(self.subject.path, self.subject.config)
+        return self._corpus
+
+    def bos(self, subject: Subject, first: Loaded) -> int | None:
+        from probe.models.checkpoint import window_bos
+
+        return window_bos(subject.config)
+
+    def max_length(self, loaded: Loaded, longest: int) -> int | None:
+        """None: a code run must read every window; ProbeError where its n_ctx is short of ``longest``."""
+        n_ctx = loaded.model.cfg.n_ctx
+        if n_ctx < longest:
+            raise ProbeError(
+                f"{loaded.info.path} accepts {n_ctx} tokens; reading 2.5x its context needs {longest} "
+                f"(train with -m n_ctx={longest})"
+            )
+        return None
+
+    def label(self, subject: Subject, loaded: Loaded, applied: Mapping[str, Any]) -> str:
+        """``rotary+factor=2+scaling=yarn seed1 under cap=255``: the folder name of its PE as read."""
+        from probe.models.registry import pe_folder_name
+
+        config = subject.config
+        training = config.get("training", {}).get("pe_options", {})
+        seed_of = config.get("training", {}).get("seed", 0)
+        label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
+        if loaded.info.intervention:
+            label += f" under {loaded.info.intervention['name']}"
+        return label
 
     def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
         config = self.subject.config
@@ -417,6 +580,26 @@ class TextReading(Reading):
                 raise ProbeError(f"context must be an integer of at least 2 tokens, got {given!r}")
             return given
         return self.texts.run_context or min(first.context, HF_CONTEXT)
+
+    def check_scored_together(self, subjects: Sequence[Subject]) -> None:
+        """Nothing before loading: tokenizers are checked once loaded (:meth:`check_pair`)."""
+
+    def at_inference(self, subject: Subject, pe_options: Mapping[str, Any] | None) -> dict[str, Any]:
+        if pe_options:
+            raise ProbeError(
+                "-p applies probe's PE options at inference; hf: models are read as published: read them without -p"
+            )
+        return {}
+
+    def heldout(self, first: Loaded) -> TokenizedFiles:
+        return self.tokenized(first)
+
+    def bos(self, subject: Subject, first: Loaded) -> int | None:
+        return first.bos_id
+
+    def max_length(self, loaded: Loaded, longest: int) -> int | None:
+        """Its own: a context it cannot read (learned positions) is left out for it."""
+        return loaded.max_length
 
     def tokenized(self, loaded: Loaded) -> TokenizedFiles:
         """The held-out files in ``loaded``'s token ids (tokenized once per model: `probe compare A B C`

@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     out = console(stderr=args.json)
     with progress_bar(out, "comparing", width=40) as on_progress:
         report = compare_report(
-            first[0].run if first[0].path is not None else args.runs[0],
+            first[0].run or args.runs[0],  # an hf: model has no run
             args.runs[1:],
             root=args.checkpoints,
             task=task,

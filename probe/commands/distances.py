@@ -133,13 +133,11 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict]:
     """The models named (run folders, hf:), else the runs of the task (--paper: the paper's figure's), and
     the options that name their task or corpus."""
     from probe.analysis import task_runs
-    from probe.analysis.subjects import subjects_task
-    from probe.corpus import CODE_TASK
+    from probe.analysis.subjects import reads_code
     from probe.errors import ProbeError
 
     if args.runs:
-        task = subjects_task(args.runs, args.task)
-        return list(args.runs), parse_options(args.option, None) if task == CODE_TASK else {}
+        return list(args.runs), parse_options(args.option, None) if reads_code(args.runs, args.task) else {}
     task, scratchpad = args.task, args.scratchpad
     if args.paper:
         if args.task not in (None, PAPER_TASK) or args.scratchpad not in (None, PAPER_SCRATCHPAD):

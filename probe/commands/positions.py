@@ -143,18 +143,17 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict | None]:
     from pathlib import Path
 
     from probe.analysis import task_runs
-    from probe.analysis.subjects import split_hf, subjects_task
-    from probe.corpus import CODE_TASK
+    from probe.analysis.subjects import reads_code, split_hf
     from probe.errors import ProbeError
 
     if args.runs:
-        task = subjects_task(args.runs, args.task)
+        code = reads_code(args.runs, args.task)
         for name in split_hf(args.runs)[1]:
             if not Path(name, "config.json").is_file():
                 raise ProbeError(
                     f"{name} is not a run folder (it has no config.json); give run folders, hf:ID or hf:FOLDER"
                 )
-        return list(args.runs), parse_options(args.option, None) if task == CODE_TASK else None
+        return list(args.runs), parse_options(args.option, None) if code else None
     task, options = task_options(args.task, args.option, args.scratchpad)
     return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
 

@@ -64,11 +64,11 @@ def has_task(run: Run) -> bool:
 
 
 def is_code(run: Run) -> bool:
-    """A pretrained code model (`probe pretrain`): its tokenizer is the corpus's BPE, not a task's."""
-    from probe.corpus import CODE_TASK
-    from probe.models.checkpoint import task_name
+    """A pretrained code model (`probe pretrain`): its tokenizer is the corpus's BPE, not a task's (the
+    resolver's answer: :func:`probe.analysis.subjects.is_language_model`)."""
+    from probe.analysis.subjects import is_language_model
 
-    return task_name(run.config) == CODE_TASK
+    return is_language_model(run.config)
 
 
 def is_trained(run: Run) -> bool:

@@ -67,12 +67,12 @@ def hf_files(name: str, options: str):
     the context T it reads them at."""
     import torch
 
-    from probe.analysis.subjects import TextReading, resolve
+    from probe.analysis.subjects import reading_of, resolve
 
     subject = resolve(name)
     loaded = subject.load(torch.device("cpu"))
-    reading = TextReading([subject], json.loads(options))
-    return loaded, reading.tokenized(loaded), reading.context(loaded)
+    reading = reading_of([subject], json.loads(options))
+    return loaded, reading.heldout(loaded), reading.context(loaded)
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=32)

@@ -79,14 +79,15 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
 
 def _pretrained(folder: Path) -> dict[str, Any] | None:
     """A finished code run's held-out perplexity at its training context, or None."""
-    from probe.models.checkpoint import read_checkpoint_config, task_name
+    from probe.analysis.subjects import is_language_model
+    from probe.models.checkpoint import read_checkpoint_config
 
     try:
         config = read_checkpoint_config(folder)
     except ProbeError:
         return None
     metrics = config.get("metrics", {})
-    if task_name(config) != "code" or "heldout_perplexity" not in metrics:
+    if not is_language_model(config) or "heldout_perplexity" not in metrics:
         return None
     return {
         "run": str(folder),
