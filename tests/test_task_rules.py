@@ -301,3 +301,16 @@ def test_section5_scratchpads_fit_their_context():
         if (n := tokens(name, dict(options))) > n_ctx
     }
     assert not over, f"longest sequences at 2L over their n_ctx: {over}"
+
+
+def test_section6_fits_its_context():
+    """The Section 6 study's runs (grids/section6.toml: scratchpads and baselines in the authors' words)
+    each fit the context their block gives them at 2L."""
+    runs = [run for run in expand_grid(load_grid("section6"), "/tmp/unused-probe-root") if run.config.pe == "nope"]
+    over = {
+        run.path.parent.parent.name: (n, n_ctx)
+        for run in runs
+        if (n := tokens(run.config.task, dict(run.config.task_options)))
+        > (n_ctx := run.config.model.get("n_ctx", N_CTX))
+    }
+    assert len(runs) == 26 and not over, f"longest sequences at 2L over their n_ctx: {over}"
