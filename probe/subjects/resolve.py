@@ -4,7 +4,7 @@ A name is a PE (a run of the given task and seed under the checkpoints folder), 
 ``probe pretrain`` or ``probe import``), or ``hf:ID`` / ``hf:FOLDER`` (any model TransformerLens loads from
 Hugging Face files: :mod:`probe.models.hf`). :func:`resolve` is the one place that asks which; every analysis
 (compare, distances, positions, perplexity) takes subjects, loads each when it needs it (:meth:`Subject.load`)
-and reads the :class:`~probe.analysis.inputs.Inputs` its :class:`Reading` gives:
+and reads the :class:`~probe.subjects.inputs.Inputs` its :class:`Reading` gives:
 
 - **A task run** reads up to ``n_per_bucket`` gold examples of every length bucket of its task.
 - **Code runs** read windows of the held-out files of the corpus they were trained on, at multiples of their
@@ -30,20 +30,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import check_fits
-from probe.analysis.examples import TRAINED_FROM, fitting_examples, sample_buckets, task_of, trained_length
-from probe.analysis.inputs import ExampleGroup, Inputs, WindowGroup
-from probe.analysis.run_info import (
-    Lengths,
-    RunInfo,
-    check_comparable,
-    is_code_run,
-    pe_label,
-    run_info,
-    task_runs,
-    training_context,
-)
-from probe.analysis.windows import ContextWindows, HeldoutFiles, choose_windows, fitting_windows, run_windows
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import PreparedCorpus, run_corpus, run_tokenizer_json
@@ -53,6 +39,20 @@ from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, load_external, model_folder
 from probe.models.interventions import Intervention
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
+from probe.subjects.examples import TRAINED_FROM, fitting_examples, sample_buckets, task_of, trained_length
+from probe.subjects.inputs import ExampleGroup, Inputs, WindowGroup
+from probe.subjects.memory import check_fits
+from probe.subjects.run_info import (
+    Lengths,
+    RunInfo,
+    check_comparable,
+    is_code_run,
+    pe_label,
+    run_info,
+    task_runs,
+    training_context,
+)
+from probe.subjects.windows import ContextWindows, HeldoutFiles, choose_windows, fitting_windows, run_windows
 
 # T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of
 # 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
@@ -337,7 +337,7 @@ def task_subjects(
     seed: int | None = 0,
     pes: Sequence[str] | None = None,
 ) -> list[Subject]:
-    """The complete runs of a task folder (:func:`probe.analysis.run_info.task_runs`) as subjects."""
+    """The complete runs of a task folder (:func:`probe.subjects.run_info.task_runs`) as subjects."""
     return [resolve(run) for run in task_runs(root, task, options, seed, pes)]
 
 
