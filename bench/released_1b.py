@@ -60,8 +60,8 @@ def measure(name: str, device: str, dtype: str) -> dict:
     from probe.models.transformer import PETransformer
     from probe.subjects.inputs import Inputs, WindowGroup
     from probe.subjects.memory import keep_freed_memory
-    from probe.subjects.resolve import Loaded
     from probe.subjects.run_info import RunInfo
+    from probe.subjects.subject import Loaded
     from probe.subjects.windows import ContextWindows
 
     keep_freed_memory()

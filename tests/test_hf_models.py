@@ -39,7 +39,7 @@ from probe.models.hf import load_external
 from probe.models.hf_attention import logits_of
 from probe.runs.folders import run_dir
 from probe.subjects import choose_windows, paired_layers, resolve
-from probe.subjects.resolve import TextReading
+from probe.subjects.readings import TextReading
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
 
@@ -567,7 +567,8 @@ def test_a_model_folder_transformer_lens_cannot_load_is_one_line(tiny, tmp_path,
 def test_every_name_resolves_once_into_its_kind_of_subject(tiny, code_runs, checkpoints):
     from helpers import FOLDER, TASK_OPTIONS
 
-    from probe.subjects.resolve import CodeRun, HfModel, TaskRun, resolve, resolve_all
+    from probe.subjects.resolve import resolve, resolve_all
+    from probe.subjects.subject import CodeRun, HfModel, TaskRun
 
     task_run = resolve("t5", root=checkpoints, task="reverse", options=TASK_OPTIONS)
     assert isinstance(task_run, TaskRun) and task_run.path == checkpoints / FOLDER / "t5" / "seed0"
@@ -721,7 +722,8 @@ def test_explorer_shows_an_hf_models_attention_on_a_held_out_file(tiny, code_run
     of a held-out file in its own tokenizer, the maps of the one layer shown, as transformers computes them."""
     from helpers import run_page
 
-    from probe.subjects.resolve import TextReading, resolve
+    from probe.subjects.readings import TextReading
+    from probe.subjects.resolve import resolve
 
     neox = tiny.names["neox"]
     at = run_page("pretraining", code_runs.root, monkeypatch)

@@ -299,15 +299,17 @@ def test_the_internals_test_sees_each_kind_of_read(tmp_path):
 
 
 RESOLVER = PACKAGE / "subjects" / "resolve.py"  # the one module that knows what kind of subject it has
+KINDS = (PACKAGE / "subjects" / "subject.py", PACKAGE / "subjects" / "readings.py")  # where the kinds are defined
 CODE_TASK_HOME = PACKAGE / "corpus" / "prepared.py"  # where CODE_TASK is spelled, once
 
 
-def subject_kinds(resolver: Path = RESOLVER) -> tuple[set[str], set[str]]:
-    """(every subject and reading class of the resolver's module, the kinds among them: those defined on top of
-    another of them, as TaskRun on Subject or TextReading on Reading), read from its source."""
+def subject_kinds(modules: tuple[Path, ...] = KINDS) -> tuple[set[str], set[str]]:
+    """(every subject and reading class of the modules defining them, the kinds among them: those defined on top
+    of another of them, as TaskRun on Subject or TextReading on Reading), read from their source."""
     classes = {
         node.name: {b.id for b in node.bases if isinstance(b, ast.Name)}
-        for node in ast.parse(resolver.read_text()).body
+        for module in modules
+        for node in ast.parse(module.read_text()).body
         if isinstance(node, ast.ClassDef)
     }
     found = {"Subject", "Reading"}
@@ -354,7 +356,8 @@ def kind_questions(source: str, types: set[str], kinds: set[str], allow_code_tas
 def test_only_the_resolver_asks_what_kind_of_subject_it_has():
     """Every analysis written once: what differs by kind of subject is the subject's or its reading's to say
     (:mod:`probe.subjects.resolve`). Outside the resolver's module nothing checks a subject's or a reading's
-    type, imports a concrete kind (TaskRun, HfModel, TextReading, ...), or spells the code task's name."""
+    type, imports a concrete kind (TaskRun, HfModel, TextReading, ...), or spells the code task's name: not even
+    the modules defining the kinds (:mod:`probe.subjects.subject`, :mod:`probe.subjects.readings`)."""
     types, kinds = subject_kinds()
     assert {"Subject", "TaskRun", "CodeRun", "HfModel", "Reading", "TaskReading", "TextReading"} <= types
     asking = [

@@ -18,8 +18,8 @@ from probe.metrics import layer_distances
 from probe.models.transformer import build_model
 from probe.subjects.inputs import Inputs, PositionInput, WindowGroup
 from probe.subjects.memory import WORKING_BYTES, batches_within, layer_bytes, per_batch
-from probe.subjects.resolve import Loaded
 from probe.subjects.run_info import RunInfo
+from probe.subjects.subject import Loaded
 from probe.subjects.windows import ContextWindows
 
 LAYERS, HEADS, C = 4, 4, 320  # the window: one layer's float64 maps (3.3 MB) pass the JSD's 2 MiB blocks

@@ -107,8 +107,8 @@ def test_distances_on_the_real_model_hold_one_layer_of_maps_at_a_time(real):
 
     from probe.analysis.distances import attended_results
     from probe.subjects.inputs import Inputs, WindowGroup
-    from probe.subjects.resolve import Loaded
     from probe.subjects.run_info import RunInfo
+    from probe.subjects.subject import Loaded
     from probe.subjects.windows import ContextWindows
 
     loaded, _, ids = real

@@ -24,10 +24,8 @@ from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 from probe.subjects.inputs import Inputs
 from probe.subjects.memory import keep_freed_memory, memory_budget
+from probe.subjects.readings import Reading
 from probe.subjects.resolve import (
-    Loaded,
-    Reading,
-    Subject,
     baseline_label,
     check_together,
     file_stem,
@@ -39,6 +37,7 @@ from probe.subjects.resolve import (
     task_folder,
 )
 from probe.subjects.run_info import Lengths, Progress, RunInfo, paired_layers, within
+from probe.subjects.subject import Loaded, Subject
 
 
 def compare_loaded(

@@ -24,8 +24,9 @@ from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 from probe.subjects.inputs import Inputs, TokenBatch
 from probe.subjects.memory import WORKING_BYTES, keep_freed_memory, memory_budget
-from probe.subjects.resolve import Loaded, file_stem, home, readings, relabelled, resolve_all, task_folder
+from probe.subjects.resolve import file_stem, home, readings, relabelled, resolve_all, task_folder
 from probe.subjects.run_info import Lengths, Progress, within
+from probe.subjects.subject import Loaded
 
 
 def attended_results(

@@ -37,7 +37,9 @@ from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
 from probe.models.registry import pe_folder_name
 from probe.subjects.memory import keep_freed_memory, memory_budget, per_batch
-from probe.subjects.resolve import Reading, Subject, file_stem, home, reading_of, resolve_all
+from probe.subjects.readings import Reading
+from probe.subjects.resolve import file_stem, home, reading_of, resolve_all
+from probe.subjects.subject import Subject
 
 PAPER_CONTEXT = 1024
 PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560)  # its table's columns

@@ -120,7 +120,7 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
     say where, and print its JSON with the files under ``--json``; the paths written."""
     from pathlib import Path
 
-    from probe.subjects.resolve import HF_CONTEXT
+    from probe.subjects.readings import HF_CONTEXT
 
     if report.context is not None:
         out.print(

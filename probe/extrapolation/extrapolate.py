@@ -36,7 +36,8 @@ from probe.extrapolation.plan import (
 from probe.extrapolation.report import ExtrapolationReport, RunExtrapolation
 from probe.extrapolation.tasks import TaskScorer
 from probe.models.interventions import Intervention
-from probe.subjects.resolve import EXACT_MATCH, PERPLEXITY, Subject, home, reading_of, resolve_all
+from probe.subjects.resolve import home, reading_of, resolve_all
+from probe.subjects.subject import EXACT_MATCH, PERPLEXITY, Subject
 
 SCORERS = {EXACT_MATCH: TaskScorer, PERPLEXITY: LanguageModelScorer}  # a subject's measure -> how it is scored
 

@@ -20,7 +20,8 @@ from probe.extrapolation.tuning import Score, Tuned, validation_split
 from probe.models.attach import attached
 from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
-from probe.subjects.resolve import Loaded, Reading, Subject
+from probe.subjects.readings import Reading
+from probe.subjects.subject import Loaded, Subject
 
 LM_FIT_FILES = 4  # validation windows per step of a language model's per-head fit
 

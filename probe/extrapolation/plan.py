@@ -24,7 +24,7 @@ from probe.metrics import bootstrap_ci
 from probe.models.interventions import Intervention
 from probe.presets import EXTRAPOLATION_FIXED as FIXED
 from probe.presets import EXTRAPOLATION_TUNED as TUNED
-from probe.subjects.resolve import Subject
+from probe.subjects.subject import Subject
 
 FAMILIES = FIXED + TUNED
 VALID_SHARE = 0.2
@@ -56,7 +56,7 @@ def fixed_candidates(
 ) -> tuple[list[tuple[str, Intervention]], dict[str, str]]:
     """(family, intervention) of the fixed rules a model takes, and why it takes none of the others: ``distance``
     whether it has a relative distance to cap, ``rotary`` whether it takes a RoPE scaling (the subject's
-    answers: :meth:`probe.subjects.resolve.Subject.has_distance`, :meth:`~probe.subjects.resolve.Subject.rotates`)."""
+    answers: :meth:`probe.subjects.subject.Subject.has_distance`, :meth:`~probe.subjects.subject.Subject.rotates`)."""
     chosen, skipped = [], {}
     if "log-length" in settings.families:
         chosen.append(("log-length", Intervention(log_length=trained)))

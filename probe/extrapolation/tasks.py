@@ -29,7 +29,8 @@ from probe.extrapolation.tuning import (
 from probe.models.attach import attached
 from probe.models.interventions import Intervention
 from probe.subjects.examples import task_of
-from probe.subjects.resolve import Loaded, Reading, Subject
+from probe.subjects.readings import Reading
+from probe.subjects.subject import Loaded, Subject
 from probe.tasks.batches import EncodedSet, encode
 
 

@@ -1,5 +1,5 @@
 """What is analysed, and what it reads: a name (PE, run folder, imported run, ``hf:`` model) resolved once
-into a :class:`~probe.subjects.resolve.Subject` (:mod:`~probe.subjects.resolve`, the one module that knows
+into a :class:`~probe.subjects.subject.Subject` (:mod:`~probe.subjects.resolve`, the one module that asks
 which kind it has), and the :class:`~probe.subjects.inputs.Inputs` its reading gives: a task's length
 buckets (:mod:`~probe.subjects.examples`), or windows of held-out code at 1x and 2x a model's context
 (:mod:`~probe.subjects.windows`), in batches sized by what an analysis may hold at once
@@ -7,7 +7,7 @@ buckets (:mod:`~probe.subjects.examples`), or windows of held-out code at 1x and
 """
 
 from probe.subjects.examples import Bucket, sample_buckets
-from probe.subjects.resolve import Loaded, Subject, resolve, resolve_all
+from probe.subjects.resolve import resolve, resolve_all
 from probe.subjects.run_info import (
     Lengths,
     Progress,
@@ -19,6 +19,7 @@ from probe.subjects.run_info import (
     task_runs,
     training_context,
 )
+from probe.subjects.subject import Loaded, Subject
 from probe.subjects.windows import (
     MULTIPLES,
     ContextWindows,
