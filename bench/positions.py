@@ -37,8 +37,8 @@ def main() -> int:
     started = time.perf_counter()
     import torch
 
-    from probe.analysis import task_runs
     from probe.analysis.positions import positions_report
+    from probe.subjects import task_runs
 
     imported = time.perf_counter() - started
     if args.threads:

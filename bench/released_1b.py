@@ -52,17 +52,17 @@ MEASURES = ("forward_1024", "perplexity", "distances", "positions")
 
 def measure(name: str, device: str, dtype: str) -> dict:
     """One measure, in this process: seconds (per file or window, by context size) and the peak RSS."""
-    from probe.analysis.budget import keep_freed_memory
     from probe.analysis.distances import attended_results
-    from probe.analysis.inputs import Inputs, WindowGroup
     from probe.analysis.perplexity import ScoringPlan, scored_nll
     from probe.analysis.position_hooks import collect
-    from probe.analysis.run_info import RunInfo
-    from probe.analysis.subjects import Loaded
-    from probe.analysis.windows import ContextWindows
     from probe.device import resolve_dtype
     from probe.models.released import model_config
     from probe.models.transformer import PETransformer
+    from probe.subjects.inputs import Inputs, WindowGroup
+    from probe.subjects.memory import keep_freed_memory
+    from probe.subjects.run_info import RunInfo
+    from probe.subjects.subject import Loaded
+    from probe.subjects.windows import ContextWindows
 
     keep_freed_memory()
     placed = torch.device(device)

@@ -22,7 +22,7 @@ _LAZY = {
     "train_run": "probe.training.bookkeeping",
     "train_stacked": "probe.training.bookkeeping",
     "evaluate_run": "probe.analysis.evaluation",
-    "extrapolate": "probe.analysis.extrapolate",
+    "extrapolate": "probe.extrapolation.extrapolate",
     "read_eval": "probe.analysis.eval_report",
     "compare_runs": "probe.analysis",
     "compare_report": "probe.analysis",

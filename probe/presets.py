@@ -86,7 +86,7 @@ RECIPE_DEFAULTS = dict(weight_decay=0.05, warmup=0.06, schedule="polynomial", be
 CONTEXTS = {"tiny": 128, "small": 256, "base": 512, "lm-1b": 1024}  # training context on code (the paper: 1024)
 
 # `probe extrapolate`'s intervention families: fixed rules take the length trained on; tuned ones are
-# searched on a validation slice of the unseen lengths (``probe.analysis.extrapolation_plan``).
+# searched on a validation slice of the unseen lengths (``probe.extrapolation.plan``).
 EXTRAPOLATION_FIXED = ("log-length", "cap", "rope")
 EXTRAPOLATION_TUNED = ("temperature", "window", "head-temperature")
 

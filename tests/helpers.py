@@ -107,19 +107,19 @@ def make_checkpoints(root: Path) -> Path:
 
 def export_construction(directory: Path) -> Path:
     """The Theorem 1 / 2 model as `probe theorem --export` writes it: a tokenizer, no task."""
-    from probe.analysis import theorems
     from probe.models import save_checkpoint
-    from probe.models.constructions import theorem_model
+    from probe.theorems import checks
+    from probe.theorems.constructions import theorem_model
 
     model = theorem_model(16)
-    vocab = theorems.vocabulary(model.cfg.d_vocab)
+    vocab = checks.vocabulary(model.cfg.d_vocab)
     return save_checkpoint(
         model,
         directory / "theorem",
         construction="theorem1+2",
         max_length=16,
         vocabulary=vocab,
-        tokenizer=theorems.tokenizer_dict(vocab),
+        tokenizer=checks.tokenizer_dict(vocab),
     )
 
 

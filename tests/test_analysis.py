@@ -9,13 +9,14 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe.analysis import attended_distance_report, compare_report, compare_runs, sample_buckets, task_runs
+from probe.analysis import attended_distance_report, compare_report, compare_runs
 from probe.analysis.patterns import collect_patterns
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.metrics import layer_distances
 from probe.models import load_checkpoint
 from probe.runs.folders import run_dir
+from probe.subjects import sample_buckets, task_runs
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.training.bookkeeping import train_run

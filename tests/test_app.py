@@ -375,7 +375,7 @@ def test_extrapolation_page_shows_what_probe_extrapolate_saved_without_computing
     """The command's extrapolation.json is shown as it is; a run re-published since is not; nothing is measured."""
     import os
 
-    import probe.analysis.extrapolate
+    import probe.extrapolation.extrapolate
 
     root = tmp_path / "ck"
     shutil.copytree(checkpoints, root)
@@ -389,7 +389,7 @@ def test_extrapolation_page_shows_what_probe_extrapolate_saved_without_computing
     def refuse(*args, **kwargs):
         raise AssertionError("the page computed instead of showing the saved report")
 
-    monkeypatch.setattr(probe.analysis.extrapolate, "extrapolate", refuse)
+    monkeypatch.setattr(probe.extrapolation.extrapolate, "extrapolate", refuse)
     at = run_page("extrapolation", root, monkeypatch)
     assert "Saved by `probe extrapolate`" in texts(at.caption)
     assert charts(at) == 1 and [m.value for m in at.markdown if m.value.startswith("**NoPE**")]

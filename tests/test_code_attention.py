@@ -14,14 +14,7 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe.analysis import (
-    RunInfo,
-    attended_distance_report,
-    check_comparable,
-    choose_windows,
-    compare_runs,
-    run_windows,
-)
+from probe.analysis import attended_distance_report, compare_runs
 from probe.cli import main
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import corpus_of_run, load_corpus
@@ -29,6 +22,7 @@ from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.models.checkpoint import read_checkpoint_config
 from probe.runs.folders import Run, run_dir
+from probe.subjects import RunInfo, check_comparable, choose_windows, run_windows
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
 

@@ -57,7 +57,7 @@ def test_the_api_reference_documents_every_entry_point_with_its_parameters(site)
     for path in (
         "probe.runs.folders.load_run",
         "probe.models.checkpoint.load_checkpoint",
-        "probe.analysis.extrapolate.extrapolate",
+        "probe.extrapolation.extrapolate.extrapolate",
     ):
         section = page.split(f'id="{path}"', 1)[1].split("<h2 id=", 1)[0]
         assert "Parameters:" in section and ("<code>device</code>" in section or "<code>settings</code>" in section), (

@@ -12,15 +12,15 @@ import torch
 import torch.nn.functional as F
 from helpers import tiny_model
 
-from probe.analysis.examples import task_of
-from probe.analysis.extrapolate import extrapolate
-from probe.analysis.extrapolate_tasks import score_examples
-from probe.analysis.extrapolation_plan import VALID_SHARE, Settings
-from probe.analysis.tuning import Score, grid_search, validation_split
 from probe.cli import main
+from probe.extrapolation.extrapolate import extrapolate
+from probe.extrapolation.plan import VALID_SHARE, Settings
+from probe.extrapolation.tasks import score_examples
+from probe.extrapolation.tuning import Score, grid_search, validation_split
 from probe.models.attach import attached
 from probe.models.interventions import Intervention
 from probe.runs.folders import load_run, run_dir
+from probe.subjects.examples import task_of
 from probe.tasks.batches import encode
 from probe.tasks.decoding import evaluate_examples
 from probe.training.bookkeeping import train_run
@@ -214,7 +214,7 @@ def test_an_intervention_given_that_a_run_cannot_take_is_listed_as_not_applicabl
 def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first(runs, capsys, monkeypatch):
     """--dry-run prints each model's steps and an estimate, and evaluates none; a real call's progress hears
     every planned step, numbered over all models, with the total known from the first call."""
-    import probe.analysis.extrapolate as module
+    import probe.extrapolation.extrapolate as module
 
     real = module.extrapolate_one
     monkeypatch.setattr(module, "extrapolate_one", lambda *a: pytest.fail("--dry-run loaded a model"))
@@ -236,10 +236,10 @@ def test_the_plan_is_said_first_and_the_progress_counts_its_steps_from_the_first
 def test_the_estimate_counts_each_steps_reads_from_the_data(runs):
     """NoPE under cap and temperature: untouched and the tuned pick each read test and IID; the grid reads the
     validation slice once per temperature; no cap (NoPE has no distance)."""
-    from probe.analysis.extrapolate import plan
-    from probe.analysis.extrapolate_tasks import task_reads, task_sets
-    from probe.analysis.subjects import resolve
-    from probe.analysis.tuning import TEMPERATURES
+    from probe.extrapolation.extrapolate import plan
+    from probe.extrapolation.tasks import task_reads, task_sets
+    from probe.extrapolation.tuning import TEMPERATURES
+    from probe.subjects.resolve import resolve
 
     settings = Settings(families=("cap", "temperature"), n_valid=2, n_iid=4)
     (nope,) = plan(runs[:1], settings)

@@ -30,21 +30,16 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from probe.analysis import (
-    attended_distance_report,
-    choose_windows,
-    compare_report,
-    paired_layers,
-    resolve,
-)
+from probe.analysis import attended_distance_report, compare_report
 from probe.analysis.patterns import run_patterns
 from probe.analysis.perplexity import perplexity_report
-from probe.analysis.subjects import TextReading
 from probe.cli import main
 from probe.errors import ProbeError
 from probe.models.hf import load_external
 from probe.models.hf_attention import logits_of
 from probe.runs.folders import run_dir
+from probe.subjects import choose_windows, paired_layers, resolve
+from probe.subjects.readings import TextReading
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
 
@@ -572,7 +567,8 @@ def test_a_model_folder_transformer_lens_cannot_load_is_one_line(tiny, tmp_path,
 def test_every_name_resolves_once_into_its_kind_of_subject(tiny, code_runs, checkpoints):
     from helpers import FOLDER, TASK_OPTIONS
 
-    from probe.analysis.subjects import CodeRun, HfModel, TaskRun, resolve, resolve_all
+    from probe.subjects.resolve import resolve, resolve_all
+    from probe.subjects.subject import CodeRun, HfModel, TaskRun
 
     task_run = resolve("t5", root=checkpoints, task="reverse", options=TASK_OPTIONS)
     assert isinstance(task_run, TaskRun) and task_run.path == checkpoints / FOLDER / "t5" / "seed0"
@@ -653,11 +649,11 @@ def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window
     """Where the smallest step (one window through one layer: heads x c^2 cells, the model's working copies and
     the analysis's float64 one, 64 bytes a cell) exceeds the free memory: the estimate and what lowers it,
     exit 2, before any forward pass; never the kernel's OOM killer."""
-    import probe.analysis.budget as budget
     import probe.analysis.distances as distances
+    import probe.subjects.memory as memory
 
     neox = tiny.names["neox"]  # 4 heads, Rotary: reads 2T = 32 tokens, 4 x 32 x 32 x 64 bytes = 256 KiB
-    monkeypatch.setattr(budget, "available_memory", lambda: 160 * 1024)
+    monkeypatch.setattr(memory, "available_memory", lambda: 160 * 1024)
     read, read_layers = [], distances.read_layers
     monkeypatch.setattr(distances, "read_layers", lambda *args: read.append(args))
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 2
@@ -665,7 +661,7 @@ def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window
     assert "one layer of one 32-token input of " in line and "needs 256.0 KiB (4 maps of 32x32" in line
     assert "160.0 KiB free here; read at most about 25 tokens" in line and "-o context=N" in line and not read
     monkeypatch.setattr(distances, "read_layers", read_layers)
-    monkeypatch.setattr(budget, "available_memory", lambda: 256 * 1024)  # exactly enough: it reads
+    monkeypatch.setattr(memory, "available_memory", lambda: 256 * 1024)  # exactly enough: it reads
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 0
 
 
@@ -726,7 +722,8 @@ def test_explorer_shows_an_hf_models_attention_on_a_held_out_file(tiny, code_run
     of a held-out file in its own tokenizer, the maps of the one layer shown, as transformers computes them."""
     from helpers import run_page
 
-    from probe.analysis.subjects import TextReading, resolve
+    from probe.subjects.readings import TextReading
+    from probe.subjects.resolve import resolve
 
     neox = tiny.names["neox"]
     at = run_page("pretraining", code_runs.root, monkeypatch)
@@ -960,8 +957,8 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
     capsys.readouterr()
     assert main(["perplexity", tiny.names["neox"], "--intervene", "cap=5", *argv]) == 2
     assert "rotates" in one_line_error(capsys)
-    from probe.analysis.extrapolate import extrapolate
-    from probe.analysis.extrapolation_plan import Settings
+    from probe.extrapolation.extrapolate import extrapolate
+    from probe.extrapolation.plan import Settings
 
     settings = Settings(families=("cap",), multiples=(1.0, 2.0), max_files=4, options=tiny.options, batch_size=4)
     llama, neox = extrapolate([tiny.names["llama"], tiny.names["neox"]], settings).runs
@@ -991,8 +988,8 @@ def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny
 
 
 def test_extrapolate_reads_an_hf_model_and_code_runs_by_perplexity_per_multiple(tiny, code_runs, no_png, tmp_path):
-    from probe.analysis.extrapolate import extrapolate
-    from probe.analysis.extrapolation_plan import Settings
+    from probe.extrapolation.extrapolate import extrapolate
+    from probe.extrapolation.plan import Settings
 
     settings = Settings(
         families=("log-length", "rope", "temperature", "window", "head-temperature"), multiples=(1.0, 2.0), max_files=8,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from probe.analysis.eval_report import EvalReport
 from probe.analysis.evaluation import pe_ranking
-from probe.analysis.extrapolation_report import ExtrapolationReport, Outcome, RunExtrapolation
+from probe.extrapolation.report import ExtrapolationReport, Outcome, RunExtrapolation
 from probe.figures.extrapolation import extrapolation_figure
 from probe.models.interventions import Intervention
 

@@ -243,7 +243,7 @@ def test_a_capped_rotation_past_the_sequence_is_bit_identical_and_refuses_a_cach
 
 @pytest.mark.parametrize("pe", ["nope", "alibi", "rotary"])
 def test_fitted_head_scales_fold_into_the_fast_path_with_the_gradient_of_the_scores_by_hand(pe):
-    """The per-head fit's scales (probe.analysis.tuning) run in the fused kernels; their loss and gradient are
+    """The per-head fit's scales (probe.extrapolation.tuning) run in the fused kernels; their loss and gradient are
     those of each head's logits multiplied by hand on the explicit path."""
     model, x = model_of(pe), tokens()
     shape = (model.cfg.n_layers, model.cfg.n_heads)

@@ -170,7 +170,7 @@ def test_the_pretrained_pes_are_the_papers_three_and_the_pretrain_set():
 
 def test_only_the_resolver_asks_whether_a_name_is_an_hf_model():
     """An analysis never asks what kind of subject it has: `is_external` is defined in models/hf.py and
-    called in analysis/subjects.py, nowhere else (function-level imports included)."""
+    called in subjects/resolve.py, nowhere else (function-level imports included)."""
     users = sorted(
         str(path.relative_to(PACKAGE.parent))
         for path in PACKAGE.rglob("*.py")
@@ -182,7 +182,7 @@ def test_only_the_resolver_asks_whether_a_name_is_an_hf_model():
             for node in ast.walk(ast.parse(path.read_text()))
         )
     )
-    assert users == ["probe/analysis/subjects.py", "probe/models/hf.py"]
+    assert users == ["probe/models/hf.py", "probe/subjects/resolve.py"]
 
 
 def test_no_function_in_the_package_is_over_60_lines():
@@ -298,16 +298,18 @@ def test_the_internals_test_sees_each_kind_of_read(tmp_path):
     ]  # not m._probe_own: a name of probe's own
 
 
-RESOLVER = PACKAGE / "analysis" / "subjects.py"  # the one module that knows what kind of subject it has
+RESOLVER = PACKAGE / "subjects" / "resolve.py"  # the one module that knows what kind of subject it has
+KINDS = (PACKAGE / "subjects" / "subject.py", PACKAGE / "subjects" / "readings.py")  # where the kinds are defined
 CODE_TASK_HOME = PACKAGE / "corpus" / "prepared.py"  # where CODE_TASK is spelled, once
 
 
-def subject_kinds(resolver: Path = RESOLVER) -> tuple[set[str], set[str]]:
-    """(every subject and reading class of the resolver's module, the kinds among them: those defined on top of
-    another of them, as TaskRun on Subject or TextReading on Reading), read from its source."""
+def subject_kinds(modules: tuple[Path, ...] = KINDS) -> tuple[set[str], set[str]]:
+    """(every subject and reading class of the modules defining them, the kinds among them: those defined on top
+    of another of them, as TaskRun on Subject or TextReading on Reading), read from their source."""
     classes = {
         node.name: {b.id for b in node.bases if isinstance(b, ast.Name)}
-        for node in ast.parse(resolver.read_text()).body
+        for module in modules
+        for node in ast.parse(module.read_text()).body
         if isinstance(node, ast.ClassDef)
     }
     found = {"Subject", "Reading"}
@@ -353,8 +355,9 @@ def kind_questions(source: str, types: set[str], kinds: set[str], allow_code_tas
 
 def test_only_the_resolver_asks_what_kind_of_subject_it_has():
     """Every analysis written once: what differs by kind of subject is the subject's or its reading's to say
-    (:mod:`probe.analysis.subjects`). Outside the resolver's module nothing checks a subject's or a reading's
-    type, imports a concrete kind (TaskRun, HfModel, TextReading, ...), or spells the code task's name."""
+    (:mod:`probe.subjects.resolve`). Outside the resolver's module nothing checks a subject's or a reading's
+    type, imports a concrete kind (TaskRun, HfModel, TextReading, ...), or spells the code task's name: not even
+    the modules defining the kinds (:mod:`probe.subjects.subject`, :mod:`probe.subjects.readings`)."""
     types, kinds = subject_kinds()
     assert {"Subject", "TaskRun", "CodeRun", "HfModel", "Reading", "TaskReading", "TextReading"} <= types
     asking = [
@@ -369,7 +372,7 @@ def test_only_the_resolver_asks_what_kind_of_subject_it_has():
 def test_the_kind_rule_sees_each_way_of_asking():
     types, kinds = {"Subject", "HfModel", "TextReading"}, {"HfModel", "TextReading"}
     source = (
-        "from probe.analysis.subjects import HfModel\n"
+        "from probe.subjects.resolve import HfModel\n"
         "CODE_TASK = 'code'\n"
         "def f(s, r, config):\n"
         "    a = isinstance(s, (int, HfModel))\n"

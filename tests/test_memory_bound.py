@@ -10,17 +10,17 @@ import pytest
 import torch
 from helpers import LargestTensor
 
-from probe.analysis.budget import WORKING_BYTES, batches_within, layer_bytes, per_batch
 from probe.analysis.distances import attended_results
-from probe.analysis.inputs import Inputs, WindowGroup
 from probe.analysis.layerwise import group_distances
 from probe.analysis.patterns import capture_layers, read_layers, read_pairs, run_patterns
-from probe.analysis.position_hooks import PositionInput, collect, layer_blocks
-from probe.analysis.run_info import RunInfo
-from probe.analysis.subjects import Loaded
-from probe.analysis.windows import ContextWindows
+from probe.analysis.position_hooks import collect, layer_blocks
 from probe.metrics import layer_distances
 from probe.models.transformer import build_model
+from probe.subjects.inputs import Inputs, PositionInput, WindowGroup
+from probe.subjects.memory import WORKING_BYTES, batches_within, layer_bytes, per_batch
+from probe.subjects.run_info import RunInfo
+from probe.subjects.subject import Loaded
+from probe.subjects.windows import ContextWindows
 
 LAYERS, HEADS, C = 4, 4, 320  # the window: one layer's float64 maps (3.3 MB) pass the JSD's 2 MiB blocks
 VOCAB = 50

@@ -13,9 +13,8 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe.analysis.position_hooks import PositionInput, probe_positions
+from probe.analysis.position_hooks import probe_positions
 from probe.analysis.positions import analyse_positions
-from probe.analysis.run_info import RunInfo
 from probe.cli import main
 from probe.metrics.position_stats import (
     bootstrap_probe_scores,
@@ -31,7 +30,9 @@ from probe.metrics.position_stats import (
     sink_share,
 )
 from probe.models import build_model
-from probe.models.constructions import Content, alibi_target, theorem_model
+from probe.subjects.inputs import PositionInput
+from probe.subjects.run_info import RunInfo
+from probe.theorems.constructions import Content, alibi_target, theorem_model
 
 INFO = RunInfo("test", "nope", 0, "test")
 

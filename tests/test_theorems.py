@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from probe.analysis import theorems
 from probe.cli import main
 from probe.models import build_model, load_checkpoint, save_checkpoint, t5_relative_bucket
-from probe.models.constructions import (
+from probe.theorems import checks
+from probe.theorems.constructions import (
     BOS,
     BOS_ID,
     ONE,
@@ -171,15 +171,15 @@ def test_interpolation_mlp_is_exact_at_the_knots():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_verify_theorems_passes(dtype):
-    results = theorems.verify_theorems(48, dtype, seed=3)
-    assert [r.claim for r in results] == [c for c, _, _ in theorems.CLAIMS]
+    results = checks.verify_theorems(48, dtype, seed=3)
+    assert [r.claim for r in results] == [c for c, _, _ in checks.CLAIMS]
     assert all(r.passed for r in results), [r for r in results if not r.passed]
 
 
 def test_verify_theorems_deeper_model_and_given_lengths():
     model = theorem_model(40, n_layers=3, n_heads=3, seed=5, dtype=torch.float64)
-    results = theorems.verify_theorems(model=model, lengths=[1, 17, 40], seed=5)
-    assert {r.claim for r in results} == {claim for claim, _, _ in theorems.CLAIMS}  # every claim checked
+    results = checks.verify_theorems(model=model, lengths=[1, 17, 40], seed=5)
+    assert {r.claim for r in results} == {claim for claim, _, _ in checks.CLAIMS}  # every claim checked
     assert all(r.passed for r in results)
 
 
@@ -202,7 +202,7 @@ def test_one_corrupted_entry_fails_its_check(what, corrupt, claim):
     model = theorem_model(32, seed=1, dtype=torch.float64)
     with torch.no_grad():
         corrupt(model.state_dict())
-    results = {r.claim: r for r in theorems.verify_theorems(model=model, seed=1, lengths=[1, 2, 9, 20, 32])}
+    results = {r.claim: r for r in checks.verify_theorems(model=model, seed=1, lengths=[1, 2, 9, 20, 32])}
     assert not results[claim].passed, what
     # the independent recomputation sees it too (embedding: through the 1/t output)
     errors = claim_errors(
@@ -224,7 +224,7 @@ def natural_jsd(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return 0.5 * kl(p, m) + 0.5 * kl(q, m)
 
 
-def match_logits_numpy(match: theorems.Match, content, tokens: np.ndarray, f_rel) -> tuple[np.ndarray, np.ndarray]:
+def match_logits_numpy(match: checks.Match, content, tokens: np.ndarray, f_rel) -> tuple[np.ndarray, np.ndarray]:
     """Layer-2 logits of the NoPE model (our numpy forward) and content + f_rel(t - i) computed
     from the Content and the bias definition directly."""
     ours = numpy_forward(match.nope, tokens)[1]["logits"][0]
@@ -238,8 +238,8 @@ def match_logits_numpy(match: theorems.Match, content, tokens: np.ndarray, f_rel
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_alibi_match(dtype):
-    match = theorems.match_alibi(0.25, 64, seed=2, dtype=dtype)
-    result = theorems.verify_match(match, n_sequences=3, seed=2)
+    match = checks.match_alibi(0.25, 64, seed=2, dtype=dtype)
+    result = checks.verify_match(match, n_sequences=3, seed=2)
     assert result.passed and result.max_jsd < (1e-8 if dtype == "float32" else 1e-14), result
     if dtype == "float64":
         content = random_content(seed=2)
@@ -260,8 +260,8 @@ def random_t5_checkpoint(path, n_layers=1, seed=0):
 def test_t5_match_from_a_checkpoint(tmp_path):
     source = random_t5_checkpoint(tmp_path / "t5")
     T = 96  # beyond the last bucket (distance 113 for B=32, D=128) would need T > 113; see the next test
-    match = theorems.match_t5(source, layer=0, head=2, max_length=T, seed=1, dtype="float64")
-    result = theorems.verify_match(match, n_sequences=3, seed=1)
+    match = checks.match_t5(source, layer=0, head=2, max_length=T, seed=1, dtype="float64")
+    result = checks.verify_match(match, n_sequences=3, seed=1)
     assert result.passed and result.position_dims == T
     # the one-layer target is the checkpoint's own head 2 of layer 0
     tokens = torch.from_numpy(sequence(20, T, 4))[None]
@@ -285,20 +285,20 @@ def test_t5_match_from_a_checkpoint(tmp_path):
 def test_t5_match_later_layer_and_long_distances(tmp_path):
     source = random_t5_checkpoint(tmp_path / "t5", n_layers=2, seed=3)
     for dtype in ("float32", "float64"):
-        match = theorems.match_t5(source, layer=1, head=0, max_length=140, seed=3, dtype=dtype)
-        result = theorems.verify_match(match, n_sequences=2, seed=3)
+        match = checks.match_t5(source, layer=1, head=0, max_length=140, seed=3, dtype=dtype)
+        result = checks.verify_match(match, n_sequences=2, seed=3)
         assert result.passed, result
 
 
 def test_corrupted_match_weights_fail():
-    alibi = theorems.match_alibi(0.5, 48, dtype="float64")
+    alibi = checks.match_alibi(0.5, 48, dtype="float64")
     with torch.no_grad():
         alibi.nope.blocks[1].attn.W_Q[0, POS, 1] *= 1.01  # the slope on -t
-    assert not theorems.verify_match(alibi, n_sequences=2).passed
-    t5 = theorems.match_t5(theorems.random_t5_source(), max_length=48, dtype="float64")
+    assert not checks.verify_match(alibi, n_sequences=2).passed
+    t5 = checks.match_t5(checks.random_t5_source(), max_length=48, dtype="float64")
     with torch.no_grad():
         t5.nope.blocks[1].attn.W_K[0, 3 + 10, 20] += 0.5  # key code 10 -> component 20: bias[20, 10]
-    assert not theorems.verify_match(t5, n_sequences=2).passed
+    assert not checks.verify_match(t5, n_sequences=2).passed
 
 
 # --- the CLI ---------------------------------------------------------------------------------
@@ -310,11 +310,11 @@ def test_cli_theorem_table_json_and_export(tmp_path, capsys):
     assert "t1_mlp" in out and "float64" in out and "FAIL" not in out
     assert main(["theorem", "--max-length", "16", "--dtype", "float32", "--json", "--export", str(tmp_path)]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["passed"] and {c["claim"] for c in data["claims"]} == {c for c, _, _ in theorems.CLAIMS}
+    assert data["passed"] and {c["claim"] for c in data["claims"]} == {c for c, _, _ in checks.CLAIMS}
     model = load_checkpoint(data["exported"][0])
     assert model.metadata["construction"] == "theorem1+2" and model.metadata["vocabulary"][0] == "<bos>"
     assert model.metadata["tokenizer"]["kind"] == "word"
-    results = theorems.verify_theorems(model=model, lengths=[16])
+    results = checks.verify_theorems(model=model, lengths=[16])
     assert all(r.passed for r in results)
 
 
@@ -362,7 +362,7 @@ def test_cli_user_errors_are_one_line_exit_2(argv, needle, capsys):
 
 
 def test_cli_failure_exits_nonzero(monkeypatch, capsys):
-    real = theorems.theorem_model
+    real = checks.theorem_model
 
     def broken(*args, **kwargs):
         model = real(*args, **kwargs)
@@ -370,21 +370,21 @@ def test_cli_failure_exits_nonzero(monkeypatch, capsys):
             model.blocks[0].mlp.W_out[9, POS] = 30.0
         return model
 
-    monkeypatch.setattr(theorems, "theorem_model", broken)
+    monkeypatch.setattr(checks, "theorem_model", broken)
     assert main(["theorem", "--max-length", "16", "--dtype", "float64"]) == 1
     assert "FAIL" in capsys.readouterr().out
 
 
 def test_explorer_data():
     model = theorem_model(32, seed=0, dtype=torch.float64)
-    weights_ = theorems.construction_weights(model)
+    weights_ = checks.construction_weights(model)
     assert weights_["layer 1 head 1 W_O"][POS, 0] == 1 and weights_["W_E (dims 1-3)"].shape == (3, 16)
-    trace = theorems.residual_positions(model, 12)
+    trace = checks.residual_positions(model, 12)
     np.testing.assert_allclose(trace["attention"][:, POS], 1 / trace["t"], atol=1e-12)
     np.testing.assert_allclose(trace["mlp"][:, POS], trace["t"], atol=1e-9)
-    logits = theorems.relative_logits(model, 12)
+    logits = checks.relative_logits(model, 12)
     assert np.nanmax(np.abs(logits["relative"] - logits["expected"])) < 1e-9
     assert np.isnan(logits["logits"][0, 1])
-    response = theorems.mlp_response(model, 101)
+    response = checks.mlp_response(model, 101)
     np.testing.assert_allclose(response["at_knots"], response["target_at_knots"], atol=1e-9)
     assert np.all(response["value"] >= 1 / response["x"] - 1e-9)  # chords of a convex 1/x lie above it

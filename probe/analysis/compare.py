@@ -1,9 +1,9 @@
 """`probe compare`: D^(l)(A, B) per layer and length bucket (Section 4.2, Eq. similarity), on the same inputs for
 both models, with A vs A' (another seed of A; NoPE vs NoPE') as the baseline.
 
-Written once for every subject (:mod:`probe.analysis.subjects`): a task run's length buckets, a code model's
+Written once for every subject (:mod:`probe.subjects.resolve`): a task run's length buckets, a code model's
 windows at 1x and 2x its context (a context size standing for a length bucket), models of different depth
-compared layer by layer at the same relative depth (:func:`probe.analysis.run_info.paired_layers`).
+compared layer by layer at the same relative depth (:func:`probe.subjects.run_info.paired_layers`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,17 @@ from typing import Any
 
 import torch
 
-from probe.analysis.budget import keep_freed_memory, memory_budget
-from probe.analysis.inputs import Inputs
 from probe.analysis.layerwise import group_distances
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
-from probe.analysis.run_info import Lengths, Progress, RunInfo, paired_layers, within
-from probe.analysis.subjects import (
-    Loaded,
-    Reading,
-    Subject,
+from probe.device import resolve_dtype
+from probe.metrics import Metric
+from probe.metrics.jsd import check_metric
+from probe.models.interventions import Intervention
+from probe.runs.folders import Run
+from probe.subjects.inputs import Inputs
+from probe.subjects.memory import keep_freed_memory, memory_budget
+from probe.subjects.readings import Reading
+from probe.subjects.resolve import (
     baseline_label,
     check_together,
     file_stem,
@@ -34,11 +36,8 @@ from probe.analysis.subjects import (
     resolve_all,
     task_folder,
 )
-from probe.device import resolve_dtype
-from probe.metrics import Metric
-from probe.metrics.jsd import check_metric
-from probe.models.interventions import Intervention
-from probe.runs.folders import Run
+from probe.subjects.run_info import Lengths, Progress, RunInfo, paired_layers, within
+from probe.subjects.subject import Loaded, Subject
 
 
 def compare_loaded(
@@ -57,7 +56,7 @@ def compare_loaded(
     """D^(l)(A, B) on ``inputs`` (Eq. similarity): per input, the minimum over head pairs of the mean JSD of
     their attention rows, layer l of A against the layer of B at its relative depth; per bucket and overall,
     the mean with a bootstrap interval. Distances in float64; maps read a block of layers at a time within
-    :func:`probe.analysis.budget.memory_budget` (:mod:`probe.analysis.layerwise`)."""
+    :func:`probe.subjects.memory.memory_budget` (:mod:`probe.analysis.layerwise`)."""
     layers_b = paired_layers(a.model.cfg.n_layers, b.model.cfg.n_layers)
     budget = memory_budget()
     parts = [

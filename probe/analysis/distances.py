@@ -1,7 +1,7 @@
 """`probe distances`: the normalized attended distance d̄ of output queries, pooled over layers, heads and
 inputs into one histogram per subject (Section 5.1, Figure attended_distance).
 
-Written once for every subject (:mod:`probe.analysis.subjects`): a task run's output queries over its length
+Written once for every subject (:mod:`probe.subjects.resolve`): a task run's output queries over its length
 buckets give one result; a code model's windows give one result per context size (``<model> @1x``, ``@2x``),
 every query of a window counted.
 """
@@ -15,17 +15,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import WORKING_BYTES, keep_freed_memory, memory_budget
-from probe.analysis.inputs import Inputs, TokenBatch
 from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
-from probe.analysis.run_info import Lengths, Progress, within
-from probe.analysis.subjects import Loaded, file_stem, home, readings, relabelled, resolve_all, task_folder
 from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
 from probe.models.interventions import Intervention
 from probe.runs.folders import Run
+from probe.subjects.inputs import Inputs, TokenBatch
+from probe.subjects.memory import WORKING_BYTES, keep_freed_memory, memory_budget
+from probe.subjects.resolve import file_stem, home, readings, relabelled, resolve_all, task_folder
+from probe.subjects.run_info import Lengths, Progress, within
+from probe.subjects.subject import Loaded
 
 
 def attended_results(

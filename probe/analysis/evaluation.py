@@ -12,14 +12,14 @@ from typing import Any
 import torch
 
 from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
-from probe.analysis.examples import trained_length
-from probe.analysis.subjects import resolve
 from probe.atomic import write_json_and_csv
 from probe.errors import ProbeError
 from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
 from probe.runs.folders import LAST, Run
 from probe.runs.locks import run_lock
+from probe.subjects.examples import trained_length
+from probe.subjects.resolve import resolve
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.decoding import EvalResult, evaluate_examples, teacher_forced_examples

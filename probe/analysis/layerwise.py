@@ -14,11 +14,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import WORKING_BYTES
-from probe.analysis.inputs import Group
 from probe.analysis.patterns import read_pairs
-from probe.analysis.run_info import Progress
 from probe.metrics import layer_distances
+from probe.subjects.inputs import Group
+from probe.subjects.memory import WORKING_BYTES
+from probe.subjects.run_info import Progress
 
 STORED_BYTES = 4  # a kept float32 map's bytes per (head, query, key) cell
 

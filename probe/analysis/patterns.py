@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import batches_within
 from probe.errors import ProbeError
+from probe.subjects.inputs import padded
+from probe.subjects.memory import batches_within
 from probe.tasks import Example, Tokenizer
 
 
@@ -165,18 +166,10 @@ def capture_layers(
     model, tokens: Tensor, layers: Sequence[int] | None = None, lengths: Tensor | None = None
 ) -> dict[int, Tensor]:
     """layer -> [batch, head, query, key] float32 maps of the ``layers`` asked for (default all): what
-    :func:`read_layers` hands over, kept. Size ``layers`` to the memory at hand (:mod:`probe.analysis.budget`)."""
+    :func:`read_layers` hands over, kept. Size ``layers`` to the memory at hand (:mod:`probe.subjects.memory`)."""
     kept: dict[int, Tensor] = {}
     read_layers(model, tokens, kept.__setitem__, layers, lengths)
     return kept
-
-
-def padded(rows: Sequence[Sequence[int]], pad_id: int) -> Tensor:
-    """[batch, width] long: each row's ids, right-padded with ``pad_id`` to the longest."""
-    tokens = torch.full((len(rows), max(len(ids) for ids in rows)), pad_id, dtype=torch.long)
-    for i, ids in enumerate(rows):
-        tokens[i, : len(ids)] = torch.as_tensor(ids)
-    return tokens
 
 
 def run_patterns(model, tokens: Tensor) -> Tensor:

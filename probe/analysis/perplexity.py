@@ -30,14 +30,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.budget import keep_freed_memory, memory_budget, per_batch
-from probe.analysis.subjects import Reading, Subject, file_stem, home, reading_of, resolve_all
 from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
 from probe.models.registry import pe_folder_name
+from probe.subjects.memory import keep_freed_memory, memory_budget, per_batch
+from probe.subjects.readings import Reading
+from probe.subjects.resolve import file_stem, home, reading_of, resolve_all
+from probe.subjects.subject import Subject
 
 PAPER_CONTEXT = 1024
 PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560)  # its table's columns
@@ -107,7 +109,7 @@ def scored_nll(
     """[file, scored] float64 NLL of each file's last ``scored`` tokens, read as its last ``context``
     tokens (with ``bos``: that token and the last ``context - 1``). Every file must have at least
     ``context`` tokens, and the model must read ``context`` tokens (the caller checks its n_ctx). A batch's
-    logits over the whole vocabulary stay within :func:`probe.analysis.budget.memory_budget`."""
+    logits over the whole vocabulary stay within :func:`probe.subjects.memory.memory_budget`."""
     if scored >= context:
         raise ProbeError(f"scoring {scored} tokens needs a context of more than {scored}, got {context}")
     model.eval()
@@ -196,7 +198,7 @@ class PerplexityReport:
     lengths: Tensor  # [file] tokens
     runs: list[RunPerplexity]
     seed: int = 0
-    folder: Path | None = None  # beside the runs (probe.analysis.subjects.home)
+    folder: Path | None = None  # beside the runs (probe.subjects.resolve.home)
     name: str = "perplexity"  # the outputs' folder: perplexity, perplexity+<options>, perplexity+<hf models>
     _rows: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -333,7 +335,7 @@ def perplexity_report(
     docstring). Code runs read the corpus they were trained on, at multiples of their training context;
     ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the runs whose PE has them, with
     ``original_length`` the training context unless given. Where an ``hf:`` model is among them
-    (:mod:`probe.analysis.subjects`), every model reads the same held-out texts with its own tokenizer
+    (:mod:`probe.subjects.resolve`), every model reads the same held-out texts with its own tokenizer
     (``options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
     model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files,
     drawn with ``seed``. ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision
@@ -365,7 +367,7 @@ def _read(
     dtype: torch.dtype | None,
 ) -> PerplexityReport:
     """Every model on the held-out files its reading gives, tokenized for the first (a code run's own corpus,
-    or the same texts for all: :mod:`probe.analysis.subjects`), at multiples of the reading's T; one model
+    or the same texts for all: :mod:`probe.subjects.resolve`), at multiples of the reading's T; one model
     held at a time."""
     applied = [reading.at_inference(s, pe_options) for s in subjects]  # every model's options checked first
     loaded = subjects[0].load(device, pe_options=applied[0], dtype=dtype)

@@ -13,9 +13,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import WORKING_BYTES, batches_within, memory_budget
-from probe.analysis.patterns import padded
-from probe.analysis.run_info import Progress
 from probe.errors import ProbeError
 from probe.metrics.position_stats import (
     LogitBases,
@@ -28,17 +25,9 @@ from probe.metrics.position_stats import (
     row_entropy,
     sink_share,
 )
-
-
-@dataclass(frozen=True)
-class PositionInput:
-    """One sequence to read: its tokens, whether its length was seen in training, its group (length
-    bucket or context size) and its landmark (index of ``<sep>``; None where there is none)."""
-
-    tokens: Tensor  # [pos] long
-    seen: bool
-    group: int
-    landmark: int | None = None
+from probe.subjects.inputs import PositionInput, padded
+from probe.subjects.memory import WORKING_BYTES, batches_within, memory_budget
+from probe.subjects.run_info import Progress
 
 
 def hook_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
@@ -151,7 +140,7 @@ def collect(
     patterns and outputs into statistics at once (one layer's maps alive), and a block's logit statistics,
     which grow with the square of the inputs' length, are decomposed into head shares and dropped before the
     next block is read. The blocks are every layer where their statistics fit ``budget`` (default
-    :func:`probe.analysis.budget.memory_budget`), so a long context costs forward passes, not memory; each
+    :func:`probe.subjects.memory.memory_budget`), so a long context costs forward passes, not memory; each
     pass stops after its block's last layer. Hooks are bound to the names asked for (a bridge's hook may carry
     its canonical name instead)."""
     names = hook_names(model)

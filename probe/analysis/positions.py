@@ -34,9 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import keep_freed_memory
-from probe.analysis.position_hooks import PositionInput, collect
-from probe.analysis.run_info import Progress, RunInfo, within
+from probe.analysis.position_hooks import collect
 from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
@@ -49,6 +47,9 @@ from probe.metrics.position_stats import (
     probe_statistics,
 )
 from probe.models.interventions import Intervention
+from probe.subjects.inputs import PositionInput
+from probe.subjects.memory import keep_freed_memory
+from probe.subjects.run_info import Progress, RunInfo, within
 
 SINK_FIRST = (1, 4)  # the first k tokens whose attention share is reported
 SHARES = ("relative", "absolute", "both", "position", "content")
@@ -402,13 +403,13 @@ def positions_report(
     dtype: str | torch.dtype | None = None,
     intervention: Intervention | None = None,
 ) -> PositionsReport:
-    """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.analysis.subjects`): task runs read
+    """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.subjects.resolve`): task runs read
     their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
     context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them.
     ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision.
     ``intervention``: every model read under it (:mod:`probe.models.interventions`)."""
     keep_freed_memory(trim=2**27)  # its logit statistics stay long: keep less beside them
-    from probe.analysis.subjects import file_stem, home, readings, resolve_all
+    from probe.subjects.resolve import file_stem, home, readings, resolve_all
 
     device = torch.device(device)
     settings = dict(
@@ -453,7 +454,7 @@ class PositionsReport:
 
     results: list[PositionResult]
     settings: dict[str, Any]  # n_per_bucket, seed, alpha, resamples, max_positions
-    folder: Path  # beside the runs (probe.analysis.subjects.home)
+    folder: Path  # beside the runs (probe.subjects.resolve.home)
     stem: str = ""  # the hf: models among the subjects, for output names
     context: int | None = None  # T, the context code models were read at; None for task runs
 

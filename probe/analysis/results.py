@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.run_info import RunInfo
 from probe.metrics import BootstrapCI, Histogram, attended_distances, bimodality_coefficient, bootstrap_ci, histogram
+from probe.subjects.run_info import RunInfo
 
 N_RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -305,7 +305,7 @@ class AttendedReport:
     seed: int
     bins: int
     task_folder: str = ""
-    folder: Path | None = None  # beside the runs (probe.analysis.subjects.home)
+    folder: Path | None = None  # beside the runs (probe.subjects.resolve.home)
     stem: str = ""  # the hf: models among the subjects, for output names (hf-gpt2)
 
     @property

@@ -120,7 +120,7 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
     say where, and print its JSON with the files under ``--json``; the paths written."""
     from pathlib import Path
 
-    from probe.analysis.subjects import HF_CONTEXT
+    from probe.subjects.readings import HF_CONTEXT
 
     if report.context is not None:
         out.print(
@@ -156,7 +156,7 @@ def check_out_beside(args: argparse.Namespace, names, options, stem: str, comman
     if args.out:
         check_out(args, args.out, command)
         return
-    from probe.analysis.subjects import home, resolve_all
+    from probe.subjects.resolve import home, resolve_all
 
     check_out(args, home(resolve_all(list(names)), args.checkpoints, options) / stem, command)
 

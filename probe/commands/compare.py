@@ -167,11 +167,11 @@ def detail_table(result):
 
 def run(args: argparse.Namespace) -> int:
     from probe.analysis import compare_report
-    from probe.analysis.subjects import home, resolve_all, subjects_task
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted
     from probe.runs.folders import train_command
+    from probe.subjects.resolve import home, resolve_all, subjects_task
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")

@@ -132,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
 def _subjects(args: argparse.Namespace) -> tuple[list, dict]:
     """The models named (run folders, hf:), else the runs of the task (--paper: the paper's figure's), and
     the options that name their task or corpus."""
-    from probe.analysis import task_runs
-    from probe.analysis.subjects import reads_code
     from probe.errors import ProbeError
+    from probe.subjects import task_runs
+    from probe.subjects.resolve import reads_code
 
     if args.runs:
         return list(args.runs), parse_options(args.option, None) if reads_code(args.runs, args.task) else {}

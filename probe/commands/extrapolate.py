@@ -92,11 +92,11 @@ def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.extrapolate import estimate, extrapolate, plan
-    from probe.analysis.extrapolation_plan import FAMILIES, MULTIPLES, Settings
-    from probe.analysis.extrapolation_report import best_line
     from probe.device import resolve_device
     from probe.errors import ProbeError
+    from probe.extrapolation.extrapolate import estimate, extrapolate, plan
+    from probe.extrapolation.plan import FAMILIES, MULTIPLES, Settings
+    from probe.extrapolation.report import best_line
     from probe.figures.terminal import fitted
     from probe.models.interventions import parse_intervention
 
@@ -175,7 +175,7 @@ def _runs(args: argparse.Namespace) -> list[str]:
 def _table(report):
     from rich.table import Table
 
-    from probe.analysis.extrapolation_report import IID_MARGIN, format_value, iid_cell, shown
+    from probe.extrapolation.report import IID_MARGIN, format_value, iid_cell, shown
 
     exact = report.measure == "exact match"
     headline = "OOD exact match" if exact else "perplexity past T"

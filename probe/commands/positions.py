@@ -142,9 +142,9 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict | None]:
     """The models named (run folders, hf:), else the runs of the task, and the options naming their corpus."""
     from pathlib import Path
 
-    from probe.analysis import task_runs
-    from probe.analysis.subjects import reads_code, split_hf
     from probe.errors import ProbeError
+    from probe.subjects import task_runs
+    from probe.subjects.resolve import reads_code, split_hf
 
     if args.runs:
         code = reads_code(args.runs, args.task)

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
     from rich.console import Console
 
-    from probe.analysis import theorems
+    from probe.theorems import checks
 
     console = Console()
     dtypes = ["float32", "float64"] if args.dtype == "both" else [args.dtype]
@@ -76,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
         results += _with_progress(
             f"Theorems 1-2, {dtype}",
             args.max_length,
-            lambda progress, dtype=dtype: theorems.verify_theorems(
-                args.max_length, dtype, args.seed, progress=progress
-            ),
+            lambda progress, dtype=dtype: checks.verify_theorems(args.max_length, dtype, args.seed, progress=progress),
         )
     exported = []
     if args.export:
@@ -92,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
                     "seed": args.seed,
                     "passed": passed,
                     "claims": [r.to_dict() for r in results],
-                    "tolerances": theorems.TOLERANCES,
+                    "tolerances": checks.TOLERANCES,
                     "exported": [str(p) for p in exported],
                 },
                 indent=2,
@@ -125,7 +123,7 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
     from rich.markup import escape
     from rich.table import Table
 
-    from probe.analysis.theorems import CLAIMS, TOLERANCES
+    from probe.theorems.checks import CLAIMS, TOLERANCES
 
     table = Table(
         title=f"Theorems 1 and 2, constructed NoPE weights: max |error| over a random sequence of "
@@ -159,12 +157,12 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
 
 
 def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
-    from probe.analysis import theorems
+    from probe.theorems import checks
 
     source, name, note = None, "t5", None
     if args.match == "t5":
         if args.source is None:
-            source = theorems.random_t5_source(seed=args.seed)
+            source = checks.random_t5_source(seed=args.seed)
             note = f"no --from: matching a random N(0, 1) T5 bias table (seed {args.seed})"
         else:
             from probe.runs.folders import load_run
@@ -174,11 +172,11 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
     results, matches = [], {}
     for dtype in dtypes:
         if args.match == "alibi":
-            match = theorems.match_alibi(0.5 if args.slope is None else args.slope, args.max_length, args.seed, dtype)
+            match = checks.match_alibi(0.5 if args.slope is None else args.slope, args.max_length, args.seed, dtype)
         else:
-            match = theorems.match_t5(source, args.layer, args.head, args.max_length, args.seed, dtype, name)
+            match = checks.match_t5(source, args.layer, args.head, args.max_length, args.seed, dtype, name)
         matches[dtype] = match
-        results.append(theorems.verify_match(match, args.max_length, args.sequences, args.seed))
+        results.append(checks.verify_match(match, args.max_length, args.sequences, args.seed))
     exported = []
     if args.export:
         exported.append(_export_match(Path(args.export), args, matches[dtypes[0]], results[0], source))
@@ -240,19 +238,19 @@ def _match_table(results, args: argparse.Namespace):
 
 
 def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
-    from probe.analysis import theorems
     from probe.models.checkpoint import save_checkpoint
-    from probe.models.constructions import theorem_model
+    from probe.theorems import checks
+    from probe.theorems.constructions import theorem_model
 
     model = theorem_model(args.max_length, seed=args.seed)
-    vocab = theorems.vocabulary(model.cfg.d_vocab)
+    vocab = checks.vocabulary(model.cfg.d_vocab)
     return save_checkpoint(
         model,
         directory / "theorem",
         construction="theorem1+2",
         max_length=args.max_length,
         vocabulary=vocab,
-        tokenizer=theorems.tokenizer_dict(vocab),
+        tokenizer=checks.tokenizer_dict(vocab),
         claims=[r.to_dict() for r in results],
     )
 
@@ -260,13 +258,13 @@ def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
 def _export_match(directory: Path, args: argparse.Namespace, match, result, source) -> Path:
     import torch
 
-    from probe.analysis import theorems
     from probe.models.checkpoint import save_checkpoint
+    from probe.theorems import checks
 
     model = match.nope.to(torch.float32)
     metadata = getattr(source, "metadata", None) or {}
     tokenizer = metadata.get("tokenizer")
-    vocab = metadata.get("vocabulary") or theorems.vocabulary(model.cfg.d_vocab)
+    vocab = metadata.get("vocabulary") or checks.vocabulary(model.cfg.d_vocab)
     return save_checkpoint(
         model,
         directory / f"match-{args.match}",
@@ -275,6 +273,6 @@ def _export_match(directory: Path, args: argparse.Namespace, match, result, sour
         source=args.source,
         max_length=args.max_length,
         vocabulary=vocab,
-        tokenizer=tokenizer or theorems.tokenizer_dict(vocab),
+        tokenizer=tokenizer or checks.tokenizer_dict(vocab),
         match=result.to_dict(),
     )

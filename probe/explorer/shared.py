@@ -65,8 +65,8 @@ def has_task(run: Run) -> bool:
 
 def is_code(run: Run) -> bool:
     """A pretrained code model (`probe pretrain`): its tokenizer is the corpus's BPE, not a task's (the
-    resolver's answer: :func:`probe.analysis.subjects.is_language_model`)."""
-    from probe.analysis.subjects import is_language_model
+    resolver's answer: :func:`probe.subjects.resolve.is_language_model`)."""
+    from probe.subjects.resolve import is_language_model
 
     return is_language_model(run.config)
 
@@ -202,7 +202,7 @@ def pick_task_folder(found: list[Run], preferred: str | None = None, key: str | 
 def hf_models(label: str, key: str) -> list[str]:
     """Models typed as ``hf:ID`` or ``hf:FOLDER`` (any model TransformerLens loads), space-separated;
     a word without ``hf:`` is named in an error and left out."""
-    from probe.analysis.subjects import split_hf
+    from probe.subjects.resolve import split_hf
 
     typed = st.text_input(
         label,
@@ -256,8 +256,8 @@ def pick_source(found: list[Run], key: str, preferred: str | None = None) -> Sou
         members = [r for r in trained if task_folder(r) == folder]
         code = is_code(members[0])
         return Source(folder, members, code, corpus_options(members) if code else {})
-    from probe.analysis.subjects import HF_CONTEXT
     from probe.corpus import CorpusSpec
+    from probe.subjects.readings import HF_CONTEXT
 
     default = CorpusSpec.from_options({})
     left, middle, right = st.columns(3)

@@ -21,7 +21,7 @@ def _name(outcome: Mapping[str, Any]) -> str:
 
 
 def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
-    """One panel per run of a PE (as :meth:`probe.analysis.extrapolation_report.RunExtrapolation.to_json` gives
+    """One panel per run of a PE (as :meth:`probe.extrapolation.report.RunExtrapolation.to_json` gives
     it): a line per intervention with its 95% interval as error bars; untouched solid, fixed rules dashed,
     tuned dotted. Perplexity on a log axis: past the context it grows by orders of magnitude. Each curve is
     named in the legend, once (a tuned value differs from run to run); each tick gives its bucket's examples

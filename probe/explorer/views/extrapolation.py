@@ -8,9 +8,9 @@ import json
 
 import streamlit as st
 
-from probe.analysis.extrapolation_plan import FAMILIES
-from probe.analysis.extrapolation_report import headline_rows
 from probe.explorer import shared
+from probe.extrapolation.plan import FAMILIES
+from probe.extrapolation.report import headline_rows
 from probe.figures.extrapolation import extrapolation_figure
 
 st.header("Extrapolation")
@@ -26,9 +26,9 @@ st.caption(
 @st.cache_data(show_spinner=False, max_entries=64)
 def measure(name: str, version: float, families: tuple[str, ...], given: str, n_valid: int, options: str) -> dict:
     """One model's extrapolation as `probe extrapolate` writes it (cached per model and settings)."""
-    from probe.analysis.extrapolate import extrapolate
-    from probe.analysis.extrapolation_plan import Settings
     from probe.device import resolve_device
+    from probe.extrapolation.extrapolate import extrapolate
+    from probe.extrapolation.plan import Settings
     from probe.models.interventions import parse_intervention
 
     settings = Settings(

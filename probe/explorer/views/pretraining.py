@@ -9,10 +9,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from probe.analysis import context_sizes, training_context
 from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.figures import attention_heatmaps, perplexity_figure
+from probe.subjects import context_sizes, training_context
 
 MEASURE = "measure here"
 REPORT = "perplexity.json"
@@ -41,7 +41,7 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
 @st.cache_resource(show_spinner="Loading the held-out files…", max_entries=4)
 def corpus_of(path: str, version: float):
     """The prepared corpus beside a code run, checked to be the one it was trained on."""
-    from probe.analysis import run_corpus
+    from probe.corpus.prepared import run_corpus
     from probe.models.checkpoint import read_checkpoint_config
 
     return run_corpus(path, read_checkpoint_config(path))
@@ -67,7 +67,7 @@ def hf_files(name: str, options: str):
     the context T it reads them at."""
     import torch
 
-    from probe.analysis.subjects import reading_of, resolve
+    from probe.subjects.resolve import reading_of, resolve
 
     subject = resolve(name)
     loaded = subject.load(torch.device("cpu"))

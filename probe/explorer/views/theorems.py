@@ -7,12 +7,12 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from probe.analysis import theorems
-from probe.models.constructions import theorem_model
+from probe.theorems import checks
+from probe.theorems.constructions import theorem_model
 
 st.header("Theorems 1 and 2: NoPE can represent absolute and relative positions")
 st.caption(
-    "Appendix C's weights as a real TransformerLens model (`probe.models.constructions.theorem_model`), run on "
+    "Appendix C's weights as a real TransformerLens model (`probe.theorems.constructions.theorem_model`), run on "
     "random token sequences that start with `<bos>`. The paper's dimensions 1, 2, 3 are residual indices 0, 1, "
     "2."
 )
@@ -33,14 +33,14 @@ length = st.slider(
 
 @st.cache_resource(show_spinner="Building the construction…", max_entries=8)
 def construction(max_length: int, dtype: str, seed: int):
-    return theorem_model(max_length, seed=seed, dtype=theorems.parse_dtype(dtype))
+    return theorem_model(max_length, seed=seed, dtype=checks.parse_dtype(dtype))
 
 
 @st.cache_data(show_spinner="Verifying every claim at every length up to T_max…", show_time=True, max_entries=16)
 def verification(max_length: int, dtype: str, seed: int) -> list[dict]:
     return [
         claim.to_dict()
-        for claim in theorems.verify_theorems(max_length, dtype, seed, model=construction(max_length, dtype, seed))
+        for claim in checks.verify_theorems(max_length, dtype, seed, model=construction(max_length, dtype, seed))
     ]
 
 
@@ -48,10 +48,10 @@ def verification(max_length: int, dtype: str, seed: int) -> list[dict]:
 def views(max_length: int, dtype: str, seed: int, length: int) -> tuple[dict, dict, dict, dict]:
     model = construction(max_length, dtype, seed)
     return (
-        theorems.construction_weights(model),
-        theorems.residual_positions(model, length, seed),
-        theorems.relative_logits(model, length, seed),
-        theorems.mlp_response(model),
+        checks.construction_weights(model),
+        checks.residual_positions(model, length, seed),
+        checks.relative_logits(model, length, seed),
+        checks.mlp_response(model),
     )
 
 
@@ -126,12 +126,12 @@ st.dataframe(
     hide_index=True,
 )
 with st.expander("Why these tolerances"):
-    for claim, why in theorems.TOLERANCES.items():
+    for claim, why in checks.TOLERANCES.items():
         st.markdown(f"- **{claim}**: {why}")
 
 st.subheader("Constructed weights")
 st.caption("W_Q, W_K, W_V: h × d; W_O: d × h; W_E: d × V (the paper's orientation), cut to what the proofs specify.")
-vocab = theorems.vocabulary(model.cfg.d_vocab)
+vocab = checks.vocabulary(model.cfg.d_vocab)
 columns = st.columns(2)
 for i, (name, matrix) in enumerate(weights.items()):
     if name.startswith("W_E"):

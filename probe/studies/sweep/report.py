@@ -79,8 +79,8 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
 
 def _pretrained(folder: Path) -> dict[str, Any] | None:
     """A finished code run's held-out perplexity at its training context, or None."""
-    from probe.analysis.subjects import is_language_model
     from probe.models.checkpoint import read_checkpoint_config
+    from probe.subjects.resolve import is_language_model
 
     try:
         config = read_checkpoint_config(folder)

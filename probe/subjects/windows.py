@@ -5,7 +5,7 @@ was trained on (prepared beside its runs), at multiples of its training context 
 2x: unseen). A file contributes its *last* ``c`` tokens as one window of ``c`` tokens, as the
 paper reads its files for perplexity, so a window at 2x holds the 1x window as its second half.
 Windows have no padding and no token prepended (training windows are cut from a stream). The
-analyses read them as groups of inputs (:class:`probe.analysis.inputs.WindowGroup`), a context size standing
+analyses read them as groups of inputs (:class:`probe.subjects.inputs.WindowGroup`), a context size standing
 for a length bucket.
 """
 
@@ -20,10 +20,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from probe.analysis.run_info import Lengths, training_context
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
 from probe.models.checkpoint import window_bos
+from probe.subjects.run_info import Lengths, training_context
 
 MULTIPLES = (1.0, 2.0)  # of the training context: seen, then twice as long
 SPLIT = "heldout"  # where the windows come from (a bucket's ``split``)

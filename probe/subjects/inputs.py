@@ -1,12 +1,12 @@
 """What an analysis reads, whatever the subject: groups of inputs, each group one stream of token batches,
 split into buckets that the results report one by one. The analyses read a batch's attention maps one layer
 (or one block of layers) at a time (:func:`probe.analysis.patterns.read_layers`), in batches sized by a
-memory budget (:mod:`probe.analysis.budget`).
+memory budget (:mod:`probe.subjects.memory`).
 
 - A task run reads one group: up to ``n_per_bucket`` gold examples (input + output) of every length bucket λ
-  (:func:`probe.analysis.examples.sample_buckets`), batched together, right-padded.
+  (:func:`probe.subjects.examples.sample_buckets`), batched together, right-padded.
 - A code model (a ``probe pretrain`` run, an imported run, an ``hf:`` model) reads one group per context size:
-  windows of held-out files (:mod:`probe.analysis.windows`), a context size standing for a length bucket.
+  windows of held-out files (:mod:`probe.subjects.windows`), a context size standing for a length bucket.
 
 Every analysis (compare, distances, positions) is written once against :class:`Inputs`.
 """
@@ -20,12 +20,29 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.budget import batches_within
-from probe.analysis.examples import Bucket
-from probe.analysis.patterns import padded
-from probe.analysis.position_hooks import PositionInput
-from probe.analysis.windows import ContextWindows
+from probe.subjects.examples import Bucket
+from probe.subjects.memory import batches_within
+from probe.subjects.windows import ContextWindows
 from probe.tasks import Tokenizer
+
+
+@dataclass(frozen=True)
+class PositionInput:
+    """One sequence to read: its tokens, whether its length was seen in training, its group (length
+    bucket or context size) and its landmark (index of ``<sep>``; None where there is none)."""
+
+    tokens: Tensor  # [pos] long
+    seen: bool
+    group: int
+    landmark: int | None = None
+
+
+def padded(rows: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+    """[batch, width] long: each row's ids, right-padded with ``pad_id`` to the longest."""
+    tokens = torch.full((len(rows), max(len(ids) for ids in rows)), pad_id, dtype=torch.long)
+    for i, ids in enumerate(rows):
+        tokens[i, : len(ids)] = torch.as_tensor(ids)
+    return tokens
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.extrapolation_plan import VALID_SHARE, RunPlan, Settings, interval
-from probe.analysis.extrapolation_report import Outcome
 from probe.analysis.perplexity import scored_nll
-from probe.analysis.subjects import Loaded, Reading, Subject
-from probe.analysis.tuning import Score, Tuned, validation_split
 from probe.errors import ProbeError
+from probe.extrapolation.plan import VALID_SHARE, RunPlan, Settings, interval
+from probe.extrapolation.report import Outcome
+from probe.extrapolation.tuning import Score, Tuned, validation_split
 from probe.models.attach import attached
 from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
+from probe.subjects.readings import Reading
+from probe.subjects.subject import Loaded, Subject
 
 LM_FIT_FILES = 4  # validation windows per step of a language model's per-head fit
 

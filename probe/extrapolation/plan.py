@@ -1,7 +1,7 @@
 """What `probe extrapolate` evaluates and how it sums an outcome up: its settings, the interventions each
 model takes (fixed rules, and tuned ones searched on the validation slice), and percentile-bootstrap
-intervals over examples or files. The scorers (:mod:`probe.analysis.extrapolate_tasks` for task runs,
-:mod:`probe.analysis.extrapolate_lms` for language models) share it."""
+intervals over examples or files. The scorers (:mod:`probe.extrapolation.tasks` for task runs,
+:mod:`probe.extrapolation.language_models` for language models) share it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from probe.analysis.subjects import Subject
-from probe.analysis.tuning import (
+from probe.extrapolation.tuning import (
     Score,
     Tuned,
     fit_head_temperatures,
@@ -25,6 +24,7 @@ from probe.metrics import bootstrap_ci
 from probe.models.interventions import Intervention
 from probe.presets import EXTRAPOLATION_FIXED as FIXED
 from probe.presets import EXTRAPOLATION_TUNED as TUNED
+from probe.subjects.subject import Subject
 
 FAMILIES = FIXED + TUNED
 VALID_SHARE = 0.2
@@ -56,7 +56,7 @@ def fixed_candidates(
 ) -> tuple[list[tuple[str, Intervention]], dict[str, str]]:
     """(family, intervention) of the fixed rules a model takes, and why it takes none of the others: ``distance``
     whether it has a relative distance to cap, ``rotary`` whether it takes a RoPE scaling (the subject's
-    answers: :meth:`probe.analysis.subjects.Subject.has_distance`, :meth:`~probe.analysis.subjects.Subject.rotates`)."""
+    answers: :meth:`probe.subjects.subject.Subject.has_distance`, :meth:`~probe.subjects.subject.Subject.rotates`)."""
     chosen, skipped = [], {}
     if "log-length" in settings.families:
         chosen.append(("log-length", Intervention(log_length=trained)))

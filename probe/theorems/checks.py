@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from probe.errors import ProbeError
-from probe.models.constructions import (
+from probe.models.transformer import PETransformer
+from probe.theorems.constructions import (
     BOS_ID,
     POS,
     Content,
@@ -31,7 +32,6 @@ from probe.models.constructions import (
     t5_head_target,
     theorem_model,
 )
-from probe.models.transformer import PETransformer
 
 SPECIALS = ("<bos>", "<pad>", "<eos>", "<sep>")
 # Logits within tol move a softmax by a JSD of at most ~tol^2 / 8; the JSD itself is computed in

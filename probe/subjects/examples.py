@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from probe.analysis.run_info import Lengths, describe_run, is_code_run, training_context
 from probe.errors import ProbeError
+from probe.subjects.run_info import Lengths, describe_run, is_code_run, training_context
 from probe.tasks import Example, Task, Tokenizer
 from probe.tasks import get as get_task
 

@@ -11,7 +11,7 @@ The interventions (:mod:`probe.models.interventions`) come in two kinds, reporte
 - **fixed rules**, nothing tuned: ``log-length`` with L the longest sequence trained on; ``cap`` at L - 1
   (bias and rotating PEs); ``rope``, YaRN stretched by the longest test length over L (Rotary, and hf:
   models with RoPE), and any intervention given with ``--intervention``;
-- **tuned** on a validation slice that the test numbers leave out (:mod:`probe.analysis.tuning`): per unseen
+- **tuned** on a validation slice that the test numbers leave out (:mod:`probe.extrapolation.tuning`): per unseen
   length, the first 20% of its test examples by SHA-256 of the example (at most ``n_valid``); for language
   models, 20% of the held-out files by SHA-256 of their name. A global ``temperature`` and a ``window`` with
   sinks by grid search, a ``head-temperature`` per head fitted by gradient descent on the validation loss.
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from probe.analysis.extrapolate_lms import LanguageModelScorer
-from probe.analysis.extrapolate_tasks import TaskScorer
-from probe.analysis.extrapolation_plan import (
+from probe.errors import ProbeError
+from probe.extrapolation.language_models import LanguageModelScorer
+from probe.extrapolation.plan import (
     FAMILIES,
     Progress,
     RunPlan,
@@ -33,10 +33,11 @@ from probe.analysis.extrapolation_plan import (
     run_plan,
     tuned_candidates,
 )
-from probe.analysis.extrapolation_report import ExtrapolationReport, RunExtrapolation
-from probe.analysis.subjects import EXACT_MATCH, PERPLEXITY, Subject, home, reading_of, resolve_all
-from probe.errors import ProbeError
+from probe.extrapolation.report import ExtrapolationReport, RunExtrapolation
+from probe.extrapolation.tasks import TaskScorer
 from probe.models.interventions import Intervention
+from probe.subjects.resolve import home, reading_of, resolve_all
+from probe.subjects.subject import EXACT_MATCH, PERPLEXITY, Subject
 
 SCORERS = {EXACT_MATCH: TaskScorer, PERPLEXITY: LanguageModelScorer}  # a subject's measure -> how it is scored
 
@@ -64,7 +65,7 @@ def extrapolate(
     :param settings: which intervention families, how many examples, the device (default: all families, CPU);
         its ``progress`` hears (step, steps done, steps planned, over every model: :func:`plan`) as each begins.
     :param root: where the report's folder is, for names that are PEs rather than folders.
-    :return: :meth:`~probe.analysis.extrapolation_report.ExtrapolationReport.to_rows` gives the table,
+    :return: :meth:`~probe.extrapolation.report.ExtrapolationReport.to_rows` gives the table,
         ``.write(folder)`` its JSON, CSV, Markdown and figures."""
     settings = Settings() if settings is None else settings
     subjects = _subjects(names, settings)

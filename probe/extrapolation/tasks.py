@@ -13,11 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.analysis.examples import task_of
-from probe.analysis.extrapolation_plan import TUNED_STEPS, VALID_SHARE, RunPlan, Settings, buckets, interval
-from probe.analysis.extrapolation_report import Outcome
-from probe.analysis.subjects import Loaded, Reading, Subject
-from probe.analysis.tuning import (
+from probe.errors import ProbeError
+from probe.extrapolation.plan import TUNED_STEPS, VALID_SHARE, RunPlan, Settings, buckets, interval
+from probe.extrapolation.report import Outcome
+from probe.extrapolation.tuning import (
     HEAD_BATCH,
     HEAD_EVERY,
     HEAD_STEPS,
@@ -27,9 +26,11 @@ from probe.analysis.tuning import (
     validation_split,
     window_grid,
 )
-from probe.errors import ProbeError
 from probe.models.attach import attached
 from probe.models.interventions import Intervention
+from probe.subjects.examples import task_of
+from probe.subjects.readings import Reading
+from probe.subjects.subject import Loaded, Subject
 from probe.tasks.batches import EncodedSet, encode
 
 

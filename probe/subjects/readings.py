@@ -1,0 +1,327 @@
+"""What a set of subjects reads: a :class:`Reading` gives each analysis its
+:class:`~probe.subjects.inputs.Inputs` (:func:`probe.subjects.resolve.reading_of` says which one a set has).
+
+- **A task run** reads up to ``n_per_bucket`` gold examples of every length bucket of its task.
+- **Code runs** read windows of the held-out files of the corpus they were trained on, at multiples of their
+  training context T (1x seen, 2x unseen), a beginning-of-sequence token first where they were trained with one.
+- **Where an hf: model is among them**, every model reads the same held-out files, each with its own tokenizer:
+  the code runs' corpus (decoded: the BPE round-trips byte for byte) when a code run is among them, else the
+  corpus the options name (``corpus``, ``heldout``). Models compared, or scored in one perplexity table, must
+  share a tokenizer. T is the ``context`` option, else the code runs', else the smaller of the context the
+  first model declares and :data:`HF_CONTEXT`. A model with a learned table of positions reads at most its
+  n_ctx; Rotary and ALiBi read any length.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
+from probe.corpus.prepared import PreparedCorpus, run_corpus
+from probe.errors import ProbeError
+from probe.subjects.examples import fitting_examples, sample_buckets, task_of
+from probe.subjects.inputs import ExampleGroup, Inputs, WindowGroup
+from probe.subjects.memory import check_fits
+from probe.subjects.run_info import Lengths, check_comparable, is_code_run, training_context
+from probe.subjects.subject import Loaded, Subject
+from probe.subjects.windows import ContextWindows, HeldoutFiles, choose_windows, fitting_windows, run_windows
+
+# T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of
+# 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
+# under 3 minutes at 256, where 151 and 146 of the default corpus's 200 held-out files reach 2x and 2.5x
+HF_CONTEXT = 256
+
+
+class Reading:
+    """Where a set of subjects' inputs come from; :meth:`inputs` cuts them for one model (or a pair)."""
+
+    default_lengths: Lengths = "all"
+    seed_baseline = True  # a run can be compared with another seed of itself (NoPE vs NoPE')
+
+    def inputs(
+        self,
+        first: Loaded,
+        fit: Sequence[Loaded],
+        *,
+        n_per_bucket: int,
+        seed: int,
+        lengths: Lengths,
+        multiples: Sequence[float] | None = None,
+    ) -> Inputs:
+        """``first``'s inputs, kept to those every model of ``fit`` reads."""
+        raise NotImplementedError
+
+    def check_pair(self, a: Loaded, b: Loaded) -> None:
+        """Whether ``a`` and ``b`` read the same tokens (checked before loading, unless tokenizers decide)."""
+
+    # what held-out text reads (perplexity, extrapolation's language models); a task's examples have none
+    def check_scored_together(self, subjects: Sequence[Subject]) -> None:
+        """ProbeError unless ``subjects`` can be scored on held-out text in one table (before any is loaded)."""
+        from probe.models.checkpoint import task_name
+
+        s = subjects[0]
+        raise ProbeError(
+            f"{s.path} is not a pretrained code model (task {task_name(s.config)!r}); perplexity reads runs of "
+            "`probe pretrain`"
+        )
+
+    def at_inference(self, subject: Subject, pe_options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The PE options ``subject`` is read with (``-p``), checked."""
+        raise NotImplementedError
+
+    def context(self, first: Loaded) -> int:
+        """T, the context the windows' sizes are multiples of."""
+        raise NotImplementedError
+
+    def heldout(self, first: Loaded) -> HeldoutFiles:
+        """The held-out files in ``first``'s token ids."""
+        raise NotImplementedError
+
+    def bos(self, subject: Subject, first: Loaded) -> int | None:
+        """The token ``subject``'s windows start with (``first``: the model the files were tokenized for)."""
+        raise NotImplementedError
+
+    def max_length(self, loaded: Loaded, longest: int) -> int | None:
+        """The longest window ``loaded`` is read at (None: any); ProbeError where it must read ``longest``."""
+        raise NotImplementedError
+
+    def label(self, subject: Subject, loaded: Loaded, applied: Mapping[str, Any]) -> str:
+        """``loaded``'s name in a table of scores, with the PE options ``applied`` at inference."""
+        return loaded.info.label
+
+
+class TaskReading(Reading):
+    default_lengths = "unseen"  # the released notebook's attended distances
+
+    def __init__(self, subject: Subject):
+        self.task, self.tokenizer = task_of(subject.config)
+
+    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        n_ctx = min(m.max_length for m in fit)
+        buckets, skipped = fitting_examples(
+            sample_buckets(self.task, n_per_bucket, seed, lengths), self.tokenizer, n_ctx
+        )
+        return Inputs(
+            [ExampleGroup(buckets, self.tokenizer)],
+            skipped,
+            self.task.name,
+            dict(self.task.options),
+            self.tokenizer.pad_id,
+        )
+
+
+class CorpusReading(Reading):
+    """A code run's own prepared corpus (its token ids), at its training context."""
+
+    def __init__(self, subject: Subject):
+        self.subject = subject
+        self._corpus: PreparedCorpus | None = None
+
+    def check_scored_together(self, subjects: Sequence[Subject]) -> None:
+        """Every run a code run of the one corpus (checked by fingerprint) at one training context."""
+        for s in subjects:
+            if not is_code_run(s.config):
+                Reading.check_scored_together(self, [s])
+        corpus = self.heldout(None)
+        for s in subjects[1:]:
+            if s.config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
+                raise ProbeError(
+                    f"{s.path} was trained on another corpus than the one in {corpus.folder}; compare runs of "
+                    "one task folder"
+                )
+        contexts = {training_context(s.config) for s in subjects}
+        if len(contexts) > 1:
+            raise ProbeError(
+                f"the runs were trained at different contexts ({sorted(contexts)}); compare runs of one context"
+            )
+
+    def at_inference(self, subject: Subject, pe_options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Those of ``pe_options`` its PE has, a RoPE scaling's ``original_length`` its training context unless
+        given."""
+        from probe.models.registry import options_for
+        from probe.models.rotary import SCALINGS_WITH_LENGTH
+
+        applied = options_for(subject.config["pe"], dict(pe_options or {}))
+        if applied.get("scaling") in SCALINGS_WITH_LENGTH:
+            applied.setdefault("original_length", self.context(None))  # what "the length trained on" is here
+        return applied
+
+    def context(self, first: Loaded | None) -> int:
+        return training_context(self.subject.config)
+
+    def heldout(self, first: Loaded | None) -> PreparedCorpus:
+        if self._corpus is None:
+            self._corpus = run_corpus(self.subject.path, self.subject.config)
+        return self._corpus
+
+    def bos(self, subject: Subject, first: Loaded) -> int | None:
+        from probe.models.checkpoint import window_bos
+
+        return window_bos(subject.config)
+
+    def max_length(self, loaded: Loaded, longest: int) -> int | None:
+        """None: a code run must read every window; ProbeError where its n_ctx is short of ``longest``."""
+        n_ctx = loaded.model.cfg.n_ctx
+        if n_ctx < longest:
+            raise ProbeError(
+                f"{loaded.info.path} accepts {n_ctx} tokens; reading 2.5x its context needs {longest} "
+                f"(train with -m n_ctx={longest})"
+            )
+        return None
+
+    def label(self, subject: Subject, loaded: Loaded, applied: Mapping[str, Any]) -> str:
+        """``rotary+factor=2+scaling=yarn seed1 under cap=255``: the folder name of its PE as read."""
+        from probe.models.registry import pe_folder_name
+
+        config = subject.config
+        training = config.get("training", {}).get("pe_options", {})
+        seed_of = config.get("training", {}).get("seed", 0)
+        label = pe_folder_name(config["pe"], {**training, **applied}) + (f" seed{seed_of}" if seed_of else "")
+        if loaded.info.intervention:
+            label += f" under {loaded.info.intervention['name']}"
+        return label
+
+    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        config = self.subject.config
+        windows = run_windows(
+            self.subject.path, config, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
+        )
+        kept, skipped = fitting_windows(windows, min(m.max_length for m in fit), _who(fit))
+        check_fits(sum(m.model.cfg.n_heads for m in fit), max(w.context for w in kept), _who(fit))
+        return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, dict(config["task"]["options"]))
+
+
+@dataclass(frozen=True)
+class HeldoutTexts:
+    """The held-out files every model reads, where they come from, and the code runs' training context."""
+
+    files: list[SourceFile]
+    folder: str
+    options: dict[str, Any]  # the corpus options naming them: a code run's task options, or corpus and heldout
+    run_context: int | None  # the code runs' T; None when no code run is among the models
+
+
+@dataclass(frozen=True, eq=False)
+class TokenizedFiles:
+    """Held-out files in one tokenizer's ids (what :func:`choose_windows` reads, as a prepared corpus)."""
+
+    folder: str  # where the files come from
+    heldout_names: list[str]
+    tokens: list[Tensor]  # [file]: its [tokens] long
+
+    def heldout_file(self, index: int) -> Tensor:
+        return self.tokens[index]
+
+    def heldout_lengths(self) -> Tensor:
+        return torch.tensor([len(t) for t in self.tokens], dtype=torch.long)  # [file]
+
+
+class TextReading(Reading):
+    """The same held-out files for every model, each read with its own tokenizer."""
+
+    seed_baseline = False
+
+    def __init__(self, subjects: Sequence[Subject], options: Mapping[str, Any] | None):
+        self.options = dict(options or {})
+        self.texts = heldout_texts(subjects, self.options)
+        self._last: tuple[weakref.ref, TokenizedFiles] | None = None  # a model's files: never keeps it alive
+
+    def context(self, first: Loaded) -> int:
+        """T: the ``context`` option, else the code runs', else the smaller of the context ``first`` declares
+        and :data:`HF_CONTEXT`."""
+        given = self.options.get("context")
+        if given is not None:
+            if not isinstance(given, int) or given < 2:
+                raise ProbeError(f"context must be an integer of at least 2 tokens, got {given!r}")
+            return given
+        return self.texts.run_context or min(first.context, HF_CONTEXT)
+
+    def check_scored_together(self, subjects: Sequence[Subject]) -> None:
+        """Nothing before loading: tokenizers are checked once loaded (:meth:`check_pair`)."""
+
+    def at_inference(self, subject: Subject, pe_options: Mapping[str, Any] | None) -> dict[str, Any]:
+        if pe_options:
+            raise ProbeError(
+                "-p applies probe's PE options at inference; hf: models are read as published: read them without -p"
+            )
+        return {}
+
+    def heldout(self, first: Loaded) -> TokenizedFiles:
+        return self.tokenized(first)
+
+    def bos(self, subject: Subject, first: Loaded) -> int | None:
+        return first.bos_id
+
+    def max_length(self, loaded: Loaded, longest: int) -> int | None:
+        """Its own: a context it cannot read (learned positions) is left out for it."""
+        return loaded.max_length
+
+    def tokenized(self, loaded: Loaded) -> TokenizedFiles:
+        """The held-out files in ``loaded``'s token ids (tokenized once per model: `probe compare A B C`
+        cuts A's windows for each of B and C)."""
+        if self._last is None or self._last[0]() is not loaded:
+            ids = loaded.encode([f.text for f in self.texts.files])
+            names = [f.name for f in self.texts.files]
+            files = TokenizedFiles(self.texts.folder, names, [torch.tensor(i, dtype=torch.long) for i in ids])
+            self._last = (weakref.ref(loaded), files)
+        return self._last[1]
+
+    def windows(self, first: Loaded, context: int, **choice: Any) -> list[ContextWindows]:
+        return choose_windows(self.tokenized(first), context, bos=first.bos_id, **choice)
+
+    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        context = self.context(first)
+        windows = self.windows(
+            first, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
+        )
+        limits = [m.max_length for m in fit if m.max_length is not None]
+        kept, skipped = (windows, 0) if not limits else fitting_windows(windows, min(limits), _who(fit))
+        check_fits(sum(m.model.cfg.n_heads for m in fit), max(w.context for w in kept), _who(fit))
+        return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, {**self.texts.options, "context": context})
+
+    def check_pair(self, a: Loaded, b: Loaded) -> None:
+        """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
+        if a.vocabulary != b.vocabulary:
+            shared = sum(b.vocabulary.get(token) == i for token, i in a.vocabulary.items())
+            raise ProbeError(
+                f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
+                f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
+                "compare models that share a tokenizer"
+            )
+
+
+def _who(fit: Sequence[Loaded]) -> str:
+    labels = [m.info.label for m in fit]
+    return labels[0] if len(labels) == 1 else "both " + " and ".join(labels)
+
+
+def heldout_texts(subjects: Sequence[Subject], options: Mapping[str, Any] | None = None) -> HeldoutTexts:
+    """The held-out files the ``subjects`` read (module docstring). Code runs among them must share their
+    corpus and training context; a ``context`` option must then be theirs."""
+    options = dict(options or {})
+    runs = [s for s in subjects if s.path is not None]
+    if runs:
+        for other in runs[1:]:
+            check_comparable(runs[0].info, runs[0].config, other.info, other.config)
+        context = training_context(runs[0].config)
+        if options.get("context") not in (None, context):
+            raise ProbeError(
+                f"{runs[0].path} was trained at a context of {context} tokens, not {options['context']}: the "
+                "models are read at multiples of the code runs' context"
+            )
+        corpus = run_corpus(runs[0].path, runs[0].config)
+        decode = corpus.tokenizer.decode
+        files = [
+            SourceFile(name, decode(corpus.heldout_file(i).tolist())) for i, name in enumerate(corpus.heldout_names)
+        ]
+        return HeldoutTexts(files, str(corpus.folder), dict(runs[0].config["task"]["options"]), context)
+    spec = CorpusSpec.from_options(options)
+    sources, _ = find_sources(spec.corpus)
+    _, heldout = split_files(sources, spec.heldout)
+    return HeldoutTexts(heldout, spec.corpus, {"corpus": spec.corpus, "heldout": spec.heldout}, None)
