@@ -1,7 +1,7 @@
 """The Section 6 study's report: scratchpad formats ranked per task, a scratchpad's gain per PE, the claims.
 
     python bench/section6_report.py                  # bench/results/section6/*.json, seeds 0 1 2
-    python bench/section6_report.py --seeds 0 --docs
+    python bench/section6_report.py --seeds 0 --docs --figures docs/img
 
 `probe reproduce --scale section6 --task all --summaries bench/results/section6` writes a summary per
 scenario and seed as it lands (grids/section6.toml: each task with its scratchpad formats and without one,
@@ -15,13 +15,16 @@ claim of the paper's Section 6.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
+from probe.figures import format_rank_figure, write_figure  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
 from probe.studies.formats import (  # noqa: E402
     claim_only_addition,
@@ -140,6 +143,7 @@ def main() -> None:
     parser.add_argument("--summaries", default=str(RESULTS / STUDY), help="folder of the study's summaries")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds the study should hold")
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
+    parser.add_argument("--figures", help="folder for the formats' ranks figure as PNG (e.g. docs/img)")
     args = parser.parse_args()
     evaluations, missing = merged_runs(Path(args.summaries), args.seeds)
     report = report_of(evaluations, missing)
@@ -150,6 +154,13 @@ def main() -> None:
     if args.docs:
         fill_block(DOCS, STUDY, text)
         print(f"wrote the tables into {DOCS}")
+    if args.figures and report["formats"]:  # the PNG alone: the page embeds it
+        with tempfile.TemporaryDirectory() as scratch:
+            title = "Scratchpad formats ranked per task, over PEs and seeds (OOD exact match)"
+            for path in write_figure(format_rank_figure(report["formats"], title), Path(scratch) / "section6_formats"):
+                if path.suffix == ".png":
+                    shutil.copy(path, Path(args.figures) / path.name)
+                    print(f"wrote {Path(args.figures) / path.name}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from probe.analysis.eval_report import EvalReport
+from probe.figures import format_rank_figure, rank_figure
 from probe.studies.formats import (
     claim_only_addition,
     format_queries,
@@ -107,3 +108,29 @@ def test_pes_ranked_with_a_scratchpad_only():
     runs.append(report("addition", "nope", 0, 0.9))  # no scratchpad: not a query of the PE ranking
     queries = pe_queries(runs)
     assert list(queries.values()) == [{"nope": 0.4, "t5": 0.3}]
+
+
+def test_the_formats_figure_names_every_format_with_its_interval():
+    per_task = {
+        "addition": {
+            "formats": {"full": {"mrr": 0.8, "low": 0.7, "high": 0.9}, "none": {"mrr": 0.4, "low": 0.4, "high": 0.5}}
+        },
+        "parity": {
+            "formats": {"C": {"mrr": 0.75, "low": 0.5, "high": 1.0}, "none": {"mrr": 0.5, "low": 0.5, "high": 0.5}}
+        },
+    }
+    figure = format_rank_figure(per_task, "formats")
+    assert [t.name for t in figure.data] == ["full", "C", "no scratchpad"]  # full first, none last
+    full, c, none = figure.data
+    assert list(full.x) == ["addition"] and list(full.error_y.array) == pytest.approx([0.1])
+    assert list(full.error_y.arrayminus) == pytest.approx([0.1])
+    assert list(none.x) == ["addition", "parity"] and list(none.y) == [0.4, 0.5]
+    assert list(none.error_y.array) == pytest.approx([0.1, 0.0]) and none.marker.color == "#9e9e9e"
+
+
+def test_the_pe_rank_figure_keeps_the_papers_order_and_labels():
+    figure = rank_figure(
+        {"overall": {"rotary": 0.3, "nope": 0.9}}, "ranks", "MRR", intervals={"overall": {"nope": (0.8, 1.0)}}
+    )
+    assert [t.name for t in figure.data] == ["NoPE", "Rotary"]
+    assert list(figure.data[0].error_y.array) == pytest.approx([0.1]) and list(figure.data[1].error_y.array) == [0.0]
