@@ -318,3 +318,9 @@ def fill_block(path: Path, name: str, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(before + begin + "\n" + text + end + after)
     os.replace(tmp, path)
+
+
+def add_study_arguments(parser, study: str) -> None:
+    """A study report's inputs: the folder of its summaries and the seeds it should hold."""
+    parser.add_argument("--summaries", default=str(RESULTS / study), help="folder of the study's summaries")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds the study should hold")

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, fill_block  # noqa: E402
+from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
@@ -195,8 +195,7 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--summaries", default=str(RESULTS / STUDY), help="folder of the study's summaries")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds the study should hold")
+    add_study_arguments(parser, STUDY)
     parser.add_argument("--name", default="section3_report", help="results file name (JSON and Markdown)")
     parser.add_argument("--figures", help="folder for the headline and showcase figures (e.g. docs/img)")
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
