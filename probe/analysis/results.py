@@ -198,23 +198,30 @@ class CompareReport:
     def curves(self, length: int | None = None) -> list[dict[str, Any]]:
         """Inputs of ``probe.figures.layer_distance_figure``: one curve per comparison (the baseline
         dashed), over all buckets or for bucket ``length``."""
-        curves = []
-        for result in self.results:
-            stats = result.overall if length is None else next((s for s in result.buckets if s.length == length), None)
-            if stats is None:
-                continue
-            curves.append(
-                {
-                    "label": result.label,
-                    "pe": result.b.pe,
-                    "dashed": result is self.baseline,
-                    "mean": stats.per_layer.mean.tolist(),
-                    "low": stats.per_layer.low.tolist(),
-                    "high": stats.per_layer.high.tolist(),
-                    "average": [float(stats.average.mean), float(stats.average.low), float(stats.average.high)],
-                }
-            )
-        return curves
+        return compare_curves(self.to_json(), length)
+
+
+def compare_curves(report: dict[str, Any], length: int | None = None) -> list[dict[str, Any]]:
+    """:meth:`CompareReport.curves` from its JSON (as `probe compare` saves it, so a saved report draws the same
+    figure)."""
+    curves = []
+    results = [*report["comparisons"], *([report["baseline"]] if report["baseline"] is not None else [])]
+    for result in results:
+        stats = (
+            result["overall"] if length is None else next((s for s in result["buckets"] if s["length"] == length), None)
+        )
+        if stats is None:
+            continue
+        curves.append(
+            {
+                "label": result["label"],
+                "pe": result["b"]["pe"],
+                "dashed": result is report["baseline"],
+                **{k: stats["per_layer"][k] for k in ("mean", "low", "high")},
+                "average": [stats["average"][k] for k in ("mean", "low", "high")],
+            }
+        )
+    return curves
 
 
 def distance_stats(
@@ -360,21 +367,23 @@ class AttendedReport:
 
     def series(self) -> list[dict[str, Any]]:
         """Inputs of ``probe.figures.attended_distance_figure``."""
-        return [
-            {
-                "label": r.run.label,
-                "pe": r.run.pe,
-                "histograms": {
-                    w: {
-                        "edges": s.histogram.edges.tolist(),
-                        "mass": s.histogram.mass.tolist(),
-                        "bimodality": s.bimodality,
-                    }
-                    for w, s in r.stats.items()
-                },
-            }
-            for r in self.results
-        ]
+        return attended_series([r.to_json() for r in self.results])
+
+
+def attended_series(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Inputs of ``probe.figures.attended_distance_figure`` from :meth:`AttendedResult.to_json` of each run (as
+    `probe distances` saves them, so a saved report draws the same figure)."""
+    return [
+        {
+            "label": r["run"]["label"],
+            "pe": r["run"]["pe"],
+            "histograms": {
+                w: {"edges": s["histogram"]["edges"], "mass": s["histogram"]["mass"], "bimodality": s["bimodality"]}
+                for w, s in r["weightings"].items()
+            },
+        }
+        for r in runs
+    ]
 
 
 def query_key_weights(patterns: Tensor, output_start: Tensor, lengths: Tensor, weighting: str) -> Tensor:
