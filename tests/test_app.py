@@ -35,13 +35,20 @@ from probe.explorer import server as app_command
 
 PAGES = tuple(EXPLORER_PAGES)
 NOT_ON_TASK_RUNS = {"pretraining": "probe pretrain", "reproduction": "probe reproduce"}  # code runs, reports
+# pages that compute only when their button is pressed, and what they say until then
+ASKED = {
+    "compare": "**Compare** collects both models' attention",
+    "distances": "**Measure** collects every head's attention",
+    "positions": "**Measure** fits the position probes",
+    "extrapolation": "**Measure** evaluates each run",
+}
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_runs_on_checkpoints(page, checkpoints, monkeypatch):
     at = run_page(page, checkpoints, monkeypatch)
-    if page == "extrapolation":  # minutes a run: nothing is computed until Measure is pressed
-        assert charts(at) == 0 and "**Measure** evaluates each run" in texts(at.info)
+    if page in ASKED:  # nothing is computed until the page's button is pressed
+        assert charts(at) == 0 and ASKED[page] in texts(at.info)
         at.button[0].click().run()
         assert not at.exception, [e.value for e in at.exception]
     if page in NOT_ON_TASK_RUNS:  # nothing of theirs among task runs: they say which command makes it
@@ -121,6 +128,7 @@ def test_attention_typed_example_names_unknown_words(checkpoints, monkeypatch):
 
 def test_compare_head_matrix_follows_layer_and_bucket(checkpoints, monkeypatch):
     at = run_page("compare", checkpoints, monkeypatch)
+    at.button[0].click().run()
     at.selectbox(key="layer").set_value(1).run()
     longest = int(at.select_slider(key="bucket").options[-1].split()[0])  # options read "12 (unseen)"
     at.select_slider(key="bucket").set_value(longest).run()
@@ -415,3 +423,82 @@ def test_a_long_computation_stops_once_its_session_has_closed(monkeypatch):
     active["s1"] = False
     with pytest.raises(shared.SessionClosed):
         check("nope: temperature", 1, 5)
+
+
+# the library call each page's cached measure makes: (module, name)
+ENTRY_POINTS = {
+    "compare": ("probe.analysis", "compare_report"),
+    "distances": ("probe.analysis", "attended_distance_report"),
+    "positions": ("probe.analysis.positions", "positions_report"),
+}
+
+
+@pytest.mark.parametrize("page", ENTRY_POINTS)
+def test_analysis_pages_compute_only_when_their_button_is_pressed(page, checkpoints, monkeypatch):
+    """Opening the page computes nothing and says what the button will do; pressing it computes once per model,
+    and a rerun from another widget keeps the result."""
+    import importlib
+
+    import streamlit as st
+
+    module, name = ENTRY_POINTS[page]
+    real, calls = getattr(importlib.import_module(module), name), []
+
+    def counted(*args, **kwargs):  # counts what was measured (a corrupt run fails anew on every rerun)
+        report = real(*args, **kwargs)
+        calls.append(args)
+        return report
+
+    monkeypatch.setattr(f"{module}.{name}", counted)
+    st.cache_data.clear()  # what earlier tests measured is not taken for this page's work
+    at = run_page(page, checkpoints, monkeypatch)
+    assert not calls and charts(at) == 0 and ASKED[page] in texts(at.info)
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert calls and charts(at) >= 1 and f"probe {page}" in texts(at.caption)
+    asked = len(calls)
+    at.run()  # a rerun (another widget): the result stays, computed once
+    assert charts(at) >= 1 and len(calls) == asked
+
+
+SAVED_BY = {  # the command each page shows the saved results of, with quick settings
+    "compare": ["compare", "nope/seed0", "t5/seed0", "--n-per-bucket", "2"],
+    "distances": ["distances", "nope/seed0", "t5/seed0", "--n-per-bucket", "2"],
+    "positions": ["positions", "nope/seed0", "t5/seed0", "--n-per-bucket", "2"],
+}
+
+
+@pytest.mark.parametrize("page", SAVED_BY)
+def test_analysis_pages_show_what_their_command_saved_without_computing(page, checkpoints, tmp_path, monkeypatch):
+    """The command's JSON beside the runs is drawn as it is, naming the command; a run re-published since is
+    left out (Distances, Positions) or not shown as saved (Compare); nothing is measured."""
+    import importlib
+    import os
+
+    root = tmp_path / "ck"
+    shutil.copytree(checkpoints, root)
+    folder = root / FOLDER
+    command, *runs, option, value = SAVED_BY[page]
+    assert main([command, *(str(folder / run) for run in runs), option, value]) == 0
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the page computed instead of showing the saved report")
+
+    module, name = ENTRY_POINTS[page]
+    monkeypatch.setattr(importlib.import_module(module), name, refuse)
+    at = run_page(page, root, monkeypatch)
+    assert f"Saved by `probe {page}`" in texts(at.caption) and charts(at) >= 1
+    if page == "compare":
+        assert [row["A vs"] for _, row in at.dataframe[0].value.iterrows()] == ["T5's Relative Bias", "NoPE'"]
+    else:
+        column = "run" if page == "distances" else "model"
+        assert list(at.dataframe[0].value[column]) == ["NoPE", "T5's Relative Bias"]
+    saved = next((folder / page).glob("*.json")).stat().st_mtime
+    later = saved + 60
+    os.utime(folder / "t5" / "seed0" / "model.safetensors", (later, later))  # T5 re-published since
+    at = run_page(page, root, monkeypatch)
+    if page == "compare":
+        assert charts(at) == 0 and ASKED[page] in texts(at.info)
+    else:
+        column = "run" if page == "distances" else "model"
+        assert list(at.dataframe[0].value[column]) == ["NoPE"]

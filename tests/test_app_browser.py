@@ -26,14 +26,15 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 # 2 examples per length bucket keep them quick; extrapolation tunes on 5 validation examples per unseen length
-QUERIES = {"compare": "?n=2", "distances": "?per_bucket=2", "extrapolation": "?valid=5"}
+QUERIES = {"compare": "?n=2", "distances": "?per_bucket=2", "positions": "?per_bucket=2", "extrapolation": "?valid=5"}
 CHARTLESS = ("pretraining", "reproduction")  # on task runs these pages draw no chart: opened by URL below
 # (page, path and query): every page of the explorer that draws a chart on the fixture's task runs
 PAGES = tuple((name, name + QUERIES.get(name, "")) for name in EXPLORER_PAGES if name not in CHARTLESS)
 # (path, the page's URL once open, its heading): the root opens Models; Reproduction has no chart here
 OPENED_BY_URL = (("", "models", "Models"), ("reproduction", "reproduction", "Reproduction"))
 PAGE_TIMEOUT = 90_000  # ms
-ASKED = {"extrapolation": "Measure"}  # pages that draw nothing until their button is pressed (minutes a run)
+# pages that draw nothing until their button is pressed: its name
+ASKED = {"compare": "Compare", "distances": "Measure", "positions": "Measure", "extrapolation": "Measure"}
 SETTLED = """() => !document.querySelector('[data-testid="stSpinner"], [data-testid="stSkeleton"]')
     && [...document.querySelectorAll('[data-testid="stPlotlyChart"]')]
         .every(chart => chart.querySelector('.js-plotly-plot .plot-container'))"""

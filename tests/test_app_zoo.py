@@ -75,6 +75,7 @@ def test_the_attention_page_draws_every_pe(zoo, monkeypatch):
 
 def test_the_compare_page_compares_nope_with_every_pe(zoo, monkeypatch):
     at = run_page("compare", zoo, monkeypatch)
+    at.button[0].click().run()  # the page computes only when asked
     for name, path in _seed0_paths(zoo).items():
         if name == "nope":
             continue
@@ -86,6 +87,7 @@ def test_the_compare_page_compares_nope_with_every_pe(zoo, monkeypatch):
 
 def test_the_distances_page_reads_every_pe_at_once(zoo, monkeypatch):
     at = run_page("distances", zoo, monkeypatch)
+    at.button[0].click().run()  # the page computes only when asked
     everything = list(at.multiselect(key="distances-runs").options)
     at.multiselect(key="distances-runs").set_value(everything).run()
     assert not at.exception, [e.value for e in at.exception]

@@ -460,6 +460,7 @@ def test_explorer_compares_code_runs_and_hf_models(tiny, code_runs, monkeypatch,
     nope, alibi = (str(p) for p in code_runs.paths)
     gpt2, neox = tiny.names["gpt2"], tiny.names["neox"]
     at = run_page("compare", code_runs.root, monkeypatch)
+    at.button[0].click().run()  # the page computes only when asked
     assert not at.error and len(at.get("plotly_chart")) >= 2
     assert (at.selectbox(key="compare-a").value, at.selectbox(key="compare-b").value) == (nope, alibi)
     assert at.select_slider(key="bucket").options == ["all buckets", f"{T}", f"{2 * T} (unseen)"]  # 1x and 2x T
@@ -493,6 +494,7 @@ def test_explorer_measures_attended_distances_of_code_runs_and_hf_models(tiny, c
 
     gpt2 = tiny.names["gpt2"]
     at = run_page("distances", code_runs.root, monkeypatch)
+    at.button[0].click().run()  # the page computes only when asked
     assert not at.error and len(at.get("plotly_chart")) == 1 and at.selectbox(key="which_lengths").value == "all"
     assert [row["run"] for row in page_table(at)] == ["ALiBi @1x", "ALiBi @2x", "NoPE @1x", "NoPE @2x"]
 

@@ -343,13 +343,41 @@ class Saved:
     written: str  # when, for the caption
 
 
-def saved_report(folder: str, stem: str, by_path: dict[str, Run]) -> Saved:
-    """``<checkpoints>/<folder>/<stem>/<stem>.json`` as the command wrote it (empty where there is none or it
-    cannot be read), keeping only its runs not re-published since (their stamp is older than the file)."""
-    path = checkpoints_root() / folder / stem / f"{stem}.json"
+def saved_report(
+    folder: str,
+    stem: str,
+    by_path: dict[str, Run],
+    file: str | None = None,
+    entries: Callable[[dict[str, Any]], list[dict[str, Any]]] = lambda data: data["runs"],
+) -> Saved:
+    """``<checkpoints>/<folder>/<stem>/<file or stem>.json`` as the command wrote it (empty where there is none or
+    it cannot be read), keeping only its ``entries`` (a run's JSON, or an entry holding it under "run") whose run
+    was not re-published since (its stamp is older than the file)."""
+    path = checkpoints_root() / folder / stem / f"{file or stem}.json"
     try:
         data, written = json.loads(path.read_text()), path.stat().st_mtime
-        runs = [r for r in data["runs"] if r["path"] in by_path and stamp(by_path[r["path"]]) <= written]
-    except (OSError, ValueError, KeyError, TypeError):
+        runs = [r for r in entries(data) if _fresh(r.get("run", r)["path"], by_path, written)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return Saved({}, [], "")
     return Saved(data, runs, time.strftime("%Y-%m-%d %H:%M", time.localtime(written)))
+
+
+def _fresh(path: str, by_path: dict[str, Run], written: float) -> bool:
+    return path in by_path and stamp(by_path[path]) <= written
+
+
+def saved_comparison(folder: str, a: str, b: str, by_path: dict[str, Run]) -> Saved:
+    """The newest report `probe compare` saved under ``<checkpoints>/<folder>/compare/`` with A = ``a`` and ``b``
+    among its Bs, neither re-published since; only that comparison (and A's baseline) is kept. Empty where none."""
+
+    def mtime(path: Path) -> float:
+        return path.stat().st_mtime
+
+    for path in sorted((checkpoints_root() / folder / "compare").glob("*.json"), key=mtime, reverse=True):
+        saved = saved_report(
+            folder, "compare", by_path, path.stem, lambda data: [data["a"], *(c["b"] for c in data["comparisons"])]
+        )
+        kept = [c for c in saved.data.get("comparisons", []) if c["b"]["path"] == b]
+        if kept and {a, b} <= {r["path"] for r in saved.runs}:
+            return Saved({**saved.data, "comparisons": kept}, saved.runs, saved.written)
+    return Saved({}, [], "")

@@ -8,6 +8,7 @@ import json
 
 import streamlit as st
 
+from probe.analysis.results import compare_curves
 from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.figures import head_matrix_figure, layer_distance_figure
@@ -37,8 +38,8 @@ def comparison(
     baseline: bool,
     options: str = "{}",
 ):
-    """What `probe compare A B` computes; ``hf:`` models read the held-out files of the corpus ``options``
-    (JSON) name, at its context."""
+    """What `probe compare A B` computes, as it writes it (JSON); ``hf:`` models read the held-out files of the
+    corpus ``options`` (JSON) name, at its context."""
     from probe.analysis import compare_report
     from probe.device import resolve_device
 
@@ -52,7 +53,8 @@ def comparison(
         baseline=baseline,
         options=json.loads(options),
         device=resolve_device("auto"),
-    )
+        progress=shared.stop_when_closed(),
+    ).to_json()
 
 
 found, broken = shared.runs()
@@ -99,7 +101,8 @@ with st.form("compare-settings", border=False):
     baseline = c4.toggle(
         "A' baseline (another seed of A)", value=True, key="compare-baseline", help="not for hf: models"
     )
-    st.form_submit_button("Compare", type="primary")
+    if st.form_submit_button("Compare", type="primary"):
+        st.session_state["compare-asked"] = True
 
 hf = name_a in external or name_b in external
 options = source.options if hf else {}
@@ -110,52 +113,69 @@ command = (
     f"probe compare {name_a} {name_b}{flags} --n-per-bucket {n_per_bucket} --metric {metric} "
     f"--lengths {lengths}{'' if baseline else ' --no-baseline'}"
 )
-try:
-    report = comparison(
-        name_a,
-        shared.stamp(by_path[name_a]) if name_a in by_path else 0.0,
-        name_b,
-        shared.stamp(by_path[name_b]) if name_b in by_path else 0.0,
-        str(shared.checkpoints_root()),
-        int(n_per_bucket),
-        metric,
-        lengths,
-        baseline,
-        json.dumps(options),
+if st.session_state.get("compare-asked"):  # computed only when asked: seconds to minutes on a CPU
+    try:
+        report = comparison(
+            name_a,
+            shared.stamp(by_path[name_a]) if name_a in by_path else 0.0,
+            name_b,
+            shared.stamp(by_path[name_b]) if name_b in by_path else 0.0,
+            str(shared.checkpoints_root()),
+            int(n_per_bucket),
+            metric,
+            lengths,
+            baseline,
+            json.dumps(options),
+        )
+    except ProbeError as error:
+        shared.error_line(error)
+        st.stop()
+    st.caption(f"Same as: `{command}`")
+else:
+    saved = shared.saved_comparison(folder, name_a, name_b, by_path)
+    report = saved.data
+    if not report:
+        st.info(
+            "**Compare** collects both models' attention and compares every head pair, and A with another seed of "
+            f"itself: seconds to minutes on a CPU (`{command}` does the same in a terminal, and this page then "
+            "shows what it saved).",
+            icon=":material/info:",
+        )
+        st.stop()
+    st.caption(
+        f"Saved by `probe compare` on {saved.written} (--n-per-bucket {report['n_per_bucket']} --metric "
+        f"{report['metric']}); **Compare** computes the settings above here."
     )
-except ProbeError as error:
-    shared.error_line(error)
-    st.stop()
-st.caption(f"Same as: `{command}`")
-result = report.comparisons[0]
-if baseline and report.baseline is None and not hf:
+result = report["comparisons"][0]
+results = [*report["comparisons"], *([report["baseline"]] if report["baseline"] is not None else [])]
+if baseline and report["baseline"] is None and not hf:
     trainer = "pretrain" if code else "train"
     st.info(
-        f"No other seed of {result.a.label} in {folder}, so no A' baseline (`probe {trainer} "
+        f"No other seed of {result['a']['label']} in {folder}, so no A' baseline (`probe {trainer} "
         f"--seed 1 --pe {by_path[name_a].pe}` with this folder's options makes one).",
         icon=":material/info:",
     )
-if result.skipped:
-    st.warning(f"{result.skipped} example(s) longer than the models' context were left out.")
+if result["skipped"]:
+    st.warning(f"{result['skipped']} example(s) longer than the models' context were left out.")
 
-n_layers = result.n_layers
-for r in report.results:
-    if r.paired != list(range(n_layers)):
+n_layers = result["n_layers"]
+for r in results:
+    if r["layers_b"] != list(range(n_layers)):
         st.caption(
-            f"{r.label} has another depth: A's layer l meets its layer at the same relative depth ("
-            + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
+            f"{r['label']} has another depth: A's layer l meets its layer at the same relative depth ("
+            + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r["layers_b"]))
             + ")."
         )
 rows = []
-for r in report.results:
-    stats = r.overall
+for r in results:
+    stats = r["overall"]
     rows.append(
         {
-            "A vs": r.label,
-            **{f"layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)},
-            "average over layers": float(stats.average.mean),
-            "95% CI": f"[{float(stats.average.low):.4f}, {float(stats.average.high):.4f}]",
-            "examples": stats.n_examples,
+            "A vs": r["label"],
+            **{f"layer {layer}": stats["per_layer"]["mean"][layer] for layer in range(n_layers)},
+            "average over layers": stats["average"]["mean"],
+            "95% CI": f"[{stats['average']['low']:.4f}, {stats['average']['high']:.4f}]",
+            "examples": stats["n_examples"],
         }
     )
 st.dataframe(
@@ -166,8 +186,8 @@ st.dataframe(
     },
 )
 
-buckets = [b.length for b in result.buckets]
-seen = {b.length: b.seen for b in result.buckets}
+buckets = [b["length"] for b in result["buckets"]]
+seen = {b["length"]: b["seen"] for b in result["buckets"]}
 bucket = st.select_slider(
     "Context size c" if code else "Length bucket λ",
     ["all", *buckets],
@@ -176,35 +196,37 @@ bucket = st.select_slider(
     format_func=lambda b: "all buckets" if b == "all" else f"{b}{'' if seen[b] else ' (unseen)'}",
 )
 length = None if bucket == "all" else int(bucket)
-label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
+label = "D^(l), JSD" if report["metric"] == "jsd" else "D^(l), reference code"
 where = "all length buckets" if length is None else f"λ = {length}"
 st.plotly_chart(
-    layer_distance_figure(report.curves(length), f"{result.a.label} vs {result.label} ({where})", label),
+    layer_distance_figure(
+        compare_curves(report, length), f"{result['a']['label']} vs {result['label']} ({where})", label
+    ),
     key="layers",
 )
 
 st.subheader("Head × head distances of one layer")
 layer = st.selectbox("Layer", list(range(n_layers)), key="layer")
-columns = st.columns(len(report.results))
-for column, r in zip(columns, report.results):
-    stats = r.overall if length is None else next((s for s in r.buckets if s.length == length), None)
+columns = st.columns(len(results))
+for column, r in zip(columns, results):
+    stats = r["overall"] if length is None else next((s for s in r["buckets"] if s["length"] == length), None)
     if stats is None:
         continue
     figure = head_matrix_figure(
-        stats.head_matrix[layer], stats.argmin[layer].tolist(), f"layer {layer}", labels=(r.a.label, r.label)
+        stats["head_matrix"][layer], stats["argmin"][layer], f"layer {layer}", labels=(r["a"]["label"], r["label"])
     )
-    column.plotly_chart(figure, key=f"heads-{r.label}")
+    column.plotly_chart(figure, key=f"heads-{r['label']}")
 
 st.subheader("Per length bucket")
 table = []
-for b in result.buckets:
-    row = {"λ": b.length, "seen": b.seen, "from": b.split, "examples": b.n_examples}
-    for r in report.results:
-        stats = next((s for s in r.buckets if s.length == b.length), None)
+for b in result["buckets"]:
+    row = {"λ": b["length"], "seen": b["seen"], "from": b["split"], "examples": b["n_examples"]}
+    for r in results:
+        stats = next((s for s in r["buckets"] if s["length"] == b["length"]), None)
         if stats is None:
             continue
-        row.update({f"{r.label}: layer {layer}": float(stats.per_layer.mean[layer]) for layer in range(n_layers)})
-        row[f"{r.label}: average"] = float(stats.average.mean)
+        row.update({f"{r['label']}: layer {layer}": stats["per_layer"]["mean"][layer] for layer in range(n_layers)})
+        row[f"{r['label']}: average"] = stats["average"]["mean"]
     table.append(row)
 st.dataframe(
     table,

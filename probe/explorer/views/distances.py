@@ -8,7 +8,7 @@ import json
 
 import streamlit as st
 
-from probe.analysis import AttendedReport, AttendedResult
+from probe.analysis.results import attended_series
 from probe.explorer import shared
 from probe.figures import attended_distance_figure
 
@@ -26,10 +26,10 @@ st.caption(
 @st.cache_data(show_spinner=False, max_entries=128)
 def distances(
     path: str, version: float, n_per_bucket: int, normalization: str, lengths: str, bins: int, options: str = "{}"
-) -> list[AttendedResult]:
-    """One model's attended-distance distributions, one per context size for a code model (cached per
-    model, so adding one computes only that one); ``hf:`` models read the held-out files of the corpus
-    ``options`` (JSON) name, at its context."""
+) -> list[dict]:
+    """One model's attended-distance distributions as `probe distances` writes them, one per context size for a
+    code model (cached per model, so adding one computes only that one); ``hf:`` models read the held-out files
+    of the corpus ``options`` (JSON) name, at its context."""
     from probe.analysis import attended_distance_report
     from probe.device import resolve_device
 
@@ -41,8 +41,9 @@ def distances(
         bins=bins,
         options=json.loads(options),
         device=resolve_device("auto"),
+        progress=shared.stop_when_closed(),
     )
-    return report.results
+    return [result.to_json() for result in report.results]
 
 
 found, broken = shared.runs()
@@ -88,45 +89,64 @@ with st.form("distances-settings", border=False):
         help="text: d̄ = (t − n + 1)/t as the paper writes; reference-code: (t − n)/t as its released notebook computes",
     )
     bins = c4.number_input("Bins", min_value=1, max_value=200, value=20, key="bins", bind="query-params")
-    st.form_submit_button("Measure", type="primary")
+    if st.form_submit_button("Measure", type="primary"):
+        st.session_state["distances-asked"] = True
 
 chosen = [*chosen, *external]
 if not chosen:
     st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
     st.stop()
 options = json.dumps(source.options if external else {})
-measured = shared.measure_each(
-    chosen,
-    by_path,
-    "Measuring attended distances of",
-    lambda name, version: distances(name, version, int(n_per_bucket), normalization, lengths, int(bins), options),
-)
-results = [result for per_model in measured for result in per_model]
+flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+settings = f"--n-per-bucket {n_per_bucket} --lengths {lengths} --normalization {normalization} --bins {bins}"
+if st.session_state.get("distances-asked"):  # computed only when asked: seconds to minutes a model on a CPU
+    measured = shared.measure_each(
+        chosen,
+        by_path,
+        "Measuring attended distances of",
+        lambda name, version: distances(name, version, int(n_per_bucket), normalization, lengths, int(bins), options),
+    )
+    results = [result for per_model in measured for result in per_model]
+    measured_paths = " ".join(dict.fromkeys(r["run"]["path"] for r in results))
+    if results:
+        st.caption(f"Same as: `probe distances {measured_paths}{flags} {settings}`")
+else:
+    stem = "attended_distance" + ("" if normalization == "text" else "_reference-code")
+    saved = shared.saved_report(folder, "distances", by_path, stem)
+    results = [r for r in saved.runs if r["run"]["path"] in chosen]
+    if results:
+        used = " ".join(f"--{k.replace('_', '-')} {saved.data.get(k)}" for k in ("n_per_bucket", "lengths", "bins"))
+        st.caption(
+            f"Saved by `probe distances` on {saved.written} ({used} --normalization {normalization}); "
+            "**Measure** computes the settings above here."
+        )
+    else:
+        st.info(
+            "**Measure** collects every head's attention of each model picked: seconds to minutes a model on a CPU "
+            f"(`probe distances {' '.join(chosen)}{flags} {settings}` does the same in a terminal, and this page "
+            "then shows what it saved).",
+            icon=":material/info:",
+        )
 if not results:
     st.stop()
-chosen = list(dict.fromkeys(r.run.path for r in results))
-flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
-report = AttendedReport(results, normalization, lengths, int(n_per_bucket), 0, int(bins))
-st.caption(
-    f"Same as: `probe distances {' '.join(chosen)}{flags} --n-per-bucket {n_per_bucket} --lengths {lengths} "
-    f"--normalization {normalization} --bins {bins}`"
-)
 st.plotly_chart(
-    attended_distance_figure(report.series(), f"Normalized attended distance on {folder}, all layers and heads"),
+    attended_distance_figure(
+        attended_series(results), f"Normalized attended distance on {folder}, all layers and heads"
+    ),
     key="distances",
 )
 st.dataframe(
     [
         {
-            "run": r.run.label,
-            "examples": r.n_examples,
-            "queries × layers × heads": r.n_queries,
-            "bimodality (arg-max)": r.stats["argmax"].bimodality if "argmax" in r.stats else None,
-            "bimodality (weighted)": r.stats["attention"].bimodality if "attention" in r.stats else None,
-            "mean d̄ (arg-max)": r.stats["argmax"].mean if "argmax" in r.stats else None,
-            "left out (too long)": r.skipped,
+            "run": r["run"]["label"],
+            "examples": r["n_examples"],
+            "queries × layers × heads": r["n_queries"],
+            "bimodality (arg-max)": r["weightings"].get("argmax", {}).get("bimodality"),
+            "bimodality (weighted)": r["weightings"].get("attention", {}).get("bimodality"),
+            "mean d̄ (arg-max)": r["weightings"].get("argmax", {}).get("mean"),
+            "left out (too long)": r["skipped"],
         }
-        for r in report.results
+        for r in results
     ],
     hide_index=True,
     column_config={

@@ -29,7 +29,11 @@ def measure(path: str, version: float, n_per_bucket: int, options: str = "{}") -
     from probe.device import resolve_device
 
     (result,) = positions_report(
-        [path], n_per_bucket=n_per_bucket, options=json.loads(options), device=resolve_device("auto")
+        [path],
+        n_per_bucket=n_per_bucket,
+        options=json.loads(options),
+        device=resolve_device("auto"),
+        progress=shared.stop_when_closed(),
     ).results
     return result.to_json()
 
@@ -54,22 +58,41 @@ with st.form("positions-settings", border=False):
     )
     external = shared.hf_models("Hugging Face models, measured beside the runs", "positions-hf") if code else []
     n_per_bucket = shared.examples_per_bucket(st, "per_bucket", "code models: windows per context size")
-    st.form_submit_button("Measure", type="primary")
+    if st.form_submit_button("Measure", type="primary"):
+        st.session_state["positions-asked"] = True
 
 chosen = [*chosen, *external]
 if not chosen:
     st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
     st.stop()
 options = json.dumps(source.options if external else {})
-results = shared.measure_each(
-    chosen, by_path, "Measuring", lambda name, version: measure(name, version, int(n_per_bucket), options)
-)
+flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+if st.session_state.get("positions-asked"):  # computed only when asked: seconds to minutes a model on a CPU
+    results = shared.measure_each(
+        chosen, by_path, "Measuring", lambda name, version: measure(name, version, int(n_per_bucket), options)
+    )
+    if results:
+        st.caption(
+            f"Same as: `probe positions {' '.join(r['run']['path'] for r in results)}{flags} "
+            f"--n-per-bucket {n_per_bucket}`"
+        )
+else:
+    saved = shared.saved_report(folder, "positions", by_path, entries=lambda data: data["models"])
+    results = [r for r in saved.runs if r["run"]["path"] in chosen]
+    if results:
+        st.caption(
+            f"Saved by `probe positions` on {saved.written} (--n-per-bucket "
+            f"{saved.data.get('settings', {}).get('n_per_bucket')}); **Measure** computes the settings above here."
+        )
+    else:
+        st.info(
+            "**Measure** fits the position probes and decomposes every head's logits of each model picked: a "
+            f"minute or more a run on a CPU (`probe positions {' '.join(chosen)}{flags} --n-per-bucket "
+            f"{n_per_bucket}` does the same in a terminal, and this page then shows what it saved).",
+            icon=":material/info:",
+        )
 if not results:
     st.stop()
-flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
-st.caption(
-    f"Same as: `probe positions {' '.join(r['run']['path'] for r in results)}{flags} --n-per-bucket {n_per_bucket}`"
-)
 st.dataframe(
     [
         {
