@@ -42,7 +42,7 @@ def resolve(
     name = str(name)
     if is_external(name):
         model_folder(name)
-        return HfModel(name, RunInfo(name, "", 0, name), None, None)
+        return HfModel(name, RunInfo(name, "", 0, name), None)
     path = Path(name) if root is None else resolve_run(name, root, task, seed, dict(options or {}))
     return _run_subject(path, read_checkpoint_config(path))
 
@@ -78,7 +78,7 @@ def split_hf(names: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _run_subject(path: Path, config: dict[str, Any]) -> Subject:
     kind = CodeRun if is_language_model(config) else TaskRun
-    return kind(str(path), run_info(path, config), path, config)
+    return kind(str(path), run_info(path, config), Run(path, config))
 
 
 def resolve_all(

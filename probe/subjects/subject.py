@@ -51,17 +51,22 @@ class Subject:
     (:mod:`probe.models.interventions`; none by default)."""
 
     name: str  # as given
-    info: RunInfo
-    path: Path | None  # its run folder (None: an hf: model)
-    config: dict[str, Any] | None  # its config.json, read once
+    info: RunInfo  # what a report says of it
+    run: Run | None  # its run folder and config.json, read once (None: an hf: model)
     intervention: Intervention = field(default_factory=Intervention)
 
     measure = EXACT_MATCH  # how a change to its attention is scored: exact match or held-out perplexity
     trained_from = f"the longest of {TRAINED_FROM} IID validation sequences"  # what its L is, said
 
     @property
-    def run(self) -> Run | None:
-        return None if self.path is None else Run(self.path, self.config)
+    def path(self) -> Path | None:
+        """Its run folder (None: an hf: model)."""
+        return None if self.run is None else self.run.path
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """Its run's ``config.json`` (None: an hf: model)."""
+        return None if self.run is None else self.run.config
 
     def under(self, intervention: Intervention) -> Subject:
         """This subject, to be read under ``intervention`` instead of its own."""
@@ -141,7 +146,7 @@ class Subject:
         if not found:
             return None
         _, _, path, config = min(found, key=lambda f: f[:3])
-        return type(self)(str(path), run_info(path, config), path, config, self.intervention)
+        return type(self)(str(path), run_info(path, config), Run(path, config), self.intervention)
 
 
 class TaskRun(Subject):
