@@ -170,7 +170,8 @@ def test_the_section3_showcase_labels_its_tiny_buckets():
     from probe.studies.reproduce_report import report_of
     from probe.studies.summaries import merge
 
-    merged = merge(sorted((bench / "results" / "section3").glob("scan+*seed0.json")), study="section3")
+    paths = sorted((bench / "results" / "section3").glob("scan+*seed0.json"))  # every rung trained
+    merged = merge(paths, study="section3", rule=section3.RULE)
     panels = section3.panels(merged, report_of(merged.evaluations, {}, scale="section3"))
     nope = next(c for c in panels["scan"]["curves"] if c["pe"] == "nope")
     assert min(nope["counts"]) == 1
