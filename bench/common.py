@@ -321,6 +321,8 @@ def fill_block(path: Path, name: str, text: str) -> None:
 
 
 def add_study_arguments(parser, study: str) -> None:
-    """A study report's inputs: the folder of its summaries and the seeds it should hold."""
+    """A study report's inputs (the folder of its summaries, the seeds it should hold) and the name of the
+    results files it writes, so that a report of another folder does not overwrite the committed one."""
     parser.add_argument("--summaries", default=str(RESULTS / study), help="folder of the study's summaries")
+    parser.add_argument("--name", default=f"{study}_report", help="results file name (JSON and Markdown)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="the seeds the study should hold")

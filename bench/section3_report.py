@@ -196,7 +196,6 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_arguments(parser, STUDY)
-    parser.add_argument("--name", default="section3_report", help="results file name (JSON and Markdown)")
     parser.add_argument("--figures", help="folder for the headline and showcase figures (e.g. docs/img)")
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
     args = parser.parse_args()

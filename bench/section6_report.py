@@ -6,10 +6,10 @@
 `probe reproduce --scale section6 --task all --summaries bench/results/section6` writes a summary per
 scenario and seed as it lands (grids/section6.toml: each task with its scratchpad formats and without one,
 every example in the authors' wording). This script merges them under the study's recipe rule, naming every
-part expected and not found, and writes ``bench/results/section6_report.{json,md}``: per task each format's
-mean reciprocal rank over (PE, seed) with its interval over seeds (Figure scratchpad_formats_per_ds), the
-full format's and C's gain over no scratchpad per PE, the PEs ranked with a scratchpad, and one line per
-claim of the paper's Section 6.
+part expected and not found, and writes ``bench/results/section6_report.{json,md}`` (``--name``: another
+stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
+scratchpad_formats_per_ds), the full format's and C's gain over no scratchpad per PE, the PEs ranked with a
+scratchpad, and one line per claim of the paper's Section 6.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def main() -> None:
     evaluations, missing = merged_runs(Path(args.summaries), args.seeds)
     report = report_of(evaluations, missing)
     text = markdown(report)
-    atomic_write_json(RESULTS / "section6_report.json", report)
-    atomic_write_text(RESULTS / "section6_report.md", text)
+    atomic_write_json(RESULTS / f"{args.name}.json", report)
+    atomic_write_text(RESULTS / f"{args.name}.md", text)
     print(text)
     if args.docs:
         fill_block(DOCS, STUDY, text)
