@@ -12,8 +12,9 @@ explorer.
 - :func:`~probe.analysis.positions.positions_report`, :func:`~probe.analysis.perplexity.perplexity_report`,
   :func:`~probe.analysis.evaluation.evaluate_run` (Section 3's exact match, :mod:`~probe.analysis.eval_report`).
 
+Each reads its inputs as one :class:`~probe.subjects.settings.ReadSettings` says, beside knobs of its own.
 Results are objects whose methods answer the next question (``.to_json()``, ``.to_rows()``, ``.curves()``).
-Everything is deterministic given ``seed`` (inputs, and the bootstrap resamples).
+Everything is deterministic given the settings' ``seed`` (inputs, and the bootstrap resamples).
 """
 
 from probe.analysis.compare import compare_report, compare_runs

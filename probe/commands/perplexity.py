@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted
+    from probe.subjects.settings import ReadSettings
 
     args.pe = pe_kinds(args.pe)
     if args.batch_size < 1:
@@ -82,18 +83,16 @@ def run(args: argparse.Namespace) -> int:
     check_out_beside(args, names, options, "perplexity", "perplexity")
     out = console(stderr=args.json)
     with progress_bar(out, "perplexity") as on_progress:
-        report = perplexity_report(
-            names,
+        settings = ReadSettings(
             options=options,
-            pe_options=parse_options(args.pe_option, None),
-            max_files=args.max_files,
+            batch_size=args.batch_size,
             device=resolve_device(args.device),
             dtype=args.dtype,
             intervention=intervention_of(args),
-            batch_size=args.batch_size,
-            root=args.checkpoints,
+            pe_options=parse_options(args.pe_option, None),
             progress=on_progress,
         )
+        report = perplexity_report(names, settings, max_files=args.max_files, root=args.checkpoints)
     out.print(fitted(_table(report), out))
     write_report(report, args, out, report.name)
     return 0
