@@ -219,7 +219,7 @@ def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
         expected = oracle_nll(name, texts, protocol.contexts, protocol.scored, N_POSITIONS if "gpt2" in name else None)
         assert run.label == name and torch.isfinite(expected).any()
         torch.testing.assert_close(run.nll, expected, rtol=1e-5, atol=1e-5, equal_nan=True)  # float32 logits
-    rows = [row for row in report.table() if row["bucket"] == "all"]
+    rows = [row for row in report.to_rows() if row["bucket"] == "all"]
     assert {row["run"] for row in rows} == set(names)
     assert max(row["context"] for row in rows if row["run"] == names[0]) <= N_POSITIONS  # GPT-2: "-" beyond
     assert max(row["context"] for row in rows if row["run"] == names[1]) == 40

@@ -169,7 +169,7 @@ def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
     assert protocol.contexts == (8, 10, 12, 14, 16, 19, 22, 25, 28, 32, 36, 40) and protocol.scored == 3
     corpus = load_corpus(corpus_of_run(paths[0]))
     model = load_checkpoint(paths[0])
-    rows = [r for r in report.table() if r["run"] == "nope"]
+    rows = [r for r in report.to_rows() if r["run"] == "nope"]
     for row in rows:
         if row["bucket"] == "all":
             members = [i for i, n in enumerate(report.lengths.tolist()) if n >= 40]

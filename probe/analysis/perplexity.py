@@ -233,7 +233,7 @@ class PerplexityReport:
             "files": int(values.numel()),
         }
 
-    def table(self) -> list[dict[str, Any]]:
+    def to_rows(self) -> list[dict[str, Any]]:
         """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens.
         Computed once (every cell is a bootstrap over files); JSON and Markdown read the same rows."""
         if self._rows is not None:
@@ -266,7 +266,7 @@ class PerplexityReport:
     def to_markdown(self) -> str:
         """The paper's Tables pretraining:ppl layout: a block per bucket, a row per run, a column per
         context size, "-" where the bucket is not read at that size."""
-        rows = self.table()
+        rows = self.to_rows()
         contexts = self.protocol.contexts
         lines = [
             f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, read with its last "
@@ -294,14 +294,12 @@ class PerplexityReport:
     def write(self, out_dir: str | Path) -> list[str]:
         """JSON, CSV, the paper's table as Markdown and the figure under ``out_dir``, as `probe perplexity`
         writes them; returns the paths written."""
-        from probe.atomic import atomic_write_text, write_json_and_csv
+        from probe.analysis.report import write_tables
         from probe.figures import perplexity_figure, write_figure
 
         out_dir = Path(out_dir)
-        rows = self.table()
-        written = write_json_and_csv(out_dir, "perplexity", self.to_json(), rows)
-        atomic_write_text(out_dir / "perplexity.md", self.to_markdown())
-        written.append(out_dir / "perplexity.md")
+        rows = self.to_rows()
+        written = write_tables(self, out_dir, "perplexity", self.to_markdown())
         context = self.protocol.train_context
         title = f"Held-out perplexity against context size (training context {context})"
         written += write_figure(perplexity_figure(rows, context, title), out_dir / "perplexity")
@@ -313,7 +311,7 @@ class PerplexityReport:
             "seed": self.seed,
             "n_files": len(self.files),
             "runs": [{"label": r.label, "pe": r.pe, "path": r.path, "pe_options": r.pe_options} for r in self.runs],
-            "rows": self.table(),
+            "rows": self.to_rows(),
         }
 
 

@@ -456,6 +456,8 @@ class PositionsReport:
     stem: str = ""  # the hf: models among the subjects, for output names
     context: int | None = None  # T, the context code models were read at; None for task runs
 
+    name = "positions"  # its outputs' folder (probe.analysis.report.Report)
+
     def to_json(self) -> dict[str, Any]:
         return {"settings": self.settings, "models": [r.to_json() for r in self.results]}
 
@@ -465,7 +467,8 @@ class PositionsReport:
     def write(self, out_dir: str | Path) -> list[str]:
         """JSON and CSV (per head; the probes apart) and the five figures under ``out_dir``, as `probe
         positions` writes them (``positions[_<hf models>]_*``); returns the paths written."""
-        from probe.atomic import write_csv, write_json_and_csv
+        from probe.analysis.report import write_tables
+        from probe.atomic import write_csv
         from probe.figures import write_figure
         from probe.figures.positions import (
             entropy_figure,
@@ -477,11 +480,10 @@ class PositionsReport:
 
         out_dir = Path(out_dir)
         stem = "positions" + (f"_{self.stem}" if self.stem else "")
-        data = self.to_json()
-        files = [str(p) for p in write_json_and_csv(out_dir, stem, data, self.to_rows())]
+        files = [str(p) for p in write_tables(self, out_dir, stem)]
         probes = [row for r in self.results for row in r.probe_rows()]
         files.append(str(write_csv(out_dir / f"{stem}_probes.csv", probes)))
-        models = data["models"]
+        models = [r.to_json() for r in self.results]
         for suffix, figure in (
             ("probes", probe_figure(models)),
             ("landmark", probe_figure(models, "landmark_distance")),

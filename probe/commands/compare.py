@@ -220,5 +220,5 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
-    write_report(report, args, out, "compare")
+    write_report(report, args, out)
     return 0

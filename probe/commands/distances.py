@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
-    write_report(report, args, out, "distances")
+    write_report(report, args, out)
     return 0
 
 

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     for run in report.runs:
         for name, why in run.skipped.items():
             out.print(f"[dim]{run.label}: {name} not applicable ({why})[/dim]")
-    write_report(report, args, out, "extrapolation")
+    write_report(report, args, out)
     return 0
 
 

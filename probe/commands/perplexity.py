@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         )
         report = perplexity_report(names, settings, max_files=args.max_files, root=args.checkpoints)
     out.print(fitted(_table(report), out))
-    write_report(report, args, out, report.name)
+    write_report(report, args, out)
     return 0
 
 
@@ -124,7 +124,7 @@ def _runs(args: argparse.Namespace) -> list:
 def _table(report):
     from rich.table import Table
 
-    protocol, rows = report.protocol, report.table()
+    protocol, rows = report.protocol, report.to_rows()
     table = Table(
         title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
         f"all files of at least {protocol.contexts[-1]} tokens"

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content; "
         "var slope: d log Var / d log t of the last layer's attention output[/dim]"
     )
-    write_report(report, args, out, "positions")
+    write_report(report, args, out)
     return 0
 
 
