@@ -40,6 +40,7 @@ def main() -> int:
 
     from probe.analysis import compare_report
     from probe.errors import ProbeError
+    from probe.subjects.settings import ReadSettings
 
     imported = time.perf_counter() - started
 
@@ -51,15 +52,8 @@ def main() -> int:
     load_before = os.getloadavg()
     start = time.perf_counter()
     try:
-        report = compare_report(
-            "nope",
-            root=args.checkpoints,
-            task=args.task,
-            seed=args.seed,
-            n_per_bucket=args.n_per_bucket,
-            metric=args.metric,
-            device=args.device,
-        )
+        settings = ReadSettings(seed=args.seed, n_per_bucket=args.n_per_bucket, device=args.device)
+        report = compare_report("nope", (), settings, root=args.checkpoints, task=args.task, metric=args.metric)
     except ProbeError as error:
         print(f"bench/compare.py: {error}", file=sys.stderr)
         return 2

@@ -39,6 +39,7 @@ def main() -> int:
 
     from probe.analysis.positions import positions_report
     from probe.subjects import task_runs
+    from probe.subjects.settings import ReadSettings
 
     imported = time.perf_counter() - started
     if args.threads:
@@ -51,7 +52,7 @@ def main() -> int:
     names = [str(r.path) for r in runs]
     start = time.perf_counter()
     cpu_start = time.process_time()
-    results = positions_report(names, n_per_bucket=args.n_per_bucket, device=args.device).results
+    results = positions_report(names, ReadSettings(n_per_bucket=args.n_per_bucket, device=args.device)).results
     library = {"wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu_start}
     stages: dict[str, float] = {}
     for result in results:

@@ -27,6 +27,7 @@ _LAZY = {
     "compare_runs": "probe.analysis",
     "compare_report": "probe.analysis",
     "attended_distance_report": "probe.analysis",
+    "ReadSettings": "probe.subjects.settings",
 }
 __all__ = sorted(_LAZY)
 

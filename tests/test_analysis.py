@@ -17,6 +17,7 @@ from probe.metrics import layer_distances
 from probe.models import load_checkpoint
 from probe.runs.folders import run_dir
 from probe.subjects import sample_buckets, task_runs
+from probe.subjects.settings import ReadSettings
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.training.bookkeeping import train_run
@@ -73,7 +74,7 @@ def test_buckets_cover_seen_lengths_from_valid_and_unseen_from_test():
 def test_compare_shapes_schema_and_determinism(root):
     ckpt = root / "checkpoints"
     a, b = run_dir(ckpt, "scan", "nope", 0), run_dir(ckpt, "scan", "t5", 0)
-    result = compare_runs(a, b, n_per_bucket=2, baseline=run_dir(ckpt, "scan", "nope", 1))
+    result = compare_runs(a, b, ReadSettings(n_per_bucket=2), baseline=run_dir(ckpt, "scan", "nope", 1))
     n_buckets = len(sample_buckets(get_task("scan"), 2))
     assert len(result.buckets) == n_buckets and result.n_layers == 2
     assert result.values.shape == (result.overall.n_examples, 2)
@@ -100,14 +101,16 @@ def test_compare_shapes_schema_and_determinism(root):
     rows = result.to_rows()
     assert len(rows) == 2 * (n_buckets + 1) * 3  # (buckets + all) × (2 layers + average), baseline too
     assert json.dumps(data) == json.dumps(
-        compare_runs(a, b, n_per_bucket=2, baseline=run_dir(ckpt, "scan", "nope", 1)).to_json()
+        compare_runs(a, b, ReadSettings(n_per_bucket=2), baseline=run_dir(ckpt, "scan", "nope", 1)).to_json()
     )
 
 
 def test_bucket_means_are_per_example_layer_distances(root):
     ckpt = root / "checkpoints"
     a, b = load_checkpoint(run_dir(ckpt, "scan", "nope", 0)), load_checkpoint(run_dir(ckpt, "scan", "t5", 0))
-    result = compare_runs(run_dir(ckpt, "scan", "nope", 0), run_dir(ckpt, "scan", "t5", 0), n_per_bucket=3)
+    result = compare_runs(
+        run_dir(ckpt, "scan", "nope", 0), run_dir(ckpt, "scan", "t5", 0), ReadSettings(n_per_bucket=3)
+    )
     bucket = result.buckets[-1]
     examples = next(x for x in sample_buckets(get_task("scan"), 3) if x.length == bucket.length).examples
     tokenizer = Tokenizer.from_dict(a.metadata["tokenizer"])
@@ -120,7 +123,7 @@ def test_bucket_means_are_per_example_layer_distances(root):
 
 def test_a_model_against_itself_is_zero_at_a_same_index_pair(root):
     t5 = run_dir(root / "checkpoints", "scan", "t5", 0)
-    result = compare_runs(t5, t5, n_per_bucket=1)
+    result = compare_runs(t5, t5, ReadSettings(n_per_bucket=1))
     assert result.values.abs().max() < 1e-12  # zero up to float64 rounding
     for stats in [*result.buckets, result.overall]:
         assert stats.per_layer.mean.abs().max() < 1e-12
@@ -131,7 +134,10 @@ def test_a_model_against_itself_is_zero_at_a_same_index_pair(root):
 def test_reference_code_metric_visits_pairs_below_the_diagonal(root):
     ckpt = root / "checkpoints"
     result = compare_runs(
-        run_dir(ckpt, "scan", "nope", 0), run_dir(ckpt, "scan", "t5", 0), n_per_bucket=1, metric="reference-code"
+        run_dir(ckpt, "scan", "nope", 0),
+        run_dir(ckpt, "scan", "t5", 0),
+        ReadSettings(n_per_bucket=1),
+        metric="reference-code",
     )
     assert result.metric == "reference-code"
     assert (result.overall.argmin[:, 1] < result.overall.argmin[:, 0]).all()
@@ -139,7 +145,7 @@ def test_reference_code_metric_visits_pairs_below_the_diagonal(root):
 
 def test_models_of_different_depth_pair_layers_at_the_same_relative_depth(root):
     nope, shallow = run_dir(root / "checkpoints", "scan", "nope", 0), run_dir(root / "shallow", "scan", "alibi", 0)
-    result = compare_runs(nope, shallow, n_per_bucket=1)
+    result = compare_runs(nope, shallow, ReadSettings(n_per_bucket=1))
     assert result.n_layers == 2 and result.paired == [0, 0]  # both layers of NoPE against ALiBi's only one
     examples = [e for bucket in sample_buckets(get_task("scan"), n_per_bucket=1, seed=0) for e in bucket.examples]
     a, b = load_checkpoint(nope), load_checkpoint(shallow)
@@ -149,11 +155,11 @@ def test_models_of_different_depth_pair_layers_at_the_same_relative_depth(root):
         (pa,), (pb,) = collect_patterns(a, tokenizer, [example]), collect_patterns(b, tokenizer, [example])
         expected.append(layer_distances(pa.patterns[0].double(), pb.patterns[0][[0, 0]].double()).per_layer)
     torch.testing.assert_close(result.values, torch.stack(expected))
-    assert compare_runs(shallow, nope, n_per_bucket=1).paired == [0]
+    assert compare_runs(shallow, nope, ReadSettings(n_per_bucket=1)).paired == [0]
 
 
 def test_compare_report_finds_every_other_pe_and_the_seed_baseline(root):
-    report = compare_report("nope", root=root / "checkpoints", task="scan", n_per_bucket=1)
+    report = compare_report("nope", root=root / "checkpoints", task="scan", settings=ReadSettings(n_per_bucket=1))
     assert [r.b.pe for r in report.comparisons] == ["t5"]
     assert report.baseline is not None and report.baseline.b.seed == 1
     assert [c["label"] for c in report.curves()] == ["T5's Relative Bias", "NoPE'"]
@@ -214,7 +220,7 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
     ckpt = root / "checkpoints"
     runs = task_runs(ckpt, "scan", seed=0)
     assert [r.pe for r in runs] == ["nope", "t5"]
-    report = attended_distance_report(runs, n_per_bucket=1, bins=10)
+    report = attended_distance_report(runs, ReadSettings(n_per_bucket=1), bins=10)
     for result in report.results:
         assert not result.run.label.endswith("'") and result.n_examples == len(result.lengths)
         for stats in result.stats.values():
@@ -222,7 +228,7 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
             assert 0 < stats.bimodality < 1.5 and 0 < stats.mean <= 1
             assert float(stats.weights.sum()) == pytest.approx(result.n_queries)  # every (query, head): weight 1
             assert (stats.values > 0).all() and (stats.values <= 1).all()  # the text's d̄ ∈ (0, 1]
-    reference = attended_distance_report(runs[:1], n_per_bucket=1, normalization="reference-code")
+    reference = attended_distance_report(runs[:1], ReadSettings(n_per_bucket=1), normalization="reference-code")
     assert (reference.results[0].stats["argmax"].values < 1).all()
 
     out = tmp_path / "distances"
@@ -259,8 +265,8 @@ def test_attended_distance_report_and_cli(root, tmp_path, capsys, no_png):
 def test_compare_applies_rope_scaling_at_inference_to_the_runs_that_have_it(tmp_path, capsys, no_png):
     ckpt = tmp_path / "checkpoints"
     nope, rotary = make_run(ckpt, "nope"), make_run(ckpt, "rotary")
-    plain = compare_runs(nope, rotary, n_per_bucket=1)
-    scaled = compare_runs(nope, rotary, n_per_bucket=1, pe_options={"scaling": "linear", "factor": 4.0})
+    plain = compare_runs(nope, rotary, ReadSettings(n_per_bucket=1))
+    scaled = compare_runs(nope, rotary, ReadSettings(n_per_bucket=1, pe_options={"scaling": "linear", "factor": 4.0}))
     assert scaled.a.inference_options == {} and scaled.b.inference_options == {"scaling": "linear", "factor": 4.0}
     assert scaled.b.label == "Rotary+factor=4+scaling=linear" and scaled.a.label == plain.a.label
     assert not torch.allclose(plain.values, scaled.values)  # positions 4x closer: other attention

@@ -214,7 +214,7 @@ def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     shutil.copytree(source, root)  # the other tests see no report
     folder, paths = root / folder.name, [root / p.relative_to(source) for p in paths]
     report = perplexity_report(paths, max_files=20)
-    write_json_and_csv(folder / "perplexity", "perplexity", report.to_json(), report.table())  # as the command does
+    write_json_and_csv(folder / "perplexity", "perplexity", report.to_json(), report.to_rows())  # as the command does
     (folder / "perplexity+scaling=yarn").mkdir()
     (folder / "perplexity+scaling=yarn" / "perplexity.json").write_text("{not json")
     saved = report.to_json()

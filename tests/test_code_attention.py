@@ -23,6 +23,7 @@ from probe.models import load_checkpoint
 from probe.models.checkpoint import read_checkpoint_config
 from probe.runs.folders import Run, run_dir
 from probe.subjects import RunInfo, check_comparable, choose_windows, run_windows
+from probe.subjects.settings import ReadSettings
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
 
@@ -158,10 +159,10 @@ def _maps(model, tokens: torch.Tensor) -> list[list[list[list[float]]]]:
 
 def test_layer_distance_is_zero_to_itself_and_the_plain_loop_to_another_model(code):
     nope, rotary = code.paths["nope"], code.paths["rotary"]
-    itself = compare_runs(nope, nope, n_per_bucket=3)
+    itself = compare_runs(nope, nope, ReadSettings(n_per_bucket=3))
     assert itself.values.shape == (6, 2) and float(itself.values.abs().max()) < 1e-12
 
-    result = compare_runs(nope, rotary, n_per_bucket=3)
+    result = compare_runs(nope, rotary, ReadSettings(n_per_bucket=3))
     assert [(b.length, b.seen, b.n_examples) for b in result.buckets] == [(T, True, 3), (2 * T, False, 3)]
     assert result.task == "code" and result.skipped == 0 and result.example_lengths == [T] * 3 + [2 * T] * 3
     models = [load_checkpoint(nope), load_checkpoint(rotary)]
@@ -186,13 +187,15 @@ def test_layer_distance_is_zero_to_itself_and_the_plain_loop_to_another_model(co
     torch.testing.assert_close(result.buckets[1].per_layer.mean, expected[3:].mean(0), rtol=0, atol=1e-9)
     torch.testing.assert_close(result.overall.average.mean, expected.mean(), rtol=0, atol=1e-9)
 
-    short = compare_runs(nope, code.paths["alibi"], n_per_bucket=3)  # n_ctx 24 < 2T: the 2x windows left out
+    short = compare_runs(
+        nope, code.paths["alibi"], ReadSettings(n_per_bucket=3)
+    )  # n_ctx 24 < 2T: the 2x windows left out
     assert [b.length for b in short.buckets] == [T] and short.skipped == 3
 
 
 def test_attended_distances_match_a_hand_count_on_one_window(code):
     nope = code.paths["nope"]
-    report = attended_distance_report([nope], n_per_bucket=1, lengths="seen", bins=4)
+    report = attended_distance_report([nope], ReadSettings(n_per_bucket=1, lengths="seen"), bins=4)
     (result,) = report.results
     assert result.run.label == "NoPE @1x" and result.lengths == [T] and result.n_examples == 1
     assert result.n_queries == T * 2 * 2  # every query of the window, 2 layers x 2 heads
@@ -220,7 +223,7 @@ def test_attended_distances_match_a_hand_count_on_one_window(code):
 
 def test_attended_distances_at_both_contexts_by_default(code):
     runs = [Run(code.paths[pe], read_checkpoint_config(code.paths[pe])) for pe in ("nope", "alibi")]
-    report = attended_distance_report(runs, n_per_bucket=2)
+    report = attended_distance_report(runs, ReadSettings(n_per_bucket=2))
     assert report.lengths == "all"
     assert [(r.run.label, r.lengths, r.n_examples, r.skipped) for r in report.results] == [
         ("NoPE @1x", [T], 2, 0),

@@ -40,6 +40,7 @@ from probe.models.hf_attention import logits_of
 from probe.runs.folders import run_dir
 from probe.subjects import choose_windows, paired_layers, resolve
 from probe.subjects.readings import TextReading
+from probe.subjects.settings import ReadSettings
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
 
@@ -210,7 +211,7 @@ def oracle_nll(
 
 def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
     names = [tiny.names[f] for f in ("gpt2", "neox", "bloom")]
-    report = perplexity_report(names, options=tiny.options)
+    report = perplexity_report(names, ReadSettings(options=tiny.options))
     protocol = report.protocol
     assert protocol.train_context == T and protocol.contexts[-1] == 40 and protocol.scored == 3
     texts = [(tiny.source / name).read_text() for name in report.files]
@@ -218,7 +219,7 @@ def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
         expected = oracle_nll(name, texts, protocol.contexts, protocol.scored, N_POSITIONS if "gpt2" in name else None)
         assert run.label == name and torch.isfinite(expected).any()
         torch.testing.assert_close(run.nll, expected, rtol=1e-5, atol=1e-5, equal_nan=True)  # float32 logits
-    rows = [row for row in report.table() if row["bucket"] == "all"]
+    rows = [row for row in report.to_rows() if row["bucket"] == "all"]
     assert {row["run"] for row in rows} == set(names)
     assert max(row["context"] for row in rows if row["run"] == names[0]) <= N_POSITIONS  # GPT-2: "-" beyond
     assert max(row["context"] for row in rows if row["run"] == names[1]) == 40
@@ -232,7 +233,7 @@ def test_perplexity_is_exp_of_the_mean_nll_of_the_models_own_logits(tiny):
 
 def test_perplexity_puts_the_bos_its_tokenizer_adds_in_front(tiny):
     name = tiny.names["llama"]
-    report = perplexity_report([name], options=tiny.options, max_files=6)
+    report = perplexity_report([name], ReadSettings(options=tiny.options), max_files=6)
     texts = [(tiny.source / n).read_text() for n in report.files]
     expected = oracle_nll(name, texts, report.protocol.contexts, report.protocol.scored, None)
     torch.testing.assert_close(report.runs[0].nll, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
@@ -241,7 +242,7 @@ def test_perplexity_puts_the_bos_its_tokenizer_adds_in_front(tiny):
 # -- distances and compare ----------------------------------------------------------------------
 def test_distances_on_every_family_are_finite_distributions(tiny):
     names = [tiny.names[f] for f in ("gpt2", "neox", "bloom", "llama")]
-    report = attended_distance_report(names, options=tiny.options, n_per_bucket=3)
+    report = attended_distance_report(names, ReadSettings(options=tiny.options, n_per_bucket=3))
     found = [(r.run.label, r.lengths, r.n_examples, r.skipped) for r in report.results]
     assert (
         found
@@ -259,7 +260,9 @@ def test_distances_on_every_family_are_finite_distributions(tiny):
 
 def test_attended_distance_matches_a_hand_count_from_transformers_attention(tiny):
     name = tiny.names["llama"]
-    (result,) = attended_distance_report([name], options=tiny.options, n_per_bucket=1, lengths="seen").results
+    (result,) = attended_distance_report(
+        [name], ReadSettings(options=tiny.options, n_per_bucket=1, lengths="seen")
+    ).results
     subject = resolve(name)
     loaded = subject.load(torch.device("cpu"))
     reading = TextReading([subject], tiny.options)
@@ -281,7 +284,7 @@ def _jsd(p: torch.Tensor, q: torch.Tensor) -> float:
 
 def test_compare_pairs_layers_by_relative_depth_on_transformers_attention(tiny):
     gpt2, neox, bloom = (tiny.names[f] for f in ("gpt2", "neox", "bloom"))
-    report = compare_report(gpt2, [neox, bloom], options=tiny.options, n_per_bucket=2)
+    report = compare_report(gpt2, [neox, bloom], ReadSettings(options=tiny.options, n_per_bucket=2))
     assert report.baseline is None and [r.label for r in report.comparisons] == [neox, bloom]
     result = report.comparisons[0]
     assert result.paired == [0, 1, 1] and result.n_layers == 3  # A's 3 layers on B's 2
@@ -310,7 +313,7 @@ def test_compare_pairs_layers_by_relative_depth_on_transformers_attention(tiny):
     assert float(expected.min()) > 1e-3  # two different models: a test that can fail
     torch.testing.assert_close(result.values, expected, rtol=0, atol=1e-5)  # [window, layer]; float32 maps
 
-    backwards = compare_report(neox, [gpt2], options=tiny.options, n_per_bucket=2).comparisons[0]
+    backwards = compare_report(neox, [gpt2], ReadSettings(options=tiny.options, n_per_bucket=2)).comparisons[0]
     assert backwards.paired == [0, 2] and backwards.n_layers == 2
 
 
@@ -338,7 +341,7 @@ def test_paired_layers_is_the_same_relative_depth(a, b, expected):
 
 def test_models_with_different_tokenizers_are_not_compared(tiny, capsys):
     with pytest.raises(ProbeError, match="tokenizers differ"):
-        compare_report(tiny.names["gpt2"], [tiny.names["llama"]], options=tiny.options)
+        compare_report(tiny.names["gpt2"], [tiny.names["llama"]], ReadSettings(options=tiny.options))
     assert main(["compare", tiny.names["gpt2"], tiny.names["llama"], *tiny.argv]) == 2
     assert "tokenizers differ" in one_line_error(capsys)
     assert main(["perplexity", tiny.names["neox"], tiny.names["llama"], "--corpus", str(tiny.source)]) == 2
@@ -396,7 +399,7 @@ def code_runs(tiny, tmp_path_factory):
 def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
     """A code run reads its own corpus's held-out files; an hf: model reads the same files with its tokenizer."""
     nope = str(code_runs.paths[0])
-    report = attended_distance_report([nope, tiny.names["bloom"]], n_per_bucket=2)
+    report = attended_distance_report([nope, tiny.names["bloom"]], ReadSettings(n_per_bucket=2))
     assert [r.run.label for r in report.results] == [
         "NoPE @1x",
         "NoPE @2x",
@@ -475,7 +478,7 @@ def test_explorer_compares_code_runs_and_hf_models(tiny, code_runs, monkeypatch,
     at.number_input(key="n").set_value(2)
     at.button[0].click().run()  # the form's Compare
     assert not at.exception and not at.error
-    expected = compare_report(gpt2, [neox], options=tiny.options, n_per_bucket=2).comparisons[0].overall
+    expected = compare_report(gpt2, [neox], ReadSettings(options=tiny.options, n_per_bucket=2)).comparisons[0].overall
     (row,) = page_table(at)
     assert row["A vs"] == neox
     assert [row[f"layer {layer}"] for layer in range(3)] == pytest.approx(expected.per_layer.mean.tolist())
@@ -504,7 +507,9 @@ def test_explorer_measures_attended_distances_of_code_runs_and_hf_models(tiny, c
     assert not at.exception and not at.error
     rows = page_table(at)
     assert [row["run"] for row in rows] == ["ALiBi @1x", "ALiBi @2x", "NoPE @1x", "NoPE @2x", f"{gpt2} @1x"]
-    (expected,) = attended_distance_report([gpt2], options=tiny.options, n_per_bucket=2, lengths="all").results
+    (expected,) = attended_distance_report(
+        [gpt2], ReadSettings(options=tiny.options, n_per_bucket=2, lengths="all")
+    ).results
     assert rows[-1]["bimodality (arg-max)"] == pytest.approx(expected.stats["argmax"].bimodality)
     assert rows[-1]["left out (too long)"] == 2  # GPT-2's table of 24 positions cannot read 2T
     assert f"{gpt2} -o corpus={tiny.source} -o heldout=0.5 -o context={T}" in texts(at.caption)
@@ -672,8 +677,8 @@ def test_bfloat16_weights_read_as_float32_within_bfloat16_rounding(tiny, capsys)
     1B models on a CPU); the mean NLL is the float32 model's to bfloat16's rounding (a file's own may move
     more: these random weights are large, so their attention is peaked), and every analysis reads it."""
     name = tiny.names["llama"]
-    full = perplexity_report([name], options=tiny.options)
-    half = perplexity_report([name], options=tiny.options, dtype="bfloat16")
+    full = perplexity_report([name], ReadSettings(options=tiny.options))
+    half = perplexity_report([name], ReadSettings(options=tiny.options, dtype="bfloat16"))
     assert next(load_external(name, dtype=torch.bfloat16).bridge.parameters()).dtype == torch.bfloat16
     finite = torch.isfinite(full.runs[0].nll)
     assert finite.any() and not torch.equal(half.runs[0].nll[finite], full.runs[0].nll[finite])
@@ -704,7 +709,9 @@ def test_explorer_reads_hf_models_where_there_is_no_run(tiny, tmp_path, monkeypa
     at.button[0].click().run()
     assert not at.exception and not at.error
     assert [row["run"] for row in page_table(at)] == [f"{neox} @1x", f"{neox} @2x"]
-    (expected, _) = attended_distance_report([neox], options=tiny.options, n_per_bucket=2, lengths="all").results
+    (expected, _) = attended_distance_report(
+        [neox], ReadSettings(options=tiny.options, n_per_bucket=2, lengths="all")
+    ).results
     assert page_table(at)[0]["bimodality (arg-max)"] == pytest.approx(expected.stats["argmax"].bimodality)
 
     at = run_page("compare", tmp_path, monkeypatch)

@@ -32,6 +32,7 @@ from probe.metrics.position_stats import (
 from probe.models import build_model
 from probe.subjects.inputs import PositionInput
 from probe.subjects.run_info import RunInfo
+from probe.subjects.settings import ReadSettings
 from probe.theorems.constructions import Content, alibi_target, theorem_model
 
 INFO = RunInfo("test", "nope", 0, "test")
@@ -484,7 +485,7 @@ def test_hf_bloom_adds_alibi_by_key_position_and_within_rows_it_is_relative(bloo
     from probe.analysis.positions import positions_report
 
     name, options = bloom
-    [result] = positions_report([name], options=options, n_per_bucket=4, n_resamples=20).results
+    [result] = positions_report([name], ReadSettings(options=options, n_per_bucket=4), n_resamples=20).results
     assert result.n_inputs == {"seen": 4, "unseen": 4}  # windows of 12 (1x) and 24 (2x) tokens
     share = lambda view, name: torch.tensor(result.decomposition[view][name], dtype=torch.float64)  # noqa: E731  [layer, head]
     ones = torch.ones(2, 4, dtype=torch.float64)
@@ -522,7 +523,7 @@ def test_code_run_reads_held_out_windows_at_1x_and_2x(tmp_path):
         run_dir(tmp_path / "runs", "code", "nope", 0, CorpusSpec.from_options(options).given()),
         torch.device("cpu"),
     ).path
-    [result] = positions_report([path], n_per_bucket=3, n_resamples=20).results
+    [result] = positions_report([path], ReadSettings(n_per_bucket=3), n_resamples=20).results
     assert result.n_inputs == {"seen": 3, "unseen": 3}
     assert {r["target"] for r in result.probes} == {"position"}
     assert {r["stream"] for r in result.probes} == {0, 1, 2}

@@ -18,6 +18,7 @@ from probe.corpus.prepared import MANIFEST, corpus_of_run, load_corpus
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.runs.folders import run_dir
+from probe.subjects.settings import ReadSettings
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig, learning_rate
 
@@ -168,7 +169,7 @@ def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
     assert protocol.contexts == (8, 10, 12, 14, 16, 19, 22, 25, 28, 32, 36, 40) and protocol.scored == 3
     corpus = load_corpus(corpus_of_run(paths[0]))
     model = load_checkpoint(paths[0])
-    rows = [r for r in report.table() if r["run"] == "nope"]
+    rows = [r for r in report.to_rows() if r["run"] == "nope"]
     for row in rows:
         if row["bucket"] == "all":
             members = [i for i, n in enumerate(report.lengths.tolist()) if n >= 40]
@@ -194,11 +195,11 @@ def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
 def test_rope_scaling_applies_at_inference_to_rotary_runs_only(code_runs):
     _, paths = code_runs
     plain = perplexity_report(paths, max_files=4)
-    scaled = perplexity_report(paths, pe_options={"scaling": "linear", "factor": 2.0}, max_files=4)
+    scaled = perplexity_report(paths, ReadSettings(pe_options={"scaling": "linear", "factor": 2.0}), max_files=4)
     assert [r.label for r in scaled.runs] == ["nope", "rotary+factor=2+scaling=linear"]
     finite = ~plain.runs[1].nll.isnan()
     assert torch.equal(plain.runs[0].nll[finite], scaled.runs[0].nll[finite])  # NoPE has no such option
-    yarn = perplexity_report(paths, pe_options={"scaling": "yarn", "factor": 2.0}, max_files=4)
+    yarn = perplexity_report(paths, ReadSettings(pe_options={"scaling": "yarn", "factor": 2.0}), max_files=4)
     assert yarn.runs[1].label == "rotary+factor=2+original_length=16+scaling=yarn"  # the training context
     assert not torch.allclose(plain.runs[1].nll[finite], scaled.runs[1].nll[finite])
 

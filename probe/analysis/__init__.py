@@ -12,12 +12,15 @@ explorer.
 - :func:`~probe.analysis.positions.positions_report`, :func:`~probe.analysis.perplexity.perplexity_report`,
   :func:`~probe.analysis.evaluation.evaluate_run` (Section 3's exact match, :mod:`~probe.analysis.eval_report`).
 
-Results are objects whose methods answer the next question (``.to_json()``, ``.to_rows()``, ``.curves()``).
-Everything is deterministic given ``seed`` (inputs, and the bootstrap resamples).
+Each reads its inputs as one :class:`~probe.subjects.settings.ReadSettings` says, beside knobs of its own.
+Every report is a :class:`~probe.analysis.report.Report` (``.name``, ``.to_json()``, ``.to_rows()``,
+``.write(folder)``), with methods that answer the next question (``.curves()``, ``.series()``). Everything is
+deterministic given the settings' ``seed`` (inputs, and the bootstrap resamples).
 """
 
 from probe.analysis.compare import compare_report, compare_runs
 from probe.analysis.distances import attended_distance_report
+from probe.analysis.report import Report
 from probe.analysis.results import (
     CONFIDENCE,
     N_RESAMPLES,
@@ -38,6 +41,7 @@ __all__ = [
     "CompareReport",
     "CompareResult",
     "DistanceStats",
+    "Report",
     "attended_distance_report",
     "compare_report",
     "compare_runs",

@@ -9,18 +9,15 @@ compared layer by layer at the same relative depth (:func:`probe.subjects.run_in
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from probe.analysis.layerwise import group_distances
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
-from probe.device import resolve_dtype
 from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
-from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 from probe.subjects.inputs import Inputs
 from probe.subjects.memory import keep_freed_memory, memory_budget
@@ -36,8 +33,11 @@ from probe.subjects.resolve import (
     resolve_all,
     task_folder,
 )
-from probe.subjects.run_info import Lengths, Progress, RunInfo, paired_layers, within
+from probe.subjects.run_info import Progress, RunInfo, paired_layers, within
+from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Loaded, Subject
+
+BATCH_SIZE = 16  # inputs per batch unless the settings say
 
 
 def compare_loaded(
@@ -98,136 +98,104 @@ def _compare_with(
     a: Loaded,
     b_subject: Subject,
     reading: Reading,
-    settings: dict[str, Any],
+    settings: ReadSettings,
+    metric: str,
     timings: dict[str, float],
-    pe_options: Mapping[str, Any] | None,
     label: str | None = None,
     progress: Progress | None = None,
 ) -> CompareResult:
     """Load B, check it reads A's tokens, cut A's inputs to what both read, and compare."""
-    device = settings["device"]
     start = time.perf_counter()
-    b = b_subject.load(device, pe_options, label, settings["dtype"])
+    b = b_subject.load(settings.device, settings.pe_options, label, settings.dtype)
     timings["load"] = timings.get("load", 0.0) + time.perf_counter() - start
     reading.check_pair(a, b)
-    inputs = reading.inputs(
-        a,
-        [a, b],
-        n_per_bucket=settings["n_per_bucket"],
-        seed=settings["seed"],
-        lengths=settings["lengths"],
-        multiples=settings["multiples"],
-    )
+    inputs = settings.inputs(reading, a, [a, b], settings.lengths or "all")
     return compare_loaded(
         a,
         b,
         inputs,
+        n_per_bucket=settings.n_per_bucket,
+        metric=metric,
+        seed=settings.seed,
+        device=settings.device,
+        batch_size=settings.batch_size or BATCH_SIZE,
         timings=timings,
         progress=progress,
-        **{k: v for k, v in settings.items() if k not in ("lengths", "multiples", "dtype")},
     )
 
 
 def compare_runs(
     run_a: str | Path | Run,
     run_b: str | Path | Run,
+    settings: ReadSettings | None = None,
     *,
-    n_per_bucket: int = 10,
     metric: Metric = "jsd",
-    seed: int = 0,
-    device: str | torch.device = "cpu",
     baseline: str | Path | Run | None = None,
-    batch_size: int = 16,
-    lengths: Lengths = "all",
-    multiples: Sequence[float] | None = None,
-    pe_options: Mapping[str, Any] | None = None,
-    dtype: str | torch.dtype | None = None,
-    intervention: Intervention | None = None,
 ) -> CompareResult:
     """D^(l)(A, B) per length bucket and layer (Eq. similarity), on the same inputs for both.
 
-    ``run_a``, ``run_b``: run folders (or ``hf:`` models). With ``baseline`` (another run of A's kind, e.g.
-    NoPE seed 1) ``result.baseline`` holds D^(l)(A, baseline) on the same inputs. Runs of different tasks or
-    vocabularies raise ProbeError; of different depth, each layer of A is compared with the layer of B at the
-    same relative depth (``result.layers_b``). ``metric="reference-code"``: see
-    ``probe.metrics.layer_distances``. Code runs: one bucket per context size, ``multiples`` of the training
-    context (default 1x, 2x). ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the
-    runs whose PE has them. ``dtype`` (``bfloat16``): the models' weights and forward passes in that
-    precision (distances are float64 whatever it is).
-    ``intervention``: every model read under it (:mod:`probe.models.interventions`).
+    ``run_a``, ``run_b``: run folders (or ``hf:`` models, reading the corpus ``settings.options`` name). With
+    ``baseline`` (another run of A's kind, e.g. NoPE seed 1) ``result.baseline`` holds D^(l)(A, baseline) on the
+    same inputs. Runs of different tasks or vocabularies raise ProbeError; of different depth, each layer of A is
+    compared with the layer of B at the same relative depth (``result.layers_b``). ``metric="reference-code"``:
+    see ``probe.metrics.layer_distances``. ``settings`` (:class:`~probe.subjects.settings.ReadSettings`): code
+    runs read one bucket per context size, ``multiples`` of the training context (default 1x, 2x); ``lengths``
+    default "all", ``batch_size`` 16; ``pe_options`` (RoPE ``scaling``, ``factor`` ...) apply at inference to the
+    runs whose PE has them; ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision
+    (distances are float64 whatever it is); ``intervention``: every model read under it.
     """
+    settings = ReadSettings() if settings is None else settings
     keep_freed_memory()
     check_metric(metric)
-    subjects = resolve_all([r for r in (run_a, run_b, baseline) if r is not None], intervention=intervention)
+    names = [r for r in (run_a, run_b, baseline) if r is not None]
+    subjects = resolve_all(names, intervention=settings.intervention)
     check_together(subjects[0], subjects[1:])
     timings: dict[str, float] = {}
-    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples, dtype)
-    reading = reading_of(subjects)
+    reading = reading_of(subjects, settings.options)
     start = time.perf_counter()
-    a = subjects[0].load(settings["device"], pe_options, dtype=settings["dtype"])
+    a = subjects[0].load(settings.device, settings.pe_options, dtype=settings.dtype)
     timings["load"] = time.perf_counter() - start
-    result = _compare_with(a, subjects[1], reading, settings, timings, pe_options)
+    total = len(subjects) - 1
+    step = within(settings.progress, f"{a.info.label} vs {subjects[1].info.label}", 0, total)
+    result = _compare_with(a, subjects[1], reading, settings, metric, timings, progress=step)
     if baseline is not None:
-        result.baseline = _compare_with(a, subjects[2], reading, settings, timings, pe_options, f"{a.info.label}'")
+        label = f"{a.info.label}'"
+        step = within(settings.progress, f"{a.info.label} vs {label} (baseline)", 1, total)
+        result.baseline = _compare_with(a, subjects[2], reading, settings, metric, timings, label, step)
     return result
-
-
-def _settings(n_per_bucket, metric, seed, device, batch_size, lengths, multiples, dtype) -> dict[str, Any]:
-    return dict(
-        dtype=resolve_dtype(dtype),
-        n_per_bucket=n_per_bucket,
-        metric=metric,
-        seed=seed,
-        device=device,
-        batch_size=batch_size,
-        lengths=lengths,
-        multiples=multiples,
-    )
 
 
 def compare_report(
     pe_a: str,
     pe_b_list: Sequence[str] = (),
+    settings: ReadSettings | None = None,
     *,
     root: str | Path = "checkpoints",
     task: str = "scan",
-    seed: int = 0,
-    options: Mapping[str, Any] | None = None,
-    n_per_bucket: int = 10,
     metric: Metric = "jsd",
-    device: str | torch.device = "cpu",
     baseline: bool = True,
-    batch_size: int = 16,
-    lengths: Lengths = "all",
-    multiples: Sequence[float] | None = None,
-    pe_options: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
-    dtype: str | torch.dtype | None = None,
-    intervention: Intervention | None = None,
 ) -> CompareReport:
-    """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``seed`` under ``root``),
-    run folders or ``hf:`` models (then the task is code and ``options`` name the corpus); no B compares A with
-    every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for NoPE) when one
-    exists. Everything is checked (subjects exist, read the same inputs) before any model is loaded.
-    ``multiples``, ``pe_options``, ``dtype``, ``intervention``: see :func:`compare_runs`."""
+    """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``settings.seed`` under
+    ``root``), run folders or ``hf:`` models (then the task is code and ``settings.options`` name the corpus); no B
+    compares A with every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for
+    NoPE) when one exists. Everything is checked (subjects exist, read the same inputs) before any model is
+    loaded. ``settings``: see :func:`compare_runs`; its ``progress`` hears every comparison."""
+    settings = ReadSettings() if settings is None else settings
     keep_freed_memory()
     check_metric(metric)
-    options = dict(options or {})
-    found = dict(root=root, task=task, seed=seed, options=options)
-    subjects = resolve_all([pe_a, *pe_b_list], **found, intervention=intervention)
+    options = dict(settings.options)
+    found = dict(root=root, task=task, seed=settings.seed, options=options)
+    subjects = resolve_all([pe_a, *pe_b_list], **found, intervention=settings.intervention)
     a = subjects[0]
-    others = subjects[1:] or others_than(a, root, task, options, seed)
+    others = subjects[1:] or others_than(a, root, task, options, settings.seed)
     reading = reading_of([a, *others], options)
     base = a.other_seed() if baseline and reading.seed_baseline else None
     check_together(a, [*others, *([base] if base else [])])
     timings: dict[str, float] = {}
-    settings = _settings(n_per_bucket, metric, seed, torch.device(device), batch_size, lengths, multiples, dtype)
     start = time.perf_counter()
-    loaded_a = a.load(settings["device"], pe_options, dtype=settings["dtype"])
+    loaded_a = a.load(settings.device, settings.pe_options, dtype=settings.dtype)
     timings["load"] = time.perf_counter() - start
-    comparisons, result_base = _compare_each(
-        a, loaded_a, others, base, reading, settings, timings, pe_options, progress
-    )
+    comparisons, result_base = _compare_each(a, loaded_a, others, base, reading, settings, metric, timings)
     every = [a, *others]
     return CompareReport(
         loaded_a.info,
@@ -247,10 +215,9 @@ def _compare_each(
     others: Sequence[Subject],
     base: Subject | None,
     reading: Reading,
-    settings: dict[str, Any],
+    settings: ReadSettings,
+    metric: str,
     timings: dict[str, float],
-    pe_options: Mapping[str, Any] | None,
-    progress: Progress | None,
 ) -> tuple[list[CompareResult], CompareResult | None]:
     """A (``loaded_a``, loaded once) against each other subject, then against its seed baseline where there
     is one, the progress counted over all of them."""
@@ -258,13 +225,13 @@ def _compare_each(
     total = len(others) + (base is not None)
     for b in others:
         what = f"{loaded_a.info.label} vs {b.info.label}"
-        step = within(progress, what, len(comparisons), total)
-        comparisons.append(_compare_with(loaded_a, b, reading, settings, timings, pe_options, progress=step))
+        step = within(settings.progress, what, len(comparisons), total)
+        comparisons.append(_compare_with(loaded_a, b, reading, settings, metric, timings, progress=step))
     result_base = None
     if base is not None:
         label = baseline_label(a)
-        step = within(progress, f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
-        result_base = _compare_with(loaded_a, base, reading, settings, timings, pe_options, label, step)
+        step = within(settings.progress, f"{loaded_a.info.label} vs {label} (baseline)", len(comparisons), total)
+        result_base = _compare_with(loaded_a, base, reading, settings, metric, timings, label, step)
     return comparisons, result_base
 
 

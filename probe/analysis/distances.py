@@ -8,25 +8,25 @@ every query of a window counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
-from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
-from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 from probe.subjects.inputs import Inputs, TokenBatch
 from probe.subjects.memory import WORKING_BYTES, keep_freed_memory, memory_budget
 from probe.subjects.resolve import file_stem, home, readings, relabelled, resolve_all, task_folder
-from probe.subjects.run_info import Lengths, Progress, within
+from probe.subjects.run_info import Progress, within
+from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Loaded
+
+BATCH_SIZE = 16  # inputs per batch unless the settings say
 
 
 def attended_results(
@@ -100,58 +100,49 @@ def _weightings(weighting: Weighting | Sequence[Weighting], normalization: str, 
 
 def attended_distance_report(
     runs: Sequence[str | Path | Run],
+    settings: ReadSettings | None = None,
     *,
-    n_per_bucket: int = 10,
     weighting: Weighting | Sequence[Weighting] = ("argmax", "attention"),
     normalization: Normalization = "text",
-    lengths: Lengths | None = None,
     bins: int = 20,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    batch_size: int = 16,
-    multiples: Sequence[float] | None = None,
-    options: Mapping[str, Any] | None = None,
     root: str | Path = "checkpoints",
-    progress: Progress | None = None,
-    dtype: str | torch.dtype | None = None,
-    intervention: Intervention | None = None,
 ) -> AttendedReport:
     """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
 
-    Per task run: up to ``n_per_bucket`` examples per length bucket (``lengths`` default "unseen", as the
-    released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one distribution per
-    weighting ("argmax": the attended key, as the paper; "attention": every key weighted by its probability),
-    with its histogram and Sarle's bimodality coefficient. Inputs longer than a model reads are left out and
-    counted in ``skipped``. A code model (a code run, an imported run, an ``hf:`` model, whose ``options`` name
-    the corpus) gives one result per context size (``multiples`` of its training context, default 1x and 2x;
-    ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a window counted. ``dtype``
-    (``bfloat16``): the models' weights and forward passes in that precision.
-    ``intervention``: every model read under it (:mod:`probe.models.interventions`).
+    Per task run: up to ``settings.n_per_bucket`` examples per length bucket (``settings.lengths`` default
+    "unseen", as the released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one
+    distribution per weighting ("argmax": the attended key, as the paper; "attention": every key weighted by its
+    probability), with its histogram and Sarle's bimodality coefficient. Inputs longer than a model reads are left
+    out and counted in ``skipped``. A code model (a code run, an imported run, an ``hf:`` model, whose
+    ``settings.options`` name the corpus) gives one result per context size (``settings.multiples`` of its
+    training context, default 1x and 2x; ``lengths`` default "all"; seen: 1x, unseen: 2x), every query of a
+    window counted. ``settings`` (:class:`~probe.subjects.settings.ReadSettings`; ``batch_size`` default 16):
+    ``dtype`` (``bfloat16``), the models' weights and forward passes in that precision; ``intervention``, every
+    model read under it; ``pe_options`` are not read here.
     """
+    settings = ReadSettings() if settings is None else settings
+    settings.refuse("probe distances", "pe_options")
     keep_freed_memory()
     weightings = _weightings(weighting, normalization, bins)
-    device = torch.device(device)
-    subjects = resolve_all(list(runs), intervention=intervention)
-    settings = dict(weightings=weightings, normalization=normalization, bins=bins, device=device, batch_size=batch_size)
+    subjects = resolve_all(list(runs), intervention=settings.intervention)
+    batch_size = settings.batch_size or BATCH_SIZE
+    read = dict(weightings=weightings, normalization=normalization, bins=bins, device=settings.device)
     results, chosen = [], []
-    for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
-        loaded = subject.load(device, dtype=resolve_dtype(dtype))
-        chosen.append(lengths or reading.default_lengths)
-        inputs = reading.inputs(
-            loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths=chosen[-1], multiples=multiples
-        )
-        results += attended_results(
-            loaded, inputs, **settings, progress=within(progress, loaded.info.label, done, len(subjects))
-        )
+    for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, settings.options))):
+        loaded = subject.load(settings.device, dtype=settings.dtype)
+        chosen.append(settings.lengths or reading.default_lengths)
+        inputs = settings.inputs(reading, loaded, [loaded], chosen[-1])
+        step = within(settings.progress, loaded.info.label, done, len(subjects))
+        results += attended_results(loaded, inputs, **read, batch_size=batch_size, progress=step)
         del loaded
     return AttendedReport(
         results,
         normalization,
-        ", ".join(dict.fromkeys(chosen)) or lengths or "unseen",
-        n_per_bucket,
-        seed,
+        ", ".join(dict.fromkeys(chosen)) or settings.lengths or "unseen",
+        settings.n_per_bucket,
+        settings.seed,
         bins,
-        task_folder(subjects, root, options),
-        home(subjects, root, options),
+        task_folder(subjects, root, settings.options),
+        home(subjects, root, settings.options),
         file_stem(subjects),
     )

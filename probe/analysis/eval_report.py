@@ -142,9 +142,21 @@ class EvalReport:
         """Written beside an evaluation on more examples (``eval+n=N.json``), which it did not replace."""
         return self.written_to is not None and Path(self.written_to).stem.endswith(f"+n={self.n_examples}")
 
+    @property
+    def name(self) -> str:
+        """Its files' stem: ``eval``, or where :func:`~probe.analysis.evaluation.evaluate_run` wrote it
+        (``eval+factor=4+scaling=yarn``, ``eval+n=100``)."""
+        return Path(EVAL).stem if self.written_to is None else Path(self.written_to).stem
+
     def to_rows(self) -> list[dict[str, Any]]:
         """One row per length bucket, for a table or a DataFrame."""
         return [{"label": self.label, "pe": self.pe, "seed": self.seed, **b.to_json()} for b in self.buckets]
+
+    def write(self, out_dir: str | Path) -> list[str]:
+        """``<name>.json`` and ``<name>.csv`` (a row per length bucket) under ``out_dir``; the paths written."""
+        from probe.analysis.report import write_tables
+
+        return [str(p) for p in write_tables(self, out_dir, self.name)]
 
     def curve(self) -> dict[str, Any]:
         """Inputs of :func:`probe.figures.accuracy_by_length` for this run."""

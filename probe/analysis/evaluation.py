@@ -12,7 +12,6 @@ from typing import Any
 import torch
 
 from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
-from probe.atomic import write_json_and_csv
 from probe.errors import ProbeError
 from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
@@ -125,7 +124,7 @@ def _write(report: EvalReport, target: Path, force: bool, asked: dict[str, Any])
     if kept is not None and kept.n_examples > report.n_examples and not force:
         target = target.with_name(f"{target.stem}+n={report.n_examples}.json")
     report.written_to = str(target)
-    write_json_and_csv(target.parent, target.stem, report.to_json(), report.to_rows())
+    report.write(target.parent)
 
 
 def _evaluate(

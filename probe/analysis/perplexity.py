@@ -21,7 +21,7 @@ How the paper scores, and how it is scaled to a training context ``T`` (the pape
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,15 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.hf_attention import logits_of
-from probe.models.interventions import Intervention
 from probe.models.registry import pe_folder_name
 from probe.subjects.memory import keep_freed_memory, memory_budget, per_batch
 from probe.subjects.readings import Reading
 from probe.subjects.resolve import file_stem, home, reading_of, resolve_all
+from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Subject
 
 PAPER_CONTEXT = 1024
@@ -49,6 +48,7 @@ PAPER_LONGEST = 4500  # its table's last bucket ends here; longer files count in
 LOGIT_BYTES = 8  # a window's float32 logits per (position, vocabulary entry), and what the softmax makes of them
 LONGEST_MULTIPLE = PAPER_CONTEXTS[-1] / PAPER_CONTEXT  # 2.5: its figure reads up to 2.5x the training context
 N_RESAMPLES = 1000
+BATCH_SIZE = 16  # files per batch unless the settings say
 Progress = Callable[[str, int, int], None]
 
 
@@ -233,7 +233,7 @@ class PerplexityReport:
             "files": int(values.numel()),
         }
 
-    def table(self) -> list[dict[str, Any]]:
+    def to_rows(self) -> list[dict[str, Any]]:
         """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens.
         Computed once (every cell is a bootstrap over files); JSON and Markdown read the same rows."""
         if self._rows is not None:
@@ -266,7 +266,7 @@ class PerplexityReport:
     def to_markdown(self) -> str:
         """The paper's Tables pretraining:ppl layout: a block per bucket, a row per run, a column per
         context size, "-" where the bucket is not read at that size."""
-        rows = self.table()
+        rows = self.to_rows()
         contexts = self.protocol.contexts
         lines = [
             f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, read with its last "
@@ -294,14 +294,12 @@ class PerplexityReport:
     def write(self, out_dir: str | Path) -> list[str]:
         """JSON, CSV, the paper's table as Markdown and the figure under ``out_dir``, as `probe perplexity`
         writes them; returns the paths written."""
-        from probe.atomic import atomic_write_text, write_json_and_csv
+        from probe.analysis.report import write_tables
         from probe.figures import perplexity_figure, write_figure
 
         out_dir = Path(out_dir)
-        rows = self.table()
-        written = write_json_and_csv(out_dir, "perplexity", self.to_json(), rows)
-        atomic_write_text(out_dir / "perplexity.md", self.to_markdown())
-        written.append(out_dir / "perplexity.md")
+        rows = self.to_rows()
+        written = write_tables(self, out_dir, "perplexity", self.to_markdown())
         context = self.protocol.train_context
         title = f"Held-out perplexity against context size (training context {context})"
         written += write_figure(perplexity_figure(rows, context, title), out_dir / "perplexity")
@@ -313,63 +311,51 @@ class PerplexityReport:
             "seed": self.seed,
             "n_files": len(self.files),
             "runs": [{"label": r.label, "pe": r.pe, "path": r.path, "pe_options": r.pe_options} for r in self.runs],
-            "rows": self.table(),
+            "rows": self.to_rows(),
         }
 
 
 def perplexity_report(
     names: Sequence[str | Path],
+    settings: ReadSettings | None = None,
     *,
-    options: Mapping[str, Any] | None = None,
-    pe_options: dict[str, Any] | None = None,
     max_files: int | None = None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-    batch_size: int = 16,
     root: str | Path = "checkpoints",
-    progress: Progress | None = None,
-    dtype: str | torch.dtype | None = None,
-    intervention: Intervention | None = None,
 ) -> PerplexityReport:
     """Perplexity of held-out files per model, context size and file-length bucket, the paper's way (module
-    docstring). Code runs read the corpus they were trained on, at multiples of their training context;
-    ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the runs whose PE has them, with
-    ``original_length`` the training context unless given. Where an ``hf:`` model is among them
-    (:mod:`probe.subjects.resolve`), every model reads the same held-out texts with its own tokenizer
-    (``options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
-    model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files,
-    drawn with ``seed``. ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision
-    (the loss is float64 whatever it is).
-    ``intervention``: every model read under it (:mod:`probe.models.interventions`)."""
+    docstring). Code runs read the corpus they were trained on, at multiples of their training context. Where an
+    ``hf:`` model is among them (:mod:`probe.subjects.resolve`), every model reads the same held-out texts with its
+    own tokenizer (``settings.options`` name the corpus and T), so all must share the first one's tokenizer, and a
+    context size a model cannot read (learned positions) is left out for it. ``max_files``: at most this many
+    held-out files, drawn with ``settings.seed``. ``settings`` (:class:`~probe.subjects.settings.ReadSettings`;
+    ``batch_size`` default 16): ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the runs
+    whose PE has them, with ``original_length`` the training context unless given; ``dtype`` (``bfloat16``), the
+    models' weights and forward passes in that precision (the loss is float64 whatever it is); ``intervention``,
+    every model read under it. The paper's context sizes and every file are read: not ``n_per_bucket``,
+    ``lengths`` or ``multiples``."""
+    settings = ReadSettings() if settings is None else settings
+    settings.refuse("probe perplexity", "n_per_bucket", "lengths", "multiples")
     keep_freed_memory()
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
-    subjects = resolve_all(list(names), intervention=intervention)
-    reading = reading_of(subjects, options)
+    subjects = resolve_all(list(names), intervention=settings.intervention)
+    reading = reading_of(subjects, settings.options)
     reading.check_scored_together(subjects)
-    device = torch.device(device)
-    report = _read(subjects, reading, pe_options, max_files, seed, device, batch_size, progress, resolve_dtype(dtype))
-    suffix = "+".join(filter(None, [file_stem(subjects), pe_folder_name("", pe_options).lstrip("+")]))
-    report.folder = home(subjects, root, options)
+    report = _read(subjects, reading, settings, max_files)
+    suffix = "+".join(filter(None, [file_stem(subjects), pe_folder_name("", settings.pe_options).lstrip("+")]))
+    report.folder = home(subjects, root, settings.options)
     report.name = "perplexity" + (f"+{suffix}" if suffix else "")
     return report
 
 
 def _read(
-    subjects: Sequence[Subject],
-    reading: Reading,
-    pe_options: dict[str, Any] | None,
-    max_files: int | None,
-    seed: int,
-    device: torch.device,
-    batch_size: int,
-    progress: Progress | None,
-    dtype: torch.dtype | None,
+    subjects: Sequence[Subject], reading: Reading, settings: ReadSettings, max_files: int | None
 ) -> PerplexityReport:
     """Every model on the held-out files its reading gives, tokenized for the first (a code run's own corpus,
     or the same texts for all: :mod:`probe.subjects.resolve`), at multiples of the reading's T; one model
     held at a time."""
-    applied = [reading.at_inference(s, pe_options) for s in subjects]  # every model's options checked first
+    device, dtype, seed = settings.device, settings.dtype, settings.seed
+    applied = [reading.at_inference(s, settings.pe_options) for s in subjects]  # every model's options checked first
     loaded = subjects[0].load(device, pe_options=applied[0], dtype=dtype)
     first = replace(loaded, model=None)  # what the others are checked against, without its weights
     plan = ScoringPlan.scaled(reading.context(first))
@@ -388,10 +374,10 @@ def _read(
             files,
             plan,
             device=device,
-            batch_size=batch_size,
+            batch_size=settings.batch_size or BATCH_SIZE,
             bos=reading.bos(subject, first),
             max_length=reading.max_length(loaded, plan.contexts[-1]),
-            progress=progress,
+            progress=settings.progress,
             label=label,
             step=done * len(plan.contexts),
             steps=len(subjects) * len(plan.contexts),

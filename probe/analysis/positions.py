@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ import torch
 from torch import Tensor
 
 from probe.analysis.position_hooks import collect
-from probe.device import resolve_dtype
 from probe.errors import ProbeError
 from probe.metrics.bootstrap import bootstrap_ci
 from probe.metrics.position_stats import (
@@ -46,13 +45,14 @@ from probe.metrics.position_stats import (
     position_variance,
     probe_statistics,
 )
-from probe.models.interventions import Intervention
 from probe.subjects.inputs import PositionInput
 from probe.subjects.memory import keep_freed_memory
 from probe.subjects.run_info import Progress, RunInfo, within
+from probe.subjects.settings import ReadSettings
 
 SINK_FIRST = (1, 4)  # the first k tokens whose attention share is reported
 SHARES = ("relative", "absolute", "both", "position", "content")
+BATCH_SIZE = 32  # inputs per batch unless the settings say
 
 
 @dataclass
@@ -388,45 +388,38 @@ def _entropy(got, seen: Tensor, n_resamples: int, seed: int) -> dict[str, Any]:
 
 def positions_report(
     names: Sequence[str | Path],
+    settings: ReadSettings | None = None,
     *,
-    n_per_bucket: int = 10,
-    seed: int = 0,
     alpha: float = 1e-3,
     n_resamples: int = 1000,
-    batch_size: int = 32,
     max_probe_positions: int = 256,
-    device: str | torch.device = "cpu",
-    options: Mapping[str, Any] | None = None,
-    multiples: Sequence[float] | None = None,
     root: str | Path = "checkpoints",
-    progress: Progress | None = None,
-    dtype: str | torch.dtype | None = None,
-    intervention: Intervention | None = None,
 ) -> PositionsReport:
     """:func:`analyse_positions` on each subject of ``names`` (:mod:`probe.subjects.resolve`): task runs read
     their length buckets, seen and unseen; code runs windows of their held-out corpus at 1x and 2x their
-    context; ``hf:`` models held-out code of the corpus ``options`` name, as `probe distances` reads them.
-    ``dtype`` (``bfloat16``): the models' weights and forward passes in that precision.
-    ``intervention``: every model read under it (:mod:`probe.models.interventions`)."""
-    keep_freed_memory(trim=2**27)  # its logit statistics stay long: keep less beside them
+    context (or ``settings.multiples``); ``hf:`` models held-out code of the corpus ``settings.options`` name, as
+    `probe distances` reads them. ``settings`` (:class:`~probe.subjects.settings.ReadSettings`; ``batch_size``
+    default 32): ``dtype`` (``bfloat16``), the models' weights and forward passes in that precision;
+    ``intervention``, every model read under it; every length is read, so ``lengths`` is not, nor are
+    ``pe_options``."""
     from probe.subjects.resolve import file_stem, home, readings, resolve_all
 
-    device = torch.device(device)
-    settings = dict(
+    settings = ReadSettings() if settings is None else settings
+    settings.refuse("probe positions", "lengths", "pe_options")
+    keep_freed_memory(trim=2**27)  # its logit statistics stay long: keep less beside them
+    read = dict(
         alpha=alpha,
         n_resamples=n_resamples,
-        seed=seed,
-        batch_size=batch_size,
+        seed=settings.seed,
+        batch_size=settings.batch_size or BATCH_SIZE,
         max_probe_positions=max_probe_positions,
-        device=device,
+        device=settings.device,
     )
-    subjects = resolve_all(list(names), intervention=intervention)
+    subjects = resolve_all(list(names), intervention=settings.intervention)
     results, context = [], None
-    for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, options))):
-        loaded = subject.load(device, dtype=resolve_dtype(dtype))
-        inputs = reading.inputs(
-            loaded, [loaded], n_per_bucket=n_per_bucket, seed=seed, lengths="all", multiples=multiples
-        )
+    for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, settings.options))):
+        loaded = subject.load(settings.device, dtype=settings.dtype)
+        inputs = settings.inputs(reading, loaded, [loaded], "all")
         context = inputs.task_options.get("context", context)
         padding = {} if inputs.pad_id is None else {"pad_id": inputs.pad_id}
         results.append(
@@ -435,17 +428,22 @@ def positions_report(
                 inputs.position_inputs(),
                 loaded.info,
                 skipped=inputs.skipped,
-                progress=within(progress, loaded.info.label, done, len(subjects)),
+                progress=within(settings.progress, loaded.info.label, done, len(subjects)),
                 max_length=math.inf if loaded.max_length is None else loaded.max_length,
                 **padding,
-                **settings,
+                **read,
             )
         )
         del loaded
-    settings = dict(
-        n_per_bucket=n_per_bucket, seed=seed, alpha=alpha, resamples=n_resamples, max_positions=max_probe_positions
+    written = dict(
+        n_per_bucket=settings.n_per_bucket,
+        seed=settings.seed,
+        alpha=alpha,
+        resamples=n_resamples,
+        max_positions=max_probe_positions,
     )
-    return PositionsReport(results, settings, home(subjects, root, options), file_stem(subjects), context)
+    folder = home(subjects, root, settings.options)
+    return PositionsReport(results, written, folder, file_stem(subjects), context)
 
 
 @dataclass
@@ -458,6 +456,8 @@ class PositionsReport:
     stem: str = ""  # the hf: models among the subjects, for output names
     context: int | None = None  # T, the context code models were read at; None for task runs
 
+    name = "positions"  # its outputs' folder (probe.analysis.report.Report)
+
     def to_json(self) -> dict[str, Any]:
         return {"settings": self.settings, "models": [r.to_json() for r in self.results]}
 
@@ -467,7 +467,8 @@ class PositionsReport:
     def write(self, out_dir: str | Path) -> list[str]:
         """JSON and CSV (per head; the probes apart) and the five figures under ``out_dir``, as `probe
         positions` writes them (``positions[_<hf models>]_*``); returns the paths written."""
-        from probe.atomic import write_csv, write_json_and_csv
+        from probe.analysis.report import write_tables
+        from probe.atomic import write_csv
         from probe.figures import write_figure
         from probe.figures.positions import (
             entropy_figure,
@@ -479,11 +480,10 @@ class PositionsReport:
 
         out_dir = Path(out_dir)
         stem = "positions" + (f"_{self.stem}" if self.stem else "")
-        data = self.to_json()
-        files = [str(p) for p in write_json_and_csv(out_dir, stem, data, self.to_rows())]
+        files = [str(p) for p in write_tables(self, out_dir, stem)]
         probes = [row for r in self.results for row in r.probe_rows()]
         files.append(str(write_csv(out_dir / f"{stem}_probes.csv", probes)))
-        models = data["models"]
+        models = [r.to_json() for r in self.results]
         for suffix, figure in (
             ("probes", probe_figure(models)),
             ("landmark", probe_figure(models, "landmark_distance")),

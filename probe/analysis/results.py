@@ -152,6 +152,8 @@ class CompareReport:
     stems: list[str] = field(default_factory=list)  # A, then each B, as output files name them (nope, hf-gpt2)
     seed_baseline: bool = True  # A could have been compared with another seed of itself (not so for hf: models)
 
+    name = "compare"  # its outputs' folder (probe.analysis.report.Report)
+
     @property
     def context(self) -> int | None:
         """T, the context code models were read at (windows at multiples of it); None for task runs."""
@@ -184,12 +186,12 @@ class CompareReport:
     def write(self, out_dir: str | Path) -> list[str]:
         """JSON, CSV and the per-layer figure under ``out_dir`` (default place: ``folder / "compare"``), named
         after the subjects (``nope_vs_t5``, ``..._reference-code``), as `probe compare` writes them; the paths."""
-        from probe.atomic import write_json_and_csv
+        from probe.analysis.report import write_tables
         from probe.figures import layer_distance_figure, write_figure
 
         out_dir, metric = Path(out_dir), self.results[0].metric
         stem = f"{self.stems[0]}_vs_{'+'.join(self.stems[1:])}" + ("" if metric == "jsd" else f"_{metric}")
-        written = write_json_and_csv(out_dir, stem, self.to_json(), self.to_rows())
+        written = write_tables(self, out_dir, stem)
         label = "D^(l), JSD" if metric == "jsd" else "D^(l), reference code"
         figure = layer_distance_figure(self.curves(), f"{self.a.label} vs other PEs on {self.task_folder}", label)
         written += write_figure(figure, out_dir / f"{stem}_layers")
@@ -315,6 +317,8 @@ class AttendedReport:
     folder: Path | None = None  # beside the runs (probe.subjects.resolve.home)
     stem: str = ""  # the hf: models among the subjects, for output names (hf-gpt2)
 
+    name = "distances"  # its outputs' folder (probe.analysis.report.Report)
+
     @property
     def context(self) -> int | None:
         """T, the context code models were read at (windows at multiples of it); None for task runs."""
@@ -333,13 +337,13 @@ class AttendedReport:
     def write(self, out_dir: str | Path) -> list[str]:
         """JSON, CSV and the histogram figure under ``out_dir`` (default place: ``folder / "distances"``), as
         `probe distances` writes them (``attended_distance[_reference-code][_<hf models>]``); the paths."""
-        from probe.atomic import write_json_and_csv
+        from probe.analysis.report import write_tables
         from probe.figures import attended_distance_figure, write_figure
 
         out_dir = Path(out_dir)
         stem = "attended_distance" + ("" if self.normalization == "text" else "_reference-code")
         stem += f"_{self.stem}" if self.stem else ""
-        written = write_json_and_csv(out_dir, stem, self.to_json(), self.to_rows())
+        written = write_tables(self, out_dir, stem)
         title = f"Normalized attended distance on {self.task_folder}, all layers and heads"
         written += write_figure(attended_distance_figure(self.series(), title), out_dir / stem)
         return [str(p) for p in written]

@@ -115,9 +115,9 @@ def elapsed(seconds: float) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {whole} s"
 
 
-def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str]:
-    """Write ``report`` (any analysis report: it writes itself) to ``--out`` or ``folder`` beside its runs,
-    say where, and print its JSON with the files under ``--json``; the paths written."""
+def write_report(report, args: argparse.Namespace, out) -> list[str]:
+    """Write ``report`` (any :class:`~probe.analysis.report.Report`: it writes itself) to ``--out`` or the folder
+    its name says beside its runs, say where, and print its JSON with the files under ``--json``; the paths."""
     from pathlib import Path
 
     from probe.subjects.readings import HF_CONTEXT
@@ -127,6 +127,7 @@ def write_report(report, args: argparse.Namespace, out, folder: str) -> list[str
             f"context T = {report.context} tokens (code models: their training context; hf: models: the "
             f"smaller of their n_ctx and {HF_CONTEXT}, or -o context=N)"
         )
+    folder = report.name
     intervention = intervention_of(args)
     if not intervention.is_identity:
         folder += "+" + "".join(c if c.isalnum() or c in "-_.=+" else "-" for c in intervention.name)

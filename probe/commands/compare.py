@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.figures.terminal import fitted
     from probe.runs.folders import train_command
     from probe.subjects.resolve import home, resolve_all, subjects_task
+    from probe.subjects.settings import ReadSettings
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
@@ -184,23 +185,26 @@ def run(args: argparse.Namespace) -> int:
     check_out(args, home(first, args.checkpoints, options) / "compare", "compare")
     out = console(stderr=args.json)
     with progress_bar(out, "comparing", width=40) as on_progress:
-        report = compare_report(
-            first[0].run or args.runs[0],  # an hf: model has no run
-            args.runs[1:],
-            root=args.checkpoints,
-            task=task,
-            seed=args.seed,
+        settings = ReadSettings(
             options=options,
             n_per_bucket=args.n_per_bucket,
-            metric=args.metric,
+            lengths=args.lengths,
+            seed=args.seed,
+            batch_size=args.batch_size,
             device=resolve_device(args.device),
             dtype=args.dtype,
             intervention=intervention_of(args),
-            baseline=not args.no_baseline,
-            batch_size=args.batch_size,
-            lengths=args.lengths,
             pe_options=parse_options(args.pe_option, None),
             progress=on_progress,
+        )
+        report = compare_report(
+            first[0].run or args.runs[0],  # an hf: model has no run
+            args.runs[1:],
+            settings,
+            root=args.checkpoints,
+            task=task,
+            metric=args.metric,
+            baseline=not args.no_baseline,
         )
     out.print(fitted(summary_table(report), out))
     detailed = args.detail or len(report.comparisons) == 1
@@ -216,5 +220,5 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
-    write_report(report, args, out, "compare")
+    write_report(report, args, out)
     return 0

@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.analysis import attended_distance_report
     from probe.device import resolve_device
     from probe.errors import ProbeError
+    from probe.subjects.settings import ReadSettings
 
     if args.batch_size < 1:
         raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
@@ -102,20 +103,19 @@ def run(args: argparse.Namespace) -> int:
     check_out_beside(args, names, options, "distances", "distances")
     out = console(stderr=args.json)
     with progress_bar(out, "attended distance", width=24) as on_progress:
-        report = attended_distance_report(
-            names,
+        settings = ReadSettings(
+            options=options,
             n_per_bucket=args.n_per_bucket,
-            normalization=args.normalization,
             lengths=args.lengths,
-            bins=args.bins,
             seed=args.seed,
+            batch_size=args.batch_size,
             device=resolve_device(args.device),
             dtype=args.dtype,
             intervention=intervention_of(args),
-            batch_size=args.batch_size,
-            options=options,
-            root=args.checkpoints,
             progress=on_progress,
+        )
+        report = attended_distance_report(
+            names, settings, normalization=args.normalization, bins=args.bins, root=args.checkpoints
         )
     out.print(_table(report, args.normalization))
     out.print(
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     skipped = sum(r.skipped for r in report.results)
     if skipped:
         out.print(f"[yellow]{skipped} example(s) longer than the model's context (n_ctx) were left out[/yellow]")
-    write_report(report, args, out, "distances")
+    write_report(report, args, out)
     return 0
 
 

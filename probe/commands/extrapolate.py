@@ -92,6 +92,8 @@ def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.extrapolation.extrapolate import estimate, extrapolate, plan
@@ -134,15 +136,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     check_out_beside(args, names, options, "extrapolation", "extrapolate")
     with progress_bar(out, "extrapolate") as on_progress:
-        settings.progress = on_progress
-        report = extrapolate(names, settings, root=args.checkpoints)
+        report = extrapolate(names, replace(settings, progress=on_progress), root=args.checkpoints)
     out.print(fitted(_table(report), out))
     for run in report.runs:
         out.print(best_line(run, report.higher_is_better), highlight=False)
     for run in report.runs:
         for name, why in run.skipped.items():
             out.print(f"[dim]{run.label}: {name} not applicable ({why})[/dim]")
-    write_report(report, args, out, "extrapolation")
+    write_report(report, args, out)
     return 0
 
 

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
     from probe.errors import ProbeError
     from probe.figures.terminal import fitted
+    from probe.subjects.settings import ReadSettings
 
     args.pe = pe_kinds(args.pe)
     if args.batch_size < 1:
@@ -82,20 +83,18 @@ def run(args: argparse.Namespace) -> int:
     check_out_beside(args, names, options, "perplexity", "perplexity")
     out = console(stderr=args.json)
     with progress_bar(out, "perplexity") as on_progress:
-        report = perplexity_report(
-            names,
+        settings = ReadSettings(
             options=options,
-            pe_options=parse_options(args.pe_option, None),
-            max_files=args.max_files,
+            batch_size=args.batch_size,
             device=resolve_device(args.device),
             dtype=args.dtype,
             intervention=intervention_of(args),
-            batch_size=args.batch_size,
-            root=args.checkpoints,
+            pe_options=parse_options(args.pe_option, None),
             progress=on_progress,
         )
+        report = perplexity_report(names, settings, max_files=args.max_files, root=args.checkpoints)
     out.print(fitted(_table(report), out))
-    write_report(report, args, out, report.name)
+    write_report(report, args, out)
     return 0
 
 
@@ -125,7 +124,7 @@ def _runs(args: argparse.Namespace) -> list:
 def _table(report):
     from rich.table import Table
 
-    protocol, rows = report.protocol, report.table()
+    protocol, rows = report.protocol, report.to_rows()
     table = Table(
         title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
         f"all files of at least {protocol.contexts[-1]} tokens"

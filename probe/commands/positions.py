@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.analysis.positions import positions_report
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
+    from probe.subjects.settings import ReadSettings
 
     args.pe = pe_kinds(args.pe)
     _check(args)
@@ -110,20 +111,23 @@ def run(args: argparse.Namespace) -> int:
     check_out_beside(args, names, options, "positions", "positions")
     out = console(stderr=args.json)
     with progress_bar(out, "positions", width=24) as on_progress:
-        report = positions_report(
-            names,
+        settings = ReadSettings(
+            options=options or {},
             n_per_bucket=args.n_per_bucket,
             seed=args.seed,
-            alpha=args.alpha,
-            n_resamples=args.resamples,
             batch_size=args.batch_size,
-            max_probe_positions=args.max_positions,
             device=resolve_device(args.device),
             dtype=args.dtype,
             intervention=intervention_of(args),
-            options=options,
-            root=args.checkpoints,
             progress=on_progress,
+        )
+        report = positions_report(
+            names,
+            settings,
+            alpha=args.alpha,
+            n_resamples=args.resamples,
+            max_probe_positions=args.max_positions,
+            root=args.checkpoints,
         )
     out.print(fitted(_table(report.results), out))
     if any("unseen" in r.entropy and "seen" in r.entropy for r in report.results):
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content; "
         "var slope: d log Var / d log t of the last layer's attention output[/dim]"
     )
-    write_report(report, args, out, "positions")
+    write_report(report, args, out)
     return 0
 
 

@@ -26,7 +26,6 @@ from probe.errors import ProbeError
 from probe.extrapolation.language_models import LanguageModelScorer
 from probe.extrapolation.plan import (
     FAMILIES,
-    Progress,
     RunPlan,
     Settings,
     fixed_candidates,
@@ -37,6 +36,7 @@ from probe.extrapolation.report import ExtrapolationReport, RunExtrapolation
 from probe.extrapolation.tasks import TaskScorer
 from probe.models.interventions import Intervention
 from probe.subjects.resolve import home, reading_of, resolve_all
+from probe.subjects.run_info import Progress
 from probe.subjects.subject import EXACT_MATCH, PERPLEXITY, Subject
 
 SCORERS = {EXACT_MATCH: TaskScorer, PERPLEXITY: LanguageModelScorer}  # a subject's measure -> how it is scored
@@ -56,7 +56,7 @@ def estimate(names: Sequence[str | Path], settings: Settings, plans: Sequence[Ru
 
 
 def extrapolate(
-    names: Sequence[str | Path], settings: Settings | None = None, root: str | Path = "checkpoints"
+    names: Sequence[str | Path], settings: Settings | None = None, *, root: str | Path = "checkpoints"
 ) -> ExtrapolationReport:
     """Every run of ``names`` untouched and under each intervention of ``settings``: the library call
     behind `probe extrapolate` (its fixed rules and tuned families in the module docstring).

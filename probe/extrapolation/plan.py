@@ -6,10 +6,9 @@ intervals over examples or files. The scorers (:mod:`probe.extrapolation.tasks` 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from probe.extrapolation.tuning import (
@@ -24,31 +23,35 @@ from probe.metrics import bootstrap_ci
 from probe.models.interventions import Intervention
 from probe.presets import EXTRAPOLATION_FIXED as FIXED
 from probe.presets import EXTRAPOLATION_TUNED as TUNED
+from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Subject
 
 FAMILIES = FIXED + TUNED
 VALID_SHARE = 0.2
 MULTIPLES = (0.5, 1.0, 1.5, 2.0, 2.5)
 N_RESAMPLES = 1000
-Progress = Callable[[str, int, int], None]
 
 
-@dataclass
-class Settings:
-    """What `probe extrapolate` tries and on how much, a field per flag: the intervention families, the
-    examples tuned and scored on, the device; ``progress(what, done, total)`` hears each step."""
+@dataclass(frozen=True)
+class Settings(ReadSettings):
+    """What `probe extrapolate` reads (a :class:`~probe.subjects.settings.ReadSettings`: the options naming an
+    ``hf:`` model's corpus and context, the context ``multiples`` read, the seed, device and batch size, who hears
+    each step) and what it tries on how much, a field per flag: the intervention families, the interventions
+    given, the examples tuned and scored on."""
 
+    multiples: Sequence[float] = MULTIPLES
+    batch_size: int = 128
     families: Sequence[str] = FAMILIES
     given: Sequence[Intervention] = ()  # fixed interventions as the user spelled them
     n_valid: int = 50  # validation examples per unseen length at most (files: in all)
     n_iid: int = 200
-    multiples: Sequence[float] = MULTIPLES
     max_files: int | None = 40
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    batch_size: int = 128
-    seed: int = 0
-    options: dict[str, Any] = field(default_factory=dict)  # corpus and context for hf: models
-    progress: Progress | None = None
+
+    def __post_init__(self) -> None:
+        """What extrapolation does not read is refused (it reads every model untouched, then under each
+        intervention it tries), then the device and dtype as :class:`ReadSettings` takes them."""
+        self.refuse("probe extrapolate", "n_per_bucket", "lengths", "dtype", "intervention", "pe_options")
+        super().__post_init__()
 
 
 def fixed_candidates(

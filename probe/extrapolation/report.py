@@ -111,6 +111,8 @@ class ExtrapolationReport:
     folder: Path
     seed: int = 0
 
+    name = STEM  # its outputs' folder (probe.analysis.report.Report)
+
     @property
     def context(self) -> int | None:
         contexts = {r.context for r in self.runs}
@@ -146,14 +148,15 @@ class ExtrapolationReport:
         return "\n".join(summary(self))
 
     def write(self, out_dir: str | Path) -> list[str]:
-        from probe.atomic import atomic_write_json, atomic_write_text, write_json_and_csv
+        """JSON, CSV, Markdown, a figure per PE and each fitted per-head temperature file under ``out_dir``, as
+        `probe extrapolate` writes them; the paths written."""
+        from probe.analysis.report import write_tables
+        from probe.atomic import atomic_write_json
         from probe.figures import write_figure
         from probe.figures.extrapolation import extrapolation_figure
 
         out_dir = Path(out_dir)
-        written = write_json_and_csv(out_dir, STEM, self.to_json(), self.to_rows())
-        atomic_write_text(out_dir / f"{STEM}.md", self.to_markdown() + "\n")
-        written.append(out_dir / f"{STEM}.md")
+        written = write_tables(self, out_dir, STEM, self.to_markdown() + "\n")
         for pe in dict.fromkeys(r.pe for r in self.runs):
             runs = [r.to_json(self.higher_is_better) for r in self.runs if r.pe == pe]
             written += write_figure(extrapolation_figure(runs, self.measure), out_dir / f"{STEM}_{_safe(pe)}")

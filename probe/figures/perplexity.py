@@ -11,7 +11,7 @@ from probe.figures.style import pe_color
 def perplexity_figure(rows: Sequence[Mapping[str, Any]], train_context: int, title: str, buckets: int = 8):
     """Figure pretraining:ppl: perplexity against context size, one line per run, one panel per
     file-length bucket (the "all" panel first: files of at least 2.5x the training context),
-    the training context marked. ``rows``: :meth:`probe.analysis.perplexity.PerplexityReport.table`."""
+    the training context marked. ``rows``: :meth:`probe.analysis.perplexity.PerplexityReport.to_rows`."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 

@@ -224,6 +224,7 @@ def analyse(
     """D(NoPE, ·) per layer (both metrics, NoPE' baseline) and attended distances, per task folder,
     on the seed-0 runs (the paper's analyses use one model per PE)."""
     from probe.analysis import attended_distance_report, compare_report
+    from probe.subjects.settings import ReadSettings
 
     folders: dict[str, list[SweepRun]] = {}
     for run in runs:
@@ -237,20 +238,13 @@ def analyse(
             for metric in ("jsd", "reference-code"):
                 if progress:
                     progress(f"{folder}: D(NoPE, ·), {metric}")
-                report = compare_report(
-                    "nope",
-                    root=root,
-                    task=task,
-                    options=options,
-                    seed=0,
-                    metric=metric,
-                    n_per_bucket=n_per_bucket,
-                    device=device,
-                )
+                settings = ReadSettings(options=options, n_per_bucket=n_per_bucket, device=device)
+                report = compare_report("nope", (), settings, root=root, task=task, metric=metric)
                 entry["compare"][metric] = {"report": report.to_json(), "curves": report.curves()}
         if progress:
             progress(f"{folder}: attended distances")
-        distances = attended_distance_report([r.path for r in group], n_per_bucket=n_per_bucket, device=device)
+        settings = ReadSettings(n_per_bucket=n_per_bucket, device=device)
+        distances = attended_distance_report([r.path for r in group], settings)
         entry["distances"] = {"report": distances.to_json(), "series": distances.series()}
         out[folder] = entry
     return out

@@ -3,7 +3,8 @@ into a :class:`~probe.subjects.subject.Subject` (:mod:`~probe.subjects.resolve`,
 which kind it has), and the :class:`~probe.subjects.inputs.Inputs` its reading gives: a task's length
 buckets (:mod:`~probe.subjects.examples`), or windows of held-out code at 1x and 2x a model's context
 (:mod:`~probe.subjects.windows`), in batches sized by what an analysis may hold at once
-(:mod:`~probe.subjects.memory`). :mod:`~probe.subjects.run_info` is what an analysis reports about a run.
+(:mod:`~probe.subjects.memory`), as one :class:`~probe.subjects.settings.ReadSettings` says every measure reads
+them. :mod:`~probe.subjects.run_info` is what an analysis reports about a run.
 """
 
 from probe.subjects.examples import Bucket, sample_buckets
@@ -19,6 +20,7 @@ from probe.subjects.run_info import (
     task_runs,
     training_context,
 )
+from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Loaded, Subject
 from probe.subjects.windows import (
     MULTIPLES,
@@ -35,6 +37,7 @@ __all__ = [
     "Lengths",
     "Loaded",
     "Progress",
+    "ReadSettings",
     "RunInfo",
     "Subject",
     "check_comparable",

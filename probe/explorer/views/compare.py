@@ -42,19 +42,16 @@ def comparison(
     corpus ``options`` (JSON) name, at its context."""
     from probe.analysis import compare_report
     from probe.device import resolve_device
+    from probe.subjects.settings import ReadSettings
 
-    return compare_report(
-        path_a,
-        [path_b],
-        root=root,
-        n_per_bucket=n_per_bucket,
-        metric=metric,
-        lengths=lengths,
-        baseline=baseline,
+    settings = ReadSettings(
         options=json.loads(options),
+        n_per_bucket=n_per_bucket,
+        lengths=lengths,
         device=resolve_device("auto"),
         progress=shared.stop_when_closed(),
-    ).to_json()
+    )
+    return compare_report(path_a, [path_b], settings, root=root, metric=metric, baseline=baseline).to_json()
 
 
 found, broken = shared.runs()

@@ -32,17 +32,16 @@ def distances(
     of the corpus ``options`` (JSON) name, at its context."""
     from probe.analysis import attended_distance_report
     from probe.device import resolve_device
+    from probe.subjects.settings import ReadSettings
 
-    report = attended_distance_report(
-        [path],
-        n_per_bucket=n_per_bucket,
-        normalization=normalization,
-        lengths=lengths,
-        bins=bins,
+    settings = ReadSettings(
         options=json.loads(options),
+        n_per_bucket=n_per_bucket,
+        lengths=lengths,
         device=resolve_device("auto"),
         progress=shared.stop_when_closed(),
     )
+    report = attended_distance_report([path], settings, normalization=normalization, bins=bins)
     return [result.to_json() for result in report.results]
 
 

@@ -27,14 +27,15 @@ def measure(path: str, version: float, n_per_bucket: int, options: str = "{}") -
     """One model's measures as `probe positions` writes them (cached per model)."""
     from probe.analysis.positions import positions_report
     from probe.device import resolve_device
+    from probe.subjects.settings import ReadSettings
 
-    (result,) = positions_report(
-        [path],
-        n_per_bucket=n_per_bucket,
+    settings = ReadSettings(
         options=json.loads(options),
+        n_per_bucket=n_per_bucket,
         device=resolve_device("auto"),
         progress=shared.stop_when_closed(),
-    ).results
+    )
+    (result,) = positions_report([path], settings).results
     return result.to_json()
 
 

@@ -31,10 +31,10 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
     ``hf:`` models read the held-out files of the corpus ``options`` (JSON) name at their context."""
     from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
+    from probe.subjects.settings import ReadSettings
 
-    report = perplexity_report(
-        list(paths), options=json.loads(options), max_files=max_files, device=resolve_device("auto")
-    )
+    settings = ReadSettings(options=json.loads(options), device=resolve_device("auto"))
+    report = perplexity_report(list(paths), settings, max_files=max_files)
     return report.to_json()
 
 
