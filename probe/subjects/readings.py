@@ -287,11 +287,12 @@ class TextReading(Reading):
 
     def check_pair(self, a: Loaded, b: Loaded) -> None:
         """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
-        if a.vocabulary != b.vocabulary:
-            shared = sum(b.vocabulary.get(token) == i for token, i in a.vocabulary.items())
+        vocabulary_a, vocabulary_b = a.vocabulary, b.vocabulary
+        if vocabulary_a != vocabulary_b:
+            shared = sum(vocabulary_b.get(token) == i for token, i in vocabulary_a.items())
             raise ProbeError(
                 f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
-                f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
+                f"(vocabularies of {len(vocabulary_a)} and {len(vocabulary_b)} tokens, {shared} the same); "
                 "compare models that share a tokenizer"
             )
 
