@@ -389,7 +389,7 @@ def _read(
             plan,
             device=device,
             batch_size=batch_size,
-            bos=reading.bos(subject, first),
+            bos=loaded.bos_id,
             max_length=reading.max_length(loaded, plan.contexts[-1]),
             progress=progress,
             label=label,
