@@ -61,7 +61,7 @@ def measure(name: str, device: str, dtype: str) -> dict:
     from probe.subjects.inputs import Inputs, WindowGroup
     from probe.subjects.memory import keep_freed_memory
     from probe.subjects.run_info import RunInfo
-    from probe.subjects.subject import Loaded
+    from probe.subjects.subject import Loaded, Subject
     from probe.subjects.windows import ContextWindows
 
     keep_freed_memory()
@@ -91,7 +91,7 @@ def measure(name: str, device: str, dtype: str) -> dict:
                 c = multiple * CONTEXT
                 windows = ContextWindows(c, float(multiple), multiple == 1, ("random",), tokens[:, :c])
                 if name == "distances":
-                    loaded = Loaded(model, RunInfo("rotary", "rotary", 0, "released"), None)
+                    loaded = Loaded(Subject("released", None), model, RunInfo("rotary", "rotary", 0, "released"))
                     inputs = Inputs([WindowGroup(windows)], 0, "code", {})
                     settings = dict(weightings=["argmax", "attention"], normalization="text", bins=20, batch_size=1)
                     timed(f"{multiple}x", attended_results, loaded, inputs, device=placed, **settings)

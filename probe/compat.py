@@ -37,6 +37,12 @@ def global_hooks() -> bool:
     return any(getattr(module, name) for name in GLOBAL_HOOK_DICTS)
 
 
+def child(parent: nn.Module, name: str) -> nn.Module:
+    """``parent``'s submodule ``name``, read from torch's ``_modules`` dict: what a property of the same name
+    returns (``getattr`` and ``get_submodule`` would find the property itself)."""
+    return parent._modules[name]
+
+
 def replace_child(parent: nn.Module, name: str, child: nn.Module) -> None:
     """Put ``child`` at ``parent.<name>`` as it is, by writing torch's ``_modules`` dict: ``setattr`` would run
     the parent's own ``__setattr__`` (a TransformerLens bridge component wraps what it is given) and torch's

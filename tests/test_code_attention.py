@@ -127,7 +127,7 @@ def test_runs_on_other_corpora_are_not_compared(code, tmp_path):
     other["corpus"]["fingerprint"] = "0" * 64
 
     def info(run, config):
-        return RunInfo(str(run), config["pe"], 0, run.name)
+        return RunInfo.of(Run(run, config))
 
     with pytest.raises(ProbeError, match="different corpora"):
         check_comparable(info(path, config), config, info(path, other), other)

@@ -33,6 +33,7 @@ READS = {
         "torch.nn.modules.module's global hook dicts",
         lambda: all(isinstance(getattr(torch.nn.modules.module, n), dict) for n in compat.GLOBAL_HOOK_DICTS),
     ),
+    "child": ("nn.Module._modules", lambda: isinstance(nn.Module()._modules, dict)),
     "replace_child": ("nn.Module._modules", lambda: isinstance(nn.Module()._modules, dict)),
     "cpu_flash_attention": (
         "aten._scaled_dot_product_flash_attention_for_cpu",
@@ -90,6 +91,20 @@ def test_replace_child_swaps_without_torchs_registration_hooks():
     finally:
         handle.remove()
     assert parent[0] is other and not seen
+
+
+def test_child_reads_the_submodule_a_property_of_its_name_stands_for():
+    class Shadowed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+        @property
+        def inner(self) -> nn.Module:
+            return compat.child(self, "inner")
+
+    module = Shadowed()
+    assert isinstance(module.inner, nn.Linear) and dict(module.named_children()) == {"inner": module.inner}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

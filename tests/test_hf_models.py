@@ -412,6 +412,69 @@ def test_hf_models_beside_a_probe_code_run(tiny, code_runs, capsys):
     assert "tokenizers differ" in one_line_error(capsys)
 
 
+@pytest.fixture(scope="module")
+def with_bos(code_runs, tmp_path_factory):
+    """The NoPE code run as if trained with a BOS at the start of every block (as `probe import` records the
+    released models': ``imported.bos_token_id``), in a copy of its task folder; and an hf: NeoX that shares its
+    tokenizer and adds no BOS."""
+    from probe.corpus.bpe import CodeTokenizer
+
+    base = tmp_path_factory.mktemp("bos")
+    nope = code_runs.paths[0]
+    task_folder = shutil.copytree(nope.parents[1], base / nope.parents[1].name)
+    run = task_folder / nope.parent.name / nope.name
+    tokenizer = CodeTokenizer.from_json((run / "tokenizer.json").read_text())
+    config = json.loads((run / "config.json").read_text())
+    config["imported"] = {"bos_token_id": tokenizer.eof_id}
+    (run / "config.json").write_text(json.dumps(config))
+    torch.manual_seed(0)
+    neox = GPTNeoXConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        **WIDTH,
+    )
+    hf = _save(GPTNeoXForCausalLM(neox), tokenizer.to_hf(), base / "neox")
+    return SimpleNamespace(run=str(run), bos=tokenizer.eof_id, hf=hf, plain=str(nope))
+
+
+def test_each_model_reads_held_out_text_with_its_own_bos(with_bos):
+    """Beside an hf: model, a code run trained with a BOS reads its windows with it (as it does alone), and the
+    hf: model, whose tokenizer adds none, without it, whichever comes first."""
+    from probe.analysis.perplexity import read_contexts
+    from probe.corpus.prepared import corpus_of_run, load_corpus
+    from probe.models import load_checkpoint
+
+    plain = perplexity_report([with_bos.hf, with_bos.plain], max_files=6).runs[0].nll  # no BOS anywhere
+    corpus = load_corpus(corpus_of_run(with_bos.run))
+    for names in ([with_bos.hf, with_bos.run], [with_bos.run, with_bos.hf]):
+        report = perplexity_report(names, max_files=6)
+        nll = {r.path: r.nll for r in report.runs}
+        files = [corpus.heldout_file(corpus.heldout_names.index(name)) for name in report.files]
+        model = load_checkpoint(with_bos.run)
+        expected = read_contexts(
+            model, files, report.protocol, device=torch.device("cpu"), bos=with_bos.bos, max_length=model.cfg.n_ctx
+        )
+        assert torch.isfinite(expected).any()
+        torch.testing.assert_close(nll[with_bos.run], expected, equal_nan=True)
+        torch.testing.assert_close(nll[with_bos.hf], plain, equal_nan=True)
+    alone, beside = (
+        attended_distance_report(names, n_per_bucket=2) for names in ([with_bos.run], [with_bos.run, with_bos.hf])
+    )
+    for a, b in zip(alone.results, beside.results, strict=False):  # the hf: model's results come after
+        assert a.run.label == b.run.label
+        for weighting, stats in a.stats.items():
+            torch.testing.assert_close(stats.histogram.mass, b.stats[weighting].histogram.mass)
+
+
+def test_models_that_start_their_windows_differently_are_not_compared(with_bos, capsys):
+    """Compared models read the same windows: a BOS one of them puts first and the other does not is one line."""
+    assert main(["compare", with_bos.run, with_bos.hf, "--task", "code", "--n-per-bucket", "2"]) == 2
+    assert "same windows" in one_line_error(capsys)
+
+
 # -- the explorer -------------------------------------------------------------------------------
 def test_explorer_measures_the_perplexity_of_hf_models_beside_code_runs(tiny, code_runs, monkeypatch, no_png):
     from helpers import run_page, texts

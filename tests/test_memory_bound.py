@@ -19,7 +19,7 @@ from probe.models.transformer import build_model
 from probe.subjects.inputs import Inputs, PositionInput, WindowGroup
 from probe.subjects.memory import WORKING_BYTES, batches_within, layer_bytes, per_batch
 from probe.subjects.run_info import RunInfo
-from probe.subjects.subject import Loaded
+from probe.subjects.subject import Loaded, Subject
 from probe.subjects.windows import ContextWindows
 
 LAYERS, HEADS, C = 4, 4, 320  # the window: one layer's float64 maps (3.3 MB) pass the JSD's 2 MiB blocks
@@ -36,7 +36,7 @@ def _windows(n: int = 3, context: int = C) -> WindowGroup:
 
 
 def _loaded(model) -> Loaded:
-    return Loaded(model, RunInfo("rotary", "rotary", 0, "r"), None, None, {}, None, C)
+    return Loaded(Subject("r", None), model, RunInfo("rotary", "rotary", 0, "r"))
 
 
 ONE_LAYER = HEADS * C * C * 8  # one input's maps of one layer, in float64: the bound every analysis keeps to

@@ -6,11 +6,12 @@ A new PE is covered by registering it; its maths is checked by its own oracle te
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 import torch
-from transformer_lens import HookedRootModule
+from transformer_lens import HookedRootModule, model_protocol
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.model_protocol import TransformerLensModelWithWeights
 
@@ -33,6 +34,24 @@ def _model(kind: str, options: dict, overrides: dict, seed: int = 3) -> HookedRo
 @pytest.fixture(params=VARIANTS, ids=IDS)
 def variant(request):
     return request.param
+
+
+def test_the_protocols_members_are_found_statically():
+    """Python 3.12's isinstance against a runtime-checkable protocol, like beartype's check, looks members up
+    with inspect.getattr_static: a model's are all there on any Python, its submodules among them."""
+    model = _model("nope", {}, {})
+    protocols = [c for c in TransformerLensModelWithWeights.__mro__ if c.__module__ == model_protocol.__name__]
+    members = {name for c in protocols for name in vars(c) if not name.startswith("_")}
+    assert {"cfg", "blocks", "ln_final", "run_with_cache"} <= members
+    assert [name for name in sorted(members) if not _static(model, name)] == []
+
+
+def _static(model: Any, name: str) -> bool:
+    try:
+        inspect.getattr_static(model, name)
+    except AttributeError:
+        return False
+    return True
 
 
 def test_hooks_fire_with_their_shapes(variant):

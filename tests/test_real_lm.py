@@ -108,13 +108,13 @@ def test_distances_on_the_real_model_hold_one_layer_of_maps_at_a_time(real):
     from probe.analysis.distances import attended_results
     from probe.subjects.inputs import Inputs, WindowGroup
     from probe.subjects.run_info import RunInfo
-    from probe.subjects.subject import Loaded
+    from probe.subjects.subject import HfModel, Loaded
     from probe.subjects.windows import ContextWindows
 
     loaded, _, ids = real
     c = 192
     group = WindowGroup(ContextWindows(c, 1.0, True, ("functional.py",), ids[None, :c]))
-    subject = Loaded(loaded.bridge, RunInfo("hf", "rotary", 0, "smollm2"), None)
+    subject = Loaded(HfModel(loaded.spelling, None), loaded.bridge, RunInfo.external("smollm2", "rotary"), loaded)
     settings = dict(weightings=["argmax"], normalization="text", bins=10, device=torch.device("cpu"), batch_size=1)
     with LargestTensor() as seen:
         (result,) = attended_results(subject, Inputs([group], 0, "code", {}), **settings)

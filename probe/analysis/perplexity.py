@@ -375,7 +375,7 @@ def _read(
             plan,
             device=device,
             batch_size=settings.batch_size or BATCH_SIZE,
-            bos=reading.bos(subject, first),
+            bos=loaded.bos_id,
             max_length=reading.max_length(loaded, plan.contexts[-1]),
             progress=settings.progress,
             label=label,

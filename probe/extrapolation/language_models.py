@@ -94,7 +94,7 @@ class LanguageModelScorer:
         files, names, context = _heldout(subject, loaded, reading, settings)
         pairs = list(zip(names, files))
         valid, test = validation_split(pairs, lambda p: p[0], lambda p: 0, VALID_SHARE, settings.n_valid)
-        self.bos = reading.bos(subject, loaded)
+        self.bos = loaded.bos_id
         self.windows = _Windows.of(loaded, context, self.bos, settings)
         self.test, self.valid = [f for _, f in test], [f for _, f in valid]
         self.settings, self.model = settings, loaded.model

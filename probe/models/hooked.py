@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.utilities import sample_logits
 
-from probe.compat import FollowsApply
+from probe.compat import FollowsApply, child
 from probe.errors import ProbeError
 
 TextInput = str | Sequence[str]
@@ -43,6 +44,19 @@ class HookedModel(FollowsApply, HookedRootModule):
 
     cfg: TransformerLensConfig
     tokenizer: Any = None
+
+    # The submodules TransformerLens' protocols name (``TransformerLensModelWithWeights``), as properties too:
+    # Python 3.12's isinstance against a runtime-checkable protocol, like beartype's check, looks members up with
+    # inspect.getattr_static, which does not see the submodules torch keeps in its own dict.
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The layers, first to last."""
+        return child(self, "blocks")
+
+    @property
+    def ln_final(self) -> nn.Module:
+        """The norm before the unembedding."""
+        return child(self, "ln_final")
 
     # --- activations -------------------------------------------------------------------------------
     def run_with_cache(

@@ -4,12 +4,13 @@
 - **A task run** reads up to ``n_per_bucket`` gold examples of every length bucket of its task.
 - **Code runs** read windows of the held-out files of the corpus they were trained on, at multiples of their
   training context T (1x seen, 2x unseen), a beginning-of-sequence token first where they were trained with one.
-- **Where an hf: model is among them**, every model reads the same held-out files, each with its own tokenizer:
-  the code runs' corpus (decoded: the BPE round-trips byte for byte) when a code run is among them, else the
-  corpus the options name (``corpus``, ``heldout``). Models compared, or scored in one perplexity table, must
-  share a tokenizer. T is the ``context`` option, else the code runs', else the smaller of the context the
-  first model declares and :data:`HF_CONTEXT`. A model with a learned table of positions reads at most its
-  n_ctx; Rotary and ALiBi read any length.
+- **Where an hf: model is among them**, every model reads the same held-out files, each with its own tokenizer
+  and its own BOS (the one its tokenizer adds, or a code run's): the code runs' corpus (decoded: the BPE
+  round-trips byte for byte) when a code run is among them, else the corpus the options name (``corpus``,
+  ``heldout``). Models compared, or scored in one perplexity table, must share a tokenizer; models compared
+  read the same windows, so must also put the same BOS first (or none). T is the ``context`` option, else the
+  code runs', else the smaller of the context the first model declares and :data:`HF_CONTEXT`. A model with a
+  learned table of positions reads at most its n_ctx; Rotary and ALiBi read any length.
 """
 
 from __future__ import annotations
@@ -81,10 +82,6 @@ class Reading:
 
     def heldout(self, first: Loaded) -> HeldoutFiles:
         """The held-out files in ``first``'s token ids."""
-        raise NotImplementedError
-
-    def bos(self, subject: Subject, first: Loaded) -> int | None:
-        """The token ``subject``'s windows start with (``first``: the model the files were tokenized for)."""
         raise NotImplementedError
 
     def max_length(self, loaded: Loaded, longest: int) -> int | None:
@@ -160,11 +157,6 @@ class CorpusReading(Reading):
             self._corpus = run_corpus(self.subject.path, self.subject.config)
         return self._corpus
 
-    def bos(self, subject: Subject, first: Loaded) -> int | None:
-        from probe.models.checkpoint import window_bos
-
-        return window_bos(subject.config)
-
     def max_length(self, loaded: Loaded, longest: int) -> int | None:
         """None: a code run must read every window; ProbeError where its n_ctx is short of ``longest``."""
         n_ctx = loaded.model.cfg.n_ctx
@@ -189,6 +181,7 @@ class CorpusReading(Reading):
 
     def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
         config = self.subject.config
+        _check_same_start(fit)
         windows = run_windows(
             self.subject.path, config, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
         )
@@ -255,9 +248,6 @@ class TextReading(Reading):
     def heldout(self, first: Loaded) -> TokenizedFiles:
         return self.tokenized(first)
 
-    def bos(self, subject: Subject, first: Loaded) -> int | None:
-        return first.bos_id
-
     def max_length(self, loaded: Loaded, longest: int) -> int | None:
         """Its own: a context it cannot read (learned positions) is left out for it."""
         return loaded.max_length
@@ -276,6 +266,7 @@ class TextReading(Reading):
         return choose_windows(self.tokenized(first), context, bos=first.bos_id, **choice)
 
     def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+        _check_same_start(fit)
         context = self.context(first)
         windows = self.windows(
             first, context, multiples=multiples, n_per_bucket=n_per_bucket, seed=seed, lengths=lengths
@@ -287,13 +278,30 @@ class TextReading(Reading):
 
     def check_pair(self, a: Loaded, b: Loaded) -> None:
         """Equal vocabularies (token -> id), so both read the same tokens; else one line saying so."""
-        if a.vocabulary != b.vocabulary:
-            shared = sum(b.vocabulary.get(token) == i for token, i in a.vocabulary.items())
+        vocabulary_a, vocabulary_b = a.vocabulary, b.vocabulary
+        if vocabulary_a != vocabulary_b:
+            shared = sum(vocabulary_b.get(token) == i for token, i in vocabulary_a.items())
             raise ProbeError(
                 f"cannot read {a.info.label} and {b.info.label} on the same tokens: their tokenizers differ "
-                f"(vocabularies of {len(a.vocabulary)} and {len(b.vocabulary)} tokens, {shared} the same); "
+                f"(vocabularies of {len(vocabulary_a)} and {len(vocabulary_b)} tokens, {shared} the same); "
                 "compare models that share a tokenizer"
             )
+
+
+def _check_same_start(fit: Sequence[Loaded]) -> None:
+    """Models read together read the same windows, and each puts its own BOS first: they must put the same
+    token first (or none), else one line saying whose differ."""
+    first, *others = fit
+    for other in others:
+        if other.bos_id != first.bos_id:
+            raise ProbeError(
+                f"cannot read {first.info.label} and {other.info.label} on the same windows: each puts its own BOS "
+                f"first ({_first_token(first)}, {_first_token(other)}); compare models whose windows start alike"
+            )
+
+
+def _first_token(loaded: Loaded) -> str:
+    return f"{loaded.info.label}: {'none' if loaded.bos_id is None else f'token {loaded.bos_id}'}"
 
 
 def _who(fit: Sequence[Loaded]) -> str:

@@ -23,7 +23,7 @@ from probe.models.hf import file_name, is_external, model_folder
 from probe.models.interventions import Intervention
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 from probe.subjects.readings import CorpusReading, Reading, TaskReading, TextReading
-from probe.subjects.run_info import RunInfo, check_comparable, is_code_run, pe_label, run_info, task_runs
+from probe.subjects.run_info import RunInfo, check_comparable, is_code_run, pe_label, task_runs
 from probe.subjects.subject import CodeRun, HfModel, Subject, TaskRun
 
 
@@ -42,7 +42,7 @@ def resolve(
     name = str(name)
     if is_external(name):
         model_folder(name)
-        return HfModel(name, RunInfo(name, "", 0, name), None)
+        return HfModel(name, None)
     path = Path(name) if root is None else resolve_run(name, root, task, seed, dict(options or {}))
     return _run_subject(path, read_checkpoint_config(path))
 
@@ -78,7 +78,7 @@ def split_hf(names: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def _run_subject(path: Path, config: dict[str, Any]) -> Subject:
     kind = CodeRun if is_language_model(config) else TaskRun
-    return kind(str(path), run_info(path, config), Run(path, config))
+    return kind(str(path), Run(path, config))
 
 
 def resolve_all(

@@ -58,6 +58,29 @@ class RunInfo:
 
         return pe_folder_name(self.pe, {**self.pe_options, **self.inference_options})
 
+    @classmethod
+    def of(cls, run: Run, label: str | None = None, inference: Mapping[str, Any] | None = None) -> RunInfo:
+        """What a report says of ``run`` (the one place a run's info is made): its PE and the options it was
+        trained with, with those of ``inference`` applied at loading; ``label`` None: ``Rotary+base=500 (seed 1)``."""
+        from probe.models.registry import pe_folder_name
+
+        given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe) :]  # "+base=500"
+        seed = "" if run.seed == 0 else f" (seed {run.seed})"
+        return cls(
+            str(run.path),
+            run.pe,
+            run.seed,
+            label or pe_label(run.pe) + given + seed,
+            run.pe_options,
+            dict(inference or {}),
+        )
+
+    @classmethod
+    def external(cls, spelling: str, pe: str = "") -> RunInfo:
+        """What a report says of an ``hf:`` model (no run folder): its spelling, and the probe PE its positions
+        are drawn as once it is loaded (``""`` before)."""
+        return cls(spelling, pe, 0, spelling)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
@@ -68,23 +91,6 @@ class RunInfo:
             "inference_options": dict(self.inference_options),
             **({"intervention": dict(self.intervention)} if self.intervention else {}),
         }
-
-
-def run_info(
-    path: Path, config: Mapping[str, Any], label: str | None = None, inference: Mapping[str, Any] | None = None
-) -> RunInfo:
-    from probe.models.registry import pe_folder_name
-
-    run = Run(Path(path), dict(config))
-    given = pe_folder_name(run.pe, {**run.pe_options, **(inference or {})})[len(run.pe) :]  # "+base=500"
-    return RunInfo(
-        str(path),
-        run.pe,
-        run.seed,
-        label or (pe_label(run.pe) + given + ("" if run.seed == 0 else f" (seed {run.seed})")),
-        run.pe_options,
-        dict(inference or {}),
-    )
 
 
 def describe_run(

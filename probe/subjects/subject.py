@@ -7,8 +7,9 @@ by :func:`probe.subjects.resolve.resolve`; loading passes it on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,13 @@ from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_tokenizer_json
 from probe.errors import ProbeError
 from probe.models.attach import attach, attached
-from probe.models.checkpoint import read_checkpoint_config
-from probe.models.hf import load_external
+from probe.models.checkpoint import read_checkpoint_config, window_bos
+from probe.models.hf import ExternalModel, load_external
 from probe.models.interventions import Intervention
 from probe.runs.folders import Run
 from probe.subjects.examples import TRAINED_FROM, trained_length
 from probe.subjects.memory import check_fits
-from probe.subjects.run_info import RunInfo, run_info, training_context
+from probe.subjects.run_info import RunInfo, training_context
 
 EXACT_MATCH, PERPLEXITY = "exact match", "perplexity"  # a subject's measure: task runs', language models'
 
@@ -34,15 +35,37 @@ POSITIONS_PE = {"standard": "learned", "shortformer": "learned", "rotary": "rota
 
 @dataclass(eq=False)
 class Loaded:
-    """A subject's model in memory, and how it reads text."""
+    """A subject's model in memory: only what loading adds. How it reads text (its tokenizer, BOS, context) is
+    its subject's answer, from its run or, for an ``hf:`` model, from the files loaded with it; never a copy."""
 
+    subject: Subject  # what was loaded
     model: Any  # TransformerLens-hooked: [batch, pos] ids -> logits; blocks.{l}.attn.hook_pattern
-    info: RunInfo  # with the PE options applied at inference
-    max_length: int | None  # the longest input it reads; None: any
-    encode: Callable[[Sequence[str]], list[list[int]]] | None = None  # texts -> ids, no special tokens
-    vocabulary: dict[str, int] | None = None
-    bos_id: int | None = None  # in front of every window read from text
-    context: int | None = None  # the context it was trained at
+    info: RunInfo  # as read: with the PE options applied at inference and the intervention it attends under
+    external: ExternalModel | None = None  # an hf: model's tokenizer and config, known once its files are read
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest input it reads; None: any."""
+        return self.subject.max_length(self)
+
+    @property
+    def bos_id(self) -> int | None:
+        """The token in front of every window of text it reads (None: none)."""
+        return self.subject.bos_id(self)
+
+    @property
+    def context(self) -> int | None:
+        """The context it was trained at (None: a task run)."""
+        return self.subject.context(self)
+
+    @property
+    def vocabulary(self) -> dict[str, int]:
+        """Token -> id of its tokenizer: two models read the same tokens when these are equal."""
+        return self.subject.vocabulary(self)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids, no special tokens."""
+        return self.subject.encode(self, texts)
 
 
 @dataclass(eq=False)
@@ -51,12 +74,16 @@ class Subject:
     (:mod:`probe.models.interventions`; none by default)."""
 
     name: str  # as given
-    info: RunInfo  # what a report says of it
     run: Run | None  # its run folder and config.json, read once (None: an hf: model)
     intervention: Intervention = field(default_factory=Intervention)
 
     measure = EXACT_MATCH  # how a change to its attention is scored: exact match or held-out perplexity
     trained_from = f"the longest of {TRAINED_FROM} IID validation sequences"  # what its L is, said
+
+    @property
+    def info(self) -> RunInfo:
+        """What a report says of it."""
+        return RunInfo.of(self.run)
 
     @property
     def path(self) -> Path | None:
@@ -89,6 +116,24 @@ class Subject:
         """ProbeError where ``model`` (``label``) cannot be read at ``longest`` tokens under ``intervention``'s
         cap (probe's layers cap in their own kernels: it always can)."""
 
+    def max_length(self, loaded: Loaded) -> int | None:
+        """The longest input ``loaded`` reads: its n_ctx."""
+        return loaded.model.cfg.n_ctx
+
+    def bos_id(self, loaded: Loaded) -> int | None:
+        """The token in front of its windows of text: a task run reads its task's examples, not windows."""
+        return None
+
+    def context(self, loaded: Loaded) -> int | None:
+        """The context it was trained at, where it reads text (a task run reads its task's lengths)."""
+        return None
+
+    def vocabulary(self, loaded: Loaded) -> dict[str, int]:
+        raise ProbeError(f"{self.info.label} is a run of a task: it reads its task's examples, not text")
+
+    def encode(self, loaded: Loaded, texts: Sequence[str]) -> list[list[int]]:
+        raise ProbeError(f"{self.info.label} is a run of a task: it reads its task's examples, not text")
+
     def trained_length(self) -> int:
         """L, the longest sequence it was trained on, in tokens (what log-length, cap and RoPE scalings read)."""
         return trained_length(self.config)
@@ -112,7 +157,7 @@ class Subject:
         model = load_run(self.path, device=device, pe_options=applied or None, config=self.config)
         if dtype is not None:
             model.to(dtype)
-        loaded = Loaded(model, run_info(self.path, self.config, label, applied), model.cfg.n_ctx)
+        loaded = Loaded(self, model, RunInfo.of(self.run, label, applied))
         return self._intervened(loaded, intervention)
 
     def _resolved(self) -> Intervention:
@@ -146,7 +191,7 @@ class Subject:
         if not found:
             return None
         _, _, path, config = min(found, key=lambda f: f[:3])
-        return type(self)(str(path), run_info(path, config), Run(path, config), self.intervention)
+        return type(self)(str(path), Run(path, config), self.intervention)
 
 
 class TaskRun(Subject):
@@ -159,18 +204,23 @@ class CodeRun(Subject):
     measure = PERPLEXITY
     trained_from = "its training context"
 
-    def load(
-        self,
-        device: torch.device,
-        pe_options: Mapping[str, Any] | None = None,
-        label: str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> Loaded:
-        loaded = super().load(device, pe_options, label, dtype)  # intervened: its edits are on the model
-        tokenizer = CodeTokenizer.from_json(run_tokenizer_json(self.path))
-        loaded.encode, loaded.vocabulary = tokenizer.encode_batch, tokenizer.tokenizer.get_vocab()
-        loaded.context = training_context(self.config)
-        return loaded
+    @cached_property
+    def tokenizer(self) -> CodeTokenizer:
+        """The BPE it was trained with (its run folder's ``tokenizer.json``), read once."""
+        return CodeTokenizer.from_json(run_tokenizer_json(self.path))
+
+    def bos_id(self, loaded: Loaded) -> int | None:
+        """The beginning-of-sequence token it was trained with at the start of every block, if any."""
+        return window_bos(self.config)
+
+    def context(self, loaded: Loaded) -> int | None:
+        return training_context(self.config)
+
+    def vocabulary(self, loaded: Loaded) -> dict[str, int]:
+        return self.tokenizer.tokenizer.get_vocab()
+
+    def encode(self, loaded: Loaded, texts: Sequence[str]) -> list[list[int]]:
+        return self.tokenizer.encode_batch(texts)
 
 
 class HfModel(Subject):
@@ -179,12 +229,35 @@ class HfModel(Subject):
     measure = PERPLEXITY
     trained_from = "its n_ctx"
 
+    @property
+    def info(self) -> RunInfo:
+        """Its spelling; its PE is known once it is loaded (:attr:`Loaded.info`)."""
+        return RunInfo.external(self.name)
+
     def rotates(self, loaded: Loaded | None = None) -> bool:
         """Whether its attention has RoPE: known once it is loaded (before, it may: a plan counts the rule)."""
         return True if loaded is None else loaded.info.pe == "rotary"
 
     def has_distance(self, loaded: Loaded | None = None) -> bool:
         return self.rotates(loaded)
+
+    def max_length(self, loaded: Loaded) -> int | None:
+        """Its n_ctx with a learned table of positions, else any length."""
+        return loaded.external.max_length
+
+    def bos_id(self, loaded: Loaded) -> int | None:
+        """The BOS its tokenizer adds by itself, if any."""
+        return loaded.external.bos_id
+
+    def context(self, loaded: Loaded) -> int | None:
+        """The context its config declares."""
+        return loaded.external.n_ctx
+
+    def vocabulary(self, loaded: Loaded) -> dict[str, int]:
+        return loaded.external.vocabulary()
+
+    def encode(self, loaded: Loaded, texts: Sequence[str]) -> list[list[int]]:
+        return loaded.external.encode(texts)
 
     def check_cap_fits(self, model: Any, intervention: Intervention, longest: int, label: str) -> None:
         """A cap the fused route cannot fold is ReRoPE on the bridge's own [head, query, key] scores: they must
@@ -206,11 +279,8 @@ class HfModel(Subject):
     ) -> Loaded:
         intervention = self._resolved()
         model = load_external(self.name, device, dtype, rope=dict(intervention.rope) or None)
-        info = RunInfo(model.spelling, POSITIONS_PE.get(model.positions, model.positions), 0, model.spelling)
-        loaded = Loaded(
-            model.bridge, info, model.max_length, model.encode, model.vocabulary(), model.bos_id, model.n_ctx
-        )
-        return self._intervened(loaded, intervention)
+        info = RunInfo.external(model.spelling, POSITIONS_PE.get(model.positions, model.positions))
+        return self._intervened(Loaded(self, model.bridge, info, model), intervention)
 
     def trained_length(self) -> int:
         from probe.models.hf import declared_context
