@@ -461,7 +461,8 @@ def test_each_model_reads_held_out_text_with_its_own_bos(with_bos):
         torch.testing.assert_close(nll[with_bos.run], expected, equal_nan=True)
         torch.testing.assert_close(nll[with_bos.hf], plain, equal_nan=True)
     alone, beside = (
-        attended_distance_report(names, n_per_bucket=2) for names in ([with_bos.run], [with_bos.run, with_bos.hf])
+        attended_distance_report(names, ReadSettings(n_per_bucket=2))
+        for names in ([with_bos.run], [with_bos.run, with_bos.hf])
     )
     for a, b in zip(alone.results, beside.results, strict=False):  # the hf: model's results come after
         assert a.run.label == b.run.label
