@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,12 @@ from probe.runs.folders import LAST, Run
 from probe.runs.locks import run_lock
 from probe.subjects.examples import trained_length
 from probe.subjects.resolve import resolve
+from probe.subjects.settings import ReadSettings
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.decoding import EvalResult, evaluate_examples, teacher_forced_examples
+
+BATCH_SIZE = 256  # examples decoded at once: greedy decoding of short task sequences is cheap per example
 
 
 def eval_file(pe_options: dict[str, Any] | None = None, intervention: Intervention | None = None) -> str:
@@ -39,63 +42,60 @@ def eval_file(pe_options: dict[str, Any] | None = None, intervention: Interventi
 
 def evaluate_run(
     run: Run,
+    settings: ReadSettings | None = None,
     *,
     n_test: int | None = None,
     n_valid: int = 500,
-    device: torch.device | str = "cpu",
-    batch_size: int = 256,
     write: bool = True,
     wait: bool = False,
     on_wait: Callable[[dict], None] | None = None,
-    pe_options: dict[str, Any] | None = None,
     force: bool = False,
-    intervention: Intervention | None = None,
     out: str | Path | None = None,
 ) -> EvalReport:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
-    and eval.csv (one row per length bucket; with ``pe_options`` applied at inference,
+    and eval.csv (one row per length bucket; with ``settings.pe_options`` applied at inference,
     ``eval+<option>=<value>.json`` beside them), holding the run folder's lock
     (:func:`probe.runs.locks.run_lock`) meanwhile. With ``out``, the run folder is only read (no lock: locks
     belong to writers; a shared read-only run can be evaluated): the files go to :func:`eval_folder` under
     ``out``. An evaluation on fewer examples than the
     one already there (a quick ``--n 100`` look after the full one) never replaces it unless ``force``:
-    it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where. ``intervention``:
-    the run read under it (:mod:`probe.models.interventions`), the results in ``eval+<intervention>.json``."""
-    if intervention is not None and not intervention.is_identity:
-        intervention = intervention.resolved(trained_length(run.config))
+    it goes beside it, ``eval+n=<examples>.json``, and the report's ``written_to`` says where.
+
+    ``settings`` (:class:`~probe.subjects.settings.ReadSettings`): ``device``, ``batch_size`` (default 256),
+    ``pe_options`` and ``intervention`` (the run read under it, :mod:`probe.models.interventions`, the results
+    in ``eval+<intervention>.json``). The run's own task draws the examples, the first ``n_valid`` IID and
+    ``n_test`` test ones at seed 0, at the weights' dtype: not ``options``, ``n_per_bucket``, ``lengths``,
+    ``multiples``, ``seed``, ``dtype`` or ``progress``."""
+    settings = ReadSettings() if settings is None else settings
+    settings.refuse("probe eval", "options", "n_per_bucket", "lengths", "multiples", "seed", "dtype", "progress")
+    if settings.intervention is not None and not settings.intervention.is_identity:
+        settings = replace(settings, intervention=settings.intervention.resolved(trained_length(run.config)))
     if n_test is not None and n_test < 1:
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
     asked = {"n_test": n_test, "n_valid": n_valid}
     if not write:
-        return _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
+        return _evaluate(run, settings, n_test, n_valid)
     if out is not None:
         folder = eval_folder(run, out)
-        if (kept := _kept(run, folder, asked, pe_options, intervention, force)) is not None:
+        if (kept := _kept(run, folder, asked, settings, force)) is not None:
             return kept
-        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
-        _write(report, folder / eval_file(report.pe_options_at_inference, intervention), force, asked)
+        report = _evaluate(run, settings, n_test, n_valid)
+        _write(report, folder / eval_file(report.pe_options_at_inference, settings.intervention), force, asked)
         return report
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
-        if (kept := _kept(run, run.path, asked, pe_options, intervention, force)) is not None:
+        if (kept := _kept(run, run.path, asked, settings, force)) is not None:
             return kept
-        report = _evaluate(run, n_test, n_valid, device, batch_size, pe_options, intervention)
-        _write(report, run.path / eval_file(report.pe_options_at_inference, intervention), force, asked)
+        report = _evaluate(run, settings, n_test, n_valid)
+        _write(report, run.path / eval_file(report.pe_options_at_inference, settings.intervention), force, asked)
     return report
 
 
-def _kept(
-    run: Run,
-    folder: Path,
-    asked: dict[str, Any],
-    pe_options: dict[str, Any] | None,
-    intervention: Intervention | None,
-    force: bool,
-) -> EvalReport | None:
+def _kept(run: Run, folder: Path, asked: dict[str, Any], settings: ReadSettings, force: bool) -> EvalReport | None:
     """The evaluation already in ``folder`` of these same examples, written after the run's weights were, or
     None (then it is computed again): a rerun of `probe eval` reads what it wrote instead of recomputing it."""
-    if force or pe_options:
+    if force or settings.pe_options:
         return None
-    target = folder / eval_file({}, intervention)
+    target = folder / eval_file({}, settings.intervention)
     try:
         published = (run.path / "model.safetensors").stat().st_mtime
     except OSError:
@@ -127,20 +127,13 @@ def _write(report: EvalReport, target: Path, force: bool, asked: dict[str, Any])
     report.write(target.parent)
 
 
-def _evaluate(
-    run: Run,
-    n_test: int | None,
-    n_valid: int,
-    device: torch.device | str,
-    batch_size: int,
-    pe_options: dict[str, Any] | None,
-    intervention: Intervention | None = None,
-) -> EvalReport:
+def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int) -> EvalReport:
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
-    intervention = intervention or Intervention()
-    at_inference = parse_pe_options(run.pe, {**(pe_options or {}), **intervention.rope})
+    intervention = settings.intervention or Intervention()
+    device, batch_size = settings.device, settings.batch_size or BATCH_SIZE
+    at_inference = parse_pe_options(run.pe, {**(settings.pe_options or {}), **intervention.rope})
     model = resolve(run).under(intervention).load(device, pe_options=at_inference).model
     meta = model.metadata
     training = meta.get("training", {})

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
     from probe.runs.locks import say_waiting
+    from probe.subjects.settings import ReadSettings
 
     out = console(stderr=args.json)
     runs, given = _runs(args, out)
@@ -80,15 +81,17 @@ def run(args: argparse.Namespace) -> int:
             reports.append(
                 evaluate_run(
                     r,
+                    ReadSettings(
+                        device=device,
+                        batch_size=args.batch_size,
+                        pe_options=given[r.path],
+                        intervention=intervention_of(args),
+                    ),
                     n_test=args.n,
                     n_valid=args.valid,
-                    device=device,
-                    batch_size=args.batch_size,
                     wait=args.wait,
                     on_wait=lambda holder, r=r: say_waiting(r.path, holder),
-                    pe_options=given[r.path],
                     force=args.force,
-                    intervention=intervention_of(args),
                     out=args.out,
                 )
             )

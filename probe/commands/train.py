@@ -171,6 +171,7 @@ def _length_generalization(results: list, device, out) -> None:
     from probe.atomic import writable
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
+    from probe.subjects.settings import ReadSettings
     from probe.training.parallel import RunFailure
 
     trained = [r for r in results if not isinstance(r, RunFailure)]
@@ -185,7 +186,7 @@ def _length_generalization(results: list, device, out) -> None:
             report = read_eval(r.path) if r.status == "skipped" else None  # a finished run's own evaluation
             if report is None:  # written where the run can be written; a read-only run is read, not locked
                 run = Run(r.path, read_checkpoint_config(r.path))
-                report = evaluate_run(run, device=device, wait=True, write=writable(r.path))
+                report = evaluate_run(run, ReadSettings(device=device), wait=True, write=writable(r.path))
             ood = "-" if report.ood_accuracy is None else f"{100 * report.ood_accuracy:.1f}%"
             table.add_row("/".join(r.path.parts[-2:]), f"{100 * report.iid_accuracy:.1f}%", ood)
     out.print(table)

@@ -202,14 +202,15 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
     from probe.analysis.evaluation import evaluate_run
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
+    from probe.subjects.settings import ReadSettings
 
     for run in runs:
         if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
             evaluate_run(
                 Run(run.path, read_checkpoint_config(run.path)),
+                ReadSettings(device=device),
                 n_test=run.eval_n,
                 n_valid=run.eval_valid,
-                device=device,
             )
 
 

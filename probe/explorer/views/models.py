@@ -67,12 +67,13 @@ if found is not None:
                 if st.button(f"Evaluate {len(missing)} run(s) now", key=f"evaluate-{folder}"):
                     from probe.analysis.evaluation import evaluate_run
                     from probe.device import resolve_device
+                    from probe.subjects.settings import ReadSettings
 
                     progress, failed = st.progress(0.0, text="evaluating"), False
                     for i, r in enumerate(missing):
                         progress.progress(i / len(missing), text=f"evaluating {r.label} ({i + 1}/{len(missing)})")
                         try:
-                            evaluate_run(r, device=resolve_device("auto"))
+                            evaluate_run(r, ReadSettings(device=resolve_device("auto")))
                         except ProbeError as error:
                             st.error(f"Cannot evaluate {r.path}: {error}", icon=":material/error:")
                             failed = True

@@ -102,6 +102,7 @@ def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) 
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
     from probe.runs.locks import RunLocked, describe
+    from probe.subjects.settings import ReadSettings
 
     path = Path(run["path"])
     result: dict[str, Any] = {}
@@ -121,9 +122,9 @@ def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) 
             begin = time.time()
             report = evaluate_run(
                 Run(path, read_checkpoint_config(path)),
+                ReadSettings(device=device),
                 n_test=run["eval_n"],
                 n_valid=run["eval_valid"],
-                device=device,
             )
             result.update(
                 eval_seconds=time.time() - begin,
