@@ -136,12 +136,14 @@ def _evaluate(
     pe_options: dict[str, Any] | None,
     intervention: Intervention | None = None,
 ) -> EvalReport:
+    from probe.models.attach import with_rope
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
     intervention = intervention or Intervention()
-    at_inference = parse_pe_options(run.pe, {**(pe_options or {}), **intervention.rope})
-    model = resolve(run).under(intervention).load(device, pe_options=at_inference).model
+    given = parse_pe_options(run.pe, dict(pe_options or {}))
+    at_inference = parse_pe_options(run.pe, with_rope(given, intervention))  # the RoPE scaling attach() applies
+    model = resolve(run).under(intervention).load(device, pe_options=given).model
     meta = model.metadata
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
@@ -179,7 +181,7 @@ def _evaluate(
         report.selected_step = training["selected_step"]
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
-            last = resolve(run.path / LAST).under(intervention).load(device, pe_options=at_inference).model
+            last = resolve(run.path / LAST).under(intervention).load(device, pe_options=given).model
             iid, ood = split_accuracy(task, score(last))
         report.last = LastStep(last_step, iid, ood)
     return report
