@@ -1040,7 +1040,8 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
 
 
 def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny):
-    from probe.models.interventions import parse_intervention
+    from probe.models.attach import attach
+    from probe.models.interventions import Intervention, parse_intervention
 
     folder = tiny.names["llama"].removeprefix("hf:")
     config = json.loads((Path(folder) / "config.json").read_text())
@@ -1058,6 +1059,9 @@ def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny
             expected, got = oracle.eval()(tokens).logits, bridge(tokens)
         assert (expected - hf_model(tiny.names["llama"])(tokens).logits).abs().max() > 1e-3
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+        attach(bridge, Intervention(rope=rope))  # loaded under it: attach() checks, nothing more to do
+    with pytest.raises(ProbeError, match="takes a RoPE scaling when it loads"):
+        attach(load_external(tiny.names["llama"]).bridge, Intervention(rope=rope))
 
 
 def test_extrapolate_reads_an_hf_model_and_code_runs_by_perplexity_per_multiple(tiny, code_runs, no_png, tmp_path):

@@ -185,6 +185,36 @@ def test_only_the_resolver_asks_whether_a_name_is_an_hf_model():
     assert users == ["probe/models/hf.py", "probe/subjects/resolve.py"]
 
 
+def _functions(tree: ast.AST, outer: str = "") -> list[tuple[str, ast.AST]]:
+    """(``Class.method`` or ``function``, its node) of every function of ``tree``, nested ones under their own."""
+    found = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{outer}{node.name}"
+            found += [(name, node)] if not isinstance(node, ast.ClassDef) else []
+            found += _functions(node, f"{name}.")
+    return found
+
+
+def test_a_rope_scaling_reaches_a_model_through_attach_alone():
+    """#51: attach() is the only way an intervention reaches a model, a RoPE scaling included: outside
+    models/attach.py (and the intervention's own module) no function reads an intervention's ``.rope`` to load
+    a model with it, but an hf: model's, which takes it as it loads (attach()'s docstring says why); extrapolation
+    reads it to choose the candidates a model takes."""
+    readers = sorted(
+        f"{path.relative_to(PACKAGE)}:{name}"
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).as_posix() not in ("models/attach.py", "models/interventions.py")
+        for name, function in _functions(ast.parse(path.read_text()))
+        if any(isinstance(node, ast.Attribute) and node.attr == "rope" for node in ast.walk(function))
+    )
+    assert readers == [
+        "extrapolation/plan.py:_not_applicable",
+        "subjects/subject.py:HfModel.attachable",
+        "subjects/subject.py:HfModel.load",
+    ]
+
+
 def test_no_function_in_the_package_is_over_60_lines():
     """A function a reader takes in at once: none in probe/ runs past 60 lines (its signature and docstring
     counted); ruff's C901 holds their complexity to 12 beside it."""

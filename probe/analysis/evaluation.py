@@ -128,13 +128,15 @@ def _write(report: EvalReport, target: Path, force: bool, asked: dict[str, Any])
 
 
 def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int) -> EvalReport:
+    from probe.models.attach import with_rope
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
     intervention = settings.intervention or Intervention()
     device, batch_size = settings.device, settings.batch_size or BATCH_SIZE
-    at_inference = parse_pe_options(run.pe, {**(settings.pe_options or {}), **intervention.rope})
-    model = resolve(run).under(intervention).load(device, pe_options=at_inference).model
+    given = parse_pe_options(run.pe, dict(settings.pe_options or {}))
+    at_inference = parse_pe_options(run.pe, with_rope(given, intervention))  # the RoPE scaling attach() applies
+    model = resolve(run).under(intervention).load(device, pe_options=given).model
     meta = model.metadata
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
@@ -172,7 +174,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
         report.selected_step = training["selected_step"]
         last_step = training.get("selection", {}).get("last_step", training["selected_step"])
         if (run.path / LAST / "config.json").is_file():
-            last = resolve(run.path / LAST).under(intervention).load(device, pe_options=at_inference).model
+            last = resolve(run.path / LAST).under(intervention).load(device, pe_options=given).model
             iid, ood = split_accuracy(task, score(last))
         report.last = LastStep(last_step, iid, ood)
     return report

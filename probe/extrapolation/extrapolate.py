@@ -91,7 +91,7 @@ def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], 
     fixed, skipped = fixed_candidates(subject.has_distance(loaded), rotary, scorer.trained, scorer.longest, settings)
     for family, intervention in fixed:
         step(intervention.name)
-        on = _with_rope(subject, intervention, settings) if intervention.rope else loaded.model
+        on = subject.attachable(loaded, intervention, settings.device)
         try:
             subject.check_cap_fits(on, intervention, scorer.longest, loaded.info.label)
             outcomes.append(scorer.outcome(family, "fixed", intervention, on))
@@ -104,12 +104,6 @@ def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], 
         info.label, info.pe, info.path, info.seed, scorer.trained, scorer.validation, outcomes, skipped,
         f"{subject.trained_from}, in tokens", context=scorer.context,
     )  # fmt: skip
-
-
-def _with_rope(subject: Subject, intervention: Intervention, settings: Settings):
-    """The model loaded again under ``intervention``'s RoPE scaling, through the resolver: a scaling changes the
-    model's rotation as it is built, which no edit attached afterwards does."""
-    return subject.under(Intervention(rope=intervention.rope)).load(settings.device).model
 
 
 def _subjects(names: Sequence[str | Path], settings: Settings) -> list:

@@ -1,6 +1,7 @@
 """How an :class:`~probe.models.interventions.Intervention` reaches a model: :func:`attach` compiles it once
-into one :class:`LayerEdit` per attention layer, which the layer holds; and the ``rope_parameters`` an
-``hf:`` model gets for a RoPE scaling (applied when it loads, not here).
+into one :class:`LayerEdit` per attention layer, which the layer holds, and scales a probe model's RoPE by
+swapping in its PE built with the scaling's options; and the ``rope_parameters`` an ``hf:`` model gets for a
+RoPE scaling (applied when it loads: :func:`attach` says why).
 
 A probe layer (:class:`probe.models.attention.PEAttention`) reads its edit on either route. An ``hf:`` model's
 edits sit on its own attention modules, where :mod:`probe.models.hf_attention` reads them; the bridge's
@@ -28,6 +29,8 @@ from probe.models.interventions import TRAINED, Intervention
 
 NO_CHANGE = Intervention()
 HF_EDIT = "probe_edit"  # the attribute an hf attention module holds its edit in
+HF_ROPE = "probe_rope"  # the attribute a bridge holds the RoPE scaling it was loaded under in
+UNSCALED = "probe_unscaled"  # the attribute a probe model holds its PE in while a RoPE scaling is attached
 
 
 def log_length_factor(n: Tensor, trained: int) -> Tensor:
@@ -153,8 +156,20 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
     """``model`` (probe's, or a TransformerLens bridge of an ``hf:`` model) attending under ``intervention``
     (resolved) from now on, composed with what it attends under already; ``learned`` [layer, head]: log scales
     of each head's logits being fitted (with gradients). The only way an intervention reaches a model.
-    :func:`detach` (or, on probe's models, ``reset_hooks(including_permanent=True)``) takes it off."""
-    for layer, edit in enumerate(_edits(model, intervention, learned)):
+    :func:`detach` (or, on probe's models, ``reset_hooks(including_permanent=True)``) takes it off.
+
+    A RoPE scaling (``intervention.rope``, one at a time) swaps a probe model's PE for the same PE built with
+    the scaling's options (:meth:`~probe.models.positional.PositionalEncoding.with_options`), on the model and
+    every layer. An ``hf:`` model takes it when it loads (:func:`probe.models.hf.load_external`), and here is
+    only checked to have: ``transformers`` builds each architecture's rotary module (its frequencies, attention
+    scaling, dynamic-length state; several per layer type in some) from the config's ``rope_parameters``,
+    a config its attention modules share, so scaling one in place means re-running code probe does not own."""
+    edits = _edits(model, intervention, learned)
+    if intervention.rope and _bridged(model):
+        _check_loaded_rope(model, intervention.rope)
+    elif intervention.rope:
+        _scale(model, intervention)
+    for layer, edit in enumerate(edits):
         if edit is not None:
             holder = _holder(model, layer)
             before = getattr(holder, _name(model), None)
@@ -165,7 +180,9 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
 
 
 def detach(model) -> Any:
-    """``model`` attending as it was built: every edit taken off."""
+    """``model`` attending as it was built: every edit taken off, a probe model's RoPE scaling too."""
+    if not _bridged(model) and UNSCALED in model.__dict__:
+        _swap_pe(model, model.__dict__.pop(UNSCALED))
     for layer in range(model.cfg.n_layers):
         holder = _holder(model, layer)
         if getattr(holder, _name(model), None) is not None:
@@ -180,14 +197,62 @@ def attached(model, intervention: Intervention = NO_CHANGE, learned: Tensor | No
     """``model`` attending under ``intervention`` (and ``learned``, as :func:`attach`) within the block; what
     it attended under before is restored after."""
     before = [getattr(_holder(model, layer), _name(model), None) for layer in range(model.cfg.n_layers)]
+    pe, unscaled = getattr(model, "pe", None), model.__dict__.get(UNSCALED)
     attach(model, intervention, learned)
     try:
         yield model
     finally:
+        if pe is not None and model.pe is not pe:
+            _swap_pe(model, pe)
+            model.__dict__.pop(UNSCALED, None)
+            if unscaled is not None:
+                object.__setattr__(model, UNSCALED, unscaled)
         for layer, edit in enumerate(before):
             if edit is None and getattr(_holder(model, layer), _name(model), None) is not None and _bridged(model):
                 _Executor.remove(model, layer)
             object.__setattr__(_holder(model, layer), _name(model), edit)
+
+
+def with_rope(options: Mapping[str, Any] | None, intervention: Intervention) -> dict[str, Any]:
+    """``options`` (a PE's, given at load) with ``intervention``'s RoPE scaling over them: what a probe model
+    runs with once :func:`attach` has scaled it, which its reports record (``pe_options_at_inference``)."""
+    return {**dict(options or {}), **intervention.rope}
+
+
+def unscalable(pe: str, intervention: Intervention) -> str | None:
+    """Why a probe model of PE ``pe`` cannot take ``intervention``'s RoPE scaling, or None: a check a subject
+    makes before it loads the model."""
+    from probe.models.registry import options_for
+
+    if intervention.rope and not options_for(pe, dict(intervention.rope)):
+        return f"{pe} has no RoPE to scale"
+    return None
+
+
+def _scale(model, intervention: Intervention) -> None:
+    """A probe model's PE swapped for itself built with ``intervention``'s RoPE scaling over its options; the
+    original kept for :func:`detach`."""
+    pe = model.pe
+    why = unscalable(pe.kind, intervention)
+    if why:
+        raise ProbeError(why)
+    if UNSCALED in model.__dict__:
+        raise ProbeError("one RoPE scaling at a time: the model is scaled already")
+    _swap_pe(model, pe.with_options(dict(intervention.rope)))
+    object.__setattr__(model, UNSCALED, pe)
+
+
+def _swap_pe(model, pe: torch.nn.Module) -> None:
+    """``pe`` as the PE of ``model`` and of each of its attention layers (which share one)."""
+    model.pe = pe
+    for block in model.blocks:
+        object.__setattr__(block.attn, "_pe", pe)
+
+
+def _check_loaded_rope(model, rope: Mapping[str, Any]) -> None:
+    """ProbeError unless the bridge was loaded under ``rope`` (an ``hf:`` model is scaled as it loads)."""
+    if getattr(model, HF_ROPE, None) != dict(rope):
+        raise ProbeError("an hf: model takes a RoPE scaling when it loads: load it under the scaling")
 
 
 def _bridged(model) -> bool:

@@ -27,6 +27,7 @@ import torch
 
 from probe.compat import hub_source
 from probe.errors import ProbeError, first_line
+from probe.models.attach import HF_ROPE, hf_rope_parameters
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -205,8 +206,6 @@ def load_external(
     try:
         overrides = None
         if rope:
-            from probe.models.attach import hf_rope_parameters
-
             overrides = {"rope_parameters": hf_rope_parameters(rope, read_config(spelling))}
         bridge = TransformerBridge.boot_transformers(
             str(folder), hf_config_overrides=overrides, device=str(device), dtype=dtype or torch.float32
@@ -217,6 +216,7 @@ def load_external(
         if bar:
             logging.enable_progress_bar()
     bridge.eval()
+    object.__setattr__(bridge, HF_ROPE, dict(rope or {}))  # what attach() checks a RoPE scaling against
     if len(tokenizer) > bridge.cfg.d_vocab:
         raise ProbeError(
             f"{spelling}: its tokenizer has {len(tokenizer)} tokens, more than the model's "

@@ -22,8 +22,9 @@ TransformerLens loads (``hf:``), and no model code is forked:
   farther than D is scored against the query turned by D and the key not turned, since
   <R_t q, R_i k> = <R_(t-i) q, k>.
 - ``scaling=yarn`` (``linear``, ``ntk``, ``dynamic``, ``llama3``) with ``factor`` and ``original_length``:
-  the RoPE scalings probe's Rotary already has as options (:mod:`probe.models.rotary`), applied when the
-  model loads; an ``hf:`` model gets the same through ``transformers``' ``rope_parameters``.
+  the RoPE scalings probe's Rotary already has as options (:mod:`probe.models.rotary`), attached to a loaded
+  model as its PE built with them; an ``hf:`` model gets the same through ``transformers``' ``rope_parameters``
+  as it loads.
 
 They compose (``log-length+window=64+sinks=4``); :func:`probe.models.attach.attach` compiles them into
 each attention layer's edit. Every report an

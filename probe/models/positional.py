@@ -14,7 +14,7 @@ identity (``ModelConfig.pe_options``, the run folder ``<pe>+<option>=<value>``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -145,6 +145,18 @@ class PositionalEncoding(nn.Module):
             if complaint:
                 raise ProbeError(f"option {name}={format_option(resolved[name])} of {cls.kind} {complaint}")
         return resolved
+
+    def with_options(self, given: dict[str, Any]) -> PositionalEncoding:
+        """This PE built again with ``given`` over its options (a RoPE scaling at inference), sharing its
+        weights: what :func:`probe.models.attach.attach` swaps in, so a model already loaded is scaled as one
+        loaded with those options is. An option that would change the weights is one line."""
+        config = replace(self.config, pe_options={**self.option, **self.parse_options(given)})
+        built = type(self)(config)
+        try:
+            built.load_state_dict(self.state_dict(), strict=True, assign=True)
+        except RuntimeError:
+            raise ProbeError(f"{', '.join(given)} would change {self.kind}'s weights; set it at training") from None
+        return built.train(self.training)
 
     def initialise(self, generator: torch.Generator, init: str) -> None:
         """Draw this PE's own parameters (after the model's, from the same generator)."""

@@ -280,10 +280,11 @@ class PETransformer(HookedModel):
     ):
         """TransformerLens' ``reset_hooks``; ``including_permanent`` also takes off an attached intervention
         (probe.models.attach), which stays on like a permanent hook until then."""
+        from probe.models.attach import detach
+
         super().reset_hooks(clear_contexts, direction, including_permanent, level)
         if including_permanent:
-            for block in self.blocks:
-                block.attn.edit = None
+            detach(self)
 
 
 def build_model(

@@ -18,7 +18,7 @@ import torch
 from probe.corpus.bpe import CodeTokenizer
 from probe.corpus.prepared import run_tokenizer_json
 from probe.errors import ProbeError
-from probe.models.attach import attach, attached
+from probe.models.attach import attach, attached, unscalable, with_rope
 from probe.models.checkpoint import read_checkpoint_config, window_bos
 from probe.models.hf import ExternalModel, load_external
 from probe.models.interventions import Intervention
@@ -145,20 +145,27 @@ class Subject:
         label: str | None = None,
         dtype: torch.dtype | None = None,
     ) -> Loaded:
-        """The model, with those of ``pe_options`` its PE has applied at inference (and the intervention's RoPE
-        scaling), its weights in ``dtype`` (None: as saved), attending under the subject's intervention."""
+        """The model, with those of ``pe_options`` its PE has applied at inference, its weights in ``dtype``
+        (None: as saved), attending under the subject's intervention (its RoPE scaling too: attached, which its
+        info records among the options at inference)."""
         from probe.models.registry import options_for
         from probe.runs.folders import load_run
 
         intervention = self._resolved()
-        if intervention.rope and not options_for(self.config["pe"], dict(intervention.rope)):
-            raise ProbeError(f"{self.info.label}: {self.config['pe']} has no RoPE to scale")
-        applied = options_for(self.config["pe"], {**dict(pe_options or {}), **intervention.rope})
-        model = load_run(self.path, device=device, pe_options=applied or None, config=self.config)
+        why = unscalable(self.config["pe"], intervention)
+        if why:
+            raise ProbeError(f"{self.info.label}: {why}")
+        given = options_for(self.config["pe"], dict(pe_options or {}))
+        model = load_run(self.path, device=device, pe_options=given or None, config=self.config)
         if dtype is not None:
             model.to(dtype)
+        applied = options_for(self.config["pe"], with_rope(pe_options, intervention))
         loaded = Loaded(self, model, RunInfo.of(self.run, label, applied))
         return self._intervened(loaded, intervention)
+
+    def attachable(self, loaded: Loaded, intervention: Intervention, device: torch.device) -> Any:
+        """The model ``intervention`` attaches to: ``loaded``'s own (attach() scales its RoPE too)."""
+        return loaded.model
 
     def _resolved(self) -> Intervention:
         if self.intervention.is_identity:
@@ -281,6 +288,13 @@ class HfModel(Subject):
         model = load_external(self.name, device, dtype, rope=dict(intervention.rope) or None)
         info = RunInfo.external(model.spelling, POSITIONS_PE.get(model.positions, model.positions))
         return self._intervened(Loaded(self, model.bridge, info, model), intervention)
+
+    def attachable(self, loaded: Loaded, intervention: Intervention, device: torch.device) -> Any:
+        """``loaded``'s model, or under a RoPE scaling the model loaded again with it: an hf: model is scaled as
+        it loads (:func:`probe.models.attach.attach` says why)."""
+        if not intervention.rope:
+            return loaded.model
+        return self.under(Intervention(rope=intervention.rope)).load(device).model
 
     def trained_length(self) -> int:
         from probe.models.hf import declared_context

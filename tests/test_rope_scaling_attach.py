@@ -1,0 +1,70 @@
+"""A RoPE scaling reaches a loaded model through attach() (probe.models.attach), as every intervention does: the
+model attends as the same run loaded with those PE options, and detach() or the end of attached() gives back the
+model as it was, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import tiny_model
+
+from probe.errors import ProbeError
+from probe.models import build_model
+from probe.models.attach import attach, attached, detach
+from probe.models.checkpoint import load_checkpoint, save_checkpoint
+from probe.models.interventions import Intervention
+
+VOCAB = 20
+X = torch.randint(0, VOCAB, (2, 40), generator=torch.Generator().manual_seed(3))  # past the scalings' L
+
+
+def _saved(tmp_path, pe: str = "rotary", **options):
+    model = build_model(pe, vocab_size=VOCAB, preset="tiny", seed=0, pe_options=options, **tiny_model(n_ctx=64))
+    return save_checkpoint(model.double(), tmp_path / pe)
+
+
+@pytest.mark.parametrize(
+    "pe, rope",
+    [
+        ("rotary", {"scaling": "linear", "factor": 2}),
+        ("rotary", {"scaling": "yarn", "factor": 4.0, "original_length": 16}),
+        ("rotary", {"scaling": "dynamic", "factor": 2.0, "original_length": 16}),
+        ("xpos", {"scaling": "ntk", "factor": 3.0}),
+    ],
+)
+def test_an_attached_rope_scaling_is_the_run_loaded_with_it_and_detach_undoes_it(tmp_path, pe, rope):
+    folder = _saved(tmp_path, pe)
+    with torch.no_grad():
+        expected = load_checkpoint(folder, pe_options=rope)(X)
+        model = load_checkpoint(folder)
+        plain = model(X)
+        assert not torch.allclose(plain, expected)
+        torch.testing.assert_close(attach(model, Intervention(rope=rope))(X), expected)
+        assert model.blocks[0].attn._pe is model.pe and model.pe.option["scaling"] == rope["scaling"]
+        assert torch.equal(detach(model)(X), plain)
+        with attached(model, Intervention(rope=rope, temperature=0.5)):
+            assert not torch.allclose(model(X), expected)
+        assert torch.equal(model(X), plain) and all(block.attn._pe is model.pe for block in model.blocks)
+
+
+def test_attached_gives_back_a_scaling_attached_before_and_reset_hooks_takes_it_off(tmp_path):
+    folder = _saved(tmp_path)
+    linear, window = Intervention(rope={"scaling": "linear", "factor": 2.0}), Intervention(window=8)
+    with torch.no_grad():
+        model, plain = load_checkpoint(folder), load_checkpoint(folder)(X)
+        scaled = attach(model, linear)(X)
+        with attached(model, window):
+            windowed = model(X)
+        assert torch.equal(model(X), scaled) and not torch.equal(windowed, scaled)
+        with pytest.raises(ProbeError, match="one RoPE scaling at a time"):
+            attach(model, linear)
+        model.reset_hooks(including_permanent=True)
+        assert torch.equal(model(X), plain)
+
+
+def test_a_model_without_rope_to_scale_is_one_line_and_left_as_it_was(tmp_path):
+    model = load_checkpoint(_saved(tmp_path, "nope"))
+    pe = model.pe
+    with pytest.raises(ProbeError, match="nope has no RoPE to scale"):
+        attach(model, Intervention(rope={"scaling": "linear", "factor": 2.0}))
+    assert model.pe is pe and model.blocks[0].attn.edit is None
