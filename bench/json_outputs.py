@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import fcntl
 import hashlib
 import io
 import json
@@ -144,11 +145,21 @@ def _normalised(value, root: str):
 def run_all(out: Path) -> None:
     import torch
 
-    from probe.cli import main
-
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.gettempdir()).resolve() / "probe-json-outputs"  # one path: run names digest it
+    with open(root.with_suffix(".lock"), "w") as lock:  # two runs at once would train into one folder: take turns
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"another run holds {root}; waiting for it", file=sys.__stderr__)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        _run_in(root, out)
+
+
+def _run_in(root: Path, out: Path) -> None:
+    from probe.cli import main
+
     shutil.rmtree(root, ignore_errors=True)
     try:
         for name, argv in commands(root).items():
