@@ -11,8 +11,8 @@ from test_reproduce import fake_evals
 
 from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
-from probe.studies.reproduce import chosen_runs, ladder, plan, rung_plan, train_and_evaluate
-from probe.studies.summaries import merge, write_summaries
+from probe.studies.reproduce import chosen_runs, ladder, plan, rung_plan, summaries_report, train_and_evaluate
+from probe.studies.summaries import Landed, merge, write_summaries
 from probe.tasks import get
 
 RULE = Ladder((1500, 4000), 0.95)
@@ -170,3 +170,53 @@ def test_the_dry_run_states_the_rule_and_prices_its_worst_case(tmp_path, capsys,
     out = " ".join(capsys.readouterr().out.split())
     assert "recipe rule: seed 0 of a scenario trains again at 4000 steps" in out
     assert "under 95% IID" in out and "at most about 1.2 h if all climb" in out
+
+
+def _summarising(folder):
+    def on_scenario(scenario, group, tag):
+        for run in group:
+            (run.path / "config.json").write_text(json.dumps({"metrics": {"train_seconds": 1.0}}))
+        write_summaries("section3", scenario, group, folder, tag)
+
+    return on_scenario
+
+
+def test_a_later_sitting_without_checkpoints_trains_only_the_parts_with_no_summary(tmp_path):
+    """Seed 0 in one sitting; its checkpoints gone (a new clone); seeds 1 and 2 in the next, at the rung the
+    rule read from seed 0's committed summaries, seed 0 not trained again; the report holds both sittings."""
+    summaries, tasks = tmp_path / "summaries", ["scan", "parity"]
+    iid = {("scan", 1500): 0.9, ("scan", 4000): 0.97, ("parity", 1500): 1.0}
+    first = tmp_path / "sitting1"
+    train, _ = _stand_in(iid)
+    runs = plan("section3", first, seeds=1, tasks=tasks)
+    rung = rung_plan("section3", first, RULE, seeds=1, tasks=tasks)
+    train_and_evaluate(runs, "cpu", train, rule=RULE, rung=rung, on_scenario=_summarising(summaries))
+
+    second = tmp_path / "sitting2"  # nothing of sitting 1's run folders
+    train, trained = _stand_in(iid)
+    runs = plan("section3", second, seeds=3, tasks=tasks)
+    rung = rung_plan("section3", second, RULE, seeds=3, tasks=tasks)
+    landed = Landed(summaries, "section3")
+    study = {"rule": RULE, "rung": rung, "on_scenario": _summarising(summaries), "landed": landed}
+    train_and_evaluate(runs, "cpu", train, **study)
+    assert [sorted(set(batch)) for batch in trained] == [
+        [("scan", 1, 4000), ("scan", 2, 4000)],
+        [("parity", 1, 1500), ("parity", 2, 1500)],
+    ]
+    report = summaries_report(runs, summaries, scale="section3", seeds=3, rule=RULE)
+    assert report["missing"] == []
+    assert sorted(report["tasks"]) == ["parity+train_length=8", "scan+split=paper"]
+
+    train, trained = _stand_in(iid)
+    train_and_evaluate(runs, "cpu", train, **study)  # a third sitting: everything landed, nothing trains
+    assert trained == []
+
+
+def test_a_landed_summary_of_another_recipe_is_one_line_not_a_silent_reuse(tmp_path):
+    summaries = tmp_path / "summaries"
+    train, _ = _stand_in({("scan", 1500): 1.0})
+    runs = plan("section3", tmp_path / "a", seeds=1, tasks=["scan"])
+    train_and_evaluate(runs, "cpu", train, on_scenario=_summarising(summaries))
+    other = plan("section3", tmp_path / "b", seeds=1, tasks=["scan"], steps=1000)
+    with pytest.raises(ProbeError, match="is not this part of the section3 study as planned"):
+        train_and_evaluate(other, "cpu", train, landed=Landed(summaries, "section3"))

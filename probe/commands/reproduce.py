@@ -82,9 +82,11 @@ def run(args: argparse.Namespace) -> int:
         ladder,
         plan,
         rung_plan,
+        summaries_report,
         train_and_evaluate,
     )
     from probe.studies.reproduce_report import RANKING_ONLY, REPORT, build_report, markdown, write_report
+    from probe.studies.summaries import Landed
     from probe.studies.sweep import run_state
     from probe.training.parallel import default_jobs, default_stack
     from probe.training.steps import Engine
@@ -108,16 +110,18 @@ def run(args: argparse.Namespace) -> int:
     rule = None if args.steps else ladder(args.scale)  # --steps: a quick look at one recipe
     rung = rung_plan(args.scale, root, rule, seeds=args.seeds, tasks=tasks) if rule else None
     on_scenario = partial(_summarise, args.scale, folder=summaries, out=out)
+    study = {"rule": rule, "rung": rung, "on_scenario": on_scenario, "landed": Landed(summaries, args.scale)}
     if args.address:
         train = partial(_train_on_cluster, args.address, root, f"reproduce-{args.scale}", out, args.capture)
-        train_and_evaluate(runs, device, train, rule=rule, rung=rung, on_scenario=on_scenario, whole_phases=True)
+        train_and_evaluate(runs, device, train, whole_phases=True, **study)
     else:
-        _train_here(runs, device, jobs, stack, engine, out, on_scenario, rule, rung)
-    analyses = {}
-    if args.scale not in RANKING_ONLY:
+        _train_here(runs, device, jobs, stack, engine, out, study)
+    if args.scale in RANKING_ONLY:  # ranks only: the summaries hold it all, earlier sittings' parts too
+        report = summaries_report(runs, summaries, scale=args.scale, seeds=args.seeds, rule=rule)
+    else:
         with out.status("analysing attention") as status:
             analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
-    report = build_report(chosen_runs(runs, rule, rung) if rule else runs, analyses, scale=args.scale)
+        report = build_report(chosen_runs(runs, rule, rung) if rule else runs, analyses, scale=args.scale)
     written = write_report(report, Path(args.out) if args.out else root / REPORT)
     out.print(markdown(report), markup=False, highlight=False)
     out.print("report: " + ", ".join(str(p) for p in written))
@@ -196,9 +200,10 @@ def _summarise(study: str, scenario: str, group: list, tag: str, *, folder, out)
         out.print(f"[red]{scenario}{tag}: {len(unfinished)} run(s) did not finish: {', '.join(unfinished)}[/red]")
 
 
-def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scenario, rule, rung) -> None:
-    """Train and evaluate the study here, scenario by scenario (climbing the recipe ``rule`` where the
-    study has one), ``on_scenario`` after each rung."""
+def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, study: dict) -> None:
+    """Train and evaluate the study here, scenario by scenario: ``study`` holds
+    :func:`~probe.studies.reproduce.train_and_evaluate`'s recipe rule, rung plan, landed summaries and
+    ``on_scenario``."""
     from pathlib import Path
 
     from probe.studies.reproduce import local_trainer, train_and_evaluate
@@ -212,7 +217,7 @@ def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, on_scen
                 status.update(f"training: {run} step {step}, loss {loss:.4f}")
 
         train = local_trainer(device, jobs=jobs, stack=stack, engine=engine, on_event=on_event)
-        results = train_and_evaluate(runs, device, train, rule=rule, rung=rung, on_scenario=on_scenario)
+        results = train_and_evaluate(runs, device, train, **study)
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")

@@ -25,6 +25,7 @@ from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.reproduce_report import RANKING_ONLY
+from probe.studies.summaries import Landed
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
 from probe.training.steps import Engine
 
@@ -110,6 +111,7 @@ def train_and_evaluate(
     rung: Callable[[int], Sequence[SweepRun]] | None = None,
     on_scenario: OnScenario | None = None,
     whole_phases: bool = False,
+    landed: Landed | None = None,
 ) -> list[Any]:
     """Train the study in phases, each scenario's runs evaluated (those with no eval.json) and handed to
     ``on_scenario(scenario, its runs, rung tag)`` as they land, so a study stopped half-way keeps every
@@ -118,10 +120,19 @@ def train_and_evaluate(
     until none is; then every other seed at its scenario's rung (``rung(steps)``: the study planned at a
     rung, :func:`rung_plan`). So every recipe is fixed, on IID validation, before another seed trains.
     ``train`` trains the unfinished of the runs it is given (:func:`local_trainer`, or a cluster's), a
-    scenario at a time, or with ``whole_phases`` a phase at a time. Returns its results and failures."""
+    scenario at a time, or with ``whole_phases`` a phase at a time. A part (scenario, seed, rung) whose
+    summary has ``landed`` already is not trained again, and the rule reads seed 0 from its summary.
+    Returns its results and failures."""
     results: list[Any] = []
 
-    def phase(groups: dict[str, tuple[list[SweepRun], str]]) -> None:
+    reading = functools.partial(seed0_reading, landed)
+
+    def phase(everything: dict[str, tuple[list[SweepRun], str]]) -> None:
+        groups = {
+            scenario: (open_runs, tag)
+            for scenario, (group, tag) in everything.items()
+            if (open_runs := still_open(landed, scenario, group, tag))
+        }
         if whole_phases:
             results.extend(train([r for group, _ in groups.values() for r in group]))
         for scenario, (group, tag) in groups.items():
@@ -141,9 +152,9 @@ def train_and_evaluate(
     climbing = {scenario: group for scenario, group in seed0.items() if group}
     while climbing:
         phase({scenario: (group, rule.tag(steps[scenario])) for scenario, group in climbing.items()})
-        landed, climbing = climbing, {}
-        for scenario, group in landed.items():
-            iid = seed0_iid(group)
+        rung_done, climbing = climbing, {}
+        for scenario, group in rung_done.items():
+            iid = reading(scenario, group, rule.tag(steps[scenario]))
             higher = rule.climbs(iid, steps[scenario]) if iid is not None else None
             if higher is not None:
                 steps[scenario] = higher
@@ -152,7 +163,8 @@ def train_and_evaluate(
         {
             scenario: (same_runs(others, planned(steps[scenario])), rule.tag(steps[scenario]))
             for scenario, group in by_scenario.items()
-            if (others := [r for r in group if r.config.seed != 0]) and seed0_iid(seed0[scenario]) is not None
+            if (others := [r for r in group if r.config.seed != 0])
+            and reading(scenario, seed0[scenario], rule.tag(steps[scenario])) is not None
         }
     )
     return results
@@ -174,6 +186,39 @@ def chosen_runs(runs: Sequence[SweepRun], rule: Ladder, rung: Callable[[int], Se
         steps = rule.chosen(medians) or max(medians, default=rule.steps[0])
         out += same_runs(group, planned(steps))
     return out
+
+
+def summaries_report(
+    runs: Sequence[SweepRun], folder: str | Path, *, scale: str, seeds: int, rule: Ladder | None
+) -> dict[str, Any]:
+    """A ranking study's report from the summaries in ``folder``, this sitting's and earlier ones' alike:
+    each scenario of ``runs`` at the rung the ``rule`` keeps, seeds 0 to ``seeds`` - 1, and every part
+    expected and not there named as missing."""
+    from probe.studies.reproduce_report import report_of
+    from probe.studies.summaries import merge
+
+    expected = list(scenarios(runs))
+    paths = sorted(Path(folder).glob("*.json"))
+    merged = merge(paths, scenarios=expected, seeds=list(range(seeds)), study=scale, rule=rule)
+    kept = [e for e in merged.evaluations if e.task_folder in expected and e.seed < seeds]
+    missing = [f"{scenario} seed {seed}" for scenario, seed in merged.missing]
+    return report_of(kept, {}, scale=scale, missing=missing)
+
+
+def still_open(landed: Landed | None, scenario: str, group: list[SweepRun], tag: str) -> list[SweepRun]:
+    """The runs of ``group`` (a scenario at rung ``tag``) whose seed has no summary ``landed`` yet."""
+    if landed is None:
+        return group
+    seeds = {r.config.seed for r in group}
+    closed = {seed for seed in seeds if landed.iid(scenario, seed, tag, group) is not None}
+    return [r for r in group if r.config.seed not in closed]
+
+
+def seed0_reading(landed: Landed | None, scenario: str, group: list[SweepRun], tag: str) -> list[float] | None:
+    """Seed 0's IID at a rung, one per run of ``group``: its summary where one landed, else the runs'
+    evaluations (None while one has none)."""
+    summarised = landed.iid(scenario, 0, tag, group) if landed is not None else None
+    return summarised if summarised is not None else seed0_iid(group)
 
 
 def seed0_iid(runs: Sequence[SweepRun]) -> list[float] | None:

@@ -94,6 +94,37 @@ def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
 
 
 @dataclass(frozen=True)
+class Landed:
+    """The summaries a study's folder already holds, read as the parts they close: a sitting that starts
+    where the checkpoints are gone (a new clone, another machine) trains only the parts with no summary,
+    and the recipe rule reads seed 0 from its summary rather than training it again."""
+
+    folder: Path
+    study: str
+
+    def iid(self, scenario: str, seed: int, tag: str, runs: Sequence[Any]) -> list[float] | None:
+        """Each run's IID exact match from the summary of ``scenario`` at ``seed`` and rung ``tag``, or None
+        where none landed. ``runs`` (that part as planned: :class:`~probe.studies.sweep.SweepRun`) must be the
+        summary's own recipe and PEs; a summary of another study, recipe or set of PEs is a ProbeError."""
+        path = self.folder / summary_name(scenario, seed, tag)
+        if not path.is_file():
+            return None
+        data, reports = read_summary(path)
+        planned = [r for r in runs if r.config.seed == seed]
+        recipe = {key: getattr(planned[0].config, key) for key in RECIPE_KEYS} if planned else None
+        if (
+            data.get("study") != self.study
+            or data["recipe"] != recipe
+            or {e.pe for e in reports} != {r.config.pe for r in planned}
+        ):
+            raise ProbeError(
+                f"{path} is not this part of the {self.study} study as planned (its study, recipe or PEs differ); "
+                "move it aside to train the part again"
+            )
+        return [e.iid_accuracy for e in reports]
+
+
+@dataclass(frozen=True)
 class Merged:
     """A study's summaries put together: every run's evaluation, per scenario its recipe and seeds, and
     the parts (scenario, seed) expected but not found. Under a recipe rule only each scenario's chosen
