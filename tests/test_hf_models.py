@@ -1039,29 +1039,59 @@ def test_a_capped_rotation_of_an_hf_model_is_transformers_with_rerope_by_hand(ti
     assert [o.family for o in neox.outcomes] == ["none"] and "rotates" in neox.skipped["cap"]
 
 
-def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny):
-    from probe.models.attach import attach
+@pytest.mark.parametrize("family", ["llama", "neox"])
+def test_rope_scaling_of_an_hf_model_is_transformers_with_that_rope_by_hand(tiny, family):
+    """attach() scales a loaded hf: model in place: its logits are those of transformers' own model built
+    with the scaling's rope_parameters written by hand; detach() and the end of attached() give back the
+    untouched model's, bit for bit; a second scaling is one line and changes nothing."""
+    from probe.models.attach import attach, attached, detach
     from probe.models.interventions import Intervention, parse_intervention
 
-    folder = tiny.names["llama"].removeprefix("hf:")
+    folder = tiny.names[family].removeprefix("hf:")
     config = json.loads((Path(folder) / "config.json").read_text())
     theta = config.get("rope_parameters", {}).get("rope_theta", config.get("rope_theta", 10_000.0))
     tokens = torch.randint(1, 200, (1, 40), generator=torch.Generator().manual_seed(4))
-    head = config["hidden_size"] // config["num_attention_heads"]
-    for spec, by_hand in [
+    rotated = config["hidden_size"] // config["num_attention_heads"]
+    rotated = int(rotated * config.get("rope_parameters", {}).get("partial_rotary_factor", 1.0))  # neox: 2 of 8
+    bridge = load_external(tiny.names[family]).bridge
+    with torch.no_grad():
+        untouched = bridge(tokens)
+    yarn = {"rope_type": "yarn", "factor": 2.0, "rope_theta": theta, "original_max_position_embeddings": 16}
+    cases = [
         ("scaling=linear+factor=2", {"rope_type": "linear", "factor": 2.0, "rope_theta": theta}),
-        ("scaling=ntk+factor=4", {"rope_type": "default", "rope_theta": theta * 4 ** (head / (head - 2))}),
-    ]:
+        ("scaling=yarn+factor=2+original_length=16", yarn),
+    ]
+    if rotated > 2:  # one frequency (2 dimensions) turns by 1 radian a position whatever the base: no NTK
+        cases.append(
+            ("scaling=ntk+factor=4", {"rope_type": "default", "rope_theta": theta * 4 ** (rotated / (rotated - 2))})
+        )
+    else:
+        with pytest.raises(ProbeError, match="this model rotates 2"):
+            attach(bridge, parse_intervention("scaling=ntk+factor=4").resolved(N_POSITIONS))
+    for spec, by_hand in cases:
         rope = dict(parse_intervention(spec).resolved(N_POSITIONS).rope)
-        bridge = load_external(tiny.names["llama"], rope=rope).bridge
+        by_hand = {**config.get("rope_parameters", {}), **by_hand}
         oracle = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", rope_parameters=by_hand)
         with torch.no_grad():
-            expected, got = oracle.eval()(tokens).logits, bridge(tokens)
-        assert (expected - hf_model(tiny.names["llama"])(tokens).logits).abs().max() > 1e-3
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-        attach(bridge, Intervention(rope=rope))  # loaded under it: attach() checks, nothing more to do
-    with pytest.raises(ProbeError, match="takes a RoPE scaling when it loads"):
-        attach(load_external(tiny.names["llama"]).bridge, Intervention(rope=rope))
+            expected = oracle.eval()(tokens).logits
+            assert (expected - untouched).abs().max() > 1e-3
+            with attached(bridge, Intervention(rope=rope)):
+                torch.testing.assert_close(bridge(tokens), expected, rtol=1e-4, atol=1e-4)
+            assert torch.equal(bridge(tokens), untouched)
+            attach(bridge, Intervention(rope=rope))
+            torch.testing.assert_close(bridge(tokens), expected, rtol=1e-4, atol=1e-4)
+            with pytest.raises(ProbeError, match="one RoPE scaling at a time"):
+                attach(bridge, Intervention(rope=rope))
+            detach(bridge)
+            assert torch.equal(bridge(tokens), untouched)
+
+
+def test_an_hf_model_without_rotary_positions_has_no_rope_to_scale(tiny):
+    from probe.models.attach import attach
+    from probe.models.interventions import Intervention
+
+    with pytest.raises(ProbeError, match="no rotary module to scale"):
+        attach(load_external(tiny.names["gpt2"]).bridge, Intervention(rope={"scaling": "linear", "factor": 2.0}))
 
 
 def test_extrapolate_reads_an_hf_model_and_code_runs_by_perplexity_per_multiple(tiny, code_runs, no_png, tmp_path):

@@ -91,10 +91,9 @@ def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], 
     fixed, skipped = fixed_candidates(subject.has_distance(loaded), rotary, scorer.trained, scorer.longest, settings)
     for family, intervention in fixed:
         step(intervention.name)
-        on = subject.attachable(loaded, intervention, settings.device)
         try:
-            subject.check_cap_fits(on, intervention, scorer.longest, loaded.info.label)
-            outcomes.append(scorer.outcome(family, "fixed", intervention, on))
+            subject.check_cap_fits(loaded.model, intervention, scorer.longest, loaded.info.label)
+            outcomes.append(scorer.outcome(family, "fixed", intervention, loaded.model))
         except ProbeError as error:  # a rule this model cannot take is said, the others kept
             skipped[intervention.name if family == "given" else family] = str(error)
     for tuned in tuned_candidates(loaded.model, settings, scorer.trained, scorer.on_valid, scorer.losses, step):

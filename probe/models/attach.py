@@ -1,7 +1,7 @@
 """How an :class:`~probe.models.interventions.Intervention` reaches a model: :func:`attach` compiles it once
-into one :class:`LayerEdit` per attention layer, which the layer holds, and scales a probe model's RoPE by
-swapping in its PE built with the scaling's options; and the ``rope_parameters`` an ``hf:`` model gets for a
-RoPE scaling (applied when it loads: :func:`attach` says why).
+into one :class:`LayerEdit` per attention layer, which the layer holds, and scales a model's RoPE: a probe
+model's by swapping in its PE built with the scaling's options, an ``hf:`` model's by rebuilding its rotary
+modules in place (:mod:`probe.models.hf_rotary`).
 
 A probe layer (:class:`probe.models.attention.PEAttention`) reads its edit on either route. An ``hf:`` model's
 edits sit on its own attention modules, where :mod:`probe.models.hf_attention` reads them; the bridge's
@@ -29,8 +29,7 @@ from probe.models.interventions import TRAINED, Intervention
 
 NO_CHANGE = Intervention()
 HF_EDIT = "probe_edit"  # the attribute an hf attention module holds its edit in
-HF_ROPE = "probe_rope"  # the attribute a bridge holds the RoPE scaling it was loaded under in
-UNSCALED = "probe_unscaled"  # the attribute a probe model holds its PE in while a RoPE scaling is attached
+UNSCALED = "probe_unscaled"  # what a model held before its RoPE scaling: a probe model's PE, an hf: model's rotary
 
 
 def log_length_factor(n: Tensor, trained: int) -> Tensor:
@@ -160,14 +159,10 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
 
     A RoPE scaling (``intervention.rope``, one at a time) swaps a probe model's PE for the same PE built with
     the scaling's options (:meth:`~probe.models.positional.PositionalEncoding.with_options`), on the model and
-    every layer. An ``hf:`` model takes it when it loads (:func:`probe.models.hf.load_external`), and here is
-    only checked to have: ``transformers`` builds each architecture's rotary module (its frequencies, attention
-    scaling, dynamic-length state; several per layer type in some) from the config's ``rope_parameters``,
-    a config its attention modules share, so scaling one in place means re-running code probe does not own."""
+    every layer; an ``hf:`` model's rotary modules are built again by ``transformers`` under the scaling's
+    ``rope_parameters``, in place (:func:`probe.models.hf_rotary.scale_rotary`)."""
     edits = _edits(model, intervention, learned)
-    if intervention.rope and _bridged(model):
-        _check_loaded_rope(model, intervention.rope)
-    elif intervention.rope:
+    if intervention.rope:
         _scale(model, intervention)
     for layer, edit in enumerate(edits):
         if edit is not None:
@@ -181,8 +176,8 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
 
 def detach(model) -> Any:
     """``model`` attending as it was built: every edit taken off, a probe model's RoPE scaling too."""
-    if not _bridged(model) and UNSCALED in model.__dict__:
-        _swap_pe(model, model.__dict__.pop(UNSCALED))
+    if UNSCALED in model.__dict__:
+        _unscale(model)
     for layer in range(model.cfg.n_layers):
         holder = _holder(model, layer)
         if getattr(holder, _name(model), None) is not None:
@@ -197,16 +192,13 @@ def attached(model, intervention: Intervention = NO_CHANGE, learned: Tensor | No
     """``model`` attending under ``intervention`` (and ``learned``, as :func:`attach`) within the block; what
     it attended under before is restored after."""
     before = [getattr(_holder(model, layer), _name(model), None) for layer in range(model.cfg.n_layers)]
-    pe, unscaled = getattr(model, "pe", None), model.__dict__.get(UNSCALED)
+    unscaled = model.__dict__.get(UNSCALED)
     attach(model, intervention, learned)
     try:
         yield model
     finally:
-        if pe is not None and model.pe is not pe:
-            _swap_pe(model, pe)
-            model.__dict__.pop(UNSCALED, None)
-            if unscaled is not None:
-                object.__setattr__(model, UNSCALED, unscaled)
+        if model.__dict__.get(UNSCALED) is not unscaled:  # scaled within the block (attach refuses a second)
+            _unscale(model)
         for layer, edit in enumerate(before):
             if edit is None and getattr(_holder(model, layer), _name(model), None) is not None and _bridged(model):
                 _Executor.remove(model, layer)
@@ -230,16 +222,32 @@ def unscalable(pe: str, intervention: Intervention) -> str | None:
 
 
 def _scale(model, intervention: Intervention) -> None:
-    """A probe model's PE swapped for itself built with ``intervention``'s RoPE scaling over its options; the
-    original kept for :func:`detach`."""
+    """``model`` under ``intervention``'s RoPE scaling: a probe model's PE swapped for itself built with the
+    scaling over its options, an hf: model's rotary modules rebuilt; what it held kept for :func:`detach`."""
+    if UNSCALED in model.__dict__:
+        raise ProbeError("one RoPE scaling at a time: the model is scaled already")
+    if _bridged(model):
+        from probe.models.hf_rotary import scale_rotary
+
+        object.__setattr__(model, UNSCALED, scale_rotary(model.original_model, intervention.rope))
+        return
     pe = model.pe
     why = unscalable(pe.kind, intervention)
     if why:
         raise ProbeError(why)
-    if UNSCALED in model.__dict__:
-        raise ProbeError("one RoPE scaling at a time: the model is scaled already")
     _swap_pe(model, pe.with_options(dict(intervention.rope)))
     object.__setattr__(model, UNSCALED, pe)
+
+
+def _unscale(model) -> None:
+    """``model`` back to the RoPE it held before :func:`_scale`."""
+    held = model.__dict__.pop(UNSCALED)
+    if _bridged(model):
+        from probe.models.hf_rotary import restore_rotary
+
+        restore_rotary(held)
+    else:
+        _swap_pe(model, held)
 
 
 def _swap_pe(model, pe: torch.nn.Module) -> None:
@@ -247,12 +255,6 @@ def _swap_pe(model, pe: torch.nn.Module) -> None:
     model.pe = pe
     for block in model.blocks:
         object.__setattr__(block.attn, "_pe", pe)
-
-
-def _check_loaded_rope(model, rope: Mapping[str, Any]) -> None:
-    """ProbeError unless the bridge was loaded under ``rope`` (an ``hf:`` model is scaled as it loads)."""
-    if getattr(model, HF_ROPE, None) != dict(rope):
-        raise ProbeError("an hf: model takes a RoPE scaling when it loads: load it under the scaling")
 
 
 def _bridged(model) -> bool:
@@ -355,23 +357,3 @@ def rotate_half(x: Tensor) -> Tensor:
     """(x1, x2) -> (-x2, x1) on the two halves of the last dimension: the rotate-half layout's quarter turn."""
     half = x.size(-1) // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
-    """``transformers``' ``rope_parameters`` for a probe RoPE scaling of a model whose config is ``config``
-    (its own ``rope_parameters`` or ``rope_theta``): linear, dynamic, yarn and llama3 by name; ntk (NTK-aware,
-    bloc97 2023) as the base times s^(d/(d-2)), what the scaling is."""
-    given = dict(config.get("rope_parameters") or {})
-    theta = float(given.get("rope_theta", config.get("rope_theta", 10_000.0)))
-    scaling, factor = rope["scaling"], float(rope.get("factor", 1.0))
-    if scaling == "none":
-        return {**given, "rope_theta": theta}
-    if scaling == "ntk":
-        dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
-        return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
-    out = {"rope_type": scaling, "rope_theta": theta, "factor": factor}
-    if scaling in ("yarn", "llama3"):
-        out["original_max_position_embeddings"] = int(rope["original_length"])
-    if scaling == "llama3":
-        out |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
-    return out

@@ -27,7 +27,6 @@ import torch
 
 from probe.compat import hub_source
 from probe.errors import ProbeError, first_line
-from probe.models.attach import HF_ROPE, hf_rope_parameters
 
 if TYPE_CHECKING:
     from transformer_lens.model_bridge import TransformerBridge
@@ -186,12 +185,9 @@ def load_external(
     spelling: str,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
-    rope: dict | None = None,
 ) -> ExternalModel:
     """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32 unless ``dtype``, eval mode), with its
-    tokenizer; ``rope`` (``scaling``, ``factor``, ``original_length``, as probe's Rotary spells them) stretches
-    its rotary positions through ``transformers``' own ``rope_parameters``
-    (:func:`probe.models.attach.hf_rope_parameters`).
+    tokenizer. A RoPE scaling reaches it as every intervention does, through :func:`probe.models.attach.attach`.
 
     Anything that stops it (not cached, not a model folder, an architecture TransformerLens does not
     support, missing weights) is one ProbeError line naming the model.
@@ -204,19 +200,13 @@ def load_external(
     bar = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()  # transformers' weight-loading bar would break probe's own progress line
     try:
-        overrides = None
-        if rope:
-            overrides = {"rope_parameters": hf_rope_parameters(rope, read_config(spelling))}
-        bridge = TransformerBridge.boot_transformers(
-            str(folder), hf_config_overrides=overrides, device=str(device), dtype=dtype or torch.float32
-        )
+        bridge = TransformerBridge.boot_transformers(str(folder), device=str(device), dtype=dtype or torch.float32)
     except Exception as error:  # any failure of a third-party loader on a user's files is a bad input here
         raise ProbeError(f"{spelling}: TransformerLens cannot load {folder} ({first_line(error)})") from None
     finally:
         if bar:
             logging.enable_progress_bar()
     bridge.eval()
-    object.__setattr__(bridge, HF_ROPE, dict(rope or {}))  # what attach() checks a RoPE scaling against
     if len(tokenizer) > bridge.cfg.d_vocab:
         raise ProbeError(
             f"{spelling}: its tokenizer has {len(tokenizer)} tokens, more than the model's "

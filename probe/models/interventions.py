@@ -23,8 +23,8 @@ TransformerLens loads (``hf:``), and no model code is forked:
   <R_t q, R_i k> = <R_(t-i) q, k>.
 - ``scaling=yarn`` (``linear``, ``ntk``, ``dynamic``, ``llama3``) with ``factor`` and ``original_length``:
   the RoPE scalings probe's Rotary already has as options (:mod:`probe.models.rotary`), attached to a loaded
-  model as its PE built with them; an ``hf:`` model gets the same through ``transformers``' ``rope_parameters``
-  as it loads.
+  model as its PE built with them; an ``hf:`` model's rotary modules are rebuilt in place under the same
+  ``transformers`` ``rope_parameters`` (:mod:`probe.models.hf_rotary`).
 
 They compose (``log-length+window=64+sinks=4``); :func:`probe.models.attach.attach` compiles them into
 each attention layer's edit. Every report an

@@ -113,25 +113,19 @@ def train_and_evaluate(
     whole_phases: bool = False,
     landed: Landed | None = None,
 ) -> list[Any]:
-    """Train the study in phases, each scenario's runs evaluated (those with no eval.json) and handed to
-    ``on_scenario(scenario, its runs, rung tag)`` as they land, so a study stopped half-way keeps every
-    scenario it finished. Without a recipe ``rule``, one phase: every run. With one: seed 0 of every
-    scenario at the first rung; then seed 0 again at the next rung for each scenario the rule sends on,
-    until none is; then every other seed at its scenario's rung (``rung(steps)``: the study planned at a
-    rung, :func:`rung_plan`). So every recipe is fixed, on IID validation, before another seed trains.
-    ``train`` trains the unfinished of the runs it is given (:func:`local_trainer`, or a cluster's), a
-    scenario at a time, or with ``whole_phases`` a phase at a time. A part (scenario, seed, rung) whose
-    summary has ``landed`` already is not trained again, and the rule reads seed 0 from its summary.
-    Returns its results and failures."""
+    """Train the study in phases, each scenario's runs evaluated and handed to ``on_scenario(scenario, its
+    runs, rung tag)`` as they land. Without a recipe ``rule``, one phase: every run. With one: seed 0 of every
+    scenario at the first rung, then again at the next rung where the rule sends it on, until none is; then
+    every other seed at its scenario's rung (``rung(steps)``: :func:`rung_plan`), so every recipe is fixed on
+    IID validation first. ``train`` trains the unfinished of the runs given (:func:`local_trainer`, or a
+    cluster's), a scenario at a time, or a phase at a time (``whole_phases``). A part (scenario, seed, rung)
+    whose summary ``landed`` already is not trained again; the rule reads seed 0 from it."""
     results: list[Any] = []
-
     reading = functools.partial(seed0_reading, landed)
 
     def phase(everything: dict[str, tuple[list[SweepRun], str]]) -> None:
         groups = {
-            scenario: (open_runs, tag)
-            for scenario, (group, tag) in everything.items()
-            if (open_runs := still_open(landed, scenario, group, tag))
+            s: (runs, tag) for s, (group, tag) in everything.items() if (runs := still_open(landed, s, group, tag))
         }
         if whole_phases:
             results.extend(train([r for group, _ in groups.values() for r in group]))

@@ -163,10 +163,6 @@ class Subject:
         loaded = Loaded(self, model, RunInfo.of(self.run, label, applied))
         return self._intervened(loaded, intervention)
 
-    def attachable(self, loaded: Loaded, intervention: Intervention, device: torch.device) -> Any:
-        """The model ``intervention`` attaches to: ``loaded``'s own (attach() scales its RoPE too)."""
-        return loaded.model
-
     def _resolved(self) -> Intervention:
         if self.intervention.is_identity:
             return self.intervention
@@ -285,16 +281,9 @@ class HfModel(Subject):
         dtype: torch.dtype | None = None,
     ) -> Loaded:
         intervention = self._resolved()
-        model = load_external(self.name, device, dtype, rope=dict(intervention.rope) or None)
+        model = load_external(self.name, device, dtype)
         info = RunInfo.external(model.spelling, POSITIONS_PE.get(model.positions, model.positions))
         return self._intervened(Loaded(self, model.bridge, info, model), intervention)
-
-    def attachable(self, loaded: Loaded, intervention: Intervention, device: torch.device) -> Any:
-        """``loaded``'s model, or under a RoPE scaling the model loaded again with it: an hf: model is scaled as
-        it loads (:func:`probe.models.attach.attach` says why)."""
-        if not intervention.rope:
-            return loaded.model
-        return self.under(Intervention(rope=intervention.rope)).load(device).model
 
     def trained_length(self) -> int:
         from probe.models.hf import declared_context

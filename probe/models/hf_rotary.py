@@ -1,0 +1,116 @@
+"""An ``hf:`` model's RoPE scaling, applied in place: each rotary module ``transformers`` built from the
+model's config is built again from that config with the scaling's ``rope_parameters``, and what the new one
+holds (its frequencies, attention scaling, dynamic-length state, config) moves into the module the model
+already calls. The bridge's wrappers and hooks around it stay as they are; the state it held before is kept
+to put back.
+
+Building from the architecture's own class and config keeps the scaling ``transformers``' own (its
+``ROPE_INIT_FUNCTIONS``): probe computes no frequency here, it only says which ``rope_parameters`` a probe
+scaling spells (:func:`hf_rope_parameters`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from probe.errors import ProbeError
+
+
+@dataclass(frozen=True)
+class RotaryState:
+    """What one rotary module holds: its plain attributes and its own buffers."""
+
+    module: torch.nn.Module
+    attributes: dict[str, Any]
+    buffers: dict[str, Tensor]
+
+    @classmethod
+    def of(cls, module: torch.nn.Module) -> RotaryState:
+        attributes = {k: v for k, v in vars(module).items() if not k.startswith("_") and k != "training"}
+        return cls(module, attributes, dict(module.named_buffers(recurse=False)))
+
+    def put_into(self, module: torch.nn.Module, like: RotaryState) -> None:
+        """This state into ``module``, each buffer on the device and in the dtype of ``like``'s."""
+        for name, value in self.attributes.items():
+            setattr(module, name, value)
+        for name, value in self.buffers.items():
+            old = like.buffers.get(name)
+            setattr(module, name, value if old is None else value.to(device=old.device, dtype=old.dtype))
+
+
+def rotary_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The rotary modules of a ``transformers`` model: its own modules (not a bridge's wrappers of them, which
+    pass ``inv_freq`` through) holding ``inv_freq`` built from a config."""
+    return [
+        m
+        for m in model.modules()
+        if type(m).__module__.startswith("transformers.")
+        and "inv_freq" in dict(m.named_buffers(recurse=False))
+        and hasattr(m, "config")
+    ]
+
+
+def scale_rotary(model: torch.nn.Module, rope: Mapping[str, Any]) -> list[RotaryState]:
+    """Every rotary module of ``model`` (a ``transformers`` model) scaled by ``rope`` (as probe's Rotary
+    spells it); returns the states to put back (:func:`restore_rotary`). ProbeError where it has none, or
+    where its architecture's rotary module cannot be built from a config alone."""
+    modules = rotary_modules(model)
+    if not modules:
+        raise ProbeError("rope: this hf: model has no rotary module to scale")
+    before = [RotaryState.of(m) for m in modules]
+    scaled = []
+    for module, state in zip(modules, before):
+        config = module.config
+        settings = {**config.to_dict(), "rope_parameters": hf_rope_parameters(rope, config.to_dict())}
+        try:
+            fresh = type(module)(config=type(config).from_dict(settings))
+        except (TypeError, ValueError, KeyError) as error:
+            raise ProbeError(f"rope: {type(module).__name__} cannot be rebuilt under {dict(rope)} ({error})") from None
+        scaled.append((module, RotaryState.of(fresh), state))
+    for module, fresh, state in scaled:  # all built before any is changed: a failure leaves the model as it was
+        fresh.put_into(module, like=state)
+    return before
+
+
+def restore_rotary(states: list[RotaryState]) -> None:
+    """Each rotary module back to the state it held (:func:`scale_rotary`'s return)."""
+    for state in states:
+        state.put_into(state.module, like=state)
+
+
+def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """``transformers``' ``rope_parameters`` for a probe RoPE scaling of a model whose config is ``config``
+    (its own ``rope_parameters`` or ``rope_theta``): linear, dynamic, yarn and llama3 by name; ntk (NTK-aware,
+    bloc97 2023) as the base times s^(d/(d-2)), d the dimensions it rotates, what the scaling is."""
+    given = dict(config.get("rope_parameters") or {})
+    theta = float(given.get("rope_theta", config.get("rope_theta", 10_000.0)))
+    scaling, factor = rope["scaling"], float(rope.get("factor", 1.0))
+    if scaling == "none":
+        return {**given, "rope_theta": theta}
+    if scaling == "ntk":
+        dim = rotated_dimensions(config)
+        if dim <= 2:
+            raise ProbeError(
+                f"rope: ntk scales the base of a rotation of more than 2 dimensions; this model rotates {dim}"
+            )
+        return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
+    out = {"rope_type": scaling, "rope_theta": theta, "factor": factor}
+    if scaling in ("yarn", "llama3"):
+        out["original_max_position_embeddings"] = int(rope["original_length"])
+    if scaling == "llama3":
+        out |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    return out
+
+
+def rotated_dimensions(config: Mapping[str, Any]) -> int:
+    """How many dimensions of a head the model rotates: all of them, or its partial rotary factor's share
+    (GPT-NeoX and Pythia rotate a quarter)."""
+    head = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+    given = dict(config.get("rope_parameters") or {})
+    share = given.get("partial_rotary_factor", config.get("partial_rotary_factor", config.get("rotary_pct", 1.0)))
+    return int(head * float(share))
