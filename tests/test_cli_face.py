@@ -165,3 +165,36 @@ def test_a_folder_that_is_not_a_probe_run_is_skipped_with_a_line(checkpoints, ca
     captured = capsys.readouterr()
     assert "ape/seed0" in captured.out and "names no positional encoding" in captured.out
     assert "Traceback" not in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_eval_written_to_a_log_says_it_is_going_before_it_ends(root, monkeypatch, capsys):
+    """A file or pipe gets no spinner: the status's lines say what is evaluated, with the time since it began,
+    ahead of the table."""
+    import probe.commands.common
+
+    monkeypatch.setattr(probe.commands.common, "LOG_EVERY", 0.0)  # every update a line
+    capsys.readouterr()
+    assert _eval(root, "--n", "10") == 0
+    out = capsys.readouterr().out
+    first, nope, rotary = (
+        out.index(s) for s in ("[0:00] evaluating 2 run(s)", "nope/seed0 (1/2)", "rotary/seed0 (2/2)")
+    )
+    assert first < nope < rotary < out.index("│")
+
+
+def test_a_logs_status_writes_its_updates_at_most_every_so_often(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import probe.commands.common as common
+
+    now = [100.0]
+    monkeypatch.setattr(common.time, "monotonic", lambda: now[0])
+    out = Console(file=io.StringIO(), width=120)
+    with common.LogStatus(out, "training", every=30.0) as status:
+        for step, at in enumerate([110.0, 131.0, 140.0, 161.0, 225.0]):
+            now[0] = at
+            status.update(f"step {step}")
+        status.update()  # no message: nothing
+    assert out.file.getvalue().splitlines() == ["[0:00] training", "[0:31] step 1", "[1:01] step 3", "[2:05] step 4"]

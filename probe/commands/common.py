@@ -162,14 +162,51 @@ def check_out_beside(args: argparse.Namespace, names, options, stem: str, comman
     check_out(args, home(resolve_all(list(names)), args.checkpoints, options) / stem, command)
 
 
+LOG_EVERY = 30.0  # seconds between a status's lines in a log
+
+
+class LogStatus:
+    """A status for a file or pipe, where a terminal's spinner would write nothing: its message as a line when
+    it begins, then the latest update at most every ``every`` seconds, each with the time since it began, so a
+    long command's log shows it going (an evaluation, a study's training) rather than nothing until the end."""
+
+    def __init__(self, out, message: str, every: float | None = None) -> None:
+        self.out, self.message, self.every = out, message, LOG_EVERY if every is None else every
+        self.began = self.printed = time.monotonic()
+
+    def __enter__(self) -> LogStatus:
+        self._line()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, status: str | None = None, **_: Any) -> None:
+        """The spinner's ``update``: a new message, printed once ``every`` seconds have passed since the last."""
+        if status is None:
+            return
+        self.message = str(status)
+        if time.monotonic() - self.printed >= self.every:
+            self._line()
+
+    def _line(self) -> None:
+        self.printed = time.monotonic()
+        elapsed = int(self.printed - self.began)
+        self.out.print(f"[{elapsed // 60}:{elapsed % 60:02d}] {self.message}", markup=False, highlight=False)
+
+
 def console(stderr: bool = False):
     """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80), so logs keep
-    whole run names and progress fields."""
+    whole run names and progress fields, and its ``status`` writes lines (:class:`LogStatus`)."""
     import os
 
     from rich.console import Console
 
-    out = Console(stderr=stderr)
+    class _Console(Console):
+        def status(self, status, **kwargs):  # a spinner on a terminal, lines in a log
+            return super().status(status, **kwargs) if self.is_terminal else LogStatus(self, str(status))
+
+    out = _Console(stderr=stderr)
     if not out.is_terminal and "COLUMNS" not in os.environ:
         out.width = 120
     return out

@@ -75,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         _check_writable(runs)
     device = resolve_device(args.device)
     reports = []
-    with out.status("evaluating") as status:
-        for r in runs:
-            status.update(f"evaluating {r.label}")
+    with out.status(f"evaluating {len(runs)} run(s)") as status:
+        for i, r in enumerate(runs, 1):
+            status.update(f"evaluating {r.label} ({i}/{len(runs)})")
             reports.append(
                 evaluate_run(
                     r,
