@@ -220,3 +220,34 @@ def test_a_landed_summary_of_another_recipe_is_one_line_not_a_silent_reuse(tmp_p
     other = plan("section3", tmp_path / "b", seeds=1, tasks=["scan"], steps=1000)
     with pytest.raises(ProbeError, match="is not this part of the section3 study as planned"):
         train_and_evaluate(other, "cpu", train, landed=Landed(summaries, "section3"))
+
+
+def test_the_dry_run_of_a_later_sitting_prices_what_is_left_at_the_rungs_seed_0_reached(tmp_path, capsys, monkeypatch):
+    import probe.studies.sweep
+    from probe.cli import main
+
+    summaries, tasks = tmp_path / "summaries", ["scan", "parity"]
+    train, _ = _stand_in({("scan", 1500): 0.9, ("scan", 4000): 0.97, ("parity", 1500): 1.0})
+    first = tmp_path / "sitting1"
+    runs = plan("section3", first, seeds=1, tasks=tasks)
+    rung = rung_plan("section3", first, RULE, seeds=1, tasks=tasks)
+    train_and_evaluate(runs, "cpu", train, rule=RULE, rung=rung, on_scenario=_summarising(summaries))
+    priced = []
+
+    def estimate_cost(runs, *, device, threads, on_measure):
+        priced.extend(runs)
+        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+
+    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    argv = ["reproduce", "--scale", "section3", "--task", "scan", "--task", "parity", "--seeds", "3", "--jobs", "1"]
+    where = ["--checkpoints", str(tmp_path / "sitting2"), "--summaries", str(summaries), "--dry-run"]
+    assert main([*argv, *where]) == 0
+    assert sorted({(r.config.task, r.config.seed, r.config.steps) for r in priced}) == [
+        ("parity", 1, 1500),
+        ("parity", 2, 1500),
+        ("scan", 1, 4000),
+        ("scan", 2, 4000),
+    ]
+    assert len(priced) == 4 * 5
+    out = " ".join(capsys.readouterr().out.split())
+    assert "scan+split=paper: 10 of 15 runs left" in out and "the price above is what is left" in out

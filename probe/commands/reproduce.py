@@ -80,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         analyse,
         chosen_runs,
         ladder,
+        pending,
         plan,
         rung_plan,
         summaries_report,
@@ -87,7 +88,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from probe.studies.reproduce_report import RANKING_ONLY, REPORT, build_report, markdown, write_report
     from probe.studies.summaries import Landed
-    from probe.studies.sweep import run_state
     from probe.training.parallel import default_jobs, default_stack
     from probe.training.steps import Engine
 
@@ -103,14 +103,14 @@ def run(args: argparse.Namespace) -> int:
     stack = default_stack(device.type) if args.stack is None else args.stack
     jobs = 1 if stack else args.jobs or default_jobs(len(runs), device.type)
     out = console(stderr=args.json)
-    todo = [r for r in runs if run_state(r) != "done"]
-    if args.dry_run:
-        return _dry_run(args, runs, todo, root, device, jobs, out)
     summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
     rule = None if args.steps else ladder(args.scale)  # --steps: a quick look at one recipe
     rung = rung_plan(args.scale, root, rule, seeds=args.seeds, tasks=tasks) if rule else None
+    landed = Landed(summaries, args.scale)
+    if args.dry_run:
+        return _dry_run(args, runs, pending(runs, rule, rung, landed), root, device, jobs, out)
     on_scenario = partial(_summarise, args.scale, folder=summaries, out=out)
-    study = {"rule": rule, "rung": rung, "on_scenario": on_scenario, "landed": Landed(summaries, args.scale)}
+    study = {"rule": rule, "rung": rung, "on_scenario": on_scenario, "landed": landed}
     if args.address:
         train = partial(_train_on_cluster, args.address, root, f"reproduce-{args.scale}", out, args.capture)
         train_and_evaluate(runs, device, train, whole_phases=True, **study)
@@ -143,20 +143,29 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
     for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
         members = [r for r in runs if r.path.parent.parent.name == folder]
-        first = members[0].config
-        out.print(f"  {folder}: {len(members)} runs, preset {first.preset}, {first.steps} steps of {first.batch_size}")
+        left = [r for r in todo if r.path.parent.parent.name == folder]
+        first = (left or members)[0].config
+        out.print(
+            f"  {folder}: {len(left)} of {len(members)} runs left, preset {first.preset}, "
+            f"{first.steps} steps of {first.batch_size}"
+        )
     out.print(
         f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
         f"{cost['source']}; evaluation and analyses add minutes)"
     )
     rule = None if args.steps else ladder(args.scale)
     if rule is not None and len(rule.steps) > 1:
-        ratio = rule.steps[-1] / rule.steps[0]
-        worst = wall / args.seeds * (1 + args.seeds * ratio)  # seed 0 at the first rung, then every seed at the last
+        rungs = f"{', '.join(map(str, rule.steps[1:]))} steps while its median PE stays under {rule.median_iid:.0%} IID"
+        if len(todo) < len(runs):  # part of it done or landed: the rest is priced at the rungs seed 0 has reached
+            price = "the price above is what is left, each scenario at the rung its seed 0 has reached so far"
+        else:
+            climb = rule.steps[-1] / rule.steps[0]
+            worst = wall / args.seeds * (1 + args.seeds * climb)  # seed 0 at the first rung, then all at the last
+            price = f"the price above is every scenario at {rule.steps[0]} steps, "
+            price += f"and at most about {duration(worst)} if all climb"
         out.print(
-            f"recipe rule: seed 0 of a scenario trains again at {', '.join(map(str, rule.steps[1:]))} steps while its "
-            f"median PE stays under {rule.median_iid:.0%} IID, and its other seeds at the rung it stops at; the price "
-            f"above is every scenario at {rule.steps[0]} steps, and at most about {duration(worst)} if all climb"
+            f"recipe rule: seed 0 of a scenario trains again at {rungs}, and its other seeds at the rung it stops at; "
+            + price
         )
     if args.json:
         print_json(

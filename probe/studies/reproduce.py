@@ -164,21 +164,42 @@ def train_and_evaluate(
     return results
 
 
-def chosen_runs(runs: Sequence[SweepRun], rule: Ladder, rung: Callable[[int], Sequence[SweepRun]]) -> list[SweepRun]:
+def chosen_runs(
+    runs: Sequence[SweepRun],
+    rule: Ladder,
+    rung: Callable[[int], Sequence[SweepRun]],
+    landed: Landed | None = None,
+) -> list[SweepRun]:
     """``runs`` (the study at its first rung) at each scenario's rung as the rule reads it from seed 0's
-    evaluations (the last rung evaluated while the rule still needs another): what the report ranks."""
+    evaluations or ``landed`` summaries (the last rung read while the rule still needs another)."""
     planned = functools.cache(lambda steps: list(rung(steps)))
     out: list[SweepRun] = []
-    for group in scenarios(runs).values():
+    for scenario, group in scenarios(runs).items():
         seed0 = [r for r in group if r.config.seed == 0]
         medians: dict[int, float] = {}
         for steps in rule.steps:
-            iid = seed0_iid(same_runs(seed0, planned(steps)))
+            iid = seed0_reading(landed, scenario, same_runs(seed0, planned(steps)), rule.tag(steps))
             if iid is None:
                 break
             medians[steps] = statistics.median(iid)
         steps = rule.chosen(medians) or max(medians, default=rule.steps[0])
         out += same_runs(group, planned(steps))
+    return out
+
+
+def pending(
+    runs: Sequence[SweepRun],
+    rule: Ladder | None = None,
+    rung: Callable[[int], Sequence[SweepRun]] | None = None,
+    landed: Landed | None = None,
+) -> list[SweepRun]:
+    """What is left to train or evaluate: each scenario at the rung its seed 0 has reached as far as the rule
+    can read it yet (:func:`chosen_runs`), less the finished runs and the parts whose summary ``landed``."""
+    chosen = chosen_runs(runs, rule, rung, landed) if rule is not None and rung is not None else list(runs)
+    out: list[SweepRun] = []
+    for scenario, group in scenarios(chosen).items():
+        tag = rule.tag(group[0].config.steps) if rule is not None else ""
+        out += [r for r in still_open(landed, scenario, group, tag) if run_state(r) != "done"]
     return out
 
 
