@@ -43,8 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--summaries",
         metavar="DIR",
-        help="where each scenario's summary goes, per seed, as soon as its runs are evaluated "
-        "(default: CHECKPOINTS/summaries)",
+        help="where each scenario's summary goes, per seed, as soon as its runs are evaluated; a part whose "
+        "summary is there already is not trained again (default: CHECKPOINTS/summaries)",
     )
     parser.add_argument(
         "--jobs", type=int, metavar="N", help="runs trained side by side (default: one per CPU core; 1 on a GPU)"
