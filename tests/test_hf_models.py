@@ -930,6 +930,31 @@ def test_any_other_hook_on_an_hf_model_keeps_the_bridges_path(tiny, monkeypatch)
         seen.clear()
 
 
+def test_resetting_an_hf_models_hooks_takes_its_edit_off_on_both_routes(tiny, monkeypatch):
+    """reset_hooks(including_permanent=True) removes the executors that apply an edit on the bridge's own
+    attention; the fused route must then read no edit either (it used to keep applying it), and a later attach
+    works as on a fresh model."""
+    from probe.models.attach import attach, detach
+    from probe.models.interventions import parse_intervention
+
+    bridge = load_external(tiny.names["llama"]).bridge
+    tokens = torch.randint(1, 200, (1, T), generator=torch.Generator().manual_seed(7))
+    calls = _count_folded_attention(monkeypatch)
+    with torch.no_grad():
+        untouched = logits_of(bridge, tokens)
+        attach(bridge, parse_intervention("temperature=0.5"))
+        edited = logits_of(bridge, tokens)
+        assert (edited - untouched).abs().max() > 1e-3 and calls[0] > 0
+        bridge.reset_hooks(including_permanent=True)
+        assert torch.equal(logits_of(bridge, tokens), untouched)
+        torch.testing.assert_close(bridge(tokens), untouched, rtol=1e-5, atol=1e-5)
+        attach(bridge, parse_intervention("temperature=0.5"))
+        assert torch.equal(logits_of(bridge, tokens), edited)
+        torch.testing.assert_close(bridge.run_with_cache(tokens)[0], edited, rtol=1e-4, atol=1e-4)
+        detach(bridge)
+        assert torch.equal(logits_of(bridge, tokens), untouched)
+
+
 def test_a_per_head_fit_on_an_hf_model_runs_on_its_own_attention_with_the_bridges_gradient(tiny, monkeypatch):
     """The per-head temperatures being fitted fold into the model's own attention modules (one window's
     activations, no [query, key] scores held); loss and gradient are the bridge's with each head's logits

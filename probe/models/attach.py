@@ -29,6 +29,7 @@ from probe.models.interventions import TRAINED, Intervention
 
 NO_CHANGE = Intervention()
 HF_EDIT = "probe_edit"  # the attribute an hf attention module holds its edit in
+EXECUTOR = "probe_executor"  # ... and the executor applying it on the bridge's own attention
 UNSCALED = "probe_unscaled"  # what a model held before its RoPE scaling: a probe model's PE, an hf: model's rotary
 
 
@@ -155,7 +156,7 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
     """``model`` (probe's, or a TransformerLens bridge of an ``hf:`` model) attending under ``intervention``
     (resolved) from now on, composed with what it attends under already; ``learned`` [layer, head]: log scales
     of each head's logits being fitted (with gradients). The only way an intervention reaches a model.
-    :func:`detach` (or, on probe's models, ``reset_hooks(including_permanent=True)``) takes it off.
+    :func:`detach` (or ``reset_hooks(including_permanent=True)``, on either kind) takes it off.
 
     A RoPE scaling (``intervention.rope``, one at a time) swaps a probe model's PE for the same PE built with
     the scaling's options (:meth:`~probe.models.positional.PositionalEncoding.with_options`), on the model and
@@ -166,8 +167,7 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
         _scale(model, intervention)
     for layer, edit in enumerate(edits):
         if edit is not None:
-            holder = _holder(model, layer)
-            before = getattr(holder, _name(model), None)
+            holder, before = _holder(model, layer), held_edit(model, layer)
             if before is None and _bridged(model):
                 _Executor.install(model, layer)
             object.__setattr__(holder, _name(model), edit if before is None else before.composed(edit))
@@ -180,7 +180,7 @@ def detach(model) -> Any:
         _unscale(model)
     for layer in range(model.cfg.n_layers):
         holder = _holder(model, layer)
-        if getattr(holder, _name(model), None) is not None:
+        if held_edit(model, layer) is not None:
             object.__setattr__(holder, _name(model), None)
             if _bridged(model):
                 _Executor.remove(model, layer)
@@ -191,7 +191,7 @@ def detach(model) -> Any:
 def attached(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None) -> Iterator[Any]:
     """``model`` attending under ``intervention`` (and ``learned``, as :func:`attach`) within the block; what
     it attended under before is restored after."""
-    before = [getattr(_holder(model, layer), _name(model), None) for layer in range(model.cfg.n_layers)]
+    before = [held_edit(model, layer) for layer in range(model.cfg.n_layers)]
     unscaled = model.__dict__.get(UNSCALED)
     attach(model, intervention, learned)
     try:
@@ -200,7 +200,7 @@ def attached(model, intervention: Intervention = NO_CHANGE, learned: Tensor | No
         if model.__dict__.get(UNSCALED) is not unscaled:  # scaled within the block (attach refuses a second)
             _unscale(model)
         for layer, edit in enumerate(before):
-            if edit is None and getattr(_holder(model, layer), _name(model), None) is not None and _bridged(model):
+            if edit is None and held_edit(model, layer) is not None and _bridged(model):
                 _Executor.remove(model, layer)
             object.__setattr__(_holder(model, layer), _name(model), edit)
 
@@ -257,6 +257,22 @@ def _swap_pe(model, pe: torch.nn.Module) -> None:
         object.__setattr__(block.attn, "_pe", pe)
 
 
+def held_edit(model, layer: int) -> LayerEdit | None:
+    """The edit layer ``layer`` of ``model`` attends under, or None. On a bridge, an edit whose executor's hooks
+    are gone (the bridge's ``reset_hooks(including_permanent=True)`` removes every hook) is taken off too, so the
+    fused route (:mod:`probe.models.hf_attention`) and the bridge's own attention read the same model."""
+    holder = _holder(model, layer)
+    edit = getattr(holder, _name(model), None)
+    if edit is None or not _bridged(model):
+        return edit
+    executor = holder.__dict__.get(EXECUTOR)
+    if executor is not None and executor.installed():
+        return edit
+    holder.__dict__.pop(EXECUTOR, None)
+    object.__setattr__(holder, HF_EDIT, None)
+    return None
+
+
 def _bridged(model) -> bool:
     return getattr(model, "pe", None) is None
 
@@ -306,11 +322,15 @@ class _Executor:
         for name, point in executor_points(attn):
             hook = executor if name == "hook_attn_scores" else executor.keeper(name)
             executor.handles.append((point, point.add_hook(hook, dir="fwd", is_permanent=True)))
-        object.__setattr__(attn.original_component, "probe_executor", executor)
+        object.__setattr__(attn.original_component, EXECUTOR, executor)
+
+    def installed(self) -> bool:
+        """Whether every hook it put on the bridge is still there."""
+        return all(any(h is handle for h in point.fwd_hooks) for point, handle in self.handles)
 
     @staticmethod
     def remove(model, layer: int) -> None:
-        executor = model.blocks[layer].attn.original_component.__dict__.pop("probe_executor")
+        executor = model.blocks[layer].attn.original_component.__dict__.pop(EXECUTOR)
         for point, handle in executor.handles:
             handle.hook.remove()
             point.fwd_hooks = [h for h in point.fwd_hooks if h is not handle]
@@ -350,7 +370,13 @@ def _hf_turn(x: Tensor, at: int, cos: Tensor, sin: Tensor) -> Tensor:
     [batch, pos, d_head] from ``hook_cos`` / ``hook_sin``: the rotate-half layout, any attention scaling inside)."""
     if cos.size(-1) != x.size(-1):
         raise ProbeError(f"cap: this hf: model rotates {cos.size(-1)} of {x.size(-1)} dimensions; not capped")
-    return x * cos[0, at, None, :].to(x.dtype) + rotate_half(x) * sin[0, at, None, :].to(x.dtype)
+    return half_turned(x, cos[0, at, None, :], sin[0, at, None, :])
+
+
+def half_turned(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``x`` [..., d] turned by the rotate-half RoPE (Llama's layout) whose ``cos`` and ``sin`` broadcast
+    against it: the one turn an hf: model's ReRoPE takes, on both routes."""
+    return x * cos.to(x.dtype) + rotate_half(x) * sin.to(x.dtype)
 
 
 def rotate_half(x: Tensor) -> Tensor:

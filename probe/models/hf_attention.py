@@ -39,7 +39,7 @@ from probe.compat import (
     supports_attention_functions,
 )
 from probe.errors import ProbeError
-from probe.models.attach import HF_EDIT, LayerEdit, executor_points, rotate_half
+from probe.models.attach import HF_EDIT, LayerEdit, executor_points, half_turned, held_edit
 from probe.models.attention_edit import far_pair, outside_window
 from probe.models.capped_attention import capped_causal_attention
 
@@ -121,7 +121,7 @@ def _rotated(x: Tensor, by: Tensor | int, inv_freq: Tensor) -> Tensor:
     (a number, or [pos] for x's second-to-last dimension), angles in float64."""
     angles = torch.as_tensor(by, device=x.device).double()[..., None] * inv_freq.double()  # [pos or 1, d / 2]
     angles = torch.cat([angles, angles], dim=-1)  # [pos or 1, d]
-    return x * angles.cos().to(x.dtype) + rotate_half(x) * angles.sin().to(x.dtype)
+    return half_turned(x, angles.cos(), angles.sin())
 
 
 def _register() -> None:
@@ -170,14 +170,14 @@ def _plan(model) -> _Plan | None:
     if global_hooks():
         return None
     swaps, executors, turns = [], [], False
-    for block in blocks:
+    for layer, block in enumerate(blocks):
         attn = getattr(block, "attn", None)
         module = getattr(attn, "original_component", None)
         parent = getattr(block, "original_component", None)
         name = next((n for n, child in (parent.named_children() if parent else ()) if child is attn), None)
         if module is None or name is None or any(getattr(module, a, None) is not None for a in UNSUPPORTED):
             return None
-        edit = getattr(module, HF_EDIT, None)
+        edit = held_edit(model, layer)
         if edit is not None:
             executors += [id(point) for _, point in executor_points(attn)]
             turns = turns or edit.turns
