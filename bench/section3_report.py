@@ -118,10 +118,12 @@ def write_figures(report: dict, merged: Merged, folder: Path) -> list[Path]:
         seeds = sorted({s for entry in intervals.values() for s in entry["seeds"]})
         scenarios = max(entry["scenarios"] for entry in intervals.values())
         whose = "ours, tiny" if who == "ours" else "the paper's released runs, base (SCAN, PCFG, copy, reverse)"
+        bars = "bars: 95% bootstrap interval over seeds" if len(seeds) > 1 else "one seed: no interval"
         title = (
             f"Mean reciprocal rank by OOD exact match<br><sup>{whose}: {scenarios} scenarios, "
-            f"seed(s) {', '.join(map(str, seeds))}; bars: 95% bootstrap interval over seeds</sup>"
+            f"seed(s) {', '.join(map(str, seeds))}; {bars}</sup>"
         )
+        spans = spans if len(seeds) > 1 else None  # a bootstrap over one seed is a point, not an interval
         figure = rank_figure(means, title, "mean reciprocal rank", y_range=(0, 1.05), intervals=spans)
         written += write_figure(figure, folder / f"section3_mrr_{who}")
     figure = accuracy_panels(panels(merged, report), "Exact match by length per scenario (tiny; seen lengths shaded)")

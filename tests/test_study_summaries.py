@@ -72,6 +72,20 @@ def test_the_merge_names_every_part_it_expected_and_did_not_find(tmp_path):
     assert merged.seeds("scan+split=paper") == [0]
 
 
+def test_a_merge_of_some_seeds_keeps_no_other_seeds_runs(tmp_path):
+    """Seed 0 ranked while one scenario has landed seeds 1 and 2 too: that scenario counts once, at seed 0,
+    not three times (the Section 3 report of seed 0 once counted copy count's three seeds)."""
+    runs = _trained(tmp_path, 3, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
+    paths = write_summaries("section3", "scan+split=paper", runs, tmp_path / "summaries")
+    assert len(paths) == 3
+    seed0 = merge(paths, scenarios=["scan+split=paper"], seeds=[0], study="section3")
+    assert {e.seed for e in seed0.evaluations} == {0} and len(seed0.evaluations) == 5
+    assert set(seed0.train_seconds) == {("scan+split=paper", pe, 0) for pe in PAPER_PES}
+    later = merge(paths, scenarios=["scan+split=paper"], seeds=[1, 2], study="section3")
+    assert {e.seed for e in later.evaluations} == {1, 2} and later.missing == []
+    assert len(merge(paths).evaluations) == 15  # no seeds named: every part
+
+
 def test_two_summaries_of_one_part_are_an_error_and_a_broken_one_is_named(tmp_path):
     runs = _trained(tmp_path, 1, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
     (path,) = write_summaries("section3", "scan+split=paper", runs, tmp_path / "a")

@@ -156,7 +156,9 @@ def merge(
     rule: Ladder | None = None,
 ) -> Merged:
     """The runs of every summary in ``paths`` (of ``study`` where given); ``scenarios`` x ``seeds`` are the
-    parts expected, and those without a summary are listed in ``missing``. Two summaries of one scenario,
+    parts expected, and those without a summary are listed in ``missing``. Given ``seeds``, the runs of no
+    other seed are kept (a ranking of seed 0 counts each scenario once, however many seeds it has landed);
+    the rule still reads seed 0. Two summaries of one scenario,
     seed and number of steps are an error (one part run twice), not a silent choice of one. Under a recipe
     ``rule`` each scenario keeps the rung the rule chooses from its seed-0 IID (the last rung trained while
     the rule still needs another); without one, two step counts of one part are an error too."""
@@ -176,7 +178,7 @@ def merge(
     seconds: dict[tuple[str, str, int], float | None] = {}
     found: set[tuple[str, int]] = set()
     for (scenario, seed, steps), part in parts.items():
-        if rule is not None and steps != rungs[scenario]["kept"]:
+        if (rule is not None and steps != rungs[scenario]["kept"]) or (seeds and seed not in seeds):
             continue
         found.add((scenario, seed))
         if part.data["recipe"] not in recipes.setdefault(scenario, []):
