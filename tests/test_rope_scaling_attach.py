@@ -68,3 +68,26 @@ def test_a_model_without_rope_to_scale_is_one_line_and_left_as_it_was(tmp_path):
     with pytest.raises(ProbeError, match="nope has no RoPE to scale"):
         attach(model, Intervention(rope={"scaling": "linear", "factor": 2.0}))
     assert model.pe is pe and model.blocks[0].attn.edit is None
+
+
+def test_hf_rope_parameters_keep_what_a_model_rotates_and_refuse_a_rope_per_layer_type():
+    """transformers' rope_parameters written for a probe scaling (oracle: the fields by hand): a partial rotary
+    share stays, NTK-aware counts only the rotated dimensions, and a config with a RoPE per layer type
+    (Gemma 3's full and sliding attention) is one line, not silently given one base."""
+    from probe.models.hf_rotary import hf_rope_parameters
+
+    neox = {
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "rope_parameters": {"rope_theta": 100.0, "partial_rotary_factor": 0.25},
+    }
+    assert hf_rope_parameters({"scaling": "linear", "factor": 2.0}, neox) == {
+        "partial_rotary_factor": 0.25, "rope_type": "linear", "rope_theta": 100.0, "factor": 2.0,
+    }  # fmt: skip
+    ntk = hf_rope_parameters({"scaling": "ntk", "factor": 4.0}, neox)  # 8 of 32 dimensions rotate
+    assert ntk["rope_theta"] == pytest.approx(100.0 * 4.0 ** (8 / 6)) and ntk["partial_rotary_factor"] == 0.25
+    per_type = {"hidden_size": 64, "num_attention_heads": 2, "rope_parameters": {
+        "full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4},
+    }}  # fmt: skip
+    with pytest.raises(ProbeError, match="a RoPE per layer type"):
+        hf_rope_parameters({"scaling": "linear", "factor": 2.0}, per_type)

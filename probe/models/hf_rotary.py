@@ -88,6 +88,8 @@ def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> di
     (its own ``rope_parameters`` or ``rope_theta``): linear, dynamic, yarn and llama3 by name; ntk (NTK-aware,
     bloc97 2023) as the base times s^(d/(d-2)), d the dimensions it rotates, what the scaling is."""
     given = dict(config.get("rope_parameters") or {})
+    if any(isinstance(value, Mapping) for value in given.values()):
+        raise ProbeError(f"rope: this hf: model has a RoPE per layer type ({', '.join(given)}); not scaled")
     theta = float(given.get("rope_theta", config.get("rope_theta", 10_000.0)))
     scaling, factor = rope["scaling"], float(rope.get("factor", 1.0))
     if scaling == "none":
@@ -99,7 +101,8 @@ def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> di
                 f"rope: ntk scales the base of a rotation of more than 2 dimensions; this model rotates {dim}"
             )
         return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
-    out = {"rope_type": scaling, "rope_theta": theta, "factor": factor}
+    kept = {k: v for k, v in given.items() if k == "partial_rotary_factor"}  # what it rotates stays as it is
+    out = {**kept, "rope_type": scaling, "rope_theta": theta, "factor": factor}
     if scaling in ("yarn", "llama3"):
         out["original_max_position_embeddings"] = int(rope["original_length"])
     if scaling == "llama3":
