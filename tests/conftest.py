@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import plotly.graph_objects as go
 import pytest
 import torch
 from helpers import make_checkpoints, write_code_corpus
+
+import probe.figures.output
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -17,6 +20,18 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def no_png(monkeypatch):
+    """No PNG export in tests (kaleido drives a headless Chrome, seconds a figure) and no line saying so: the
+    HTML is the figure every test reads. tests/test_plots.py tests that path itself, with its own renderer."""
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no static export in tests")
+
+    monkeypatch.setattr(go.Figure, "write_image", refuse)
+    monkeypatch.setattr(probe.figures.output, "_told", {"png"})
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import plotly.graph_objects as go
 import pytest
 import torch
 from helpers import tiny_model
@@ -44,16 +43,6 @@ def root(tmp_path_factory):
         make_run(base / "checkpoints", pe, seed)
     make_run(base / "shallow", "alibi", n_layers=1)
     return base
-
-
-@pytest.fixture
-def no_png(monkeypatch):
-    """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError("no static export in tests")
-
-    monkeypatch.setattr(go.Figure, "write_image", refuse)
 
 
 def test_buckets_cover_seen_lengths_from_valid_and_unseen_from_test():

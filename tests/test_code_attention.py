@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-import plotly.graph_objects as go
 import pytest
 import torch
 from helpers import tiny_model
@@ -61,16 +60,6 @@ def code(tmp_path_factory, code_corpus):
         corpus=corpus,
         argv=["--task", "code", "-o", f"corpus={source}", *OPTIONS_ARGV, "--checkpoints", str(root)],
     )
-
-
-@pytest.fixture
-def no_png(monkeypatch):
-    """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError("no static export in tests")
-
-    monkeypatch.setattr(go.Figure, "write_image", refuse)
 
 
 def heldout_lengths(corpus) -> dict[str, int]:

@@ -11,7 +11,6 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-import plotly.graph_objects as go
 import pytest
 import torch
 from helpers import heads_scaled_by_hand, tiny_model
@@ -144,16 +143,6 @@ def tiny(tmp_path_factory, code_corpus):
         options={**OPTIONS, "corpus": str(source)},
         argv=["-o", f"corpus={source}", "-o", "heldout=0.5", "-o", f"context={T}"],
     )
-
-
-@pytest.fixture
-def no_png(monkeypatch):
-    """Skip the PNG export (a headless browser, seconds per figure): the HTML is still written."""
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError("no static export in tests")
-
-    monkeypatch.setattr(go.Figure, "write_image", refuse)
 
 
 def hf_model(name: str):

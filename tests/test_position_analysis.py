@@ -109,6 +109,45 @@ def test_decomposition_matches_a_hand_worked_example():
     assert shares["content"].item() == pytest.approx(1 / 6, abs=1e-12)
 
 
+def _r2_by_lstsq(scores: np.ndarray, lengths: list[int], within_rows: bool) -> dict[str, np.ndarray]:
+    """The oracle: per head, R² of least squares (numpy) on the explicit one-hot designs of the distance, the
+    key and both, over every causal logit of every example's valid rows (centred within each row if asked)."""
+    batch, heads, T, _ = scores.shape
+    out = {name: np.zeros(heads) for name in ("relative", "absolute", "both")}
+    for h in range(heads):
+        x, design = [], []
+        for b in range(batch):
+            for i in range(lengths[b]):
+                js = np.arange(i + 1)
+                onehot = np.zeros((i + 1, 2 * T))
+                onehot[js, i - js] = 1.0
+                onehot[js, T + js] = 1.0
+                values = scores[b, h, i, : i + 1]
+                if within_rows:
+                    values, onehot = values - values.mean(), onehot - onehot.mean(0)
+                x.append(values)
+                design.append(onehot)
+        x, design = np.concatenate(x), np.concatenate(design)
+        sst = ((x - (0 if within_rows else x.mean())) ** 2).sum()
+        for name, cols in (("relative", slice(0, T)), ("absolute", slice(T, 2 * T)), ("both", slice(0, 2 * T))):
+            fit, *_ = np.linalg.lstsq(design[:, cols], x, rcond=None)
+            out[name][h] = 1 - ((x - design[:, cols] @ fit) ** 2).sum() / sst
+    return out
+
+
+@pytest.mark.parametrize("within_rows", [False, True])
+def test_every_fit_is_numpys_least_squares_on_the_explicit_design(within_rows):
+    """Random logits, right padding: each share equals numpy's lstsq R² on the one-hot designs written out
+    (the additive fit is read through the Schur complement, never the 2T x 2T pseudo-inverse)."""
+    generator = torch.Generator().manual_seed(3)
+    lengths, T = [9, 5, 7], 9
+    scores = torch.randn(3, 2, T, T, generator=generator, dtype=torch.float64)
+    shares = decompose_logits(logit_sums(scores, torch.tensor(lengths)), within_rows=within_rows)
+    oracle = _r2_by_lstsq(scores.numpy(), lengths, within_rows)
+    for name, expected in oracle.items():
+        np.testing.assert_allclose(shares[name].numpy(), expected, rtol=1e-9, atol=1e-10, err_msg=name)
+
+
 def test_additive_logits_are_explained_by_both_and_by_neither_alone():
     """x = f(i − j) + g(j) with random f, g, sequences of several lengths and right padding: R²_both = 1,
     each basis alone < 1."""

@@ -231,15 +231,27 @@ def logit_sums(scores: Tensor, lengths: Tensor) -> LogitSums:
 
 @dataclass(frozen=True)
 class LogitBases:
-    """The least-squares fits :func:`decompose_logits` makes, for one set of cell counts: the bases' Gram
-    matrices and their pseudo-inverses, computed once and shared by every layer and head read on the same
-    inputs."""
+    """The least-squares fits :func:`decompose_logits` makes, for one set of cell counts: the pseudo-inverses
+    of the bases' Gram matrices, computed once and shared by every layer and head read on the same inputs.
+
+    The additive fit f(i − j) + g(j) has the Gram matrix G = [[A, B], [Bᵀ, D]] (A the distance basis's, D the
+    key basis's). Rather than G⁺ (2T × 2T), it is read in two T × T steps: the distance fit, then the key basis
+    with the distance basis projected out, whose Gram matrix is the Schur complement S = D − Bᵀ A⁺ B:
+    rᵀ G⁺ r = aᵀ A⁺ a + uᵀ S⁺ u, u = d − Bᵀ A⁺ a, for r = (a, d) = Xᵀx. Exact for any Gram matrix (the range of
+    B lies in A's), and about three times cheaper at T = 2,048 than the pseudo-inverse of G."""
 
     width: int
     within_rows: bool
     distance: Tensor  # [cell] i − j
     key: Tensor  # [cell] j
-    inverses: dict[str, Tensor]  # relative, absolute, both -> G⁺ [p, p]
+    inverses: dict[str, Tensor]  # relative (A⁺), absolute (D⁺) -> [T, T]
+    through: Tensor  # [T, T] A⁺ B: the key basis's part that the distance basis explains
+    schur: Tensor  # [T, T] S⁺
+
+    def explained_both(self, by_distance: Tensor, by_key: Tensor) -> Tensor:
+        """rᵀ G⁺ r of the additive fit, [...], from the bases' sums ``by_distance``, ``by_key`` [..., T]."""
+        rest = by_key - by_distance @ self.through  # u = d − Bᵀ A⁺ a, as rows
+        return _explained(self.inverses["relative"], by_distance) + _explained(self.schur, rest)
 
 
 def logit_bases(counts: Tensor, within_rows: bool = False) -> LogitBases:
@@ -258,13 +270,15 @@ def logit_bases(counts: Tensor, within_rows: bool = False) -> LogitBases:
         shared = tail[torch.maximum(i[:, None], i[None, :])]  # [T, T]
     else:  # raw logits: the one-hot bases hold the constant themselves
         shared = torch.zeros(T, T, dtype=torch.float64, device=device)
-    gram_d, gram_k = torch.diag(n_distance) - shared, torch.diag(n_key) - shared
-    gram_both = torch.cat([torch.cat([gram_d, cross - shared], 1), torch.cat([cross.T - shared, gram_k], 1)])
+    gram_d, gram_k = torch.diag(n_distance) - shared, torch.diag(n_key) - shared  # A, D
     inverses = {
         name: torch.linalg.pinv(gram, rtol=1e-10, hermitian=True)
-        for name, gram in (("relative", gram_d), ("absolute", gram_k), ("both", gram_both))
+        for name, gram in (("relative", gram_d), ("absolute", gram_k))
     }
-    return LogitBases(T, within_rows, distance, cols, inverses)
+    through = inverses["relative"] @ (cross - shared)  # A⁺ B [T, T]
+    schur = gram_k - (cross - shared).T @ through  # S = D − Bᵀ A⁺ B
+    schur = torch.linalg.pinv((schur + schur.T) / 2, rtol=1e-10, hermitian=True)
+    return LogitBases(T, within_rows, distance, cols, inverses, through, schur)
 
 
 def _explained(inverse: Tensor, rhs: Tensor) -> Tensor:
@@ -304,7 +318,7 @@ def decompose_logits(stats: LogitSums, within_rows: bool = False, bases: LogitBa
     fits = {
         "relative": _explained(bases.inverses["relative"], by_distance),
         "absolute": _explained(bases.inverses["absolute"], by_key),
-        "both": _explained(bases.inverses["both"], torch.cat([by_distance, by_key], -1)),
+        "both": bases.explained_both(by_distance, by_key),
         "position": torch.where(counts > 0, flat * flat / counts.clamp(min=1), 0.0).sum(-1),
     }
     if not within_rows:  # the fits above include the grand mean; R² counts only what it explains beyond it
