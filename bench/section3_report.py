@@ -28,9 +28,9 @@ from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
-from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
-from probe.studies.reproduce_report import markdown, report_of  # noqa: E402
-from probe.studies.summaries import Merged, merge  # noqa: E402
+from probe.studies.reproduce import ladder, merged_report, plan, scenarios  # noqa: E402
+from probe.studies.reproduce_report import markdown  # noqa: E402
+from probe.studies.summaries import Merged  # noqa: E402
 
 STUDY = "section3"
 RULE = ladder(STUDY)  # the recipe rule (grids/section3.toml's [ladder]): which rung each scenario reports
@@ -202,12 +202,10 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
     args = parser.parse_args()
     expected = list(scenarios(plan(STUDY, "/nonexistent", seeds=1)))
-    paths = sorted(Path(args.summaries).glob("*.json"))
-    merged = merge(paths, scenarios=expected, seeds=args.seeds, study=STUDY, rule=RULE)
+    report, merged = merged_report(args.summaries, expected, args.seeds, study=STUDY, rule=RULE)
     if not merged.evaluations:
         sys.exit(f"no summaries of the {STUDY} study under {args.summaries}")
-    missing = [f"{folder} seed {seed}" for folder, seed in merged.missing]
-    report = report_of(merged.evaluations, {}, scale=STUDY, missing=missing)
+    missing = report["missing"]
     report["recipes"] = recipe_status(merged, report)
     report["train_seconds"] = wall_times(merged)
     atomic_write_json(RESULTS / f"{args.name}.json", report)

@@ -65,8 +65,8 @@ def scale_rotary(model: torch.nn.Module, rope: Mapping[str, Any]) -> list[Rotary
     before = [RotaryState.of(m) for m in modules]
     scaled = []
     for module, state in zip(modules, before):
-        config = module.config
-        settings = {**config.to_dict(), "rope_parameters": hf_rope_parameters(rope, config.to_dict())}
+        config, settings = module.config, module.config.to_dict()
+        settings["rope_parameters"] = hf_rope_parameters(rope, settings)
         try:
             fresh = type(module)(config=type(config).from_dict(settings))
         except (TypeError, ValueError, KeyError) as error:

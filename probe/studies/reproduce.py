@@ -25,7 +25,7 @@ from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.reproduce_report import RANKING_ONLY
-from probe.studies.summaries import Landed
+from probe.studies.summaries import Landed, Merged
 from probe.studies.sweep import SweepRun, expand_grid, load_grid, run_state
 from probe.training.steps import Engine
 
@@ -209,15 +209,21 @@ def summaries_report(
     """A ranking study's report from the summaries in ``folder``, this sitting's and earlier ones' alike:
     each scenario of ``runs`` at the rung the ``rule`` keeps, seeds 0 to ``seeds`` - 1, and every part
     expected and not there named as missing."""
+    return merged_report(folder, list(scenarios(runs)), list(range(seeds)), study=scale, rule=rule)[0]
+
+
+def merged_report(
+    folder: str | Path, expected: Sequence[str], seeds: Sequence[int], *, study: str, rule: Ladder | None
+) -> tuple[dict[str, Any], Merged]:
+    """The report of the ``expected`` scenarios at ``seeds`` merged from the summaries in ``folder``
+    (:func:`~probe.studies.summaries.merge`), with the merge it was made from."""
     from probe.studies.reproduce_report import report_of
     from probe.studies.summaries import merge
 
-    expected = list(scenarios(runs))
-    paths = sorted(Path(folder).glob("*.json"))
-    merged = merge(paths, scenarios=expected, seeds=list(range(seeds)), study=scale, rule=rule)
-    kept = [e for e in merged.evaluations if e.task_folder in expected and e.seed < seeds]
+    merged = merge(sorted(Path(folder).glob("*.json")), scenarios=expected, seeds=seeds, study=study, rule=rule)
+    kept = [e for e in merged.evaluations if e.task_folder in expected]
     missing = [f"{scenario} seed {seed}" for scenario, seed in merged.missing]
-    return report_of(kept, {}, scale=scale, missing=missing)
+    return report_of(kept, {}, scale=study, missing=missing), merged
 
 
 def still_open(landed: Landed | None, scenario: str, group: list[SweepRun], tag: str) -> list[SweepRun]:
