@@ -222,6 +222,21 @@ def test_a_landed_summary_of_another_recipe_is_one_line_not_a_silent_reuse(tmp_p
         train_and_evaluate(other, "cpu", train, landed=Landed(summaries, "section3"))
 
 
+def test_a_summary_of_another_scenario_or_seed_under_this_parts_name_is_one_line(tmp_path):
+    """Same study, recipe and PEs, but another part's runs in the file: read as this part, its IID would
+    choose this scenario's rung."""
+    summaries = tmp_path / "summaries"
+    train, _ = _stand_in({("parity", 1500): 1.0, ("scan", 1500): 1.0})
+    parity = plan("section3", tmp_path / "a", seeds=2, tasks=["parity"])
+    train_and_evaluate(parity, "cpu", train, on_scenario=_summarising(summaries))
+    (summaries / "parity+train_length=8+seed0.json").rename(summaries / "scan+split=paper+seed0.json")
+    (summaries / "parity+train_length=8+seed1.json").rename(summaries / "parity+train_length=8+seed0.json")
+    for task in ("scan", "parity"):
+        runs = plan("section3", tmp_path / task, seeds=1, tasks=[task])
+        with pytest.raises(ProbeError, match="its study, scenario, seed, recipe or PEs differ"):
+            train_and_evaluate(runs, "cpu", train, landed=Landed(summaries, "section3"))
+
+
 def test_the_dry_run_of_a_later_sitting_prices_what_is_left_at_the_rungs_seed_0_reached(tmp_path, capsys, monkeypatch):
     import probe.studies.sweep
     from probe.cli import main

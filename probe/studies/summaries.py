@@ -105,21 +105,18 @@ class Landed:
     def iid(self, scenario: str, seed: int, tag: str, runs: Sequence[Any]) -> list[float] | None:
         """Each run's IID exact match from the summary of ``scenario`` at ``seed`` and rung ``tag``, or None
         where none landed. ``runs`` (that part as planned: :class:`~probe.studies.sweep.SweepRun`) must be the
-        summary's own recipe and PEs; a summary of another study, recipe or set of PEs is a ProbeError."""
+        summary's own scenario, seed, recipe and PEs; a summary of any other part is a ProbeError."""
         path = self.folder / summary_name(scenario, seed, tag)
         if not path.is_file():
             return None
         data, reports = read_summary(path)
         planned = [r for r in runs if r.config.seed == seed]
         recipe = {key: getattr(planned[0].config, key) for key in RECIPE_KEYS} if planned else None
-        if (
-            data.get("study") != self.study
-            or data["recipe"] != recipe
-            or {e.pe for e in reports} != {r.config.pe for r in planned}
-        ):
+        part = (data.get("study"), data.get("scenario"), data.get("seed"), data["recipe"], {e.pe for e in reports})
+        if part != (self.study, scenario, seed, recipe, {r.config.pe for r in planned}):
             raise ProbeError(
-                f"{path} is not this part of the {self.study} study as planned (its study, recipe or PEs differ); "
-                "move it aside to train the part again"
+                f"{path} is not this part of the {self.study} study as planned (its study, scenario, seed, recipe "
+                "or PEs differ); move it aside to train the part again"
             )
         return [e.iid_accuracy for e in reports]
 
