@@ -131,29 +131,42 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
-    """What the study trains, and about how long it takes here (measured on this machine)."""
+    """What the study trains, and about how long it takes here (measured on this machine): each scenario's
+    runs side by side on ``jobs`` workers, one scenario (and under a recipe rule, seed 0 of it) at a time,
+    as :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
     from probe.studies.reproduce import ladder
-    from probe.studies.sweep import duration, estimate_cost, wall_seconds
+    from probe.studies.sweep import duration, estimate_cost, phased_wall_seconds, steps_left
     from probe.training.bookkeeping import TRAIN_THREADS
 
     threads = TRAIN_THREADS
+    rule = None if args.steps else ladder(args.scale)
     with out.status("measuring this machine's training speed") as status:
         cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
-    wall = wall_seconds(cost["seconds"], jobs)
+    scenario_of = [r.path.parent.parent.name for r in todo]
+    phases = [(folder, rule is not None and r.config.seed == 0) for folder, r in zip(scenario_of, todo)]
+    wall = phased_wall_seconds(cost["seconds"], phases, jobs)
+    priced = {
+        folder: phased_wall_seconds(
+            [s for s, f in zip(cost["seconds"], scenario_of) if f == folder],
+            [p for p in phases if p[0] == folder],
+            jobs,
+        )
+        for folder in dict.fromkeys(scenario_of)
+    }
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
     for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
         members = [r for r in runs if r.path.parent.parent.name == folder]
         left = [r for r in todo if r.path.parent.parent.name == folder]
         first = (left or members)[0].config
+        price = f", about {duration(priced[folder])}" if folder in priced else ""
         out.print(
             f"  {folder}: {len(left)} of {len(members)} runs left, preset {first.preset}, "
-            f"{first.steps} steps of {first.batch_size}"
+            f"{first.steps} steps of {first.batch_size}{price}"
         )
     out.print(
         f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
-        f"{cost['source']}; evaluation and analyses add minutes)"
+        f"{cost['source']}; checkpoint selection included, the evaluation after training adds a few percent)"
     )
-    rule = None if args.steps else ladder(args.scale)
     if rule is not None and len(rule.steps) > 1:
         rungs = f"{', '.join(map(str, rule.steps[1:]))} steps while its median PE stays under {rule.median_iid:.0%} IID"
         if len(todo) < len(runs):  # part of it done or landed: the rest is priced at the rungs seed 0 has reached
@@ -171,7 +184,11 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
         print_json(
             {
                 "runs": [str(r.path) for r in runs],
-                "todo": [str(r.path) for r in todo],
+                "todo": [
+                    {"path": str(r.path), "steps_left": steps_left(r), "seconds": s}
+                    for r, s in zip(todo, cost["seconds"])
+                ],
+                "scenarios": priced,
                 "estimated_training_seconds": wall,
                 "jobs": jobs,
                 "threads_per_job": threads,

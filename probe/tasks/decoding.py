@@ -137,9 +137,12 @@ def evaluate_examples(
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
 
 
+TEACHER_FORCED_BATCH = 256  # examples per forward pass of a teacher-forced score (what a price counts in)
+
+
 @torch.no_grad()
 def teacher_forced_exact_match(
-    model, data: EncodedSet, *, device: torch.device | str = "cpu", batch_size: int = 256
+    model, data: EncodedSet, *, device: torch.device | str = "cpu", batch_size: int = TEACHER_FORCED_BATCH
 ) -> list[bool]:
     """Per example, whether the argmax after every prefix of the gold sequence is the next gold target
     token (through ``<eos>``): one forward pass per batch.

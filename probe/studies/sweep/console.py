@@ -82,7 +82,8 @@ def dry_run(
     out.print(
         f"estimated training time: {duration(cost['total_seconds'])} of run time in all; wall "
         f"{duration(wall_one)} on {machine} ({slots} run(s) at a time), {duration(wall_cluster)} on "
-        f"{cluster_size} of them (evaluation not included; runs assumed not to slow each other)"
+        f"{cluster_size} of them (checkpoint selection included, the evaluation after training not; runs assumed "
+        "not to slow each other)"
     )
     if not list_runs and len(runs) <= 40:
         out.print("[dim]--list shows every run[/dim]")

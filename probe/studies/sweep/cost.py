@@ -3,10 +3,11 @@ estimated seconds and wall time."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,41 +106,102 @@ def measured_batch(run: SweepRun, batch_tokens: float | None, device: str) -> in
     return max(1, int(run.config.batch_size * MEASURED_WORK / work))
 
 
+@contextlib.contextmanager
+def _scratch_trainer(run: SweepRun, device: str, threads: int, **changes: Any) -> Iterator[Any]:
+    """A ``Trainer`` of ``run`` (its config with ``changes``) in a scratch folder, with ``threads`` torch
+    threads while it is open: what a price times, the run's own model and data."""
+    import torch
+
+    from probe.device import resolve_device
+    from probe.training.loop import Trainer
+    from probe.training.sources import training_source
+
+    resolved = resolve_device(device)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads))
+    config = dataclasses.replace(run.config, **changes)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            source = training_source(
+                config.task, config.task_options, config.seed, run.path, authors=config.protocol == "authors"
+            )
+            yield Trainer(config, Path(scratch), resolved, source=source)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
 def measure_tokens_per_second(
     run: SweepRun, device: str = "cpu", steps: int = 5, threads: int = 1, batch_tokens: float | None = None
 ) -> float:
     """Training throughput of ``run``'s model (tokens/s, the median step) from a few real steps of
     ``Trainer`` in a scratch folder (the first step is a warm-up), with the torch threads each run will
     get, at :func:`measured_batch` (``batch_tokens``: the run's mean padded tokens per batch)."""
-    import torch
-
     from probe.device import resolve_device
-    from probe.training.loop import Trainer
-    from probe.training.sources import training_source
     from probe.training.stacked import train_alone
 
-    resolved = resolve_device(device)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads))
-    config = dataclasses.replace(
-        run.config,
-        steps=steps + 1,
-        log_every=1,
-        checkpoint_every=10**9,
-        eval_every=0,  # no IID validation between the timed steps (the authors' protocol would decode some)
-        batch_size=measured_batch(run, batch_tokens, resolved.type),
-    )
+    changes = {
+        "steps": steps + 1,
+        "log_every": 1,
+        "checkpoint_every": 10**9,
+        "eval_every": 0,  # no IID validation between the timed steps (:func:`selection_seconds` prices them)
+        "batch_size": measured_batch(run, batch_tokens, resolve_device(device).type),
+    }
     speeds: list[float] = []
-    try:
-        with tempfile.TemporaryDirectory() as scratch:
-            source = training_source(
-                config.task, config.task_options, config.seed, run.path, authors=config.protocol == "authors"
-            )
-            trainer = Trainer(config, Path(scratch), resolved, source=source)
-            train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
-    finally:
-        torch.set_num_threads(previous_threads)
+    with _scratch_trainer(run, device, threads, **changes) as trainer:
+        train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     return sorted(speeds)[len(speeds) // 2]
+
+
+def selections_left(run: SweepRun) -> int:
+    """Checkpoint-selection passes ``run`` still has to make: the authors' protocol scores its IID validation
+    set every ``eval_every`` steps and at its last step (:mod:`probe.training.selection`); probe's, none."""
+    every, steps = run.config.eval_every, run.config.steps
+    if not every:
+        return 0
+
+    def due(step: int) -> int:  # passes made by the end of ``step``
+        return step // every + int(step == steps and steps % every != 0)
+
+    return due(steps) - due(steps - steps_left(run))
+
+
+def selection_tokens(run: SweepRun) -> int:
+    """Padded tokens one selection pass of ``run`` reads: its IID validation set, in the batches of
+    :func:`~probe.tasks.decoding.teacher_forced_exact_match`, one forward pass each (none without one)."""
+    import torch
+
+    from probe.tasks.decoding import TEACHER_FORCED_BATCH
+    from probe.training.sources import training_source
+
+    config = run.config
+    source = training_source(
+        config.task, config.task_options, config.seed, run.path, authors=config.protocol == "authors"
+    )
+    data = source.validation_set(config.eval_examples)
+    if data is None:
+        return 0
+    chunks = torch.arange(len(data)).split(TEACHER_FORCED_BATCH)
+    return sum(int(data.lengths[chunk].max()) * len(chunk) for chunk in chunks)
+
+
+def measure_selection_tokens_per_second(run: SweepRun, device: str = "cpu", threads: int = 1, passes: int = 3) -> float:
+    """Throughput of a selection pass of ``run``'s model (tokens/s of its validation set, teacher-forced, no
+    gradient), the median of ``passes`` after a warm-up one, with the torch threads each run will get."""
+    import time
+
+    from probe.tasks.decoding import teacher_forced_exact_match
+
+    tokens = selection_tokens(run)
+    with _scratch_trainer(run, device, threads, eval_every=1) as trainer:
+        seconds = []
+        for _ in range(passes + 1):
+            started = time.perf_counter()
+            teacher_forced_exact_match(trainer.model, trainer.validation, device=trainer.device)
+            seconds.append(time.perf_counter() - started)
+    return tokens / sorted(seconds[1:])[len(seconds[1:]) // 2]
+
+
+FORWARD_SHARE = 1 / 3  # a forward pass's work per token against a training step's (forward + backward ~ 3x)
 
 
 def estimate_cost(
@@ -151,39 +213,63 @@ def estimate_cost(
     threads: int = 1,
     on_measure: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Seconds each run still needs: its steps left x tokens per batch / measured tokens per second.
+    """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
+    its checkpoint-selection passes left x the tokens of one / selection tokens per second.
 
-    Throughput is measured once per model shape and precision (preset, model overrides,
+    Both throughputs are measured once per model shape and precision (preset, model overrides,
     ``precision``) on the first run of that kind, with ``threads`` torch threads (what each run will
-    train with), or taken from ``tokens_per_second`` (to price hardware you do not have here).
-    Evaluation time is not included.
+    train with); or training's is taken from ``tokens_per_second`` (to price hardware you do not have
+    here) and a selection pass's put at :data:`FORWARD_SHARE` of its work per token. The authors'
+    protocol scores 20 selection passes a run: 5-10% of a ``tiny`` run's time on a CPU. The evaluation
+    after training is not included.
     """
     speeds: dict[str, float] = {}
+    selection_speeds: dict[str, float] = {}
     tokens: dict[str, float] = {}
+    scored: dict[str, int] = {}
     per_run: list[float] = []
     for run in runs:
-        shape = json.dumps([run.config.preset, run.config.model, run.config.precision], sort_keys=True)
-        folder = json.dumps([run.config.task, run.config.task_options, run.config.batch_size], sort_keys=True)
-        left = steps_left(run)
+        config = run.config
+        shape = json.dumps([config.preset, config.model, config.precision], sort_keys=True)
+        folder = json.dumps([config.task, config.task_options, config.batch_size], sort_keys=True)
+        valid = json.dumps([config.task, config.task_options, config.protocol, config.eval_examples], sort_keys=True)
+        left, passes = steps_left(run), selections_left(run)
         if left == 0:
             per_run.append(0.0)
             continue
         if folder not in tokens:
             tokens[folder] = mean_batch_tokens(run)
+        if passes and valid not in scored:
+            scored[valid] = selection_tokens(run)
         if shape not in speeds:
             if tokens_per_second is not None:
                 speeds[shape] = tokens_per_second
             else:
                 if on_measure:
-                    on_measure(f"measuring {run.config.preset} {run.config.model or ''} on {run.label}")
+                    on_measure(f"measuring {config.preset} {config.model or ''} on {run.label}")
                 speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads, tokens[folder])
-        per_run.append(left * tokens[folder] / speeds[shape])
+        if passes and shape not in selection_speeds:
+            given = tokens_per_second is not None
+            measure = measure_selection_tokens_per_second
+            selection_speeds[shape] = speeds[shape] / FORWARD_SHARE if given else measure(run, device, threads)
+        selecting = passes * scored[valid] / selection_speeds[shape] if passes else 0.0
+        per_run.append(left * tokens[folder] / speeds[shape] + selecting)
     return {
         "seconds": per_run,
         "total_seconds": sum(per_run),
         "tokens_per_second": speeds,
+        "selection_tokens_per_second": selection_speeds,
         "source": "given" if tokens_per_second is not None else f"measured on {device}",
     }
+
+
+def phased_wall_seconds(seconds: Sequence[float], phases: Sequence[Hashable], slots: int) -> float:
+    """Wall time of jobs that run a phase at a time (``phases``: each job's, in order), each phase's jobs
+    on ``slots`` parallel slots, longest first: a study trains one scenario before the next."""
+    by_phase: dict[Hashable, list[float]] = {}
+    for phase, s in zip(phases, seconds, strict=True):
+        by_phase.setdefault(phase, []).append(s)
+    return sum(wall_seconds(group, slots) for group in by_phase.values())
 
 
 def wall_seconds(seconds: Iterable[float], slots: int) -> float:

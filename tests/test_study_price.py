@@ -1,0 +1,127 @@
+"""What a study's dry run prices: training steps, the authors' checkpoint-selection passes, and scenarios
+trained one at a time, each against a count made by hand or read off the tensors the trainer builds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import tiny_model
+
+from probe.cli import main
+from probe.studies import sweep
+from probe.studies.sweep import cost as cost_module
+
+AUTHORS = {
+    "task": "copy",
+    "pe": ["nope"],
+    "seed": [0],
+    "steps": 100,
+    "batch_size": 8,
+    "eval_examples": 40,
+    "options": {"split": "paper", "variant": "count"},  # the paper split: the authors' protocol
+    "model": tiny_model(1),
+}
+
+
+def _run(tmp_path, **changes):
+    return sweep.expand_grid({**AUTHORS, **changes}, tmp_path)[0]
+
+
+@pytest.mark.parametrize(
+    "steps, every, done, passes",
+    [
+        (1500, 75, 0, 20),  # the authors' 20 passes a run
+        (1500, 75, 700, 11),  # resumed at 700: 750, 825, ..., 1500
+        (100, 30, 0, 4),  # 30, 60, 90 and the last step, 100
+        (100, 30, 90, 1),  # only the last step's is left
+        (100, 30, 100, 0),
+    ],
+)
+def test_selection_passes_left_are_the_multiples_of_the_interval_and_the_last_step(
+    tmp_path, monkeypatch, steps, every, done, passes
+):
+    run = _run(tmp_path, steps=steps, eval_every=every)
+    assert run.config.protocol == "authors"
+    monkeypatch.setattr(cost_module, "steps_left", lambda run: steps - done)
+    assert sweep.selections_left(run) == passes
+
+
+def test_probes_protocol_makes_no_selection_pass(tmp_path):
+    run = _run(tmp_path, options={"variant": "count"})
+    assert run.config.protocol == "probe" and sweep.selections_left(run) == 0
+
+
+def test_a_selection_pass_reads_the_padded_tokens_of_the_batches_it_scores(tmp_path):
+    """Read off the batches themselves: the validation set the trainer builds, cut as the teacher-forced
+    score cuts it (256 examples a pass), each batch's tensor counted."""
+    from probe.tasks.decoding import TEACHER_FORCED_BATCH
+    from probe.training.sources import TaskSource
+
+    run = _run(tmp_path, eval_examples=600)
+    data = TaskSource("copy", run.config.task_options, 0, authors=True).validation_set(600)
+    batches = [data.batch(index)[0] for index in torch.arange(len(data)).split(TEACHER_FORCED_BATCH)]
+    assert len(batches) == 3 and sum(b.numel() for b in batches) > int(data.lengths.sum())  # padding counts
+    assert sweep.selection_tokens(run) == sum(b.numel() for b in batches)
+
+
+def test_a_given_throughput_prices_steps_and_selection_passes(tmp_path):
+    """100 steps of B tokens at 1,000 tokens/s, and 20 passes of V tokens at 3,000 (a forward pass is about
+    a third of a step's work per token)."""
+    run = _run(tmp_path)
+    batch, valid = sweep.mean_batch_tokens(run), sweep.selection_tokens(run)
+    cost = sweep.estimate_cost([run], tokens_per_second=1000.0)
+    assert cost["seconds"] == [pytest.approx(100 * batch / 1000 + 20 * valid / 3000)]
+    assert cost["selection_tokens_per_second"] == {next(iter(cost["tokens_per_second"])): 3000.0}
+
+
+def test_a_measured_price_times_selection_once_per_shape(tmp_path, monkeypatch):
+    measured: list[str] = []
+    monkeypatch.setattr(cost_module, "measure_tokens_per_second", lambda run, *args: 1000.0)
+    monkeypatch.setattr(
+        cost_module, "measure_selection_tokens_per_second", lambda run, *args: measured.append(run.label) or 5000.0
+    )
+    runs = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5"], "seed": [0, 1]}, tmp_path)
+    cost = sweep.estimate_cost(runs)
+    batch, valid = sweep.mean_batch_tokens(runs[0]), sweep.selection_tokens(runs[0])
+    assert len(measured) == 1
+    assert cost["seconds"][0] == pytest.approx(100 * batch / 1000 + 20 * valid / 5000)
+
+
+def test_a_selection_pass_is_timed_after_a_warm_up_and_read_at_the_median(tmp_path, monkeypatch):
+    import time
+
+    import probe.tasks.decoding
+
+    calls, clock = [], iter([0.0, 9.0, 10.0, 12.0, 20.0, 21.0, 30.0, 34.0])  # 9 s warm-up, then 2, 1, 4 s
+    monkeypatch.setattr(probe.tasks.decoding, "teacher_forced_exact_match", lambda *a, **k: calls.append(1) or [])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    run = _run(tmp_path)
+    speed = sweep.measure_selection_tokens_per_second(run, "cpu", threads=1, passes=3)
+    assert len(calls) == 4 and speed == pytest.approx(sweep.selection_tokens(run) / 2.0)
+
+
+def test_phases_run_one_after_another():
+    """Three runs of 100 s then one of 50 s on 2 slots: 200 s then 50 s (pooled, 200 s in all)."""
+    seconds, phases = [100.0, 100.0, 100.0, 50.0], ["a", "a", "a", "b"]
+    assert sweep.wall_seconds(seconds, 2) == 200.0
+    assert sweep.phased_wall_seconds(seconds, phases, 2) == 250.0
+
+
+def test_the_dry_run_prices_each_scenario_and_seed_0_before_the_others(tmp_path, capsys, monkeypatch):
+    """Two scenarios x 5 PEs x 3 seeds, 100 s a run on 2 jobs: seed 0 (5 runs: 300 s), then seeds 1-2 (10
+    runs: 500 s), one scenario after the other: 800 s a scenario, 1,600 s in all."""
+    import probe.studies.sweep
+
+    def estimate_cost(runs, *, device, threads, on_measure):
+        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+
+    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    argv = ["reproduce", "--scale", "section3", "--task", "scan", "--task", "pcfg", "--seeds", "3", "--jobs", "2"]
+    assert main([*argv, "--dry-run", "--json", "--checkpoints", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenarios"] == {"scan+split=paper": 800.0, "pcfg": 800.0}
+    assert out["estimated_training_seconds"] == 1600.0
+    assert len(out["todo"]) == 30 and {t["seconds"] for t in out["todo"]} == {100.0}
+    assert {t["steps_left"] for t in out["todo"]} == {1500}
