@@ -74,9 +74,10 @@ def test_mean_over_seeds_hand_worked():
     assert [(m.task_folder, m.pe) for m in means] == [("scan", "nope"), ("scan", "t5"), ("copy", "nope")]
     nope = means[0]
     assert nope.seeds == [0, 1, 2] and nope.ood_accuracy == pytest.approx(0.5)
+    assert nope.ood_range == (0.25, 0.75)  # seed 2 has no unseen length
     assert nope.lengths == [2, 6] and nope.accuracy == pytest.approx([1.0, 0.5]) and nope.seen == [True, False]
     assert nope.selected_steps == [6] and nope.last_iid == 0.5 and nope.last_ood == 0.0
-    assert means[1].last_iid is None and means[1].selected_steps == []
+    assert means[1].last_iid is None and means[1].selected_steps == [] and means[1].ood_range is None
     assert mean_over_seeds([_report("alibi", 0, None)])[0].ood_accuracy is None
 
 

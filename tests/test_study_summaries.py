@@ -12,7 +12,7 @@ from test_reproduce import fake_evals
 from probe.errors import ProbeError
 from probe.reference import CATEGORIES
 from probe.studies.reproduce import plan, scenarios
-from probe.studies.reproduce_report import report_of
+from probe.studies.reproduce_report import markdown, report_of
 from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
 
 PAPER_PES = ["nope", "t5", "alibi", "rotary", "ape"]
@@ -116,3 +116,5 @@ def test_the_report_of_merged_seeds_ranks_with_an_interval_and_says_which_orderi
     # T5 above ALiBi and Rotary alone
     assert "holds for 4 of 6 pairs (not: APE ≥ NoPE, APE ≥ T5's Relative Bias)" in line
     assert "2 of 6 pairs apart beyond the seeds' intervals" in line
+    table = markdown(report)
+    assert "| NoPE | 0,1 | " in table and "| 30.0% [10.0%, 50.0%] |" in table  # the mean and each seed's extreme

@@ -212,6 +212,7 @@ class SeedMean:
     seeds: list[int]
     iid_accuracy: float | None
     ood_accuracy: float | None  # None: no unseen length
+    ood_range: tuple[float, float] | None  # (lowest, highest) OOD of its seeds; None with fewer than two
     lengths: list[int]
     accuracy: list[float | None]  # per length
     seen: list[bool]
@@ -238,12 +239,14 @@ def _seed_mean(folder: str, pe: str, mine: list[EvalReport]) -> SeedMean:
             seen[b.length] = b.seen
     lengths = sorted(by_length)
     last = [r.last for r in mine if r.last is not None]
+    ood = [r.ood_accuracy for r in mine if r.ood_accuracy is not None]
     return SeedMean(
         task_folder=folder,
         pe=pe,
         seeds=sorted(r.seed for r in mine),
         iid_accuracy=mean(r.iid_accuracy for r in mine),
         ood_accuracy=mean(r.ood_accuracy for r in mine),
+        ood_range=(min(ood), max(ood)) if len(ood) > 1 else None,
         lengths=lengths,
         accuracy=[mean(by_length[n]) for n in lengths],
         seen=[seen[n] for n in lengths],

@@ -4,7 +4,7 @@ ranks per category with their intervals over seeds, and the report's files (JSON
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ def _by_pe(evals: Sequence[EvalReport]) -> dict[str, dict[str, Any]]:
         m.pe: {
             "iid": m.iid_accuracy,
             "ood": m.ood_accuracy,
+            "ood_range": m.ood_range,
             "seeds": m.seeds,
             "lengths": m.lengths,
             "accuracy": m.accuracy,
@@ -164,6 +165,12 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def seed_range(ours: dict[str, Any], percent: Callable[[float | None], str]) -> str:
+    """`` [low, high]``: the lowest and highest OOD exact match of a PE's seeds, where it has several."""
+    spread = ours.get("ood_range")
+    return "" if not spread else f" [{percent(spread[0])}, {percent(spread[1])}]"
+
+
 def _selection(ours: dict[str, Any]) -> str:
     """`` best step 3400; last step 94.2% / 20.1% |`` where runs were selected on IID validation, else
     an empty cell."""
@@ -193,7 +200,7 @@ def markdown(report: dict[str, Any]) -> str:
             theirs = paper.get(pe, {})
             lines.append(
                 f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
-                f"{_pct(ours['ood'])} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |"
+                f"{_pct(ours['ood'])}{seed_range(ours, _pct)} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |"
                 + (_selection(ours) if selected else "")
             )
         if entry.get("baseline"):
