@@ -198,3 +198,19 @@ def test_a_logs_status_writes_its_updates_at_most_every_so_often(monkeypatch):
             status.update(f"step {step}")
         status.update()  # no message: nothing
     assert out.file.getvalue().splitlines() == ["[0:00] training", "[0:31] step 1", "[1:01] step 3", "[2:05] step 4"]
+
+
+def test_a_logs_status_line_is_never_wrapped(monkeypatch):
+    """A study's status (run, step, loss, the sitting's progress) runs past 120 columns: one line of the log."""
+    import io
+
+    from rich.console import Console
+
+    import probe.commands.common as common
+
+    monkeypatch.setattr(common.time, "monotonic", lambda: 0.0)
+    out = Console(file=io.StringIO(), width=120)
+    message = "copy+split=paper+variant=random-2x/rotary/seed2 step 2900/4000, loss 0.0002; " + "x" * 80
+    with common.LogStatus(out, message):
+        pass
+    assert out.file.getvalue().splitlines() == [f"[0:00] {message}"]

@@ -125,3 +125,26 @@ def test_the_dry_run_prices_each_scenario_and_seed_0_before_the_others(tmp_path,
     assert out["estimated_training_seconds"] == 1600.0
     assert len(out["todo"]) == 30 and {t["seconds"] for t in out["todo"]} == {100.0}
     assert {t["steps_left"] for t in out["todo"]} == {1500}
+
+
+def test_a_sittings_progress_counts_its_steps_and_reads_the_time_left_at_its_own_pace(tmp_path, monkeypatch):
+    """Run A from step 0 and run B resumed at 1,000, both to 4,000: 7,000 steps in the sitting. After 100 s,
+    A at 1,000 and B at 2,000: 2,000 done (29%), 5,000 left at 20 steps/s, 250 s (4.2 min). A third run the rule adds
+    joins the count."""
+    import probe.studies.progress
+    from probe.studies.progress import SittingProgress
+
+    a, b, c = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5", "alibi"], "steps": 4000}, tmp_path)
+    monkeypatch.setattr(probe.studies.progress, "steps_left", lambda run: 3000 if run is b else run.config.steps)
+    now = [0.0]
+    progress = SittingProgress([a, b], clock=lambda: now[0])
+    assert progress.line() == "0/2 runs, 0% of their steps"
+    now[0] = 100.0
+    progress.update(str(a.path), 1000)
+    progress.update(str(b.path), 2000)
+    progress.update(str(c.path), 50)  # not in the sitting yet: not counted
+    assert progress.line() == "0/2 runs, 29% of their steps, about 4.2 min left"
+    progress.update(str(a.path), 4000)
+    progress.expect([a, c])
+    assert progress.last_step(str(c.path)) == 4000 and progress.last_step(str(tmp_path)) is None
+    assert progress.line() == "1/3 runs, 45% of their steps, about 2.0 min left"

@@ -192,7 +192,8 @@ class LogStatus:
     def _line(self) -> None:
         self.printed = time.monotonic()
         elapsed = int(self.printed - self.began)
-        self.out.print(f"[{elapsed // 60}:{elapsed % 60:02d}] {self.message}", markup=False, highlight=False)
+        line = f"[{elapsed // 60}:{elapsed % 60:02d}] {self.message}"
+        self.out.print(line, markup=False, highlight=False, soft_wrap=True)  # one line of the log, however long
 
 
 def console(stderr: bool = False):

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         train = partial(_train_on_cluster, args.address, root, f"reproduce-{args.scale}", out, args.capture)
         train_and_evaluate(runs, device, train, whole_phases=True, **study)
     else:
-        _train_here(runs, device, jobs, stack, engine, out, study)
+        _train_here(runs, pending(runs, rule, rung, landed), device, jobs, stack, engine, out, study)
     if args.scale in RANKING_ONLY:  # ranks only: the summaries hold it all, earlier sittings' parts too
         report = summaries_report(runs, summaries, scale=args.scale, seeds=args.seeds, rule=rule)
     else:
@@ -226,23 +226,32 @@ def _summarise(study: str, scenario: str, group: list, tag: str, *, folder, out)
         out.print(f"[red]{scenario}{tag}: {len(unfinished)} run(s) did not finish: {', '.join(unfinished)}[/red]")
 
 
-def _train_here(runs: list, device, jobs: int, stack: bool, engine, out, study: dict) -> None:
-    """Train and evaluate the study here, scenario by scenario: ``study`` holds
-    :func:`~probe.studies.reproduce.train_and_evaluate`'s recipe rule, rung plan, landed summaries and
-    ``on_scenario``."""
+def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, out, study: dict) -> None:
+    """Train and evaluate the study here, scenario by scenario (``todo``: what is left of it at the rungs
+    known now): ``study`` holds :func:`~probe.studies.reproduce.train_and_evaluate`'s recipe rule, rung plan,
+    landed summaries and ``on_scenario``. The status names the latest run's step and the sitting's progress."""
     from pathlib import Path
 
+    from probe.studies.progress import SittingProgress
     from probe.studies.reproduce import local_trainer, train_and_evaluate
 
     how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
-    with out.status(f"training {len(runs)} runs, {how}") as status:
+    progress = SittingProgress(todo)
+    with out.status(f"training {len(todo)} of the study's {len(runs)} runs, {how}") as status:
 
         def on_event(path, kind, step, loss, speed):
             if kind == "step":
+                progress.update(str(path), step)
                 run = "/".join(Path(path).parts[-3:])
-                status.update(f"training: {run} step {step}, loss {loss:.4f}")
+                of = progress.last_step(str(path))
+                status.update(f"{run} step {step}{f'/{of}' if of else ''}, loss {loss:.4f}; {progress.line()}")
 
-        train = local_trainer(device, jobs=jobs, stack=stack, engine=engine, on_event=on_event)
+        trainer = local_trainer(device, jobs=jobs, stack=stack, engine=engine, on_event=on_event)
+
+        def train(group: list) -> list:
+            progress.expect(group)  # a rung the rule climbs to joins the count
+            return trainer(group)
+
         results = train_and_evaluate(runs, device, train, **study)
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
