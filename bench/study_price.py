@@ -7,9 +7,10 @@ The dry run's JSON names every run it priced (``todo``: path, steps left, second
 (``scenarios``: its runs side by side, one scenario at a time, as the study trains them). This script reads
 those runs' folders once they have trained and been evaluated: a scenario's measured wall runs from its
 first run's start (its first log line, less one logging interval) to its last evaluation's file, less every
-pause in its training (a span over ``--pause`` seconds in which none of its runs logged: a stopped study,
-a suspended machine), which is reported beside it. Only scenarios priced whole (every run from step 0) and
-landed whole (every run evaluated) are compared. Writes ``bench/results/study_price_<name>_cpu.json``.
+pause in its training: a span over ``--pause`` seconds (20 by default; its runs log every few seconds) in
+which none of them logged, a stopped study or a suspended machine, reported beside it. Only scenarios
+priced whole (every run from step 0) and landed whole (every run evaluated) are compared. Writes
+``bench/results/study_price_<name>_cpu.json``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def main() -> None:
     parser.add_argument("price", help="the JSON `probe reproduce ... --dry-run --json` printed before the sitting")
     parser.add_argument("--name", default="section3", help="the result's name (default section3)")
     parser.add_argument(
-        "--pause", type=float, default=60.0, help="a gap in every run's log longer than this is a pause"
+        "--pause", type=float, default=20.0, help="a gap in every run's log longer than this is a pause"
     )
     args = parser.parse_args()
     load = os.getloadavg()
