@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from probe.device import cpu_computes_bf16
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.batches import encode
@@ -85,6 +86,7 @@ def machine(device: torch.device | str) -> dict[str, object]:
         "platform": platform.platform(),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "cpu_bf16": cpu_computes_bf16(),  # bf16 arithmetic of its own: what --precision auto reads on a CPU
         "torch_threads": torch.get_num_threads(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,

@@ -35,6 +35,16 @@ def resolve_device(device: str | None) -> torch.device:
     return resolved
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bf16 arithmetic of its own (AVX512-BF16 or AMX). Without it oneDNN emulates bf16
+    in float32 and a bf16 training step is slower, not faster: 1.85x float32's time at ``small`` on an
+    AVX-512 Xeon that lacks it, against 0.70x on the EPYC where ``CPU_BF16`` was measured."""
+    import torch
+
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's, private since 2.1
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """``float32`` (or None: as saved, float32), ``bfloat16``: the precision a model's weights are
     loaded in and its forward pass runs in; what analyses reduce is float32 or float64 whatever it is."""

@@ -12,6 +12,7 @@ from helpers import tiny_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+import probe.device
 import probe.training.train_config as training_config
 from probe.cli import main
 from probe.corpus import CODE_TASK
@@ -54,6 +55,29 @@ def forward_dtypes(precision: str, path, preset: str = "tiny", stop_at: int | No
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("float32", torch.float32)])
 def test_training_runs_the_forward_pass_in_the_precision_asked(tmp_path, precision, dtype):
     assert forward_dtypes(precision, tmp_path / "run") == {dtype}
+
+
+@pytest.fixture(autouse=True)
+def cpu_with_bf16(monkeypatch):
+    """The rule at the presets measured for it, on a CPU with bf16 arithmetic (as the EPYC it was measured
+    on); the test of a CPU without it says so."""
+    monkeypatch.setattr(probe.device, "cpu_computes_bf16", lambda: True)
+
+
+def test_auto_stays_float32_on_a_cpu_that_only_emulates_bf16(monkeypatch):
+    """Where the CPU has no bf16 arithmetic, a bf16 step is slower than float32's: ``auto`` keeps float32."""
+    monkeypatch.setattr(probe.device, "cpu_computes_bf16", lambda: False)
+    config = TrainConfig(preset="small", precision="auto")
+    assert config.autocast_dtype("cpu") is None and config.autocast_dtype("cuda") is torch.bfloat16
+    assert TrainConfig(preset="small", precision="bf16").autocast_dtype("cpu") is torch.bfloat16  # asked: kept
+
+
+@pytest.mark.parametrize("avx512_bf16, amx, native", [(True, False, True), (False, True, True), (False, False, False)])
+def test_a_cpu_computes_bf16_where_torch_finds_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, native):
+    monkeypatch.undo()  # the real check, over torch.cpu's answers
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert probe.device.cpu_computes_bf16() is native
 
 
 def test_auto_is_bf16_on_cuda_and_on_a_cpu_only_at_the_presets_measured_for_it(tmp_path):

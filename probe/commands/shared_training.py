@@ -28,8 +28,9 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
         "--precision",
         choices=("auto", "float32", "bf16"),
         default="auto",
-        help="the forward pass in float32 or under bf16 autocast (default auto: bf16 on a GPU, and on a CPU at "
-        f"preset {', '.join(sorted(CPU_BF16))}, where it was measured to train as well and faster)",
+        help="the forward pass in float32 or under bf16 autocast (default auto: bf16 on a GPU, and at preset "
+        f"{', '.join(sorted(CPU_BF16))} on a CPU with bf16 arithmetic of its own, where it was measured to train "
+        "as well and faster)",
     )
     add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
     parser.add_argument(

@@ -126,14 +126,15 @@ class TrainConfig:
 
     def autocast_dtype(self, device_type: str) -> torch.dtype | None:
         """The dtype a new run's forward pass autocasts to on ``device_type`` (None: the weights'
-        float32). ``auto`` is bf16 on a GPU; on a CPU, at the presets measured to train the paper's
-        tasks as well and faster in it (``probe.presets.CPU_BF16``), code pretraining excepted (its
-        perplexity was not measured in bf16). A resumed run keeps what it started with
-        (``Trainer.load_state``)."""
+        float32). ``auto`` is bf16 on a GPU; on a CPU with bf16 arithmetic of its own
+        (:func:`probe.device.cpu_computes_bf16`), at the presets measured to train the paper's tasks as well
+        and faster in it (``probe.presets.CPU_BF16``), code pretraining excepted (its perplexity was not
+        measured in bf16). A resumed run keeps what it started with (``Trainer.load_state``)."""
         from probe.corpus import CODE_TASK
+        from probe.device import cpu_computes_bf16
 
         if self.precision == "auto":
-            cpu_bf16 = self.preset in CPU_BF16 and self.task != CODE_TASK
+            cpu_bf16 = self.preset in CPU_BF16 and self.task != CODE_TASK and cpu_computes_bf16()
             return torch.bfloat16 if device_type == "cuda" or cpu_bf16 else None
         return torch.bfloat16 if self.precision == "bf16" else None
 
