@@ -102,6 +102,53 @@ def test_a_selection_pass_is_timed_after_a_warm_up_and_read_at_the_median(tmp_pa
     assert len(calls) == 4 and speed == pytest.approx(sweep.selection_tokens(run) / 2.0)
 
 
+@pytest.mark.parametrize("width, rows", [(1.0, 1), (45.0, 32), (46.0, 64), (800.0, 1024), (3000.0, 4096)])
+def test_a_row_width_is_priced_at_the_nearest_power_of_two(width, rows):
+    assert cost_module.row_class(width) == rows
+
+
+def test_rows_of_other_widths_are_timed_apart(tmp_path, monkeypatch):
+    """Attention's cost grows with the square of a row's width, so addition with its full scratchpad (rows
+    of hundreds of tokens) is not priced at the speed measured without one; two seeds of one folder share
+    a measurement."""
+    measured: list[str] = []
+    monkeypatch.setattr(
+        cost_module, "measure_tokens_per_second", lambda run, *args: measured.append(run.label) or 1000.0
+    )
+    monkeypatch.setattr(cost_module, "measure_selection_tokens_per_second", lambda run, *args: 3000.0)
+    grid = {
+        **AUTHORS,
+        "task": "addition",
+        "seed": [0, 1],
+        "options": {"train_length": 4},
+        "model": tiny_model(1, n_ctx=1024),
+    }
+    plain = sweep.expand_grid(grid, tmp_path / "plain")
+    scratch = sweep.expand_grid({**grid, "scratchpad": "full"}, tmp_path / "scratch")
+    widths = [cost_module.batch_geometry(run)[1] for run in (plain[0], scratch[0])]
+    assert cost_module.row_class(widths[1]) >= 4 * cost_module.row_class(widths[0])
+    sweep.estimate_cost([*plain, *scratch])
+    assert measured == [plain[0].label, scratch[0].label]
+
+
+def test_a_batchs_geometry_is_read_off_the_rows_the_trainer_builds(tmp_path):
+    """Packed and padded, the mean padded tokens and row width of the first epoch's batches, against the
+    tensors themselves."""
+    from probe.tasks.batches import epoch_batches
+    from probe.training.sources import TaskSource
+
+    for pack in (True, False):
+        run = _run(tmp_path / str(pack), pack=pack)
+        source = TaskSource("copy", run.config.task_options, 0, authors=True)
+        data = source.training_set(0)
+        batches = epoch_batches(data, 8, 0, 0, grouped=False)
+        rows = [data.packed_batch(b)[0] if pack else data.batch(b)[0] for b in batches]
+        whole = cost_module.batch_geometry(run, sample=None)
+        assert whole == pytest.approx(
+            (sum(r.numel() for r in rows) / len(rows), sum(r.shape[1] for r in rows) / len(rows))
+        )
+
+
 def test_phases_run_one_after_another():
     """Three runs of 100 s then one of 50 s on 2 slots: 200 s then 50 s (pooled, 200 s in all)."""
     seconds, phases = [100.0, 100.0, 100.0, 50.0], ["a", "a", "a", "b"]

@@ -35,9 +35,11 @@ class Launch:
 
 
 def _shape(key: str) -> str:
-    """``small n_layers=8 bf16``: a cost estimate's model shape and precision, as the dry run prints it."""
-    preset, model, precision = json.loads(key)
-    return preset + "".join(f" {k}={v}" for k, v in model.items()) + ("" if precision == "auto" else f" {precision}")
+    """``small n_layers=8 bf16, rows ~64``: a cost estimate's model shape, precision and row width, as the dry
+    run prints it."""
+    preset, model, precision, rows = json.loads(key)
+    model_text = "".join(f" {k}={v}" for k, v in model.items()) + ("" if precision == "auto" else f" {precision}")
+    return f"{preset}{model_text}, rows ~{rows}"
 
 
 def dry_run(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -63,13 +64,20 @@ def mean_batch_tokens(run: SweepRun, sample: int | None = SAMPLE_POOLS) -> float
     With ``sample``, the epoch is cut from that many pools' worth of training examples (a random draw
     from the same distribution), which prices a grid of 70 task folders in seconds; ``None`` reads the
     whole training set."""
+    return batch_geometry(run, sample)[0]
+
+
+def batch_geometry(run: SweepRun, sample: int | None = SAMPLE_POOLS) -> tuple[float, float]:
+    """(tokens, row width): a training batch's padded tokens and the width of its rows, each the mean over
+    the first epoch's batches as the trainer cuts them (``sample``: :func:`mean_batch_tokens`)."""
     from probe.corpus import CODE_TASK, CorpusSpec
     from probe.errors import ProbeError
     from probe.tasks.batches import encode, epoch_batches
     from probe.training.sources import TaskSource
 
     if run.config.task == CODE_TASK:
-        return run.config.batch_size * CorpusSpec.from_options(run.config.task_options).context
+        context = CorpusSpec.from_options(run.config.task_options).context
+        return run.config.batch_size * context, context
     authors = run.config.protocol == "authors"  # random batches: padded to the longest of a random draw
     source = TaskSource(run.config.task, run.config.task_options, run.config.seed, authors)
     if sample is None:
@@ -83,8 +91,18 @@ def mean_batch_tokens(run: SweepRun, sample: int | None = SAMPLE_POOLS) -> float
         data = encode(examples, source.tokenizer)
     batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0, grouped=not authors)
     if run.config.pack:
-        return sum(data.packed_batch(batch)[0].numel() for batch in batches) / len(batches)
-    return sum(int(data.lengths[batch].max()) * len(batch) for batch in batches) / len(batches)
+        shapes = [data.packed_batch(batch)[0].shape for batch in batches]
+    else:
+        shapes = [(len(batch), int(data.lengths[batch].max())) for batch in batches]
+    return sum(r * w for r, w in shapes) / len(shapes), sum(w for _, w in shapes) / len(shapes)
+
+
+def row_class(width: float) -> int:
+    """The power of two nearest a batch's row width: runs whose rows are within about 1.4x of each other
+    share a throughput measurement. Attention's cost grows with the square of a row's width, so tokens/s
+    falls with it: 10,400 tokens/s for polynomial evaluation's full scratchpad at ``tiny`` (rows of ~3,000
+    tokens) against 18,400 for addition's computation-only one (~800), on one thread here."""
+    return 2 ** round(math.log2(max(1.0, width)))
 
 
 MEASURED_WORK = 2e11  # FLOPs (6 x weights x tokens) of a step above which a CPU is compute-bound
@@ -216,29 +234,30 @@ def estimate_cost(
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second.
 
-    Both throughputs are measured once per model shape and precision (preset, model overrides,
-    ``precision``) on the first run of that kind, with ``threads`` torch threads (what each run will
-    train with); or training's is taken from ``tokens_per_second`` (to price hardware you do not have
-    here) and a selection pass's put at :data:`FORWARD_SHARE` of its work per token. The authors'
+    Both throughputs are measured once per model shape, precision and row width (preset, model overrides,
+    ``precision``, :func:`row_class`) on the first run of that kind, with ``threads`` torch threads (what
+    each run will train with); or training's is taken from ``tokens_per_second`` (to price hardware you do
+    not have here) and a selection pass's put at :data:`FORWARD_SHARE` of its work per token. The authors'
     protocol scores 20 selection passes a run: 5-10% of a ``tiny`` run's time on a CPU. The evaluation
     after training is not included.
     """
     speeds: dict[str, float] = {}
     selection_speeds: dict[str, float] = {}
     tokens: dict[str, float] = {}
+    widths: dict[str, float] = {}
     scored: dict[str, int] = {}
     per_run: list[float] = []
     for run in runs:
         config = run.config
-        shape = json.dumps([config.preset, config.model, config.precision], sort_keys=True)
-        folder = json.dumps([config.task, config.task_options, config.batch_size], sort_keys=True)
+        folder = json.dumps([config.task, config.task_options, config.batch_size, config.pack], sort_keys=True)
         valid = json.dumps([config.task, config.task_options, config.protocol, config.eval_examples], sort_keys=True)
         left, passes = steps_left(run), selections_left(run)
         if left == 0:
             per_run.append(0.0)
             continue
         if folder not in tokens:
-            tokens[folder] = mean_batch_tokens(run)
+            tokens[folder], widths[folder] = batch_geometry(run)
+        shape = json.dumps([config.preset, config.model, config.precision, row_class(widths[folder])], sort_keys=True)
         if passes and valid not in scored:
             scored[valid] = selection_tokens(run)
         if shape not in speeds:
