@@ -134,25 +134,16 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     """What the study trains, and about how long it takes here (measured on this machine): each scenario's
     runs side by side on ``jobs`` workers, one scenario (and under a recipe rule, seed 0 of it) at a time,
     as :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
-    from probe.studies.reproduce import ladder
-    from probe.studies.sweep import duration, estimate_cost, phased_wall_seconds, steps_left
+    from probe.studies.reproduce import ladder, scenario_prices
+    from probe.studies.sweep import duration, estimate_cost, steps_left
     from probe.training.bookkeeping import TRAIN_THREADS
 
     threads = TRAIN_THREADS
     rule = None if args.steps else ladder(args.scale)
     with out.status("measuring this machine's training speed") as status:
         cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
-    scenario_of = [r.path.parent.parent.name for r in todo]
-    phases = [(folder, rule is not None and r.config.seed == 0) for folder, r in zip(scenario_of, todo)]
-    wall = phased_wall_seconds(cost["seconds"], phases, jobs)
-    priced = {
-        folder: phased_wall_seconds(
-            [s for s, f in zip(cost["seconds"], scenario_of) if f == folder],
-            [p for p in phases if p[0] == folder],
-            jobs,
-        )
-        for folder in dict.fromkeys(scenario_of)
-    }
+    priced = scenario_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None)
+    wall = sum(priced.values())
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
     for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
         members = [r for r in runs if r.path.parent.parent.name == folder]

@@ -203,6 +203,22 @@ def pending(
     return out
 
 
+def scenario_prices(
+    todo: Sequence[SweepRun], seconds: Sequence[float], jobs: int, *, seed0_first: bool
+) -> dict[str, float]:
+    """Each scenario's wall time from its runs' ``seconds`` (in ``todo``'s order), as
+    :func:`train_and_evaluate` trains them: a scenario at a time, its runs ``jobs`` side by side, and with
+    ``seed0_first`` (a recipe rule) seed 0 before the other seeds."""
+    from probe.studies.sweep import phased_wall_seconds
+
+    out: dict[str, float] = {}
+    for scenario, group in scenarios(todo).items():
+        mine = [s for run, s in zip(todo, seconds, strict=True) if run.path.parent.parent.name == scenario]
+        phases = [seed0_first and run.config.seed == 0 for run in group]
+        out[scenario] = phased_wall_seconds(mine, phases, jobs)
+    return out
+
+
 def summaries_report(
     runs: Sequence[SweepRun], folder: str | Path, *, scale: str, seeds: int, rule: Ladder | None
 ) -> dict[str, Any]:
