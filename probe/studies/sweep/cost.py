@@ -161,7 +161,7 @@ def measure_tokens_per_second(
         "steps": steps + 1,
         "log_every": 1,
         "checkpoint_every": 10**9,
-        "eval_every": 0,  # no IID validation between the timed steps (:func:`selection_seconds` prices them)
+        "eval_every": 0,  # no selection pass between the timed steps: priced apart
         "batch_size": measured_batch(run, batch_tokens, resolve_device(device).type),
     }
     speeds: list[float] = []
@@ -202,14 +202,17 @@ def selection_tokens(run: SweepRun) -> int:
     return sum(int(data.lengths[chunk].max()) * len(chunk) for chunk in chunks)
 
 
-def measure_selection_tokens_per_second(run: SweepRun, device: str = "cpu", threads: int = 1, passes: int = 3) -> float:
+def measure_selection_tokens_per_second(
+    run: SweepRun, device: str = "cpu", threads: int = 1, tokens: int | None = None, passes: int = 3
+) -> float:
     """Throughput of a selection pass of ``run``'s model (tokens/s of its validation set, teacher-forced, no
-    gradient), the median of ``passes`` after a warm-up one, with the torch threads each run will get."""
+    gradient), the median of ``passes`` after a warm-up one, with the torch threads each run will get
+    (``tokens``: :func:`selection_tokens` of ``run``, where the caller has it)."""
     import time
 
     from probe.tasks.decoding import teacher_forced_exact_match
 
-    tokens = selection_tokens(run)
+    tokens = selection_tokens(run) if tokens is None else tokens
     with _scratch_trainer(run, device, threads, eval_every=1) as trainer:
         seconds = []
         for _ in range(passes + 1):
@@ -270,7 +273,9 @@ def estimate_cost(
         if passes and shape not in selection_speeds:
             given = tokens_per_second is not None
             measure = measure_selection_tokens_per_second
-            selection_speeds[shape] = speeds[shape] / FORWARD_SHARE if given else measure(run, device, threads)
+            selection_speeds[shape] = (
+                speeds[shape] / FORWARD_SHARE if given else measure(run, device, threads, scored[valid])
+            )
         selecting = passes * scored[valid] / selection_speeds[shape] if passes else 0.0
         per_run.append(left * tokens[folder] / speeds[shape] + selecting)
     return {
