@@ -71,9 +71,7 @@ def main() -> None:
         price = json.loads(Path(args.price).read_text())
         price["todo"], price["scenarios"]  # noqa: B018 (what a price file must hold)
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise SystemExit(
-            f"{args.price}: not the JSON of `probe reproduce ... --dry-run --json` ({error!r})"
-        ) from None
+        raise SystemExit(f"{args.price}: not the JSON of `probe reproduce ... --dry-run --json` ({error!r})") from None
     todo: dict[str, list[dict]] = {}
     for entry in price["todo"]:
         todo.setdefault(Path(entry["path"]).parent.parent.name, []).append(entry)
