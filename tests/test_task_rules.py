@@ -87,8 +87,8 @@ def test_section3_default_sizes(name, options):
     sizes = {split: len(task.examples(split)) for split in ("train", "valid", "test")}
     if name == "scan":  # the authors' mdlen_tr25_ts48: 17,774 commands on the train side, 3,136 in test
         assert sizes["train"] + sizes["valid"] == 17_774 and sizes["test"] == 3_136
-    elif name == "pcfg":  # 1,000 distinct inputs per number of functions 1..16
-        assert sizes["train"] + sizes["valid"] == 8_000 and sizes["test"] == 8_000
+    elif name == "pcfg":  # PCFG SET's productivity train file (81,010 inputs) over λ 1..8; 1,000 per λ 9..16
+        assert sizes["train"] + sizes["valid"] == 81_010 and sizes["test"] == 8_000
     else:  # the authors' 100K / 15% / 10K, scaled down for a CPU
         assert sizes == {"train": 10_000, "valid": 1_000, "test": 2_000}
 

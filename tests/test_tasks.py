@@ -255,7 +255,7 @@ def test_unknown_task_lists_the_names():
         ("lego", {"train_length": 27}, ["26"]),
         ("lego", {"shuffle": "yes"}, ["true or false"]),
         ("scan", {"valid_fraction": 1.0}, ["[0, 1)"]),
-        ("pcfg", {"scratchpad": "full"}, ["train_length", "valid_fraction", "size_per_length"]),
+        ("pcfg", {"scratchpad": "full"}, ["train_length", "valid_fraction", "train_size", "size_per_length"]),
     ],
 )
 def test_bad_options_raise_one_line(name, options, words):
@@ -265,7 +265,9 @@ def test_bad_options_raise_one_line(name, options, words):
     assert "\n" not in message and all(word in message for word in words), message
 
 
-@pytest.mark.parametrize("name, options", [*GENERATED, ("scan", {}), ("pcfg", {"size_per_length": 50})])
+@pytest.mark.parametrize(
+    "name, options", [*GENERATED, ("scan", {}), ("pcfg", {"train_size": 400, "size_per_length": 50})]
+)
 def test_options_rebuild_the_same_task(name, options):
     import json
 
@@ -550,8 +552,10 @@ def test_pcfg_answers_and_productivity_split():
     lengths = {split: Counter(ex.length for ex in examples) for split, examples in splits.items()}
     assert set(lengths["train"]) == set(lengths["valid"]) == set(range(1, 9))
     assert set(lengths["test"]) == set(range(9, 17)) and set(lengths["test"].values()) == {1000}
+    seen = lengths["train"] + lengths["valid"]  # 81,010 = 8 x 10,126 + 2: the shortest two take the rest
+    assert [seen[n] for n in range(1, 9)] == [10_127, 10_127] + [10_126] * 6
     sources = [ex.source for examples in splits.values() for ex in examples]
-    assert len(sources) == len(set(sources)) == 16_000
-    assert 0.08 < len(splits["valid"]) / 8000 < 0.12
+    assert len(sources) == len(set(sources)) == 89_010
+    assert 0.08 < len(splits["valid"]) / 81_010 < 0.12
     whole = get("pcfg", valid_fraction=0).examples("train")
     assert sorted(ex.source for ex in whole) == sorted(ex.source for ex in splits["train"] + splits["valid"])
