@@ -244,10 +244,21 @@ def test_a_runs_weights_do_not_depend_on_jobs_or_on_the_threads_it_was_started_w
 
 
 def test_a_task_with_fewer_validation_examples_than_asked_validates_on_all_of_them(tmp_path):
-    """PCFG's IID validation split holds 807 examples; a run asking for 1,000 (the default) under the authors'
-    protocol, which validates every few steps, used to stop at its first step ("cannot draw 1000")."""
-    config = _config(task="pcfg", task_options={}, steps=2, eval_every=1, eval_examples=1000, protocol="authors")
+    """A PCFG of 2,000 training-side inputs holds about 200 out for IID validation: a run asking for 1,000 (the
+    default) under the authors' protocol, which validates every few steps, used to stop at its first step
+    ("cannot draw 1000"), and `probe eval` (500 IID examples) after it."""
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run
+    from probe.tasks import get
+
+    options = {"train_size": 2_000, "size_per_length": 10}
+    config = _config(task="pcfg", task_options=options, steps=2, eval_every=1, eval_examples=1000, protocol="authors")
     result = train_run(config, tmp_path / "run", CPU)
     assert result.status == "trained"
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
     assert [step for step, _ in stored["training"]["selection"]["history"]] == [1, 2]
+    held_out = len(get("pcfg", **options).examples("valid"))
+    assert 100 < held_out < 500
+    report = evaluate_run(Run(tmp_path / "run", read_checkpoint_config(tmp_path / "run")), n_test=4, write=False)
+    assert sum(bucket.n for bucket in report.buckets if bucket.seen) == held_out

@@ -63,9 +63,9 @@ def evaluate_run(
 
     ``settings`` (:class:`~probe.subjects.settings.ReadSettings`): ``device``, ``batch_size`` (default 256),
     ``pe_options`` and ``intervention`` (the run read under it, :mod:`probe.models.interventions`, the results
-    in ``eval+<intervention>.json``). The run's own task draws the examples, the first ``n_valid`` IID and
-    ``n_test`` test ones at seed 0, at the weights' dtype: not ``options``, ``n_per_bucket``, ``lengths``,
-    ``multiples``, ``seed``, ``dtype`` or ``progress``."""
+    in ``eval+<intervention>.json``). The run's own task draws the examples, the first ``n_valid`` IID (all
+    of them where there are fewer) and ``n_test`` test ones at seed 0, at the weights' dtype: not ``options``,
+    ``n_per_bucket``, ``lengths``, ``multiples``, ``seed``, ``dtype`` or ``progress``."""
     settings = ReadSettings() if settings is None else settings
     settings.refuse("probe eval", "options", "n_per_bucket", "lengths", "multiples", "seed", "dtype", "progress")
     if settings.intervention is not None and not settings.intervention.is_identity:
@@ -141,7 +141,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
-    examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", n=n_test, seed=0)
+    examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
     answer_of = task.answer_reader()
     cached = not intervention.needs_whole_pass(model)
 

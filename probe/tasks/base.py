@@ -126,6 +126,11 @@ class Task(ABC):
     def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
         """Examples of ``split`` ("train", "valid" or "test"); the same arguments give the same list."""
 
+    def held_out(self, n: int, seed: int = 0) -> list[Example]:
+        """``n`` IID validation examples, or every one where the split holds fewer (a small dataset's:
+        PCFG's at ``-o train_length=1`` holds 1,000 inputs on its training side, 107 of them held out)."""
+        return self.examples("valid", n=min(n, len(self.examples("valid"))), seed=seed)
+
     @abstractmethod
     def vocabulary(self) -> list[str]:
         """Every token that can appear in a source or target, listed from the task's alphabet."""

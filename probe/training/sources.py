@@ -62,7 +62,7 @@ class TaskSource:
     def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]:
         from probe.tasks.decoding import evaluate_examples
 
-        valid = self._validation_examples(n)
+        valid = self.task.held_out(n, seed=self.seed)
         return {
             "iid_accuracy": evaluate_examples(
                 model, self.tokenizer, valid, device=device, answer_of=self.task.answer_reader()
@@ -71,13 +71,7 @@ class TaskSource:
 
     def validation_set(self, n: int) -> EncodedSet:
         """The held-out IID examples :meth:`validate` decodes, encoded for one teacher-forced pass."""
-        return encode(self._validation_examples(n), self.tokenizer)
-
-    def _validation_examples(self, n: int) -> list:
-        """``n`` held-out IID examples, or every one where the split holds fewer (PCFG's has 807 against the
-        1,000 a run validates on by default)."""
-        available = len(self.task.examples("valid"))
-        return self.task.examples("valid", n=min(n, available), seed=self.seed)
+        return encode(self.task.held_out(n, seed=self.seed), self.tokenizer)
 
     def metadata(self) -> dict[str, Any]:
         return {
