@@ -23,6 +23,13 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True)
+def no_stated_width(monkeypatch):
+    """No COLUMNS: pytest-xdist's workers have it set to 80, a width no serial run states, which would make
+    the console break lines a test reads; a test that means a width sets it itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def no_png(monkeypatch):
     """No PNG export in tests (kaleido drives a headless Chrome, seconds a figure) and no line saying so: the
     HTML is the figure every test reads. tests/test_plots.py tests that path itself, with its own renderer."""

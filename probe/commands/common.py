@@ -197,9 +197,9 @@ class LogStatus:
 
 
 def console(stderr: bool = False):
-    """A rich console; one writing to a file or pipe gets 120 columns (not rich's 80) for its tables and
-    never breaks a line of text (a path or a run name stays whole, to be read or pasted back), and its
-    ``status`` writes lines (:class:`LogStatus`)."""
+    """A rich console; one writing to a file or pipe of no stated width (``COLUMNS``) gets 120 columns (not
+    rich's 80) for its tables and never breaks a line of text (a path or a run name stays whole, to be read
+    or pasted back), and its ``status`` writes lines (:class:`LogStatus`)."""
     import os
 
     from rich.console import Console
@@ -209,10 +209,8 @@ def console(stderr: bool = False):
             return super().status(status, **kwargs) if self.is_terminal else LogStatus(self, str(status))
 
     out = _Console(stderr=stderr)
-    if not out.is_terminal:
-        out.soft_wrap = True
-        if "COLUMNS" not in os.environ:
-            out.width = 120
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width, out.soft_wrap = 120, True
     return out
 
 
