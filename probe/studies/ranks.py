@@ -76,11 +76,11 @@ def paper_ordering(intervals: dict[str, dict[str, Any]]) -> list[str]:
         held = [(a, b) for a, b in pairs if pes[a]["mrr"] > pes[b]["mrr"]]
         apart = [(a, b) for a, b in held if pes[a]["low"] > pes[b]["high"]]
         failed = [f"{PE_LABELS.get(b, b)} ≥ {PE_LABELS.get(a, a)}" for a, b in pairs if (a, b) not in held]
-        seeds = len(entry["seeds"])
+        seeds, scenarios = len(entry["seeds"]), entry["scenarios"]
         verdict = "holds" if len(held) == len(pairs) else f"holds for {len(held)} of {len(pairs)} pairs"
         lines.append(
-            f"{name} ({entry['scenarios']} scenarios, {seeds} seed{'s' if seeds > 1 else ''}): NoPE and T5 above "
-            f"ALiBi, Rotary and APE {verdict}"
+            f"{name} ({scenarios} scenario{'s' * (scenarios != 1)}, {seeds} seed{'s' * (seeds != 1)}): "
+            f"NoPE and T5 above ALiBi, Rotary and APE {verdict}"
             + (f" (not: {', '.join(failed)})" if failed else "")
             + (f"; {len(apart)} of {len(pairs)} pairs apart beyond the seeds' intervals" if seeds > 1 else "")
             + "."
