@@ -129,7 +129,11 @@ class Task(ABC):
     def held_out(self, n: int, seed: int = 0) -> list[Example]:
         """``n`` IID validation examples, or every one where the split holds fewer (a small dataset's:
         PCFG's at ``-o train_length=1`` holds 1,000 inputs on its training side, 107 of them held out)."""
-        return self.examples("valid", n=min(n, len(self.examples("valid"))), seed=seed)
+        return self.examples("valid", n=min(n, self.split_size("valid")), seed=seed)
+
+    @abstractmethod
+    def split_size(self, split: str) -> int:
+        """How many examples ``examples(split)`` gives with ``n=None``, without making them."""
 
     @abstractmethod
     def vocabulary(self) -> list[str]:
@@ -166,6 +170,9 @@ class GeneratedTask(Task):
     """
 
     DEFAULT_SIZES: ClassVar[dict[str, int]] = {"train": 10_000, "valid": 1_000, "test": 2_000}
+
+    def split_size(self, split: str) -> int:
+        return self.DEFAULT_SIZES[split]
 
     def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
         check_request(split, n)
@@ -291,6 +298,9 @@ class FiniteTask(Task):
             else:
                 splits["train"].append(example)
         return splits
+
+    def split_size(self, split: str) -> int:
+        return len(self._splits[split])
 
     def examples(self, split: str = "train", n: int | None = None, seed: int = 0) -> list[Example]:
         check_request(split, n)
