@@ -217,14 +217,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     for who in ("ours", "paper"):
-        for name, entry in report.get("mrr_intervals", {}).get(who, {}).items():
-            ranked = ", ".join(
-                f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}"
-                + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
-                for pe, r in entry["pes"].items()
-            )
-            seeds = ",".join(map(str, entry["seeds"]))
-            lines.append(f"- {who}, {name} ({entry['scenarios']} scenarios, seeds {seeds}): {ranked}")
+        lines += rank_lines(report.get("mrr_intervals", {}).get(who, {}), who)
     if report.get("paper_ordering"):
         lines += ["", "## The paper's ordering (Figure mrr-per-category), ours", ""]
         lines += [f"- {line}" for line in report["paper_ordering"]]
@@ -232,6 +225,24 @@ def markdown(report: dict[str, Any]) -> str:
         f"- {note}" for note in report["notes"] or ["nothing flagged"]
     ]
     return "\n".join(lines) + "\n"
+
+
+def rank_lines(intervals: dict[str, Any], who: str) -> list[str]:
+    """One Markdown item per category of :func:`~probe.studies.ranks.rank_intervals`: each PE's mean
+    reciprocal rank, best first, with its interval over seeds where it has width."""
+    from probe.models.registry import PE_LABELS
+
+    lines = []
+    for name, entry in intervals.items():
+        ranked = ", ".join(
+            f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}"
+            + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
+            for pe, r in entry["pes"].items()
+        )
+        n = entry["scenarios"]
+        seeds = ",".join(map(str, entry["seeds"]))
+        lines.append(f"- {who}, {name} ({n} scenario{'s' * (n != 1)}, seeds {seeds}): {ranked}")
+    return lines
 
 
 def _accuracy_curves(entry: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,72 @@
+"""bench/section3_report.py on a study half-way through its seeds: the ranks over seeds rest on the scenarios
+that hold every seed, and every scenario is ranked at the first seed beside them (report, docs, figure)."""
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+COMMITTED = BENCH / "results" / "section3"
+THREE_SEEDS = ["copy+split=paper+variant=count", "parity+train_length=8"]  # seeds 0, 1, 2 committed
+SEED0_ONLY = "lego+train_length=8"  # seed 0 at both rungs
+
+
+@pytest.fixture(scope="module")
+def section3():
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_section3_report", BENCH / "section3_report.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+@pytest.fixture
+def half_way(tmp_path: Path) -> Path:
+    """Three scenarios' committed summaries: two with seeds 0-2, LEGO with seed 0 alone."""
+    for scenario in [*THREE_SEEDS, SEED0_ONLY]:
+        for path in COMMITTED.glob(f"{scenario}+*seed*.json"):
+            shutil.copy(path, tmp_path / path.name)
+    return tmp_path
+
+
+def _report(section3, folder: Path, seeds: list[int], expected: tuple[str, ...] = (*THREE_SEEDS, SEED0_ONLY)) -> dict:
+    expected = list(expected)
+    report, merged = section3.merged_report(folder, expected, seeds, study="section3", rule=section3.RULE)
+    report["recipes"] = section3.recipe_status(merged, report)
+    report["first_seed"] = section3.first_seed_ranks(str(folder), expected, seeds, report)
+    return report
+
+
+def test_a_study_missing_seeds_ranks_every_scenario_at_seed_0_beside_the_complete_ones(section3, half_way):
+    report = _report(section3, half_way, [0, 1, 2])
+    over_seeds = report["mrr_intervals"]["ours"]["overall"]
+    assert (over_seeds["scenarios"], over_seeds["seeds"]) == (2, [0, 1, 2])
+    first = report["first_seed"]
+    assert first["seed"] == 0
+    assert (first["mrr_intervals"]["overall"]["scenarios"], first["mrr_intervals"]["overall"]["seeds"]) == (3, [0])
+    # LEGO is math & reasoning: at seed 0 the category holds parity and LEGO; over seeds, parity alone
+    assert first["mrr_intervals"]["mathematical & reasoning"]["scenarios"] == 2
+    assert report["mrr_intervals"]["ours"]["mathematical & reasoning"]["scenarios"] == 1
+    assert any(line.startswith("overall (3 scenarios, 1 seed)") for line in first["paper_ordering"])
+
+    tables = section3.docs_tables(report, [(SEED0_ONLY, 1), (SEED0_ONLY, 2)], [0, 1, 2])
+    assert "| overall | ours | 2 | 0,1,2 |" in tables
+    assert "| overall | ours | 3 | 0 |" in tables
+    assert "Every scenario at seed 0 alone" in tables
+    lego_row = next(line for line in tables.splitlines() if line.startswith(f"| {SEED0_ONLY} |"))
+    assert lego_row.split(" | ")[2] == "0"  # its seeds column
+    parity_row = next(line for line in tables.splitlines() if line.startswith("| parity+train_length=8 |"))
+    assert parity_row.split(" | ")[2] == "0,1,2"
+
+
+def test_a_study_with_every_seed_or_one_seed_asked_ranks_once(section3, half_way):
+    assert _report(section3, half_way, [0])["first_seed"] is None
+    complete = _report(section3, half_way, [0, 1, 2], expected=tuple(THREE_SEEDS))
+    assert complete["first_seed"] is None
+    assert "Every scenario at seed" not in section3.docs_tables(complete, [], [0, 1, 2])
