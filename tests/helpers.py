@@ -5,11 +5,13 @@ Streamlit's AppTest, and `probe app` as a real server. Fixtures built on them ar
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +29,19 @@ TIMEOUT = 120
 START_TIMEOUT = 90  # seconds `probe app` gets to answer on its port
 TASK_OPTIONS = {"train_length": 4}
 FOLDER = "reverse+train_length=4"
+
+
+def bench_script(name: str):
+    """A ``bench/`` script as a module (bench/ is scripts, not a package; they import its ``common``)."""
+    bench = Path(__file__).resolve().parent.parent / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", bench / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(bench))
 
 
 def tiny_model(n_layers: int = 2, **extra: int) -> dict[str, int]:

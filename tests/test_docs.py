@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import bench_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -217,18 +218,6 @@ def test_the_readme_is_short_and_its_links_resolve():
     assert "shared/" not in readme and not any("../shared" in p.read_text() for p in (ROOT / "docs").glob("*.md"))
 
 
-def _bench(name: str):
-    """A bench/ script as a module (bench/ is scripts, not a package)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-
-
 def _block(page: Path, name: str) -> str:
     text = page.read_text()
     return text.split(f"<!-- {name}:begin -->\n", 1)[1].split(f"<!-- {name}:end -->", 1)[0]
@@ -238,7 +227,7 @@ def test_the_numbers_the_docs_quote_are_the_committed_results_as_their_scripts_w
     """The main job's table (README, Start here), the walk's tables, and the tables of the main job's runs in
     How models represent position and What rescues length generalization are bench/main_job.py's and
     bench/getting_started.py's rendering of the results files in bench/results/, not typed numbers."""
-    main_job, walk = _bench("main_job"), _bench("getting_started")
+    main_job, walk = bench_script("main_job"), bench_script("getting_started")
     measured = json.loads((ROOT / "bench" / "results" / "main_job_cpu.json").read_text())
     expected = main_job.table(measured["pes"], measured["seeds"])
     for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
@@ -269,7 +258,7 @@ def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_me
     """docs/reproducing.md's Section 6 block is bench/section6_report.py's rendering of the merge of the
     committed summaries (bench/results/section6/), and the committed report
     JSON is that merge: a summary added without rerunning the script fails here."""
-    script = _bench("section6_report")
+    script = bench_script("section6_report")
     results = ROOT / "bench" / "results"
     evaluations, missing = script.merged_runs(results / "section6", [0, 1, 2])
     report = json.loads(json.dumps(script.report_of(evaluations, missing)))

@@ -4,6 +4,10 @@ multiples where overlaid distributions would muddy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from helpers import bench_script
+
 from probe.figures import (
     accuracy_by_length,
     accuracy_panels,
@@ -155,22 +159,12 @@ def test_the_reproduce_reports_accuracy_figure_shows_each_buckets_count():
 def test_the_section3_showcase_labels_its_tiny_buckets():
     """bench/section3_report.py's panels carry the committed summaries' counts: SCAN at seed 0 has a bucket of
     one example, hollow and labelled in its panel."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_section3_report", bench / "section3_report.py")
-        section3 = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(section3)
-    finally:
-        sys.path.remove(str(bench))
     from probe.studies.reproduce_report import report_of
     from probe.studies.summaries import merge
 
-    paths = sorted((bench / "results" / "section3").glob("scan+*seed0.json"))  # every rung trained
+    section3 = bench_script("section3_report")
+    committed = Path(__file__).resolve().parent.parent / "bench" / "results" / "section3"
+    paths = sorted(committed.glob("scan+*seed0.json"))  # every rung trained
     merged = merge(paths, study="section3", rule=section3.RULE)
     panels = section3.panels(merged, report_of(merged.evaluations, {}, scale="section3"))
     nope = next(c for c in panels["scan"]["curves"] if c["pe"] == "nope")

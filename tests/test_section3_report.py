@@ -1,12 +1,11 @@
 """bench/section3_report.py on a study half-way through its seeds: the ranks over seeds rest on the scenarios
 that hold every seed, and every scenario is ranked at the first seed beside them (report, docs, figure)."""
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import bench_script
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 COMMITTED = BENCH / "results" / "section3"
@@ -16,14 +15,7 @@ SEED0_ONLY = "lego+train_length=8"  # seed 0 at both rungs
 
 @pytest.fixture(scope="module")
 def section3():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_section3_report", BENCH / "section3_report.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module
+    return bench_script("section3_report")
 
 
 @pytest.fixture
