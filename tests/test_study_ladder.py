@@ -67,6 +67,13 @@ def test_the_chosen_rung_is_the_first_at_the_bar_else_the_last_and_undecided_unt
     assert RULE.chosen({}) is None
 
 
+def test_the_rung_due_is_the_chosen_one_else_the_first_not_read():
+    assert RULE.due({}) == 1500
+    assert RULE.due({1500: 0.97}) == 1500
+    assert RULE.due({1500: 0.5}) == 4000  # seed 0 climbs: every seed's next training is at 4000
+    assert RULE.due({1500: 0.5, 4000: 0.9}) == 4000
+
+
 @pytest.mark.parametrize(
     "table", [{"steps": []}, {"steps": [4000, 1500], "median_iid": 0.9}, {"steps": [10], "median_iid": 1.5}]
 )
@@ -266,3 +273,36 @@ def test_the_dry_run_of_a_later_sitting_prices_what_is_left_at_the_rungs_seed_0_
     assert len(priced) == 4 * 5
     out = " ".join(capsys.readouterr().out.split())
     assert "scan+split=paper: 10 of 15 runs left" in out and "the price above is what is left" in out
+
+
+def test_the_dry_run_prices_a_scenario_the_rule_sends_on_at_its_next_rung_seed_0_included(
+    tmp_path, capsys, monkeypatch
+):
+    """SCAN's seed 0 landed at rung 1 under the bar (median 0.9): rung 2 is due. What is left is seed 0 at
+    4,000 steps and the other seeds there too (at the least they can cost), never seeds 1 and 2 at 1,500,
+    which the study will not train."""
+    import probe.studies.sweep
+    from probe.cli import main
+    from probe.studies.ladder import Ladder
+
+    summaries = tmp_path / "summaries"
+    first = tmp_path / "sitting1"
+    train, _ = _stand_in({("scan", 1500): 0.9})
+    runs = plan("section3", first, seeds=1, tasks=["scan"])
+    one_rung = Ladder((1500,), 0.95)  # a sitting stopped after seed 0's first rung landed
+    rung = rung_plan("section3", first, one_rung, seeds=1, tasks=["scan"])
+    train_and_evaluate(runs, "cpu", train, rule=one_rung, rung=rung, on_scenario=_summarising(summaries))
+    priced = []
+
+    def estimate_cost(runs, *, device, threads, on_measure):
+        priced.extend(runs)
+        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+
+    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    argv = ["reproduce", "--scale", "section3", "--task", "scan", "--seeds", "3", "--jobs", "1"]
+    assert main([*argv, "--checkpoints", str(tmp_path / "sitting2"), "--summaries", str(summaries), "--dry-run"]) == 0
+    assert sorted({(r.config.seed, r.config.steps) for r in priced}) == [(0, 4000), (1, 4000), (2, 4000)]
+    assert len(priced) == 3 * 5
+    assert all(r.path.parent.parent.parent.name == "sitting2-steps4000" for r in priced)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "what is left, each scenario at the rung it trains at next" in out and "if all climb" not in out

@@ -160,8 +160,8 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     )
     if rule is not None and len(rule.steps) > 1:
         rungs = f"{', '.join(map(str, rule.steps[1:]))} steps while its median PE stays under {rule.median_iid:.0%} IID"
-        if len(todo) < len(runs):  # part of it done or landed: the rest is priced at the rungs seed 0 has reached
-            price = "the price above is what is left, each scenario at the rung its seed 0 has reached so far"
+        if {r.path for r in todo} != {r.path for r in runs}:  # part of it done, landed or climbed
+            price = "the price above is what is left, each scenario at the rung it trains at next"
         else:
             climb = rule.steps[-1] / rule.steps[0]
             worst = wall / args.seeds * (1 + args.seeds * climb)  # seed 0 at the first rung, then all at the last

@@ -53,6 +53,12 @@ class Ladder:
             return None
         return self.steps[at + 1]
 
+    def due(self, medians: Mapping[int, float]) -> int:
+        """The rung a scenario trains at next, from the median PE's seed-0 IID at each rung read so far: its
+        chosen rung, else the first rung the rule has not read (the first, before any)."""
+        chosen = self.chosen(medians)
+        return chosen if chosen is not None else self.steps[len(medians)]
+
     def chosen(self, medians: Mapping[int, float]) -> int | None:
         """The scenario's rung from the median PE's seed-0 IID at each rung tried: the first at the bar,
         else the last rung; None while the rule needs a rung not trained yet."""

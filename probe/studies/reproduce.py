@@ -172,6 +172,30 @@ def chosen_runs(
 ) -> list[SweepRun]:
     """``runs`` (the study at its first rung) at each scenario's rung as the rule reads it from seed 0's
     evaluations or ``landed`` summaries (the last rung read while the rule still needs another)."""
+    return _at_rungs(
+        runs, rule, rung, landed, lambda medians: rule.chosen(medians) or max(medians, default=rule.steps[0])
+    )
+
+
+def due_runs(
+    runs: Sequence[SweepRun],
+    rule: Ladder,
+    rung: Callable[[int], Sequence[SweepRun]],
+    landed: Landed | None = None,
+) -> list[SweepRun]:
+    """``runs`` at the rung each scenario trains at next (:meth:`Ladder.due`): its chosen rung, or where the
+    rule still needs another, that rung for seed 0 and, at the least they can cost, for the other seeds."""
+    return _at_rungs(runs, rule, rung, landed, rule.due)
+
+
+def _at_rungs(
+    runs: Sequence[SweepRun],
+    rule: Ladder,
+    rung: Callable[[int], Sequence[SweepRun]],
+    landed: Landed | None,
+    pick: Callable[[dict[int, float]], int],
+) -> list[SweepRun]:
+    """Each scenario of ``runs`` at the rung ``pick`` takes from the median PE's seed-0 IID per rung read."""
     planned = functools.cache(lambda steps: list(rung(steps)))
     out: list[SweepRun] = []
     for scenario, group in scenarios(runs).items():
@@ -182,8 +206,7 @@ def chosen_runs(
             if iid is None:
                 break
             medians[steps] = statistics.median(iid)
-        steps = rule.chosen(medians) or max(medians, default=rule.steps[0])
-        out += same_runs(group, planned(steps))
+        out += same_runs(group, planned(pick(medians)))
     return out
 
 
@@ -193,9 +216,9 @@ def pending(
     rung: Callable[[int], Sequence[SweepRun]] | None = None,
     landed: Landed | None = None,
 ) -> list[SweepRun]:
-    """What is left to train or evaluate: each scenario at the rung its seed 0 has reached as far as the rule
-    can read it yet (:func:`chosen_runs`), less the finished runs and the parts whose summary ``landed``."""
-    chosen = chosen_runs(runs, rule, rung, landed) if rule is not None and rung is not None else list(runs)
+    """What is left to train or evaluate: each scenario at the rung it trains at next (:func:`due_runs`),
+    less the finished runs and the parts whose summary ``landed``."""
+    chosen = due_runs(runs, rule, rung, landed) if rule is not None and rung is not None else list(runs)
     out: list[SweepRun] = []
     for scenario, group in scenarios(chosen).items():
         tag = rule.tag(group[0].config.steps) if rule is not None else ""
