@@ -195,7 +195,13 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
     lines += ["| category | whose | scenarios | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " |"]
     lines += ["|" + "---|" * (4 + len(pes))]
     first = report.get("first_seed") or {}
-    views = [("ours", report["mrr_intervals"]["ours"]), ("ours", first.get("mrr_intervals", {}))]
+    over_seeds = report["mrr_intervals"]["ours"]
+    at_first = {  # a category whose ranks over seeds are at the first seed already is not repeated
+        name: entry
+        for name, entry in first.get("mrr_intervals", {}).items()
+        if name not in over_seeds or over_seeds[name]["seeds"] != entry["seeds"]
+    }
+    views = [("ours", over_seeds), ("ours", at_first)]
     for who, intervals in [*views, ("paper", report["mrr_intervals"]["paper"])]:
         for name, entry in intervals.items():
             cells = []
@@ -216,7 +222,7 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
     lines += [f"- {line}" for line in report["paper_ordering"]]
     if first:
         lines += ["", f"Every scenario at seed {first['seed']} alone (no interval):", ""]
-        lines += [f"- {line}" for line in first["paper_ordering"]]
+        lines += [f"- {line}" for line in first["paper_ordering"] if line not in report["paper_ordering"]]
     expected = len(report["tasks"]) + len({f for f, _ in missing} - set(report["tasks"]))
     parts = []
     for seed in sorted({k for _, k in missing}):

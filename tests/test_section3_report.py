@@ -11,6 +11,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 COMMITTED = BENCH / "results" / "section3"
 THREE_SEEDS = ["copy+split=paper+variant=count", "parity+train_length=8"]  # seeds 0, 1, 2 committed
 SEED0_ONLY = "lego+train_length=8"  # seed 0 at both rungs
+CLASSIC = "scan+split=paper"  # seed 0 alone, the one scenario of its category
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,16 @@ def section3():
 
 @pytest.fixture
 def half_way(tmp_path: Path) -> Path:
-    """Three scenarios' committed summaries: two with seeds 0-2, LEGO with seed 0 alone."""
-    for scenario in [*THREE_SEEDS, SEED0_ONLY]:
+    """Four scenarios' committed summaries: two with seeds 0-2, LEGO and SCAN with seed 0 alone."""
+    for scenario in [*THREE_SEEDS, SEED0_ONLY, CLASSIC]:
         for path in COMMITTED.glob(f"{scenario}+*seed*.json"):
             shutil.copy(path, tmp_path / path.name)
     return tmp_path
 
 
-def _report(section3, folder: Path, seeds: list[int], expected: tuple[str, ...] = (*THREE_SEEDS, SEED0_ONLY)) -> dict:
+def _report(
+    section3, folder: Path, seeds: list[int], expected: tuple[str, ...] = (*THREE_SEEDS, SEED0_ONLY, CLASSIC)
+) -> dict:
     expected = list(expected)
     report, merged = section3.merged_report(folder, expected, seeds, study="section3", rule=section3.RULE)
     report["recipes"] = section3.recipe_status(merged, report)
@@ -41,16 +44,19 @@ def test_a_study_missing_seeds_ranks_every_scenario_at_seed_0_beside_the_complet
     assert (over_seeds["scenarios"], over_seeds["seeds"]) == (2, [0, 1, 2])
     first = report["first_seed"]
     assert first["seed"] == 0
-    assert (first["mrr_intervals"]["overall"]["scenarios"], first["mrr_intervals"]["overall"]["seeds"]) == (3, [0])
+    assert (first["mrr_intervals"]["overall"]["scenarios"], first["mrr_intervals"]["overall"]["seeds"]) == (4, [0])
     # LEGO is math & reasoning: at seed 0 the category holds parity and LEGO; over seeds, parity alone
     assert first["mrr_intervals"]["mathematical & reasoning"]["scenarios"] == 2
     assert report["mrr_intervals"]["ours"]["mathematical & reasoning"]["scenarios"] == 1
-    assert any(line.startswith("overall (3 scenarios, 1 seed)") for line in first["paper_ordering"])
+    assert any(line.startswith("overall (4 scenarios, 1 seed)") for line in first["paper_ordering"])
 
-    tables = section3.docs_tables(report, [(SEED0_ONLY, 1), (SEED0_ONLY, 2)], [0, 1, 2])
+    missing = [(scenario, seed) for scenario in (SEED0_ONLY, CLASSIC) for seed in (1, 2)]
+    tables = section3.docs_tables(report, missing, [0, 1, 2])
     assert "| overall | ours | 2 | 0,1,2 |" in tables
-    assert "| overall | ours | 3 | 0 |" in tables
+    assert "| overall | ours | 4 | 0 |" in tables
+    assert tables.count("| classic length generalization | ours | 1 | 0 |") == 1  # at seed 0 either way: once
     assert "Every scenario at seed 0 alone" in tables
+    assert tables.count("- classic length generalization (1 scenario, 1 seed)") == 1
     lego_row = next(line for line in tables.splitlines() if line.startswith(f"| {SEED0_ONLY} |"))
     assert lego_row.split(" | ")[2] == "0"  # its seeds column
     parity_row = next(line for line in tables.splitlines() if line.startswith("| parity+train_length=8 |"))
