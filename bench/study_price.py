@@ -110,7 +110,8 @@ def main() -> None:
         )
     if rows:
         print(
-            f"{len(rows)} scenarios: priced {priced / 60:.1f} min, measured {measured / 60:.1f} min "
+            f"{len(rows)} scenario{'s' * (len(rows) != 1)}: priced {priced / 60:.1f} min, "
+            f"measured {measured / 60:.1f} min "
             f"({measured / priced:.2f}x)"
         )
     print(f"wrote {path}")
