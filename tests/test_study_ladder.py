@@ -179,6 +179,20 @@ def test_the_dry_run_states_the_rule_and_prices_its_worst_case(tmp_path, capsys,
     assert "under 95% IID" in out and "at most about 1.2 h if all climb" in out
 
 
+def _priced_at_100s_a_run(monkeypatch) -> list:
+    """The runs a dry run prices, each at 100 s (the machine's speed left out)."""
+    import probe.studies.sweep
+
+    priced = []
+
+    def estimate_cost(runs, *, device, threads, on_measure):
+        priced.extend(runs)
+        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+
+    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    return priced
+
+
 def _summarising(folder):
     def on_scenario(scenario, group, tag):
         for run in group:
@@ -245,7 +259,6 @@ def test_a_summary_of_another_scenario_or_seed_under_this_parts_name_is_one_line
 
 
 def test_the_dry_run_of_a_later_sitting_prices_what_is_left_at_the_rungs_seed_0_reached(tmp_path, capsys, monkeypatch):
-    import probe.studies.sweep
     from probe.cli import main
 
     summaries, tasks = tmp_path / "summaries", ["scan", "parity"]
@@ -254,13 +267,7 @@ def test_the_dry_run_of_a_later_sitting_prices_what_is_left_at_the_rungs_seed_0_
     runs = plan("section3", first, seeds=1, tasks=tasks)
     rung = rung_plan("section3", first, RULE, seeds=1, tasks=tasks)
     train_and_evaluate(runs, "cpu", train, rule=RULE, rung=rung, on_scenario=_summarising(summaries))
-    priced = []
-
-    def estimate_cost(runs, *, device, threads, on_measure):
-        priced.extend(runs)
-        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
-
-    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    priced = _priced_at_100s_a_run(monkeypatch)
     argv = ["reproduce", "--scale", "section3", "--task", "scan", "--task", "parity", "--seeds", "3", "--jobs", "1"]
     where = ["--checkpoints", str(tmp_path / "sitting2"), "--summaries", str(summaries), "--dry-run"]
     assert main([*argv, *where]) == 0
@@ -281,7 +288,6 @@ def test_the_dry_run_prices_a_scenario_the_rule_sends_on_at_its_next_rung_seed_0
     """SCAN's seed 0 landed at rung 1 under the bar (median 0.9): rung 2 is due. What is left is seed 0 at
     4,000 steps and the other seeds there too (at the least they can cost), never seeds 1 and 2 at 1,500,
     which the study will not train."""
-    import probe.studies.sweep
     from probe.cli import main
     from probe.studies.ladder import Ladder
 
@@ -292,13 +298,7 @@ def test_the_dry_run_prices_a_scenario_the_rule_sends_on_at_its_next_rung_seed_0
     one_rung = Ladder((1500,), 0.95)  # a sitting stopped after seed 0's first rung landed
     rung = rung_plan("section3", first, one_rung, seeds=1, tasks=["scan"])
     train_and_evaluate(runs, "cpu", train, rule=one_rung, rung=rung, on_scenario=_summarising(summaries))
-    priced = []
-
-    def estimate_cost(runs, *, device, threads, on_measure):
-        priced.extend(runs)
-        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
-
-    monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
+    priced = _priced_at_100s_a_run(monkeypatch)
     argv = ["reproduce", "--scale", "section3", "--task", "scan", "--seeds", "3", "--jobs", "1"]
     assert main([*argv, "--checkpoints", str(tmp_path / "sitting2"), "--summaries", str(summaries), "--dry-run"]) == 0
     assert sorted({(r.config.seed, r.config.steps) for r in priced}) == [(0, 4000), (1, 4000), (2, 4000)]
