@@ -195,3 +195,35 @@ def test_a_sittings_progress_counts_its_steps_and_reads_the_time_left_at_its_own
     progress.expect([a, c])
     assert progress.last_step(str(c.path)) == 4000 and progress.last_step(str(tmp_path)) is None
     assert progress.line() == "1/3 runs, 45% of their steps, about 2.0 min left"
+
+
+def test_a_pause_while_runs_train_is_left_out_of_the_pace_and_an_evaluation_is_not(tmp_path):
+    """Two runs of 4,000 steps log 100 steps every 10 s (20 steps/s in all). A 20-minute silence half-way
+    through a run is a stopped study: left out, the time left stays at the pace of the steps. The same
+    silence once every run has trained (an evaluation before the next scenario) counts."""
+    from probe.studies.progress import SittingProgress
+
+    a, b, c = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5", "alibi"], "steps": 4000}, tmp_path)
+    now = [0.0]
+    progress = SittingProgress([a, b], clock=lambda: now[0])
+    for step in range(100, 2100, 100):  # 2,000 steps each by 200 s
+        now[0] += 5.0
+        progress.update(str(a.path), step)
+        now[0] += 5.0
+        progress.update(str(b.path), step)
+    assert progress.line() == "0/2 runs, 50% of their steps, about 3.3 min left"
+    now[0] += 1200.0  # stopped
+    progress.update(str(a.path), 2100)
+    assert progress.line() == "0/2 runs, 51% of their steps, about 3.2 min left"
+    for step in range(2200, 4100, 100):
+        now[0] += 5.0
+        progress.update(str(a.path), step)
+        progress.update(str(b.path), step)
+    progress.update(str(b.path), 4000)
+    progress.expect([c])
+    now[0] += 1200.0  # the scenario's evaluation: nothing trains
+    progress.update(str(c.path), 400)
+    # 2,695 s since the start, less the pause (1,200 s less one usual spacing, 5 s): 1,500 s for 8,400 steps;
+    # 3,600 left at that pace, 643 s
+    assert progress.paused == 1195.0
+    assert progress.line() == "2/3 runs, 70% of their steps, about 10.7 min left"

@@ -3,15 +3,21 @@
 A study runs for hours, so its log says more than the latest run's step: how many of the sitting's runs have
 trained, what share of their steps, and the time left, read from the steps taken since the sitting began
 (selection passes, evaluations and the machine's load are in that pace, as no price measured beforehand can
-have them). Runs the recipe rule adds as it climbs join the count when they start.
+have them). Runs the recipe rule adds as it climbs join the count when they start. A pause is not in the
+pace: a silence while runs are training, many times longer than their steps' usual spacing, is a stopped
+study (Ctrl-Z, ``kill -STOP``) or a frozen machine, and is left out of the time the pace is read over.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
 from probe.studies.sweep import SweepRun, duration, steps_left
+
+PAUSE_FLOOR = 120.0  # seconds: a silence between steps shorter than this is never taken for a pause
+PAUSE_FACTOR = 10  # ... nor one under this many times the usual spacing of steps (a slow preset's log interval)
 
 
 class SittingProgress:
@@ -21,6 +27,9 @@ class SittingProgress:
         self.clock, self.began = clock, clock()
         self.span: dict[str, tuple[int, int]] = {}  # run folder -> (its step when the sitting began, its last step)
         self.at: dict[str, int] = {}  # run folder -> its latest step
+        self.last_heard: float | None = None  # when the latest step came
+        self.spacing: list[float] = []  # seconds between steps while runs were training
+        self.paused = 0.0  # seconds of silences taken for pauses
         self.expect(runs)
 
     def expect(self, runs: Sequence[SweepRun]) -> None:
@@ -32,8 +41,22 @@ class SittingProgress:
 
     def update(self, path: str, step: int) -> None:
         """A run reached ``step``."""
-        if path in self.span:
-            self.at[path] = max(step, self.at.get(path, 0))
+        if path not in self.span:
+            return
+        now = self.clock()
+        if self.last_heard is not None and self._training():  # no evaluation can lie in this silence
+            silence = now - self.last_heard
+            usual = statistics.median(self.spacing) if self.spacing else 0.0
+            if self.spacing and silence > max(PAUSE_FLOOR, PAUSE_FACTOR * usual):
+                self.paused += silence - usual
+            else:
+                self.spacing.append(silence)
+        self.last_heard = now
+        self.at[path] = max(step, self.at.get(path, 0))
+
+    def _training(self) -> bool:
+        """Whether a run of the sitting has started and not reached its last step."""
+        return any(self.at[path] < self.span[path][1] for path in self.at)
 
     def last_step(self, path: str) -> int | None:
         return self.span[path][1] if path in self.span else None
@@ -44,7 +67,7 @@ class SittingProgress:
         done = sum(max(0, self.at.get(path, start) - start) for path, (start, _) in self.span.items())
         trained = sum(1 for path, (start, end) in self.span.items() if self.at.get(path, start) >= end)
         line = f"{trained}/{len(self.span)} runs, {done / total if total else 1:.0%} of their steps"
-        elapsed = self.clock() - self.began
+        elapsed = self.clock() - self.began - self.paused
         if done and elapsed > 0:
             line += f", about {duration((total - done) * elapsed / done)} left"
         return line
