@@ -4,7 +4,7 @@
     python bench/price_noise.py --task scan --task pcfg --repeats 3
 
 A price times a few real training steps of a run (``probe.studies.sweep.cost.measure_tokens_per_second``)
-and divides each run's tokens by that speed. On this 2-core machine, the session-9 price of SCAN's
+and divides each run's tokens by that speed. On this 2-core machine, a price of SCAN's
 seeds 1 and 2 came out 1.34x under the wall they took (``study_price_section3_s9_cpu.json``). This
 benchmark measures the measurement. Two worker processes (one torch thread each, as a study's runs) hold
 one run of each scenario; each turn measures one scenario at one ``--steps`` setting either in one worker
