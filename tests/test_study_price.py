@@ -77,16 +77,38 @@ def test_a_given_throughput_prices_steps_and_selection_passes(tmp_path):
 
 
 def test_a_measured_price_times_selection_once_per_shape(tmp_path, monkeypatch):
-    measured: list[str] = []
+    """Seeds share a measurement; PEs do not (a PE is part of the shape)."""
+    measured: list[tuple[str, int]] = []
     monkeypatch.setattr(cost_module, "measure_tokens_per_second", lambda run, *args: 1000.0)
     monkeypatch.setattr(
-        cost_module, "measure_selection_tokens_per_second", lambda run, *args: measured.append(run.label) or 5000.0
+        cost_module,
+        "measure_selection_tokens_per_second",
+        lambda run, *args: measured.append((run.config.pe, run.config.seed)) or 5000.0,
     )
     runs = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5"], "seed": [0, 1]}, tmp_path)
     cost = sweep.estimate_cost(runs)
     batch, valid = sweep.mean_batch_tokens(runs[0]), sweep.selection_tokens(runs[0])
-    assert len(measured) == 1
+    assert sorted(measured) == [("nope", 0), ("t5", 0)]
     assert cost["seconds"][0] == pytest.approx(100 * batch / 1000 + 20 * valid / 5000)
+
+
+def test_each_pe_is_timed_and_priced_at_its_own_speed(tmp_path, monkeypatch):
+    """T5's bias trains slower than NoPE at one model shape: a run is priced at its own PE's measured speed,
+    not at the first PE's, and the seeds of a PE share its measurement."""
+    speed = {"nope": 1000.0, "t5": 800.0, "alibi": 900.0}
+    measured: list[str] = []
+    monkeypatch.setattr(
+        cost_module,
+        "measure_tokens_per_second",
+        lambda run, *args: measured.append(run.config.pe) or speed[run.config.pe],
+    )
+    monkeypatch.setattr(cost_module, "measure_selection_tokens_per_second", lambda run, *args: 3000.0)
+    runs = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5", "alibi"], "seed": [0, 1]}, tmp_path)
+    cost = sweep.estimate_cost(runs)
+    assert sorted(measured) == ["alibi", "nope", "t5"]
+    batch, valid = sweep.mean_batch_tokens(runs[0]), sweep.selection_tokens(runs[0])
+    for run, seconds in zip(runs, cost["seconds"], strict=True):
+        assert seconds == pytest.approx(100 * batch / speed[run.config.pe] + 20 * valid / 3000)
 
 
 def test_a_selection_pass_is_timed_after_a_warm_up_and_read_at_the_median(tmp_path, monkeypatch):

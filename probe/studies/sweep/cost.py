@@ -237,12 +237,14 @@ def estimate_cost(
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second.
 
-    Both throughputs are measured once per model shape, precision and row width (preset, model overrides,
-    ``precision``, :func:`row_class`) on the first run of that kind, with ``threads`` torch threads (what
-    each run will train with); or training's is taken from ``tokens_per_second`` (to price hardware you do
-    not have here) and a selection pass's put at :data:`FORWARD_SHARE` of its work per token. The authors'
-    protocol scores 20 selection passes a run: 5-10% of a ``tiny`` run's time on a CPU. The evaluation
-    after training is not included.
+    Both throughputs are measured once per model shape, precision, row width and PE (preset, model
+    overrides, ``precision``, :func:`row_class`, the PE with its options) on the first run of that kind:
+    a PE's own work per step differs (at ``tiny`` on a CPU, T5's bias trains about 1.15x as long as NoPE,
+    Rotary and ALiBi 1.1x), so timing one PE for all underprices a study by up to a tenth. Each is timed
+    with ``threads`` torch threads (what each run will train with); or training's is taken from
+    ``tokens_per_second`` (to price hardware you do not have here) and a selection pass's put at
+    :data:`FORWARD_SHARE` of its work per token. The authors' protocol scores 20 selection passes a run:
+    5-10% of a ``tiny`` run's time on a CPU. The evaluation after training is not included.
     """
     speeds: dict[str, float] = {}
     selection_speeds: dict[str, float] = {}
@@ -260,7 +262,10 @@ def estimate_cost(
             continue
         if folder not in tokens:
             tokens[folder], widths[folder] = batch_geometry(run)
-        shape = json.dumps([config.preset, config.model, config.precision, row_class(widths[folder])], sort_keys=True)
+        shape = json.dumps(
+            [config.preset, config.model, config.precision, row_class(widths[folder]), config.pe, config.pe_options],
+            sort_keys=True,
+        )
         if passes and valid not in scored:
             scored[valid] = selection_tokens(run)
         if shape not in speeds:
