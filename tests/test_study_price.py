@@ -73,11 +73,12 @@ def test_a_given_throughput_prices_steps_and_selection_passes(tmp_path):
     batch, valid = sweep.mean_batch_tokens(run), sweep.selection_tokens(run)
     cost = sweep.estimate_cost([run], tokens_per_second=1000.0)
     assert cost["seconds"] == [pytest.approx(100 * batch / 1000 + 20 * valid / 3000)]
-    assert cost["selection_tokens_per_second"] == {next(iter(cost["tokens_per_second"])): 3000.0}
+    assert list(cost["selection_tokens_per_second"].values()) == [3000.0]
 
 
 def test_a_measured_price_times_selection_once_per_shape(tmp_path, monkeypatch):
-    """Seeds share a measurement; PEs do not (a PE is part of the shape)."""
+    """A selection pass is timed once per model shape, whatever the PE or seed (the passes are a few percent of
+    a run: a PE's difference there is not worth a measurement per PE)."""
     measured: list[tuple[str, int]] = []
     monkeypatch.setattr(cost_module, "measure_tokens_per_second", lambda run, *args: 1000.0)
     monkeypatch.setattr(
@@ -88,7 +89,7 @@ def test_a_measured_price_times_selection_once_per_shape(tmp_path, monkeypatch):
     runs = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5"], "seed": [0, 1]}, tmp_path)
     cost = sweep.estimate_cost(runs)
     batch, valid = sweep.mean_batch_tokens(runs[0]), sweep.selection_tokens(runs[0])
-    assert sorted(measured) == [("nope", 0), ("t5", 0)]
+    assert measured == [("nope", 0)]
     assert cost["seconds"][0] == pytest.approx(100 * batch / 1000 + 20 * valid / 5000)
 
 

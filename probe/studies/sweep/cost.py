@@ -237,10 +237,13 @@ def estimate_cost(
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second.
 
-    Both throughputs are measured once per model shape, precision, row width and PE (preset, model
+    Training's throughput is measured once per model shape, precision, row width and PE (preset, model
     overrides, ``precision``, :func:`row_class`, the PE with its options) on the first run of that kind:
     a PE's own work per step differs (at ``tiny`` on a CPU, T5's bias trains about 1.15x as long as NoPE,
-    Rotary and ALiBi 1.1x), so timing one PE for all underprices a study by up to a tenth. Each is timed
+    Rotary and ALiBi 1.1x), so timing one PE for all underprices a study by up to a tenth. A selection
+    pass's is measured once per model shape, precision and row width, whatever the PE: the passes are
+    5-10% of a run, so a PE's difference there moves a price by about 1%, and timing them per PE would
+    take most of a dry run's time. Each is timed
     with ``threads`` torch threads (what each run will train with); or training's is taken from
     ``tokens_per_second`` (to price hardware you do not have here) and a selection pass's put at
     :data:`FORWARD_SHARE` of its work per token. The authors' protocol scores 20 selection passes a run:
@@ -262,10 +265,9 @@ def estimate_cost(
             continue
         if folder not in tokens:
             tokens[folder], widths[folder] = batch_geometry(run)
-        shape = json.dumps(
-            [config.preset, config.model, config.precision, row_class(widths[folder]), config.pe, config.pe_options],
-            sort_keys=True,
-        )
+        model_shape = [config.preset, config.model, config.precision, row_class(widths[folder])]
+        shape = json.dumps([*model_shape, config.pe, config.pe_options], sort_keys=True)
+        forward = json.dumps(model_shape, sort_keys=True)
         if passes and valid not in scored:
             scored[valid] = selection_tokens(run)
         if shape not in speeds:
@@ -275,13 +277,13 @@ def estimate_cost(
                 if on_measure:
                     on_measure(f"measuring {config.preset} {config.model or ''} on {run.label}")
                 speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads, tokens[folder])
-        if passes and shape not in selection_speeds:
+        if passes and forward not in selection_speeds:
             given = tokens_per_second is not None
             measure = measure_selection_tokens_per_second
-            selection_speeds[shape] = (
+            selection_speeds[forward] = (
                 speeds[shape] / FORWARD_SHARE if given else measure(run, device, threads, scored[valid])
             )
-        selecting = passes * scored[valid] / selection_speeds[shape] if passes else 0.0
+        selecting = passes * scored[valid] / selection_speeds[forward] if passes else 0.0
         per_run.append(left * tokens[folder] / speeds[shape] + selecting)
     return {
         "seconds": per_run,
