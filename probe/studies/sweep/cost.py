@@ -10,9 +10,12 @@ import math
 import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.studies.sweep.grid import SweepRun
+
+if TYPE_CHECKING:
+    from probe.training.train_config import TrainConfig
 
 
 # -- what is left to do ----------------------------------------------------------------------
@@ -225,6 +228,19 @@ def measure_selection_tokens_per_second(
 FORWARD_SHARE = 1 / 3  # a forward pass's work per token against a training step's (forward + backward ~ 3x)
 
 
+def throughput_keys(config: TrainConfig, width: float) -> tuple[str, str]:
+    """The kinds of run that share a measured throughput: training's, per model shape, precision, row width
+    (:func:`row_class`) and PE with its options; a selection pass's, per model shape, precision and row width.
+
+    A PE's own work per step differs (at ``tiny`` on a CPU, T5's bias trains about 1.15x as long as NoPE,
+    Rotary and ALiBi 1.1x), so timing one PE for all underprices a study by up to a tenth. Selection passes
+    are 5-10% of a run, where a PE's difference moves a price by about 1%: timing them per PE would take
+    most of a dry run's time."""
+    model_shape = [config.preset, config.model, config.precision, row_class(width)]
+    training = json.dumps([*model_shape, config.pe, config.pe_options], sort_keys=True)
+    return training, json.dumps(model_shape, sort_keys=True)
+
+
 def estimate_cost(
     runs: Sequence[SweepRun],
     *,
@@ -237,17 +253,11 @@ def estimate_cost(
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second.
 
-    Training's throughput is measured once per model shape, precision, row width and PE (preset, model
-    overrides, ``precision``, :func:`row_class`, the PE with its options) on the first run of that kind:
-    a PE's own work per step differs (at ``tiny`` on a CPU, T5's bias trains about 1.15x as long as NoPE,
-    Rotary and ALiBi 1.1x), so timing one PE for all underprices a study by up to a tenth. A selection
-    pass's is measured once per model shape, precision and row width, whatever the PE: the passes are
-    5-10% of a run, so a PE's difference there moves a price by about 1%, and timing them per PE would
-    take most of a dry run's time. Each is timed
-    with ``threads`` torch threads (what each run will train with); or training's is taken from
-    ``tokens_per_second`` (to price hardware you do not have here) and a selection pass's put at
-    :data:`FORWARD_SHARE` of its work per token. The authors' protocol scores 20 selection passes a run:
-    5-10% of a ``tiny`` run's time on a CPU. The evaluation after training is not included.
+    Both throughputs are measured on the first run of their kind (:func:`throughput_keys`) with ``threads``
+    torch threads (what each run will train with); or training's is taken from ``tokens_per_second`` (to
+    price hardware you do not have here) and a selection pass's put at :data:`FORWARD_SHARE` of its work per
+    token. The authors' protocol scores 20 selection passes a run: 5-10% of a ``tiny`` run's time on a CPU.
+    The evaluation after training is not included.
     """
     speeds: dict[str, float] = {}
     selection_speeds: dict[str, float] = {}
@@ -265,9 +275,7 @@ def estimate_cost(
             continue
         if folder not in tokens:
             tokens[folder], widths[folder] = batch_geometry(run)
-        model_shape = [config.preset, config.model, config.precision, row_class(widths[folder])]
-        shape = json.dumps([*model_shape, config.pe, config.pe_options], sort_keys=True)
-        forward = json.dumps(model_shape, sort_keys=True)
+        shape, forward = throughput_keys(config, widths[folder])
         if passes and valid not in scored:
             scored[valid] = selection_tokens(run)
         if shape not in speeds:
