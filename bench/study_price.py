@@ -1,16 +1,22 @@
-"""A study's `--dry-run` price against the wall time its scenarios then took, scenario by scenario.
+"""A study's `--dry-run` price against the time its runs and the sitting then took.
 
     probe reproduce --scale section3 --task all --seeds 3 --dry-run --json > price.json   # before a sitting
     python bench/study_price.py price.json                                               # after it
 
-The dry run's JSON names every run it priced (``todo``: path, steps left, seconds) and each scenario's price
-(``scenarios``: its runs side by side, one scenario at a time, as the study trains them). This script reads
-those runs' folders once they have trained and been evaluated: a scenario's measured wall runs from its
-first run's start (its first log line, less one logging interval) to its last evaluation's file, less every
-pause in its training: a span over ``--pause`` seconds (20 by default; its runs log every few seconds) in
-which none of them logged, a stopped study or a suspended machine, reported beside it. Only scenarios
-priced whole (every run from step 0) and landed whole (every run evaluated) are compared. Writes
-``bench/results/study_price_<name>_cpu.json``.
+The dry run's JSON names every run it priced (``todo``: path, steps left, seconds), each scenario's share and
+the sitting's wall (a phase's runs one queue for its ``jobs`` workers, scenario by scenario, as the study
+trains them). Once the runs have trained and been evaluated this script compares two things:
+
+- per scenario, its runs' priced seconds against the ``train_seconds`` each run recorded (checkpoint
+  selection included in both): how well the price knows a run;
+- the sitting, over the scenarios that landed whole: the wall the price gives those runs as one queue against
+  the span from their first start (a run's first log line, less one logging interval) to their last
+  evaluation's file, less every pause (a span over ``--pause`` seconds, 20 by default, in which no run logged:
+  a stopped study or a suspended machine). The evaluations, beside the next scenario's training, are in it and
+  not in the price.
+
+Only scenarios priced whole (every run from step 0) and landed whole (every run evaluated) are compared.
+Writes ``bench/results/study_price_<name>_cpu.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
 from probe.analysis.eval_report import EVAL  # noqa: E402
+from probe.studies.sweep import queued_wall_seconds  # noqa: E402
 from probe.training.loop import METRICS  # noqa: E402
 
 
@@ -41,21 +48,20 @@ def run_times(folder: Path) -> tuple[float, float, list[float]] | None:
     return times[0] - interval, evaluation.stat().st_mtime, times
 
 
-def scenario_wall(folders: list[Path], pause: float) -> dict[str, float] | None:
-    """Measured wall of one scenario's runs: training span, evaluation span, pauses; None until all landed."""
-    spans = [run_times(folder) for folder in folders]
-    if any(span is None for span in spans):
+def span(folders: list[Path], pause: float) -> dict[str, float] | None:
+    """Measured span of runs, first start to last evaluation, with its pauses taken out; None until all landed."""
+    times = [run_times(folder) for folder in folders]
+    if any(t is None for t in times):
         return None
-    start, trained = min(s[0] for s in spans), max(s[2][-1] for s in spans)
-    landed = max(s[1] for s in spans)
-    events = sorted({start, *(t for s in spans for t in s[2])})
+    start, landed = min(t[0] for t in times), max(t[1] for t in times)
+    events = sorted({start, landed, *(s for t in times for s in t[2])})
     paused = sum(gap for a, b in zip(events, events[1:]) if (gap := b - a) > pause)
-    return {
-        "training_seconds": trained - start - paused,
-        "evaluation_seconds": max(0.0, landed - trained),
-        "paused_seconds": paused,
-        "wall_seconds": landed - start - paused,
-    }
+    return {"wall_seconds": landed - start - paused, "paused_seconds": paused}
+
+
+def train_seconds(folder: Path) -> float:
+    """The training seconds a run recorded (its config's metrics), checkpoint selection included."""
+    return float(json.loads((folder / "config.json").read_text())["metrics"]["train_seconds"])
 
 
 def main() -> None:
@@ -69,7 +75,7 @@ def main() -> None:
     load = os.getloadavg()
     try:
         price = json.loads(Path(args.price).read_text())
-        price["todo"], price["scenarios"]  # noqa: B018 (what a price file must hold)
+        price["todo"], price["jobs"]  # noqa: B018 (what a price file must hold)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SystemExit(f"{args.price}: not the JSON of `probe reproduce ... --dry-run --json` ({error!r})") from None
     todo: dict[str, list[dict]] = {}
@@ -77,42 +83,51 @@ def main() -> None:
         todo.setdefault(Path(entry["path"]).parent.parent.name, []).append(entry)
     rows: dict[str, dict] = {}
     for scenario, entries in todo.items():
-        fresh = all(_steps(Path(e["path"])) == e["steps_left"] for e in entries)
-        measured = scenario_wall([Path(e["path"]) for e in entries], args.pause) if fresh else None
-        if measured is None:
+        folders = [Path(e["path"]) for e in entries]
+        fresh = all(_steps(folder) == e["steps_left"] for folder, e in zip(folders, entries))
+        if not fresh or span(folders, args.pause) is None:
             continue
-        priced = price["scenarios"][scenario]
+        priced, measured = sum(e["seconds"] for e in entries), sum(train_seconds(f) for f in folders)
         rows[scenario] = {
-            "priced_seconds": priced,
-            **measured,
-            "measured_over_priced": measured["wall_seconds"] / priced,
+            "priced_run_seconds": priced,
+            "run_seconds": measured,
+            "measured_over_priced": measured / priced,
         }
-    priced = sum(r["priced_seconds"] for r in rows.values())
-    measured = sum(r["wall_seconds"] for r in rows.values())
+    compared = [e for scenario in rows for e in todo[scenario]]
+    sitting = None
+    if compared:
+        first = [price.get("seed0_first", False) and Path(e["path"]).name == "seed0" for e in compared]
+        order = sorted(range(len(compared)), key=lambda i: not first[i])
+        priced_wall = queued_wall_seconds(
+            [compared[i]["seconds"] for i in order], [first[i] for i in order], price["jobs"]
+        )
+        measured = span([Path(e["path"]) for e in compared], args.pause)
+        sitting = {
+            "priced_wall_seconds": priced_wall,
+            **measured,
+            "measured_over_priced": measured["wall_seconds"] / priced_wall,
+        }
     payload = {
-        **header("study_price", "a study's --dry-run price against the wall time its scenarios took", "cpu", load),
+        **header(
+            "study_price", "a study's --dry-run price against the time its runs and the sitting took", "cpu", load
+        ),
         "price_file": str(args.price),
         "priced_in_all_seconds": price["estimated_training_seconds"],
+        "jobs": price["jobs"],
         "scenarios": rows,
-        "compared": {
-            "scenarios": len(rows),
-            "priced_seconds": priced,
-            "measured_seconds": measured,
-            "measured_over_priced": measured / priced if priced else None,
-        },
+        "sitting": sitting,
     }
     path = write_json(f"study_price_{args.name}", "cpu", payload)
     for scenario, row in rows.items():
         print(
-            f"{scenario}: priced {row['priced_seconds'] / 60:.1f} min, measured {row['wall_seconds'] / 60:.1f} min "
-            f"({row['measured_over_priced']:.2f}x; evaluation {row['evaluation_seconds']:.0f} s, "
-            f"paused {row['paused_seconds']:.0f} s)"
+            f"{scenario}: runs priced {row['priced_run_seconds'] / 60:.1f} min, trained "
+            f"{row['run_seconds'] / 60:.1f} min ({row['measured_over_priced']:.2f}x)"
         )
-    if rows:
+    if sitting:
         print(
-            f"{len(rows)} scenario{'s' * (len(rows) != 1)}: priced {priced / 60:.1f} min, "
-            f"measured {measured / 60:.1f} min "
-            f"({measured / priced:.2f}x)"
+            f"{len(rows)} scenario{'s' * (len(rows) != 1)} as one queue on {price['jobs']} workers: priced "
+            f"{sitting['priced_wall_seconds'] / 60:.1f} min, measured {sitting['wall_seconds'] / 60:.1f} min "
+            f"({sitting['measured_over_priced']:.2f}x; paused {sitting['paused_seconds']:.0f} s)"
         )
     print(f"wrote {path}")
 

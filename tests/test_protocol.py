@@ -247,6 +247,18 @@ def test_teacher_forced_exact_match_is_greedy_decodings(bos):
     greedy = evaluate_examples(model, tokenizer, examples).correct
     assert greedy == [True, True, False, False, False, True]
     assert teacher_forced_exact_match(model, encode(examples, tokenizer), batch_size=4) == greedy
+    assert teacher_forced_exact_match(model, encode(examples, tokenizer), batch_size=1) == greedy
+
+
+def test_teacher_forced_batches_go_shortest_first_so_each_pads_to_about_its_own_length():
+    """Lengths 5, 1, 5, 1, 3, 1 in batches of 2: (1, 1), (1, 3), (5, 5), 2 x (1 + 3 + 5) = 18 padded tokens, where
+    the set's order pads every batch to 5 (30 tokens)."""
+    from probe.tasks.decoding import length_batches
+
+    lengths = torch.tensor([5, 1, 5, 1, 3, 1])
+    batches = length_batches(lengths, 2)
+    assert [b.tolist() for b in batches] == [[1, 3], [5, 4], [0, 2]]
+    assert sum(int(lengths[b].max()) * len(b) for b in batches) == 18
 
 
 # -- a run under the protocol ---------------------------------------------------------------------

@@ -88,14 +88,18 @@ def test_later_rungs_live_beside_the_study_and_their_summaries_are_tagged(tmp_pa
     assert (RULE.tag(1500), RULE.tag(4000)) == ("", "+steps4000")
 
 
-def _stand_in(iid_of):
-    """A trainer that 'trains' by writing each run's evaluation, its IID set by (task, steps)."""
+def _stand_in(iid_of, events=None):
+    """A trainer that 'trains' a queue by writing each run's evaluation in turn, its IID set by (task, steps),
+    and says so as each run ends (``events``, if given, records each run trained)."""
     trained = []
 
-    def train(runs):
+    def train(runs, finished):
         trained.append([(r.config.task, r.config.seed, r.config.steps) for r in runs])
         for run in runs:
             fake_evals([run], OOD, iid=iid_of[(run.config.task, run.config.steps)])
+            if events is not None:
+                events.append(("trained", run.config.task))
+            finished(run)
         return []
 
     return train, trained
@@ -112,13 +116,11 @@ def test_seed_0_climbs_first_and_the_other_seeds_train_only_at_the_rung_chosen(t
     )
     phases = [sorted(set(batch)) for batch in trained]
     assert phases == [
-        [("scan", 0, 1500)],
-        [("parity", 0, 1500)],
+        [("parity", 0, 1500), ("scan", 0, 1500)],
         [("scan", 0, 4000)],  # scan's median 0.9 < 0.95 at rung 1; parity's 1.0 stays
-        [("scan", 1, 4000), ("scan", 2, 4000)],
-        [("parity", 1, 1500), ("parity", 2, 1500)],
+        [("parity", 1, 1500), ("parity", 2, 1500), ("scan", 1, 4000), ("scan", 2, 4000)],
     ]
-    assert all(len(batch) == 5 * len({b[1] for b in batch}) for batch in trained)  # every PE, every seed
+    assert all(batch.count(part) == 5 for batch in trained for part in batch)  # every PE of each part
     scan, parity = "scan+split=paper", "parity+train_length=8"
     assert landed == [(scan, ""), (parity, ""), (scan, "+steps4000"), (scan, "+steps4000"), (parity, "")]
     assert (tmp_path / "section3-steps4000" / scan / "nope" / "seed2" / "eval.json").is_file()
@@ -126,6 +128,35 @@ def test_seed_0_climbs_first_and_the_other_seeds_train_only_at_the_rung_chosen(t
     final = chosen_runs(runs, RULE, rung)
     assert {(r.config.task, r.config.steps) for r in final} == {("scan", 4000), ("parity", 1500)}
     assert len(final) == len(runs) == 2 * 3 * 5
+
+
+def test_a_scenario_lands_as_its_last_run_ends_while_the_next_scenarios_runs_train(tmp_path):
+    """One queue for the phase, but each scenario evaluated and summarised as soon as its own runs have ended."""
+    events: list[tuple[str, str]] = []
+    train, trained = _stand_in({("scan", 1500): 1.0, ("parity", 1500): 1.0}, events)
+    runs = plan("section3", tmp_path, seeds=1, tasks=["scan", "parity"])
+    train_and_evaluate(runs, "cpu", train, on_scenario=lambda s, group, tag: events.append(("landed", s)))
+    assert len(trained) == 1  # one queue
+    assert events == [
+        *[("trained", "scan")] * 5,
+        ("landed", "scan+split=paper"),
+        *[("trained", "parity")] * 5,
+        ("landed", "parity+train_length=8"),
+    ]
+
+
+def test_a_trainer_that_reports_no_run_lands_every_scenario_when_it_returns(tmp_path):
+    """A cluster's phase says nothing run by run: its scenarios land, evaluated, after it, in the study's order."""
+    events: list[tuple[str, str]] = []
+    stand_in, _ = _stand_in({("scan", 1500): 1.0, ("parity", 1500): 1.0}, events)
+    runs = plan("section3", tmp_path, seeds=1, tasks=["scan", "parity"])
+
+    def silent(queue, finished):
+        return stand_in(queue, lambda run: None)
+
+    train_and_evaluate(runs, "cpu", silent, on_scenario=lambda s, group, tag: events.append(("landed", s)))
+    assert events[10:] == [("landed", "scan+split=paper"), ("landed", "parity+train_length=8")]
+    assert all(event[0] == "trained" for event in events[:10])
 
 
 def test_the_merge_keeps_each_scenarios_chosen_rung_and_names_what_is_missing_there(tmp_path):
@@ -221,8 +252,7 @@ def test_a_later_sitting_without_checkpoints_trains_only_the_parts_with_no_summa
     study = {"rule": RULE, "rung": rung, "on_scenario": _summarising(summaries), "landed": landed}
     train_and_evaluate(runs, "cpu", train, **study)
     assert [sorted(set(batch)) for batch in trained] == [
-        [("scan", 1, 4000), ("scan", 2, 4000)],
-        [("parity", 1, 1500), ("parity", 2, 1500)],
+        [("parity", 1, 1500), ("parity", 2, 1500), ("scan", 1, 4000), ("scan", 2, 4000)],
     ]
     report = summaries_report(runs, summaries, scale="section3", seeds=3, rule=RULE)
     assert report["missing"] == []

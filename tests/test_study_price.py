@@ -54,16 +54,26 @@ def test_probes_protocol_makes_no_selection_pass(tmp_path):
 
 
 def test_a_selection_pass_reads_the_padded_tokens_of_the_batches_it_scores(tmp_path):
-    """Read off the batches themselves: the validation set the trainer builds, cut as the teacher-forced
-    score cuts it (256 examples a pass), each batch's tensor counted."""
-    from probe.tasks.decoding import TEACHER_FORCED_BATCH
+    """Read off the batches themselves: the validation set the trainer builds, scored by the teacher-forced
+    pass (256 examples a batch), each batch's tensor counted as a stand-in model receives it."""
+    from probe.tasks.decoding import teacher_forced_exact_match
     from probe.training.sources import TaskSource
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seen: list[int] = []
+
+        def forward(self, tokens):  # [batch, pos] -> [batch, pos, vocab] of zeros
+            self.seen.append(tokens.numel())
+            return torch.zeros(*tokens.shape, 4)
 
     run = _run(tmp_path, eval_examples=600)
     data = TaskSource("copy", run.config.task_options, 0, authors=True).validation_set(600)
-    batches = [data.batch(index)[0] for index in torch.arange(len(data)).split(TEACHER_FORCED_BATCH)]
-    assert len(batches) == 3 and sum(b.numel() for b in batches) > int(data.lengths.sum())  # padding counts
-    assert sweep.selection_tokens(run) == sum(b.numel() for b in batches)
+    model = Counting()
+    teacher_forced_exact_match(model, data)
+    assert len(model.seen) == 3 and sum(model.seen) > int(data.lengths.sum())  # padding counts
+    assert sweep.selection_tokens(run) == sum(model.seen)
 
 
 def test_a_given_throughput_prices_steps_and_selection_passes(tmp_path):
@@ -172,16 +182,23 @@ def test_a_batchs_geometry_is_read_off_the_rows_the_trainer_builds(tmp_path):
         )
 
 
-def test_phases_run_one_after_another():
-    """Three runs of 100 s then one of 50 s on 2 slots: 200 s then 50 s (pooled, 200 s in all)."""
+def test_phases_run_one_after_another_each_a_queue_taken_in_its_order():
+    """Three runs of 100 s then one of 50 s on 2 slots: 200 s then 50 s (pooled, 200 s in all). In its order,
+    a queue of 50, 100, 100, 50 s on 2 slots ends at 150 s (the second 100 s starts at 50 s); longest first,
+    as a sweep prices, it would too, but 30, 30, 100 ends at 130 s where longest first ends at 100 s."""
     seconds, phases = [100.0, 100.0, 100.0, 50.0], ["a", "a", "a", "b"]
     assert sweep.wall_seconds(seconds, 2) == 200.0
-    assert sweep.phased_wall_seconds(seconds, phases, 2) == 250.0
+    assert sweep.queued_wall_seconds(seconds, phases, 2) == 250.0
+    assert sweep.queued_wall_seconds([50.0, 100.0, 100.0, 50.0], ["a"] * 4, 2) == 150.0
+    assert sweep.queued_wall_seconds([30.0, 30.0, 100.0], ["a"] * 3, 2) == 130.0
+    assert sweep.wall_seconds([30.0, 30.0, 100.0], 2) == 100.0
 
 
 def test_the_dry_run_prices_each_scenario_and_seed_0_before_the_others(tmp_path, capsys, monkeypatch):
-    """Two scenarios x 5 PEs x 3 seeds, 100 s a run on 2 jobs: seed 0 (5 runs: 300 s), then seeds 1-2 (10
-    runs: 500 s), one scenario after the other: 800 s a scenario, 1,600 s in all."""
+    """Two scenarios x 5 PEs x 3 seeds, 100 s a run on 2 jobs: seed 0 of both (10 runs, one queue: 500 s),
+    then seeds 1-2 of both (20 runs: 1,000 s), 1,500 s in all; each scenario's share 15 x 100 s / 2. A
+    scenario at a time, as the study trained before its phases were one queue, it was 1,600 s: each
+    scenario's fifth run of a seed-0 phase trained alone."""
     import probe.studies.sweep
 
     def estimate_cost(runs, *, device, threads, on_measure):
@@ -191,8 +208,8 @@ def test_the_dry_run_prices_each_scenario_and_seed_0_before_the_others(tmp_path,
     argv = ["reproduce", "--scale", "section3", "--task", "scan", "--task", "pcfg", "--seeds", "3", "--jobs", "2"]
     assert main([*argv, "--dry-run", "--json", "--checkpoints", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["scenarios"] == {"scan+split=paper": 800.0, "pcfg": 800.0}
-    assert out["estimated_training_seconds"] == 1600.0
+    assert out["scenarios"] == {"scan+split=paper": 750.0, "pcfg": 750.0}
+    assert out["estimated_training_seconds"] == 1500.0
     assert len(out["todo"]) == 30 and {t["seconds"] for t in out["todo"]} == {100.0}
     assert {t["steps_left"] for t in out["todo"]} == {1500}
 

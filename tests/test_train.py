@@ -262,3 +262,21 @@ def test_a_task_with_fewer_validation_examples_than_asked_validates_on_all_of_th
     assert 100 < held_out < 500
     report = evaluate_run(Run(tmp_path / "run", read_checkpoint_config(tmp_path / "run")), n_test=4, write=False)
     assert sum(bucket.n for bucket in report.buckets if bucket.seen) == held_out
+
+
+def test_each_parallel_run_is_reported_here_as_it_ends_while_the_others_train(tmp_path):
+    """``on_done`` is how a study lands a scenario early: run 0 (5 steps) ends while run 1 (400 steps) trains
+    beside it, and run 2 takes run 0's worker; each is reported once, after its weights are written."""
+    from probe.training.parallel import train_parallel
+
+    folders = [tmp_path / name for name in ("short", "long", "next")]
+    runs = [(_config(steps=steps, checkpoint_every=1000), folder) for steps, folder in zip((5, 400, 5), folders)]
+    reported: list[tuple[int, bool, bool]] = []  # (run, its weights written, the long run's written)
+
+    def on_done(i: int) -> None:
+        written = [(folder / "model.safetensors").is_file() for folder in folders]
+        reported.append((i, written[i], written[1]))
+
+    results = train_parallel(runs, "cpu", jobs=2, on_done=on_done)
+    assert [r.status for r in results] == ["trained"] * 3
+    assert reported == [(0, True, False), (2, True, False), (1, True, True)]

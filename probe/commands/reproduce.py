@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     study = {"rule": rule, "rung": rung, "on_scenario": on_scenario, "landed": landed}
     if args.address:
         train = partial(_train_on_cluster, args.address, root, f"reproduce-{args.scale}", out, args.capture)
-        train_and_evaluate(runs, device, train, whole_phases=True, **study)
+        train_and_evaluate(runs, device, train, **study)
     else:
         _train_here(runs, pending(runs, rule, rung, landed), device, jobs, stack, engine, out, study)
     if args.scale in RANKING_ONLY:  # ranks only: the summaries hold it all, earlier sittings' parts too
@@ -131,10 +131,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
-    """What the study trains, and about how long it takes here (measured on this machine): each scenario's
-    runs side by side on ``jobs`` workers, one scenario (and under a recipe rule, seed 0 of it) at a time,
-    as :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
-    from probe.studies.reproduce import ladder, scenario_prices
+    """What the study trains, and about how long it takes here (measured on this machine): a phase's runs (under
+    a recipe rule, seed 0 first) as one queue for ``jobs`` workers, scenario by scenario, as
+    :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
+    from probe.studies.reproduce import ladder, study_prices
     from probe.studies.sweep import duration, estimate_cost, steps_left
     from probe.training.bookkeeping import TRAIN_THREADS
 
@@ -142,8 +142,7 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     rule = None if args.steps else ladder(args.scale)
     with out.status("measuring this machine's training speed") as status:
         cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
-    priced = scenario_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None)
-    wall = sum(priced.values())
+    priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None)
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
     for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
         members = [r for r in runs if r.path.parent.parent.name == folder]
@@ -156,7 +155,8 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
         )
     out.print(
         f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
-        f"{cost['source']}; checkpoint selection included, the evaluation after training adds a few percent)"
+        f"{cost['source']}; checkpoint selection included, the evaluation of each scenario, beside the next "
+        "one's training, adds a few percent; a scenario's line is its share: its runs' time over the workers)"
     )
     if rule is not None and len(rule.steps) > 1:
         rungs = f"{', '.join(map(str, rule.steps[1:]))} steps while its median PE stays under {rule.median_iid:.0%} IID"
@@ -181,6 +181,7 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
                 ],
                 "scenarios": priced,
                 "estimated_training_seconds": wall,
+                "seed0_first": rule is not None,
                 "jobs": jobs,
                 "threads_per_job": threads,
             }
@@ -188,8 +189,9 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     return 0
 
 
-def _train_on_cluster(address: str, root, name: str, out, capture: bool | None, runs: list) -> list:
-    """One phase of the study on the Ray cluster at ``address``, resumable through its manifest."""
+def _train_on_cluster(address: str, root, name: str, out, capture: bool | None, runs: list, finished) -> list:
+    """One phase of the study on the Ray cluster at ``address``, resumable through its manifest; its
+    scenarios land when the whole phase has trained (``finished`` is not told of runs one by one)."""
     from probe.studies.sweep import Manifest, connect, execute, manifest_path, run_state
 
     todo = [r for r in runs if run_state(r) != "done"]
@@ -218,9 +220,10 @@ def _summarise(study: str, scenario: str, group: list, tag: str, *, folder, out)
 
 
 def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, out, study: dict) -> None:
-    """Train and evaluate the study here, scenario by scenario (``todo``: what is left of it at the rungs
-    known now): ``study`` holds :func:`~probe.studies.reproduce.train_and_evaluate`'s recipe rule, rung plan,
-    landed summaries and ``on_scenario``. The status names the latest run's step and the sitting's progress."""
+    """Train and evaluate the study here, a phase's runs as one queue, each scenario landing as its runs end
+    (``todo``: what is left of it at the rungs known now): ``study`` holds
+    :func:`~probe.studies.reproduce.train_and_evaluate`'s recipe rule, rung plan, landed summaries and
+    ``on_scenario``. The status names the latest run's step and the sitting's progress."""
     from pathlib import Path
 
     from probe.studies.progress import SittingProgress
@@ -239,9 +242,9 @@ def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, 
 
         trainer = local_trainer(device, jobs=jobs, stack=stack, engine=engine, on_event=on_event)
 
-        def train(group: list) -> list:
+        def train(group: list, finished) -> list:
             progress.expect(group)  # a rung the rule climbs to joins the count
-            return trainer(group)
+            return trainer(group, finished)
 
         results = train_and_evaluate(runs, device, train, **study)
     failed = [r for r in results if getattr(r, "error", None)]

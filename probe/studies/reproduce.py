@@ -36,7 +36,11 @@ STUDIES = {"reduced": "reproduce", "section3": "section3", "section6": "section6
 SUMMARIES = "summaries"
 Progress = Callable[[str], None]
 OnScenario = Callable[[str, list[SweepRun], str], None]  # (scenario, its runs at one rung, the rung's tag)
-Train = Callable[[list[SweepRun]], list[Any]]  # trains the unfinished of the runs given: results, failures
+Finished = Callable[[SweepRun], None]  # told in the study's process that a run has ended, trained or failed
+Train = Callable[[list[SweepRun], Finished], list[Any]]
+"""Trains the unfinished of the runs given (results, failures), telling ``Finished`` of each run as it ends (at
+once of one already trained) so that a scenario is evaluated and lands while others train; what it does not
+tell of lands when it returns."""
 
 
 def ladder(scale: str) -> Ladder | None:
@@ -91,13 +95,18 @@ def local_trainer(
 
     engine = engine or Engine.for_device(device)
 
-    def train(runs: list[SweepRun]) -> list[Any]:
-        pairs = [(r.config, r.path) for r in runs if run_state(r) not in ("done", "evaluate")]
-        if not pairs:
+    def train(runs: list[SweepRun], finished: Finished) -> list[Any]:
+        todo: list[SweepRun] = []
+        for run in runs:
+            todo.append(run) if run_state(run) not in ("done", "evaluate") else finished(run)
+        if not todo:
             return []
+        pairs = [(r.config, r.path) for r in todo]
         if stack:
             return train_by_stack(pairs, device, engine=engine, on_event=on_event)
-        return train_parallel(pairs, str(device), jobs=min(jobs, len(pairs)), on_event=on_event, engine=engine)
+        jobs_here = min(jobs, len(pairs))
+        done = lambda i: finished(todo[i])  # noqa: E731
+        return train_parallel(pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=done)
 
     return train
 
@@ -110,16 +119,15 @@ def train_and_evaluate(
     rule: Ladder | None = None,
     rung: Callable[[int], Sequence[SweepRun]] | None = None,
     on_scenario: OnScenario | None = None,
-    whole_phases: bool = False,
     landed: Landed | None = None,
 ) -> list[Any]:
     """Train the study in phases, each scenario's runs evaluated and handed to ``on_scenario(scenario, its
-    runs, rung tag)`` as they land. Without a recipe ``rule``, one phase: every run. With one: seed 0 of every
-    scenario at the first rung, then again at the next rung where the rule sends it on, until none is; then
-    every other seed at its scenario's rung (``rung(steps)``: :func:`rung_plan`), so every recipe is fixed on
-    IID validation first. ``train`` trains the unfinished of the runs given (:func:`local_trainer`, or a
-    cluster's), a scenario at a time, or a phase at a time (``whole_phases``). A part (scenario, seed, rung)
-    whose summary ``landed`` already is not trained again; the rule reads seed 0 from it."""
+    runs, rung tag)`` as soon as they have all ended, while the phase's other runs train on. Without a recipe
+    ``rule``, one phase: every run. With one: seed 0 of every scenario at the first rung, then again at the next
+    rung where the rule sends it on, until none is; then every other seed at its scenario's rung (``rung(steps)``:
+    :func:`rung_plan`), so every recipe is fixed on IID validation first. ``train`` trains the unfinished of a
+    phase's runs in the study's order (:func:`local_trainer`, or a cluster's). A part (scenario, seed, rung) whose
+    summary ``landed`` already is not trained again; the rule reads seed 0 from it."""
     results: list[Any] = []
     reading = functools.partial(seed0_reading, landed)
 
@@ -127,14 +135,7 @@ def train_and_evaluate(
         groups = {
             s: (runs, tag) for s, (group, tag) in everything.items() if (runs := still_open(landed, s, group, tag))
         }
-        if whole_phases:
-            results.extend(train([r for group, _ in groups.values() for r in group]))
-        for scenario, (group, tag) in groups.items():
-            if not whole_phases:
-                results.extend(train(group))
-            evaluate(group, device)
-            if on_scenario is not None:
-                on_scenario(scenario, group, tag)
+        results.extend(train_phase(groups, device, train, on_scenario))
 
     by_scenario = scenarios(runs)
     if rule is None or rung is None:
@@ -161,6 +162,36 @@ def train_and_evaluate(
             and reading(scenario, seed0[scenario], rule.tag(steps[scenario])) is not None
         }
     )
+    return results
+
+
+def train_phase(
+    groups: dict[str, tuple[list[SweepRun], str]], device: torch.device, train: Train, on_scenario: OnScenario | None
+) -> list[Any]:
+    """Train the runs of ``groups`` (scenario -> its runs, rung tag) as one queue in their order, and land each
+    scenario (evaluate it, then ``on_scenario``) as its last run ends: the next scenario's runs keep the workers
+    busy meanwhile. A scenario the trainer did not report lands when it returns."""
+    waiting = {scenario: {r.path for r in group} for scenario, (group, _) in groups.items()}
+    owner = {r.path: scenario for scenario, (group, _) in groups.items() for r in group}
+
+    def land(scenario: str) -> None:
+        del waiting[scenario]
+        group, tag = groups[scenario]
+        evaluate(group, device)
+        if on_scenario is not None:
+            on_scenario(scenario, group, tag)
+
+    def finished(run: SweepRun) -> None:
+        scenario = owner[run.path]
+        if scenario in waiting:
+            waiting[scenario].discard(run.path)
+            if not waiting[scenario]:
+                land(scenario)
+
+    queue = [r for group, _ in groups.values() for r in group]
+    results = train(queue, finished) if queue else []
+    for scenario in list(waiting):
+        land(scenario)
     return results
 
 
@@ -226,20 +257,22 @@ def pending(
     return out
 
 
-def scenario_prices(
+def study_prices(
     todo: Sequence[SweepRun], seconds: Sequence[float], jobs: int, *, seed0_first: bool
-) -> dict[str, float]:
-    """Each scenario's wall time from its runs' ``seconds`` (in ``todo``'s order), as
-    :func:`train_and_evaluate` trains them: a scenario at a time, its runs ``jobs`` side by side, and with
-    ``seed0_first`` (a recipe rule) seed 0 before the other seeds."""
-    from probe.studies.sweep import phased_wall_seconds
+) -> tuple[dict[str, float], float]:
+    """(each scenario's share of the wall: its runs' ``seconds`` over the ``jobs`` that train them, the
+    wall) from the runs' ``seconds`` (in ``todo``'s order), as :func:`train_and_evaluate` trains them: a
+    phase at a time (with ``seed0_first``, a recipe rule, seed 0 before the other seeds), each phase's runs
+    one queue, scenario by scenario, that ``jobs`` workers take from as each becomes free."""
+    from probe.studies.sweep import queued_wall_seconds
 
-    out: dict[str, float] = {}
-    for scenario, group in scenarios(todo).items():
-        mine = [s for run, s in zip(todo, seconds, strict=True) if run.path.parent.parent.name == scenario]
-        phases = [seed0_first and run.config.seed == 0 for run in group]
-        out[scenario] = phased_wall_seconds(mine, phases, jobs)
-    return out
+    cost = {run.path: s for run, s in zip(todo, seconds, strict=True)}
+    by_scenario = scenarios(todo)
+    first = [seed0_first and run.config.seed == 0 for group in by_scenario.values() for run in group]
+    queue = [run for group in by_scenario.values() for run in group]
+    order = sorted(range(len(queue)), key=lambda i: not first[i])  # stable: the study's order within a phase
+    wall = queued_wall_seconds([cost[queue[i].path] for i in order], [first[i] for i in order], jobs)
+    return {scenario: sum(cost[r.path] for r in group) / jobs for scenario, group in by_scenario.items()}, wall
 
 
 def summaries_report(
@@ -303,20 +336,23 @@ def rung_plan(
 
 
 def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
-    """Evaluate every trained run of ``runs`` that has no eval.json yet."""
+    """Evaluate every trained run of ``runs`` that has no eval.json yet, on a CPU with the one thread a run
+    trains with: it runs beside the runs still training, and its numbers do not depend on what else ran."""
     from probe.analysis.evaluation import evaluate_run
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
     from probe.subjects.settings import ReadSettings
+    from probe.training.bookkeeping import training_threads
 
     for run in runs:
         if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
-            evaluate_run(
-                Run(run.path, read_checkpoint_config(run.path)),
-                ReadSettings(device=device),
-                n_test=run.eval_n,
-                n_valid=run.eval_valid,
-            )
+            with training_threads(device):
+                evaluate_run(
+                    Run(run.path, read_checkpoint_config(run.path)),
+                    ReadSettings(device=device),
+                    n_test=run.eval_n,
+                    n_valid=run.eval_valid,
+                )
 
 
 def analyse(

@@ -155,16 +155,24 @@ def teacher_forced_exact_match(
     """
     device = torch.device(device)
     model.eval()
-    correct = []
+    correct = [False] * len(data)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-    for index in torch.arange(len(data)).split(batch_size):
+    for index in length_batches(data.lengths, batch_size):
         tokens, mask = data.batch(index)  # [batch, pos], [batch, pos - 1]
         tokens, mask = tokens.to(device), mask.to(device)
         with autocast:
             predicted = model(tokens)[:, :-1].argmax(-1)  # [batch, pos - 1]
         hits = (predicted == tokens[:, 1:]) | ~mask
-        correct.extend(hits.all(dim=1).tolist())
+        for i, hit in zip(index.tolist(), hits.all(dim=1).tolist()):
+            correct[i] = hit
     return correct
+
+
+def length_batches(lengths: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+    """The examples' indices in batches of ``batch_size``, shortest first (ties in their order). A batch is
+    padded to its longest example, so a random order pads most batches to nearly the longest of all: sorted,
+    an IID validation set of copy is 1.4x fewer tokens, PCFG's 1.9x."""
+    return list(torch.argsort(lengths, stable=True).split(batch_size))
 
 
 def teacher_forced_examples(

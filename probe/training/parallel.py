@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.training.bookkeeping import TRAIN_THREADS, RunResult
-from probe.training.steps import Engine
+from probe.training.steps import CaptureFailed, Engine
 from probe.training.train_config import TrainConfig
 
 
@@ -53,7 +53,6 @@ def _worker(
 
     from probe.runs.locks import say_waiting
     from probe.training.bookkeeping import train_run
-    from probe.training.steps import CaptureFailed
 
     global _SPOILT
     if _SPOILT:  # the pool hands this process on to the next run: it trains nothing more
@@ -88,16 +87,16 @@ def train_parallel(
     wait: bool = False,
     on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
     engine: Engine | None = None,
+    on_done: Callable[[int], None] | None = None,
 ) -> list[RunResult | RunFailure]:
-    """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``.
+    """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``. ``on_done(i)`` is
+    called here as run ``i`` ends, trained or failed, while the workers go on with the others: a study
+    evaluates a scenario whose runs have all ended while the next scenario's train.
 
     A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
     :class:`RunFailure` and the others go on (a broken CUDA graph capture stops them all); Ctrl-C
     reaches every worker, each of which keeps its last state for the next ``probe train`` to resume.
     """
-    from probe.errors import ProbeError
-    from probe.training.steps import CaptureFailed
-
     threads = TRAIN_THREADS
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager:
@@ -109,22 +108,33 @@ def train_parallel(
                 for i, (config, path) in enumerate(runs)
             }
             pending = set(futures)
-            while pending:
-                done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                _drain(events, on_event)
-                for future in done:
-                    index = futures[future]
-                    config, path = runs[index]
-                    try:
-                        results[index] = future.result()
-                    except CaptureFailed:  # its worker's CUDA state is spoilt: stop, as in one process
-                        for other in pending:
-                            other.cancel()
-                        raise
-                    except ProbeError as error:
-                        results[index] = RunFailure(Path(path), config, str(error))
+            try:
+                while pending:
+                    done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    _drain(events, on_event)
+                    for future in done:
+                        index = futures[future]
+                        results[index] = _outcome(future, *runs[index])
+                        if on_done:
+                            on_done(index)
+            except BaseException:  # a broken capture, Ctrl-C, a failing on_done: start nothing more
+                for other in pending:
+                    other.cancel()
+                raise
             _drain(events, on_event)
     return [results[i] for i in range(len(runs))]
+
+
+def _outcome(future, config: TrainConfig, path: Path) -> RunResult | RunFailure:
+    """A finished worker's result, or its ProbeError as a :class:`RunFailure`; a broken capture is raised."""
+    from probe.errors import ProbeError
+
+    try:
+        return future.result()
+    except CaptureFailed:  # its worker's CUDA state is spoilt: stop, as in one process
+        raise
+    except ProbeError as error:
+        return RunFailure(Path(path), config, str(error))
 
 
 def _drain(events, on_event) -> None:

@@ -189,9 +189,7 @@ def selections_left(run: SweepRun) -> int:
 def selection_tokens(run: SweepRun) -> int:
     """Padded tokens one selection pass of ``run`` reads: its IID validation set, in the batches of
     :func:`~probe.tasks.decoding.teacher_forced_exact_match`, one forward pass each (none without one)."""
-    import torch
-
-    from probe.tasks.decoding import TEACHER_FORCED_BATCH
+    from probe.tasks.decoding import TEACHER_FORCED_BATCH, length_batches
     from probe.training.sources import training_source
 
     config = run.config
@@ -201,7 +199,7 @@ def selection_tokens(run: SweepRun) -> int:
     data = source.validation_set(config.eval_examples)
     if data is None:
         return 0
-    chunks = torch.arange(len(data)).split(TEACHER_FORCED_BATCH)
+    chunks = length_batches(data.lengths, TEACHER_FORCED_BATCH)
     return sum(int(data.lengths[chunk].max()) * len(chunk) for chunk in chunks)
 
 
@@ -302,13 +300,20 @@ def estimate_cost(
     }
 
 
-def phased_wall_seconds(seconds: Sequence[float], phases: Sequence[Hashable], slots: int) -> float:
-    """Wall time of jobs that run a phase at a time (``phases``: each job's, in order), each phase's jobs
-    on ``slots`` parallel slots, longest first: a study trains one scenario before the next."""
+def queued_wall_seconds(seconds: Sequence[float], phases: Sequence[Hashable], slots: int) -> float:
+    """Wall time of jobs that run a phase at a time (``phases``: each job's, in order), each phase's jobs one
+    queue in their order that ``slots`` workers take from as each becomes free: a study's phase, its scenarios
+    one after another with no worker waiting for a scenario's last run."""
     by_phase: dict[Hashable, list[float]] = {}
     for phase, s in zip(phases, seconds, strict=True):
         by_phase.setdefault(phase, []).append(s)
-    return sum(wall_seconds(group, slots) for group in by_phase.values())
+    wall = 0.0
+    for queue in by_phase.values():
+        free_at = [0.0] * max(1, slots)
+        for s in queue:
+            free_at[free_at.index(min(free_at))] += s
+        wall += max(free_at)
+    return wall
 
 
 def wall_seconds(seconds: Iterable[float], slots: int) -> float:
