@@ -336,3 +336,19 @@ def test_the_dry_run_prices_a_scenario_the_rule_sends_on_at_its_next_rung_seed_0
     assert all(r.path.parent.parent.parent.name == "sitting2-steps4000" for r in priced)
     out = " ".join(capsys.readouterr().out.split())
     assert "what is left, each scenario at the rung it trains at next" in out and "if all climb" not in out
+
+
+def test_the_dry_run_shows_a_finished_scenario_at_the_rung_it_was_trained_at(tmp_path, capsys, monkeypatch):
+    """SCAN climbed to 4,000 steps and every seed landed there: its line says 4000 steps, not rung 1's 1500."""
+    from probe.cli import main
+
+    summaries = tmp_path / "summaries"
+    train, _ = _stand_in({("scan", 1500): 0.9, ("scan", 4000): 0.97})
+    runs = plan("section3", tmp_path / "sitting1", seeds=2, tasks=["scan"])
+    rung = rung_plan("section3", tmp_path / "sitting1", RULE, seeds=2, tasks=["scan"])
+    train_and_evaluate(runs, "cpu", train, rule=RULE, rung=rung, on_scenario=_summarising(summaries))
+    _priced_at_100s_a_run(monkeypatch)
+    argv = ["reproduce", "--scale", "section3", "--task", "scan", "--seeds", "2", "--jobs", "1", "--dry-run"]
+    assert main([*argv, "--checkpoints", str(tmp_path / "sitting2"), "--summaries", str(summaries)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "scan+split=paper: 0 of 10 runs left, preset tiny, 4000 steps of 32" in out

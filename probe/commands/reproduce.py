@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     rung = rung_plan(args.scale, root, rule, seeds=args.seeds, tasks=tasks) if rule else None
     landed = Landed(summaries, args.scale)
     if args.dry_run:
-        return _dry_run(args, runs, pending(runs, rule, rung, landed), root, device, jobs, out)
+        shown = chosen_runs(runs, rule, rung, landed) if rule else runs  # each scenario at the rung it is at
+        return _dry_run(args, shown, pending(runs, rule, rung, landed), root, device, jobs, out)
     on_scenario = partial(_summarise, args.scale, folder=summaries, out=out)
     study = {"rule": rule, "rung": rung, "on_scenario": on_scenario, "landed": landed}
     if args.address:
