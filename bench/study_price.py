@@ -12,8 +12,8 @@ trains them). Once the runs have trained and been evaluated this script compares
 - the sitting, over the scenarios that landed whole: the wall the price gives those runs as one queue against
   the span from their first start (a run's first log line, less one logging interval) to their last
   evaluation's file, less every pause (a span over ``--pause`` seconds, 20 by default, in which no run logged:
-  a stopped study or a suspended machine). The evaluations, beside the next scenario's training, are in it and
-  not in the price.
+  a stopped study or a suspended machine). The evaluations, beside the next scenario's training, are in both
+  where the price has them (``evaluation_seconds``, over the workers' cores); an older price left them out.
 
 Only scenarios priced whole (every run from step 0) and landed whole (every run evaluated) are compared.
 Writes ``bench/results/study_price_<name>_cpu.json``.
@@ -98,8 +98,9 @@ def main() -> None:
     if compared:
         first = [price.get("seed0_first", False) and Path(e["path"]).name == "seed0" for e in compared]
         order = sorted(range(len(compared)), key=lambda i: not first[i])
-        priced_wall = queued_wall_seconds(
-            [compared[i]["seconds"] for i in order], [first[i] for i in order], price["jobs"]
+        priced_wall = (
+            queued_wall_seconds([compared[i]["seconds"] for i in order], [first[i] for i in order], price["jobs"])
+            + sum(e.get("evaluation_seconds", 0.0) for e in compared) / price["jobs"]
         )
         measured = span([Path(e["path"]) for e in compared], args.pause)
         sitting = {

@@ -198,18 +198,21 @@ def test_the_dry_run_prices_each_scenario_and_seed_0_before_the_others(tmp_path,
     """Two scenarios x 5 PEs x 3 seeds, 100 s a run on 2 jobs: seed 0 of both (10 runs, one queue: 500 s),
     then seeds 1-2 of both (20 runs: 1,000 s), 1,500 s in all; each scenario's share 15 x 100 s / 2. A
     scenario at a time, as the study trained before its phases were one queue, it was 1,600 s: each
-    scenario's fifth run of a seed-0 phase trained alone."""
+    scenario's fifth run of a seed-0 phase trained alone. Each run's evaluation, 10 s on one thread beside the
+    training, adds 30 x 10 s over the 2 cores: 1,650 s, and a scenario's share 15 x 110 s / 2."""
     import probe.studies.sweep
 
     def estimate_cost(runs, *, device, threads, on_measure):
-        return {"seconds": [100.0] * len(runs), "total_seconds": 100.0 * len(runs), "source": "given"}
+        seconds = [100.0] * len(runs)
+        evaluation = [10.0] * len(runs)
+        return {"seconds": seconds, "total_seconds": sum(seconds), "evaluation_seconds": evaluation, "source": "given"}
 
     monkeypatch.setattr(probe.studies.sweep, "estimate_cost", estimate_cost)
     argv = ["reproduce", "--scale", "section3", "--task", "scan", "--task", "pcfg", "--seeds", "3", "--jobs", "2"]
     assert main([*argv, "--dry-run", "--json", "--checkpoints", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["scenarios"] == {"scan+split=paper": 750.0, "pcfg": 750.0}
-    assert out["estimated_training_seconds"] == 1500.0
+    assert out["scenarios"] == {"scan+split=paper": 825.0, "pcfg": 825.0}
+    assert out["estimated_training_seconds"] == 1650.0
     assert len(out["todo"]) == 30 and {t["seconds"] for t in out["todo"]} == {100.0}
     assert {t["steps_left"] for t in out["todo"]} == {1500}
 
@@ -267,3 +270,35 @@ def test_a_pause_while_runs_train_is_left_out_of_the_pace_and_an_evaluation_is_n
     # 3,600 left at that pace, 643 s
     assert progress.paused == 1195.0
     assert progress.line() == "2/3 runs, 70% of their steps, about 10.7 min left"
+
+
+@pytest.mark.parametrize("eval_n", [60, None])
+def test_an_evaluation_is_priced_at_the_tokens_the_evaluation_reads(tmp_path, monkeypatch, eval_n):
+    """Counted off the model's own forward passes while ``evaluate_run`` scores a trained run (the selected
+    weights and the last step's, the held-out set and the test split), against the price's count."""
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.models.transformer import PETransformer
+    from probe.runs.folders import Run
+    from probe.training.bookkeeping import train_run
+
+    run = _run(tmp_path, steps=6, eval_every=3, eval_n=eval_n, eval_valid=50)
+    train_run(run.config, run.path, torch.device("cpu"))
+    seen: list[int] = []
+    forward = PETransformer.forward
+
+    def counting(self, tokens, *args, **kwargs):
+        seen.append(tokens.numel())
+        return forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(PETransformer, "forward", counting)
+    evaluate_run(Run(run.path, read_checkpoint_config(run.path)), n_test=run.eval_n, n_valid=run.eval_valid)
+    assert len(seen) >= 2 and sweep.evaluation_tokens(run) == sum(seen)
+
+
+def test_a_decoded_evaluation_is_not_priced(tmp_path):
+    """A scratchpad is scored on its final answer, decoded token by token: the price leaves it out, and says so."""
+    run = sweep.expand_grid(
+        {**AUTHORS, "task": "addition", "options": {"train_length": 4, "scratchpad": "full"}}, tmp_path
+    )[0]
+    assert sweep.evaluation_tokens(run) is None

@@ -143,7 +143,8 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     rule = None if args.steps else ladder(args.scale)
     with out.status("measuring this machine's training speed") as status:
         cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
-    priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None)
+    evaluation = cost.get("evaluation_seconds")
+    priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None, evaluation=evaluation)
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
     for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
         members = [r for r in runs if r.path.parent.parent.name == folder]
@@ -156,8 +157,8 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
         )
     out.print(
         f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
-        f"{cost['source']}; checkpoint selection included, the evaluation of each scenario, beside the next "
-        "one's training, adds a few percent; a scenario's line is its share: its runs' time over the workers)"
+        f"{cost['source']}; checkpoint selection and the teacher-forced evaluation after training included, a "
+        "decoded one not; a scenario's line is its share: its runs' time over the workers)"
     )
     if rule is not None and len(rule.steps) > 1:
         rungs = f"{', '.join(map(str, rule.steps[1:]))} steps while its median PE stays under {rule.median_iid:.0%} IID"
@@ -177,8 +178,8 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
             {
                 "runs": [str(r.path) for r in runs],
                 "todo": [
-                    {"path": str(r.path), "steps_left": steps_left(r), "seconds": s}
-                    for r, s in zip(todo, cost["seconds"])
+                    {"path": str(r.path), "steps_left": steps_left(r), "seconds": s, "evaluation_seconds": e}
+                    for r, s, e in zip(todo, cost["seconds"], evaluation or [0.0] * len(todo))
                 ],
                 "scenarios": priced,
                 "estimated_training_seconds": wall,

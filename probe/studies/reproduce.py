@@ -258,21 +258,29 @@ def pending(
 
 
 def study_prices(
-    todo: Sequence[SweepRun], seconds: Sequence[float], jobs: int, *, seed0_first: bool
+    todo: Sequence[SweepRun],
+    seconds: Sequence[float],
+    jobs: int,
+    *,
+    seed0_first: bool,
+    evaluation: Sequence[float] | None = None,
 ) -> tuple[dict[str, float], float]:
-    """(each scenario's share of the wall: its runs' ``seconds`` over the ``jobs`` that train them, the
-    wall) from the runs' ``seconds`` (in ``todo``'s order), as :func:`train_and_evaluate` trains them: a
-    phase at a time (with ``seed0_first``, a recipe rule, seed 0 before the other seeds), each phase's runs
-    one queue, scenario by scenario, that ``jobs`` workers take from as each becomes free."""
+    """(each scenario's share of the wall: its runs' ``seconds`` and ``evaluation`` over the ``jobs`` that
+    train them, the wall) from the runs' prices (in ``todo``'s order), as :func:`train_and_evaluate` trains
+    them: a phase at a time (with ``seed0_first``, a recipe rule, seed 0 before the other seeds), each phase's
+    runs one queue, scenario by scenario, that ``jobs`` workers take from as each becomes free. A scenario's
+    evaluation runs on one thread beside the next one's training, so it adds its time over the ``jobs`` cores."""
     from probe.studies.sweep import queued_wall_seconds
 
-    cost = {run.path: s for run, s in zip(todo, seconds, strict=True)}
+    evaluation = evaluation or [0.0] * len(todo)
+    cost = {run.path: (s, e) for run, s, e in zip(todo, seconds, evaluation, strict=True)}
     by_scenario = scenarios(todo)
     first = [seed0_first and run.config.seed == 0 for group in by_scenario.values() for run in group]
     queue = [run for group in by_scenario.values() for run in group]
     order = sorted(range(len(queue)), key=lambda i: not first[i])  # stable: the study's order within a phase
-    wall = queued_wall_seconds([cost[queue[i].path] for i in order], [first[i] for i in order], jobs)
-    return {scenario: sum(cost[r.path] for r in group) / jobs for scenario, group in by_scenario.items()}, wall
+    wall = queued_wall_seconds([cost[queue[i].path][0] for i in order], [first[i] for i in order], jobs)
+    shares = {scenario: sum(sum(cost[r.path]) for r in group) / jobs for scenario, group in by_scenario.items()}
+    return shares, wall + sum(evaluation) / jobs
 
 
 def summaries_report(

@@ -38,6 +38,7 @@ from probe.studies.sweep.console import Launch, dry_run, run_with_progress, show
 from probe.studies.sweep.cost import (
     duration,
     estimate_cost,
+    evaluation_tokens,
     mean_batch_tokens,
     measure_selection_tokens_per_second,
     measure_tokens_per_second,
@@ -79,6 +80,7 @@ __all__ = [
     "dry_run",
     "duration",
     "estimate_cost",
+    "evaluation_tokens",
     "execute",
     "expand_grid",
     "find_manifests",

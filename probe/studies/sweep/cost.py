@@ -239,6 +239,68 @@ def throughput_keys(config: TrainConfig, width: float) -> tuple[str, str]:
     return training, json.dumps(model_shape, sort_keys=True)
 
 
+def evaluation_tokens(run: SweepRun) -> int | None:
+    """Padded tokens the evaluation after training reads (:func:`probe.analysis.evaluation.evaluate_run`): the
+    run's held-out IID examples and its test split, teacher-forced in length-sorted batches of 256, for the
+    selected weights and again for the last step's where the protocol selects. None where the evaluation decodes
+    token by token (a task scored on its answer, positions drawn at random): that is not priced."""
+    from probe.analysis.evaluation import BATCH_SIZE
+    from probe.tasks import get
+    from probe.tasks.batches import encode
+    from probe.tasks.decoding import length_batches
+    from probe.training.sources import TaskSource
+
+    config = run.config
+    task = get(config.task, **config.task_options)
+    if task.answer_reader() is not None or config.model_config(vocab_size=64).random_positions:
+        return None
+    tokenizer = TaskSource(config.task, config.task_options, config.seed, config.protocol == "authors").tokenizer
+    data = encode(task.held_out(run.eval_valid) + task.examples("test", n=run.eval_n, seed=0), tokenizer)
+    tokens = sum(int(data.lengths[chunk].max()) * len(chunk) for chunk in length_batches(data.lengths, BATCH_SIZE))
+    return tokens * (2 if config.eval_every else 1)
+
+
+class _Meter:
+    """Throughputs measured once per kind of run (:func:`throughput_keys`), and the tokens each kind reads."""
+
+    def __init__(
+        self, device: str, tokens_per_second: float | None, steps: int, threads: int, on_measure: Callable | None
+    ):
+        self.device, self.given, self.steps, self.threads = device, tokens_per_second, steps, threads
+        self.on_measure = on_measure
+        self.speeds: dict[str, float] = {}
+        self.forward_speeds: dict[str, float] = {}
+        self.cached: dict[tuple, Any] = {}
+
+    def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()`` the first time ``key`` is asked for, the same answer after."""
+        if key not in self.cached:
+            self.cached[key] = compute()
+        return self.cached[key]
+
+    def training(self, run: SweepRun, shape: str, batch_tokens: float) -> float:
+        """Training tokens/s of ``run``'s kind: given, or timed on its first run."""
+        if shape not in self.speeds:
+            if self.given is not None:
+                self.speeds[shape] = self.given
+            else:
+                if self.on_measure:
+                    self.on_measure(f"measuring {run.config.preset} {run.config.model or ''} on {run.label}")
+                self.speeds[shape] = measure_tokens_per_second(run, self.device, self.steps, self.threads, batch_tokens)
+        return self.speeds[shape]
+
+    def forward(self, run: SweepRun, key: str, shape: str, batch_tokens: float, valid_tokens: int) -> float:
+        """Teacher-forced tokens/s of ``run``'s model: a selection pass timed on its first run, or, given a
+        training throughput or without a validation set, :data:`FORWARD_SHARE` of a step's work per token."""
+        if key not in self.forward_speeds:
+            if self.given is None and valid_tokens > 0:
+                speed = measure_selection_tokens_per_second(run, self.device, self.threads, valid_tokens)
+            else:
+                speed = self.training(run, shape, batch_tokens) / FORWARD_SHARE
+            self.forward_speeds[key] = speed
+        return self.forward_speeds[key]
+
+
 def estimate_cost(
     runs: Sequence[SweepRun],
     *,
@@ -249,53 +311,40 @@ def estimate_cost(
     on_measure: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
-    its checkpoint-selection passes left x the tokens of one / selection tokens per second.
+    its checkpoint-selection passes left x the tokens of one / selection tokens per second; and, apart
+    (``evaluation_seconds``), the evaluation after training at that forward speed (none where it decodes).
 
     Both throughputs are measured on the first run of their kind (:func:`throughput_keys`) with ``threads``
     torch threads (what each run will train with); or training's is taken from ``tokens_per_second`` (to
     price hardware you do not have here) and a selection pass's put at :data:`FORWARD_SHARE` of its work per
     token. The authors' protocol scores 20 selection passes a run: 5-10% of a ``tiny`` run's time on a CPU.
-    The evaluation after training is not included.
     """
-    speeds: dict[str, float] = {}
-    selection_speeds: dict[str, float] = {}
-    tokens: dict[str, float] = {}
-    widths: dict[str, float] = {}
-    scored: dict[str, int] = {}
+    meter = _Meter(device, tokens_per_second, measure_steps, threads, on_measure)
     per_run: list[float] = []
+    evaluating: list[float] = []
     for run in runs:
         config = run.config
-        folder = json.dumps([config.task, config.task_options, config.batch_size, config.pack], sort_keys=True)
-        valid = json.dumps([config.task, config.task_options, config.protocol, config.eval_examples], sort_keys=True)
-        left, passes = steps_left(run), selections_left(run)
-        if left == 0:
+        if run_state(run) == "done":
             per_run.append(0.0)
+            evaluating.append(0.0)
             continue
-        if folder not in tokens:
-            tokens[folder], widths[folder] = batch_geometry(run)
-        shape, forward = throughput_keys(config, widths[folder])
-        if passes and valid not in scored:
-            scored[valid] = selection_tokens(run)
-        if shape not in speeds:
-            if tokens_per_second is not None:
-                speeds[shape] = tokens_per_second
-            else:
-                if on_measure:
-                    on_measure(f"measuring {config.preset} {config.model or ''} on {run.label}")
-                speeds[shape] = measure_tokens_per_second(run, device, measure_steps, threads, tokens[folder])
-        if passes and forward not in selection_speeds:
-            given = tokens_per_second is not None
-            measure = measure_selection_tokens_per_second
-            selection_speeds[forward] = (
-                speeds[shape] / FORWARD_SHARE if given else measure(run, device, threads, scored[valid])
-            )
-        selecting = passes * scored[valid] / selection_speeds[forward] if passes else 0.0
-        per_run.append(left * tokens[folder] / speeds[shape] + selecting)
+        left, passes = steps_left(run), selections_left(run)
+        task = (config.task, json.dumps(config.task_options, sort_keys=True), config.protocol)
+        tokens, width = meter.once(("rows", *task, config.batch_size, config.pack), lambda run=run: batch_geometry(run))
+        valid = meter.once(("valid", *task, config.eval_examples), lambda run=run: selection_tokens(run))
+        tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid)
+        test = meter.once(tested, lambda run=run: evaluation_tokens(run))
+        shape, forward = throughput_keys(config, width)
+        forward_speed = meter.forward(run, forward, shape, tokens, valid)
+        training = left * tokens / meter.training(run, shape, tokens) if left else 0.0
+        per_run.append(training + passes * valid / forward_speed)
+        evaluating.append(test / forward_speed if test else 0.0)
     return {
         "seconds": per_run,
         "total_seconds": sum(per_run),
-        "tokens_per_second": speeds,
-        "selection_tokens_per_second": selection_speeds,
+        "evaluation_seconds": evaluating,
+        "tokens_per_second": meter.speeds,
+        "selection_tokens_per_second": meter.forward_speeds,
         "source": "given" if tokens_per_second is not None else f"measured on {device}",
     }
 
