@@ -157,7 +157,8 @@ def test_a_sweep_measures_each_precision_and_says_which(tmp_path, monkeypatch):
     assert measured == ["auto", "bf16"]  # once per precision, not once per run
     assert cost["seconds"][2] == pytest.approx(cost["seconds"][0] / 2)
     shapes = sorted(_shape(key) for key in cost["tokens_per_second"])
-    rows = f", rows ~{cost_module.row_class(cost_module.batch_geometry(runs[0])[1])}"
+    rows = f", rows ~{cost_module.row_class(cost_module.batch_geometry(runs[0])[1])}, vocabulary ~"
+    rows += str(cost_module.row_class(cost_module.vocabulary_size(runs[0])))
     assert shapes == sorted(
         "tiny d_head=16 d_mlp=64 d_model=32 n_heads=2 n_layers=1" + t + rows + ", nope" for t in ("", " bf16")
     )

@@ -140,6 +140,22 @@ def test_a_row_width_is_priced_at_the_nearest_power_of_two(width, rows):
     assert cost_module.row_class(width) == rows
 
 
+def test_vocabularies_of_other_sizes_are_timed_apart(tmp_path, monkeypatch):
+    """PCFG's 535 words cost its embedding, unembedding and loss about 5x copy's 107: its rows, as wide as
+    copy's, are not priced at copy's speed. Its two seeds share one measurement."""
+    measured: list[str] = []
+    monkeypatch.setattr(
+        cost_module, "measure_tokens_per_second", lambda run, *args: measured.append(run.label) or 1000.0
+    )
+    monkeypatch.setattr(cost_module, "measure_selection_tokens_per_second", lambda run, *args: 3000.0)
+    copy = _run(tmp_path / "copy")
+    pcfg = sweep.expand_grid({**AUTHORS, "task": "pcfg", "options": {}, "seed": [0, 1]}, tmp_path / "pcfg")
+    sizes = [cost_module.vocabulary_size(run) for run in (copy, pcfg[0])]
+    assert cost_module.row_class(sizes[1]) >= 4 * cost_module.row_class(sizes[0])
+    sweep.estimate_cost([copy, *pcfg])
+    assert measured == [copy.label, pcfg[0].label]
+
+
 def test_rows_of_other_widths_are_timed_apart(tmp_path, monkeypatch):
     """Attention's cost grows with the square of a row's width, so addition with its full scratchpad (rows
     of hundreds of tokens) is not priced at the speed measured without one; two seeds of one folder share

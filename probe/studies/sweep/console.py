@@ -35,12 +35,12 @@ class Launch:
 
 
 def _shape(key: str) -> str:
-    """``small n_layers=8 bf16, rows ~64, rotary``: a cost estimate's model shape, precision, row width and PE
-    (with the options it was given), as the dry run prints it."""
-    preset, model, precision, rows, pe, pe_options = json.loads(key)
+    """``small n_layers=8 bf16, rows ~64, vocabulary ~128, rotary``: a cost estimate's model shape, precision,
+    row width, vocabulary and PE (with the options it was given), as the dry run prints it."""
+    preset, model, precision, rows, vocabulary, pe, pe_options = json.loads(key)
     model_text = "".join(f" {k}={v}" for k, v in model.items()) + ("" if precision == "auto" else f" {precision}")
     options = "".join(f" {k}={v}" for k, v in pe_options.items())
-    return f"{preset}{model_text}, rows ~{rows}, {pe}{options}"
+    return f"{preset}{model_text}, rows ~{rows}, vocabulary ~{vocabulary}, {pe}{options}"
 
 
 def dry_run(
