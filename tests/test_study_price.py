@@ -309,12 +309,68 @@ def test_an_evaluation_is_priced_at_the_tokens_the_evaluation_reads(tmp_path, mo
 
     monkeypatch.setattr(PETransformer, "forward", counting)
     evaluate_run(Run(run.path, read_checkpoint_config(run.path)), n_test=run.eval_n, n_valid=run.eval_valid)
-    assert len(seen) >= 2 and sweep.evaluation_tokens(run) == sum(seen)
+    work = sweep.evaluation_work(run)
+    assert work.passes == 2 and not work.decoded and len(seen) >= 2
+    assert work.passes * work.forced_tokens == sum(seen)
 
 
-def test_a_decoded_evaluation_is_not_priced(tmp_path):
-    """A scratchpad is scored on its final answer, decoded token by token: the price leaves it out, and says so."""
-    run = sweep.expand_grid(
-        {**AUTHORS, "task": "addition", "options": {"train_length": 4, "scratchpad": "full"}}, tmp_path
-    )[0]
-    assert sweep.evaluation_tokens(run) is None
+def test_a_decoded_evaluation_is_priced_at_the_batches_it_decodes(tmp_path, monkeypatch):
+    """A scratchpad is scored on its final answer, decoded token by token: each batch greedy decoding is given
+    while ``evaluate_run`` scores a trained run (examples, prompt length, new tokens) is one the price counts."""
+    import probe.tasks.decoding
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run
+    from probe.training.bookkeeping import train_run
+
+    grid = {**AUTHORS, "task": "addition", "options": {"train_length": 3}, "scratchpad": "full"}
+    run = sweep.expand_grid({**grid, "steps": 4, "eval_every": 2, "eval_n": 40, "eval_valid": 20}, tmp_path)[0]
+    train_run(run.config, run.path, torch.device("cpu"))
+    seen: list[tuple[int, int, int]] = []
+    decode = probe.tasks.decoding.greedy_decode
+
+    def recording(model, prompts, max_new, *args, **kwargs):
+        seen.append((*prompts.shape, max_new))
+        return decode(model, prompts, max_new, *args, **kwargs)
+
+    monkeypatch.setattr(probe.tasks.decoding, "greedy_decode", recording)
+    evaluate_run(Run(run.path, read_checkpoint_config(run.path)), n_test=run.eval_n, n_valid=run.eval_valid)
+    work = sweep.evaluation_work(run)
+    assert work.passes == 2 and work.forced_tokens == 0 and len(work.decoded) > 1
+    assert sorted(seen) == sorted(list(work.decoded) * 2)
+
+
+def test_an_evaluations_seconds_by_hand():
+    """1,000 teacher-forced tokens at 100 tokens/s: 10 s. A decoded batch of 4 prompts of 10 tokens, 5 new ones:
+    40 prompt tokens at 100/s (0.4 s), 5 steps of 0.01 s + 4 x 0.001 s (0.07 s), and attention over the cache,
+    4 x 0.0001 s x (5 x 10 + 25 / 2) positions (0.025 s). Two sets of weights: 2 x 10.495 s."""
+    work = sweep.EvaluationWork(2, forced_tokens=1000, decoded=((4, 10, 5),))
+    assert work.seconds(100.0, (0.01, 0.001, 0.0001)) == pytest.approx(20.99)
+
+
+def test_a_decoding_step_is_timed_at_two_batch_sizes_and_two_contexts_less_the_prompts_pass(tmp_path, monkeypatch):
+    """Per step: 0.1 s at a batch of 1, 0.226 s at 64 (0.002 s more an example), and at 64 after a 512-token
+    prompt 0.226 + 64 x 496 x 0.0001 s (0.0001 s more an example and cached position); the prompt's own pass
+    (0.5, 0.7, 3.0 s, timed with one new token) taken out, each length timed after a warm-up."""
+    import time
+
+    import probe.tasks.decoding
+
+    steps = cost_module.DECODE_STEPS
+    per_step = {(1, 16): 0.1, (64, 16): 0.226, (64, 512): 0.226 + 64 * 496 * 0.0001}
+    prompt_pass = {(1, 16): 0.5, (64, 16): 0.7, (64, 512): 3.0}
+    durations = []
+    for key in per_step:
+        durations += [9.0, prompt_pass[key], 9.0, prompt_pass[key] + steps * per_step[key]]  # warm-up, timed
+    clock = iter([t for d in durations for t in (0.0, d)])
+    calls: list[tuple[int, int, int]] = []
+
+    def decode(model, prompts, new, *args, **kwargs):
+        calls.append((*prompts.shape, new))
+
+    monkeypatch.setattr(probe.tasks.decoding, "greedy_decode", decode)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(clock))
+    run = _run(tmp_path, model=tiny_model(1, n_ctx=1024))
+    overhead, per_example, per_position = sweep.measure_decoding_step(run, "cpu", threads=1, wide=64)
+    assert calls == [(b, p, n) for b, p in per_step for n in (1, 1, 1 + steps, 1 + steps)]
+    assert (overhead, per_example, per_position) == (pytest.approx(0.098), pytest.approx(0.002), pytest.approx(1e-4))

@@ -108,33 +108,42 @@ def evaluate_examples(
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
     targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
     answers = [answer_of(e.target) for e in examples] if answer_of else []
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, prompt in enumerate(prompts):
-        groups[len(prompt)].append(i)
     correct = [False] * len(examples)
     predictions = [""] * len(examples)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     generator = torch.Generator().manual_seed(0)  # randomized positions: the same draws on every evaluation
     with autocast:
-        for indices in groups.values():
-            for start in range(0, len(indices), batch_size):
-                chunk = indices[start : start + batch_size]
-                batch = torch.tensor([prompts[i] for i in chunk], device=device)
-                longest = max(len(targets[i]) for i in chunk)
-                out = greedy_decode(
-                    model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator
-                ).cpu()
-                for row, i in enumerate(chunk):
-                    ids = out[row].tolist()
-                    if answer_of or keep_predictions:
-                        end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
-                        predictions[i] = tokenizer.decode(ids[:end])
-                    if answer_of:
-                        read = answer_of(predictions[i])
-                        correct[i] = read is not None and read == answers[i]
-                    else:
-                        correct[i] = ids[: len(targets[i])] == targets[i]
+        for chunk, longest in decoding_batches(prompts, targets, batch_size):
+            batch = torch.tensor([prompts[i] for i in chunk], device=device)
+            out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator).cpu()
+            for row, i in enumerate(chunk):
+                ids = out[row].tolist()
+                if answer_of or keep_predictions:
+                    end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
+                    predictions[i] = tokenizer.decode(ids[:end])
+                if answer_of:
+                    read = answer_of(predictions[i])
+                    correct[i] = read is not None and read == answers[i]
+                else:
+                    correct[i] = ids[: len(targets[i])] == targets[i]
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
+
+
+def decoding_batches(
+    prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], batch_size: int
+) -> list[tuple[list[int], int]]:
+    """The batches greedy decoding scores, as (example indices, new tokens): the examples grouped by prompt
+    length (one batch, one prompt length: no padding before the answer), cut into ``batch_size``, each decoded
+    to its longest target."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, prompt in enumerate(prompts):
+        groups[len(prompt)].append(i)
+    batches = []
+    for indices in groups.values():
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start : start + batch_size]
+            batches.append((chunk, max(len(targets[i]) for i in chunk)))
+    return batches
 
 
 TEACHER_FORCED_BATCH = 256  # examples per forward pass of a teacher-forced score (what a price counts in)

@@ -36,10 +36,12 @@ runs are validated by held-out perplexity (``probe perplexity`` reads them side 
 from probe.studies.sweep.cluster import EventLog, check_resources, connect, execute, prepare_corpora, run_one, run_stack
 from probe.studies.sweep.console import Launch, dry_run, run_with_progress, show_outcome, show_report
 from probe.studies.sweep.cost import (
+    EvaluationWork,
     duration,
     estimate_cost,
-    evaluation_tokens,
+    evaluation_work,
     mean_batch_tokens,
+    measure_decoding_step,
     measure_selection_tokens_per_second,
     measure_tokens_per_second,
     queued_wall_seconds,
@@ -80,7 +82,9 @@ __all__ = [
     "dry_run",
     "duration",
     "estimate_cost",
-    "evaluation_tokens",
+    "EvaluationWork",
+    "evaluation_work",
+    "measure_decoding_step",
     "execute",
     "expand_grid",
     "find_manifests",

@@ -253,25 +253,90 @@ def throughput_keys(config: TrainConfig, width: float, vocabulary: int) -> tuple
     return training, json.dumps(model_shape, sort_keys=True)
 
 
-def evaluation_tokens(run: SweepRun) -> int | None:
-    """Padded tokens the evaluation after training reads (:func:`probe.analysis.evaluation.evaluate_run`): the
-    run's held-out IID examples and its test split, teacher-forced in length-sorted batches of 256, for the
-    selected weights and again for the last step's where the protocol selects. None where the evaluation decodes
-    token by token (a task scored on its answer, positions drawn at random): that is not priced."""
+@dataclasses.dataclass(frozen=True)
+class EvaluationWork:
+    """What the evaluation after training reads, per set of weights scored (:func:`evaluation_work`)."""
+
+    passes: int  # the selected weights, and the last step's where the protocol selects
+    forced_tokens: int = 0  # teacher-forced: padded tokens, in length-sorted batches
+    decoded: tuple[tuple[int, int, int], ...] = ()  # decoded: (examples, prompt tokens, new tokens) per batch
+
+    def seconds(self, forward_speed: float, step: tuple[float, float, float] | None) -> float:
+        """At ``forward_speed`` tokens/s a teacher-forced pass (and a decoded batch's prompt), and a decoding step
+        at ``step`` = (seconds a step, more per example in its batch, more per example and position it attends
+        to): a batch of b prompts of p tokens decoding n new ones takes n (o + b c) + b a (n p + n^2 / 2)."""
+        forced = self.forced_tokens / forward_speed
+        decoded = 0.0
+        if self.decoded:
+            overhead, per_example, per_position = step
+            for b, p, n in self.decoded:
+                decoded += (
+                    b * p / forward_speed + n * (overhead + b * per_example) + b * per_position * (n * p + n * n / 2)
+                )
+        return self.passes * (forced + decoded)
+
+
+def evaluation_work(run: SweepRun) -> EvaluationWork:
+    """What :func:`probe.analysis.evaluation.evaluate_run` reads for ``run``: its held-out IID examples and its
+    test split, teacher-forced in length-sorted batches of 256 (:func:`~probe.tasks.decoding.length_batches`), or,
+    where exact match needs decoding (a task scored on its answer, positions drawn at random), decoded batch by
+    batch (:func:`~probe.tasks.decoding.decoding_batches`); for the selected weights and the last step's where
+    the protocol selects."""
     from probe.analysis.evaluation import BATCH_SIZE
     from probe.tasks import get
     from probe.tasks.batches import encode
-    from probe.tasks.decoding import length_batches
+    from probe.tasks.decoding import decoding_batches, length_batches
     from probe.training.sources import TaskSource
 
     config = run.config
     task = get(config.task, **config.task_options)
-    if task.answer_reader() is not None or config.model_config(vocab_size=64).random_positions:
-        return None
     tokenizer = TaskSource(config.task, config.task_options, config.seed, config.protocol == "authors").tokenizer
-    data = encode(task.held_out(run.eval_valid) + task.examples("test", n=run.eval_n, seed=0), tokenizer)
-    tokens = sum(int(data.lengths[chunk].max()) * len(chunk) for chunk in length_batches(data.lengths, BATCH_SIZE))
-    return tokens * (2 if config.eval_every else 1)
+    examples = task.held_out(run.eval_valid) + task.examples("test", n=run.eval_n, seed=0)
+    passes = 2 if config.eval_every else 1
+    if task.answer_reader() is None and not config.model_config(vocab_size=64).random_positions:
+        data = encode(examples, tokenizer)
+        chunks = length_batches(data.lengths, BATCH_SIZE)
+        return EvaluationWork(passes, forced_tokens=sum(int(data.lengths[c].max()) * len(c) for c in chunks))
+    prompts = [tokenizer.encode_prompt(e.source) for e in examples]
+    targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
+    batches = decoding_batches(prompts, targets, BATCH_SIZE)
+    return EvaluationWork(passes, decoded=tuple((len(c), len(prompts[c[0]]), new) for c, new in batches))
+
+
+DECODE_STEPS = 24  # timed new tokens a decoding measurement takes, at each batch size and context
+LONG_CONTEXT = 512  # the prompt a measurement decodes after to time attention over a long cache
+
+
+def measure_decoding_step(
+    run: SweepRun, device: str = "cpu", threads: int = 1, wide: int = 64
+) -> tuple[float, float, float]:
+    """(seconds a decoding step takes, more per example in its batch, more per example and cached position) for
+    ``run``'s model, from :data:`DECODE_STEPS` cached greedy steps (less the prompt's pass, timed apart) at a batch
+    of 1 and of ``wide`` after a short prompt, and of ``wide`` after a long one (:data:`LONG_CONTEXT`, within the
+    model's context), each timed after a warm-up, no example stopping early: a step's fixed cost (Python, kernel
+    launches), its per-example one, and its attention over the cache, which grows with the scratchpad it decodes."""
+    import time
+
+    import torch
+
+    from probe.tasks.decoding import greedy_decode
+
+    short = 16
+    with _scratch_trainer(run, device, threads) as trainer:
+        model = trainer.model.eval()
+        long = max(short + 1, min(LONG_CONTEXT, model.cfg.n_ctx - DECODE_STEPS))
+        per_step = {}
+        for batch, prompt in ((1, short), (wide, short), (wide, long)):
+            prompts = torch.zeros(batch, prompt, dtype=torch.long, device=trainer.device)
+            seconds = {}
+            for new in (1, 1, 1 + DECODE_STEPS, 1 + DECODE_STEPS):  # each length once to warm up, then timed
+                started = time.perf_counter()
+                greedy_decode(model, prompts, new, eos_id=-1, pad_id=0)
+                seconds[new] = time.perf_counter() - started
+            per_step[batch, prompt] = (seconds[1 + DECODE_STEPS] - seconds[1]) / DECODE_STEPS  # the prompt's pass out
+    per_position = max(0.0, (per_step[wide, long] - per_step[wide, short]) / (wide * (long - short)))
+    per_example = max(0.0, (per_step[wide, short] - per_step[1, short]) / (wide - 1))
+    return per_step[1, short] - per_example, per_example, per_position
 
 
 class _Meter:
@@ -284,6 +349,7 @@ class _Meter:
         self.on_measure = on_measure
         self.speeds: dict[str, float] = {}
         self.forward_speeds: dict[str, float] = {}
+        self.decoding_steps: dict[str, tuple[float, float, float]] = {}
         self.cached: dict[tuple, Any] = {}
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
@@ -314,6 +380,16 @@ class _Meter:
             self.forward_speeds[key] = speed
         return self.forward_speeds[key]
 
+    def decoding(self, run: SweepRun, shape: str) -> tuple[float, float, float]:
+        """A decoding step's cost for ``run``'s kind (:func:`measure_decoding_step`), timed on its first run; given
+        a training throughput, none (a decoded evaluation is then not priced)."""
+        if shape not in self.decoding_steps:
+            measured = self.given is None
+            self.decoding_steps[shape] = (
+                measure_decoding_step(run, self.device, self.threads) if measured else (0.0, 0.0, 0.0)
+            )
+        return self.decoding_steps[shape]
+
 
 def estimate_cost(
     runs: Sequence[SweepRun],
@@ -326,7 +402,8 @@ def estimate_cost(
 ) -> dict[str, Any]:
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second; and, apart
-    (``evaluation_seconds``), the evaluation after training at that forward speed (none where it decodes).
+    (``evaluation_seconds``), the evaluation after training: teacher-forced at that forward speed, or decoded at
+    a decoding step's measured cost (:class:`EvaluationWork`; its attention over a growing cache not counted).
 
     Both throughputs are measured on the first run of their kind (:func:`throughput_keys`) with ``threads``
     torch threads (what each run will train with); or training's is taken from ``tokens_per_second`` (to
@@ -347,13 +424,14 @@ def estimate_cost(
         tokens, width = meter.once(("rows", *task, config.batch_size, config.pack), lambda run=run: batch_geometry(run))
         valid = meter.once(("valid", *task, config.eval_examples), lambda run=run: selection_tokens(run))
         tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid)
-        test = meter.once(tested, lambda run=run: evaluation_tokens(run))
+        work = meter.once(tested, lambda run=run: evaluation_work(run))
         vocabulary = meter.once(("vocabulary", *task), lambda run=run: vocabulary_size(run))
         shape, forward = throughput_keys(config, width, vocabulary)
         forward_speed = meter.forward(run, forward, shape, tokens, valid)
         training = left * tokens / meter.training(run, shape, tokens) if left else 0.0
         per_run.append(training + passes * valid / forward_speed)
-        evaluating.append(test / forward_speed if test else 0.0)
+        step = meter.decoding(run, shape) if work.decoded else None
+        evaluating.append(work.seconds(forward_speed, step))
     return {
         "seconds": per_run,
         "total_seconds": sum(per_run),
