@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections import defaultdict
 
 import torch
 from common import add_common_args, clock, header, interleave, medians, paired_ratio, setup, write_json
@@ -26,22 +25,17 @@ from probe.models.registry import PE_KINDS
 from probe.presets import PRESETS
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
-from probe.tasks.decoding import greedy_decode
+from probe.tasks.decoding import decoding_batches, greedy_decode
 
 
 def decode_batches(examples, tokenizer: Tokenizer, batch_size: int, device: torch.device):
-    """[(prompts [batch, prompt], new tokens)] as evaluate_examples forms them."""
-    groups: dict[int, list[int]] = defaultdict(list)
+    """[(prompts [batch, prompt], new tokens)] as evaluate_examples forms them (:func:`decoding_batches`)."""
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
-    for i, prompt in enumerate(prompts):
-        groups[len(prompt)].append(i)
-    batches = []
-    for indices in groups.values():
-        for start in range(0, len(indices), batch_size):
-            chunk = indices[start : start + batch_size]
-            longest = max(len(tokenizer.encode(examples[i].target)) + 1 for i in chunk)
-            batches.append((torch.tensor([prompts[i] for i in chunk], device=device), longest))
-    return batches
+    targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
+    return [
+        (torch.tensor([prompts[i] for i in chunk], device=device), longest)
+        for chunk, longest in decoding_batches(prompts, targets, batch_size)
+    ]
 
 
 def main() -> int:
