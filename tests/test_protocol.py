@@ -310,6 +310,31 @@ def test_packing_puts_every_example_once_in_rows_no_longer_than_the_longest():
     assert int(mask.sum()) == int(data.batch(torch.arange(4))[1].sum())
     tokens, mask, segments = data.packed_batch(torch.arange(4))  # rows of up to 16: [8 + 5], [4 + 4]
     assert segments.tolist() == [[0] * 8 + [1] * 5, [0] * 4 + [1] * 4 + [-1] * 5]
+    assert data.packed_batch(torch.arange(4), factor=1)[2].tolist() == [[0] * 8, [0] * 5 + [-1] * 3, [0] * 4 + [1] * 4]
+
+
+def test_a_runs_packing_width_is_one_of_its_settings_and_a_run_from_before_it_packed_twice_the_longest(tmp_path):
+    """``pack_width`` cuts the batches (rows of the longest example), keeps stacked runs of two widths apart, and
+    is refused under 1; a checkpoint older than the setting trained at 2."""
+    from probe.training.stacked import _batch_cutter, stack_key
+    from probe.training.steps import Engine
+
+    wide, narrow = TrainConfig(task="scan", pack=True), TrainConfig(task="scan", pack=True, pack_width=1)
+    assert wide.pack_width == 2 and stack_key(wide) != stack_key(narrow)
+    with pytest.raises(ProbeError, match="pack_width must be at least 1"):
+        TrainConfig(task="scan", pack=True, pack_width=0)
+    old = {k: v for k, v in wide.to_dict().items() if k != "pack_width"}
+    assert settings_differ(old, wide.to_dict()) == [] and settings_differ(old, narrow.to_dict()) == [
+        "pack_width 2, asked 1"
+    ]
+    words = Tokenizer(["a", "b", "c"], bos=False)
+    data = encode([Example("a b c", "c b a", 3), Example("a", "b", 1), Example("a b", "c", 2)], words)  # 8, 4, 5
+
+    def rows(config):
+        lead = type("Lead", (), {"engine": Engine(), "config": config})
+        return tuple(_batch_cutter(lead, data, grouped=False)(torch.arange(3))[0].shape)
+
+    assert rows(narrow) == (3, 8) and rows(wide) == (2, 13)  # [8], [5], [4] against [8 + 5], [4]
 
 
 def test_packing_is_refused_where_it_would_change_the_logits():

@@ -35,7 +35,7 @@ def test_section6_applies_section3s_rule_to_the_subset_chosen_before_its_first_r
         options = run.config.task_options
         key = "+".join([run.config.task, *([options["variant"]] if "variant" in options else [])])
         formats.setdefault(key, set()).add(options.get("scratchpad") or "none")
-        assert run.config.steps == 1500 and run.config.preset == "tiny"
+        assert run.config.steps == 1500 and run.config.preset == "tiny" and run.config.pack_width == 1
         assert (
             get(run.config.task, **options).template == "authors" and get(run.config.task, **options).train_length == 8
         )

@@ -25,7 +25,8 @@ from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
 
 FORMAT = 1
-RECIPE_KEYS = ("preset", "steps", "batch_size", "lr", "dropout", "protocol", "pack")
+RECIPE_KEYS = ("preset", "steps", "batch_size", "lr", "dropout", "protocol", "pack", "pack_width")
+RECIPE_LEGACY = {"pack_width": 2}  # what a summary written before a recipe key was recorded trained with
 
 
 def summary_name(scenario: str, seed: int, tag: str = "") -> str:
@@ -88,6 +89,7 @@ def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
         data = json.loads(Path(path).read_text())
         if data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
             raise ValueError("not a study summary")
+        data["recipe"] = {**RECIPE_LEGACY, **data["recipe"]}
         return data, [EvalReport.from_json(row["evaluation"]) for row in data["runs"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ProbeError(f"{path}: not a readable study summary ({error})") from None

@@ -23,7 +23,7 @@ from probe.training.train_config import TrainConfig
 def stack_key(config: TrainConfig) -> tuple:
     """What runs share to read one batch stream and validate at the same steps: the task and its
     options, the seed, the preset, the steps and batch size, the protocol (its sequence format and
-    batch order), packing, and the selection schedule. Code pretraining reads a corpus of its own."""
+    batch order), packing and its row width, and the selection schedule. Code pretraining reads a corpus of its own."""
     from probe.corpus import CODE_TASK
 
     if config.task == CODE_TASK:
@@ -37,6 +37,7 @@ def stack_key(config: TrainConfig) -> tuple:
         config.batch_size,
         config.protocol,
         config.pack,
+        config.pack_width,
         config.eval_every,
         config.eval_examples,
         config.log_every,
@@ -96,10 +97,16 @@ def _batch_cutter(lead: Trainer, data: EncodedSet, grouped: bool) -> Callable:
     config = lead.config
     if lead.engine.fixed_shapes:
         geometry = fixed_geometry(
-            data, config.batch_size, config.seed, config.steps, grouped=grouped, packed=config.pack
+            data,
+            config.batch_size,
+            config.seed,
+            config.steps,
+            grouped=grouped,
+            packed=config.pack,
+            factor=config.pack_width,
         )
         return partial(geometry.cut, data)
-    return data.packed_batch if config.pack else data.batch
+    return partial(data.packed_batch, factor=config.pack_width) if config.pack else data.batch
 
 
 def _step_each(

@@ -14,6 +14,7 @@ from probe.errors import ProbeError
 from probe.models.model_config import ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options, pe_class
 from probe.presets import CPU_BF16, training_recipe
+from probe.tasks.batches import PACKED_WIDTH
 from probe.training.optimizer import DECAY_GROUPS
 from probe.training.selection import every
 
@@ -31,7 +32,7 @@ BOOKKEEPING = (
     "selected_step",
 )  # not the model
 # what a run saved before a setting existed was trained with
-LEGACY = {"protocol": "probe", "pack": False, "precision": "auto", "weight_decay_groups": "probe"}
+LEGACY = {"protocol": "probe", "pack": False, "pack_width": 2, "precision": "auto", "weight_decay_groups": "probe"}
 
 
 @dataclass
@@ -62,6 +63,7 @@ class TrainConfig:
     protocol: str | None = None  # probe or authors; the authors' on split=paper
     eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
     pack: bool = False  # several examples per row (probe.tasks.batches.EncodedSet.packed_batch): less padding
+    pack_width: int = PACKED_WIDTH  # packed rows hold up to this many times the batch's longest example
     precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (see autocast_dtype)
     weight_decay_groups: str | None = None  # which weights AdamW decays (probe.training.optimizer); the protocol's
 
@@ -116,6 +118,10 @@ class TrainConfig:
         PE whose logits read more than each example's relative positions."""
         from probe.corpus import CODE_TASK
 
+        if self.pack_width < 1:
+            raise ProbeError(
+                f"pack_width must be at least 1 (rows as wide as the longest example), got {self.pack_width}"
+            )
         if self.pack and (self.task == CODE_TASK or not pe_class(self.pe).packable()):
             what = (
                 "code windows are full already"

@@ -94,7 +94,7 @@ def batch_geometry(run: SweepRun, sample: int | None = SAMPLE_POOLS) -> tuple[fl
         data = encode(examples, source.tokenizer)
     batches = epoch_batches(data, run.config.batch_size, run.config.seed, 0, grouped=not authors)
     if run.config.pack:
-        shapes = [data.packed_batch(batch)[0].shape for batch in batches]
+        shapes = [data.packed_batch(batch, factor=run.config.pack_width)[0].shape for batch in batches]
     else:
         shapes = [(len(batch), int(data.lengths[batch].max())) for batch in batches]
     return sum(r * w for r, w in shapes) / len(shapes), sum(w for _, w in shapes) / len(shapes)
@@ -421,7 +421,9 @@ def estimate_cost(
             continue
         left, passes = steps_left(run), selections_left(run)
         task = (config.task, json.dumps(config.task_options, sort_keys=True), config.protocol)
-        tokens, width = meter.once(("rows", *task, config.batch_size, config.pack), lambda run=run: batch_geometry(run))
+        tokens, width = meter.once(
+            ("rows", *task, config.batch_size, config.pack, config.pack_width), lambda run=run: batch_geometry(run)
+        )
         valid = meter.once(("valid", *task, config.eval_examples), lambda run=run: selection_tokens(run))
         tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid)
         work = meter.once(tested, lambda run=run: evaluation_work(run))
