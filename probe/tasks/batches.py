@@ -60,9 +60,9 @@ class EncodedSet:
         64 hold 2,374 tokens padded and 1,521 packed (1,437 real; length-grouped ones 1,530). Rows
         twice the longest pack as tightly as longer ones there and keep attention, whose cost grows
         with a row's length, small; where lengths spread widely (a scratchpad's, 50 to 600 tokens), rows
-        as wide as the longest (``factor`` 1) hold 1-3% more tokens and train 1.1-1.4x faster. With
-        ``rows`` (a fixed geometry's), the grid is exactly ``rows`` x ``width``, padded with rows of
-        padding; otherwise trimmed to what it holds."""
+        as wide as the longest (``factor`` 1) hold about as many tokens and train 1.2-1.5x faster
+        (``bench/pack_width.py``). With ``rows`` (a fixed geometry's), the grid is exactly ``rows`` x
+        ``width``, padded with rows of padding; otherwise trimmed to what it holds."""
         lengths = self.lengths[index].tolist()
         width = width or factor * max(lengths)
         if width < max(lengths):
