@@ -155,10 +155,11 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
             f"  {folder}: {len(left)} of {len(members)} runs left, preset {first.preset}, "
             f"{first.steps} steps of {first.batch_size}{price}"
         )
+    evaluating = sum(evaluation or []) / jobs
     out.print(
-        f"training: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
-        f"{cost['source']}; checkpoint selection and the teacher-forced evaluation after training included, a "
-        "decoded one not; a scenario's line is its share: its runs' time over the workers)"
+        f"training and evaluation: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
+        f"{cost['source']}; checkpoint selection included, and the evaluation after training, {duration(evaluating)} "
+        "of it; a scenario's line is its share: its runs' time over the workers)"
     )
     if rule is not None and len(rule.steps) > 1:
         rungs = f"{', '.join(map(str, rule.steps[1:]))} steps while its median PE stays under {rule.median_iid:.0%} IID"
