@@ -374,3 +374,29 @@ def test_a_decoding_step_is_timed_at_two_batch_sizes_and_two_contexts_less_the_p
     overhead, per_example, per_position = sweep.measure_decoding_step(run, "cpu", threads=1, wide=64)
     assert calls == [(b, p, n) for b, p in per_step for n in (1, 1, 1 + steps, 1 + steps)]
     assert (overhead, per_example, per_position) == (pytest.approx(0.098), pytest.approx(0.002), pytest.approx(1e-4))
+
+
+def test_a_run_that_asks_no_last_step_score_is_evaluated_and_priced_once(tmp_path, monkeypatch):
+    """``eval_last = false``: the selected weights alone are scored (no ``last`` in the report), and the price
+    counts one pass; Section 6 asks for it, its decoded evaluations costing about as much as its training."""
+    from probe.analysis.evaluation import evaluate_run
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.models.transformer import PETransformer
+    from probe.runs.folders import Run
+    from probe.studies.reproduce import plan
+    from probe.training.bookkeeping import train_run
+
+    run = _run(tmp_path, steps=6, eval_every=3, eval_n=60, eval_valid=50, eval_last=False)
+    assert run.eval_last is False and all(r.eval_last is False for r in plan("section6", tmp_path / "s6"))
+    train_run(run.config, run.path, torch.device("cpu"))
+    seen: list[int] = []
+    forward = PETransformer.forward
+    monkeypatch.setattr(
+        PETransformer,
+        "forward",
+        lambda self, tokens, *a, **k: seen.append(tokens.numel()) or forward(self, tokens, *a, **k),
+    )
+    report = evaluate_run(Run(run.path, read_checkpoint_config(run.path)), n_test=60, n_valid=50, last_step=False)
+    assert report.last is None and report.selected_step is not None
+    work = sweep.evaluation_work(run)
+    assert work.passes == 1 and work.forced_tokens == sum(seen)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def evaluate_run(
     on_wait: Callable[[dict], None] | None = None,
     force: bool = False,
     out: str | Path | None = None,
+    last_step: bool = True,
 ) -> EvalReport:
     """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
     and eval.csv (one row per length bucket; with ``settings.pe_options`` applied at inference,
@@ -65,27 +67,30 @@ def evaluate_run(
     ``pe_options`` and ``intervention`` (the run read under it, :mod:`probe.models.interventions`, the results
     in ``eval+<intervention>.json``). The run's own task draws the examples, the first ``n_valid`` IID (all
     of them where there are fewer) and ``n_test`` test ones at seed 0, at the weights' dtype: not ``options``,
-    ``n_per_bucket``, ``lengths``, ``multiples``, ``seed``, ``dtype`` or ``progress``."""
+    ``n_per_bucket``, ``lengths``, ``multiples``, ``seed``, ``dtype`` or ``progress``. A run whose checkpoint was
+    selected is scored again at its last step, to show beside it, unless not ``last_step`` (a decoded evaluation's
+    cost, doubled for a diagnostic)."""
     settings = ReadSettings() if settings is None else settings
     settings.refuse("probe eval", "options", "n_per_bucket", "lengths", "multiples", "seed", "dtype", "progress")
     if settings.intervention is not None and not settings.intervention.is_identity:
         settings = replace(settings, intervention=settings.intervention.resolved(trained_length(run.config)))
     if n_test is not None and n_test < 1:
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
-    asked = {"n_test": n_test, "n_valid": n_valid}
+    asked = {"n_test": n_test, "n_valid": n_valid} | ({} if last_step else {"last_step": False})
+    evaluate = partial(_evaluate, run, settings, n_test, n_valid, last_step)
     if not write:
-        return _evaluate(run, settings, n_test, n_valid)
+        return evaluate()
     if out is not None:
         folder = eval_folder(run, out)
         if (kept := _kept(run, folder, asked, settings, force)) is not None:
             return kept
-        report = _evaluate(run, settings, n_test, n_valid)
+        report = evaluate()
         _write(report, folder / eval_file(report.pe_options_at_inference, settings.intervention), force, asked)
         return report
     with run_lock(run.path, wait=wait, command="probe eval", on_wait=on_wait):
         if (kept := _kept(run, run.path, asked, settings, force)) is not None:
             return kept
-        report = _evaluate(run, settings, n_test, n_valid)
+        report = evaluate()
         _write(report, run.path / eval_file(report.pe_options_at_inference, settings.intervention), force, asked)
     return report
 
@@ -127,7 +132,7 @@ def _write(report: EvalReport, target: Path, force: bool, asked: dict[str, Any])
     report.write(target.parent)
 
 
-def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int) -> EvalReport:
+def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int, last_step: bool) -> EvalReport:
     from probe.models.attach import with_rope
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
@@ -172,11 +177,12 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     )
     if "selected_step" in training:  # selected on IID validation: the last step's numbers beside it
         report.selected_step = training["selected_step"]
-        last_step = training.get("selection", {}).get("last_step", training["selected_step"])
-        if (run.path / LAST / "config.json").is_file():
-            last = resolve(run.path / LAST).under(intervention).load(device, pe_options=given).model
-            iid, ood = split_accuracy(task, score(last))
-        report.last = LastStep(last_step, iid, ood)
+        if last_step:
+            step = training.get("selection", {}).get("last_step", training["selected_step"])
+            if (run.path / LAST / "config.json").is_file():
+                last = resolve(run.path / LAST).under(intervention).load(device, pe_options=given).model
+                iid, ood = split_accuracy(task, score(last))
+            report.last = LastStep(step, iid, ood)
     return report
 
 

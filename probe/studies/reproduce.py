@@ -360,6 +360,7 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
                     ReadSettings(device=device),
                     n_test=run.eval_n,
                     n_valid=run.eval_valid,
+                    last_step=run.eval_last,
                 )
 
 

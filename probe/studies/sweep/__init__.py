@@ -14,7 +14,8 @@ five; ``pretrain``: its three code models; :data:`probe.studies.plans.PE_SETS`).
 Scratchpad formats other than ``none`` apply only to
 tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
 are :class:`probe.training.train_config.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
-(test examples evaluated, default the whole test split) and ``eval_valid`` (IID examples).
+(test examples evaluated, default the whole test split), ``eval_valid`` (IID examples) and ``eval_last``
+(false: a selected run is not scored again at its last step).
 Task ``code`` is pretraining on a code corpus (``probe pretrain``; its options are
 :class:`probe.corpus.CorpusSpec`'s): its corpus is prepared once before any run starts, and its
 runs are validated by held-out perplexity (``probe perplexity`` reads them side by side)::

@@ -125,6 +125,7 @@ def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) 
                 ReadSettings(device=device),
                 n_test=run["eval_n"],
                 n_valid=run["eval_valid"],
+                last_step=run.get("eval_last", True),
             )
             result.update(
                 eval_seconds=time.time() - begin,

@@ -281,7 +281,7 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     test split, teacher-forced in length-sorted batches of 256 (:func:`~probe.tasks.decoding.length_batches`), or,
     where exact match needs decoding (a task scored on its answer, positions drawn at random), decoded batch by
     batch (:func:`~probe.tasks.decoding.decoding_batches`); for the selected weights and the last step's where
-    the protocol selects."""
+    the protocol selects and the run asks for both (``eval_last``)."""
     from probe.analysis.evaluation import BATCH_SIZE
     from probe.tasks import get
     from probe.tasks.batches import encode
@@ -292,7 +292,7 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     task = get(config.task, **config.task_options)
     tokenizer = TaskSource(config.task, config.task_options, config.seed, config.protocol == "authors").tokenizer
     examples = task.held_out(run.eval_valid) + task.examples("test", n=run.eval_n, seed=0)
-    passes = 2 if config.eval_every else 1
+    passes = 2 if config.eval_every and run.eval_last else 1
     if task.answer_reader() is None and not config.model_config(vocab_size=64).random_positions:
         data = encode(examples, tokenizer)
         chunks = length_batches(data.lengths, BATCH_SIZE)
@@ -425,7 +425,7 @@ def estimate_cost(
             ("rows", *task, config.batch_size, config.pack, config.pack_width), lambda run=run: batch_geometry(run)
         )
         valid = meter.once(("valid", *task, config.eval_examples), lambda run=run: selection_tokens(run))
-        tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid)
+        tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid, run.eval_last)
         work = meter.once(tested, lambda run=run: evaluation_work(run))
         vocabulary = meter.once(("vocabulary", *task), lambda run=run: vocabulary_size(run))
         shape, forward = throughput_keys(config, width, vocabulary)

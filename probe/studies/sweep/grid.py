@@ -17,7 +17,7 @@ from probe.runs.folders import run_dir
 
 GRID_DIR = "grids"
 LIST_KEYS = ("task", "pe", "seed", "scratchpad")
-EVAL_KEYS = ("eval_n", "eval_valid")
+EVAL_KEYS = ("eval_n", "eval_valid", "eval_last")
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class SweepRun:
     path: Path
     eval_n: int | None = None
     eval_valid: int = 500
+    eval_last: bool = True  # a selected run scored again at its last step, to show beside it
 
     @property
     def label(self) -> str:
@@ -40,6 +41,7 @@ class SweepRun:
             "config": self.config.to_dict(),
             "eval_n": self.eval_n,
             "eval_valid": self.eval_valid,
+            "eval_last": self.eval_last,
         }
 
 
@@ -232,6 +234,7 @@ def _grid_run(
         run_dir(root, task, pe, seed, options, config.pe_options),
         spec.get("eval_n"),
         spec.get("eval_valid", 500),
+        bool(spec.get("eval_last", True)),
     )
 
 
