@@ -380,15 +380,16 @@ class _Meter:
             self.forward_speeds[key] = speed
         return self.forward_speeds[key]
 
-    def decoding(self, run: SweepRun, shape: str) -> tuple[float, float, float]:
-        """A decoding step's cost for ``run``'s kind (:func:`measure_decoding_step`), timed on its first run; given
-        a training throughput, none (a decoded evaluation is then not priced)."""
-        if shape not in self.decoding_steps:
+    def decoding(self, run: SweepRun, key: str) -> tuple[float, float, float]:
+        """A decoding step's cost for ``run``'s model shape (``key``, a selection pass's: timed once, whatever the
+        PE, as a selection pass is), timed on its first run; given a training throughput, none (a decoded
+        evaluation is then not priced)."""
+        if key not in self.decoding_steps:
             measured = self.given is None
-            self.decoding_steps[shape] = (
+            self.decoding_steps[key] = (
                 measure_decoding_step(run, self.device, self.threads) if measured else (0.0, 0.0, 0.0)
             )
-        return self.decoding_steps[shape]
+        return self.decoding_steps[key]
 
 
 def estimate_cost(
@@ -432,7 +433,7 @@ def estimate_cost(
         forward_speed = meter.forward(run, forward, shape, tokens, valid)
         training = left * tokens / meter.training(run, shape, tokens) if left else 0.0
         per_run.append(training + passes * valid / forward_speed)
-        step = meter.decoding(run, shape) if work.decoded else None
+        step = meter.decoding(run, forward) if work.decoded else None
         evaluating.append(work.seconds(forward_speed, step))
     return {
         "seconds": per_run,
