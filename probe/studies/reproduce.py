@@ -96,17 +96,22 @@ def local_trainer(
     engine = engine or Engine.for_device(device)
 
     def train(runs: list[SweepRun], finished: Finished) -> list[Any]:
-        todo: list[SweepRun] = []
+        trained = {r.path for r in runs if run_state(r) in ("done", "evaluate")}
         for run in runs:
-            todo.append(run) if run_state(run) not in ("done", "evaluate") else finished(run)
+            if run.path in trained:
+                finished(run)
+        todo = [r for r in runs if r.path not in trained]
         if not todo:
             return []
         pairs = [(r.config, r.path) for r in todo]
-        if stack:
+        if stack:  # one program: its scenarios land when it returns
             return train_by_stack(pairs, device, engine=engine, on_event=on_event)
+
+        def ended(i: int) -> None:
+            finished(todo[i])
+
         jobs_here = min(jobs, len(pairs))
-        done = lambda i: finished(todo[i])  # noqa: E731
-        return train_parallel(pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=done)
+        return train_parallel(pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=ended)
 
     return train
 

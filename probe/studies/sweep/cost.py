@@ -257,7 +257,7 @@ def throughput_keys(config: TrainConfig, width: float, vocabulary: int) -> tuple
 class EvaluationWork:
     """What the evaluation after training reads, per set of weights scored (:func:`evaluation_work`)."""
 
-    passes: int  # the selected weights, and the last step's where the protocol selects
+    passes: int  # the selected weights, and the last step's where the protocol selects and eval_last asks
     forced_tokens: int = 0  # teacher-forced: padded tokens, in length-sorted batches
     decoded: tuple[tuple[int, int, int], ...] = ()  # decoded: (examples, prompt tokens, new tokens) per batch
 
@@ -404,7 +404,7 @@ def estimate_cost(
     """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second; and, apart
     (``evaluation_seconds``), the evaluation after training: teacher-forced at that forward speed, or decoded at
-    a decoding step's measured cost (:class:`EvaluationWork`; its attention over a growing cache not counted).
+    a decoding step's measured cost (:class:`EvaluationWork`, :func:`measure_decoding_step`).
 
     Both throughputs are measured on the first run of their kind (:func:`throughput_keys`) with ``threads``
     torch threads (what each run will train with); or training's is taken from ``tokens_per_second`` (to
