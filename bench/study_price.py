@@ -7,15 +7,15 @@ The dry run's JSON names every run it priced (``todo``: path, steps left, second
 the sitting's wall (a phase's runs one queue for its ``jobs`` workers, scenario by scenario, as the study
 trains them). Once the runs have trained and been evaluated this script compares two things:
 
-- per scenario, its runs' priced seconds against the ``train_seconds`` each run recorded (checkpoint
-  selection included in both): how well the price knows a run;
-- the sitting, over the scenarios that landed whole: the wall the price gives those runs as one queue against
+- per part (a scenario at a seed), its runs' priced seconds against the ``train_seconds`` each run recorded
+  (checkpoint selection included in both): how well the price knows a run;
+- the sitting, over the parts that landed whole: the wall the price gives those runs as one queue against
   the span from their first start (a run's first log line, less one logging interval) to their last
   evaluation's file, less every pause (a span over ``--pause`` seconds, 20 by default, in which no run logged:
   a stopped study or a suspended machine). The evaluations, beside the next scenario's training, are in both
   where the price has them (``evaluation_seconds``, over the workers' cores); an older price left them out.
 
-Only scenarios priced whole (every run from step 0) and landed whole (every run evaluated) are compared.
+Only parts priced whole (every run from step 0) and landed whole (every run evaluated) are compared.
 Writes ``bench/results/study_price_<name>_cpu.json``.
 """
 
@@ -80,7 +80,8 @@ def main() -> None:
         raise SystemExit(f"{args.price}: not the JSON of `probe reproduce ... --dry-run --json` ({error!r})") from None
     todo: dict[str, list[dict]] = {}
     for entry in price["todo"]:
-        todo.setdefault(Path(entry["path"]).parent.parent.name, []).append(entry)
+        path = Path(entry["path"])
+        todo.setdefault(f"{path.parent.parent.name} {path.name}", []).append(entry)  # a part: scenario and seed
     rows: dict[str, dict] = {}
     for scenario, entries in todo.items():
         folders = [Path(e["path"]) for e in entries]
@@ -126,7 +127,7 @@ def main() -> None:
         )
     if sitting:
         print(
-            f"{len(rows)} scenario{'s' * (len(rows) != 1)} as one queue on {price['jobs']} workers: priced "
+            f"{len(rows)} part{'s' * (len(rows) != 1)} as one queue on {price['jobs']} workers: priced "
             f"{sitting['priced_wall_seconds'] / 60:.1f} min, measured {sitting['wall_seconds'] / 60:.1f} min "
             f"({sitting['measured_over_priced']:.2f}x; paused {sitting['paused_seconds']:.0f} s)"
         )
