@@ -297,6 +297,13 @@ def streamed_training_step(
     return step
 
 
+def write_result(name: str, what: str, load_before: tuple[float, float, float], **fields: object) -> Path:
+    """bench/results/<name>_cpu.json: the machine's header, then ``fields``; says where it went."""
+    path = write_json(name, "cpu", {**header(name, what, "cpu", load_before), **fields})
+    print(f"wrote {path}")
+    return path
+
+
 def write_json(name: str, device: torch.device | str, payload: dict) -> Path:
     """Atomically write bench/results/<name>_<device type>.json."""
     path = RESULTS / f"{name}_{torch.device(device).type}.json"

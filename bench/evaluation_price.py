@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import header, write_json  # noqa: E402
+from common import write_result  # noqa: E402
 
 from probe.analysis.evaluation import evaluate_run  # noqa: E402
 from probe.models.checkpoint import read_checkpoint_config  # noqa: E402
@@ -84,13 +84,8 @@ def main() -> None:
                 f"priced {row['priced_seconds']:.1f} s ({row['measured_over_priced']:.2f}x)",
                 flush=True,
             )
-    payload = {
-        **header("evaluation_price", "the evaluation after training, priced and measured", "cpu", load),
-        "threads": 1,
-        "n_test": args.n,
-        "formats": rows,
-    }
-    print(f"wrote {write_json('evaluation_price', 'cpu', payload)}")
+    what = "the evaluation after training, priced and measured"
+    write_result("evaluation_price", what, load, threads=1, n_test=args.n, formats=rows)
 
 
 if __name__ == "__main__":

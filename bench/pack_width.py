@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import header, write_json  # noqa: E402
+from common import write_result  # noqa: E402
 
 from probe.studies import reproduce  # noqa: E402
 from probe.studies.sweep.cost import batch_geometry, measure_tokens_per_second  # noqa: E402
@@ -66,13 +66,8 @@ def main() -> None:
             f"{width[1]:.0f}, a step {row['width_2_over_width_1']:.2f}x faster",
             flush=True,
         )
-    payload = {
-        **header("pack_width", "packed rows twice the longest example against rows as wide as it", "cpu", load),
-        "threads": 1,
-        "scratchpad": args.scratchpad,
-        "tasks": rows,
-    }
-    print(f"wrote {write_json('pack_width', 'cpu', payload)}")
+    what = "packed rows twice the longest example against rows as wide as it"
+    write_result("pack_width", what, load, threads=1, scratchpad=args.scratchpad, tasks=rows)
 
 
 if __name__ == "__main__":
