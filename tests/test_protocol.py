@@ -321,8 +321,9 @@ def test_a_runs_packing_width_is_one_of_its_settings_and_a_run_from_before_it_pa
 
     wide, narrow = TrainConfig(task="scan", pack=True), TrainConfig(task="scan", pack=True, pack_width=1)
     assert wide.pack_width == 2 and stack_key(wide) != stack_key(narrow)
-    with pytest.raises(ProbeError, match="pack_width must be at least 1"):
-        TrainConfig(task="scan", pack=True, pack_width=0)
+    for bad in (0, 1.5):
+        with pytest.raises(ProbeError, match="pack_width must be a whole number, at least 1"):
+            TrainConfig(task="scan", pack=True, pack_width=bad)
     old = {k: v for k, v in wide.to_dict().items() if k != "pack_width"}
     assert settings_differ(old, wide.to_dict()) == [] and settings_differ(old, narrow.to_dict()) == [
         "pack_width 2, asked 1"

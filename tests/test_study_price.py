@@ -10,6 +10,7 @@ import torch
 from helpers import tiny_model
 
 from probe.cli import main
+from probe.errors import ProbeError
 from probe.studies import sweep
 from probe.studies.sweep import cost as cost_module
 
@@ -400,3 +401,8 @@ def test_a_run_that_asks_no_last_step_score_is_evaluated_and_priced_once(tmp_pat
     assert report.last is None and report.selected_step is not None
     work = sweep.evaluation_work(run)
     assert work.passes == 1 and work.forced_tokens == sum(seen)
+
+
+def test_an_eval_last_that_is_not_true_or_false_is_one_line(tmp_path):
+    with pytest.raises(ProbeError, match="eval_last must be true or false, got 'false'"):
+        _run(tmp_path, eval_last="false")

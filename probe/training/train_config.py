@@ -118,9 +118,10 @@ class TrainConfig:
         PE whose logits read more than each example's relative positions."""
         from probe.corpus import CODE_TASK
 
-        if self.pack_width < 1:
+        if isinstance(self.pack_width, bool) or not isinstance(self.pack_width, int) or self.pack_width < 1:
             raise ProbeError(
-                f"pack_width must be at least 1 (rows as wide as the longest example), got {self.pack_width}"
+                f"pack_width must be a whole number, at least 1 (rows as wide as the longest example), got "
+                f"{self.pack_width!r}"
             )
         if self.pack and (self.task == CODE_TASK or not pe_class(self.pe).packable()):
             what = (

@@ -229,12 +229,15 @@ def _grid_run(
     except TypeError as error:
         raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
     config.model_config(vocab_size=8)
+    eval_last = spec.get("eval_last", True)
+    if not isinstance(eval_last, bool):
+        raise ProbeError(f"{where}: eval_last must be true or false, got {eval_last!r}")
     return SweepRun(
         config,
         run_dir(root, task, pe, seed, options, config.pe_options),
         spec.get("eval_n"),
         spec.get("eval_valid", 500),
-        bool(spec.get("eval_last", True)),
+        eval_last,
     )
 
 
