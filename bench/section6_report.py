@@ -9,7 +9,8 @@ every example in the authors' wording). This script merges them under the study'
 part expected and not found, and writes ``bench/results/section6_report.{json,md}`` (``--name``: another
 stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
 scratchpad_formats_per_ds), the full format's and C's gain over no scratchpad per PE, the PEs ranked with a
-scratchpad, and one line per claim of the paper's Section 6.
+scratchpad, the attended distances of addition with the full scratchpad (Figure attended_distance, from the
+histograms its runs keep in their summaries), and one line per claim of the paper's Section 6.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
-from probe.figures import format_rank_figure, write_figure  # noqa: E402
+from probe.figures import attended_distance_figure, format_rank_figure, write_figure  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
+from probe.studies.attended import FAR, NEAR, UNIFORM, attended_claim, attended_shapes, seed_series  # noqa: E402
 from probe.studies.formats import (  # noqa: E402
     claim_only_addition,
     format_queries,
@@ -35,7 +37,7 @@ from probe.studies.formats import (  # noqa: E402
 )
 from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
-from probe.studies.summaries import merge  # noqa: E402
+from probe.studies.summaries import Merged, merge  # noqa: E402
 
 STUDY = "section6"
 RULE = ladder(STUDY)
@@ -45,14 +47,18 @@ PAPER_ADDITION_FULL = {"nope": 0.166, "t5": 0.162, "alibi": 0.117, "rotary": 0.0
 their notebooks; their per-run file for these tasks is not in the released repository."""
 
 
-def merged_runs(summaries: Path, seeds: list[int]):
-    """The study's runs at each scenario's chosen rung, and the parts (scenario, seed) not found."""
+ATTENDED = "addition+scratchpad=full"  # the scenario of Figure attended_distance (Section 6.1)
+
+
+def merged_runs(summaries: Path, seeds: list[int]) -> Merged:
+    """The study's runs at each scenario's chosen rung, their attended distances, and the parts not found."""
     expected = list(scenarios(plan(STUDY, "/nonexistent", seeds=1)))
-    merged = merge(sorted(summaries.glob("*.json")), scenarios=expected, seeds=seeds, study=STUDY, rule=RULE)
-    return merged.evaluations, merged.missing
+    return merge(sorted(summaries.glob("*.json")), scenarios=expected, seeds=seeds, study=STUDY, rule=RULE)
 
 
-def report_of(evaluations: list, missing: list) -> dict:
+def report_of(merged: Merged) -> dict:
+    evaluations, missing = merged.evaluations, merged.missing
+    shapes = attended_shapes(merged.attended, ATTENDED)
     queries = format_queries(evaluations)
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)})
@@ -62,7 +68,9 @@ def report_of(evaluations: list, missing: list) -> dict:
         "claims": {
             "only_addition": claim_only_addition(gains["full"]),
             "pe_still_matters": _pe_claim(with_pad.get("overall")),
+            "attended": attended_claim(shapes),
         },
+        "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
         "pes_with_a_scratchpad": with_pad,
         "paper_addition_full": PAPER_ADDITION_FULL,
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
@@ -114,11 +122,29 @@ def markdown(report: dict) -> str:
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
+    lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
+    lines += _attended_table(report["attended"])
     paper = ", ".join(f"{PE_LABELS.get(pe, pe)} {_pct(v)}" for pe, v in report["paper_addition_full"].items())
     lines += ["", f"The authors' addition runs with the full scratchpad (`base`), OOD %: {paper}."]
     if report["missing"]:
         lines += ["", "Not yet measured: " + _missing(report) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _attended_table(shapes: dict) -> list[str]:
+    """Per PE, the arg-max d̄ of addition with the full scratchpad (mean over the seeds measured)."""
+    if not shapes:
+        return []
+    lines = ["", f"Normalized attended distance d̄ of {ATTENDED}'s output queries (unseen lengths, every layer and"]
+    lines += [f"head; bimodality above 5/9 = {UNIFORM:.3f} reads as two modes; near d̄ < {NEAR}, far d̄ ≥ {FAR}):", ""]
+    lines += ["| PE | seeds | bimodality (range) | weighted | near | far | mean d̄ |", "|---|---|---|---|---|---|---|"]
+    for pe, s in shapes.items():
+        spread = f" ({s['bimodality_min']:.3f}…{s['bimodality_max']:.3f})" if len(s["seeds"]) > 1 else ""
+        lines.append(
+            f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, s['seeds']))} | {s['bimodality']:.3f}{spread} | "
+            f"{s['weighted_bimodality']:.3f} | {_pct(s['near'])}% | {_pct(s['far'])}% | {s['mean']:.3f} |"
+        )
+    return lines
 
 
 def _missing(report: dict) -> str:
@@ -144,8 +170,8 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
     parser.add_argument("--figures", help="folder for the formats' ranks figure as PNG (e.g. docs/img)")
     args = parser.parse_args()
-    evaluations, missing = merged_runs(Path(args.summaries), args.seeds)
-    report = report_of(evaluations, missing)
+    merged = merged_runs(Path(args.summaries), args.seeds)
+    report = report_of(merged)
     text = markdown(report)
     atomic_write_json(RESULTS / f"{args.name}.json", report)
     atomic_write_text(RESULTS / f"{args.name}.md", text)
@@ -153,13 +179,32 @@ def main() -> None:
     if args.docs:
         fill_block(DOCS, STUDY, text)
         print(f"wrote the tables into {DOCS}")
-    if args.figures and report["formats"]:  # the PNG alone: the page embeds it
-        with tempfile.TemporaryDirectory() as scratch:
-            title = "Scratchpad formats ranked per task, over PEs and seeds (OOD exact match)"
-            for path in write_figure(format_rank_figure(report["formats"], title), Path(scratch) / "section6_formats"):
-                if path.suffix == ".png":
-                    shutil.copy(path, Path(args.figures) / path.name)
-                    print(f"wrote {Path(args.figures) / path.name}")
+    if args.figures:
+        for name, figure in figures(report, merged, min(args.seeds)).items():
+            write_png(figure, Path(args.figures), name)
+
+
+def figures(report: dict, merged: Merged, seed: int) -> dict:
+    """The formats' ranks (once a task has two formats measured) and Figure attended_distance at ``seed``
+    (the paper reads one model per PE; once its runs have kept their attended distances)."""
+    out = {}
+    if report["formats"]:
+        title = "Scratchpad formats ranked per task, over PEs and seeds (OOD exact match)"
+        out["section6_formats"] = format_rank_figure(report["formats"], title)
+    labels = {pe: PE_LABELS.get(pe, pe) for pe in FIGURE_ORDER}
+    if series := seed_series(merged.attended, ATTENDED, seed, labels):
+        title = f"Normalized attended distance, addition + full scratchpad (seed {seed}), all layers and heads"
+        out["section6_attended"] = attended_distance_figure(series, title)
+    return out
+
+
+def write_png(figure, folder: Path, name: str) -> None:
+    """The figure's PNG alone into ``folder``: the page embeds it."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in write_figure(figure, Path(scratch) / name):
+            if path.suffix == ".png":
+                shutil.copy(path, folder / path.name)
+                print(f"wrote {folder / path.name}")
 
 
 if __name__ == "__main__":

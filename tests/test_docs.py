@@ -260,7 +260,7 @@ def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_me
     JSON is that merge: a summary added without rerunning the script fails here."""
     script = bench_script("section6_report")
     results = ROOT / "bench" / "results"
-    evaluations, missing = script.merged_runs(results / "section6", [0, 1, 2])
-    report = json.loads(json.dumps(script.report_of(evaluations, missing)))
+    merged = script.merged_runs(results / "section6", [0, 1, 2])
+    report = json.loads(json.dumps(script.report_of(merged)))
     assert report == json.loads((results / "section6_report.json").read_text())
     assert _block(ROOT / "docs" / "reproducing.md", "section6") == script.markdown(report)

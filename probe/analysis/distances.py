@@ -8,14 +8,17 @@ every query of a window counted.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
+from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
 from probe.metrics.attended import Normalization, Weighting
 from probe.runs.folders import Run
@@ -27,6 +30,9 @@ from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Loaded
 
 BATCH_SIZE = 16  # inputs per batch unless the settings say
+ATTENDED = "attended.json"
+"""A study run's attended distances at the paper's settings, written beside its eval.json as its scenario lands,
+so that the study's summary carries Figure attended_distance after the checkpoint is gone."""
 
 
 def attended_results(
@@ -146,3 +152,22 @@ def attended_distance_report(
         home(subjects, root, settings.options),
         file_stem(subjects),
     )
+
+
+def attend_run(path: str | Path, settings: ReadSettings) -> dict[str, Any]:
+    """The attended distances of one run folder as `probe distances` reads them by default (unseen lengths,
+    arg-max and attention-weighted, d̄ as the text writes it, 20 bins), written to :data:`ATTENDED` there."""
+    data = attended_distance_report([path], settings).to_json()
+    atomic_write_json(Path(path) / ATTENDED, data)
+    return data
+
+
+def read_attended(path: str | Path) -> dict[str, Any] | None:
+    """The run's :data:`ATTENDED` (an :meth:`AttendedReport.to_json` of the run alone), or None where it has none."""
+    file = Path(path) / ATTENDED
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text())
+    except ValueError:
+        raise ProbeError(f"{file}: not readable JSON; delete it to read the run's attended distances again") from None

@@ -349,8 +349,10 @@ def rung_plan(
 
 
 def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
-    """Evaluate every trained run of ``runs`` that has no eval.json yet, on a CPU with the one thread a run
-    trains with: it runs beside the runs still training, and its numbers do not depend on what else ran."""
+    """Evaluate every trained run of ``runs`` that has no eval.json yet, and read the attended distances of
+    those that ask (``attended``) and have none, on a CPU with the one thread a run trains with: it runs
+    beside the runs still training, and its numbers do not depend on what else ran."""
+    from probe.analysis.distances import ATTENDED, attend_run
     from probe.analysis.evaluation import evaluate_run
     from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
@@ -358,8 +360,10 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
     from probe.training.bookkeeping import training_threads
 
     for run in runs:
-        if (run.path / "model.safetensors").is_file() and read_eval(run.path) is None:
-            with training_threads(device):
+        if not (run.path / "model.safetensors").is_file():
+            continue
+        with training_threads(device):
+            if read_eval(run.path) is None:
                 evaluate_run(
                     Run(run.path, read_checkpoint_config(run.path)),
                     ReadSettings(device=device),
@@ -367,6 +371,8 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
                     n_valid=run.eval_valid,
                     last_step=run.eval_last,
                 )
+            if run.attended and not (run.path / ATTENDED).is_file():
+                attend_run(run.path, ReadSettings(device=device))
 
 
 def analyse(

@@ -2,7 +2,8 @@
 written as soon as that scenario's runs are evaluated, and merged back into eval reports.
 
 A summary holds, per run, what a report needs (IID and OOD exact match, exact match per length with
-its counts, the step selected on IID validation, the training seconds) and nothing heavy (no weights),
+its counts, the step selected on IID validation, the training seconds, and where the study asks, the
+attended-distance histograms) and nothing heavy (no weights),
 so a study can be run in parts (seeds in separate sittings, scenarios on other machines) and committed
 as it lands. :func:`merge` puts the parts back together and names every part the study expects that
 is not there, rather than ranking on fewer runs without saying so.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from probe.analysis.distances import read_attended
 from probe.analysis.eval_report import EvalReport, read_eval
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
@@ -55,6 +57,7 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
                 "selected_step": report.selected_step,
                 "train_seconds": stored.get("metrics", {}).get("train_seconds"),
                 "evaluation": evaluation,
+                **({"attended": attended} if (attended := summary_attended(run.path)) is not None else {}),
             }
         )
     first = members[0].config
@@ -69,6 +72,17 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "runs": rows,
     }
+
+
+def summary_attended(path: Path) -> dict[str, Any] | None:
+    """A run's attended distances as its summary keeps them: the reading's settings and its one result, whose
+    ``run`` names the PE and seed, not the folder (:func:`probe.analysis.results.attended_series` draws it)."""
+    data = read_attended(path)
+    if data is None:
+        return None
+    (result,) = data["runs"]
+    run = {key: result["run"][key] for key in ("pe", "seed", "label")}
+    return {**{k: v for k, v in data.items() if k != "runs"}, **result, "run": run}
 
 
 def write_summaries(study: str, scenario: str, runs: Sequence[Any], folder: str | Path, tag: str = "") -> list[Path]:
@@ -134,6 +148,7 @@ class Merged:
     train_seconds: dict[tuple[str, str, int], float | None]  # (scenario, pe, seed) -> seconds
     missing: list[tuple[str, int]]
     rungs: dict[str, dict[str, Any]] = field(default_factory=dict)  # scenario -> medians per steps, chosen
+    attended: dict[tuple[str, str, int], dict[str, Any]] = field(default_factory=dict)  # runs that kept them
 
     def seeds(self, scenario: str) -> list[int]:
         return sorted({e.seed for e in self.evaluations if e.task_folder == scenario})
@@ -175,6 +190,7 @@ def merge(
     evaluations: list[EvalReport] = []
     recipes: dict[str, list[dict[str, Any]]] = {}
     seconds: dict[tuple[str, str, int], float | None] = {}
+    attended: dict[tuple[str, str, int], dict[str, Any]] = {}
     found: set[tuple[str, int]] = set()
     for (scenario, seed, steps), part in parts.items():
         if (rule is not None and steps != rungs[scenario]["kept"]) or (seeds and seed not in seeds):
@@ -185,8 +201,10 @@ def merge(
         evaluations += part.reports
         for row in part.data["runs"]:
             seconds[(scenario, row["pe"], int(row["seed"]))] = row.get("train_seconds")
+            if "attended" in row:
+                attended[(scenario, row["pe"], int(row["seed"]))] = row["attended"]
     missing = [(scenario, seed) for scenario in scenarios for seed in seeds if (scenario, seed) not in found]
-    return Merged(evaluations, recipes, seconds, missing, rungs)
+    return Merged(evaluations, recipes, seconds, missing, rungs, attended)
 
 
 def _choose_rungs(parts: dict[tuple[str, int, int], _Part], rule: Ladder) -> dict[str, dict[str, Any]]:

@@ -14,8 +14,9 @@ five; ``pretrain``: its three code models; :data:`probe.studies.plans.PE_SETS`).
 Scratchpad formats other than ``none`` apply only to
 tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
 are :class:`probe.training.train_config.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
-(test examples evaluated, default the whole test split), ``eval_valid`` (IID examples) and ``eval_last``
-(false: a selected run is not scored again at its last step).
+(test examples evaluated, default the whole test split), ``eval_valid`` (IID examples), ``eval_last``
+(false: a selected run is not scored again at its last step) and ``attended`` (true: `probe reproduce` reads
+a run's attended distances as its scenario lands and keeps them in the scenario's summary).
 Task ``code`` is pretraining on a code corpus (``probe pretrain``; its options are
 :class:`probe.corpus.CorpusSpec`'s): its corpus is prepared once before any run starts, and its
 runs are validated by held-out perplexity (``probe perplexity`` reads them side by side)::

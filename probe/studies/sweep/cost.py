@@ -189,7 +189,7 @@ def selections_left(run: SweepRun) -> int:
 def selection_tokens(run: SweepRun) -> int:
     """Padded tokens one selection pass of ``run`` reads: its IID validation set, in the batches of
     :func:`~probe.tasks.decoding.teacher_forced_exact_match`, one forward pass each (none without one)."""
-    from probe.tasks.decoding import TEACHER_FORCED_BATCH, length_batches
+    from probe.tasks.decoding import TEACHER_FORCED_BATCH
     from probe.training.sources import training_source
 
     config = run.config
@@ -199,8 +199,7 @@ def selection_tokens(run: SweepRun) -> int:
     data = source.validation_set(config.eval_examples)
     if data is None:
         return 0
-    chunks = length_batches(data.lengths, TEACHER_FORCED_BATCH)
-    return sum(int(data.lengths[chunk].max()) * len(chunk) for chunk in chunks)
+    return padded_tokens(data.lengths, TEACHER_FORCED_BATCH)
 
 
 def measure_selection_tokens_per_second(
@@ -260,11 +259,14 @@ class EvaluationWork:
     passes: int  # the selected weights, and the last step's where the protocol selects and eval_last asks
     forced_tokens: int = 0  # teacher-forced: padded tokens, in length-sorted batches
     decoded: tuple[tuple[int, int, int], ...] = ()  # decoded: (examples, prompt tokens, new tokens) per batch
+    attended_tokens: int = 0  # the attended distances' reading (``attended``), once: padded tokens
 
     def seconds(self, forward_speed: float, step: tuple[float, float, float] | None) -> float:
-        """At ``forward_speed`` tokens/s a teacher-forced pass (and a decoded batch's prompt), and a decoding step
-        at ``step`` = (seconds a step, more per example in its batch, more per example and position it attends
-        to): a batch of b prompts of p tokens decoding n new ones takes n (o + b c) + b a (n p + n^2 / 2)."""
+        """At ``forward_speed`` tokens/s a teacher-forced pass (and a decoded batch's prompt, and the attended
+        distances' reading: its attention maps are not priced apart), and a decoding step at ``step`` = (seconds
+        a step, more per example in its batch, more per example and position it attends to): a batch of b
+        prompts of p tokens decoding n new ones takes n (o + b c) + b a (n p + n^2 / 2)."""
+        attended = self.attended_tokens / forward_speed
         forced = self.forced_tokens / forward_speed
         decoded = 0.0
         if self.decoded:
@@ -273,7 +275,7 @@ class EvaluationWork:
                 decoded += (
                     b * p / forward_speed + n * (overhead + b * per_example) + b * per_position * (n * p + n * n / 2)
                 )
-        return self.passes * (forced + decoded)
+        return self.passes * (forced + decoded) + attended
 
 
 def evaluation_work(run: SweepRun) -> EvaluationWork:
@@ -281,11 +283,12 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     test split, teacher-forced in length-sorted batches of 256 (:func:`~probe.tasks.decoding.length_batches`), or,
     where exact match needs decoding (a task scored on its answer, positions drawn at random), decoded batch by
     batch (:func:`~probe.tasks.decoding.decoding_batches`); for the selected weights and the last step's where
-    the protocol selects and the run asks for both (``eval_last``)."""
+    the protocol selects and the run asks for both (``eval_last``); and once, where it asks (``attended``), the
+    attended distances' reading of :func:`probe.analysis.distances.attend_run`."""
     from probe.analysis.evaluation import BATCH_SIZE
     from probe.tasks import get
     from probe.tasks.batches import encode
-    from probe.tasks.decoding import decoding_batches, length_batches
+    from probe.tasks.decoding import decoding_batches
     from probe.training.sources import TaskSource
 
     config = run.config
@@ -293,14 +296,36 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     tokenizer = TaskSource(config.task, config.task_options, config.seed, config.protocol == "authors").tokenizer
     examples = task.held_out(run.eval_valid) + task.examples("test", n=run.eval_n, seed=0)
     passes = 2 if config.eval_every and run.eval_last else 1
+    attended = attended_tokens(task, tokenizer) if run.attended else 0
     if task.answer_reader() is None and not config.model_config(vocab_size=64).random_positions:
         data = encode(examples, tokenizer)
-        chunks = length_batches(data.lengths, BATCH_SIZE)
-        return EvaluationWork(passes, forced_tokens=sum(int(data.lengths[c].max()) * len(c) for c in chunks))
+        forced = padded_tokens(data.lengths, BATCH_SIZE)
+        return EvaluationWork(passes, forced_tokens=forced, attended_tokens=attended)
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
     targets = [tokenizer.encode(e.target) + [tokenizer.eos_id] for e in examples]
     batches = decoding_batches(prompts, targets, BATCH_SIZE)
-    return EvaluationWork(passes, decoded=tuple((len(c), len(prompts[c[0]]), new) for c, new in batches))
+    decoded = tuple((len(c), len(prompts[c[0]]), new) for c, new in batches)
+    return EvaluationWork(passes, decoded=decoded, attended_tokens=attended)
+
+
+def padded_tokens(lengths, batch_size: int) -> int:
+    """Tokens of ``lengths`` [example] read in length-sorted batches, each padded to its longest."""
+    from probe.tasks.decoding import length_batches
+
+    return sum(int(lengths[c].max()) * len(c) for c in length_batches(lengths, batch_size))
+
+
+def attended_tokens(task, tokenizer) -> int:
+    """Padded tokens of the attended distances' default reading (:func:`probe.analysis.distances.attend_run`):
+    up to ten gold examples of each unseen length bucket, in batches of its batch size."""
+    import torch
+
+    from probe.analysis.distances import BATCH_SIZE
+    from probe.subjects.examples import sample_buckets
+
+    examples = [e for bucket in sample_buckets(task, lengths="unseen") for e in bucket.examples]
+    lengths = torch.tensor([len(tokenizer.encode_example(e)[0]) for e in examples])
+    return padded_tokens(lengths, BATCH_SIZE)
 
 
 DECODE_STEPS = 24  # timed new tokens a decoding measurement takes, at each batch size and context
@@ -426,7 +451,7 @@ def estimate_cost(
             ("rows", *task, config.batch_size, config.pack, config.pack_width), lambda run=run: batch_geometry(run)
         )
         valid = meter.once(("valid", *task, config.eval_examples), lambda run=run: selection_tokens(run))
-        tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid, run.eval_last)
+        tested = ("test", *task, bool(config.eval_every), run.eval_n, run.eval_valid, run.eval_last, run.attended)
         work = meter.once(tested, lambda run=run: evaluation_work(run))
         vocabulary = meter.once(("vocabulary", *task), lambda run=run: vocabulary_size(run))
         shape, forward = throughput_keys(config, width, vocabulary)

@@ -17,7 +17,7 @@ from probe.runs.folders import run_dir
 
 GRID_DIR = "grids"
 LIST_KEYS = ("task", "pe", "seed", "scratchpad")
-EVAL_KEYS = ("eval_n", "eval_valid", "eval_last")
+EVAL_KEYS = ("eval_n", "eval_valid", "eval_last", "attended")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class SweepRun:
     eval_n: int | None = None
     eval_valid: int = 500
     eval_last: bool = True  # a selected run scored again at its last step, to show beside it
+    attended: bool = False  # its attended distances read as it lands (Figure attended_distance), kept in its summary
 
     @property
     def label(self) -> str:
@@ -42,6 +43,7 @@ class SweepRun:
             "eval_n": self.eval_n,
             "eval_valid": self.eval_valid,
             "eval_last": self.eval_last,
+            "attended": self.attended,
         }
 
 
@@ -229,15 +231,16 @@ def _grid_run(
     except TypeError as error:
         raise ProbeError(f"{where}: a value has the wrong type ({error})") from None
     config.model_config(vocab_size=8)
-    eval_last = spec.get("eval_last", True)
-    if not isinstance(eval_last, bool):
-        raise ProbeError(f"{where}: eval_last must be true or false, got {eval_last!r}")
+    switches = {key: spec.get(key, default) for key, default in (("eval_last", True), ("attended", False))}
+    for key, value in switches.items():
+        if not isinstance(value, bool):
+            raise ProbeError(f"{where}: {key} must be true or false, got {value!r}")
     return SweepRun(
         config,
         run_dir(root, task, pe, seed, options, config.pe_options),
         spec.get("eval_n"),
         spec.get("eval_valid", 500),
-        eval_last,
+        **switches,
     )
 
 

@@ -1,0 +1,151 @@
+"""A study's attended distances (Figure attended_distance) kept in its summaries: read as a scenario lands, as
+`probe distances` reads them, priced, merged back, and read against the paper's Section 6.1 sentence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import tiny_model
+
+from probe.analysis.distances import ATTENDED
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.studies import sweep
+from probe.studies.attended import attended_claim, attended_shapes, histogram_mass, seed_series
+from probe.studies.reproduce import evaluate, plan
+from probe.studies.summaries import merge, read_summary, write_summaries
+
+GRID = {
+    "task": "copy",
+    "pe": ["nope"],
+    "seed": [0],
+    "steps": 6,
+    "batch_size": 8,
+    "eval_examples": 40,
+    "eval_every": 3,
+    "eval_n": 60,
+    "eval_valid": 50,
+    "options": {"split": "paper", "variant": "count"},
+    "model": tiny_model(1),
+}
+
+
+def _trained(tmp_path, **changes) -> sweep.SweepRun:
+    from probe.training.bookkeeping import train_run
+
+    (run,) = sweep.expand_grid({**GRID, **changes}, tmp_path / "runs")
+    train_run(run.config, run.path, torch.device("cpu"))
+    return run
+
+
+def test_a_run_that_asks_lands_with_the_attended_distances_probe_distances_reads_and_its_summary_keeps_them(
+    tmp_path,
+):
+    run = _trained(tmp_path, attended=True)
+    evaluate([run], torch.device("cpu"))
+    assert main(["distances", str(run.path), "--out", str(tmp_path / "cli")]) == 0
+    (cli_json,) = (tmp_path / "cli").glob("*.json")
+    (expected,) = json.loads(cli_json.read_text())["runs"]
+    summary, _ = read_summary(write_summaries("s", "copy", [run], tmp_path / "summaries")[0])
+    kept = summary["runs"][0]["attended"]
+    assert kept["weightings"] == expected["weightings"] and kept["n_examples"] == expected["n_examples"] > 0
+    assert kept["run"] == {"pe": "nope", "seed": 0, "label": expected["run"]["label"]}  # no machine's path
+    assert (kept["lengths"], kept["normalization"], kept["n_per_bucket"]) == (expected["lengths"], "text", 10)
+    written = (run.path / ATTENDED).stat().st_mtime_ns
+    evaluate([run], torch.device("cpu"))  # a sitting that resumes reads it once
+    assert (run.path / ATTENDED).stat().st_mtime_ns == written
+
+
+def test_a_run_that_does_not_ask_keeps_none_and_the_price_counts_the_tokens_the_reading_reads(tmp_path, monkeypatch):
+    from probe.models.transformer import PETransformer
+
+    plain = _trained(tmp_path / "plain")
+    evaluate([plain], torch.device("cpu"))
+    assert not (plain.path / ATTENDED).exists()
+    assert "attended" not in read_summary(write_summaries("s", "copy", [plain], tmp_path / "s1")[0])[0]["runs"][0]
+    assert sweep.evaluation_work(plain).attended_tokens == 0
+
+    run = _trained(tmp_path / "asks", attended=True)
+    evaluate([run], torch.device("cpu"))  # evaluated first: only the reading's passes are counted below
+    (run.path / ATTENDED).unlink()
+    read: list[int] = []
+    forward = PETransformer.forward
+    monkeypatch.setattr(
+        PETransformer,
+        "forward",
+        lambda self, tokens, *a, **k: read.append(tokens.numel()) or forward(self, tokens, *a, **k),
+    )
+    evaluate([run], torch.device("cpu"))
+    work = sweep.evaluation_work(run)
+    assert work.attended_tokens == sum(read) > 0
+    assert work.seconds(1000.0, None) == pytest.approx(work.passes * work.forced_tokens / 1000 + sum(read) / 1000)
+
+
+def test_attended_must_be_true_or_false_and_section6_asks_it_of_the_full_formats_alone(tmp_path):
+    with pytest.raises(ProbeError, match="attended must be true or false, got 'yes'"):
+        sweep.expand_grid({**GRID, "attended": "yes"}, tmp_path)
+    asking = {r.path.parent.parent.name for r in plan("section6", tmp_path / "s6") if r.attended}
+    assert "addition+scratchpad=full" in asking and "addition+scratchpad=C" not in asking
+    assert all("=full" in name or name.split("+scratchpad=")[1].startswith("I+C+O+R") for name in asking)
+    assert len(asking) == 7  # addition, parity, summation, polynomial (full); LEGO and sorting x2 (I+C+O+R)
+
+
+def _entry(pe: str, seed: int, bimodality: float, mass: list[float], weighted: float = 0.6) -> dict:
+    edges = [i / len(mass) for i in range(len(mass) + 1)]
+    histogram = {"edges": edges, "mass": mass}
+    return {
+        "run": {"pe": pe, "seed": seed, "label": pe},
+        "weightings": {
+            "argmax": {"bimodality": bimodality, "mean": 0.5, "histogram": histogram},
+            "attention": {"bimodality": weighted, "mean": 0.5, "histogram": histogram},
+        },
+    }
+
+
+def test_histogram_mass_is_the_share_of_the_bins_between_two_edges():
+    histogram = {"edges": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], "mass": [2.0, 1.0, 1.0, 0.0, 4.0]}
+    assert histogram_mass(histogram, 0.0, 0.2) == pytest.approx(2 / 8)
+    assert histogram_mass(histogram, 0.8, 1.0) == pytest.approx(4 / 8)
+    assert histogram_mass(histogram, 0.2, 0.8) == pytest.approx(2 / 8)
+    with pytest.raises(ValueError, match="not an edge"):
+        histogram_mass(histogram, 0.0, 0.3)
+
+
+def test_the_paper_s_reading_holds_part_by_part_on_hand_made_histograms():
+    near, bimodal, flat = [6, 1, 1, 1, 1], [4, 0, 1, 0, 5], [2, 2, 2, 2, 2]
+    shapes = {
+        "nope": (0.80, bimodal),
+        "t5": (0.70, bimodal),
+        "alibi": (0.60, near),
+        "rotary": (0.50, flat),
+        "ape": (0.40, flat),
+    }
+    attended = {("add", pe, 0): _entry(pe, 0, b, m) for pe, (b, m) in shapes.items()}
+    attended[("add", "nope", 1)] = _entry("nope", 1, 0.60, bimodal)
+    attended[("other", "nope", 0)] = _entry("nope", 0, 0.0, flat)
+    read = attended_shapes(attended, "add")
+    assert read["nope"]["seeds"] == [0, 1] and read["nope"]["bimodality"] == pytest.approx(0.70)
+    assert (read["nope"]["bimodality_min"], read["nope"]["bimodality_max"]) == (0.60, 0.80)
+    assert read["alibi"]["near"] == pytest.approx(0.6) and read["nope"]["far"] == pytest.approx(0.5)
+    assert attended_claim(read).startswith("holds: NoPE and T5 bimodal: yes")
+    attended[("add", "alibi", 0)] = _entry("alibi", 0, 0.60, flat)  # ALiBi no longer the most short-range
+    assert attended_claim(attended_shapes(attended, "add")) == (
+        "holds in part: NoPE and T5 bimodal: yes; ALiBi the most short-range: no; "
+        "Rotary and APE less bimodal than NoPE and T5: yes"
+    )
+    del attended[("add", "ape", 0)]
+    assert attended_claim(attended_shapes(attended, "add")).startswith("cannot be told yet")
+    series = seed_series(attended, "add", 0, {"t5": "T5", "nope": "NoPE", "ape": "APE"})
+    assert [(s["label"], s["pe"]) for s in series] == [("T5", "t5"), ("NoPE", "nope")]
+    assert series[1]["histograms"]["argmax"]["bimodality"] == 0.80
+
+
+def test_the_merge_hands_back_each_runs_attended_distances(tmp_path):
+    run = _trained(tmp_path, attended=True)
+    evaluate([run], torch.device("cpu"))
+    paths = write_summaries("s", "copy", [run], tmp_path / "summaries")
+    merged = merge(paths, scenarios=["copy"], seeds=[0], study="s")
+    assert list(merged.attended) == [("copy", "nope", 0)]
+    assert merged.attended[("copy", "nope", 0)] == read_summary(paths[0])[0]["runs"][0]["attended"]
