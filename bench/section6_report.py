@@ -168,7 +168,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_study_arguments(parser, STUDY)
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
-    parser.add_argument("--figures", help="folder for the formats' ranks figure as PNG (e.g. docs/img)")
+    parser.add_argument(
+        "--figures",
+        help="folder for the figures as PNG (e.g. docs/img): the formats' ranks, and Figure attended_distance "
+        "once addition's full-format runs have kept theirs",
+    )
     args = parser.parse_args()
     merged = merged_runs(Path(args.summaries), args.seeds)
     report = report_of(merged)

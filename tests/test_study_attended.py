@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,3 +150,31 @@ def test_the_merge_hands_back_each_runs_attended_distances(tmp_path):
     merged = merge(paths, scenarios=["copy"], seeds=[0], study="s")
     assert list(merged.attended) == [("copy", "nope", 0)]
     assert merged.attended[("copy", "nope", 0)] == read_summary(paths[0])[0]["runs"][0]["attended"]
+
+
+def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_its_summaries_keep(tmp_path):
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    for path in committed.glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    summary = json.loads((committed / "addition+scratchpad=C+seed0.json").read_text())
+    shapes = {"nope": (0.80, [4, 0, 1, 0, 5]), "t5": (0.70, [4, 0, 1, 0, 5]), "alibi": (0.60, [6, 1, 1, 1, 1])}
+    shapes |= {"rotary": (0.50, [2, 2, 2, 2, 2]), "ape": (0.40, [2, 2, 2, 2, 2])}
+    summary["scenario"], summary["options"]["scratchpad"] = "addition+scratchpad=full", "full"
+    for row in summary["runs"]:
+        row["evaluation"]["task_options"]["scratchpad"] = "full"
+        row["evaluation"]["task_folder"] = "addition+scratchpad=full"
+        row["attended"] = _entry(row["pe"], 0, *shapes[row["pe"]])
+    (tmp_path / "addition+scratchpad=full+seed0.json").write_text(json.dumps(summary))
+    merged = script.merged_runs(tmp_path, [0])
+    report = script.report_of(merged)
+    assert list(report["attended"]) == ["nope", "t5", "alibi", "rotary", "ape"]
+    assert report["claims"]["attended"].startswith("holds: ")
+    text = script.markdown(report)
+    assert "| NoPE | 0 | 0.800 | 0.600 | 40.0% | 50.0% | 0.500 |" in text
+    figure = script.figures(report, merged, 0)["section6_attended"]
+    assert sorted({trace.name for trace in figure.data}) == sorted(
+        ["NoPE", "T5's Relative Bias", "ALiBi", "Rotary", "APE"]
+    )
