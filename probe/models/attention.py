@@ -145,6 +145,7 @@ class PEAttention(nn.Module):
 
     def _reference(self, q, k, v, bias, unturned, offset, attention_mask, drop) -> torch.Tensor:
         """[batch, query, head, d_head] by TransformerLens' recipe: every hook fires, the edit changes the scores."""
+        k, v = k.contiguous(), v.contiguous()  # a cache's views laid out as before it: the same sums' order
         scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) / self.attn_scale  # [batch, head, query, key]
         mask = additive_mask(q, k.size(1), offset, bias, attention_mask)
         if mask is None:

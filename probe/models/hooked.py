@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.utilities import sample_logits
 
 from probe.compat import FollowsApply, child
 from probe.errors import ProbeError
+from probe.kv_cache import KeyValueCache
 
 TextInput = str | Sequence[str]
 
@@ -194,7 +194,11 @@ class HookedModel(FollowsApply, HookedRootModule):
             if eos_token_id is None:
                 raise ProbeError("stop_at_eos needs an eos_token_id or a tokenizer that has one")
         batch = tokens.size(0)
-        cache = TransformerLensKeyValueCache.init_cache(self.cfg, self.cfg.device, batch) if use_past_kv_cache else None
+        cache = (
+            KeyValueCache(self.cfg, self.cfg.device, batch, tokens.size(1) + max_new_tokens)
+            if use_past_kv_cache
+            else None
+        )
         finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
         sequences, steps, new = tokens, [], tokens  # new: what the next forward reads (all of it without a cache)
         for _ in range(max_new_tokens):

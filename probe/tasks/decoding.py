@@ -15,9 +15,9 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from probe.errors import ProbeError
+from probe.kv_cache import KeyValueCache
 from probe.tasks import Example, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
 
@@ -64,7 +64,7 @@ def greedy_decode(
     # Randomized positions are drawn at test time too (Ruoss et al. 2023), once for the whole decode
     plan = model.sample_positions(length + max_new, generator) if model.config.random_positions else None
     at = (lambda n: plan[:n]) if plan is not None else (lambda n: None)
-    cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch) if use_cache else None
+    cache = KeyValueCache(model.cfg, device, batch, length + max_new) if use_cache else None
     mask = torch.ones(batch, length, dtype=torch.long, device=device)
     logits = (
         model(prompts, past_kv_cache=cache, attention_mask=mask, positions=at(length))

@@ -1,0 +1,63 @@
+"""A key-value cache written in place: decoding appends a token a step, and TransformerLens' cache concatenates
+every cached key and value with it each time (``torch.cat``), a copy of the whole past per step and per layer,
+which grows with the square of what is decoded: a third of greedy decoding's time for a scratchpad at ``tiny``.
+This cache sizes its buffers once for the decode and writes each step's keys, values and attention mask after
+the last, handing the model views of what is filled: the same numbers, bit for bit (``tests/test_kv_cache.py``
+holds every PE to TransformerLens' cache). The model reads it as it reads TransformerLens' (``entries``, each
+with ``past_keys`` and ``append``; ``append_attention_mask``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from probe.errors import ProbeError
+
+
+class CacheEntry:
+    """One layer's keys and values, [batch, capacity, head, d_head] buffers filled up to ``filled``."""
+
+    def __init__(self, batch: int, capacity: int, n_heads: int, d_head: int, device, dtype: torch.dtype) -> None:
+        self.keys = torch.empty(batch, capacity, n_heads, d_head, device=device, dtype=dtype)
+        self.values = torch.empty_like(self.keys)
+        self.filled = 0
+
+    @property
+    def past_keys(self) -> Tensor:
+        return self.keys[:, : self.filled]  # [batch, filled, head, d_head]
+
+    @property
+    def past_values(self) -> Tensor:
+        return self.values[:, : self.filled]
+
+    def append(self, new_keys: Tensor, new_values: Tensor) -> tuple[Tensor, Tensor]:
+        """Write [batch, new, head, d_head] keys and values after the cached ones; every key and value so far."""
+        end = self.filled + new_keys.size(1)
+        if end > self.keys.size(1):
+            raise ProbeError(f"the key-value cache holds {self.keys.size(1)} positions; {end} were asked of it")
+        self.keys[:, self.filled : end] = new_keys
+        self.values[:, self.filled : end] = new_values
+        self.filled = end
+        return self.past_keys, self.past_values
+
+
+class KeyValueCache:
+    """Every layer's :class:`CacheEntry` and the attention mask of the keys cached, for ``capacity`` positions."""
+
+    def __init__(self, cfg, device, batch: int, capacity: int) -> None:
+        heads = cfg.n_key_value_heads if getattr(cfg, "n_key_value_heads", None) is not None else cfg.n_heads
+        self.entries = [CacheEntry(batch, capacity, heads, cfg.d_head, device, cfg.dtype) for _ in range(cfg.n_layers)]
+        self.mask = torch.empty(batch, capacity, dtype=torch.long, device=device)
+        self.masked = 0
+
+    def append_attention_mask(self, attention_mask: Tensor) -> Tensor:
+        """[batch, new] (0: padding) after the cached keys' mask -> [batch, key] every key's so far."""
+        end = self.masked + attention_mask.size(-1)
+        if end > self.mask.size(1):
+            raise ProbeError(f"the key-value cache holds {self.mask.size(1)} positions; {end} were asked of it")
+        self.mask[:, self.masked : end] = attention_mask
+        self.masked = end
+        return self.mask[:, :end]
+
+    def __getitem__(self, layer: int) -> CacheEntry:
+        return self.entries[layer]

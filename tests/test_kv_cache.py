@@ -1,0 +1,58 @@
+"""probe's key-value cache, written in place, against TransformerLens' own (which concatenates): every PE
+gives the same logits bit for bit at every step of a decode, and a decode asks no more than the cache holds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import tiny_model
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+from probe.errors import ProbeError
+from probe.kv_cache import KeyValueCache
+from probe.models import build_model
+from probe.models.registry import PE_KINDS
+from probe.tasks.decoding import greedy_decode
+
+
+def _steps(model, cache, prompts: torch.Tensor, fed: torch.Tensor) -> list[torch.Tensor]:
+    """Each pass's logits: the prompts, padded at the right, then one fed token a step."""
+    mask = torch.ones_like(prompts)
+    mask[0, -2:] = 0  # one row's last two prompt positions are padding
+    out = [model(prompts, past_kv_cache=cache, attention_mask=mask)]
+    for token in fed.T:
+        out.append(model(token[:, None], past_kv_cache=cache, attention_mask=torch.ones(len(token), 1).long()))
+    return out
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "reference"])
+@pytest.mark.parametrize("pe", PE_KINDS)
+def test_every_pe_reads_the_same_logits_bit_for_bit_as_through_transformer_lens_cache(pe, fused):
+    model = build_model(pe, vocab_size=20, seed=3, **tiny_model(2, n_ctx=64)).eval()
+    for block in model.blocks:
+        block.attn.fast_path = fused  # False: the reference route, every hook's, whatever the PE
+    prompts = torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(0))
+    fed = torch.randint(3, 20, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 3), prompts, fed)
+        ours = _steps(model, KeyValueCache(model.cfg, "cpu", 3, 9 + 12), prompts, fed)
+    assert len(ours) == 13
+    for step, (a, b) in enumerate(zip(theirs, ours)):
+        assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
+
+
+def test_greedy_decoding_with_the_cache_is_decoding_without_one():
+    model = build_model("t5", vocab_size=20, seed=1, **tiny_model(2, n_ctx=64)).eval()
+    prompts = torch.randint(3, 20, (4, 7), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        cached = greedy_decode(model, prompts, 30, eos_id=-1, pad_id=0)
+        uncached = greedy_decode(model, prompts, 30, eos_id=-1, pad_id=0, use_cache=False)
+    assert cached.shape == (4, 30) and torch.equal(cached, uncached)
+
+
+def test_a_pass_past_what_the_cache_holds_is_one_line():
+    model = build_model("nope", vocab_size=20, **tiny_model(1, n_ctx=64)).eval()
+    cache = KeyValueCache(model.cfg, "cpu", 1, 5)
+    model(torch.ones(1, 4, dtype=torch.long), past_kv_cache=cache)
+    with pytest.raises(ProbeError, match="holds 5 positions; 6 were asked of it"):
+        model(torch.ones(1, 2, dtype=torch.long), past_kv_cache=cache)
