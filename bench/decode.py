@@ -38,6 +38,14 @@ def decode_batches(examples, tokenizer: Tokenizer, batch_size: int, device: torc
     ]
 
 
+def sampled(examples: list, n: int, seed: int) -> list:
+    """A seeded sample of ``n`` of ``examples`` in their order (all of them for 0 or more than there are)."""
+    if not 0 < n < len(examples):
+        return examples
+    pick = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:n]
+    return [examples[i] for i in sorted(pick.tolist())]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=5)
@@ -49,10 +57,7 @@ def main() -> int:
     device = setup(args)
     task = get_task("scan")
     tokenizer = Tokenizer.for_task(task)
-    examples = task.examples("test", seed=args.seed)
-    if 0 < args.examples < len(examples):
-        pick = torch.randperm(len(examples), generator=torch.Generator().manual_seed(args.seed))[: args.examples]
-        examples = [examples[i] for i in sorted(pick.tolist())]
+    examples = sampled(task.examples("test", seed=args.seed), args.examples, args.seed)
     batches = decode_batches(examples, tokenizer, args.batch_size, device)
     never = len(tokenizer)  # an id outside the vocabulary: no batch stops early
     new_tokens = sum(len(p) * n for p, n in batches)

@@ -19,7 +19,7 @@ import sys
 
 import torch
 from common import add_common_args, clock, header, interleave, medians, paired_ratio, setup, write_json
-from decode import decode_batches
+from decode import decode_batches, sampled
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from probe.models import build_model
@@ -49,12 +49,11 @@ def main() -> int:
     device = setup(args)
     task = get_task("addition", train_length=8, template="authors", scratchpad=args.scratchpad)
     tokenizer = Tokenizer.for_task(task)
-    unseen = [e for e in task.examples("test", seed=args.seed) if e.length == args.length]
-    pick = torch.randperm(len(unseen), generator=torch.Generator().manual_seed(args.seed))[: args.examples]
-    examples = [unseen[i] for i in sorted(pick.tolist())]
+    of_length = [e for e in task.examples("test", seed=args.seed) if e.length == args.length]
+    examples = sampled(of_length, args.examples, args.seed)
     batches = decode_batches(examples, tokenizer, args.batch_size, device)
-    never = len(tokenizer)  # an id outside the vocabulary: no batch stops early
     new_tokens = sum(len(p) * n for p, n in batches)
+    never = len(tokenizer)  # an id outside the vocabulary: no batch stops early
     load_before = os.getloadavg()
 
     variants, outputs = {}, {}
