@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from probe.device import cpu_computes_bf16
+from probe.device import cpu_computes_bf16, cpu_model
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.batches import encode
@@ -76,15 +76,9 @@ def sync(device: torch.device) -> None:
 def machine(device: torch.device | str) -> dict[str, object]:
     """The machine a benchmark ran on, for its JSON."""
     device = torch.device(device)
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            cpu = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     info: dict[str, object] = {
         "platform": platform.platform(),
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_bf16": cpu_computes_bf16(),  # bf16 arithmetic of its own: what --precision auto reads on a CPU
         "torch_threads": torch.get_num_threads(),

@@ -45,6 +45,18 @@ def cpu_computes_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
+def cpu_model() -> str:
+    """This CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``): results trained bit for bit alike
+    on one model can differ on another, whose matrix kernels round differently."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     """``float32`` (or None: as saved, float32), ``bfloat16``: the precision a model's weights are
     loaded in and its forward pass runs in; what analyses reduce is float32 or float64 whatever it is."""

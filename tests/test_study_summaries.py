@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import torch
 from test_reproduce import fake_evals
 
 from probe.errors import ProbeError
@@ -54,6 +55,10 @@ def test_a_summary_is_written_per_seed_once_every_run_of_it_is_evaluated(tmp_pat
     summary, _ = read_summary(written[0])
     assert [row["pe"] for row in summary["runs"]] == PAPER_PES
     assert summary["recipe"]["steps"] == 1500 and summary["runs"][0]["train_seconds"] == 12.5
+    assert (
+        " ".join(summary["machine"]["cpu"].split()) == _lscpu_model()
+        and summary["machine"]["torch"] == torch.__version__
+    )
     assert summary["runs"][0]["evaluation"]["buckets"][1] == {
         "length": 30,
         "n": 5,
@@ -118,3 +123,15 @@ def test_the_report_of_merged_seeds_ranks_with_an_interval_and_says_which_orderi
     assert "2 of 6 pairs apart beyond the seeds' intervals" in line
     table = markdown(report)
     assert "| NoPE | 0,1 | " in table and "| 30.0% [10.0%, 50.0%] |" in table  # the mean and each seed's extreme
+
+
+def _lscpu_model() -> str:
+    """The CPU's model name as util-linux's ``lscpu`` reads it (an oracle apart from /proc/cpuinfo's parse)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("lscpu") is None:
+        pytest.skip("no lscpu here")
+    out = subprocess.run(["lscpu"], capture_output=True, text=True, env={"LC_ALL": "C"}).stdout
+    model = next(line.split(":", 1)[1] for line in out.splitlines() if line.startswith("Model name"))
+    return " ".join(model.split())

@@ -69,8 +69,24 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
         "options": reports[0].task_options,
         "seed": seed,
         "recipe": {key: getattr(first, key) for key in RECIPE_KEYS},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": machine(),
         "runs": rows,
+    }
+
+
+def machine() -> dict[str, Any]:
+    """What trained a summary's runs: its CPU model among them, since one seed trains bit for bit alike on one
+    CPU model and not on another (Section 3's seed 3 on a Xeon and on an EPYC: docs/reproducing.md)."""
+    import torch
+
+    from probe.device import cpu_model
+
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
     }
 
 
