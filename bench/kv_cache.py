@@ -14,6 +14,7 @@ tokens. Writes bench/results/kv_cache_<device>.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -23,15 +24,16 @@ from decode import decode_batches, sampled
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from probe.models import build_model
+from probe.models.kv_cache import KeyValueCache
 from probe.models.registry import PE_KINDS
 from probe.presets import PRESETS
 from probe.tasks import Tokenizer, decoding
 from probe.tasks import get as get_task
 
 CACHES = {
-    "probe": decoding.KeyValueCache,
-    "transformer_lens": lambda cfg, device, batch, capacity: TransformerLensKeyValueCache.init_cache(
-        cfg, device, batch
+    "probe": lambda model, batch, capacity: KeyValueCache(model.cfg, model.cfg.device, batch, capacity),
+    "transformer_lens": lambda model, batch, capacity: TransformerLensKeyValueCache.init_cache(
+        model.cfg, model.cfg.device, batch
     ),
 }
 
@@ -65,7 +67,7 @@ def main() -> int:
             name = f"{pe}/{cache}"
 
             def run(model=model, cache=cache, name=name) -> None:
-                decoding.KeyValueCache = CACHES[cache]
+                model.key_value_cache = functools.partial(CACHES[cache], model)  # what greedy_decode asks for
                 with torch.inference_mode():
                     outputs[name] = [
                         decoding.greedy_decode(model, prompts, n, never, tokenizer.pad_id) for prompts, n in batches
@@ -74,7 +76,6 @@ def main() -> int:
             variants[name] = run
     print(f"{len(examples)} examples in {len(batches)} batches, {new_tokens} new tokens a pass; {args.repeats} repeats")
     timings = interleave(variants, repeats=args.repeats, calls=1, warmup=1, device=device)
-    decoding.KeyValueCache = CACHES["probe"]
     runs = timings[clock(device)]
     seconds = medians(runs)
     rows = []

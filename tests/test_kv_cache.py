@@ -9,8 +9,8 @@ from helpers import tiny_model
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
 from probe.errors import ProbeError
-from probe.kv_cache import KeyValueCache
 from probe.models import build_model
+from probe.models.kv_cache import KeyValueCache
 from probe.models.registry import PE_KINDS
 from probe.tasks.decoding import greedy_decode
 

@@ -25,7 +25,7 @@ from transformer_lens.utilities import sample_logits
 
 from probe.compat import FollowsApply, child
 from probe.errors import ProbeError
-from probe.kv_cache import KeyValueCache
+from probe.models.kv_cache import KeyValueCache
 
 TextInput = str | Sequence[str]
 
@@ -165,6 +165,11 @@ class HookedModel(FollowsApply, HookedRootModule):
 
     # --- generation --------------------------------------------------------------------------------
     @torch.no_grad()
+    def key_value_cache(self, batch: int, capacity: int) -> KeyValueCache:
+        """An empty key-value cache for ``batch`` sequences of up to ``capacity`` positions, on the model's device
+        (:mod:`probe.models.kv_cache`: written in place, the same numbers as TransformerLens' concatenating one)."""
+        return KeyValueCache(self.cfg, self.cfg.device, batch, capacity)
+
     def generate(
         self,
         input: TextInput | torch.Tensor = "",
@@ -194,11 +199,7 @@ class HookedModel(FollowsApply, HookedRootModule):
             if eos_token_id is None:
                 raise ProbeError("stop_at_eos needs an eos_token_id or a tokenizer that has one")
         batch = tokens.size(0)
-        cache = (
-            KeyValueCache(self.cfg, self.cfg.device, batch, tokens.size(1) + max_new_tokens)
-            if use_past_kv_cache
-            else None
-        )
+        cache = self.key_value_cache(batch, tokens.size(1) + max_new_tokens) if use_past_kv_cache else None
         finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
         sequences, steps, new = tokens, [], tokens  # new: what the next forward reads (all of it without a cache)
         for _ in range(max_new_tokens):

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import torch
 
 from probe.errors import ProbeError
-from probe.kv_cache import KeyValueCache
 from probe.tasks import Example, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
 
@@ -64,7 +63,7 @@ def greedy_decode(
     # Randomized positions are drawn at test time too (Ruoss et al. 2023), once for the whole decode
     plan = model.sample_positions(length + max_new, generator) if model.config.random_positions else None
     at = (lambda n: plan[:n]) if plan is not None else (lambda n: None)
-    cache = KeyValueCache(model.cfg, device, batch, length + max_new) if use_cache else None
+    cache = model.key_value_cache(batch, length + max_new) if use_cache else None
     mask = torch.ones(batch, length, dtype=torch.long, device=device)
     logits = (
         model(prompts, past_kv_cache=cache, attention_mask=mask, positions=at(length))
