@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from probe.device import cpu_computes_bf16, cpu_model
+from probe.device import cpu_computes_bf16
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.batches import encode
@@ -75,6 +75,8 @@ def sync(device: torch.device) -> None:
 
 def machine(device: torch.device | str) -> dict[str, object]:
     """The machine a benchmark ran on, for its JSON."""
+    from probe.device import cpu_model  # here, not above: an A/B's worker imports this file beside an older probe
+
     device = torch.device(device)
     info: dict[str, object] = {
         "platform": platform.platform(),
