@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from probe.atomic import atomic_write_json
 from probe.cli import main
@@ -146,6 +147,7 @@ def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, thread
     out = json.loads(capsys.readouterr().out)
     assert asked == [threads] and out["threads_per_job"] == threads
     assert out["jobs"] == jobs and out["estimated_training_seconds"] == wall
+    assert out["machine"]["cpus"] == 4 and out["machine"]["torch"] == torch.__version__  # what the price measured
 
 
 @pytest.mark.parametrize(

@@ -136,6 +136,7 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     a recipe rule, seed 0 first) as one queue for ``jobs`` workers, scenario by scenario, as
     :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
     from probe.studies.reproduce import ladder, study_prices
+    from probe.studies.summaries import machine
     from probe.studies.sweep import duration, estimate_cost, steps_left
     from probe.training.bookkeeping import TRAIN_THREADS
 
@@ -187,6 +188,7 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
                 "seed0_first": rule is not None,
                 "jobs": jobs,
                 "threads_per_job": threads,
+                "machine": machine(),  # the price measures the CPU it runs on
             }
         )
     return 0

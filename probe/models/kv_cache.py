@@ -1,8 +1,9 @@
 """A key-value cache written in place: decoding appends a token a step, and TransformerLens' cache concatenates
 every cached key and value with it each time (``torch.cat``), a copy of the whole past per step and per layer,
 which grows with the square of what is decoded (a third of a 64-example decode's time at ``tiny``, profiled;
-``bench/kv_cache.py``: NoPE decodes addition's full scratchpad 1.29x faster without it, T5 as fast). This cache sizes its buffers once for the decode and writes each step's keys, values and attention mask after
-the last, handing the model views of what is filled: the same numbers, bit for bit (``tests/test_kv_cache.py``
+``bench/kv_cache.py``: NoPE decodes addition's full scratchpad 1.29x faster without it, T5 as fast). This
+cache sizes its buffers once for the decode and writes each step's keys, values and attention mask after the
+last, handing the model views of what is filled: the same numbers, bit for bit (``tests/test_kv_cache.py``
 holds every PE to TransformerLens' cache). The model reads it as it reads TransformerLens' (``entries``, each
 with ``past_keys`` and ``append``; ``append_attention_mask``)."""
 
