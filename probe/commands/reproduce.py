@@ -131,6 +131,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_scenarios(out, runs: list, todo: list, priced: dict[str, float]) -> None:
+    """One line a scenario: its runs left, its recipe at the rung it trains at next, its share of the price."""
+    from probe.studies.sweep import duration
+
+    for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
+        members = [r for r in runs if r.path.parent.parent.name == folder]
+        left = [r for r in todo if r.path.parent.parent.name == folder]
+        first = (left or members)[0].config
+        price = f", about {duration(priced[folder])}" if folder in priced else ""
+        out.print(
+            f"  {folder}: {len(left)} of {len(members)} runs left, preset {first.preset}, "
+            f"{first.steps} steps of {first.batch_size}{price}"
+        )
+
+
 def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
     """What the study trains, and about how long it takes here (measured on this machine): a phase's runs (under
     a recipe rule, seed 0 first) as one queue for ``jobs`` workers, scenario by scenario, as
@@ -147,15 +162,7 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     evaluation = cost.get("evaluation_seconds")
     priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None, evaluation=evaluation)
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
-    for folder in dict.fromkeys(r.path.parent.parent.name for r in runs):
-        members = [r for r in runs if r.path.parent.parent.name == folder]
-        left = [r for r in todo if r.path.parent.parent.name == folder]
-        first = (left or members)[0].config
-        price = f", about {duration(priced[folder])}" if folder in priced else ""
-        out.print(
-            f"  {folder}: {len(left)} of {len(members)} runs left, preset {first.preset}, "
-            f"{first.steps} steps of {first.batch_size}{price}"
-        )
+    _print_scenarios(out, runs, todo, priced)
     evaluating = sum(evaluation or []) / jobs
     out.print(
         f"training and evaluation: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
