@@ -359,6 +359,7 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
     from probe.subjects.settings import ReadSettings
     from probe.training.bookkeeping import training_threads
 
+    settings = ReadSettings(device=device)
     for run in runs:
         if not (run.path / "model.safetensors").is_file():
             continue
@@ -366,13 +367,13 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
             if read_eval(run.path) is None:
                 evaluate_run(
                     Run(run.path, read_checkpoint_config(run.path)),
-                    ReadSettings(device=device),
+                    settings,
                     n_test=run.eval_n,
                     n_valid=run.eval_valid,
                     last_step=run.eval_last,
                 )
             if run.attended and not (run.path / ATTENDED).is_file():
-                attend_run(run.path, ReadSettings(device=device))
+                attend_run(run.path, settings)
 
 
 def analyse(
