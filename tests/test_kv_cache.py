@@ -11,7 +11,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from probe.errors import ProbeError
 from probe.models import build_model
 from probe.models.kv_cache import KeyValueCache
-from probe.models.registry import PE_KINDS
+from probe.models.registry import PAPER_PES, PE_KINDS
 from probe.tasks.decoding import greedy_decode
 
 
@@ -37,6 +37,20 @@ def test_every_pe_reads_the_same_logits_bit_for_bit_as_through_transformer_lens_
         theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 3), prompts, fed)
         ours = _steps(model, KeyValueCache(model.cfg, "cpu", 3, 9 + 12), prompts, fed)
     assert len(ours) == 13
+    for step, (a, b) in enumerate(zip(theirs, ours)):
+        assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
+
+
+@pytest.mark.parametrize("pe", PAPER_PES)
+def test_at_an_evaluations_shape_the_logits_are_transformer_lens_cache_bit_for_bit(pe):
+    """The study's preset and a decode as long as a scratchpad's: kernels pick other paths at these sizes than
+    at the small model above, and the cache's head-major buffers must not change a sum's order on any."""
+    model = build_model(pe, vocab_size=20, preset="tiny", seed=2, n_ctx=256).eval()
+    prompts = torch.randint(3, 20, (32, 24), generator=torch.Generator().manual_seed(4))
+    fed = torch.randint(3, 20, (32, 160), generator=torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 32), prompts, fed)
+        ours = _steps(model, KeyValueCache(model.cfg, "cpu", 32, 24 + 160), prompts, fed)
     for step, (a, b) in enumerate(zip(theirs, ours)):
         assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
 

@@ -1,11 +1,13 @@
 """A key-value cache written in place: decoding appends a token a step, and TransformerLens' cache concatenates
 every cached key and value with it each time (``torch.cat``), a copy of the whole past per step and per layer,
-which grows with the square of what is decoded (a third of a 64-example decode's time at ``tiny``, profiled;
-``bench/kv_cache.py``: NoPE decodes addition's full scratchpad 1.29x faster without it, T5 as fast). This
-cache sizes its buffers once for the decode and writes each step's keys, values and attention mask after the
-last, handing the model views of what is filled: the same numbers, bit for bit (``tests/test_kv_cache.py``
-holds every PE to TransformerLens' cache). The model reads it as it reads TransformerLens' (``entries``, each
-with ``past_keys`` and ``append``; ``append_attention_mask``)."""
+which grows with the square of what is decoded (a third of a 64-example decode's time at ``tiny``, profiled).
+This cache sizes its buffers once for the decode and writes each step's keys, values and attention mask after
+the last, handing the model views of what is filled: the same numbers, bit for bit (``tests/test_kv_cache.py``
+holds every PE to TransformerLens' cache). The buffers are head-major, [batch, head, capacity, d_head], the
+layout attention reads, so what is filled is a plain slice for ``scaled_dot_product_attention``: position-major
+buffers made it gather every cached key and value each step. ``bench/kv_cache.py`` measures it against
+TransformerLens' cache. The model reads it as it reads TransformerLens' (``entries``, each with ``past_keys``
+and ``append``; ``append_attention_mask``)."""
 
 from __future__ import annotations
 
@@ -16,28 +18,29 @@ from probe.errors import ProbeError
 
 
 class CacheEntry:
-    """One layer's keys and values, [batch, capacity, head, d_head] buffers filled up to ``filled``."""
+    """One layer's keys and values, head-major [batch, head, capacity, d_head] buffers filled up to ``filled``,
+    handed out as [batch, filled, head, d_head] views, TransformerLens' layout."""
 
     def __init__(self, batch: int, capacity: int, n_heads: int, d_head: int, device, dtype: torch.dtype) -> None:
-        self.keys = torch.empty(batch, capacity, n_heads, d_head, device=device, dtype=dtype)
+        self.keys = torch.empty(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
         self.values = torch.empty_like(self.keys)
         self.filled = 0
 
     @property
     def past_keys(self) -> Tensor:
-        return self.keys[:, : self.filled]  # [batch, filled, head, d_head]
+        return self.keys[:, :, : self.filled].transpose(1, 2)  # [batch, filled, head, d_head]
 
     @property
     def past_values(self) -> Tensor:
-        return self.values[:, : self.filled]
+        return self.values[:, :, : self.filled].transpose(1, 2)
 
     def append(self, new_keys: Tensor, new_values: Tensor) -> tuple[Tensor, Tensor]:
         """Write [batch, new, head, d_head] keys and values after the cached ones; every key and value so far."""
         end = self.filled + new_keys.size(1)
-        if end > self.keys.size(1):
-            raise ProbeError(f"the key-value cache holds {self.keys.size(1)} positions; {end} were asked of it")
-        self.keys[:, self.filled : end] = new_keys
-        self.values[:, self.filled : end] = new_values
+        if end > self.keys.size(2):
+            raise ProbeError(f"the key-value cache holds {self.keys.size(2)} positions; {end} were asked of it")
+        self.keys[:, :, self.filled : end] = new_keys.transpose(1, 2)
+        self.values[:, :, self.filled : end] = new_values.transpose(1, 2)
         self.filled = end
         return self.past_keys, self.past_values
 
