@@ -25,6 +25,17 @@ def _steps(model, cache, prompts: torch.Tensor, fed: torch.Tensor) -> list[torch
     return out
 
 
+def _steps_against_transformer_lens(model, pe: str, prompts: torch.Tensor, fed: torch.Tensor) -> int:
+    """Asserts every pass's logits equal through both caches, bit for bit; the number of passes."""
+    batch = prompts.size(0)
+    with torch.inference_mode():
+        theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", batch), prompts, fed)
+        ours = _steps(model, KeyValueCache(model.cfg, "cpu", batch, prompts.size(1) + fed.size(1)), prompts, fed)
+    for step, (a, b) in enumerate(zip(theirs, ours, strict=True)):
+        assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
+    return len(ours)
+
+
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "reference"])
 @pytest.mark.parametrize("pe", PE_KINDS)
 def test_every_pe_reads_the_same_logits_bit_for_bit_as_through_transformer_lens_cache(pe, fused):
@@ -33,12 +44,7 @@ def test_every_pe_reads_the_same_logits_bit_for_bit_as_through_transformer_lens_
         block.attn.fast_path = fused  # False: the reference route, every hook's, whatever the PE
     prompts = torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(0))
     fed = torch.randint(3, 20, (3, 12), generator=torch.Generator().manual_seed(1))
-    with torch.inference_mode():
-        theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 3), prompts, fed)
-        ours = _steps(model, KeyValueCache(model.cfg, "cpu", 3, 9 + 12), prompts, fed)
-    assert len(ours) == 13
-    for step, (a, b) in enumerate(zip(theirs, ours)):
-        assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
+    assert _steps_against_transformer_lens(model, pe, prompts, fed) == 13
 
 
 @pytest.mark.parametrize("pe", PAPER_PES)
@@ -48,11 +54,7 @@ def test_at_an_evaluations_shape_the_logits_are_transformer_lens_cache_bit_for_b
     model = build_model(pe, vocab_size=20, preset="tiny", seed=2, n_ctx=256).eval()
     prompts = torch.randint(3, 20, (32, 24), generator=torch.Generator().manual_seed(4))
     fed = torch.randint(3, 20, (32, 160), generator=torch.Generator().manual_seed(5))
-    with torch.inference_mode():
-        theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 32), prompts, fed)
-        ours = _steps(model, KeyValueCache(model.cfg, "cpu", 32, 24 + 160), prompts, fed)
-    for step, (a, b) in enumerate(zip(theirs, ours)):
-        assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
+    assert _steps_against_transformer_lens(model, pe, prompts, fed) == 161
 
 
 def test_greedy_decoding_with_the_cache_is_decoding_without_one():
