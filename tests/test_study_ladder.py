@@ -5,17 +5,27 @@ each scenario's chosen rung. Hand-worked cases; the trainer is a stand-in that w
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_reproduce import fake_evals
 
 from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
-from probe.studies.reproduce import chosen_runs, ladder, plan, rung_plan, summaries_report, train_and_evaluate
-from probe.studies.summaries import Landed, merge, write_summaries
+from probe.studies.reproduce import (
+    chosen_runs,
+    ladder,
+    plan,
+    rung_plan,
+    scenarios,
+    summaries_report,
+    train_and_evaluate,
+)
+from probe.studies.summaries import Landed, merge, read_summary, summary_name, write_summaries
 from probe.tasks import get
 
 RULE = Ladder((1500, 4000), 0.95)
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 OOD = {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
 
 
@@ -168,7 +178,8 @@ def test_the_merge_keeps_each_scenarios_chosen_rung_and_names_what_is_missing_th
 
     def on_scenario(scenario, group, tag):
         for run in group:
-            (run.path / "config.json").write_text(json.dumps({"metrics": {"train_seconds": 1.0}}))
+            metrics = {"train_seconds": 1.0, "forward_precision": "float32"}
+            (run.path / "config.json").write_text(json.dumps({"metrics": metrics}))
         paths.extend(write_summaries("section3", scenario, group, summaries, tag))
 
     train_and_evaluate(runs, "cpu", train, rule=RULE, rung=rung, on_scenario=on_scenario)
@@ -227,7 +238,8 @@ def _priced_at_100s_a_run(monkeypatch) -> list:
 def _summarising(folder):
     def on_scenario(scenario, group, tag):
         for run in group:
-            (run.path / "config.json").write_text(json.dumps({"metrics": {"train_seconds": 1.0}}))
+            metrics = {"train_seconds": 1.0, "forward_precision": "float32"}
+            (run.path / "config.json").write_text(json.dumps({"metrics": metrics}))
         write_summaries("section3", scenario, group, folder, tag)
 
     return on_scenario
@@ -273,6 +285,91 @@ def test_a_landed_summary_of_another_recipe_is_one_line_not_a_silent_reuse(tmp_p
         train_and_evaluate(other, "cpu", train, landed=Landed(summaries, "section3"))
 
 
+def _landed_scan(tmp_path, edit=None):
+    """Seed 0 of scan, summarised as a sitting on a CPU writes it, then ``edit``-ed as a summary trained
+    otherwise would read; the folder of summaries."""
+    summaries = tmp_path / "summaries"
+    train, _ = _stand_in({("scan", 1500): 1.0})
+    runs = plan("section3", tmp_path / "a", seeds=1, tasks=["scan"])
+    train_and_evaluate(runs, "cpu", train, on_scenario=_summarising(summaries))
+    if edit is not None:
+        path = summaries / "scan+split=paper+seed0.json"
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    return summaries
+
+
+def _trains(summaries, tmp_path, device_type="cpu", precision=None):
+    """What a second sitting of the same plan trains, reading the summaries as it would on ``device_type``
+    (with the grid's precision set to ``precision``, where given)."""
+    train, trained = _stand_in({("scan", 1500): 1.0})
+    runs = plan("section3", tmp_path / "b", seeds=1, tasks=["scan"])
+    for run in runs:
+        run.config.precision = precision or run.config.precision
+    train_and_evaluate(runs, "cpu", train, landed=Landed(summaries, "section3", device_type))
+    return trained
+
+
+def test_a_landed_summary_trained_with_other_settings_is_one_line_not_a_silent_reuse(tmp_path):
+    """Its recipe alike, a setting the report does not show (weight decay here) changed after it landed."""
+    assert _trains(_landed_scan(tmp_path), tmp_path) == []
+    summaries = _landed_scan(tmp_path, lambda data: data["settings"].update(weight_decay=0.1))
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: settings\)"):
+        _trains(summaries, tmp_path)
+
+
+def test_a_landed_summary_in_another_precision_is_one_line_not_a_silent_reuse(tmp_path):
+    """A CPU's float32 parts continued on a GPU, where the grids' precision auto trains in bf16, or a part
+    trained in bf16 read by a float32 sitting: the study would mix numerics without saying so."""
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: precision\)"):
+        _trains(_landed_scan(tmp_path), tmp_path, device_type="cuda")
+    bf16 = _landed_scan(tmp_path, lambda data: data["runs"][2].update(forward_precision="bf16"))
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: precision\)"):
+        _trains(bf16, tmp_path)
+    assert _trains(_landed_scan(tmp_path), tmp_path, device_type="cuda", precision="float32") == []
+    assert _trains(_landed_scan(tmp_path), tmp_path, precision="float32") == []  # auto is float32 here
+
+
+def test_a_summary_written_before_settings_and_precision_were_recorded_is_read_on_its_recipe(tmp_path):
+    """Such summaries (every one committed before) trained in float32 on CPUs: reused by a CPU sitting whose
+    recipe is theirs, refused by one whose recipe is not, and by a GPU's (auto there is bf16)."""
+
+    def legacy(data):
+        del data["settings"]
+        for row in data["runs"]:
+            del row["forward_precision"]
+
+    summaries = _landed_scan(tmp_path, legacy)
+    assert _trains(summaries, tmp_path) == []
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: precision\)"):
+        _trains(summaries, tmp_path, device_type="cuda")
+    data = json.loads((summaries / "scan+split=paper+seed0.json").read_text())
+    data["recipe"]["lr"] = 0.01
+    (summaries / "scan+split=paper+seed0.json").write_text(json.dumps(data))
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: recipe\)"):
+        _trains(summaries, tmp_path)
+
+
+COMMITTED = [("section3", "section3"), ("section3", "section3_epyc"), ("section6", "section6")]
+
+
+@pytest.mark.parametrize("study, folder", COMMITTED)
+def test_every_committed_summary_is_the_part_todays_plan_trains_on_a_cpu(tmp_path, study, folder):
+    """The committed parts stay reusable, and reused only where the grids as they stand would train them alike:
+    a grid changed in any setting since they landed fails here rather than mixing recipes in a later sitting."""
+    committed = RESULTS / folder
+    planned: dict[int, dict] = {}
+    for path in sorted(committed.glob("*.json")):
+        data, _ = read_summary(path)
+        scenario, seed, steps = data["scenario"], data["seed"], data["recipe"]["steps"]
+        if steps not in planned:
+            planned[steps] = scenarios(plan(study, tmp_path / str(steps), seeds=4, steps=steps))
+        assert path.name == summary_name(scenario, seed, RULE.tag(steps))
+        assert Landed(committed, study).iid(scenario, seed, RULE.tag(steps), planned[steps][scenario]) is not None
+    assert planned, f"no summaries in {committed}"
+
+
 def test_a_summary_of_another_scenario_or_seed_under_this_parts_name_is_one_line(tmp_path):
     """Same study, recipe and PEs, but another part's runs in the file: read as this part, its IID would
     choose this scenario's rung."""
@@ -282,9 +379,9 @@ def test_a_summary_of_another_scenario_or_seed_under_this_parts_name_is_one_line
     train_and_evaluate(parity, "cpu", train, on_scenario=_summarising(summaries))
     (summaries / "parity+train_length=8+seed0.json").rename(summaries / "scan+split=paper+seed0.json")
     (summaries / "parity+train_length=8+seed1.json").rename(summaries / "parity+train_length=8+seed0.json")
-    for task in ("scan", "parity"):
+    for task, differs in (("scan", "scenario"), ("parity", "seed")):
         runs = plan("section3", tmp_path / task, seeds=1, tasks=[task])
-        with pytest.raises(ProbeError, match="its study, scenario, seed, recipe or PEs differ"):
+        with pytest.raises(ProbeError, match=rf"as planned \(what differs: {differs}\)"):
             train_and_evaluate(runs, "cpu", train, landed=Landed(summaries, "section3"))
 
 

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
     rule = None if args.steps else ladder(args.scale)  # --steps: a quick look at one recipe
     rung = rung_plan(args.scale, root, rule, seeds=args.seeds, tasks=tasks) if rule else None
-    landed = Landed(summaries, args.scale)
+    landed = Landed(summaries, args.scale, device.type)
     if args.dry_run:
         shown = chosen_runs(runs, rule, rung, landed) if rule else runs  # each scenario at the rung it is at
         return _dry_run(args, shown, pending(runs, rule, rung, landed), root, device, jobs, out)

@@ -2,8 +2,9 @@
 written as soon as that scenario's runs are evaluated, and merged back into eval reports.
 
 A summary holds, per run, what a report needs (IID and OOD exact match, exact match per length with
-its counts, the step selected on IID validation, the training seconds, and where the study asks, the
-attended-distance histograms) and nothing heavy (no weights),
+its counts, the step selected on IID validation, the training seconds and the forward pass's precision, and
+where the study asks, the attended-distance histograms), every setting its runs trained with, and nothing
+heavy (no weights),
 so a study can be run in parts (seeds in separate sittings, scenarios on other machines) and committed
 as it lands. :func:`merge` puts the parts back together and names every part the study expects that
 is not there, rather than ranking on fewer runs without saying so.
@@ -25,10 +26,34 @@ from probe.analysis.eval_report import EvalReport, read_eval
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
+from probe.training.train_config import BOOKKEEPING, TrainConfig
 
 FORMAT = 1
 RECIPE_KEYS = ("preset", "steps", "batch_size", "lr", "dropout", "protocol", "pack", "pack_width")
 RECIPE_LEGACY = {"pack_width": 2}  # what a summary written before a recipe key was recorded trained with
+# Every summary written before rows recorded it trained in float32: all on CPUs at preset tiny, where auto is
+# float32 (probe.presets.CPU_BF16); no study had run on a GPU.
+ROW_LEGACY = {"forward_precision": "float32"}
+PART_KEYS = ("task", "pe", "seed", "task_options", "pe_options")  # which run of a part, not how it trained
+
+
+def recipe(config: TrainConfig) -> dict[str, Any]:
+    """The headline recipe a report shows per scenario (preset, steps, batch, learning rate, ...)."""
+    return {key: getattr(config, key) for key in RECIPE_KEYS}
+
+
+def settings(config: TrainConfig) -> dict[str, Any]:
+    """Every other setting that decides a run's weights (schedule, weight decay, model overrides, ...): a part
+    is reused only by a study that would train it alike. Not the precision asked: the one a run trains in
+    (:func:`forward_precision`) is each row's, so ``auto`` and ``float32`` on a CPU at ``tiny`` are alike."""
+    skip = {*RECIPE_KEYS, *PART_KEYS, *BOOKKEEPING, "precision"}
+    return {key: value for key, value in config.to_dict().items() if key not in skip}
+
+
+def forward_precision(config: TrainConfig, device_type: str) -> str:
+    """``float32`` or ``bf16``: what a new run of ``config`` trains in on ``device_type`` (``auto`` differs
+    between a CPU and a GPU; :meth:`~probe.training.train_config.TrainConfig.autocast_dtype`)."""
+    return "float32" if config.autocast_dtype(device_type) is None else "bf16"
 
 
 def summary_name(scenario: str, seed: int, tag: str = "") -> str:
@@ -56,6 +81,7 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
                 "ood": report.ood_accuracy,
                 "selected_step": report.selected_step,
                 "train_seconds": stored.get("metrics", {}).get("train_seconds"),
+                "forward_precision": stored.get("metrics", {}).get("forward_precision"),
                 "evaluation": evaluation,
                 **({"attended": attended} if (attended := summary_attended(run.path)) is not None else {}),
             }
@@ -68,7 +94,8 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
         "task": first.task,
         "options": reports[0].task_options,
         "seed": seed,
-        "recipe": {key: getattr(first, key) for key in RECIPE_KEYS},
+        "recipe": recipe(first),
+        "settings": settings(first),
         "machine": machine(),
         "runs": rows,
     }
@@ -120,6 +147,7 @@ def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
         if data.get("format") != FORMAT or not isinstance(data.get("runs"), list):
             raise ValueError("not a study summary")
         data["recipe"] = {**RECIPE_LEGACY, **data["recipe"]}
+        data["runs"] = [{**row, **{k: v for k, v in ROW_LEGACY.items() if row.get(k) is None}} for row in data["runs"]]
         return data, [EvalReport.from_json(row["evaluation"]) for row in data["runs"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ProbeError(f"{path}: not a readable study summary ({error})") from None
@@ -129,28 +157,48 @@ def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
 class Landed:
     """The summaries a study's folder already holds, read as the parts they close: a sitting that starts
     where the checkpoints are gone (a new clone, another machine) trains only the parts with no summary,
-    and the recipe rule reads seed 0 from its summary rather than training it again."""
+    and the recipe rule reads seed 0 from its summary rather than training it again. A part is reused only
+    where this sitting, on ``device_type``, would train it alike: same recipe, settings and precision."""
 
     folder: Path
     study: str
+    device_type: str = "cpu"
 
     def iid(self, scenario: str, seed: int, tag: str, runs: Sequence[Any]) -> list[float] | None:
         """Each run's IID exact match from the summary of ``scenario`` at ``seed`` and rung ``tag``, or None
         where none landed. ``runs`` (that part as planned: :class:`~probe.studies.sweep.SweepRun`) must be the
-        summary's own scenario, seed, recipe and PEs; a summary of any other part is a ProbeError."""
+        summary's own scenario, seed, recipe, settings, precision and PEs; any other part is a ProbeError."""
         path = self.folder / summary_name(scenario, seed, tag)
         if not path.is_file():
             return None
         data, reports = read_summary(path)
-        planned = [r for r in runs if r.config.seed == seed]
-        recipe = {key: getattr(planned[0].config, key) for key in RECIPE_KEYS} if planned else None
-        part = (data.get("study"), data.get("scenario"), data.get("seed"), data["recipe"], {e.pe for e in reports})
-        if part != (self.study, scenario, seed, recipe, {r.config.pe for r in planned}):
+        differ = self._differences(data, scenario, seed, [r.config for r in runs if r.config.seed == seed])
+        if differ:
             raise ProbeError(
-                f"{path} is not this part of the {self.study} study as planned (its study, scenario, seed, recipe "
-                "or PEs differ); move it aside to train the part again"
+                f"{path} is not this part of the {self.study} study as planned (what differs: "
+                f"{', '.join(differ)}); move it aside to train the part again"
             )
         return [e.iid_accuracy for e in reports]
+
+    def _differences(self, data: dict[str, Any], scenario: str, seed: int, planned: list[TrainConfig]) -> list[str]:
+        """What of a summary is not the part ``planned`` (its runs' configs): each as a short name."""
+        first = planned[0] if planned else None
+        landed = {row["pe"]: row for row in data["runs"]}
+        checks = {
+            "study": data.get("study") == self.study,
+            "scenario": data.get("scenario") == scenario,
+            "seed": data.get("seed") == seed,
+            "PEs": set(landed) == {c.pe for c in planned},
+            "recipe": first is not None and data["recipe"] == recipe(first),
+            # a summary written before settings were recorded is checked on its recipe alone
+            "settings": first is not None and data.get("settings", settings(first)) == settings(first),
+            "precision": all(
+                landed[c.pe]["forward_precision"] == forward_precision(c, self.device_type)
+                for c in planned
+                if c.pe in landed
+            ),
+        }
+        return [name for name, alike in checks.items() if not alike]
 
 
 @dataclass(frozen=True)
