@@ -245,16 +245,48 @@ def test_a_sittings_progress_counts_its_steps_and_reads_the_time_left_at_its_own
     monkeypatch.setattr(probe.studies.progress, "steps_left", lambda run: 3000 if run is b else run.config.steps)
     now = [0.0]
     progress = SittingProgress([a, b], clock=lambda: now[0])
-    assert progress.line() == "0/2 runs, 0% of their steps"
+    assert progress.line() == "0/2 runs, 0% of their tokens"
     now[0] = 100.0
     progress.update(str(a.path), 1000)
     progress.update(str(b.path), 2000)
     progress.update(str(c.path), 50)  # not in the sitting yet: not counted
-    assert progress.line() == "0/2 runs, 29% of their steps, about 4.2 min left"
+    assert progress.line() == "0/2 runs, 29% of their tokens, about 4.2 min left"
     progress.update(str(a.path), 4000)
     progress.expect([a, c])
     assert progress.last_step(str(c.path)) == 4000 and progress.last_step(str(tmp_path)) is None
-    assert progress.line() == "1/3 runs, 45% of their steps, about 2.0 min left"
+    assert progress.line() == "1/3 runs, 45% of their tokens, about 2.0 min left"
+
+
+def test_a_sittings_progress_weighs_each_step_by_its_runs_tokens(tmp_path):
+    """A baseline of 1 token a step and a scratchpad of 7, 1,000 steps each: after 100 s the baseline has
+    trained, the scratchpad not begun. 1,000 of 8,000 tokens (12%), 7,000 left at 10 tokens/s: 700 s (11.7 min),
+    where steps counted alike would say 50% and 1.7 min."""
+    from probe.studies.progress import SittingProgress
+
+    base, pad = sweep.expand_grid({**AUTHORS, "pe": ["nope", "t5"], "steps": 1000}, tmp_path)
+    now = [0.0]
+    progress = SittingProgress([base, pad], clock=lambda: now[0], tokens_per_step=lambda r: 7.0 if r is pad else 1.0)
+    now[0] = 100.0
+    progress.update(str(base.path), 1000)
+    assert progress.line() == "1/2 runs, 12% of their tokens, about 11.7 min left"
+
+
+def test_a_study_weighs_a_step_by_its_scenarios_tokens_read_once_per_scenario_and_seed(tmp_path, monkeypatch):
+    """Every PE and rung of a scenario at a seed cuts the same batches: one reading each; a full scratchpad's
+    step is several times its baseline's."""
+    import probe.studies.sweep.cost
+    from probe.commands.reproduce import _tokens_per_step
+    from probe.studies.reproduce import plan
+
+    reads = []
+    real = probe.studies.sweep.cost.mean_batch_tokens
+    monkeypatch.setattr(probe.studies.sweep.cost, "mean_batch_tokens", lambda run: reads.append(run) or real(run))
+    tokens = _tokens_per_step()
+    runs = plan("section6", tmp_path, seeds=2, tasks=["addition"])
+    per = {(r.path.parent.parent.name, r.config.seed): tokens(r) for r in runs}
+    assert len(reads) == len(per) == 16 and len(runs) == 80
+    for seed in (0, 1):
+        assert per[("addition+scratchpad=full", seed)] > 4 * per[("addition+template=authors+train_length=8", seed)]
 
 
 def test_a_pause_while_runs_train_is_left_out_of_the_pace_and_an_evaluation_is_not(tmp_path):
@@ -271,10 +303,10 @@ def test_a_pause_while_runs_train_is_left_out_of_the_pace_and_an_evaluation_is_n
         progress.update(str(a.path), step)
         now[0] += 5.0
         progress.update(str(b.path), step)
-    assert progress.line() == "0/2 runs, 50% of their steps, about 3.3 min left"
+    assert progress.line() == "0/2 runs, 50% of their tokens, about 3.3 min left"
     now[0] += 1200.0  # stopped
     progress.update(str(a.path), 2100)
-    assert progress.line() == "0/2 runs, 51% of their steps, about 3.2 min left"
+    assert progress.line() == "0/2 runs, 51% of their tokens, about 3.2 min left"
     for step in range(2200, 4100, 100):
         now[0] += 5.0
         progress.update(str(a.path), step)
@@ -286,7 +318,7 @@ def test_a_pause_while_runs_train_is_left_out_of_the_pace_and_an_evaluation_is_n
     # 2,695 s since the start, less the pause (1,200 s less one usual spacing, 5 s): 1,500 s for 8,400 steps;
     # 3,600 left at that pace, 643 s
     assert progress.paused == 1195.0
-    assert progress.line() == "2/3 runs, 70% of their steps, about 10.7 min left"
+    assert progress.line() == "2/3 runs, 70% of their tokens, about 10.7 min left"
 
 
 @pytest.mark.parametrize("eval_n", [60, None])

@@ -4,7 +4,9 @@ the paper's released numbers (HTML with figures, JSON, Markdown)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from probe.commands.common import add_device, add_json, console, print_json
 from probe.commands.shared_training import add_capture
@@ -231,6 +233,22 @@ def _summarise(study: str, scenario: str, group: list, tag: str, *, folder, out)
         out.print(f"[red]{scenario}{tag}: {len(unfinished)} run(s) did not finish: {', '.join(unfinished)}[/red]")
 
 
+def _tokens_per_step() -> Callable[[Any], float]:
+    """A run's training tokens per step (:func:`~probe.studies.sweep.cost.mean_batch_tokens`), read once per
+    scenario and seed: its PEs and rungs cut the same batches."""
+    from probe.studies.sweep.cost import mean_batch_tokens
+
+    read: dict[tuple[str, int], float] = {}
+
+    def tokens(run: Any) -> float:
+        key = (run.path.parent.parent.name, run.config.seed)
+        if key not in read:
+            read[key] = mean_batch_tokens(run)
+        return read[key]
+
+    return tokens
+
+
 def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, out, study: dict) -> None:
     """Train and evaluate the study here, a phase's runs as one queue, each scenario landing as its runs end
     (``todo``: what is left of it at the rungs known now): ``study`` holds
@@ -242,7 +260,7 @@ def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, 
     from probe.studies.reproduce import local_trainer, train_and_evaluate
 
     how = "the PEs of a seed as one program" if stack else f"{jobs} side by side"
-    progress = SittingProgress(todo)
+    progress = SittingProgress(todo, tokens_per_step=_tokens_per_step())
     with out.status(f"training {len(todo)} of the study's {len(runs)} runs, {how}") as status:
 
         def on_event(path, kind, step, loss, speed):
