@@ -59,6 +59,9 @@ def merged_runs(summaries: Path, seeds: list[int]) -> Merged:
 def report_of(merged: Merged) -> dict:
     evaluations, missing = merged.evaluations, merged.missing
     shapes = attended_shapes(merged.attended, ATTENDED)
+    for pe, shape in shapes.items():
+        iid = [e.iid_accuracy for e in evaluations if e.task_folder == ATTENDED and e.pe == pe]
+        shape["iid"] = sum(iid) / len(iid)
     queries = format_queries(evaluations)
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)})
@@ -74,6 +77,17 @@ def report_of(merged: Merged) -> dict:
         "pes_with_a_scratchpad": with_pad,
         "paper_addition_full": PAPER_ADDITION_FULL,
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
+        "unsettled": unsettled(merged),
+    }
+
+
+def unsettled(merged: Merged) -> dict[str, dict]:
+    """Scenarios read at a rung the recipe rule has not chosen (seed 0's median PE under the bar there, the
+    next rung not trained yet): per scenario, the steps read and that median. Their numbers are provisional."""
+    return {
+        scenario: {"steps": r["kept"], "median_iid_seed0": r["median_iid_seed0"][r["kept"]]}
+        for scenario, r in merged.rungs.items()
+        if r["chosen"] is None
     }
 
 
@@ -124,6 +138,14 @@ def markdown(report: dict) -> str:
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
     lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
     lines += _attended_table(report["attended"])
+    if report["unsettled"]:
+        parts = ", ".join(
+            f"{scenario} ({u['steps']:,} steps, {100 * u['median_iid_seed0']:.0f}%)"
+            for scenario, u in report["unsettled"].items()
+        )
+        bar = f"{100 * RULE.median_iid:.0f}%"
+        lines += ["", "Provisional, read at a rung the recipe rule has not settled (seed 0's median PE's IID there,"]
+        lines += [f"under {bar}; the next rung not trained yet): {parts}."]
     paper = ", ".join(f"{PE_LABELS.get(pe, pe)} {_pct(v)}" for pe, v in report["paper_addition_full"].items())
     lines += ["", f"The authors' addition runs with the full scratchpad (`base`), OOD %: {paper}."]
     if report["missing"]:
@@ -137,11 +159,12 @@ def _attended_table(shapes: dict) -> list[str]:
         return []
     lines = ["", f"Normalized attended distance d̄ of {ATTENDED}'s output queries (unseen lengths, every layer and"]
     lines += [f"head; bimodality above 5/9 = {UNIFORM:.3f} reads as two modes; near d̄ < {NEAR}, far d̄ ≥ {FAR}):", ""]
-    lines += ["| PE | seeds | bimodality (range) | weighted | near | far | mean d̄ |", "|---|---|---|---|---|---|---|"]
+    lines += ["| PE | seeds | IID | bimodality (range) | weighted | near | far | mean d̄ |", "|" + "---|" * 8]
     for pe, s in shapes.items():
         spread = f" ({s['bimodality_min']:.3f}…{s['bimodality_max']:.3f})" if len(s["seeds"]) > 1 else ""
         lines.append(
-            f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, s['seeds']))} | {s['bimodality']:.3f}{spread} | "
+            f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, s['seeds']))} | {_pct(s['iid'])}% | "
+            f"{s['bimodality']:.3f}{spread} | "
             f"{s['weighted_bimodality']:.3f} | {_pct(s['near'])}% | {_pct(s['far'])}% | {s['mean']:.3f} |"
         )
     return lines

@@ -173,7 +173,11 @@ def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_it
     assert list(report["attended"]) == ["nope", "t5", "alibi", "rotary", "ape"]
     assert report["claims"]["attended"].startswith("holds: ")
     text = script.markdown(report)
-    assert "| NoPE | 0 | 0.800 | 0.600 | 40.0% | 50.0% | 0.500 |" in text
+    assert "| NoPE | 0 | 55.5% | 0.800 | 0.600 | 40.0% | 50.0% | 0.500 |" in text  # IID: C's summary's
+    # C's seed-0 median IID (57.8%) under the bar at 1,500 steps: its numbers are provisional, and said so
+    assert report["unsettled"]["addition+scratchpad=full"] == {"steps": 1500, "median_iid_seed0": 0.5779264214046823}
+    assert "under 95%; the next rung not trained yet): " in text
+    assert "addition+scratchpad=full (1,500 steps, 58%)" in text
     figure = script.figures(report, merged, 0)["section6_attended"]
     assert sorted({trace.name for trace in figure.data}) == sorted(
         ["NoPE", "T5's Relative Bias", "ALiBi", "Rotary", "APE"]
