@@ -11,7 +11,7 @@ trains them). Once the runs have trained and been evaluated this script compares
   (checkpoint selection included in both): how well the price knows a run;
 - the sitting, over the parts that landed whole: the wall the price gives those runs as one queue against
   the span from their first start (a run's first log line, less one logging interval) to their last
-  evaluation's file, less every pause (a span over ``--pause`` seconds, 20 by default, in which no run logged:
+  evaluation's file, less every pause (a span over ``--pause`` seconds in which no run logged:
   a stopped study or a suspended machine). The evaluations, beside the next scenario's training, are in both
   where the price has them (``evaluation_seconds``, over the workers' cores); an older price left them out.
 
@@ -32,30 +32,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
 from probe.analysis.eval_report import EVAL  # noqa: E402
+from probe.studies.progress import PAUSE_FACTOR, PAUSE_FLOOR  # noqa: E402
 from probe.studies.sweep import queued_wall_seconds  # noqa: E402
 from probe.training.loop import METRICS  # noqa: E402
 
 
+def log_times(folder: Path) -> list[float]:
+    """Every log line's time of a run (none before it has logged)."""
+    metrics = folder / METRICS
+    if not metrics.is_file():
+        return []
+    return [json.loads(line)["time"] for line in metrics.read_text().splitlines() if line.strip()]
+
+
 def run_times(folder: Path) -> tuple[float, float, list[float]] | None:
     """(start, end of evaluation, every log line's time) of a trained and evaluated run, else None."""
-    metrics, evaluation = folder / METRICS, folder / EVAL
-    if not metrics.is_file() or not evaluation.is_file():
-        return None
-    times = [json.loads(line)["time"] for line in metrics.read_text().splitlines() if line.strip()]
-    if len(times) < 2:
+    evaluation = folder / EVAL
+    times = log_times(folder)
+    if not evaluation.is_file() or len(times) < 2:
         return None
     interval = statistics.median(b - a for a, b in zip(times, times[1:]))
     return times[0] - interval, evaluation.stat().st_mtime, times
 
 
-def span(folders: list[Path], pause: float) -> dict[str, float] | None:
-    """Measured span of runs, first start to last evaluation, with its pauses taken out; None until all landed."""
-    times = [run_times(folder) for folder in folders]
-    if any(t is None for t in times):
+def span(parts: list[list[Path]], pause: float | None, others: list[Path] = ()) -> dict[str, float] | None:
+    """Measured span of ``parts`` (each the run folders of a scenario at a seed), first start to last
+    evaluation, with its pauses taken out; None until all landed. A pause is a gap longer than ``pause`` in the
+    log of every run of the sitting (``others`` too: runs still training beside the last evaluation) that no
+    evaluation covers (a part's, from its runs' last log line to its last evaluation file); ``pause`` None:
+    the study's own rule, :data:`PAUSE_FACTOR` times the usual spacing of log lines, at least :data:`PAUSE_FLOOR`."""
+    times = [[run_times(folder) for folder in part] for part in parts]
+    if any(t is None for part in times for t in part):
         return None
-    start, landed = min(t[0] for t in times), max(t[1] for t in times)
-    events = sorted({start, landed, *(s for t in times for s in t[2])})
-    paused = sum(gap for a, b in zip(events, events[1:]) if (gap := b - a) > pause)
+    flat = [t for part in times for t in part]
+    start, landed = min(t[0] for t in flat), max(t[1] for t in flat)
+    evaluating = [(max(t[2][-1] for t in part), max(t[1] for t in part)) for part in times]
+    logs = [t[2] for t in flat] + [log_times(folder) for folder in others]
+    logged = (s for log in logs for s in log if start <= s <= landed)
+    events = sorted({start, landed, *logged})
+    if pause is None:  # the study's own rule (probe.studies.progress): many times the usual spacing
+        pause = max(PAUSE_FLOOR, PAUSE_FACTOR * statistics.median(b - a for a, b in zip(events, events[1:])))
+    paused = sum(
+        b - a
+        for a, b in zip(events, events[1:])
+        if b - a > pause and not any(a < end and b > begin for begin, end in evaluating)
+    )
     return {"wall_seconds": landed - start - paused, "paused_seconds": paused}
 
 
@@ -69,7 +90,10 @@ def main() -> None:
     parser.add_argument("price", help="the JSON `probe reproduce ... --dry-run --json` printed before the sitting")
     parser.add_argument("--name", default="section3", help="the result's name (default section3)")
     parser.add_argument(
-        "--pause", type=float, default=20.0, help="a gap in every run's log longer than this is a pause"
+        "--pause",
+        type=float,
+        help="a gap in every run's log longer than this is a pause (default: the study's own rule, "
+        f"{PAUSE_FACTOR} times the usual spacing of log lines, at least {PAUSE_FLOOR:.0f} s)",
     )
     args = parser.parse_args()
     load = os.getloadavg()
@@ -86,7 +110,7 @@ def main() -> None:
     for scenario, entries in todo.items():
         folders = [Path(e["path"]) for e in entries]
         fresh = all(_steps(folder) == e["steps_left"] for folder, e in zip(folders, entries))
-        if not fresh or span(folders, args.pause) is None:
+        if not fresh or span([folders], args.pause) is None:
             continue
         priced, measured = sum(e["seconds"] for e in entries), sum(train_seconds(f) for f in folders)
         rows[scenario] = {
@@ -103,7 +127,9 @@ def main() -> None:
             queued_wall_seconds([compared[i]["seconds"] for i in order], [first[i] for i in order], price["jobs"])
             + sum(e.get("evaluation_seconds", 0.0) for e in compared) / price["jobs"]
         )
-        measured = span([Path(e["path"]) for e in compared], args.pause)
+        parts = [[Path(e["path"]) for e in todo[scenario]] for scenario in rows]
+        others = [Path(e["path"]) for scenario in todo if scenario not in rows for e in todo[scenario]]
+        measured = span(parts, args.pause, others)
         sitting = {
             "priced_wall_seconds": priced_wall,
             **measured,

@@ -4,10 +4,11 @@ trained one at a time, each against a count made by hand or read off the tensors
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import bench_script, tiny_model
 
 from probe.cli import main
 from probe.errors import ProbeError
@@ -438,3 +439,30 @@ def test_a_run_that_asks_no_last_step_score_is_evaluated_and_priced_once(tmp_pat
 def test_an_eval_last_that_is_not_true_or_false_is_one_line(tmp_path):
     with pytest.raises(ProbeError, match="eval_last must be true or false, got 'false'"):
         _run(tmp_path, eval_last="false")
+
+
+def _logged_run(folder, times, evaluated=None):
+    """A run folder whose log has a line at each of ``times`` and, where ``evaluated``, an eval file then."""
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"step": i, "time": t}) for i, t in enumerate(times)]
+    (folder / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    if evaluated is not None:
+        (folder / "eval.json").write_text("{}")
+        os.utime(folder / "eval.json", (evaluated, evaluated))
+
+
+def test_a_sittings_measured_span_leaves_out_a_stop_and_not_an_evaluation_beside_the_next_runs(tmp_path):
+    """Part A logs every 10 s from 0 to 100 and is evaluated until 150, while part B (not compared: still
+    training) logs from 100 to 300, stopped from 200 to 260. Its span: first start (0 less one interval, -10) to
+    A's evaluation, 160 s; B's stop is outside it, A's evaluation is work. With B's stop inside A's evaluation
+    span nothing is a pause either; a 60 s stop inside A's own training is."""
+    script = bench_script("study_price")
+    a, b = tmp_path / "a" / "nope" / "seed0", tmp_path / "b" / "nope" / "seed0"
+    _logged_run(a, [float(t) for t in range(0, 110, 10)], evaluated=150.0)
+    _logged_run(b, [float(t) for t in [*range(100, 210, 10), *range(260, 310, 10)]])
+    assert script.span([[a]], 20.0, [b]) == {"wall_seconds": 160.0, "paused_seconds": 0.0}
+    assert script.span([[a]], 20.0) == {"wall_seconds": 160.0, "paused_seconds": 0.0}  # the evaluation alone
+    c = tmp_path / "c" / "nope" / "seed0"
+    _logged_run(c, [float(t) for t in [*range(0, 50, 10), *range(100, 160, 10)]], evaluated=170.0)
+    assert script.span([[c]], 20.0) == {"wall_seconds": 120.0, "paused_seconds": 60.0}
+    assert script.span([[c]], None) == {"wall_seconds": 180.0, "paused_seconds": 0.0}  # under the floor: no pause
