@@ -45,15 +45,10 @@ def recipe(config: TrainConfig) -> dict[str, Any]:
 def settings(config: TrainConfig) -> dict[str, Any]:
     """Every other setting that decides a run's weights (schedule, weight decay, model overrides, ...): a part
     is reused only by a study that would train it alike. Not the precision asked: the one a run trains in
-    (:func:`forward_precision`) is each row's, so ``auto`` and ``float32`` on a CPU at ``tiny`` are alike."""
+    (:meth:`~probe.training.train_config.TrainConfig.forward_precision`) is each row's, so ``auto`` and
+    ``float32`` on a CPU at ``tiny`` are alike."""
     skip = {*RECIPE_KEYS, *PART_KEYS, *BOOKKEEPING, "precision"}
     return {key: value for key, value in config.to_dict().items() if key not in skip}
-
-
-def forward_precision(config: TrainConfig, device_type: str) -> str:
-    """``float32`` or ``bf16``: what a new run of ``config`` trains in on ``device_type`` (``auto`` differs
-    between a CPU and a GPU; :meth:`~probe.training.train_config.TrainConfig.autocast_dtype`)."""
-    return "float32" if config.autocast_dtype(device_type) is None else "bf16"
 
 
 def summary_name(scenario: str, seed: int, tag: str = "") -> str:
@@ -182,18 +177,18 @@ class Landed:
 
     def _differences(self, data: dict[str, Any], scenario: str, seed: int, planned: list[TrainConfig]) -> list[str]:
         """What of a summary is not the part ``planned`` (its runs' configs): each as a short name."""
-        first = planned[0] if planned else None
+        planned_settings = settings(planned[0]) if planned else None
         landed = {row["pe"]: row for row in data["runs"]}
         checks = {
             "study": data.get("study") == self.study,
             "scenario": data.get("scenario") == scenario,
             "seed": data.get("seed") == seed,
             "PEs": set(landed) == {c.pe for c in planned},
-            "recipe": first is not None and data["recipe"] == recipe(first),
+            "recipe": bool(planned) and data["recipe"] == recipe(planned[0]),
             # a summary written before settings were recorded is checked on its recipe alone
-            "settings": first is not None and data.get("settings", settings(first)) == settings(first),
+            "settings": bool(planned) and data.get("settings", planned_settings) == planned_settings,
             "precision": all(
-                landed[c.pe]["forward_precision"] == forward_precision(c, self.device_type)
+                landed[c.pe]["forward_precision"] == c.forward_precision(self.device_type)
                 for c in planned
                 if c.pe in landed
             ),

@@ -29,11 +29,10 @@ from probe.training.optimizer import make_optimizer
 from probe.training.selection import Selection
 from probe.training.sources import TrainingSource, training_source
 from probe.training.steps import CapturedStep, Engine
-from probe.training.train_config import TrainConfig, learning_rate, settings_differ
+from probe.training.train_config import FORWARD, TrainConfig, learning_rate, precision_name, settings_differ
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"
-FORWARD = {"float32": None, "bf16": torch.bfloat16}  # the forward pass's precision: its autocast dtype
 
 
 def target_loss(
@@ -337,7 +336,7 @@ class Trainer:
     @property
     def forward_precision(self) -> str:
         """``float32`` or ``bf16``: what this run's forward pass trains in."""
-        return next(name for name, dtype in FORWARD.items() if dtype == self.forward_dtype)
+        return precision_name(self.forward_dtype)
 
     def seconds(self) -> float:
         """Training time of the run so far, over every session: the steps a killed session lost

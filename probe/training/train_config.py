@@ -20,6 +20,7 @@ from probe.training.selection import every
 
 PROTOCOLS = ("probe", "authors")
 PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA; see autocast_dtype
+FORWARD = {"float32": None, "bf16": torch.bfloat16}  # the forward pass's precision: its autocast dtype
 AUTHORS_EPS = 1e-6  # their T5 config's layer_norm_epsilon
 SCHEDULES = ("polynomial", "cosine")
 BOOKKEEPING = (
@@ -145,6 +146,10 @@ class TrainConfig:
             return torch.bfloat16 if device_type == "cuda" or cpu_bf16 else None
         return torch.bfloat16 if self.precision == "bf16" else None
 
+    def forward_precision(self, device_type: str) -> str:
+        """``float32`` or ``bf16``: what a new run trains in on ``device_type`` (:meth:`autocast_dtype`'s name)."""
+        return precision_name(self.autocast_dtype(device_type))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -174,6 +179,11 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     if config.schedule == "cosine":
         return config.lr_end + (config.lr - config.lr_end) * 0.5 * (1 + math.cos(math.pi * done))
     return config.lr_end + (config.lr - config.lr_end) * (1 - done) ** config.decay_power
+
+
+def precision_name(dtype: torch.dtype | None) -> str:
+    """``float32`` or ``bf16``: a forward pass's precision named from its autocast dtype (None: float32)."""
+    return next(name for name, forward in FORWARD.items() if forward == dtype)
 
 
 def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
