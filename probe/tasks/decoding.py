@@ -5,7 +5,10 @@ per step. Examples are grouped by prompt length, so no batch needs padding and e
 index is the one the model would see alone. A prediction is correct when the generated tokens up
 to ``<eos>`` equal the gold target (with ``answer_of``, a task's answer reader, when the answer read
 from the generated text, up to ``<eos>`` or all of it, equals the gold target's: how the authors score a
-scratchpad); decoding stops one token after the longest gold target.
+scratchpad); decoding stops one token after the longest gold target. The authors decode a scratchpad to
+1,500 positions (``generation_max_length``); cut at the gold's length, a prediction could only score
+otherwise where it has no ``<eos>`` by then and reaches the right answer later: ``bench/decode_budget.py``
+decodes those on to 1,500 and counts the verdicts that change.
 """
 
 from __future__ import annotations
@@ -117,15 +120,32 @@ def evaluate_examples(
             out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator).cpu()
             for row, i in enumerate(chunk):
                 ids = out[row].tolist()
-                if answer_of or keep_predictions:
-                    end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
-                    predictions[i] = tokenizer.decode(ids[:end])
-                if answer_of:
-                    read = answer_of(predictions[i])
-                    correct[i] = read is not None and read == answers[i]
-                else:
-                    correct[i] = ids[: len(targets[i])] == targets[i]
+                correct[i] = is_correct(ids, targets[i], tokenizer, answer_of, answers[i] if answer_of else None)
+                if keep_predictions:
+                    predictions[i] = prediction(ids, tokenizer)
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
+
+
+def prediction(ids: Sequence[int], tokenizer: Tokenizer) -> str:
+    """The text of generated ``ids`` up to their first ``<eos>`` (all of them where there is none)."""
+    ids = list(ids)
+    end = ids.index(tokenizer.eos_id) if tokenizer.eos_id in ids else len(ids)
+    return tokenizer.decode(ids[:end])
+
+
+def is_correct(
+    ids: Sequence[int],
+    target: Sequence[int],
+    tokenizer: Tokenizer,
+    answer_of: Callable[[str], Hashable | None] | None = None,
+    answer: Hashable | None = None,
+) -> bool:
+    """Whether generated ``ids`` score: token for token the ``target`` through its ``<eos>``, or, with
+    ``answer_of``, the answer it reads from their :func:`prediction` is the gold ``answer``."""
+    if answer_of is None:
+        return list(ids[: len(target)]) == list(target)
+    read = answer_of(prediction(ids, tokenizer))
+    return read is not None and read == answer
 
 
 def decoding_batches(
