@@ -19,6 +19,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+from functools import cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +35,7 @@ from probe.studies.formats import (  # noqa: E402
     format_ranks,
     pe_queries,
     scratchpad_gain,
+    task_key_of,
 )
 from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
@@ -50,10 +52,30 @@ their notebooks; their per-run file for these tasks is not in the released repos
 ATTENDED = "addition+scratchpad=full"  # the scenario of Figure attended_distance (Section 6.1)
 
 
+@cache
+def planned() -> dict[str, list]:
+    """The study's scenarios as planned, each with its seed-0 runs."""
+    return scenarios(plan(STUDY, "/nonexistent", seeds=1))
+
+
 def merged_runs(summaries: Path, seeds: list[int]) -> Merged:
     """The study's runs at each scenario's chosen rung, their attended distances, and the parts not found."""
-    expected = list(scenarios(plan(STUDY, "/nonexistent", seeds=1)))
-    return merge(sorted(summaries.glob("*.json")), scenarios=expected, seeds=seeds, study=STUDY, rule=RULE)
+    return merge(sorted(summaries.glob("*.json")), scenarios=list(planned()), seeds=seeds, study=STUDY, rule=RULE)
+
+
+def study_tasks() -> list[str]:
+    """Every task the study measures, as the formats' measures key them (sorting's two variants apart)."""
+    return sorted({task_key_of(runs[0].config.task, runs[0].config.task_options) for runs in planned().values()})
+
+
+def short_of_two_seeds(merged: Merged) -> list[str]:
+    """The planned scratchpad scenarios with fewer than two seeds measured."""
+    landed = {(e.task_folder, e.seed) for e in merged.evaluations}
+    return [
+        scenario
+        for scenario, runs in planned().items()
+        if runs[0].config.task_options.get("scratchpad") and sum(f == scenario for f, _ in landed) < 2
+    ]
 
 
 def report_of(merged: Merged) -> dict:
@@ -69,8 +91,8 @@ def report_of(merged: Merged) -> dict:
         "formats": format_ranks(queries),
         "gain": gains,
         "claims": {
-            "only_addition": claim_only_addition(gains["full"]),
-            "pe_still_matters": _pe_claim(with_pad.get("overall")),
+            "only_addition": claim_only_addition(gains["full"], study_tasks()),
+            "pe_still_matters": _pe_claim(with_pad.get("overall"), short_of_two_seeds(merged)),
             "attended": attended_claim(shapes),
         },
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
@@ -91,12 +113,17 @@ def unsettled(merged: Merged) -> dict[str, dict]:
     }
 
 
-def _pe_claim(ranking: dict | None) -> str:
+def _pe_claim(ranking: dict | None, waiting: list[str]) -> str:
     """The paper: "having a positional encoding with robust length generalization is crucial since
     scratchpad/CoT alone may not enhance the generalization" — read as NoPE and T5 still ranked ahead
-    of ALiBi, Rotary and APE on the scratchpad runs, their intervals apart."""
-    if not ranking or len(ranking["seeds"]) < 2:
-        return "cannot be told yet: it needs at least two seeds"
+    of ALiBi, Rotary and APE on the scratchpad runs, their intervals apart; once every scratchpad scenario
+    has two seeds (``waiting``: those that have not), since a ranking over the first to land would move."""
+    if waiting or not ranking or len(ranking["seeds"]) < 2:
+        every = sum(bool(runs[0].config.task_options.get("scratchpad")) for runs in planned().values())
+        return (
+            f"cannot be told yet: it needs at least two seeds of every scratchpad scenario "
+            f"({every - len(waiting)} of {every} have them)"
+        )
     pes = ranking["pes"]
     leaders = [pes[p] for p in ("nope", "t5") if p in pes]
     trailers = [pes[p] for p in ("alibi", "rotary", "ape") if p in pes]
@@ -176,7 +203,7 @@ def _missing(report: dict) -> str:
     for part in report["missing"]:
         scenario, seed = part.rsplit(" seed ", 1)
         by_seed.setdefault(seed, []).append(scenario)
-    every = len(list(scenarios(plan(STUDY, "/nonexistent", seeds=1))))
+    every = len(planned())
     return "; ".join(
         f"seed {seed}: " + ("every scenario" if len(absent) == every else ", ".join(absent))
         for seed, absent in by_seed.items()

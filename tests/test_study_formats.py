@@ -95,12 +95,22 @@ def _gains(addition: float, parity: float) -> dict:
     ],
 )
 def test_the_claim_line_reads_the_gains(addition, parity, line):
-    assert claim_only_addition(_gains(addition, parity)).startswith(line)
+    assert claim_only_addition(_gains(addition, parity), ["addition", "parity"]).startswith(line)
 
 
 def test_one_seed_cannot_tell_the_claim():
     runs = [report("addition", "nope", 0, 0.9, "full"), report("addition", "nope", 0, 0.1)]
-    assert claim_only_addition(scratchpad_gain(format_queries(runs))).startswith("cannot be told yet")
+    assert claim_only_addition(scratchpad_gain(format_queries(runs)), ["addition"]).startswith("cannot be told yet")
+
+
+def test_the_claim_waits_for_every_task_of_the_study():
+    """Two tasks at two seeds read "holds" on their own; the study measures a third, so the claim about
+    every task waits for it, and for addition where only the others have landed."""
+    gains = _gains(0.3, 0.0)
+    line = claim_only_addition(gains, ["addition", "parity", "summation"])
+    assert line == "cannot be told yet: it needs at least two seeds of every task (summation not yet)"
+    without_addition = {"parity": gains["parity"]}
+    assert claim_only_addition(without_addition, ["parity"]).endswith("(addition not yet)")
 
 
 def test_pes_ranked_with_a_scratchpad_only():

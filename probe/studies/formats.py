@@ -25,8 +25,13 @@ Queries = dict[tuple[str, int], dict[str, float]]  # (pe, seed) -> {format: OOD 
 
 def task_key(report: EvalReport) -> str:
     """The task a format varies on: its name and options bar the scratchpad and L (``sorting+variant=...``)."""
-    options = {k: v for k, v in report.task_options.items() if k not in ("scratchpad", "train_length", "template")}
-    return "+".join([report.task, *(f"{k}={v}" for k, v in sorted(options.items()))])
+    return task_key_of(report.task, report.task_options)
+
+
+def task_key_of(task: str, options: Mapping[str, Any]) -> str:
+    """:func:`task_key` of a task and its options (a planned run's, before it has an evaluation)."""
+    kept = {k: v for k, v in options.items() if k not in ("scratchpad", "train_length", "template")}
+    return "+".join([task, *(f"{k}={v}" for k, v in sorted(kept.items()))])
 
 
 def format_of(report: EvalReport) -> str:
@@ -108,12 +113,17 @@ def helps(gain: Mapping[str, Any]) -> bool | None:
     return gain["low"] > 0
 
 
-def claim_only_addition(gains: Mapping[str, Mapping[str, Any]], addition: str = "addition") -> str:
+def claim_only_addition(
+    gains: Mapping[str, Mapping[str, Any]], tasks: Iterable[str], addition: str = "addition"
+) -> str:
     """The paper's first Section 6 claim, read from the gains: "scratchpad is beneficial solely for the
-    addition task" (across PEs). One line: holds, does not, or cannot be told yet."""
-    verdicts = {task: helps(g) for task, g in gains.items()}
-    if addition not in verdicts or any(v is None for v in verdicts.values()):
-        return "cannot be told yet: it needs addition and at least two seeds of every task"
+    addition task" (across PEs). A claim about every task, so it waits for each of ``tasks`` (every task the
+    study measures) and addition to have its gain at two seeds or more. One line: holds, does not, or
+    cannot be told yet and which tasks it waits for."""
+    verdicts = {task: helps(gains[task]) if task in gains else None for task in {*tasks, addition}}
+    waiting = sorted(task for task, verdict in verdicts.items() if verdict is None)
+    if waiting:
+        return f"cannot be told yet: it needs at least two seeds of every task ({', '.join(waiting)} not yet)"
     helped = sorted(t for t, v in verdicts.items() if v)
     if helped == [addition]:
         return "holds: a scratchpad helps on addition and on no other task"
