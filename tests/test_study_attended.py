@@ -209,3 +209,24 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
     assert report["claims"]["only_addition"] == (
         f"cannot be told yet: it needs at least two seeds of every task ({waiting} not yet)"
     )
+
+
+def test_the_section6_report_sets_addition_beside_the_authors_notebook():
+    """Ours from the committed summaries; theirs as their notebook prints it: no scratchpad, the mean of three
+    seeds (NoPE (6.94 + 7.26 + 11.15) / 3 = 8.45%); a format at its one seed; their minimal format (C+O)
+    beside our computation only (C), neither measured by the other."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    rows = script.report_of(script.merged_runs(committed, [0]))["addition_beside_the_authors"]
+    assert rows["none"]["theirs"]["nope"] == pytest.approx(0.0845)
+    assert rows["none"]["theirs_from"] == "plot_aggregate_final.ipynb, 3 seeds"
+    assert rows["I+C+V+R"]["theirs"]["t5"] == 0.1570 and rows["I+C+V+R"]["theirs_from"].endswith("seed 146317")
+    full = json.loads((committed / "addition+scratchpad=full+seed0.json").read_text())
+    alibi = next(row for row in full["runs"] if row["pe"] == "alibi")
+    assert rows["full"]["ours"]["alibi"] == pytest.approx(alibi["ood"])
+    assert rows["full"]["theirs_from"].startswith("quoted")
+    assert rows["C"]["theirs"] == {} and rows["C+O"]["ours"] == {}
+    text = script.markdown(script.report_of(script.merged_runs(committed, [0])))
+    assert "| C+O | – / 17.8 | – / 17.9 | – / 10.6 | – / 5.8 | – / 4.5 | plot_aggregate_final.ipynb, seed" in text
