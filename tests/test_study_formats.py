@@ -144,3 +144,19 @@ def test_the_pe_rank_figure_keeps_the_papers_order_and_labels():
     )
     assert [t.name for t in figure.data] == ["NoPE", "Rotary"]
     assert list(figure.data[0].error_y.array) == pytest.approx([0.1]) and list(figure.data[1].error_y.array) == [0.0]
+
+
+def test_a_planned_run_and_its_evaluation_name_one_task():
+    """A run asks some options; its evaluation records every option, defaults included (LEGO's shuffle=False):
+    both must key the same task, or a study's claim would wait for a task its runs never name."""
+    from probe.studies.formats import task_key_of
+    from probe.studies.reproduce import plan
+    from probe.tasks import get
+
+    keys = set()
+    for run in plan("section6", "/nonexistent", seeds=1):
+        asked = run.config.task_options
+        recorded = get(run.config.task, **asked).options
+        assert task_key_of(run.config.task, asked) == task_key_of(run.config.task, recorded), asked
+        keys.add(task_key_of(run.config.task, asked))
+    assert keys == {"addition", "parity", "summation", "polynomial", "lego", "sorting", "sorting+variant=multi-digit"}

@@ -12,6 +12,7 @@ formats tie at 0%, and an order would decide them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import torch
@@ -29,9 +30,22 @@ def task_key(report: EvalReport) -> str:
 
 
 def task_key_of(task: str, options: Mapping[str, Any]) -> str:
-    """:func:`task_key` of a task and its options (a planned run's, before it has an evaluation)."""
-    kept = {k: v for k, v in options.items() if k not in ("scratchpad", "train_length", "template")}
+    """:func:`task_key` of a task and its options, as a run asks them or as its evaluation records them (every
+    option, defaults included): an option at the task's default is left out, so both read alike."""
+    defaults = _default_options(task)
+    kept = {
+        k: v
+        for k, v in options.items()
+        if k not in ("scratchpad", "train_length", "template") and (k not in defaults or defaults[k] != v)
+    }
     return "+".join([task, *(f"{k}={v}" for k, v in sorted(kept.items()))])
+
+
+@cache
+def _default_options(task: str) -> dict[str, Any]:
+    from probe.tasks import get
+
+    return dict(get(task).options)
 
 
 def format_of(report: EvalReport) -> str:
