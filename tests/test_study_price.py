@@ -285,7 +285,7 @@ def test_a_study_weighs_a_step_by_its_scenarios_tokens_read_once_per_scenario_an
     tokens = _tokens_per_step()
     runs = plan("section6", tmp_path, seeds=2, tasks=["addition"])
     per = {(r.path.parent.parent.name, r.config.seed): tokens(r) for r in runs}
-    assert len(reads) == len(per) == 16 and len(runs) == 80
+    assert len(reads) == len(per) == 18 and len(runs) == 90  # addition: 9 scenarios x 2 seeds
     for seed in (0, 1):
         assert per[("addition+scratchpad=full", seed)] > 4 * per[("addition+template=authors+train_length=8", seed)]
 
