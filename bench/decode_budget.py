@@ -1,17 +1,18 @@
-"""Does greedy decoding's budget change a scratchpad run's score? Ours against the authors'.
+"""What decoding a scratchpad run only to the gold's length changes, against the authors' budget.
 
     python bench/decode_budget.py RUN [RUN ...]                # run folders (globs welcome)
     python bench/decode_budget.py 'checkpoints/reproduce-section6/addition+scratchpad=*/*/seed0' --n-test 300
 
-``evaluate_examples`` decodes each batch to one token past its longest gold target. The authors decode a
-scratchpad run to 1,500 positions, prompt included (``generation_max_length: 1500`` in their
+Greedy decoding stops one token past a batch's longest gold target. The authors decode a scratchpad run to
+1,500 positions, prompt included (``generation_max_length: 1500`` in their
 ``configs/data/w_scratchpad.jsonnet``), and score the answer read after the scratchpad, so a model that
-writes a longer scratchpad than the gold and still lands on the right answer scores there and not here. Only
-a prediction without ``<eos>`` inside our budget can change: per run, this decodes the evaluation's examples
-(the first 500 held-out IID ones and ``--n-test`` of the test split, as ``probe eval`` draws them) at our
-budget, decodes the rows cut there again to the authors', and counts the verdicts that change (and the rows
-whose second decoding, in a smaller batch, parts from the first within our budget: rounding, not budget). One
-thread, the run's weights on a CPU. Writes bench/results/decode_budget_cpu.json.
+writes a longer scratchpad than the gold and still lands on the right answer scores there and would not at
+the gold's budget (``evaluate_examples`` decodes such rows on, :data:`probe.tasks.decoding.SCRATCHPAD_POSITIONS`).
+Only a prediction without ``<eos>`` inside the gold's budget can change: per run, this decodes the evaluation's
+examples (the first 500 held-out IID ones and ``--n-test`` of the test split, as ``probe eval`` draws them) at
+the gold's budget, decodes the rows cut there again to the authors', and counts the verdicts that change (and
+the rows whose second decoding, in a smaller batch, parts from the first within the gold's budget: rounding,
+not budget). One thread, the run's weights on a CPU. Writes bench/results/decode_budget_cpu.json.
 """
 
 from __future__ import annotations

@@ -152,3 +152,22 @@ def test_a_rerun_of_eval_reads_what_it_wrote_unless_the_examples_weights_or_forc
         os.utime(path, (published - 60, published - 60))
     assert main(args) == 0 and len(computed) == 3
     assert main(args) == 0 and len(computed) == 3  # written after the weights now: read again
+
+
+def test_a_scratchpad_evaluation_records_how_far_it_decoded_and_one_decoded_less_far_is_computed_again(tmp_path):
+    """A prediction scored by its answer is decoded on to the authors' 1,500 positions; an eval.json written
+    before (its examples asked alike, the decoding not recorded) is not read back as this evaluation."""
+    from probe.tasks.decoding import SCRATCHPAD_POSITIONS
+
+    task = ["--task", "parity", "-o", "train_length=3", "-o", "scratchpad=C", "-m", "n_ctx=256", "--no-eval"]
+    assert main(["train", *task, "--pe", "nope", "--steps", "2", *MODEL, "--checkpoints", str(tmp_path)]) == 0
+    (run,) = [p.parent for p in tmp_path.glob("*/nope/seed0/model.safetensors")]
+    args = ["eval", str(run), "--valid", "5", "--n", "5"]
+    assert main(args) == 0
+    written = json.loads((run / "eval.json").read_text())
+    assert written["asked"] == {"n_test": 5, "n_valid": 5, "decode_positions": SCRATCHPAD_POSITIONS}
+    written["asked"].pop("decode_positions")
+    written["iid_accuracy"] = -1.0  # a marker: read back, it would show
+    (run / "eval.json").write_text(json.dumps(written))
+    assert main(args) == 0
+    assert json.loads((run / "eval.json").read_text())["iid_accuracy"] >= 0.0

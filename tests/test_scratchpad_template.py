@@ -255,3 +255,20 @@ def test_every_word_is_in_the_vocabulary(name, options, template):
         for example in examples:
             for text in (example.source, example.target):
                 assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_a_longer_scratchpad_with_the_right_answer_scores_as_the_authors_decode_it():
+    """The model repeats a step of the scratchpad and still ends on the right answer: past the gold's length +
+    1, where decoding stops for a token-for-token score, it has no end marker yet; the authors decode on to
+    1,500 positions and read the answer, so it is right. A runaway with no <eos> and a wrong answer stays wrong."""
+    task = get("addition", scratchpad="full")
+    tokenizer = Tokenizer.for_task(task)
+    example = task.example_for(57, 68)
+    scratch, answer = example.target.split(" . Thus,")
+    longer = f"{scratch} {scratch.removeprefix('Thinking step by step: ')} . Thus,{answer}"
+    cases = {longer: True, longer.replace("1 2 5.", "1 2 6."): False}
+    for prediction, expected in cases.items():
+        assert len(tokenizer.encode(prediction)) > len(tokenizer.encode(example.target)) + 1
+        model = Scripted(tokenizer.encode(prediction) + [tokenizer.eos_id], len(tokenizer))
+        result = evaluate_examples(model, tokenizer, [example], use_cache=False, answer_of=task.answer_reader())
+        assert result.correct == [expected], prediction

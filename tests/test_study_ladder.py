@@ -367,8 +367,36 @@ def test_every_committed_summary_is_the_part_todays_plan_trains_on_a_cpu(tmp_pat
         if steps not in planned:
             planned[steps] = scenarios(plan(study, tmp_path / str(steps), seeds=4, steps=steps))
         assert path.name == summary_name(scenario, seed, RULE.tag(steps))
-        assert Landed(committed, study).iid(scenario, seed, RULE.tag(steps), planned[steps][scenario]) is not None
+        part = (scenario, seed, RULE.tag(steps), planned[steps][scenario])
+        if data["options"].get("scratchpad") and "decode_positions" not in data["runs"][0]["evaluation"]["asked"]:
+            with pytest.raises(ProbeError, match=r"what differs: scoring\)"):  # evaluated before decoding ran on
+                Landed(committed, study).iid(*part)
+        else:
+            assert Landed(committed, study).iid(*part) is not None
     assert planned, f"no summaries in {committed}"
+
+
+def test_a_scratchpad_part_is_reused_only_where_its_answers_were_decoded_as_far_as_the_authors_decode(tmp_path):
+    """Addition's full format, seed 0, as committed (evaluated when decoding stopped at the gold's length) and
+    again with its evaluations asked to the authors' 1,500 positions; and a baseline, scored token for token."""
+    from probe.tasks.decoding import SCRATCHPAD_POSITIONS
+
+    committed = RESULTS / "section6"
+    planned = scenarios(plan("section6", tmp_path / "runs", seeds=1))
+    landed = Landed(tmp_path, "section6")
+    for name in ("addition+scratchpad=full", "addition+template=authors+train_length=8"):
+        (tmp_path / f"{name}+seed0.json").write_text((committed / f"{name}+seed0.json").read_text())
+    assert landed.iid(
+        "addition+template=authors+train_length=8", 0, "", planned["addition+template=authors+train_length=8"]
+    )
+    full = planned["addition+scratchpad=full"]
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: scoring\)"):
+        landed.iid("addition+scratchpad=full", 0, "", full)
+    data = json.loads((tmp_path / "addition+scratchpad=full+seed0.json").read_text())
+    for row in data["runs"]:
+        row["evaluation"]["asked"] = {"n_test": None, "n_valid": 500, "decode_positions": SCRATCHPAD_POSITIONS}
+    (tmp_path / "addition+scratchpad=full+seed0.json").write_text(json.dumps(data))
+    assert landed.iid("addition+scratchpad=full", 0, "", full) == [row["iid"] for row in data["runs"]]
 
 
 def test_a_summary_of_another_scenario_or_seed_under_this_parts_name_is_one_line(tmp_path):

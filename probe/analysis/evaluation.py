@@ -18,12 +18,13 @@ from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
 from probe.runs.folders import LAST, Run
 from probe.runs.locks import run_lock
-from probe.subjects.examples import trained_length
+from probe.subjects.examples import task_of, trained_length
 from probe.subjects.resolve import resolve
+from probe.subjects.run_info import is_code_run
 from probe.subjects.settings import ReadSettings
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
-from probe.tasks.decoding import EvalResult, evaluate_examples, teacher_forced_examples
+from probe.tasks.decoding import SCRATCHPAD_POSITIONS, EvalResult, evaluate_examples, teacher_forced_examples
 
 BATCH_SIZE = 256  # examples decoded at once: greedy decoding of short task sequences is cheap per example
 
@@ -76,7 +77,7 @@ def evaluate_run(
         settings = replace(settings, intervention=settings.intervention.resolved(trained_length(run.config)))
     if n_test is not None and n_test < 1:
         raise ProbeError(f"--n must be at least 1 test example, got {n_test} (leave it out for the whole test split)")
-    asked = {"n_test": n_test, "n_valid": n_valid} | ({} if last_step else {"last_step": False})
+    asked = {"n_test": n_test, "n_valid": n_valid} | ({} if last_step else {"last_step": False}) | _decoding(run)
     evaluate = partial(_evaluate, run, settings, n_test, n_valid, last_step)
     if not write:
         return evaluate()
@@ -93,6 +94,15 @@ def evaluate_run(
         report = evaluate()
         _write(report, run.path / eval_file(report.pe_options_at_inference, settings.intervention), force, asked)
     return report
+
+
+def _decoding(run: Run) -> dict[str, Any]:
+    """How far a prediction scored by its answer (a scratchpad's) was decoded: recorded with what was asked, so an
+    evaluation decoded otherwise (before decoding ran on to the authors' budget) is not reused, nor its summary."""
+    if is_code_run(run.config):
+        return {}
+    task, _ = task_of(run.config)
+    return {"decode_positions": SCRATCHPAD_POSITIONS} if task.answer_reader() is not None else {}
 
 
 def _kept(run: Run, folder: Path, asked: dict[str, Any], settings: ReadSettings, force: bool) -> EvalReport | None:

@@ -349,9 +349,11 @@ def rung_plan(
 
 
 def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
-    """Evaluate every trained run of ``runs`` that has no eval.json yet, and read the attended distances of
-    those that ask (``attended``) and have none, on a CPU with the one thread a run trains with: it runs
-    beside the runs still training, and its numbers do not depend on what else ran."""
+    """Evaluate every trained run of ``runs`` whose eval.json is not this evaluation (none yet, or one asked
+    otherwise: other examples, or a scratchpad decoded less far; :func:`~probe.analysis.evaluation.evaluate_run`
+    reads a matching one back), and read the attended distances of those that ask (``attended``) and have none,
+    on a CPU with the one thread a run trains with: it runs beside the runs still training, and its numbers do
+    not depend on what else ran."""
     from probe.analysis.distances import ATTENDED, attend_run
     from probe.analysis.evaluation import evaluate_run
     from probe.models.checkpoint import read_checkpoint_config
@@ -364,14 +366,13 @@ def evaluate(runs: Sequence[SweepRun], device: torch.device) -> None:
         if not (run.path / "model.safetensors").is_file():
             continue
         with training_threads(device):
-            if read_eval(run.path) is None:
-                evaluate_run(
-                    Run(run.path, read_checkpoint_config(run.path)),
-                    settings,
-                    n_test=run.eval_n,
-                    n_valid=run.eval_valid,
-                    last_step=run.eval_last,
-                )
+            evaluate_run(
+                Run(run.path, read_checkpoint_config(run.path)),
+                settings,
+                n_test=run.eval_n,
+                n_valid=run.eval_valid,
+                last_step=run.eval_last,
+            )
             if run.attended and not (run.path / ATTENDED).is_file():
                 attend_run(run.path, settings)
 

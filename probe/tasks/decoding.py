@@ -5,10 +5,12 @@ per step. Examples are grouped by prompt length, so no batch needs padding and e
 index is the one the model would see alone. A prediction is correct when the generated tokens up
 to ``<eos>`` equal the gold target (with ``answer_of``, a task's answer reader, when the answer read
 from the generated text, up to ``<eos>`` or all of it, equals the gold target's: how the authors score a
-scratchpad); decoding stops one token after the longest gold target. The authors decode a scratchpad to
-1,500 positions (``generation_max_length``); cut at the gold's length, a prediction could only score
-otherwise where it has no ``<eos>`` by then and reaches the right answer later: ``bench/decode_budget.py``
-decodes those on to 1,500 and counts the verdicts that change.
+scratchpad). Decoding stops one token after the longest gold target, where a prediction scored token for
+token is decided. One scored by its answer is not: a model that writes a longer scratchpad than the gold
+can still reach the right answer, and the authors decode a scratchpad to 1,500 positions, prompt included
+(:data:`SCRATCHPAD_POSITIONS`), so the rows with no ``<eos>`` by the gold's budget are decoded again to
+theirs (``bench/decode_budget.py``: on 25 trained Section 6 runs, 21 of 10,000 verdicts, LEGO's and
+polynomial evaluation's, turn right that way).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ import torch
 from probe.errors import ProbeError
 from probe.tasks import Example, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
+
+SCRATCHPAD_POSITIONS = 1500
+"""Positions, prompt included, the authors decode a scratchpad run to (``generation_max_length`` in their
+``configs/data/w_scratchpad.jsonnet``): how far a prediction scored by its answer may run."""
 
 
 @dataclass
@@ -117,13 +123,30 @@ def evaluate_examples(
     with autocast:
         for chunk, longest in decoding_batches(prompts, targets, batch_size):
             batch = torch.tensor([prompts[i] for i in chunk], device=device)
-            out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator).cpu()
+            out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator)
+            rows = out.tolist()
+            if answer_of:
+                rows = _decoded_on(model, batch, rows, tokenizer, use_cache, generator)
             for row, i in enumerate(chunk):
-                ids = out[row].tolist()
+                ids = rows[row]
                 correct[i] = is_correct(ids, targets[i], tokenizer, answer_of, answers[i] if answer_of else None)
                 if keep_predictions:
                     predictions[i] = prediction(ids, tokenizer)
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
+
+
+def _decoded_on(
+    model, prompts: torch.Tensor, rows: list[list[int]], tokenizer: Tokenizer, use_cache: bool, generator
+) -> list[list[int]]:
+    """``rows`` (generated ids per prompt of ``prompts`` [batch, prompt]), those without ``<eos>`` decoded again
+    from their prompt to :data:`SCRATCHPAD_POSITIONS` (the model's context, if shorter), as one batch."""
+    cut = [k for k, ids in enumerate(rows) if tokenizer.eos_id not in ids]
+    budget = min(SCRATCHPAD_POSITIONS, model.cfg.n_ctx + 1) - prompts.size(1)
+    if not cut or budget <= max(len(rows[k]) for k in cut):
+        return rows
+    again = greedy_decode(model, prompts[cut], budget, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator)
+    longer = dict(zip(cut, again.tolist()))
+    return [longer.get(k, ids) for k, ids in enumerate(rows)]
 
 
 def prediction(ids: Sequence[int], tokenizer: Tokenizer) -> str:

@@ -284,7 +284,10 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     where exact match needs decoding (a task scored on its answer, positions drawn at random), decoded batch by
     batch (:func:`~probe.tasks.decoding.decoding_batches`); for the selected weights and the last step's where
     the protocol selects and the run asks for both (``eval_last``); and once, where it asks (``attended``), the
-    attended distances' reading of :func:`probe.analysis.distances.attend_run`."""
+    attended distances' reading of :func:`probe.analysis.distances.attend_run`. Not the rows a scratchpad's
+    prediction leaves unended at its gold's length, which decoding runs on to the authors' 1,500 positions
+    (:data:`~probe.tasks.decoding.SCRATCHPAD_POSITIONS`): how many a trained model leaves is known only once it
+    has run (3.6% of 10,000 on the Section 6 study's runs, ``bench/decode_budget.py``)."""
     from probe.analysis.evaluation import BATCH_SIZE
     from probe.tasks import get
     from probe.tasks.batches import encode
