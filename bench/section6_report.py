@@ -124,7 +124,20 @@ def report_of(merged: Merged) -> dict:
         "addition_beside_the_authors": addition_beside_the_authors(evaluations),
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
         "unsettled": unsettled(merged),
+        "decoded_to_the_gold": decoded_to_the_gold(evaluations),
     }
+
+
+def decoded_to_the_gold(evaluations: list) -> list[str]:
+    """The scratchpad parts (``scenario seed k``) evaluated before a prediction's decoding ran on past its gold's
+    length: their evaluations do not record how far they decoded."""
+    return sorted(
+        {
+            f"{e.task_folder} seed {e.seed}"
+            for e in evaluations
+            if format_of(e) != NONE and "decode_positions" not in e.asked
+        }
+    )
 
 
 def unsettled(merged: Merged) -> dict[str, dict]:
@@ -198,6 +211,12 @@ def markdown(report: dict) -> str:
         lines += ["", "Provisional, read at a rung the recipe rule has not settled (seed 0's median PE's IID there,"]
         lines += [f"under {bar}; the next rung not trained yet): {parts}."]
     lines += _addition_table(report["addition_beside_the_authors"], pes)
+    if report["decoded_to_the_gold"]:
+        lines += [
+            "",
+            "Scored before decoding ran on to the authors' 1,500 positions (a prediction unended at its gold's",
+        ]
+        lines += [f"length read as it stood; to be evaluated again): {', '.join(report['decoded_to_the_gold'])}."]
     if report["missing"]:
         lines += ["", "Not yet measured: " + _missing(report) + "."]
     return "\n".join(lines) + "\n"

@@ -230,3 +230,26 @@ def test_the_section6_report_sets_addition_beside_the_authors_notebook():
     assert rows["C"]["theirs"] == {} and rows["C+O"]["ours"] == {}
     text = script.markdown(script.report_of(script.merged_runs(committed, [0])))
     assert "| C+O | – / 17.8 | – / 17.9 | – / 10.6 | – / 5.8 | – / 4.5 | plot_aggregate_final.ipynb, seed" in text
+
+
+def test_the_section6_report_names_the_scratchpad_parts_scored_before_decoding_ran_on(tmp_path):
+    """A scratchpad part whose evaluations do not record how far they decoded is named; recorded, it is not;
+    a baseline (scored token for token) never is."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    for name in ("addition+scratchpad=full", "addition+template=authors+train_length=8"):
+        data = json.loads((committed / f"{name}+seed0.json").read_text())
+        for row in data["runs"]:
+            row["evaluation"].setdefault("asked", {}).pop("decode_positions", None)
+        (tmp_path / f"{name}+seed0.json").write_text(json.dumps(data))
+    assert script.report_of(script.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == [
+        "addition+scratchpad=full seed 0"
+    ]
+    path = tmp_path / "addition+scratchpad=full+seed0.json"
+    data = json.loads(path.read_text())
+    for row in data["runs"]:
+        row["evaluation"]["asked"]["decode_positions"] = 1500
+    path.write_text(json.dumps(data))
+    assert script.report_of(script.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == []
