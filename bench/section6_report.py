@@ -92,14 +92,15 @@ def study_tasks() -> list[str]:
     return sorted({task_key_of(runs[0].config.task, runs[0].config.task_options) for runs in planned().values()})
 
 
+def scratchpad_scenarios() -> list[str]:
+    """The planned scenarios with a scratchpad."""
+    return [scenario for scenario, runs in planned().items() if runs[0].config.task_options.get("scratchpad")]
+
+
 def short_of_two_seeds(merged: Merged) -> list[str]:
     """The planned scratchpad scenarios with fewer than two seeds measured."""
     landed = {(e.task_folder, e.seed) for e in merged.evaluations}
-    return [
-        scenario
-        for scenario, runs in planned().items()
-        if runs[0].config.task_options.get("scratchpad") and sum(f == scenario for f, _ in landed) < 2
-    ]
+    return [scenario for scenario in scratchpad_scenarios() if sum(f == scenario for f, _ in landed) < 2]
 
 
 def report_of(merged: Merged) -> dict:
@@ -156,7 +157,7 @@ def _pe_claim(ranking: dict | None, waiting: list[str]) -> str:
     of ALiBi, Rotary and APE on the scratchpad runs, their intervals apart; once every scratchpad scenario
     has two seeds (``waiting``: those that have not), since a ranking over the first to land would move."""
     if waiting or not ranking or len(ranking["seeds"]) < 2:
-        every = sum(bool(runs[0].config.task_options.get("scratchpad")) for runs in planned().values())
+        every = len(scratchpad_scenarios())
         return (
             f"cannot be told yet: it needs at least two seeds of every scratchpad scenario "
             f"({every - len(waiting)} of {every} have them)"

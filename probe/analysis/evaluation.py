@@ -24,7 +24,7 @@ from probe.subjects.run_info import is_code_run
 from probe.subjects.settings import ReadSettings
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
-from probe.tasks.decoding import SCRATCHPAD_POSITIONS, EvalResult, evaluate_examples, teacher_forced_examples
+from probe.tasks.decoding import EvalResult, decode_positions, evaluate_examples, teacher_forced_examples
 
 BATCH_SIZE = 256  # examples decoded at once: greedy decoding of short task sequences is cheap per example
 
@@ -99,10 +99,8 @@ def evaluate_run(
 def _decoding(run: Run) -> dict[str, Any]:
     """How far a prediction scored by its answer (a scratchpad's) was decoded: recorded with what was asked, so an
     evaluation decoded otherwise (before decoding ran on to the authors' budget) is not reused, nor its summary."""
-    if is_code_run(run.config):
-        return {}
-    task, _ = task_of(run.config)
-    return {"decode_positions": SCRATCHPAD_POSITIONS} if task.answer_reader() is not None else {}
+    positions = None if is_code_run(run.config) else decode_positions(task_of(run.config)[0])
+    return {} if positions is None else {"decode_positions": positions}
 
 
 def _kept(run: Run, folder: Path, asked: dict[str, Any], settings: ReadSettings, force: bool) -> EvalReport | None:

@@ -27,7 +27,7 @@ from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
 from probe.studies.ladder import Ladder
 from probe.tasks import get as get_task
-from probe.tasks.decoding import SCRATCHPAD_POSITIONS
+from probe.tasks.decoding import decode_positions
 from probe.training.train_config import BOOKKEEPING, TrainConfig
 
 FORMAT = 1
@@ -37,12 +37,6 @@ RECIPE_LEGACY = {"pack_width": 2}  # what a summary written before a recipe key 
 # float32 (probe.presets.CPU_BF16); no study had run on a GPU.
 ROW_LEGACY = {"forward_precision": "float32"}
 PART_KEYS = ("task", "pe", "seed", "task_options", "pe_options")  # which run of a part, not how it trained
-
-
-def decode_positions(config: TrainConfig) -> int | None:
-    """How far its evaluation decodes a run's predictions scored by their answer (a scratchpad's): None where
-    a prediction is scored token for token."""
-    return SCRATCHPAD_POSITIONS if get_task(config.task, **config.task_options).answer_reader() is not None else None
 
 
 def recipe(config: TrainConfig) -> dict[str, Any]:
@@ -202,7 +196,8 @@ class Landed:
             ),
             # a scratchpad's answer read from a prediction decoded as far as the authors decode it
             "scoring": all(
-                landed[c.pe]["evaluation"].get("asked", {}).get("decode_positions") == decode_positions(c)
+                landed[c.pe]["evaluation"].get("asked", {}).get("decode_positions")
+                == decode_positions(get_task(c.task, **c.task_options))
                 for c in planned
                 if c.pe in landed
             ),

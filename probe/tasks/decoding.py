@@ -22,12 +22,18 @@ from dataclasses import dataclass, field
 import torch
 
 from probe.errors import ProbeError
-from probe.tasks import Example, Tokenizer
+from probe.tasks import Example, Task, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
 
 SCRATCHPAD_POSITIONS = 1500
 """Positions, prompt included, the authors decode a scratchpad run to (``generation_max_length`` in their
 ``configs/data/w_scratchpad.jsonnet``): how far a prediction scored by its answer may run."""
+
+
+def decode_positions(task: Task) -> int | None:
+    """How far greedy decoding runs a ``task``'s predictions scored by their answer (a scratchpad's):
+    :data:`SCRATCHPAD_POSITIONS`; None where a prediction is scored token for token, decided at the gold's length."""
+    return SCRATCHPAD_POSITIONS if task.answer_reader() is not None else None
 
 
 @dataclass
