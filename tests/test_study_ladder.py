@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from test_reproduce import fake_evals
 
 from probe.errors import ProbeError
@@ -478,3 +479,34 @@ def test_the_dry_run_shows_a_finished_scenario_at_the_rung_it_was_trained_at(tmp
     assert main([*argv, "--checkpoints", str(tmp_path / "sitting2"), "--summaries", str(summaries)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "scan+split=paper: 0 of 10 runs left, preset tiny, 4000 steps of 32" in out
+
+
+def test_runs_trained_before_the_sitting_land_while_the_workers_train_the_others(tmp_path, monkeypatch):
+    """A sitting that resumes with runs trained but not evaluated (a sitting stopped first, a scoring change)
+    hands them to be evaluated once the workers have their runs, not before: otherwise every core but the
+    evaluating one waits for as long as those evaluations take."""
+    import probe.studies.reproduce as reproduce
+    import probe.training.parallel as parallel
+
+    runs = plan("section3", tmp_path, seeds=1, tasks=["scan", "parity"])
+    before = [r.path for r in runs if r.config.task == "scan"]
+    monkeypatch.setattr(reproduce, "run_state", lambda r: "evaluate" if r.path in before else "new")
+    events: list[tuple[str, object]] = []
+
+    def train_parallel(pairs, device, *, jobs, on_event, engine, on_done, on_start):
+        events.append(("workers start", [path for _, path in pairs]))
+        on_start()
+        for i, (_, path) in enumerate(pairs):
+            events.append(("trained", path))
+            on_done(i)
+        return []
+
+    monkeypatch.setattr(parallel, "train_parallel", train_parallel)
+    train = reproduce.local_trainer(torch.device("cpu"), jobs=2)
+    train(runs, lambda run: events.append(("finished", run.path)))
+    parity = [r.path for r in runs if r.config.task == "parity"]
+    assert events == [
+        ("workers start", parity),
+        *[("finished", path) for path in before],
+        *[event for path in parity for event in (("trained", path), ("finished", path))],
+    ]

@@ -96,22 +96,26 @@ def local_trainer(
     engine = engine or Engine.for_device(device)
 
     def train(runs: list[SweepRun], finished: Finished) -> list[Any]:
-        trained = {r.path for r in runs if run_state(r) in ("done", "evaluate")}
-        for run in runs:
-            if run.path in trained:
+        ended_before = [run_state(r) in ("done", "evaluate") for r in runs]
+        trained = [r for r, before in zip(runs, ended_before) if before]
+        todo = [r for r, before in zip(runs, ended_before) if not before]
+
+        def land_trained() -> None:  # runs a sitting before trained: their scenarios land beside the workers
+            for run in trained:
                 finished(run)
-        todo = [r for r in runs if r.path not in trained]
-        if not todo:
-            return []
+
         pairs = [(r.config, r.path) for r in todo]
-        if stack:  # one program: its scenarios land when it returns
-            return train_by_stack(pairs, device, engine=engine, on_event=on_event)
+        if not pairs or stack:  # one program: its scenarios land when it returns
+            land_trained()
+            return train_by_stack(pairs, device, engine=engine, on_event=on_event) if pairs else []
 
         def ended(i: int) -> None:
             finished(todo[i])
 
         jobs_here = min(jobs, len(pairs))
-        return train_parallel(pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=ended)
+        return train_parallel(
+            pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=ended, on_start=land_trained
+        )
 
     return train
 

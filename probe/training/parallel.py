@@ -88,10 +88,13 @@ def train_parallel(
     on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
     engine: Engine | None = None,
     on_done: Callable[[int], None] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> list[RunResult | RunFailure]:
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``. ``on_done(i)`` is
     called here as run ``i`` ends, trained or failed, while the workers go on with the others: a study
-    evaluates a scenario whose runs have all ended while the next scenario's train.
+    evaluates a scenario whose runs have all ended while the next scenario's train. ``on_start()`` is called
+    here once, as the workers take their first runs: work of the caller's that should not hold them back (a
+    study evaluating the runs a sitting before it had trained).
 
     A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
     :class:`RunFailure` and the others go on (a broken CUDA graph capture stops them all); Ctrl-C
@@ -109,6 +112,8 @@ def train_parallel(
             }
             pending = set(futures)
             try:
+                if on_start:
+                    on_start()
                 while pending:
                     done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                     _drain(events, on_event)
@@ -117,7 +122,7 @@ def train_parallel(
                         results[index] = _outcome(future, *runs[index])
                         if on_done:
                             on_done(index)
-            except BaseException:  # a broken capture, Ctrl-C, a failing on_done: start nothing more
+            except BaseException:  # a broken capture, Ctrl-C, a failing callback: start nothing more
                 for other in pending:
                     other.cancel()
                 raise
