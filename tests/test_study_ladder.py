@@ -493,9 +493,10 @@ def test_runs_trained_before_the_sitting_land_while_the_workers_train_the_others
     monkeypatch.setattr(reproduce, "run_state", lambda r: "evaluate" if r.path in before else "new")
     events: list[tuple[str, object]] = []
 
-    def train_parallel(pairs, device, *, jobs, on_event, engine, on_done, on_start):
+    def train_parallel(pairs, device, *, jobs, on_event, engine, on_done, beside):
         events.append(("workers start", [path for _, path in pairs]))
-        on_start()
+        for work in beside:
+            work()
         for i, (_, path) in enumerate(pairs):
             events.append(("trained", path))
             on_done(i)

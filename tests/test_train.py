@@ -282,9 +282,9 @@ def test_each_parallel_run_is_reported_here_as_it_ends_while_the_others_train(tm
     assert reported == [(0, True, False), (2, True, False), (1, True, True)]
 
 
-def test_the_callers_work_at_the_start_runs_while_the_workers_train(tmp_path):
-    """``on_start`` is where a study evaluates what a sitting before had trained: called once, as the
-    workers train, so it holds none of them back (here it sees a worker's run folder appear)."""
+def test_the_callers_work_beside_runs_while_the_workers_train(tmp_path):
+    """``beside`` is where a study evaluates what a sitting before had trained: done as the workers train,
+    so it holds none of them back (here its first item sees a worker's run folder appear), item by item."""
     import time
 
     from probe.training.parallel import train_parallel
@@ -292,12 +292,12 @@ def test_the_callers_work_at_the_start_runs_while_the_workers_train(tmp_path):
     folder = tmp_path / "run"
     seen: list[bool] = []
 
-    def on_start() -> None:
+    def first() -> None:
         deadline = time.monotonic() + 120
         while not folder.is_dir() and time.monotonic() < deadline:  # the worker makes it as it starts the run
             time.sleep(0.05)
         seen.append(folder.is_dir() and not (folder / "model.safetensors").is_file())
 
-    results = train_parallel([(_config(steps=300), folder)], "cpu", jobs=1, on_start=on_start)
+    results = train_parallel([(_config(steps=300), folder)], "cpu", jobs=1, beside=[first, lambda: seen.append(0)])
     assert [r.status for r in results] == ["trained"]
-    assert seen == [True]
+    assert seen == [True, 0]

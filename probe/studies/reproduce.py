@@ -97,16 +97,13 @@ def local_trainer(
 
     def train(runs: list[SweepRun], finished: Finished) -> list[Any]:
         ended_before = [run_state(r) in ("done", "evaluate") for r in runs]
-        trained = [r for r, before in zip(runs, ended_before) if before]
         todo = [r for r, before in zip(runs, ended_before) if not before]
-
-        def land_trained() -> None:  # runs a sitting before trained: their scenarios land beside the workers
-            for run in trained:
-                finished(run)
-
+        # runs a sitting before trained: their scenarios land (are evaluated) while the workers train the others
+        trained = [functools.partial(finished, r) for r, before in zip(runs, ended_before) if before]
         pairs = [(r.config, r.path) for r in todo]
         if not pairs or stack:  # one program: its scenarios land when it returns
-            land_trained()
+            for land in trained:
+                land()
             return train_by_stack(pairs, device, engine=engine, on_event=on_event) if pairs else []
 
         def ended(i: int) -> None:
@@ -114,7 +111,7 @@ def local_trainer(
 
         jobs_here = min(jobs, len(pairs))
         return train_parallel(
-            pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=ended, on_start=land_trained
+            pairs, str(device), jobs=jobs_here, on_event=on_event, engine=engine, on_done=ended, beside=trained
         )
 
     return train

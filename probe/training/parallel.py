@@ -88,13 +88,13 @@ def train_parallel(
     on_event: Callable[[str, str, int, float | None, float | None], None] | None = None,
     engine: Engine | None = None,
     on_done: Callable[[int], None] | None = None,
-    on_start: Callable[[], None] | None = None,
+    beside: Sequence[Callable[[], None]] = (),
 ) -> list[RunResult | RunFailure]:
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``. ``on_done(i)`` is
     called here as run ``i`` ends, trained or failed, while the workers go on with the others: a study
-    evaluates a scenario whose runs have all ended while the next scenario's train. ``on_start()`` is called
-    here once, as the workers take their first runs: work of the caller's that should not hold them back (a
-    study evaluating the runs a sitting before it had trained).
+    evaluates a scenario whose runs have all ended while the next scenario's train. ``beside`` is work of the
+    caller's done here while the workers train, one item at a time, the workers' progress and ends reported
+    between items (a study evaluating the runs a sitting before it had trained): it holds none of them back.
 
     A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
     :class:`RunFailure` and the others go on (a broken CUDA graph capture stops them all); Ctrl-C
@@ -110,12 +110,12 @@ def train_parallel(
                 pool.submit(_worker, config, str(path), device, force, wait, threads, events, engine or Engine()): i
                 for i, (config, path) in enumerate(runs)
             }
-            pending = set(futures)
+            pending, waiting = set(futures), list(beside)
             try:
-                if on_start:
-                    on_start()
-                while pending:
-                    done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                while pending or waiting:
+                    if waiting:
+                        waiting.pop(0)()
+                    done, pending = wait_any(pending, timeout=0 if waiting else 0.2, return_when=FIRST_COMPLETED)
                     _drain(events, on_event)
                     for future in done:
                         index = futures[future]
