@@ -143,16 +143,25 @@ def test_seed_0_climbs_first_and_the_other_seeds_train_only_at_the_rung_chosen(t
 
 
 def test_a_scenario_lands_as_its_last_run_ends_while_the_next_scenarios_runs_train(tmp_path):
-    """One queue for the phase, but each scenario evaluated and summarised as soon as its own runs have ended."""
+    """One queue for the phase, but each scenario evaluated and summarised as soon as its own runs have ended
+    (the sitting told as each evaluation starts: a scratchpad's takes minutes)."""
     events: list[tuple[str, str]] = []
     train, trained = _stand_in({("scan", 1500): 1.0, ("parity", 1500): 1.0}, events)
     runs = plan("section3", tmp_path, seeds=1, tasks=["scan", "parity"])
-    train_and_evaluate(runs, "cpu", train, on_scenario=lambda s, group, tag: events.append(("landed", s)))
+    train_and_evaluate(
+        runs,
+        "cpu",
+        train,
+        on_scenario=lambda s, group, tag: events.append(("landed", s)),
+        evaluating=lambda s: events.append(("evaluating", s)),
+    )
     assert len(trained) == 1  # one queue
     assert events == [
         *[("trained", "scan")] * 5,
+        ("evaluating", "scan+split=paper"),
         ("landed", "scan+split=paper"),
         *[("trained", "parity")] * 5,
+        ("evaluating", "parity+train_length=8"),
         ("landed", "parity+train_length=8"),
     ]
 

@@ -276,7 +276,10 @@ def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, 
             progress.expect(group)  # a rung the rule climbs to joins the count
             return trainer(group, finished)
 
-        results = train_and_evaluate(runs, device, train, **study)
+        def evaluating(scenario: str) -> None:
+            status.update(f"evaluating {scenario} beside the training; {progress.line()}")
+
+        results = train_and_evaluate(runs, device, train, evaluating=evaluating, **study)
     failed = [r for r in results if getattr(r, "error", None)]
     for failure in failed:
         out.print(f"[red]{failure.path}: {failure.error}[/red]")

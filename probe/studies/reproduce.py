@@ -126,6 +126,7 @@ def train_and_evaluate(
     rung: Callable[[int], Sequence[SweepRun]] | None = None,
     on_scenario: OnScenario | None = None,
     landed: Landed | None = None,
+    evaluating: Callable[[str], None] | None = None,
 ) -> list[Any]:
     """Train the study in phases, each scenario's runs evaluated and handed to ``on_scenario(scenario, its
     runs, rung tag)`` as soon as they have all ended, while the phase's other runs train on. Without a recipe
@@ -133,7 +134,8 @@ def train_and_evaluate(
     rung where the rule sends it on, until none is; then every other seed at its scenario's rung (``rung(steps)``:
     :func:`rung_plan`), so every recipe is fixed on IID validation first. ``train`` trains the unfinished of a
     phase's runs in the study's order (:func:`local_trainer`, or a cluster's). A part (scenario, seed, rung) whose
-    summary ``landed`` already is not trained again; the rule reads seed 0 from it."""
+    summary ``landed`` already is not trained again; the rule reads seed 0 from it. ``evaluating(scenario)`` is
+    told as a scenario's evaluation starts (a scratchpad's takes minutes)."""
     results: list[Any] = []
     reading = functools.partial(seed0_reading, landed)
 
@@ -141,7 +143,7 @@ def train_and_evaluate(
         groups = {
             s: (runs, tag) for s, (group, tag) in everything.items() if (runs := still_open(landed, s, group, tag))
         }
-        results.extend(train_phase(groups, device, train, on_scenario))
+        results.extend(train_phase(groups, device, train, on_scenario, evaluating))
 
     by_scenario = scenarios(runs)
     if rule is None or rung is None:
@@ -172,7 +174,11 @@ def train_and_evaluate(
 
 
 def train_phase(
-    groups: dict[str, tuple[list[SweepRun], str]], device: torch.device, train: Train, on_scenario: OnScenario | None
+    groups: dict[str, tuple[list[SweepRun], str]],
+    device: torch.device,
+    train: Train,
+    on_scenario: OnScenario | None,
+    evaluating: Callable[[str], None] | None = None,
 ) -> list[Any]:
     """Train the runs of ``groups`` (scenario -> its runs, rung tag) as one queue in their order, and land each
     scenario (evaluate it, then ``on_scenario``) as its last run ends: the next scenario's runs keep the workers
@@ -183,6 +189,8 @@ def train_phase(
     def land(scenario: str) -> None:
         del waiting[scenario]
         group, tag = groups[scenario]
+        if evaluating is not None:
+            evaluating(scenario)
         evaluate(group, device)
         if on_scenario is not None:
             on_scenario(scenario, group, tag)
