@@ -19,6 +19,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from probe.studies.formats import (  # noqa: E402
 )
 from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
-from probe.studies.summaries import Merged, merge  # noqa: E402
+from probe.studies.summaries import Merged, PartCost, merge, part_costs  # noqa: E402
 
 STUDY = "section6"
 RULE = ladder(STUDY)
@@ -103,7 +104,13 @@ def short_of_two_seeds(merged: Merged) -> list[str]:
     return [scenario for scenario in scratchpad_scenarios() if sum(f == scenario for f, _ in landed) < 2]
 
 
-def report_of(merged: Merged) -> dict:
+def costs_of(summaries: Path) -> list[PartCost]:
+    """What every landed part of the study cost where it ran, every rung trained included."""
+    return part_costs(summaries.glob("*.json"), STUDY)
+
+
+def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
+    """The merged study as the report's JSON; ``parts``: what its landed parts cost (:func:`costs_of`)."""
     evaluations, missing = merged.evaluations, merged.missing
     shapes = attended_shapes(merged.attended, ATTENDED)
     for pe, shape in shapes.items():
@@ -126,7 +133,24 @@ def report_of(merged: Merged) -> dict:
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
         "unsettled": unsettled(merged),
         "decoded_to_the_gold": decoded_to_the_gold(evaluations),
+        "cost": cost_table(parts),
     }
+
+
+def cost_table(parts: Sequence[PartCost]) -> dict[str, dict]:
+    """Per scenario (the plan's order), what its landed parts cost: core-minutes of training (checkpoint
+    selection included) and of evaluation, over every seed and rung landed, with how many runs' evaluations
+    were timed (none before evaluations recorded their time)."""
+    order = {scenario: i for i, scenario in enumerate(planned())}
+    out: dict[str, dict] = {}
+    for part in sorted(parts, key=lambda p: (order.get(p.scenario, len(order)), p.scenario, p.seed, p.steps)):
+        row = out.setdefault(part.scenario, {"parts": [], "train": 0.0, "evaluation": 0.0, "timed": 0, "runs": 0})
+        row["parts"].append([part.seed, part.steps])
+        row["train"] += part.train_seconds / 60
+        row["evaluation"] += part.evaluation_seconds / 60
+        row["timed"] += part.timed
+        row["runs"] += part.runs
+    return out
 
 
 def decoded_to_the_gold(evaluations: list) -> list[str]:
@@ -220,7 +244,27 @@ def markdown(report: dict) -> str:
         lines += [f"length read as it stood; to be evaluated again): {', '.join(report['decoded_to_the_gold'])}."]
     if report["missing"]:
         lines += ["", "Not yet measured: " + _missing(report) + "."]
+    lines += _cost_lines(report["cost"])
     return "\n".join(lines) + "\n"
+
+
+def _cost_lines(cost: dict[str, dict]) -> list[str]:
+    if not cost:
+        return []
+    lines = ["", "What the landed parts cost where they ran, in core-minutes (a run on one core; every rung trained"]
+    lines += ["counts; an evaluation is timed since 2026-12-03, the runs timed in brackets):", ""]
+    lines += ["| scenario | seed: steps | training | evaluation |", "|---|---|---|---|"]
+    for scenario, row in cost.items():
+        parts = ", ".join(f"{seed}: {steps:,}" for seed, steps in row["parts"])
+        lines.append(f"| {scenario} | {parts} | {row['train']:.1f} | {_evaluation_cell(row)} |")
+    train = sum(row["train"] for row in cost.values())
+    total = {key: sum(row[key] for row in cost.values()) for key in ("evaluation", "timed", "runs")}
+    lines.append(f"| all | | {train:.1f} ({train / 60:.1f} h) | {_evaluation_cell(total)} |")
+    return lines
+
+
+def _evaluation_cell(row: dict) -> str:
+    return f"{row['evaluation']:.1f} ({row['timed']} of {row['runs']})" if row["timed"] else "–"
 
 
 def addition_beside_the_authors(evaluations: list) -> dict[str, dict]:
@@ -300,7 +344,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     merged = merged_runs(Path(args.summaries), args.seeds)
-    report = report_of(merged)
+    report = report_of(merged, costs_of(Path(args.summaries)))
     text = markdown(report)
     atomic_write_json(RESULTS / f"{args.name}.json", report)
     atomic_write_text(RESULTS / f"{args.name}.md", text)

@@ -261,6 +261,6 @@ def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_me
     script = bench_script("section6_report")
     results = ROOT / "bench" / "results"
     merged = script.merged_runs(results / "section6", [0, 1, 2])
-    report = json.loads(json.dumps(script.report_of(merged)))
+    report = json.loads(json.dumps(script.report_of(merged, script.costs_of(results / "section6"))))
     assert report == json.loads((results / "section6_report.json").read_text())
     assert _block(ROOT / "docs" / "reproducing.md", "section6") == script.markdown(report)

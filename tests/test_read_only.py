@@ -171,3 +171,24 @@ def test_a_scratchpad_evaluation_records_how_far_it_decoded_and_one_decoded_less
     (run / "eval.json").write_text(json.dumps(written))
     assert main(args) == 0
     assert json.loads((run / "eval.json").read_text())["iid_accuracy"] >= 0.0
+
+
+def test_an_evaluation_records_its_wall_time_and_a_rerun_reading_it_back_keeps_it(root, tmp_path, monkeypatch):
+    """A study's cost is its training's and its evaluations' (a scratchpad's decoding: minutes a run): eval.json
+    records the evaluation's time, here on a scripted clock (two readings, 12.5 s apart)."""
+    import shutil
+    from types import SimpleNamespace
+
+    import probe.analysis.evaluation
+
+    run = tmp_path / "run"
+    shutil.copytree(_run(root), run)
+    for path in run.glob("eval*"):  # the training's own evaluation, of more examples: this one would go beside it
+        path.unlink()
+    clock = iter([100.0, 112.5])
+    monkeypatch.setattr(probe.analysis.evaluation, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    args = ["eval", str(run), "--valid", "10", "--n", "10", "--json"]
+    assert main(args) == 0
+    assert json.loads((run / "eval.json").read_text())["seconds"] == 12.5
+    assert main(args) == 0  # read back, not timed again (the clock has no third reading)
+    assert json.loads((run / "eval.json").read_text())["seconds"] == 12.5

@@ -135,3 +135,36 @@ def _lscpu_model() -> str:
     out = subprocess.run(["lscpu"], capture_output=True, text=True, env={"LC_ALL": "C"}).stdout
     model = next(line.split(":", 1)[1] for line in out.splitlines() if line.startswith("Model name"))
     return " ".join(model.split())
+
+
+def test_a_studys_cost_sums_every_landed_parts_training_and_timed_evaluations_every_rung_included(tmp_path):
+    """Seed 0 of scan at two rungs and seed 1 at the second: five runs each, 12.5 s of training a run; the
+    evaluations of seed 0's first rung timed at 30 s a run, the others written before evaluations were timed."""
+    from helpers import bench_script
+
+    from probe.studies.summaries import part_costs
+
+    folder = tmp_path / "summaries"
+    for seeds, steps, timed in ((1, 1500, 30.0), (2, 4000, None)):
+        runs = _trained(
+            tmp_path / f"steps{steps}", seeds, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
+        )
+        for run in runs:
+            run.config.steps = steps
+            if timed is not None:
+                data = json.loads((run.path / "eval.json").read_text())
+                (run.path / "eval.json").write_text(json.dumps(data | {"seconds": timed}))
+        write_summaries("section3", "scan+split=paper", runs, folder, "" if steps == 1500 else "+steps4000")
+    (folder / "other.json").write_text(json.dumps(json.loads(next(folder.glob("*.json")).read_text()) | {"study": "x"}))
+    parts = part_costs(folder.glob("*.json"), "section3")
+    assert sorted((p.seed, p.steps, p.runs, p.train_seconds, p.evaluation_seconds, p.timed) for p in parts) == [
+        (0, 1500, 5, 62.5, 150.0, 5),
+        (0, 4000, 5, 62.5, 0.0, 0),
+        (1, 4000, 5, 62.5, 0.0, 0),
+    ]
+    script = bench_script("section6_report")
+    table = script.cost_table(parts)
+    assert table["scan+split=paper"]["parts"] == [[0, 1500], [0, 4000], [1, 4000]]
+    lines = script._cost_lines(table)
+    assert "| scan+split=paper | 0: 1,500, 0: 4,000, 1: 4,000 | 3.1 | 2.5 (5 of 15) |" in lines
+    assert lines[-1] == "| all | | 3.1 (0.1 h) | 2.5 (5 of 15) |"

@@ -71,6 +71,7 @@ class EvalReport:
     written_to: str | None = None  # where evaluate_run wrote it
     intervention: dict[str, Any] = field(default_factory=dict)  # on its attention at inference (resolved)
     asked: dict[str, Any] = field(default_factory=dict)  # the examples asked for (n_test, n_valid): what a rerun reuses
+    seconds: float | None = None  # wall time of the evaluation where it ran (None: written before it was timed)
 
     def to_json(self) -> dict[str, Any]:
         """The dict ``eval.json`` holds, its keys in the order they have always been written."""
@@ -98,6 +99,8 @@ class EvalReport:
             data["intervention"] = self.intervention
         if self.asked:
             data["asked"] = self.asked
+        if self.seconds is not None:
+            data["seconds"] = self.seconds
         return data
 
     @classmethod
@@ -135,6 +138,7 @@ class EvalReport:
             written_to=data.get("written_to"),
             intervention=dict(data.get("intervention", {})),
             asked=dict(data.get("asked", {})),
+            seconds=_optional(data.get("seconds")),
         )
 
     @property

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import glob
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -145,6 +146,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
+    started = time.perf_counter()
     intervention = settings.intervention or Intervention()
     device, batch_size = settings.device, settings.batch_size or BATCH_SIZE
     given = parse_pe_options(run.pe, dict(settings.pe_options or {}))
@@ -191,6 +193,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
                 last = resolve(run.path / LAST).under(intervention).load(device, pe_options=given).model
                 iid, ood = split_accuracy(task, score(last))
             report.last = LastStep(step, iid, ood)
+    report.seconds = time.perf_counter() - started  # a study's cost beside its training's (train_seconds)
     return report
 
 

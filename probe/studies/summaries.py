@@ -289,3 +289,42 @@ def _choose_rungs(parts: dict[tuple[str, int, int], _Part], rule: Ladder) -> dic
         trained = sorted(steps for (name, _, steps) in parts if name == scenario)
         out[scenario] = {"median_iid_seed0": medians, "chosen": chosen, "kept": chosen or trained[-1]}
     return out
+
+
+@dataclass(frozen=True)
+class PartCost:
+    """What one landed part (scenario, seed, rung) cost where it ran, from its summary: seconds summed over its
+    runs, each on one core (so core-seconds), for training (checkpoint selection included) and for the
+    evaluation after it; ``timed`` of its ``runs`` had their evaluation timed (summaries before it was recorded
+    have none)."""
+
+    scenario: str
+    seed: int
+    steps: int
+    runs: int
+    train_seconds: float
+    evaluation_seconds: float
+    timed: int
+
+
+def part_costs(paths: Iterable[str | Path], study: str | None = None) -> list[PartCost]:
+    """Every part's cost in ``paths`` (of ``study`` where given), every rung a scenario trained at included:
+    what the study cost, not only the rung a rule keeps (:func:`merge`)."""
+    out = []
+    for path in sorted(Path(p) for p in paths):
+        data, reports = read_summary(path)
+        if study is not None and data.get("study") != study:
+            continue
+        timed = [r.seconds for r in reports if r.seconds is not None]
+        out.append(
+            PartCost(
+                scenario=data["scenario"],
+                seed=int(data["seed"]),
+                steps=int(data["recipe"]["steps"]),
+                runs=len(reports),
+                train_seconds=sum(row.get("train_seconds") or 0.0 for row in data["runs"]),
+                evaluation_seconds=sum(timed),
+                timed=len(timed),
+            )
+        )
+    return out
