@@ -15,46 +15,52 @@ from probe.models.registry import PAPER_PES, PE_KINDS
 from probe.tasks.decoding import greedy_decode
 
 
-def _steps(model, cache, prompts: torch.Tensor, fed: torch.Tensor) -> list[torch.Tensor]:
-    """Each pass's logits: the prompts, padded at the right, then one fed token a step."""
+def _steps(model, cache, prompts: torch.Tensor, fed: torch.Tensor, padded: bool = True) -> list[torch.Tensor]:
+    """Each pass's logits: the prompts (``padded``: one row's at the right), then one fed token a step. Unpadded,
+    as greedy decoding's batches are, probe's cache hands a step's lone query no mask at all (TransformerLens'
+    cache always one): it must change no logit."""
     mask = torch.ones_like(prompts)
-    mask[0, -2:] = 0  # one row's last two prompt positions are padding
+    if padded:
+        mask[0, -2:] = 0  # one row's last two prompt positions are padding
     out = [model(prompts, past_kv_cache=cache, attention_mask=mask)]
     for token in fed.T:
         out.append(model(token[:, None], past_kv_cache=cache, attention_mask=torch.ones(len(token), 1).long()))
     return out
 
 
-def _steps_against_transformer_lens(model, pe: str, prompts: torch.Tensor, fed: torch.Tensor) -> int:
+def _steps_against_transformer_lens(model, pe: str, prompts: torch.Tensor, fed: torch.Tensor, padded: bool) -> int:
     """Asserts every pass's logits equal through both caches, bit for bit; the number of passes."""
     batch = prompts.size(0)
     with torch.inference_mode():
-        theirs = _steps(model, TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", batch), prompts, fed)
-        ours = _steps(model, KeyValueCache(model.cfg, "cpu", batch, prompts.size(1) + fed.size(1)), prompts, fed)
+        theirs = TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", batch)
+        ours = KeyValueCache(model.cfg, "cpu", batch, prompts.size(1) + fed.size(1))
+        theirs, ours = (_steps(model, cache, prompts, fed, padded) for cache in (theirs, ours))
     for step, (a, b) in enumerate(zip(theirs, ours, strict=True)):
         assert torch.equal(a, b), f"{pe}: step {step} differs by {(a - b).abs().max():.3g}"
     return len(ours)
 
 
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "reference"])
 @pytest.mark.parametrize("pe", PE_KINDS)
-def test_every_pe_reads_the_same_logits_bit_for_bit_as_through_transformer_lens_cache(pe, fused):
+def test_every_pe_reads_the_same_logits_bit_for_bit_as_through_transformer_lens_cache(pe, fused, padded):
     model = build_model(pe, vocab_size=20, seed=3, **tiny_model(2, n_ctx=64)).eval()
     for block in model.blocks:
         block.attn.fast_path = fused  # False: the reference route, every hook's, whatever the PE
     prompts = torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(0))
     fed = torch.randint(3, 20, (3, 12), generator=torch.Generator().manual_seed(1))
-    assert _steps_against_transformer_lens(model, pe, prompts, fed) == 13
+    assert _steps_against_transformer_lens(model, pe, prompts, fed, padded) == 13
 
 
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
 @pytest.mark.parametrize("pe", PAPER_PES)
-def test_at_an_evaluations_shape_the_logits_are_transformer_lens_cache_bit_for_bit(pe):
+def test_at_an_evaluations_shape_the_logits_are_transformer_lens_cache_bit_for_bit(pe, padded):
     """The study's preset and a decode as long as a scratchpad's: kernels pick other paths at these sizes than
     at the small model above, and the cache's head-major buffers must not change a sum's order on any."""
     model = build_model(pe, vocab_size=20, preset="tiny", seed=2, n_ctx=256).eval()
     prompts = torch.randint(3, 20, (32, 24), generator=torch.Generator().manual_seed(4))
     fed = torch.randint(3, 20, (32, 160), generator=torch.Generator().manual_seed(5))
-    assert _steps_against_transformer_lens(model, pe, prompts, fed) == 161
+    assert _steps_against_transformer_lens(model, pe, prompts, fed, padded) == 161
 
 
 def test_greedy_decoding_with_the_cache_is_decoding_without_one():
@@ -72,3 +78,26 @@ def test_a_pass_past_what_the_cache_holds_is_one_line():
     model(torch.ones(1, 4, dtype=torch.long), past_kv_cache=cache)
     with pytest.raises(ProbeError, match="holds 5 positions; 6 were asked of it"):
         model(torch.ones(1, 2, dtype=torch.long), past_kv_cache=cache)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_a_decoding_step_with_no_padding_cached_builds_no_mask(padded, monkeypatch):
+    """Greedy decoding's batches have no padding, so a step's lone query sees every key cached: the cache says
+    so and the layers build no mask for it (a mask per layer and step was a sixth of a small batch's step); a
+    cache holding padding still masks every step."""
+    import probe.models.fused_attention as fused
+
+    model = build_model("nope", vocab_size=20, seed=1, **tiny_model(2, n_ctx=64)).eval()
+    built = []
+    real = fused.causal_mask
+    monkeypatch.setattr(fused, "causal_mask", lambda *a: built.append(a[:3]) or real(*a))
+    cache = KeyValueCache(model.cfg, "cpu", 2, 12)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[0, -1] = 1 - int(padded)
+    with torch.inference_mode():
+        model(torch.randint(3, 20, (2, 7)), past_kv_cache=cache, attention_mask=mask)
+        for _ in range(5):
+            model(torch.randint(3, 20, (2, 1)), past_kv_cache=cache, attention_mask=torch.ones(2, 1).long())
+    assert cache.padded is padded
+    prompt = [(7, 7, 0)] * 2  # the prompt's pass: one causal mask per layer
+    assert built == prompt + ([(1, 8 + k, 7 + k) for k in range(5) for _ in range(2)] if padded else [])

@@ -53,6 +53,7 @@ class KeyValueCache:
         self.entries = [CacheEntry(batch, capacity, heads, cfg.d_head, device, cfg.dtype) for _ in range(cfg.n_layers)]
         self.mask = torch.empty(batch, capacity, dtype=torch.long, device=device)
         self.masked = 0
+        self.padded = False  # whether a key cached is padding (0 in its mask): else a lone query sees every key
 
     def append_attention_mask(self, attention_mask: Tensor) -> Tensor:
         """[batch, new] (0: padding) after the cached keys' mask -> [batch, key] every key's so far."""
@@ -61,6 +62,7 @@ class KeyValueCache:
             raise ProbeError(f"the key-value cache holds {self.mask.size(1)} positions; {end} were asked of it")
         self.mask[:, self.masked : end] = attention_mask
         self.masked = end
+        self.padded = self.padded or not bool(attention_mask.all())
         return self.mask[:, :end]
 
     def __getitem__(self, layer: int) -> CacheEntry:

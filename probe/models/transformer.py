@@ -169,6 +169,8 @@ class PETransformer(HookedModel):
             batch = input.shape[0] if input.dim() > 1 else 1
             given = attention_mask if attention_mask is not None else torch.ones(batch, new, dtype=torch.long)
             attention_mask = past_kv_cache.append_attention_mask(given)  # [batch, key]
+            if new == 1 and offset and not getattr(past_kv_cache, "padded", True):
+                attention_mask = None  # a decoding step's query sees every key cached: no mask to build, per layer
         if start_at_layer is None:
             residual, start = self._embed(tokens, offset, segments), 0
         else:
