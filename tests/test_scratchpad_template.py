@@ -272,3 +272,23 @@ def test_a_longer_scratchpad_with_the_right_answer_scores_as_the_authors_decode_
         model = Scripted(tokenizer.encode(prediction) + [tokenizer.eos_id], len(tokenizer))
         result = evaluate_examples(model, tokenizer, [example], use_cache=False, answer_of=task.answer_reader())
         assert result.correct == [expected], prediction
+
+
+def test_a_row_decoded_on_goes_on_from_where_it_stopped_each_token_generated_once():
+    """The longer scratchpad above, unended at the gold's budget: decoding on reads its prompt and what it wrote
+    in one pass and goes on from there, so the model is asked for each of its tokens once (decoding it again
+    from the prompt asked for the first gold-length's worth twice)."""
+    task = get("addition", scratchpad="full")
+    tokenizer = Tokenizer.for_task(task)
+    example = task.example_for(57, 68)
+    scratch, answer = example.target.split(" . Thus,")
+    longer = f"{scratch} {scratch.removeprefix('Thinking step by step: ')} . Thus,{answer}"
+    script = tokenizer.encode(longer) + [tokenizer.eos_id]
+    model = Scripted(script, len(tokenizer))
+    calls = []
+    model.register_forward_hook(lambda module, args, out: calls.append(args[0].size(1)))
+    result = evaluate_examples(model, tokenizer, [example], use_cache=False, answer_of=task.answer_reader())
+    assert result.correct == [True]
+    assert len(calls) == len(script)  # one pass a token generated, each generated once
+    prompt, gold = len(tokenizer.encode_prompt(example.source)), len(tokenizer.encode(example.target)) + 1
+    assert calls[gold] == prompt + gold  # the second decoding's first pass: the prompt and the gold's budget
