@@ -276,8 +276,8 @@ def _train_here(runs: list, todo: list, device, jobs: int, stack: bool, engine, 
             progress.expect(group)  # a rung the rule climbs to joins the count
             return trainer(group, finished)
 
-        def evaluating(scenario: str) -> None:
-            status.update(f"evaluating {scenario} beside the training; {progress.line()}")
+        def evaluating(scenario: str) -> None:  # a line of its own: a log's status lines come 30 s apart at most
+            out.print(f"{scenario}: evaluating its runs, beside the training", markup=False, highlight=False)
 
         results = train_and_evaluate(runs, device, train, evaluating=evaluating, **study)
     failed = [r for r in results if getattr(r, "error", None)]
