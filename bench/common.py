@@ -12,6 +12,7 @@ needs. Wall time is recorded beside it. On CUDA the clock is wall time after a s
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import platform
@@ -291,6 +292,25 @@ def streamed_training_step(
         optimizer.step()
 
     return step
+
+
+def trained_runs(patterns: list[str]) -> list[Path]:
+    """The run folders ``patterns`` name (a glob is expanded), sorted; exits with one line naming any that holds
+    no trained weights."""
+    paths = sorted({Path(p) for pattern in patterns for p in glob.glob(pattern) or [pattern]})
+    missing = [str(p) for p in paths if not (p / "model.safetensors").is_file()]
+    if missing:
+        sys.exit(f"not a trained run folder: {', '.join(missing)}")
+    return paths
+
+
+def each_run(paths: list[Path], measure: Callable[[Path], dict]) -> list[dict]:
+    """``measure(path)`` for every run, each row printed as it lands (a long measurement shows it going)."""
+    rows = []
+    for path in paths:
+        rows.append(measure(path))
+        print(", ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+    return rows
 
 
 def write_result(name: str, what: str, load_before: tuple[float, float, float], **fields: object) -> Path:

@@ -18,7 +18,6 @@ not budget). One thread, the run's weights on a CPU. Writes bench/results/decode
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_result  # noqa: E402
+from common import each_run, trained_runs, write_result  # noqa: E402
 
 from probe.models.checkpoint import read_checkpoint_config  # noqa: E402
 from probe.runs.folders import Run  # noqa: E402
@@ -88,14 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     torch.set_num_threads(1)
-    paths = sorted({Path(p) for pattern in args.runs for p in glob.glob(pattern) or [pattern]})
-    missing = [str(p) for p in paths if not (p / "model.safetensors").is_file()]
-    if missing:
-        sys.exit(f"not a trained run folder: {', '.join(missing)}")
-    rows = []
-    for path in paths:
-        rows.append(compare(path, args.n_test, args.n_valid, args.positions))
-        print(", ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+    rows = each_run(trained_runs(args.runs), lambda path: compare(path, args.n_test, args.n_valid, args.positions))
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k != "run"}
     print("all: " + ", ".join(f"{k} {v}" for k, v in total.items()))
     what = "greedy decoding to the longest gold target + 1 against the authors' 1,500 positions, per run"

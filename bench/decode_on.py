@@ -16,7 +16,6 @@ and the verdicts that differ. Writes bench/results/decode_on_cpu.json (``--name`
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import write_result  # noqa: E402
+from common import each_run, trained_runs, write_result  # noqa: E402
 
 from probe.models.checkpoint import read_checkpoint_config  # noqa: E402
 from probe.runs.folders import Run  # noqa: E402
@@ -101,14 +100,7 @@ def main() -> None:
     args = parser.parse_args()
     load = os.getloadavg()
     torch.set_num_threads(1)
-    paths = sorted({Path(p) for pattern in args.runs for p in glob.glob(pattern) or [pattern]})
-    missing = [str(p) for p in paths if not (p / "model.safetensors").is_file()]
-    if missing:
-        sys.exit(f"not a trained run folder: {', '.join(missing)}")
-    rows = []
-    for path in paths:
-        rows.append(compare(path, args.n_test, args.n_valid))
-        print(", ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+    rows = each_run(trained_runs(args.runs), lambda path: compare(path, args.n_test, args.n_valid))
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k not in ("run", "speedup")}
     total["speedup"] = total["seconds_again_from_prompts"] / total["seconds_decoded_on"]
     print("all: " + ", ".join(f"{k} {v}" for k, v in total.items()))
