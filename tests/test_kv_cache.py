@@ -101,3 +101,28 @@ def test_a_decoding_step_with_no_padding_cached_builds_no_mask(padded, monkeypat
     assert cache.padded is padded
     prompt = [(7, 7, 0)] * 2  # the prompt's pass: one causal mask per layer
     assert built == prompt + ([(1, 8 + k, 7 + k) for k in range(5) for _ in range(2)] if padded else [])
+
+
+@pytest.mark.parametrize(
+    "pe, options, turned_once",
+    [
+        ("rotary", {}, True),
+        ("xpos", {}, True),
+        ("rotary", {"scaling": "dynamic", "factor": 2.0, "original_length": 8}, False),  # turns by the pass's length
+    ],
+    ids=["rotary", "xpos", "rotary-dynamic"],
+)
+def test_a_rotating_layer_turns_each_cached_key_once_unless_its_turn_follows_the_pass_length(pe, options, turned_once):
+    """Decoding turned every cached key again at each step (a pass over the whole cache a step, per layer); keys
+    turned by position alone are cached turned, each turned once, the logits as TransformerLens' cache gives
+    them (the tests above). Dynamic scaling turns every key by the pass's length: turned again each step."""
+    model = build_model(pe, vocab_size=20, seed=1, pe_options=options, **tiny_model(1, n_ctx=64)).eval()
+    turned = []
+    real = model.pe.rotate_keys
+    model.pe.rotate_keys = lambda layer, x, start: turned.append(x.size(1)) or real(layer, x, start)
+    cache = KeyValueCache(model.cfg, "cpu", 2, 12)
+    with torch.inference_mode():
+        model(torch.randint(3, 20, (2, 7)), past_kv_cache=cache)
+        for _ in range(4):
+            model(torch.randint(3, 20, (2, 1)), past_kv_cache=cache)
+    assert turned == ([7, 1, 1, 1, 1] if turned_once else [7, 8, 9, 10, 11])

@@ -34,6 +34,7 @@ from transformer_lens.hook_points import HookPoint
 from probe.compat import global_hooks, hook_count
 from probe.models.attention_edit import Edit, capped_bias, edited_scores
 from probe.models.fused_attention import additive_mask, causal_mask, fused_attention
+from probe.models.kv_cache import CacheEntry
 from probe.models.positional import PositionalEncoding
 
 
@@ -118,18 +119,31 @@ class PEAttention(nn.Module):
         q = self.hook_q(_project_in(x, self.W_Q, self.b_Q))  # [batch, pos, head, d_head]
         k = self.hook_k(_project_in(x, self.W_K, self.b_K))
         v = self.hook_v(_project_in(x, self.W_V, self.b_V))
-        offset = 0
+        offset, turned = 0, None
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.past_keys.size(1)
-            k, v = past_kv_cache_entry.append(k, v)  # [batch, key, head, d_head]
+            if self._caches_turned_keys(past_kv_cache_entry):  # each key turned once, at its own position
+                new_turned = self._pe.rotate_keys(self.layer_id, k, offset)
+                k, v = past_kv_cache_entry.append(k, v, new_turned)  # [batch, key, head, d_head]
+                turned = past_kv_cache_entry.past_turned
+            else:
+                k, v = past_kv_cache_entry.append(k, v)
         unturned = (q, k)  # a capped rotation scores far keys from these
         if self.rotates:
             q = self.hook_rot_q(self.turn(q, offset))
-            k = self.hook_rot_k(self._pe.rotate_keys(self.layer_id, k, 0))
+            k = self.hook_rot_k(turned if turned is not None else self._pe.rotate_keys(self.layer_id, k, 0))
         bias = self._bias(q.size(1), k.size(1)) if self._pe.adds_bias else None  # [head, query, key]
         drop = self.attn_dropout if self.training else 0.0
         attend = self._reference if self.route(k.size(1), offset, drop) == "reference" else self._fused
         return self._project(self.hook_z(attend(q, k, v, bias, unturned, offset, attention_mask, drop)))
+
+    def _caches_turned_keys(self, entry) -> bool:
+        """Whether this layer's keys can be cached turned: it turns them, by position alone (not by the pass's
+        length, as a dynamic scaling does), under no capped rotation (whose far keys are scored unturned), and the
+        cache keeps them (probe's; TransformerLens' does not)."""
+        edit_turns = self.edit is not None and bool(self.edit.turns)
+        keeps = isinstance(entry, CacheEntry)
+        return self.rotates and keeps and not self._pe.depends_on_length and not edit_turns
 
     def _bias(self, query_len: int, key_len: int) -> torch.Tensor:
         """[head, query, key] the PE's bias, each distance past the edit's cap read as the cap."""

@@ -19,12 +19,15 @@ from probe.errors import ProbeError
 
 class CacheEntry:
     """One layer's keys and values, head-major [batch, head, capacity, d_head] buffers filled up to ``filled``,
-    handed out as [batch, filled, head, d_head] views, TransformerLens' layout."""
+    handed out as [batch, filled, head, d_head] views, TransformerLens' layout. A rotating layer may cache its
+    keys turned too (``turned``), each turned once at its own position, where turning every cached key again
+    each step costs a rotary layer's decoding a pass over its whole cache per step."""
 
     def __init__(self, batch: int, capacity: int, n_heads: int, d_head: int, device, dtype: torch.dtype) -> None:
         self.keys = torch.empty(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
         self.values = torch.empty_like(self.keys)
         self.filled = 0
+        self.turned: Tensor | None = None  # the keys turned, while every pass so far has handed them in
 
     @property
     def past_keys(self) -> Tensor:
@@ -34,11 +37,22 @@ class CacheEntry:
     def past_values(self) -> Tensor:
         return self.values[:, :, : self.filled].transpose(1, 2)
 
-    def append(self, new_keys: Tensor, new_values: Tensor) -> tuple[Tensor, Tensor]:
-        """Write [batch, new, head, d_head] keys and values after the cached ones; every key and value so far."""
+    @property
+    def past_turned(self) -> Tensor | None:
+        """[batch, filled, head, d_head] every cached key turned, or None where a pass did not hand them in."""
+        return None if self.turned is None else self.turned[:, :, : self.filled].transpose(1, 2)
+
+    def append(self, new_keys: Tensor, new_values: Tensor, turned: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Write [batch, new, head, d_head] keys and values (and the keys ``turned``, where the layer turns them)
+        after the cached ones; every key and value so far."""
         end = self.filled + new_keys.size(1)
         if end > self.keys.size(2):
             raise ProbeError(f"the key-value cache holds {self.keys.size(2)} positions; {end} were asked of it")
+        if turned is not None and (self.turned is not None or not self.filled):
+            self.turned = torch.empty_like(self.keys) if self.turned is None else self.turned
+            self.turned[:, :, self.filled : end] = turned.transpose(1, 2)
+        else:
+            self.turned = None  # a pass without them: what is cached turned no longer covers every key
         self.keys[:, :, self.filled : end] = new_keys.transpose(1, 2)
         self.values[:, :, self.filled : end] = new_values.transpose(1, 2)
         self.filled = end
