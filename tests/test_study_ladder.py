@@ -387,8 +387,9 @@ def test_every_committed_summary_is_the_part_todays_plan_trains_on_a_cpu(tmp_pat
 
 
 def test_a_scratchpad_part_is_reused_only_where_its_answers_were_decoded_as_far_as_the_authors_decode(tmp_path):
-    """Addition's full format, seed 0, as committed (evaluated when decoding stopped at the gold's length) and
-    again with its evaluations asked to the authors' 1,500 positions; and a baseline, scored token for token."""
+    """Addition's full format, seed 0, as committed (evaluated to the authors' 1,500 positions) and as it was
+    first written (its evaluations asked nothing of how far they decoded: stopped at the gold's length); and a
+    baseline, scored token for token."""
     from probe.tasks.decoding import SCRATCHPAD_POSITIONS
 
     committed = RESULTS / "section6"
@@ -400,13 +401,14 @@ def test_a_scratchpad_part_is_reused_only_where_its_answers_were_decoded_as_far_
         "addition+template=authors+train_length=8", 0, "", planned["addition+template=authors+train_length=8"]
     )
     full = planned["addition+scratchpad=full"]
+    data = json.loads((tmp_path / "addition+scratchpad=full+seed0.json").read_text())
+    assert {row["evaluation"]["asked"]["decode_positions"] for row in data["runs"]} == {SCRATCHPAD_POSITIONS}
+    assert landed.iid("addition+scratchpad=full", 0, "", full) == [row["iid"] for row in data["runs"]]
+    for row in data["runs"]:
+        del row["evaluation"]["asked"]["decode_positions"]
+    (tmp_path / "addition+scratchpad=full+seed0.json").write_text(json.dumps(data))
     with pytest.raises(ProbeError, match=r"as planned \(what differs: scoring\)"):
         landed.iid("addition+scratchpad=full", 0, "", full)
-    data = json.loads((tmp_path / "addition+scratchpad=full+seed0.json").read_text())
-    for row in data["runs"]:
-        row["evaluation"]["asked"] = {"n_test": None, "n_valid": 500, "decode_positions": SCRATCHPAD_POSITIONS}
-    (tmp_path / "addition+scratchpad=full+seed0.json").write_text(json.dumps(data))
-    assert landed.iid("addition+scratchpad=full", 0, "", full) == [row["iid"] for row in data["runs"]]
 
 
 def test_a_summary_of_another_scenario_or_seed_under_this_parts_name_is_one_line(tmp_path):
