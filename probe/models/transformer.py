@@ -167,10 +167,7 @@ class PETransformer(HookedModel):
         self.pe.begin_forward(self._positions(offset + new, positions))
         if past_kv_cache is not None:
             batch = input.shape[0] if input.dim() > 1 else 1
-            given = attention_mask if attention_mask is not None else torch.ones(batch, new, dtype=torch.long)
-            attention_mask = past_kv_cache.append_attention_mask(given)  # [batch, key]
-            if new == 1 and offset and not getattr(past_kv_cache, "padded", True):
-                attention_mask = None  # a decoding step's query sees every key cached: no mask to build, per layer
+            attention_mask = _cached_mask(past_kv_cache, attention_mask, batch, new, offset)
         if start_at_layer is None:
             residual, start = self._embed(tokens, offset, segments), 0
         else:
@@ -287,6 +284,15 @@ class PETransformer(HookedModel):
         super().reset_hooks(clear_contexts, direction, including_permanent, level)
         if including_permanent:
             detach(self)
+
+
+def _cached_mask(cache, attention_mask: torch.Tensor | None, batch: int, new: int, offset: int):
+    """[batch, key] the mask of every key ``cache`` holds once this pass's ``new`` are appended (``attention_mask``
+    [batch, new], all kept if None), or None for a decoding step's lone query where nothing cached is padding:
+    it sees every key, and no layer need build a mask for it."""
+    given = attention_mask if attention_mask is not None else torch.ones(batch, new, dtype=torch.long)
+    mask = cache.append_attention_mask(given)
+    return None if new == 1 and offset and not getattr(cache, "padded", True) else mask
 
 
 def build_model(
