@@ -123,9 +123,8 @@ class PEAttention(nn.Module):
         if past_kv_cache_entry is not None:
             offset = past_kv_cache_entry.past_keys.size(1)
             if self._caches_turned_keys(past_kv_cache_entry):  # each key turned once, at its own position
-                new_turned = self._pe.rotate_keys(self.layer_id, k, offset)
-                k, v = past_kv_cache_entry.append(k, v, new_turned)  # [batch, key, head, d_head]
-                turned = past_kv_cache_entry.past_turned
+                k, v = past_kv_cache_entry.append(k, v, self._pe.rotate_keys(self.layer_id, k, offset))
+                turned = past_kv_cache_entry.past_turned  # [batch, key, head, d_head]
             else:
                 k, v = past_kv_cache_entry.append(k, v)
         unturned = (q, k)  # a capped rotation scores far keys from these

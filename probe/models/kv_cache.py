@@ -48,11 +48,12 @@ class CacheEntry:
         end = self.filled + new_keys.size(1)
         if end > self.keys.size(2):
             raise ProbeError(f"the key-value cache holds {self.keys.size(2)} positions; {end} were asked of it")
-        if turned is not None and (self.turned is not None or not self.filled):
-            self.turned = torch.empty_like(self.keys) if self.turned is None else self.turned
-            self.turned[:, :, self.filled : end] = turned.transpose(1, 2)
+        if turned is None or (self.turned is None and self.filled):
+            self.turned = None  # a pass without them (or after one): what is cached turned would miss keys
         else:
-            self.turned = None  # a pass without them: what is cached turned no longer covers every key
+            if self.turned is None:
+                self.turned = torch.empty_like(self.keys)
+            self.turned[:, :, self.filled : end] = turned.transpose(1, 2)
         self.keys[:, :, self.filled : end] = new_keys.transpose(1, 2)
         self.values[:, :, self.filled : end] = new_values.transpose(1, 2)
         self.filled = end

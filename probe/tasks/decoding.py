@@ -158,10 +158,11 @@ def _decoded_on(
     eos, pad = tokenizer.eos_id, tokenizer.pad_id
     if model.config.random_positions:
         again = greedy_decode(model, prompts[cut], budget, eos, pad, use_cache, generator).tolist()
-        return [dict(zip(cut, again)).get(k, ids) for k, ids in enumerate(rows)]
-    seen = torch.cat([prompts[cut], torch.tensor([rows[k] for k in cut], device=prompts.device)], dim=1)
-    more = greedy_decode(model, seen, budget - done, eos, pad, use_cache, generator).tolist()
-    longer = {k: rows[k] + tail for k, tail in zip(cut, more)}
+        longer = dict(zip(cut, again))
+    else:
+        seen = torch.cat([prompts[cut], torch.tensor([rows[k] for k in cut], device=prompts.device)], dim=1)
+        more = greedy_decode(model, seen, budget - done, eos, pad, use_cache, generator).tolist()
+        longer = {k: rows[k] + tail for k, tail in zip(cut, more)}
     return [longer.get(k, ids) for k, ids in enumerate(rows)]
 
 
