@@ -282,6 +282,51 @@ def test_each_parallel_run_is_reported_here_as_it_ends_while_the_others_train(tm
     assert reported == [(0, True, False), (2, True, False), (1, True, True)]
 
 
+def test_the_workers_progress_is_reported_while_the_caller_works_on_an_ended_run(tmp_path):
+    """A study evaluates a scenario in ``on_done`` for minutes: the workers' steps must reach ``on_event``
+    meanwhile, or a sitting's log falls silent that long and its pace reads as a pause. Here ``on_done`` for the
+    short run waits for a step of the long run, which the old main loop could not report until it returned."""
+    import threading
+
+    from probe.training.parallel import train_parallel
+
+    short, long = tmp_path / "short", tmp_path / "long"
+    stepped = threading.Event()
+    heard: list[bool] = []
+
+    def on_event(path: str, kind: str, *_) -> None:
+        if path == str(long) and kind == "step":
+            stepped.set()
+
+    def on_done(i: int) -> None:
+        if i == 0:
+            stepped.clear()
+            heard.append(stepped.wait(timeout=120))
+
+    runs = [(_config(steps=5), short), (_config(steps=400, checkpoint_every=1000), long)]
+    results = train_parallel(runs, "cpu", jobs=2, on_event=on_event, on_done=on_done)
+    assert [r.status for r in results] == ["trained"] * 2
+    assert heard == [True]
+
+
+def test_an_exception_in_the_callers_work_stops_the_sitting_in_the_main_thread(tmp_path):
+    """The caller's items run on a thread of their own; one that raises (a corrupt checkpoint met while a
+    scenario is evaluated) is raised by ``train_parallel`` itself, and the items after it are not called."""
+    from probe.training.parallel import train_parallel
+
+    called: list[str] = []
+
+    def broken() -> None:
+        called.append("broken")
+        raise ValueError("an evaluation failed")
+
+    with pytest.raises(ValueError, match="an evaluation failed"):
+        train_parallel(
+            [(_config(steps=5), tmp_path / "run")], "cpu", jobs=1, beside=[broken, lambda: called.append("later")]
+        )
+    assert called == ["broken"]
+
+
 def test_the_callers_work_beside_runs_while_the_workers_train(tmp_path):
     """``beside`` is where a study evaluates what a sitting before had trained: done as the workers train,
     so it holds none of them back (here its first item sees a worker's run folder appear), item by item."""

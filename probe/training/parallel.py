@@ -11,9 +11,11 @@ comes back on a queue.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import queue as queue_module
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as wait_any
@@ -91,10 +93,11 @@ def train_parallel(
     beside: Sequence[Callable[[], None]] = (),
 ) -> list[RunResult | RunFailure]:
     """Train ``runs`` with ``jobs`` worker processes; results in the order of ``runs``. ``on_done(i)`` is
-    called here as run ``i`` ends, trained or failed, while the workers go on with the others: a study
-    evaluates a scenario whose runs have all ended while the next scenario's train. ``beside`` is work of the
-    caller's done here while the workers train, one item at a time, the workers' progress and ends reported
-    between items (a study evaluating the runs a sitting before it had trained): it holds none of them back.
+    called as run ``i`` ends, trained or failed, while the workers go on with the others: a study evaluates a
+    scenario whose runs have all ended while the next scenario's train. ``beside`` is more of the caller's work
+    done while the workers train (a study evaluating the runs a sitting before it had trained). Both are done in
+    order, one item at a time, on a thread of the caller's (:class:`_CallersWork`), so the workers' progress
+    keeps reaching ``on_event`` here while an item takes minutes.
 
     A run that fails with a ProbeError (NaN loss, a damaged state file) is returned as a
     :class:`RunFailure` and the others go on (a broken CUDA graph capture stops them all); Ctrl-C
@@ -110,24 +113,77 @@ def train_parallel(
                 pool.submit(_worker, config, str(path), device, force, wait, threads, events, engine or Engine()): i
                 for i, (config, path) in enumerate(runs)
             }
-            pending, waiting = set(futures), list(beside)
+            pending, callers = set(futures), _CallersWork(beside)
             try:
-                while pending or waiting:
-                    if waiting:
-                        waiting.pop(0)()
-                    done, pending = wait_any(pending, timeout=0 if waiting else 0.2, return_when=FIRST_COMPLETED)
+                while pending or callers.busy():
+                    done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    if not pending and not done:
+                        callers.wait(0.2)
                     _drain(events, on_event)
                     for future in done:
                         index = futures[future]
                         results[index] = _outcome(future, *runs[index])
                         if on_done:
-                            on_done(index)
+                            callers.put(functools.partial(on_done, index))
             except BaseException:  # a broken capture, Ctrl-C, a failing callback: start nothing more
                 for other in pending:
                     other.cancel()
                 raise
+            finally:
+                callers.close()
             _drain(events, on_event)
     return [results[i] for i in range(len(runs))]
+
+
+class _CallersWork:
+    """The caller's items, called in order on a thread of their own while the main thread reports the workers'
+    progress: a study's evaluation of a scenario takes minutes, and a log silent that long reads as a stopped
+    study. An item's exception is raised in the main thread (:meth:`busy`), and no later item runs. A daemon
+    thread, so Ctrl-C does not wait for the item in hand (what a study writes, it writes atomically)."""
+
+    def __init__(self, items: Sequence[Callable[[], None]]) -> None:
+        self.todo: queue_module.Queue[Callable[[], None] | None] = queue_module.Queue()
+        self.idle = threading.Condition()
+        self.open = 0  # items put and not yet returned
+        self.failure: BaseException | None = None
+        for item in items:
+            self.put(item)
+        self.thread = threading.Thread(target=self._work, name="probe-callers-work", daemon=True)
+        self.thread.start()
+
+    def put(self, item: Callable[[], None]) -> None:
+        with self.idle:
+            self.open += 1
+        self.todo.put(item)
+
+    def busy(self) -> bool:
+        """Whether an item is still to return; raises the exception an item raised."""
+        with self.idle:
+            if self.failure is not None:
+                raise self.failure
+            return self.open > 0
+
+    def wait(self, timeout: float) -> None:
+        """Until an item returns or fails, ``timeout`` seconds at most."""
+        with self.idle:
+            self.idle.wait(timeout)
+
+    def close(self) -> None:
+        """No more items: the thread ends after the one in hand."""
+        self.todo.put(None)
+
+    def _work(self) -> None:
+        while (item := self.todo.get()) is not None:
+            try:
+                item()
+            except BaseException as error:  # handed to the main thread; nothing after it runs
+                with self.idle:
+                    self.failure = error
+                    self.idle.notify_all()
+                return
+            with self.idle:
+                self.open -= 1
+                self.idle.notify_all()
 
 
 def _outcome(future, config: TrainConfig, path: Path) -> RunResult | RunFailure:
