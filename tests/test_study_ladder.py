@@ -124,17 +124,25 @@ def test_seed_0_climbs_first_and_the_other_seeds_train_only_at_the_rung_chosen(t
     train, trained = _stand_in({("scan", 1500): 0.9, ("scan", 4000): 0.97, ("parity", 1500): 1.0})
     landed = []
     train_and_evaluate(
-        runs, "cpu", train, rule=RULE, rung=rung, on_scenario=lambda s, group, tag: landed.append((s, tag))
+        runs,
+        "cpu",
+        train,
+        rule=RULE,
+        rung=rung,
+        on_scenario=lambda s, group, tag: landed.append((s, tag, sorted({r.config.seed for r in group}))),
     )
-    phases = [sorted(set(batch)) for batch in trained]
+    phases = [list(dict.fromkeys(batch)) for batch in trained]
     assert phases == [
-        [("parity", 0, 1500), ("scan", 0, 1500)],
+        [("scan", 0, 1500), ("parity", 0, 1500)],
         [("scan", 0, 4000)],  # scan's median 0.9 < 0.95 at rung 1; parity's 1.0 stays
-        [("parity", 1, 1500), ("parity", 2, 1500), ("scan", 1, 4000), ("scan", 2, 4000)],
+        # seed by seed, each seed's scenarios in the study's order: a second seed of each before a third of any
+        [("scan", 1, 4000), ("parity", 1, 1500), ("scan", 2, 4000), ("parity", 2, 1500)],
     ]
     assert all(batch.count(part) == 5 for batch in trained for part in batch)  # every PE of each part
-    scan, parity = "scan+split=paper", "parity+train_length=8"
-    assert landed == [(scan, ""), (parity, ""), (scan, "+steps4000"), (scan, "+steps4000"), (parity, "")]
+    scan, parity, climbed = "scan+split=paper", "parity+train_length=8", "+steps4000"
+    assert landed == [(scan, "", [0]), (parity, "", [0]), (scan, climbed, [0])] + [
+        (scenario, tag, [seed]) for seed in (1, 2) for scenario, tag in ((scan, climbed), (parity, ""))
+    ]
     assert (tmp_path / "section3-steps4000" / scan / "nope" / "seed2" / "eval.json").is_file()
     assert not (tmp_path / "section3-steps4000" / parity).exists()
     final = chosen_runs(runs, RULE, rung)

@@ -128,22 +128,27 @@ def train_and_evaluate(
     landed: Landed | None = None,
     evaluating: Callable[[str], None] | None = None,
 ) -> list[Any]:
-    """Train the study in phases, each scenario's runs evaluated and handed to ``on_scenario(scenario, its
-    runs, rung tag)`` as soon as they have all ended, while the phase's other runs train on. Without a recipe
-    ``rule``, one phase: every run. With one: seed 0 of every scenario at the first rung, then again at the next
-    rung where the rule sends it on, until none is; then every other seed at its scenario's rung (``rung(steps)``:
-    :func:`rung_plan`), so every recipe is fixed on IID validation first. ``train`` trains the unfinished of a
-    phase's runs in the study's order (:func:`local_trainer`, or a cluster's). A part (scenario, seed, rung) whose
+    """Train the study in phases, each part (a scenario's runs of one seed) evaluated and handed to
+    ``on_scenario(scenario, its runs, rung tag)`` as soon as they have all ended, while the phase's other runs
+    train on. Without a recipe ``rule``, one phase: every run. With one: seed 0 of every scenario at the first
+    rung, then again at the next rung where the rule sends it on, until none is; then every other seed at its
+    scenario's rung (``rung(steps)``: :func:`rung_plan`), so every recipe is fixed on IID validation first. A
+    phase trains seed by seed, each seed's scenarios in the study's order, so a second seed of every scenario
+    lands before a third of any (what a claim over seeds waits for, when a sitting ends half-way). ``train``
+    trains the unfinished of a phase's runs in that order (:func:`local_trainer`, or a cluster's). A part whose
     summary ``landed`` already is not trained again; the rule reads seed 0 from it. ``evaluating(scenario)`` is
     told as a scenario's evaluation starts (a scratchpad's takes minutes)."""
     results: list[Any] = []
     reading = functools.partial(seed0_reading, landed)
 
     def phase(everything: dict[str, tuple[list[SweepRun], str]]) -> None:
-        groups = {
-            s: (runs, tag) for s, (group, tag) in everything.items() if (runs := still_open(landed, s, group, tag))
-        }
-        results.extend(train_phase(groups, device, train, on_scenario, evaluating))
+        parts = [
+            (scenario, runs, tag)
+            for seed in sorted({r.config.seed for group, _ in everything.values() for r in group})
+            for scenario, (group, tag) in everything.items()
+            if (runs := still_open(landed, scenario, [r for r in group if r.config.seed == seed], tag))
+        ]
+        results.extend(train_phase(parts, device, train, on_scenario, evaluating))
 
     by_scenario = scenarios(runs)
     if rule is None or rung is None:
@@ -173,39 +178,42 @@ def train_and_evaluate(
     return results
 
 
+Part = tuple[str, list[SweepRun], str]  # (scenario, its runs that land together, the rung's tag)
+
+
 def train_phase(
-    groups: dict[str, tuple[list[SweepRun], str]],
+    parts: Sequence[Part],
     device: torch.device,
     train: Train,
     on_scenario: OnScenario | None,
     evaluating: Callable[[str], None] | None = None,
 ) -> list[Any]:
-    """Train the runs of ``groups`` (scenario -> its runs, rung tag) as one queue in their order, and land each
-    scenario (evaluate it, then ``on_scenario``) as its last run ends: the next scenario's runs keep the workers
-    busy meanwhile. A scenario the trainer did not report lands when it returns."""
-    waiting = {scenario: {r.path for r in group} for scenario, (group, _) in groups.items()}
-    owner = {r.path: scenario for scenario, (group, _) in groups.items() for r in group}
+    """Train the runs of ``parts`` as one queue in their order, and land each part (evaluate it, then
+    ``on_scenario``) as its last run ends: the next part's runs keep the workers busy meanwhile. A part the
+    trainer did not report lands when it returns."""
+    waiting = {i: {r.path for r in runs} for i, (_, runs, _) in enumerate(parts)}
+    owner = {r.path: i for i, (_, runs, _) in enumerate(parts) for r in runs}
 
-    def land(scenario: str) -> None:
-        del waiting[scenario]
-        group, tag = groups[scenario]
+    def land(i: int) -> None:
+        del waiting[i]
+        scenario, runs, tag = parts[i]
         if evaluating is not None:
             evaluating(scenario)
-        evaluate(group, device)
+        evaluate(runs, device)
         if on_scenario is not None:
-            on_scenario(scenario, group, tag)
+            on_scenario(scenario, runs, tag)
 
     def finished(run: SweepRun) -> None:
-        scenario = owner[run.path]
-        if scenario in waiting:
-            waiting[scenario].discard(run.path)
-            if not waiting[scenario]:
-                land(scenario)
+        i = owner[run.path]
+        if i in waiting:
+            waiting[i].discard(run.path)
+            if not waiting[i]:
+                land(i)
 
-    queue = [r for group, _ in groups.values() for r in group]
+    queue = [r for _, runs, _ in parts for r in runs]
     results = train(queue, finished) if queue else []
-    for scenario in list(waiting):
-        land(scenario)
+    for i in list(waiting):
+        land(i)
     return results
 
 
