@@ -6,7 +6,8 @@ so ``probe train`` runs independent runs side by side instead: with 2 cores, two
 thread each train about twice as fast in total as one run of two threads. Every run trains on one
 thread (:data:`~probe.training.bookkeeping.TRAIN_THREADS`), so its weights do not depend on ``--jobs``.
 Each worker calls :func:`probe.training.bookkeeping.train_run`, the same code a single run uses; progress
-comes back on a queue.
+comes back on a queue. A process that trains keeps the memory its steps free mapped for the next step
+(:mod:`probe.training.memory`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probe.training.bookkeeping import TRAIN_THREADS, RunResult
+from probe.training.memory import keep_freed_memory
 from probe.training.steps import CaptureFailed, Engine
 from probe.training.train_config import TrainConfig
 
@@ -108,7 +110,7 @@ def train_parallel(
     with context.Manager() as manager:
         events = manager.Queue()
         results: dict[int, RunResult | RunFailure] = {}
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=keep_freed_memory) as pool:
             futures = {
                 pool.submit(_worker, config, str(path), device, force, wait, threads, events, engine or Engine()): i
                 for i, (config, path) in enumerate(runs)
@@ -291,6 +293,8 @@ def train_runs(
         )
     if jobs > 1:
         return train_parallel(list(runs), str(device), jobs=jobs, force=force, wait=wait, on_event=event, engine=engine)
+    if device.type == "cpu":  # this process trains: its steps' large activations stay mapped
+        keep_freed_memory()
     return [
         train_run(
             config,
