@@ -20,11 +20,12 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as wait_any
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from probe.training.bookkeeping import TRAIN_THREADS, RunResult
-from probe.training.memory import keep_freed_memory
+from probe.training.memory import freed_memory_kept, keep_freed_memory
 from probe.training.steps import CaptureFailed, Engine
 from probe.training.train_config import TrainConfig
 
@@ -293,19 +294,18 @@ def train_runs(
         )
     if jobs > 1:
         return train_parallel(list(runs), str(device), jobs=jobs, force=force, wait=wait, on_event=event, engine=engine)
-    if device.type == "cpu":  # this process trains: its steps' large activations stay mapped
-        keep_freed_memory()
-    return [
-        train_run(
-            config,
-            path,
-            device,
-            force=force,
-            wait=wait,
-            on_wait=None if on_wait is None else lambda holder, p=path: on_wait(p, holder),
-            on_start=lambda step, total, p=str(path): event(p, "start", step, None, None),
-            on_step=lambda step, loss, speed, p=str(path): event(p, "step", step, loss, speed),
-            engine=engine,
-        )
-        for config, path in runs
-    ]
+    with freed_memory_kept() if device.type == "cpu" else nullcontext():  # its steps' activations stay mapped
+        return [
+            train_run(
+                config,
+                path,
+                device,
+                force=force,
+                wait=wait,
+                on_wait=None if on_wait is None else lambda holder, p=path: on_wait(p, holder),
+                on_start=lambda step, total, p=str(path): event(p, "start", step, None, None),
+                on_step=lambda step, loss, speed, p=str(path): event(p, "step", step, loss, speed),
+                engine=engine,
+            )
+            for config, path in runs
+        ]
