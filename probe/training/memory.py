@@ -9,7 +9,8 @@ evaluation's full scratchpad (rows of up to ~1,500 tokens) took 210,000 page fau
 1.31x faster, the other scenarios measured 1.03-1.15x, the same weights bit for bit (``bench/malloc.py``,
 ``bench/results/malloc_cpu.json``). The price is memory: the heap keeps its high-water mark, and PyTorch's
 aligned allocations place a new buffer above a freed one until freed ones merge, so a process holds more than
-its peak (that T5 run: 1,749 MiB resident at step 150, against a 1,302 MiB peak as glibc comes). Only training
+its peak (that T5 run over 150 steps: 1,673 MiB at its peak against 1,293 as glibc comes, 1.39x faster;
+``bench/results/malloc_150_steps_cpu.json``). Only training
 asks for it: :func:`probe.training.parallel.train_parallel`'s workers for their whole life, and
 :func:`~probe.training.parallel.train_runs` training in the caller's process on a CPU for as long as it trains
 (:func:`freed_memory_kept`: a notebook or the explorer gets glibc's ways back after it).
