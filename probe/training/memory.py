@@ -2,16 +2,16 @@
 
 glibc's malloc serves an allocation over its mmap threshold (128 KiB, rising with what is freed to 32 MiB at
 most) with fresh pages from the kernel and hands them back when it is freed, and returns the top of its heap
-past a trim threshold too. A training step allocates and frees the same large activations every step, so
-each step faults them in again page by page, the kernel zeroing every page: a ``tiny`` T5 step on polynomial
+past a trim threshold too. A training step allocates and frees the same large activations every step, so each
+step faults them in again page by page, the kernel zeroing every page: a ``tiny`` T5 step on polynomial
 evaluation's full scratchpad (rows of up to ~1,500 tokens) took 210,000 page faults and 0.43 s in the kernel,
-30% of the step. Served from the heap and never trimmed, those pages stay mapped and are reused: that step
-1.31x faster, the other scenarios measured 1.03-1.15x, the same weights bit for bit (``bench/malloc.py``,
+30% of the step. Served from the heap and never trimmed, those pages stay mapped and are reused: that step 1.31x
+faster, the other scenarios measured 1.03-1.15x, the same weights bit for bit (``bench/malloc.py``,
 ``bench/results/malloc_cpu.json``). The price is memory: the heap keeps its high-water mark, and PyTorch's
 aligned allocations place a new buffer above a freed one until freed ones merge, so a process holds more than
 its peak (that T5 run over 150 steps: 1,673 MiB at its peak against 1,293 as glibc comes, 1.39x faster;
-``bench/results/malloc_150_steps_cpu.json``). Only training
-asks for it: :func:`probe.training.parallel.train_parallel`'s workers for their whole life, and
+``bench/results/malloc_150_steps_cpu.json``). Only training asks for it:
+:func:`probe.training.parallel.train_parallel`'s workers for their whole life, and
 :func:`~probe.training.parallel.train_runs` training in the caller's process on a CPU for as long as it trains
 (:func:`freed_memory_kept`: a notebook or the explorer gets glibc's ways back after it).
 """
