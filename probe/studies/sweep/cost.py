@@ -156,8 +156,10 @@ def measure_tokens_per_second(
 ) -> float:
     """Training throughput of ``run``'s model (tokens/s, the median step) from a few real steps of
     ``Trainer`` in a scratch folder (the first step is a warm-up), with the torch threads each run will
-    get, at :func:`measured_batch` (``batch_tokens``: the run's mean padded tokens per batch)."""
+    get, at :func:`measured_batch` (``batch_tokens``: the run's mean padded tokens per batch), on a CPU with the
+    freed memory kept mapped, as a worker trains (:mod:`probe.training.memory`)."""
     from probe.device import resolve_device
+    from probe.training.memory import freed_memory_kept
     from probe.training.stacked import train_alone
 
     changes = {
@@ -168,7 +170,8 @@ def measure_tokens_per_second(
         "batch_size": measured_batch(run, batch_tokens, resolve_device(device).type),
     }
     speeds: list[float] = []
-    with _scratch_trainer(run, device, threads, **changes) as trainer:
+    kept = freed_memory_kept() if resolve_device(device).type == "cpu" else contextlib.nullcontext()
+    with _scratch_trainer(run, device, threads, **changes) as trainer, kept:
         train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     return sorted(speeds)[len(speeds) // 2]
 
