@@ -311,7 +311,8 @@ def test_the_workers_progress_is_reported_while_the_caller_works_on_an_ended_run
 
 def test_an_exception_in_the_callers_work_stops_the_sitting_in_the_main_thread(tmp_path):
     """The caller's items run on a thread of their own; one that raises (a corrupt checkpoint met while a
-    scenario is evaluated) is raised by ``train_parallel`` itself, and the items after it are not called."""
+    scenario is evaluated) is raised by ``train_parallel`` itself as the workers train, and neither the items
+    after it nor the runs not yet started are."""
     from probe.training.parallel import train_parallel
 
     called: list[str] = []
@@ -320,11 +321,12 @@ def test_an_exception_in_the_callers_work_stops_the_sitting_in_the_main_thread(t
         called.append("broken")
         raise ValueError("an evaluation failed")
 
+    folders = [tmp_path / f"run{i}" for i in range(4)]
+    runs = [(_config(steps=200, checkpoint_every=1000), folder) for folder in folders]
     with pytest.raises(ValueError, match="an evaluation failed"):
-        train_parallel(
-            [(_config(steps=5), tmp_path / "run")], "cpu", jobs=1, beside=[broken, lambda: called.append("later")]
-        )
+        train_parallel(runs, "cpu", jobs=1, beside=[broken, lambda: called.append("later")])
     assert called == ["broken"]
+    assert not folders[-1].exists()  # raised while the first run trained: the runs queued after it never start
 
 
 def test_the_callers_work_beside_runs_while_the_workers_train(tmp_path):

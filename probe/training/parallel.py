@@ -118,7 +118,7 @@ def train_parallel(
             }
             pending, callers = set(futures), _CallersWork(beside)
             try:
-                while pending or callers.busy():
+                while callers.busy() or pending:  # busy() first: an item's exception is raised at once
                     done, pending = wait_any(pending, timeout=0.2, return_when=FIRST_COMPLETED)
                     if not pending and not done:
                         callers.wait(0.2)
