@@ -51,13 +51,18 @@ def child(arm: str, scenario: str, steps: int) -> dict:
             sys.exit("this C library is not glibc: nothing to compare")
     import torch
 
+    from probe.errors import ProbeError
     from probe.studies.reproduce import plan
     from probe.training.bookkeeping import train_run
 
     torch.set_num_threads(1)
     study, folder, pe = scenario.split(":")
     with tempfile.TemporaryDirectory() as scratch:
-        runs = [r for r in plan(study, scratch, seeds=1) if r.path.parent.parent.name == folder and r.config.pe == pe]
+        try:
+            planned = plan(study, scratch, seeds=1)
+        except ProbeError as error:
+            sys.exit(str(error))
+        runs = [r for r in planned if r.path.parent.parent.name == folder and r.config.pe == pe]
         if not runs:
             sys.exit(f"the {study} study has no {folder} run of {pe}")
         big = 10**9  # no validation, checkpoint or evaluation inside the timed steps; a held-out set of 4 at the end
@@ -88,7 +93,8 @@ def child(arm: str, scenario: str, steps: int) -> dict:
     }
 
 
-def in_process(arm: str, scenario: str, steps: int) -> dict:
+def in_a_process(arm: str, scenario: str, steps: int) -> dict:
+    """:func:`child` in a fresh interpreter (the malloc setting is process-wide): its numbers."""
     command = [sys.executable, __file__, "--child", arm, "--scenario", scenario, "--steps", str(steps)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -109,12 +115,15 @@ def main() -> None:
         return
     load_before = os.getloadavg()
     scenarios = args.scenario or list(SCENARIOS)
+    malformed = [scenario for scenario in scenarios if scenario.count(":") != 2]
+    if malformed:
+        sys.exit(f"--scenario takes study:folder:pe (e.g. {SCENARIOS[0]}), got {malformed[0]!r}")
     results = {}
     for scenario in scenarios:
         rounds: dict[str, list[dict]] = {arm: [] for arm in ARMS}
         for repeat in range(args.repeats):
             for arm in ARMS[repeat % 2 :] + ARMS[: repeat % 2]:
-                rounds[arm].append(in_process(arm, scenario, args.steps))
+                rounds[arm].append(in_a_process(arm, scenario, args.steps))
         shas = {r["weights_sha256"] for arm in ARMS for r in rounds[arm]}
         cpu = {arm: [r["cpu_per_step"] for r in rounds[arm]] for arm in ARMS}
         wall = {arm: [r["wall_per_step"] for r in rounds[arm]] for arm in ARMS}

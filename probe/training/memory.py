@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,8 +32,10 @@ DEFAULT_TRIM_THRESHOLD = 128 * 1024  # glibc's defaults (malloc.c)
 DEFAULT_MMAP_MAX = 65536
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library where it is glibc; None elsewhere (macOS; musl, whose mallopt does nothing)."""
+    """The C library where it is glibc; None elsewhere (macOS; musl, whose mallopt does nothing). Looked up once:
+    ``find_library`` runs ``ldconfig``, and a price asks for it per step shape it times."""
     if not sys.platform.startswith("linux"):
         return None
     try:

@@ -162,15 +162,16 @@ def measure_tokens_per_second(
     from probe.training.memory import freed_memory_kept
     from probe.training.stacked import train_alone
 
+    kind = resolve_device(device).type
     changes = {
         "steps": steps + 1,
         "log_every": 1,
         "checkpoint_every": 10**9,
         "eval_every": 0,  # no selection pass between the timed steps: priced apart
-        "batch_size": measured_batch(run, batch_tokens, resolve_device(device).type),
+        "batch_size": measured_batch(run, batch_tokens, kind),
     }
     speeds: list[float] = []
-    kept = freed_memory_kept() if resolve_device(device).type == "cpu" else contextlib.nullcontext()
+    kept = freed_memory_kept() if kind == "cpu" else contextlib.nullcontext()
     with _scratch_trainer(run, device, threads, **changes) as trainer, kept:
         train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     return sorted(speeds)[len(speeds) // 2]
