@@ -7,8 +7,8 @@ scores. The kernel is chosen here, by what the pass needs:
 
 - a capped rotation with far keys (ReRoPE): two causal attentions merged by their log-sum-exp
   (:mod:`probe.models.capped_attention`), one pass from position 0, without dropout;
-- a bias on CPU, one pass from position 0, no padding, no dropout: the flash kernel with the bias and causal
-  skipping together (:mod:`probe.models.bias_attention`);
+- a bias on CPU, one pass from position 0, no dropout: the flash kernel with the bias (and padding or packed
+  rows' other examples as -inf) and causal skipping together (:mod:`probe.models.bias_attention`);
 - anything else: ``scaled_dot_product_attention``, the bias and the causal mask one additive mask (the flash
   kernel where there is neither bias nor padding).
 """
@@ -40,6 +40,14 @@ def keys_kept(attention_mask: Tensor, device: torch.device) -> Tensor:
     padding) or [batch, query, key] (packed rows' allowed pairs)."""
     keep = attention_mask.to(device).bool()
     return keep[:, None] if keep.dim() == 3 else keep[:, None, None, :]
+
+
+def keys_apart(attention_mask: Tensor, q: Tensor) -> Tensor:
+    """[batch, query, key] in q's dtype: 0 where a query may see the key by ``attention_mask`` ([batch, key], 0
+    marking padding, or packed rows' [batch, query, key]), -inf where not; the causal mask not in it."""
+    keep = keys_kept(attention_mask, q.device)[:, 0]  # [batch, 1 or query, key]
+    apart = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, float("-inf"))
+    return apart.expand(-1, q.size(1), -1)
 
 
 def additive_mask(
@@ -78,8 +86,11 @@ def fused_attention(
         return _capped(q, k, v, edit, scale, attention_mask, unturned, turn)
     if edit is not None:
         q, bias = _folded(q, bias, edit, k.size(1))
-    if bias is not None and not offset and attention_mask is None and not dropout and bias_attention.usable(q):
-        z = bias_attention.biased_causal_attention(*(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1 / scale)
+    if bias is not None and not offset and not dropout and bias_attention.usable(q):
+        apart = None if attention_mask is None else keys_apart(attention_mask, q)
+        z = bias_attention.biased_causal_attention(
+            *(t.transpose(1, 2) for t in (q, k, v)), bias.to(q.dtype), 1 / scale, apart
+        )
         return z.transpose(1, 2)
     mask = additive_mask(q, k.size(1), offset, bias, attention_mask)
     # SDPA wants the mask in q's dtype; under bf16 autocast that would round the bias (ALiBi's slope x distance
