@@ -193,3 +193,24 @@ def test_a_bias_model_on_packed_or_padded_rows_trains_the_same_on_the_kernel_and
     assert grads[0].keys() == grads[1].keys()
     for name in grads[1]:
         torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-9, atol=1e-14, msg=name)
+
+
+@pytest.mark.parametrize("given", ["segments", "attention_mask"])
+def test_a_learned_bias_on_packed_or_padded_rows_never_reaches_sdpa(monkeypatch, given):
+    """The studies train packed rows: with a learned bias, SDPA would take its quadratic math path on a CPU."""
+    from probe.models import fused_attention
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("scaled_dot_product_attention reached with a learned bias")
+
+    monkeypatch.setattr(fused_attention.F, "scaled_dot_product_attention", refuse)
+    model = build_model("t5", vocab_size=13, seed=1, n_layers=1, n_ctx=256)
+    tokens = torch.randint(0, 13, (2, bias_attention.BLOCK + 20), generator=torch.Generator().manual_seed(0))
+    if given == "segments":
+        rows = torch.zeros_like(tokens)
+        rows[:, 30:] = 1  # two examples a row
+    else:
+        rows = torch.ones_like(tokens)
+        rows[1, 30:] = 0  # row 1 padded after 30 tokens
+    model(tokens, **{given: rows}).sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
