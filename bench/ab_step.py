@@ -144,12 +144,6 @@ def spawn(python: str, tree: Path, args: argparse.Namespace, pe: str) -> subproc
     return process
 
 
-def ask(process: subprocess.Popen, what: str) -> float:
-    process.stdin.write(what + "\n")
-    process.stdin.flush()
-    return json.loads(process.stdout.readline())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -172,7 +166,7 @@ def main() -> None:
     if args.old_tree is None:
         sys.exit("--old-tree is required")
     sys.path.insert(0, str(HERE.parent))
-    from common import header, write_json
+    from common import ask_worker, header, write_json
 
     load_before = os.getloadavg()
     results: dict[str, dict[str, dict[str, float]]] = {}
@@ -188,7 +182,7 @@ def main() -> None:
                 ratios, times = [], {"old": [], "new": []}
                 for turn in range(args.turns):
                     order = ("old", "new") if turn % 2 == 0 else ("new", "old")
-                    got = {side: ask(sides[side], what) for side in order}
+                    got = {side: ask_worker(sides[side], what) for side in order}
                     for side in got:
                         times[side].append(got[side] / args.steps)
                     ratios.append(got["new"] / got["old"])

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -161,6 +162,13 @@ def time_training_steps(
     timings = interleave(variants, repeats=repeats, calls=calls, warmup=warmup, device=device)
     ops = {name: dispatched_ops(run) for name, run in variants.items()}  # one more step each, in steady state
     return timings, ops, warmup
+
+
+def ask_worker(process: subprocess.Popen, what: str):
+    """A worker process's JSON answer to the line ``what``."""
+    process.stdin.write(what + "\n")
+    process.stdin.flush()
+    return json.loads(process.stdout.readline())
 
 
 def medians(runs: dict[str, list[float]]) -> dict[str, float]:

@@ -102,12 +102,6 @@ def spawn(python: str, tree: Path, scenario: str, batches: int) -> tuple[subproc
     return process, json.loads(first)
 
 
-def ask(process: subprocess.Popen, what: str):
-    process.stdin.write(what + "\n")
-    process.stdin.flush()
-    return json.loads(process.stdout.readline())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -129,7 +123,7 @@ def main() -> None:
     if malformed:
         sys.exit(f"--scenario takes study:folder:pe (e.g. {SCENARIOS[0]}), got {malformed[0]!r}")
     sys.path.insert(0, str(HERE.parent))
-    from common import header, write_json
+    from common import ask_worker, header, write_json
     from safetensors.torch import load_file
 
     load_before = os.getloadavg()
@@ -141,11 +135,11 @@ def main() -> None:
         ratios, times = [], {"old": [], "new": []}
         for turn in range(args.turns):
             order = ("old", "new") if turn % 2 == 0 else ("new", "old")
-            got = {side: ask(sides[side], "step") for side in order}
+            got = {side: ask_worker(sides[side], "step") for side in order}
             for side in got:
                 times[side].append(got[side] / args.batches)
             ratios.append(got["new"] / got["old"])
-        weights = {side: load_file(ask(sides[side], "weights")) for side in sides}
+        weights = {side: load_file(ask_worker(sides[side], "weights")) for side in sides}
         for process in sides.values():
             process.stdin.close()
             process.wait()
