@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import fill_block, write_json  # noqa: E402
+from common import fill_block, machine, write_json  # noqa: E402
 
 from probe.analysis.eval_report import read_eval  # noqa: E402
 from probe.analysis.evaluation import evaluate_run  # noqa: E402
@@ -64,8 +64,9 @@ def apart(pes: dict[str, dict]) -> list[tuple[str, str]]:
     return [(a, b) for a in pes for b in pes if a != b and pes[a]["ood"]["min"] > pes[b]["ood"]["max"]]
 
 
-def table(pes: dict[str, dict], seeds: list[int]) -> str:
-    """The Markdown the pages quote."""
+def table(pes: dict[str, dict], seeds: list[int], cpu: str) -> str:
+    """The Markdown the pages quote; ``cpu``: the processor whose runs they are (two CPU models train a seed
+    otherwise)."""
     task = get_task(MAIN_JOB["task"], **MAIN_JOB["options"])
     paper = paper_summary(dataset_for(MAIN_JOB["task"], task.options)) or {}
 
@@ -88,7 +89,7 @@ def table(pes: dict[str, dict], seeds: list[int]) -> str:
     lines += [
         "",
         f"Mean [lowest, highest] over seeds {', '.join(map(str, seeds))}, measured by `python bench/main_job.py` "
-        f"(`probe eval`'s numbers). Apart beyond the seeds' spread: "
+        f"(`probe eval`'s numbers) on an {cpu}. Apart beyond the seeds' spread: "
         + "; ".join(
             f"{PE_LABELS.get(a, a)} above {', '.join(PE_LABELS.get(b, b) for x, b in pairs if x == a)}" for a in above
         )
@@ -107,9 +108,17 @@ def main() -> None:
         pes = measure(Path(args.checkpoints), args.seeds)
     except ProbeError as error:  # a run not trained yet: one line saying which
         sys.exit(f"bench/main_job.py: {error}")
-    result = {"benchmark": "main_job", "main_job": MAIN_JOB, "seeds": args.seeds, "pes": pes, "apart": apart(pes)}
+    here = machine("cpu")  # the runs are read where they were trained: this machine's checkpoints
+    result = {
+        "benchmark": "main_job",
+        "main_job": MAIN_JOB,
+        "seeds": args.seeds,
+        "machine": here,
+        "pes": pes,
+        "apart": apart(pes),
+    }
     print(f"wrote {write_json('main_job', 'cpu', result)}")
-    text = table(pes, args.seeds)
+    text = table(pes, args.seeds, str(here["cpu"]))
     print(text)
     if args.docs:
         for page in PAGES:

@@ -229,7 +229,7 @@ def test_the_numbers_the_docs_quote_are_the_committed_results_as_their_scripts_w
     bench/getting_started.py's rendering of the results files in bench/results/, not typed numbers."""
     main_job, walk = bench_script("main_job"), bench_script("getting_started")
     measured = json.loads((ROOT / "bench" / "results" / "main_job_cpu.json").read_text())
-    expected = main_job.table(measured["pes"], measured["seeds"])
+    expected = main_job.table(measured["pes"], measured["seeds"], measured["machine"]["cpu"])
     for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
         assert _block(page, "main-job") == expected, page
     walked = json.loads((ROOT / "bench" / "results" / "getting_started_walk_cpu.json").read_text())
