@@ -18,7 +18,7 @@ on a sequence of one block (nothing to skip) takes the formula itself under auto
 Keys a query may not see besides the later ones (packed rows' other examples, padding) come as ``apart``,
 0 or -inf per (query, key) of each row, added to the bias in the forward and to each block's logits in the
 backward. Without it a packed batch with a learned bias took SDPA's math path: T5's bias trained Section 6's
-scratchpads 1.2-1.6x as long a step as NoPE (``bench/packed_steps.py``).
+scratchpads up to 1.6x as long as NoPE (``bench/packed_steps.py``).
 """
 
 from __future__ import annotations
