@@ -97,8 +97,8 @@ def spawn(python: str, tree: Path, scenario: str, batches: int) -> tuple[subproc
     command = [python, str(HERE), "--worker", "--scenario", scenario, "--batches", str(batches)]
     process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree)
     first = process.stdout.readline()
-    if not first:
-        sys.exit(f"the worker in {tree} did not start for {scenario}")
+    if not first:  # the worker said why on stderr, or died without a word
+        sys.exit(process.wait() or f"the worker in {tree} did not start for {scenario}")
     return process, json.loads(first)
 
 
@@ -118,6 +118,9 @@ def main() -> None:
         return worker(args.scenario[0], args.batches)
     if args.old_tree is None:
         sys.exit("--old-tree is required (a checkout to compare against: git worktree add DIR REV)")
+    for tree in (args.old_tree, args.new_tree):
+        if not (tree / "probe" / "__init__.py").is_file():
+            sys.exit(f"{tree}: not a checkout of probe (no probe/__init__.py in it)")
     scenarios = args.scenario or list(SCENARIOS)
     malformed = [scenario for scenario in scenarios if scenario.count(":") != 2]
     if malformed:

@@ -484,7 +484,7 @@ def test_a_price_times_training_steps_with_freed_memory_kept_as_a_worker_trains_
     kept: list[str] = []
 
     @contextlib.contextmanager
-    def spy():
+    def spy(device_type="cpu"):
         kept.append("entered")
         yield True
         kept.append("left")

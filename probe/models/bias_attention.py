@@ -79,15 +79,14 @@ class _BiasedCausalAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, bias, apart, scale):  # type: ignore[override]
         # [batch, head, pos, d_head], [batch, head, pos]
         out, lse = cpu_flash_attention(q, k, v, True, _kernel_mask(bias, apart), scale)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.apart = apart  # [batch, pos, pos] or None: no gradient
+        ctx.save_for_backward(q, k, v, bias, apart, out, lse)  # apart [batch, pos, pos] or None: no gradient
         ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):  # type: ignore[override]
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        scale, pos, apart = ctx.scale, q.size(2), ctx.apart
+        q, k, v, bias, apart, out, lse = ctx.saved_tensors
+        scale, pos = ctx.scale, q.size(2)
         # Contiguous operands for the block matmuls, each made in one pass. The logits are taken in
         # base 2 (exp2 is about twice as fast as exp on CPU): log2(e) rides on the keys, the lse and
         # the bias, and comes off again where grad_q is written.

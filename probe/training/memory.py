@@ -55,10 +55,11 @@ def keep_freed_memory() -> bool:
 
 
 @contextmanager
-def freed_memory_kept() -> Iterator[bool]:
-    """:func:`keep_freed_memory` for the block (whether it took); after it glibc's default limits again, and the
-    free top of the heap handed back to the kernel (``malloc_trim``)."""
-    kept = keep_freed_memory()
+def freed_memory_kept(device_type: str = "cpu") -> Iterator[bool]:
+    """:func:`keep_freed_memory` for the block (whether it took) where the work is on a CPU (``device_type``; a
+    GPU's activations are its caching allocator's: nothing is asked then); after it glibc's default limits again,
+    and the free top of the heap handed back to the kernel (``malloc_trim``)."""
+    kept = device_type == "cpu" and keep_freed_memory()
     try:
         yield kept
     finally:

@@ -20,7 +20,6 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as wait_any
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -294,7 +293,7 @@ def train_runs(
         )
     if jobs > 1:
         return train_parallel(list(runs), str(device), jobs=jobs, force=force, wait=wait, on_event=event, engine=engine)
-    with freed_memory_kept() if device.type == "cpu" else nullcontext():  # its steps' activations stay mapped
+    with freed_memory_kept(device.type):  # its steps' activations stay mapped
         return [
             train_run(
                 config,

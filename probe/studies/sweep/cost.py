@@ -171,8 +171,7 @@ def measure_tokens_per_second(
         "batch_size": measured_batch(run, batch_tokens, kind),
     }
     speeds: list[float] = []
-    kept = freed_memory_kept() if kind == "cpu" else contextlib.nullcontext()
-    with _scratch_trainer(run, device, threads, **changes) as trainer, kept:
+    with _scratch_trainer(run, device, threads, **changes) as trainer, freed_memory_kept(kind):
         train_alone(trainer, lambda step, loss, tokens_per_s: speeds.append(tokens_per_s) if step > 1 else None)
     return sorted(speeds)[len(speeds) // 2]
 
