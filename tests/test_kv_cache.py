@@ -126,3 +126,68 @@ def test_a_rotating_layer_turns_each_cached_key_once_unless_its_turn_follows_the
         for _ in range(4):
             model(torch.randint(3, 20, (2, 1)), past_kv_cache=cache)
     assert turned == ([7, 1, 1, 1, 1] if turned_once else [7, 8, 9, 10, 11])
+
+
+def _eos_ending_rows_apart(model, prompts: torch.Tensor, steps: int) -> int:
+    """A token id that the rows' undisturbed greedy decodes first write at the most distinct steps, some rows
+    never: taken as ``<eos>``, rows end apart, so a decode drops some while others go on."""
+    with torch.inference_mode():
+        free = greedy_decode(model, prompts, steps, eos_id=-1, pad_id=0)  # [batch, steps]
+    firsts = {}
+    for token in free.unique().tolist():
+        hits = [(row == token).nonzero() for row in free]
+        firsts[token] = ({int(h[0]) for h in hits if h.numel()}, sum(not h.numel() for h in hits))
+    return max(firsts, key=lambda token: (firsts[token][1] > 0, len(firsts[token][0])))
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+@pytest.mark.parametrize("pe", ["nope", "rotary", "t5", "alibi"])
+def test_a_decode_drops_the_rows_that_ended_and_each_row_writes_what_it_writes_alone(pe, use_cache, monkeypatch):
+    """Rows that end leave the batch and the cache (their cached keys were read every step for nothing); every
+    row's tokens are those it decodes alone, a batch of one, where nothing is dropped. float64, so a narrower
+    batch's rounding cannot tip an arg-max."""
+    import probe.models.kv_cache as kv_cache
+
+    model = build_model(pe, vocab_size=12, seed=1, **tiny_model(2, n_ctx=64)).double().eval()
+    prompts = torch.randint(3, 12, (16, 6), generator=torch.Generator().manual_seed(6))
+    eos = _eos_ending_rows_apart(model, prompts, 40)
+    kept = []
+    real = kv_cache.KeyValueCache.keep
+    monkeypatch.setattr(
+        kv_cache.KeyValueCache, "keep", lambda self, rows: kept.append(rows.numel()) or real(self, rows)
+    )
+    with torch.inference_mode():
+        together = greedy_decode(model, prompts, 40, eos_id=eos, pad_id=0, use_cache=use_cache)
+        alone = [greedy_decode(model, row[None], 40, eos_id=eos, pad_id=0, use_cache=use_cache)[0] for row in prompts]
+    ended = [int((row == eos).nonzero()[0]) if (row == eos).any() else None for row in together]
+    assert len({e for e in ended if e is not None}) >= 2 and None in ended, ended  # apart, and some go on
+    if use_cache:
+        assert len(kept) >= 2 and kept == sorted(kept, reverse=True), kept  # the batch narrowed twice at least
+    for row, (mine, single) in enumerate(zip(together, alone, strict=True)):
+        assert torch.equal(mine[: single.numel()], single), f"row {row}"
+        assert (mine[single.numel() :] == 0).all(), f"row {row}: pad after its end"
+
+
+def test_a_cache_keeping_some_rows_reads_as_a_cache_of_those_rows_alone():
+    """``keep`` moves the kept rows' keys, values, turned keys and mask first: the next steps' logits are a cache
+    filled with those rows alone from the start (TransformerLens' concatenating cache, the oracle), up to the
+    rounding of their first passes in a wider batch (float64: a row mixed up would be off by O(1))."""
+    model = build_model("rotary", vocab_size=20, seed=3, **tiny_model(2, n_ctx=64)).double().eval()
+    prompts = torch.randint(3, 20, (5, 9), generator=torch.Generator().manual_seed(0))
+    fed = torch.randint(3, 20, (5, 10), generator=torch.Generator().manual_seed(1))
+    rows = torch.tensor([1, 3, 4])
+    with torch.inference_mode():
+        ours = KeyValueCache(model.cfg, "cpu", 5, 19)
+        _steps(model, ours, prompts, fed[:, :4], padded=False)
+        ours.keep(rows)
+        after = _steps_on(model, ours, fed[rows, 4:])
+        theirs = TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 3)
+        _steps(model, theirs, prompts[rows], fed[rows, :4], padded=False)
+        expected = _steps_on(model, theirs, fed[rows, 4:])
+    for step, (a, b) in enumerate(zip(after, expected, strict=True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12, msg=f"step {step}")
+
+
+def _steps_on(model, cache, fed: torch.Tensor) -> list[torch.Tensor]:
+    """Each step's logits as one fed token a step goes on through ``cache``."""
+    return [model(t[:, None], past_kv_cache=cache, attention_mask=torch.ones(len(t), 1).long()) for t in fed.T]

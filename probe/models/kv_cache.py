@@ -59,6 +59,15 @@ class CacheEntry:
         self.filled = end
         return self.past_keys, self.past_values
 
+    def keep(self, rows: Tensor) -> None:
+        """Go on with the sequences ``rows`` (ascending indices) alone, in that order: what they cached moves to the
+        buffers' first rows, and the buffers are seen as that many rows from here."""
+        for name in ("keys", "values", "turned"):
+            buffer = getattr(self, name)
+            if buffer is not None:
+                buffer[: rows.numel(), :, : self.filled] = buffer[rows, :, : self.filled]  # gathered, then written
+                setattr(self, name, buffer[: rows.numel()])
+
 
 class KeyValueCache:
     """Every layer's :class:`CacheEntry` and the attention mask of the keys cached, for ``capacity`` positions."""
@@ -79,6 +88,14 @@ class KeyValueCache:
         self.masked = end
         self.padded = self.padded or not bool(attention_mask.all())
         return self.mask[:, :end]
+
+    def keep(self, rows: Tensor) -> None:
+        """Go on decoding the sequences ``rows`` alone ([kept] ascending indices of the batch, in that order): a
+        decode drops the rows that have ended, whose cached keys every later step would read for nothing."""
+        for entry in self.entries:
+            entry.keep(rows)
+        self.mask[: rows.numel(), : self.masked] = self.mask[rows, : self.masked]
+        self.mask = self.mask[: rows.numel()]
 
     def __getitem__(self, layer: int) -> CacheEntry:
         return self.entries[layer]

@@ -31,6 +31,11 @@ SCRATCHPAD_POSITIONS = 1500
 ``configs/data/w_scratchpad.jsonnet``): how far a prediction scored by its answer may run."""
 
 
+DROP_ENDED = 1 / 8
+"""Greedy decoding goes on without the rows that have ended once they are this fraction of those it runs: each
+step reads every row's cached keys, and dropping rows costs about two steps' reads (``bench/decode_drop.py``)."""
+
+
 def decode_positions(task: Task) -> int | None:
     """How far greedy decoding runs a ``task``'s predictions scored by their answer (a scratchpad's):
     :data:`SCRATCHPAD_POSITIONS`; None where a prediction is scored token for token, decided at the gold's length."""
@@ -69,7 +74,9 @@ def greedy_decode(
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """[batch, prompt] (equal lengths) -> [batch, <= max_new] generated ids, ``pad_id`` after <eos>.
-    ``generator`` draws the positions of a model with ``random_positions``."""
+    ``generator`` draws the positions of a model with ``random_positions``. Rows that have ended leave the batch
+    (and the cache) once they are :data:`DROP_ENDED` of it: the rows left compute what they would have, up
+    to the rounding of a narrower batch's matrix products."""
     batch, length = prompts.shape
     if length + max_new - 1 > model.cfg.n_ctx:
         raise ProbeError(
@@ -87,22 +94,30 @@ def greedy_decode(
         else model(prompts, positions=at(length))
     )
     sequence = prompts
-    generated = []
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    one = torch.ones(batch, 1, dtype=torch.long, device=device)
+    generated = torch.full((batch, max_new), pad_id, dtype=torch.long, device=device)
+    live = torch.arange(batch, device=device)  # [rows] the batch rows still decoded
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [rows]
+    step = -1
     for step in range(max_new):
         token = logits[:, -1].argmax(-1)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
-        generated.append(token)
+        generated[live, step] = token
         finished |= token == eos_id
-        if step == max_new - 1 or bool(finished.all()):
+        ended = int(finished.sum())
+        if step == max_new - 1 or ended == live.numel():
             break
+        if ended >= DROP_ENDED * live.numel():
+            kept = (~finished).nonzero().squeeze(1)  # [rows left]
+            live, token, finished, sequence = live[kept], token[kept], finished[kept], sequence[kept]
+            if cache is not None:
+                cache.keep(kept)
         if use_cache:
+            one = torch.ones(live.numel(), 1, dtype=torch.long, device=device)
             logits = model(token[:, None], past_kv_cache=cache, attention_mask=one, positions=at(length + step + 1))
         else:
             sequence = torch.cat([sequence, token[:, None]], dim=1)
             logits = model(sequence, positions=at(sequence.size(1)))
-    return torch.stack(generated, dim=1)
+    return generated[:, : step + 1]
 
 
 def evaluate_examples(

@@ -290,7 +290,9 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     attended distances' reading of :func:`probe.analysis.distances.attend_run`. Not the rows a scratchpad's
     prediction leaves unended at its gold's length, which decoding runs on to the authors' 1,500 positions
     (:data:`~probe.tasks.decoding.SCRATCHPAD_POSITIONS`): how many a trained model leaves is known only once it
-    has run (3.6% of 10,000 on the Section 6 study's runs, ``bench/decode_budget.py``)."""
+    has run (3.6% of 10,000 on the Section 6 study's runs, ``bench/decode_budget.py``); and each batch priced as
+    decoding all its rows to its end, where rows that have ended leave it (:data:`~probe.tasks.decoding.DROP_ENDED`):
+    when a trained model ends them is known only once it has run too."""
     from probe.analysis.evaluation import BATCH_SIZE
     from probe.tasks import get
     from probe.tasks.batches import encode
