@@ -14,7 +14,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,16 +97,31 @@ def compare(
 
 
 def main(
-    doc: str, name: str, what: str, ways: dict[str, Way], n_test: int, counted=None, answered=False, **fields
+    doc: str,
+    name: str,
+    what: str,
+    ways: dict[str, Way] | Callable[[argparse.Namespace], dict[str, Way]],
+    n_test: int,
+    counted=None,
+    answered=False,
+    options: Sequence[tuple[str, dict]] = (),
+    **fields,
 ) -> None:
-    """The benchmark's command line (run folders, ``--n-test``, ``--n-valid``, ``--name``): every run's row as it
-    lands, then their sum, written to bench/results/<name>_cpu.json with ``fields``."""
+    """The benchmark's command line (run folders, ``--n-test``, ``--n-valid``, ``--name``, and ``options``' flags,
+    from which a callable ``ways`` builds the two ways): every run's row as it lands, then their sum, written to
+    bench/results/<name>_cpu.json with ``fields`` and the options given."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (a glob is expanded)")
     parser.add_argument("--n-test", type=int, default=n_test, help=f"test examples per run (default {n_test})")
     parser.add_argument("--n-valid", type=int, default=100, help="held-out IID examples (default 100)")
     parser.add_argument("--name", default=name)
+    for flag, settings in options:
+        parser.add_argument(flag, **settings)
     args = parser.parse_args()
+    ways = ways(args) if callable(ways) else ways
+    given = {
+        flag.lstrip("-").replace("-", "_"): getattr(args, flag.lstrip("-").replace("-", "_")) for flag, _ in options
+    }
     load = os.getloadavg()
     torch.set_num_threads(1)
     paths = trained_runs(args.runs)
@@ -115,7 +130,9 @@ def main(
     before, now = ways
     total["speedup"] = total[f"seconds_{before}"] / total[f"seconds_{now}"]
     print("all: " + ", ".join(f"{k} {v}" for k, v in total.items()))
-    write_result(args.name, what, load, n_test=args.n_test, n_valid=args.n_valid, **fields, runs=rows, total=total)
+    write_result(
+        args.name, what, load, n_test=args.n_test, n_valid=args.n_valid, **fields, **given, runs=rows, total=total
+    )
 
 
 if __name__ == "__main__":

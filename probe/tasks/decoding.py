@@ -33,8 +33,9 @@ SCRATCHPAD_POSITIONS = 1500
 
 DROP_ENDED = 1 / 8
 """Greedy decoding goes on without the rows that have ended once they are this fraction of those it runs: each
-step reads every row's cached keys, and dropping rows moves the kept rows' (``bench/decode_drop.py``). On a trained
-LEGO run's 240 test examples, 55.7 s of CPU where 1/2 took 61.0, 1/32 57.3, and every row to the end 72.9."""
+step reads every row's cached keys, and dropping rows moves the kept rows'. On a trained LEGO run's 240 test
+examples, against every row to the end: 1/8 1.32x, 1/32 1.35x (the same, within the bench's noise), 1/2 1.15x
+(``bench/decode_drop.py RUN --drop F``: ``bench/results/decode_drop_{8th,32nd,half}_cpu.json``)."""
 
 
 def decode_positions(task: Task) -> int | None:
