@@ -17,12 +17,22 @@ matrix products' rounding). Writes bench/results/decode_drop_cpu.json (``--name`
 
 from __future__ import annotations
 
+import argparse
+
 import decoding_ways
 from decoding_ways import Batch
 
 from probe.tasks import decoding
 
 DROP_ENDED = decoding.DROP_ENDED
+
+
+def fraction(text: str) -> float:
+    """``--drop``: a fraction in (0, 1], or one clear line."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: not a fraction in (0, 1]")
+    return value
 
 
 def scored(batch: Batch, drop: float) -> list[list[int]]:
@@ -46,5 +56,5 @@ if __name__ == "__main__":
             "drop_ended": lambda batch: scored(batch, args.drop),
         },
         n_test=400,
-        options=[("--drop", {"type": float, "default": DROP_ENDED, "help": f"the fraction (default {DROP_ENDED})"})],
+        options=[("--drop", {"type": fraction, "default": DROP_ENDED, "help": f"the fraction (default {DROP_ENDED})"})],
     )

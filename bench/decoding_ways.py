@@ -115,13 +115,10 @@ def main(
     parser.add_argument("--n-test", type=int, default=n_test, help=f"test examples per run (default {n_test})")
     parser.add_argument("--n-valid", type=int, default=100, help="held-out IID examples (default 100)")
     parser.add_argument("--name", default=name)
-    for flag, settings in options:
-        parser.add_argument(flag, **settings)
+    own = [parser.add_argument(flag, **settings).dest for flag, settings in options]
     args = parser.parse_args()
     ways = ways(args) if callable(ways) else ways
-    given = {
-        flag.lstrip("-").replace("-", "_"): getattr(args, flag.lstrip("-").replace("-", "_")) for flag, _ in options
-    }
+    given = {dest: getattr(args, dest) for dest in own}
     load = os.getloadavg()
     torch.set_num_threads(1)
     paths = trained_runs(args.runs)
@@ -133,7 +130,3 @@ def main(
     write_result(
         args.name, what, load, n_test=args.n_test, n_valid=args.n_valid, **fields, **given, runs=rows, total=total
     )
-
-
-if __name__ == "__main__":
-    sys.exit("a module of decode_on.py and decode_drop.py; run one of those")

@@ -99,6 +99,7 @@ def greedy_decode(
     generated = torch.full((batch, max_new), pad_id, dtype=torch.long, device=device)
     live = torch.arange(batch, device=device)  # [rows] the batch rows still decoded
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [rows]
+    one = torch.ones(batch, 1, dtype=torch.long, device=device)  # [rows, 1] a step's attention mask
     step = -1
     for step in range(max_new):
         token = logits[:, -1].argmax(-1)
@@ -110,11 +111,10 @@ def greedy_decode(
             break
         if ended >= DROP_ENDED * live.numel():
             kept = (~finished).nonzero().squeeze(1)  # [rows left]
-            live, token, finished, sequence = live[kept], token[kept], finished[kept], sequence[kept]
+            live, token, finished, sequence, one = live[kept], token[kept], finished[kept], sequence[kept], one[kept]
             if cache is not None:
                 cache.keep(kept)
         if use_cache:
-            one = torch.ones(live.numel(), 1, dtype=torch.long, device=device)
             logits = model(token[:, None], past_kv_cache=cache, attention_mask=one, positions=at(length + step + 1))
         else:
             sequence = torch.cat([sequence, token[:, None]], dim=1)
