@@ -119,19 +119,20 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     queries = format_queries(evaluations)
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)})
+    waiting = unsettled(merged)
     return {
         "formats": format_ranks(queries),
         "gain": gains,
         "claims": {
             "only_addition": claim_only_addition(gains["full"], study_tasks()),
             "pe_still_matters": _pe_claim(with_pad.get("overall"), short_of_two_seeds(merged)),
-            "attended": attended_claim(shapes),
+            "attended": attended_claim(shapes, waiting.get(ATTENDED)),
         },
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
         "pes_with_a_scratchpad": with_pad,
         "addition_beside_the_authors": addition_beside_the_authors(evaluations),
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
-        "unsettled": unsettled(merged),
+        "unsettled": waiting,
         "decoded_to_the_gold": decoded_to_the_gold(evaluations),
         "cost": cost_table(parts),
     }

@@ -137,8 +137,18 @@ def test_the_paper_s_reading_holds_part_by_part_on_hand_made_histograms():
         "holds in part: NoPE and T5 bimodal: yes; ALiBi the most short-range: no; "
         "Rotary and APE less bimodal than NoPE and T5: yes"
     )
+    del attended[("add", "nope", 1)]  # every PE at seed 0 alone
+    one_seed = attended_claim(attended_shapes(attended, "add"))
+    assert one_seed.endswith("and T5: yes (provisional: from seed 0 alone)")
+    rung = {"steps": 1500, "median_iid_seed0": 0.876}
+    assert attended_claim(attended_shapes(attended, "add"), rung).endswith(
+        "(provisional: from seed 0 alone, at 1,500 steps, a rung the recipe rule has not settled, "
+        "where seed 0's median IID is 88%)"
+    )
     del attended[("add", "ape", 0)]
-    assert attended_claim(attended_shapes(attended, "add")).startswith("cannot be told yet")
+    assert attended_claim(attended_shapes(attended, "add"), rung) == (
+        "cannot be told yet: it needs the five PEs' addition + full scratchpad runs"
+    )
     series = seed_series(attended, "add", 0, {"t5": "T5", "nope": "NoPE", "ape": "APE"})
     assert [(s["label"], s["pe"]) for s in series] == [("T5", "t5"), ("NoPE", "nope")]
     assert series[1]["histograms"]["argmax"]["bimodality"] == 0.80
@@ -172,7 +182,6 @@ def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_it
     merged = script.merged_runs(tmp_path, [0])
     report = script.report_of(merged)
     assert list(report["attended"]) == ["nope", "t5", "alibi", "rotary", "ape"]
-    assert report["claims"]["attended"].startswith("holds: ")
     text = script.markdown(report)
     iid = {row["pe"]: row["iid"] for row in summary["runs"]}  # C's summary's, read as the full format's here
     assert f"| NoPE | 0 | {100 * iid['nope']:.1f}% | 0.800 | 0.600 | 40.0% | 50.0% | 0.500 |" in text
@@ -181,6 +190,11 @@ def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_it
     assert median < 0.95
     assert report["unsettled"]["addition+scratchpad=full"] == {"steps": 1500, "median_iid_seed0": median}
     assert "under 95%; the next rung not trained yet): " in text
+    assert report["claims"]["attended"].startswith("holds: ")
+    assert report["claims"]["attended"].endswith(
+        f"(provisional: from seed 0 alone, at 1,500 steps, a rung the recipe rule has not settled, "
+        f"where seed 0's median IID is {100 * median:.0f}%)"
+    )
     assert f"addition+scratchpad=full (1,500 steps, {100 * median:.0f}%)" in text
     figure = script.figures(report, merged, 0)["section6_attended"]
     assert sorted({trace.name for trace in figure.data}) == sorted(

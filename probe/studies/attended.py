@@ -58,9 +58,12 @@ def attended_shapes(attended: Attended, scenario: str) -> dict[str, dict[str, An
     return out
 
 
-def attended_claim(shapes: Mapping[str, Mapping[str, Any]]) -> str:
+def attended_claim(shapes: Mapping[str, Mapping[str, Any]], rung: Mapping[str, Any] | None = None) -> str:
     """Section 6.1's reading, part by part: NoPE and T5 bimodal (arg-max bimodality above :data:`UNIFORM`),
-    ALiBi the most short-range of the five (the largest mass near), Rotary and APE less bimodal than both."""
+    ALiBi the most short-range of the five (the largest mass near), Rotary and APE less bimodal than both.
+    Marked provisional where it reads one seed, or a rung the recipe rule has not settled (``rung``: the steps
+    read, ``steps``, and seed 0's median IID there, ``median_iid_seed0``): the paper reads one model per PE, but
+    a reading at one seed, or before training has settled, may not be the study's last word."""
     if any(pe not in shapes for pe in ("nope", "t5", "alibi", "rotary", "ape")):
         return "cannot be told yet: it needs the five PEs' addition + full scratchpad runs"
     b = {pe: s["bimodality"] for pe, s in shapes.items()}
@@ -70,7 +73,15 @@ def attended_claim(shapes: Mapping[str, Mapping[str, Any]]) -> str:
         "Rotary and APE less bimodal than NoPE and T5": max(b["rotary"], b["ape"]) < min(b["nope"], b["t5"]),
     }
     verdict = "holds" if all(parts.values()) else "holds in part" if any(parts.values()) else "does not hold"
-    return f"{verdict}: " + "; ".join(f"{part}: {'yes' if ok else 'no'}" for part, ok in parts.items())
+    claim = f"{verdict}: " + "; ".join(f"{part}: {'yes' if ok else 'no'}" for part, ok in parts.items())
+    seeds = sorted({seed for shape in shapes.values() for seed in shape["seeds"]})
+    caveats = [f"from seed {seeds[0]} alone"] if len(seeds) == 1 else []
+    if rung is not None:
+        caveats.append(
+            f"at {rung['steps']:,} steps, a rung the recipe rule has not settled, where seed 0's median IID is "
+            f"{100 * rung['median_iid_seed0']:.0f}%"
+        )
+    return claim + (f" (provisional: {', '.join(caveats)})" if caveats else "")
 
 
 def seed_series(attended: Attended, scenario: str, seed: int, labels: Mapping[str, str]) -> list[dict[str, Any]]:
