@@ -94,8 +94,8 @@ EXTRAPOLATION_TUNED = ("temperature", "window", "head-temperature")
 # The main job: what `probe train` trains with no arguments (every paper PE at seed 0, plus NoPE' at seed 1), the
 # runs every analysis reads when no task is named (`probe eval`, `compare`, `distances`, `positions`,
 # `extrapolate`, `sweep`, the explorer), and `probe sweep`'s default grid. Chosen by measurement among the
-# Section 3 scenarios (docs/reproducing.md, "The main job"): within 10 minutes on 2 cores, install included,
-# every run at >= 95% IID, and the PEs apart on unseen lengths by more than their seeds' spread.
+# Section 3 scenarios (docs/getting-started.md, "Why copy's count variant"): within 10 minutes on 2 cores,
+# install included, every run at >= 95% IID, and the PEs apart on unseen lengths by more than their seeds' spread.
 MAIN_JOB: dict[str, Any] = dict(
     task="copy", options={"split": "paper", "variant": "count"}, preset="tiny", steps=1500, pack=True
 )
