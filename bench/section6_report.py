@@ -88,9 +88,16 @@ def merged_runs(summaries: Path, seeds: list[int]) -> Merged:
     return merge(sorted(summaries.glob("*.json")), scenarios=list(planned()), seeds=seeds, study=STUDY, rule=RULE)
 
 
-def study_tasks() -> list[str]:
-    """Every task the study measures, as the formats' measures key them (sorting's two variants apart)."""
-    return sorted({task_key_of(runs[0].config.task, runs[0].config.task_options) for runs in planned().values()})
+def planned_formats() -> dict[str, list[str]]:
+    """Every task the study measures, as the formats' measures key them (sorting's two variants apart), with
+    the scratchpad formats it trains."""
+    out: dict[str, list[str]] = {}
+    for runs in planned().values():
+        options = runs[0].config.task_options
+        formats = out.setdefault(task_key_of(runs[0].config.task, options), [])
+        if options.get("scratchpad"):
+            formats.append(options["scratchpad"])
+    return dict(sorted(out.items()))
 
 
 def scratchpad_scenarios() -> list[str]:
@@ -118,13 +125,15 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
         shape["iid"] = sum(iid) / len(iid)
     queries = format_queries(evaluations)
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
+    formats = planned_formats()
+    every_format = {fmt: scratchpad_gain(queries, fmt) for fmt in sorted({f for fs in formats.values() for f in fs})}
     with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)})
     waiting = unsettled(merged)
     return {
         "formats": format_ranks(queries),
         "gain": gains,
         "claims": {
-            "only_addition": claim_only_addition(gains["full"], study_tasks()),
+            "only_addition": claim_only_addition(every_format, formats),
             "pe_still_matters": _pe_claim(with_pad.get("overall"), short_of_two_seeds(merged)),
             "attended": attended_claim(shapes, waiting.get(ATTENDED)),
         },

@@ -76,41 +76,73 @@ def test_sorting_and_legos_full_format_is_the_one_without_updates():
     assert scratchpad_gain(format_queries(runs))["lego"]["format"] == "I+C+O+R"
 
 
-def _gains(addition: float, parity: float) -> dict:
-    """Two seeds of two tasks, one PE: the gain of each task equal at both seeds."""
+def _gains(addition: dict[str, float], parity: dict[str, float], seeds=(0, 1)) -> dict:
+    """One PE at ``seeds``: each task's gain per format (over no scratchpad) the same at every seed; per
+    format, :func:`scratchpad_gain` of the runs, as the report reads them."""
     runs = []
-    for seed in (0, 1):
-        for task, gain in (("addition", addition), ("parity", parity)):
-            runs += [report(task, "nope", seed, 0.2 + gain, "full"), report(task, "nope", seed, 0.2)]
-    return scratchpad_gain(format_queries(runs))
+    for seed in seeds:
+        for task, by_format in (("addition", addition), ("parity", parity)):
+            runs.append(report(task, "nope", seed, 0.2))
+            runs += [report(task, "nope", seed, 0.2 + gain, fmt) for fmt, gain in by_format.items()]
+    queries = format_queries(runs)
+    return {fmt: scratchpad_gain(queries, fmt) for fmt in {*addition, *parity}}
+
+
+PLANNED = {"addition": ["full", "C", "I+C+V+R"], "parity": ["full", "C"]}
 
 
 @pytest.mark.parametrize(
     "addition, parity, line",
     [
-        (0.3, 0.0, "holds"),
-        (0.3, 0.1, "partly holds: it helps on addition, and also on parity"),
-        (0.0, -0.1, "does not hold: a scratchpad helps on no task"),
-        (-0.1, 0.2, "does not hold: it helps on parity"),
+        (
+            {"full": 0.3, "C": 0.1, "I+C+V+R": 0.2},
+            {"full": 0.0, "C": -0.1},
+            "holds: every format helps on addition (3 of 3), and none on any other task",
+        ),
+        (
+            {"full": 0.3, "C": 0.0, "I+C+V+R": 0.2},
+            {"full": 0.0, "C": 0.0},
+            "holds in part: 2 of 3 formats help on addition (not C), none on any other task",
+        ),
+        (
+            {"full": 0.3, "C": 0.1, "I+C+V+R": 0.2},
+            {"full": 0.0, "C": 0.1},
+            "holds in part: 3 of 3 formats help on addition; also C on parity",
+        ),
+        (
+            {"full": 0.0, "C": -0.1, "I+C+V+R": 0.0},
+            {"full": 0.0, "C": 0.0},
+            "does not hold: 0 of 3 formats help on addition (not full, C, I+C+V+R), none on any other task",
+        ),
+        (
+            {"full": -0.1, "C": 0.0, "I+C+V+R": 0.0},
+            {"full": 0.2, "C": 0.1},
+            "does not hold: 0 of 3 formats help on addition (not full, C, I+C+V+R); also full, C on parity",
+        ),
     ],
 )
-def test_the_claim_line_reads_the_gains(addition, parity, line):
-    assert claim_only_addition(_gains(addition, parity), ["addition", "parity"]).startswith(line)
+def test_the_claim_line_reads_every_format_of_every_task(addition, parity, line):
+    """The paper's "regardless of the format": the full format helping on addition alone is not the claim."""
+    assert claim_only_addition(_gains(addition, parity), PLANNED) == line
 
 
 def test_one_seed_cannot_tell_the_claim():
-    runs = [report("addition", "nope", 0, 0.9, "full"), report("addition", "nope", 0, 0.1)]
-    assert claim_only_addition(scratchpad_gain(format_queries(runs)), ["addition"]).startswith("cannot be told yet")
+    gains = _gains({"full": 0.3}, {"full": 0.0}, seeds=(0,))
+    assert claim_only_addition(gains, {"addition": ["full"], "parity": ["full"]}).startswith("cannot be told yet")
 
 
-def test_the_claim_waits_for_every_task_of_the_study():
-    """Two tasks at two seeds read "holds" on their own; the study measures a third, so the claim about
-    every task waits for it, and for addition where only the others have landed."""
-    gains = _gains(0.3, 0.0)
-    line = claim_only_addition(gains, ["addition", "parity", "summation"])
-    assert line == "cannot be told yet: it needs at least two seeds of every task (summation not yet)"
-    without_addition = {"parity": gains["parity"]}
-    assert claim_only_addition(without_addition, ["parity"]).endswith("(addition not yet)")
+def test_the_claim_waits_for_every_format_of_every_task_of_the_study():
+    """Every format the study trains has landed at two seeds but parity's C: "holds" on the rest would be a
+    verdict about formats and tasks not yet measured, so the claim waits, and says for which task; and for
+    a task of the study with nothing landed at all."""
+    gains = _gains({"full": 0.3, "C": 0.1, "I+C+V+R": 0.2}, {"full": 0.0})
+    line = "cannot be told yet: it needs at least two seeds of every format on every task (parity not yet)"
+    assert claim_only_addition(gains, PLANNED) == line
+    assert claim_only_addition(gains, {**PLANNED, "parity": ["full"], "summation": ["full"]}).endswith(
+        "(summation not yet)"
+    )
+    with pytest.raises(ValueError, match="no 'addition' task"):
+        claim_only_addition(gains, {"parity": ["full"]})
 
 
 def test_pes_ranked_with_a_scratchpad_only():

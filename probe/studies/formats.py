@@ -128,24 +128,47 @@ def helps(gain: Mapping[str, Any]) -> bool | None:
 
 
 def claim_only_addition(
-    gains: Mapping[str, Mapping[str, Any]], tasks: Iterable[str], addition: str = "addition"
+    gains: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    planned: Mapping[str, Iterable[str]],
+    addition: str = "addition",
 ) -> str:
-    """The paper's first Section 6 claim, read from the gains: "scratchpad is beneficial solely for the
-    addition task" (across PEs). A claim about every task, so it waits for each of ``tasks`` (every task the
-    study measures) and addition to have its gain at two seeds or more. One line: holds, does not, or
-    cannot be told yet and which tasks it waits for."""
-    verdicts = {task: helps(gains[task]) if task in gains else None for task in {*tasks, addition}}
-    waiting = sorted(task for task, verdict in verdicts.items() if verdict is None)
+    """The paper's first Section 6 claim: "across all PEs and regardless of the format, scratchpad is beneficial
+    solely for the addition task". ``gains``: per format, per task, :func:`scratchpad_gain`'s entry (keyed by
+    the format a task trains: sorting's and LEGO's full one is I+C+O+R); ``planned``: per task of the study,
+    the formats it trains. The claim holds where every format of addition helps (:func:`helps`) and no format
+    of any other task does; it is a claim about every task and format, so it waits for each to have its gain
+    at two seeds or more. One line: holds, holds in part, does not, or cannot be told yet and for which tasks."""
+    if addition not in planned:
+        raise ValueError(f"the study has no {addition!r} task to read the claim on")
+    verdicts = {
+        (task, fmt): helps(gains[fmt][task]) if task in gains.get(fmt, {}) else None
+        for task, formats in planned.items()
+        for fmt in formats
+    }
+    waiting = sorted({task for (task, _), verdict in verdicts.items() if verdict is None})
     if waiting:
-        return f"cannot be told yet: it needs at least two seeds of every task ({', '.join(waiting)} not yet)"
-    helped = sorted(t for t, v in verdicts.items() if v)
-    if helped == [addition]:
-        return "holds: a scratchpad helps on addition and on no other task"
-    if not helped:
-        return "does not hold: a scratchpad helps on no task here, addition included"
-    others = ", ".join(t for t in helped if t != addition)
-    prefix = "partly holds: it helps on addition, and also on" if addition in helped else "does not hold: it helps on"
-    return f"{prefix} {others}"
+        return (
+            "cannot be told yet: it needs at least two seeds of every format on every task "
+            f"({', '.join(waiting)} not yet)"
+        )
+    on_addition = [fmt for (task, fmt), verdict in verdicts.items() if task == addition and verdict]
+    missed = [fmt for (task, fmt), verdict in verdicts.items() if task == addition and not verdict]
+    elsewhere: dict[str, list[str]] = {}
+    for (task, fmt), verdict in verdicts.items():
+        if task != addition and verdict:
+            elsewhere.setdefault(task, []).append(fmt)
+    total = len(on_addition) + len(missed)
+    if not missed and not elsewhere:
+        return f"holds: every format helps on addition ({total} of {total}), and none on any other task"
+    verdict = "does not hold" if not on_addition else "holds in part"
+    detail = f"{len(on_addition)} of {total} formats help on addition"
+    if missed:
+        detail += f" (not {', '.join(missed)})"
+    if elsewhere:
+        detail += "; also " + "; ".join(f"{', '.join(fmts)} on {task}" for task, fmts in sorted(elsewhere.items()))
+    else:
+        detail += ", none on any other task"
+    return f"{verdict}: {detail}"
 
 
 def pe_queries(reports: Iterable[EvalReport], formats: Sequence[str] | None = None) -> dict[tuple[str, int], dict]:
