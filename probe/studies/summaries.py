@@ -2,9 +2,9 @@
 written as soon as that scenario's runs are evaluated, and merged back into eval reports.
 
 A summary holds, per run, what a report needs (IID and OOD exact match, exact match per length with
-its counts, the step selected on IID validation, the training seconds and the forward pass's precision, and
-where the study asks, the attended-distance histograms), every setting its runs trained with, and nothing
-heavy (no weights),
+its counts, the step selected on IID validation, the training seconds, the forward pass's precision, the
+code versions that trained it, and where the study asks, the attended-distance histograms), every setting its
+runs trained with, and nothing heavy (no weights),
 so a study can be run in parts (seeds in separate sittings, scenarios on other machines) and committed
 as it lands. :func:`merge` puts the parts back together and names every part the study expects that
 is not there, rather than ranking on fewer runs without saying so.
@@ -25,6 +25,7 @@ from probe.analysis.distances import read_attended
 from probe.analysis.eval_report import EvalReport, read_eval
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
+from probe.provenance import code_version
 from probe.studies.ladder import Ladder
 from probe.tasks import get as get_task
 from probe.tasks.decoding import decode_positions
@@ -79,6 +80,7 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
                 "selected_step": report.selected_step,
                 "train_seconds": stored.get("metrics", {}).get("train_seconds"),
                 "forward_precision": stored.get("metrics", {}).get("forward_precision"),
+                "code": stored.get("metrics", {}).get("code"),  # None: trained before versions were recorded
                 "evaluation": evaluation,
                 **({"attended": attended} if (attended := summary_attended(run.path)) is not None else {}),
             }
@@ -111,6 +113,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "probe": code_version(),  # the code that evaluated the runs and wrote this; each row's "code" trained it
     }
 
 
