@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from test_train import _config
 
 from probe import __version__, provenance
 from probe.provenance import UNRECORDED, code_version, sessions_code
 from probe.training import loop
 from probe.training.bookkeeping import train_run
 from probe.training.loop import STATE
-from probe.training.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -74,20 +73,6 @@ def test_sessions_keep_each_change_of_code_in_order():
     assert sessions_code([UNRECORDED], "a") == [UNRECORDED, "a"]
 
 
-def _config() -> TrainConfig:
-    return TrainConfig(
-        task="reverse",
-        pe="nope",
-        steps=12,
-        batch_size=8,
-        checkpoint_every=5,
-        log_every=1,
-        eval_examples=8,
-        task_options={"train_length": 4},
-        model=tiny_model(1),
-    )
-
-
 def _stop_at(step_to_stop: int):
     def on_step(step, loss, speed):
         if step == step_to_stop:
@@ -103,7 +88,7 @@ def _metrics(path: Path) -> dict:
 def test_a_run_resumed_under_other_code_records_both_versions(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "code_version", lambda: "0.1.0+gaaaa")
     with pytest.raises(KeyboardInterrupt):
-        train_run(_config(), tmp_path / "r", CPU, on_step=_stop_at(7))
+        train_run(_config(), tmp_path / "r", CPU, on_step=_stop_at(17))
     monkeypatch.setattr(loop, "code_version", lambda: "0.1.0+gbbbb")
     train_run(_config(), tmp_path / "r", CPU)
     assert _metrics(tmp_path / "r")["code"] == ["0.1.0+gaaaa", "0.1.0+gbbbb"]
@@ -114,7 +99,7 @@ def test_a_run_resumed_under_other_code_records_both_versions(tmp_path, monkeypa
 def test_a_state_written_before_versions_were_recorded_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "code_version", lambda: "0.1.0+gbbbb")
     with pytest.raises(KeyboardInterrupt):
-        train_run(_config(), tmp_path / "r", CPU, on_step=_stop_at(7))
+        train_run(_config(), tmp_path / "r", CPU, on_step=_stop_at(17))
     state = tmp_path / "r" / STATE
     with safe_open(str(state), "pt") as handle:
         meta = json.loads(handle.metadata()["probe"])
