@@ -11,8 +11,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from test_train import _config
 
-from probe import __version__, provenance
-from probe.provenance import UNRECORDED, code_version, sessions_code
+from probe import __version__
+from probe.runs import provenance
+from probe.runs.provenance import UNRECORDED, code_version, sessions_code
 from probe.training import loop
 from probe.training.bookkeeping import train_run
 from probe.training.loop import STATE
@@ -91,9 +92,9 @@ def test_a_run_resumed_under_other_code_records_both_versions(tmp_path, monkeypa
         train_run(_config(), tmp_path / "r", CPU, on_step=_stop_at(17))
     monkeypatch.setattr(loop, "code_version", lambda: "0.1.0+gbbbb")
     train_run(_config(), tmp_path / "r", CPU)
-    assert _metrics(tmp_path / "r")["code"] == ["0.1.0+gaaaa", "0.1.0+gbbbb"]
+    assert _metrics(tmp_path / "r")["probe_versions"] == ["0.1.0+gaaaa", "0.1.0+gbbbb"]
     train_run(_config(), tmp_path / "whole", CPU)
-    assert _metrics(tmp_path / "whole")["code"] == ["0.1.0+gbbbb"]
+    assert _metrics(tmp_path / "whole")["probe_versions"] == ["0.1.0+gbbbb"]
 
 
 def test_a_state_written_before_versions_were_recorded_says_so(tmp_path, monkeypatch):
@@ -103,7 +104,7 @@ def test_a_state_written_before_versions_were_recorded_says_so(tmp_path, monkeyp
     state = tmp_path / "r" / STATE
     with safe_open(str(state), "pt") as handle:
         meta = json.loads(handle.metadata()["probe"])
-    del meta["code"]
+    del meta["probe_versions"]
     save_file(load_file(str(state)), str(state), metadata={"probe": json.dumps(meta)})
     train_run(_config(), tmp_path / "r", CPU)
-    assert _metrics(tmp_path / "r")["code"] == [UNRECORDED, "0.1.0+gbbbb"]
+    assert _metrics(tmp_path / "r")["probe_versions"] == [UNRECORDED, "0.1.0+gbbbb"]

@@ -11,8 +11,8 @@ import torch
 from test_reproduce import fake_evals
 
 from probe.errors import ProbeError
-from probe.provenance import code_version
 from probe.reference import CATEGORIES
+from probe.runs.provenance import code_version
 from probe.studies.reproduce import plan, scenarios
 from probe.studies.reproduce_report import markdown, report_of
 from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
@@ -44,7 +44,7 @@ def _trained(tmp_path, seeds, ood):
     runs = plan("section3", tmp_path / "runs", seeds=seeds, tasks=["scan"])
     fake_evals(runs, ood)
     for run in runs:
-        metrics = {"train_seconds": 12.5, "code": ["0.1.0+gaaaa", "0.1.0+gbbbb"]}  # resumed under other code
+        metrics = {"train_seconds": 12.5, "probe_versions": ["0.1.0+gaaaa", "0.1.0+gbbbb"]}  # resumed under other code
         (run.path / "config.json").write_text(json.dumps({"metrics": metrics}))
     return runs
 
@@ -57,7 +57,7 @@ def test_a_summary_is_written_per_seed_once_every_run_of_it_is_evaluated(tmp_pat
     summary, _ = read_summary(written[0])
     assert [row["pe"] for row in summary["runs"]] == PAPER_PES
     assert summary["recipe"]["steps"] == 1500 and summary["runs"][0]["train_seconds"] == 12.5
-    assert summary["runs"][0]["code"] == ["0.1.0+gaaaa", "0.1.0+gbbbb"]
+    assert summary["runs"][0]["probe_versions"] == ["0.1.0+gaaaa", "0.1.0+gbbbb"]
     assert summary["machine"]["probe"] == code_version()  # the code that wrote it
     assert (
         " ".join(summary["machine"]["cpu"].split()) == _lscpu_model()

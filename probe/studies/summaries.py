@@ -25,7 +25,7 @@ from probe.analysis.distances import read_attended
 from probe.analysis.eval_report import EvalReport, read_eval
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
-from probe.provenance import code_version
+from probe.runs.provenance import code_version
 from probe.studies.ladder import Ladder
 from probe.tasks import get as get_task
 from probe.tasks.decoding import decode_positions
@@ -80,7 +80,7 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
                 "selected_step": report.selected_step,
                 "train_seconds": stored.get("metrics", {}).get("train_seconds"),
                 "forward_precision": stored.get("metrics", {}).get("forward_precision"),
-                "code": stored.get("metrics", {}).get("code"),  # None: trained before versions were recorded
+                "probe_versions": stored.get("metrics", {}).get("probe_versions"),  # None: trained before recorded
                 "evaluation": evaluation,
                 **({"attended": attended} if (attended := summary_attended(run.path)) is not None else {}),
             }
@@ -113,7 +113,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "probe": code_version(),  # the code that evaluated the runs and wrote this; each row's "code" trained it
+        "probe": code_version(),  # the code that evaluated and wrote it (each row's probe_versions trained it)
     }
 
 

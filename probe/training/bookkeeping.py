@@ -249,7 +249,7 @@ def _finish(trainer: Trainer, resumed: bool, start_step: int, loss: float, sessi
             "steps_per_second": steps_per_second,
             "forward_precision": trainer.forward_precision,
             "step_engine": trainer.step_engine,
-            "code": trainer.code_versions(),
+            "probe_versions": trainer.probe_versions(),
         }
     )
     held_out = {k: v for k, v in metrics.items() if k.startswith(("iid_", "heldout_"))}

@@ -22,8 +22,8 @@ from probe.atomic import append_line, atomic_write, atomic_write_text
 from probe.errors import ProbeError
 from probe.models.checkpoint import save_checkpoint
 from probe.models.transformer import PETransformer
-from probe.provenance import UNRECORDED, code_version, sessions_code
 from probe.runs.folders import LAST
+from probe.runs.provenance import UNRECORDED, code_version, sessions_code
 from probe.tasks.decoding import teacher_forced_exact_match
 from probe.training.background import StateWriter
 from probe.training.optimizer import make_optimizer
@@ -86,7 +86,7 @@ class Trainer:
         self.step, self.epoch, self.position = 0, 0, 0
         self.saved_step = 0  # the step of the last state written (or resumed from)
         self.earlier_seconds = 0.0  # training time of earlier sessions, up to the state resumed from
-        self.earlier_code: list[str] = []  # the code versions earlier sessions trained under (probe.provenance)
+        self.earlier_versions: list[str] = []  # the code versions earlier sessions trained under (runs.provenance)
         self.forward_dtype = config.autocast_dtype(device.type)  # a resumed run's: the state's
         self.rng: dict[str, torch.Tensor] | None = None  # this run's generator states between its steps
         self.writer = StateWriter()
@@ -120,7 +120,7 @@ class Trainer:
             "epoch": self.epoch,
             "position": self.position,
             "seconds": self.seconds(),
-            "code": self.code_versions(),
+            "probe_versions": self.probe_versions(),
             "forward": self.forward_precision,
             "train_config": self.config.to_dict(),
             "selection": self.selection.to_dict() if self.selection else None,
@@ -163,7 +163,7 @@ class Trainer:
         self.step, self.epoch, self.position = meta["step"], meta["epoch"], meta["position"]
         self.saved_step = meta["step"]
         self.earlier_seconds = meta.get("seconds", 0.0)  # states saved before it was recorded: unknown
-        self.earlier_code = meta.get("code", [UNRECORDED])
+        self.earlier_versions = meta.get("probe_versions", [UNRECORDED])
         self._window = (0.0, *meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
         if "forward" in meta:  # `auto` can change its mind between versions; the run does not
             self.forward_dtype = FORWARD[meta["forward"]]
@@ -348,10 +348,10 @@ class Trainer:
         session = 0.0 if self._started is None else time.perf_counter() - self._started
         return self.earlier_seconds + session
 
-    def code_versions(self) -> list[str]:
-        """The code versions the run has trained under so far, in order (:func:`probe.provenance.code_version`):
+    def probe_versions(self) -> list[str]:
+        """The code versions the run has trained under so far, in order (:func:`probe.runs.provenance.code_version`):
         a run resumed after the code changed trained under both."""
-        return sessions_code(self.earlier_code, code_version())
+        return sessions_code(self.earlier_versions, code_version())
 
     def session_seconds(self) -> float:
         """Seconds since this session's :meth:`begin`."""
