@@ -1,6 +1,8 @@
 """The figure of OOD exact match against scale on the paper's SCAN split, from measured results.
 
-Reads every ``bench/results/scan_scale*.json`` (``scan_scale.py``), any ``probe reproduce``
+Reads every ``bench/results/scan_scale*.json`` (``scan_scale.py``), the whole runs of every
+``bench/results/gpu_kit_*_cuda.json`` (``bench/gpu``: the paper's recipe on a GPU, means over the seeds
+measured, merged across chances), any ``probe reproduce``
 report given with ``--report`` (its SCAN runs) and any ``bench/study_results.py`` file given with
 ``--results`` (its means over seeds), orders the points by training compute (weights x
 tokens seen), adds the paper's released runs (T5-base, 40K steps of 64, mean of 3 seeds) at the
@@ -25,6 +27,7 @@ from probe.figures import pe_color, write_figure  # noqa: E402
 from probe.models.model_config import resolve_config  # noqa: E402
 from probe.models.registry import PE_KINDS, PE_LABELS  # noqa: E402
 from probe.reference import paper_summary  # noqa: E402
+from probe.training.train_config import TrainConfig  # noqa: E402
 
 POINTS = RESULTS / "scan_scale_points.json"
 AUTHORS = ", the authors' protocol"
@@ -59,6 +62,42 @@ def seeds_note(entry: dict) -> str:
     return f", mean of {seeds} seeds" if seeds > 1 else ""
 
 
+def kit_points() -> list[dict]:
+    """One point per preset and step count of the GPU kit's whole runs: each PE's mean over the seeds
+    that some chance trained it at (a run stopped before its test scoring counts for nothing)."""
+    runs: dict[tuple[str, int], dict[str, dict[int, dict]]] = {}
+    gpus: dict[tuple[str, int], set[str]] = {}
+    for path in sorted(RESULTS.glob("gpu_kit_*_cuda.json")):
+        record = json.loads(path.read_text())
+        settings = record["settings"]
+        key = (settings["preset"], settings["steps"])
+        for pe, run in record.get("runs", {}).items():
+            if run.get("test"):
+                runs.setdefault(key, {}).setdefault(pe, {})[settings["seed"]] = run["test"]
+                gpus.setdefault(key, set()).add(record["machine"].get("gpu", "GPU").removeprefix("NVIDIA "))
+    found = []
+    for (preset, steps), by_pe in runs.items():
+        recipe = TrainConfig(task="scan", pe="nope", preset=preset, steps=steps, protocol="authors")
+        training = {"preset": preset, "steps": steps, "batch_size": recipe.batch_size, "dropout": recipe.dropout}
+        seeds = max(len(by_seed) for by_seed in by_pe.values())
+        where = f"{', '.join(sorted(gpus[(preset, steps)]))}, bench/gpu, {seeds} seed{'s' if seeds > 1 else ''}"
+        found.append(
+            {
+                "label": label(training | {"protocol": "authors"}, where),
+                "source": "gpu_kit_*_cuda.json",
+                "compute": weights(training) * steps * recipe.batch_size,
+                "iid": {pe: _mean(t["iid_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
+                "ood": {pe: _mean(t["ood_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
+            }
+        )
+    return found
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
 def points(report_folders: list[Path], result_files: list[Path] = ()) -> list[dict]:
     found = []
     for path in sorted(RESULTS.glob("scan_scale*.json")):
@@ -77,6 +116,7 @@ def points(report_folders: list[Path], result_files: list[Path] = ()) -> list[di
                     "ood": {r["pe"]: r["ood"] for r in point["runs"]},
                 }
             )
+    found += kit_points()
     for folder in report_folders:
         report = json.loads((folder / "report.json").read_text())
         entry = report["tasks"]["scan+split=paper"]
