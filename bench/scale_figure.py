@@ -31,6 +31,7 @@ from probe.training.train_config import TrainConfig  # noqa: E402
 
 POINTS = RESULTS / "scan_scale_points.json"
 AUTHORS = ", the authors' protocol"
+KIT = "gpu_kit_*_cuda.json"  # the GPU kit's records, read again at every drawing
 PAPER_WEIGHTS = 107e6  # the paper's T5-base decoder with T5's vocabulary (its Section 3)
 
 
@@ -63,28 +64,30 @@ def seeds_note(entry: dict) -> str:
 
 
 def kit_points() -> list[dict]:
-    """One point per preset and step count of the GPU kit's whole runs: each PE's mean over the seeds
+    """One point per preset, step count and forward precision of the GPU kit's whole runs: each PE's mean over the seeds
     that some chance trained it at (a run stopped before its test scoring counts for nothing)."""
-    runs: dict[tuple[str, int], dict[str, dict[int, dict]]] = {}
-    gpus: dict[tuple[str, int], set[str]] = {}
-    for path in sorted(RESULTS.glob("gpu_kit_*_cuda.json")):
+    runs: dict[tuple[str, int, str], dict[str, dict[int, dict]]] = {}
+    gpus: dict[tuple[str, int, str], set[str]] = {}
+    for path in sorted(RESULTS.glob(KIT)):
         record = json.loads(path.read_text())
         settings = record["settings"]
-        key = (settings["preset"], settings["steps"])
+        forward = "float32" if settings.get("precision", "auto") == "float32" else "bf16"  # auto: bf16 on a GPU
+        key = (settings["preset"], settings["steps"], forward)
         for pe, run in record.get("runs", {}).items():
             if run.get("test"):
                 runs.setdefault(key, {}).setdefault(pe, {})[settings["seed"]] = run["test"]
                 gpus.setdefault(key, set()).add(record["machine"].get("gpu", "GPU").removeprefix("NVIDIA "))
     found = []
-    for (preset, steps), by_pe in runs.items():
+    for (preset, steps, forward), by_pe in runs.items():
         recipe = TrainConfig(task="scan", pe="nope", preset=preset, steps=steps, protocol="authors")
         training = {"preset": preset, "steps": steps, "batch_size": recipe.batch_size, "dropout": recipe.dropout}
         seeds = max(len(by_seed) for by_seed in by_pe.values())
-        where = f"{', '.join(sorted(gpus[(preset, steps)]))}, bench/gpu, {seeds} seed{'s' if seeds > 1 else ''}"
+        gpu = ", ".join(sorted(gpus[(preset, steps, forward)]))
+        where = f"{gpu}, bench/gpu, {forward} forward, {seeds} seed{'s' if seeds > 1 else ''}"
         found.append(
             {
                 "label": label(training | {"protocol": "authors"}, where),
-                "source": "gpu_kit_*_cuda.json",
+                "source": KIT,
                 "compute": weights(training) * steps * recipe.batch_size,
                 "iid": {pe: _mean(t["iid_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
                 "ood": {pe: _mean(t["ood_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
@@ -147,7 +150,7 @@ def points(report_folders: list[Path], result_files: list[Path] = ()) -> list[di
     read = {point["label"] for point in found}
     if POINTS.is_file():  # reports and results drawn before (their folders may be gone): kept unless read again
         earlier = json.loads(POINTS.read_text())
-        found += [p for p in earlier if p["label"] not in read and p["source"] != "probe.reference"]
+        found += [p for p in earlier if p["label"] not in read and p["source"] not in ("probe.reference", KIT)]
     paper = paper_summary("scan-mdlen_tr25_ts48")
     found.append(
         {

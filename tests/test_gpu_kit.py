@@ -59,9 +59,14 @@ def test_later_chances_measure_the_pes_earlier_records_lack():
         {"settings": settings, "runs": {"nope": {"test": {"ood_accuracy": 0.8}}, "t5": {"progress": {"step": 9}}}},
         {"settings": {**settings, "seed": 1}, "runs": {"alibi": {"test": {}}}},  # another seed
         {"settings": {**settings, "steps": 300}, "runs": {"rotary": {"test": {}}}},  # another length
+        {
+            "settings": {**settings, "precision": "float32"},
+            "runs": {"ape": {"test": {"ood_accuracy": 0.1}}},
+        },  # another precision
     ]
     done = measured_pes(records, "base", 0, 40_000)
-    assert done == {"nope"}  # t5 was stopped before its test scoring
+    assert done == {"nope"}  # t5 was stopped before its test scoring; a record naming no precision ran auto
+    assert measured_pes(records, "base", 0, 40_000, "float32") == {"ape"}
     assert candidates(None, done) == ["t5", "alibi", "rotary", "ape"]
     assert candidates(["ape", "nope"], done) == ["ape", "nope"]  # --pes is taken as given
 

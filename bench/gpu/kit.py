@@ -48,6 +48,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pes", nargs="+", help="the whole runs' PEs in order (default: the five not yet measured)")
     parser.add_argument("--slice-s", type=float, default=60, help="each rate slice's timed window (default 60)")
     parser.add_argument("--budget-s", type=float, default=530, help="from the start of bench/gpu/run (default 530)")
+    parser.add_argument("--precision", default="auto", help="the forward pass's: auto (bf16 on a GPU), float32, bf16")
     parser.add_argument("--log-every", type=int, default=50, help="steps between loss reads (default 50)")
     parser.add_argument("--rates-from", type=Path, help="an earlier record of this device: its rates, no slices")
     parser.add_argument("--patience", type=float, default=1, help="multiplies each phase's time limit (default 1)")
@@ -142,7 +143,7 @@ def _stop(child: subprocess.Popen) -> None:
 
 def common_flags(args: argparse.Namespace) -> list[str]:
     flags = ["--device", args.device, "--preset", args.preset, "--steps", str(args.steps), "--seed", str(args.seed)]
-    flags += ["--slice-s", str(args.slice_s), "--log-every", str(args.log_every)]
+    flags += ["--slice-s", str(args.slice_s), "--log-every", str(args.log_every), "--precision", args.precision]
     return flags + (["--threads", str(args.threads)] if args.threads else [])
 
 
@@ -201,7 +202,7 @@ def parent(args: argparse.Namespace) -> int:
     started = started_at()
     deadline = started + args.budget_s
     device = torch.device(args.device)
-    done = measured_pes(load_records(RESULTS, device.type), args.preset, args.seed, args.steps)
+    done = measured_pes(load_records(RESULTS, device.type), args.preset, args.seed, args.steps, args.precision)
     pes = candidates(args.pes, done)
     name = args.name or f"gpu_kit_{args.preset}_{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     what = "the captured step's smoke, member-step rates captured and eager, whole paper-scale SCAN runs"
@@ -212,6 +213,7 @@ def parent(args: argparse.Namespace) -> int:
         "preset": args.preset,
         "seed": args.seed,
         "steps": args.steps,
+        "precision": args.precision,
         "pes": pes,
         "already_measured": sorted(done),
     }

@@ -38,9 +38,19 @@ class TimeUp(Exception):
     """Raised from a step callback to end training at a chosen moment (a slice, the deadline)."""
 
 
-def paper_config(pe: str, preset: str, seed: int, steps: int, *, log_every: int, eval_every: int | None = None):
+def paper_config(
+    pe: str,
+    preset: str,
+    seed: int,
+    steps: int,
+    *,
+    log_every: int,
+    eval_every: int | None = None,
+    precision: str = "auto",
+):
     """A run of the paper's SCAN study as the authors trained it (their protocol on their split, packed
-    rows), writing no resumable state: nothing on the device outlives the call."""
+    rows), writing no resumable state: nothing on the device outlives the call. ``precision`` is the
+    forward pass's (``auto``: bf16 autocast on a GPU)."""
     return TrainConfig(
         task="scan",
         task_options={"split": "paper"},
@@ -53,6 +63,7 @@ def paper_config(pe: str, preset: str, seed: int, steps: int, *, log_every: int,
         checkpoint_every=steps,
         log_every=log_every,
         eval_every=eval_every,
+        precision=precision,
     )
 
 
@@ -121,7 +132,15 @@ def rate_slice(
     began = time.perf_counter()
     source = scan_source(args.seed)
     configs = [  # selection's first evaluation falls at the run's end: none inside the timed window
-        paper_config(pe, args.preset, args.seed, args.steps, log_every=args.log_every, eval_every=args.steps)
+        paper_config(
+            pe,
+            args.preset,
+            args.seed,
+            args.steps,
+            log_every=args.log_every,
+            eval_every=args.steps,
+            precision=args.precision,
+        )
         for pe in pes
     ]
     engine = Engine.for_device(device, capture=capture)
@@ -209,7 +228,7 @@ def whole_run(
     authors' protocol, selection on IID validation), then scored; its progress, its selection and its
     test numbers are put as each exists. Training past ``deadline`` (epoch seconds) stops, keeping
     the validations it made."""
-    config = paper_config(pe, args.preset, args.seed, args.steps, log_every=args.log_every)
+    config = paper_config(pe, args.preset, args.seed, args.steps, log_every=args.log_every, precision=args.precision)
     path = folder / pe
     began = time.perf_counter()
     last_put = [0.0]
@@ -225,6 +244,7 @@ def whole_run(
 
     engine = Engine.for_device(device, capture=capture)
     put("engine", value={"compile": engine.compile, "capture": engine.capture})
+    put("forward_precision", value=config.forward_precision(device.type))
     try:
         (result,) = train_stacked([(config, path)], device, engine=engine, on_step=on_step)
     except TimeUp:

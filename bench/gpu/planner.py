@@ -40,13 +40,16 @@ def plan(pes: Sequence[str], cost: RunCost, seconds_left: float, margin_s: float
     return list(pes[: int(room // per_run)])
 
 
-def measured_pes(records: Iterable[dict], preset: str, seed: int, steps: int) -> set[str]:
-    """PEs that some earlier record holds a whole run of (this preset, seed and step count): a later
-    chance measures the others, and the results merge."""
+def measured_pes(records: Iterable[dict], preset: str, seed: int, steps: int, precision: str = "auto") -> set[str]:
+    """PEs that some earlier record holds a whole run of (this preset, seed, step count and forward
+    precision; a record that names none ran ``auto``): a later chance measures the others, and the
+    results merge."""
     done = set()
+    wanted = (preset, seed, steps, precision)
     for record in records:
         settings = record.get("settings", {})
-        if (settings.get("preset"), settings.get("seed"), settings.get("steps")) != (preset, seed, steps):
+        found = (settings.get("preset"), settings.get("seed"), settings.get("steps"), settings.get("precision", "auto"))
+        if found != wanted:
             continue
         done.update(pe for pe, run in record.get("runs", {}).items() if run.get("test"))
     return done

@@ -13,6 +13,7 @@ kernels themselves are the cost (then the kernel count and sizes say which). Wri
 bench/results/gpu_step_profile_<device>.json (and $OUT's copy)::
 
     python bench/gpu/step_profile.py --device cuda            # under bench/gpu/run's environment
+    python bench/gpu/step_profile.py --device cuda --precision float32   # the forward without autocast
 """
 
 from __future__ import annotations
@@ -40,15 +41,25 @@ RESULTS = HERE.parent / "results"
 
 
 def profile_pe(
-    pe: str, preset: str, steps: int, device: torch.device, folder: Path, compile: bool = False
+    pe: str,
+    preset: str,
+    steps: int,
+    device: torch.device,
+    folder: Path,
+    compile: bool = False,
+    precision: str = "auto",
 ) -> dict[str, Any]:
     folder.mkdir(parents=True)
-    config = paper_config(pe, preset, 0, steps, log_every=steps // 3, eval_every=steps)
+    config = paper_config(pe, preset, 0, steps, log_every=steps // 3, eval_every=steps, precision=precision)
     trainer = Trainer(config, folder, device, source=scan_source(0), engine=Engine.for_device(device, compile=compile))
     marks: list[tuple[float, int]] = []
     train_stack([trainer], [lambda step, loss, speed: marks.append((time.perf_counter(), step))])
     (t0, s0), (t1, s1) = marks[-2], marks[-1]
-    result: dict[str, Any] = {"loop_ms": 1e3 * (t1 - t0) / (s1 - s0), "engine": trainer.step_engine}
+    result: dict[str, Any] = {
+        "loop_ms": 1e3 * (t1 - t0) / (s1 - s0),
+        "engine": trainer.step_engine,
+        "forward_precision": trainer.forward_precision,
+    }
     captured = trainer._captured
     if captured is None or captured.replay is None:
         return result
@@ -84,6 +95,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--pes", nargs="+", default=["nope", "t5"])
     parser.add_argument("--compile", action="store_true", help="torch.compile the forward (the engine's option)")
+    parser.add_argument("--precision", default="auto", help="the forward pass's: auto (bf16 on a GPU), float32, bf16")
     args = parser.parse_args()
     device = torch.device(args.device)
     out = {
@@ -92,13 +104,16 @@ def main() -> None:
         "settings": vars(args),
         "pes": {},
     }
-    paths = [RESULTS / f"gpu_step_profile{'_compiled' if args.compile else ''}_{device.type}.json"]
+    variant = ("_compiled" if args.compile else "") + ("" if args.precision == "auto" else f"_{args.precision}")
+    paths = [RESULTS / f"gpu_step_profile{variant}_{device.type}.json"]
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / paths[0].name)
     with tempfile.TemporaryDirectory() as tmp:
         for pe in args.pes:
             try:
-                out["pes"][pe] = profile_pe(pe, args.preset, args.steps, device, Path(tmp) / pe, args.compile)
+                out["pes"][pe] = profile_pe(
+                    pe, args.preset, args.steps, device, Path(tmp) / pe, args.compile, args.precision
+                )
             except Exception as error:  # noqa: BLE001 - one PE's failure is a result
                 out["pes"][pe] = {"error": f"{type(error).__name__}: {error}"}
             for path in paths:
