@@ -1,7 +1,7 @@
 """The GPU kit's pieces that a CPU can check without the device or the network (bench/gpu/): the
 result file stays valid JSON whatever kills the process, the planner fits the runs it should, and
 SIGTERM leaves the record written. The whole kit is rehearsed by bench/gpu/rehearse, which needs the
-registry."""
+registry. bench/gpu/detach is followed across two calls with a stand-in for bench/gpu/run."""
 
 from __future__ import annotations
 
@@ -168,3 +168,49 @@ def test_whole_runs_take_the_captured_engine_only_where_every_member_captured_an
     assert choose({"captured": _slice(300, False), "eager": _slice(66.7, False)}, args)[0] == "eager"
     assert choose({"captured": _slice(50, True), "eager": _slice(66.7, False)}, args)[0] == "eager"
     assert choose({"eager": {"error": "RuntimeError: ..."}}, args) == (None, {})
+
+
+def test_a_detached_kit_is_followed_across_calls_and_each_call_gets_its_files(tmp_path):
+    """bench/gpu/detach with a stand-in for bench/gpu/run: the first call starts it and returns while
+    it runs, a second call with no flags follows the same kit to its end, printing only the lines
+    the first did not, and each call's $OUT gets the record, the log and, at the end, the exit status."""
+    bench = tmp_path / "gpu"
+    bench.mkdir()
+    (bench / "detach").write_bytes((KIT / "detach").read_bytes())
+    release = tmp_path / "release"
+    (bench / "run").write_text(
+        textwrap.dedent(f"""\
+            #!/usr/bin/env bash
+            exec > >(tee -a "$OUT/gpu_kit.log") 2>&1
+            echo "kit began with $*"
+            echo '{{"phase": "run"}}' > "$OUT/gpu_kit_x_cuda.json"
+            until [[ -e {release} ]]; do sleep 0.1; done
+            echo "kit ended"
+            echo '{{"phase": "done"}}' > "$OUT/gpu_kit_x_cuda.json"
+            exit 3
+            """)
+    )
+    (bench / "run").chmod(0o755)
+
+    def call(*flags: str, wait_s: int, out: Path) -> subprocess.CompletedProcess:
+        out.mkdir()
+        env = {**os.environ, "KIT_HOME": str(tmp_path / "home"), "DETACH_WAIT_S": str(wait_s), "OUT": str(out)}
+        return subprocess.run(["bash", str(bench / "detach"), *flags], env=env, capture_output=True, text=True)
+
+    nothing = call(wait_s=1, out=tmp_path / "out0")
+    assert nothing.returncode == 2 and "no kit started" in nothing.stderr
+
+    first = call("--device", "cuda", wait_s=3, out=tmp_path / "out1")
+    assert first.returncode == 0, first.stderr
+    assert "kit began with --device cuda" in first.stdout and "still running" in first.stdout
+    assert json.loads((tmp_path / "out1" / "gpu_kit_x_cuda.json").read_text()) == {"phase": "run"}
+    assert not (tmp_path / "out1" / "exit_status").exists()
+
+    release.touch()
+    second = call(wait_s=30, out=tmp_path / "out2")
+    assert second.returncode == 0, second.stderr
+    assert "kit ended" in second.stdout and "kit began" not in second.stdout
+    assert "exit status 3" in second.stdout
+    assert (tmp_path / "out2" / "exit_status").read_text().strip() == "3"
+    assert json.loads((tmp_path / "out2" / "gpu_kit_x_cuda.json").read_text()) == {"phase": "done"}
+    assert "kit began" in (tmp_path / "out2" / "gpu_kit.log").read_text()  # the whole log comes back
