@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS  # noqa: E402
@@ -64,14 +65,18 @@ def seeds_note(entry: dict) -> str:
 
 
 def kit_points() -> list[dict]:
-    """One point per preset, step count and forward precision of the GPU kit's whole runs: each PE's mean over the seeds
-    that some chance trained it at (a run stopped before its test scoring counts for nothing)."""
+    """One point per preset, step count and forward precision of the GPU kit's whole runs: each PE's
+    mean over the seeds that some chance trained it at (a run stopped before its test scoring counts
+    for nothing)."""
     runs: dict[tuple[str, int, str], dict[str, dict[int, dict]]] = {}
     gpus: dict[tuple[str, int, str], set[str]] = {}
     for path in sorted(RESULTS.glob(KIT)):
         record = json.loads(path.read_text())
         settings = record["settings"]
-        forward = "float32" if settings.get("precision", "auto") == "float32" else "bf16"  # auto: bf16 on a GPU
+        precision = settings.get("precision", "auto")  # a record that names none ran auto
+        forward = TrainConfig(task="scan", pe="nope", preset=settings["preset"], precision=precision).forward_precision(
+            "cuda"
+        )
         key = (settings["preset"], settings["steps"], forward)
         for pe, run in record.get("runs", {}).items():
             if run.get("test"):
@@ -89,16 +94,11 @@ def kit_points() -> list[dict]:
                 "label": label(training | {"protocol": "authors"}, where),
                 "source": KIT,
                 "compute": weights(training) * steps * recipe.batch_size,
-                "iid": {pe: _mean(t["iid_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
-                "ood": {pe: _mean(t["ood_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
+                "iid": {pe: mean(t["iid_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
+                "ood": {pe: mean(t["ood_accuracy"] for t in by_seed.values()) for pe, by_seed in by_pe.items()},
             }
         )
     return found
-
-
-def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
 
 
 def points(report_folders: list[Path], result_files: list[Path] = ()) -> list[dict]:

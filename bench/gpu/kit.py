@@ -34,6 +34,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]  # the kit, b
 from planner import RunCost, candidates, load_records, measured_pes, plan  # noqa: E402
 from record import Progress, Record, Stopped, out_paths, since, stop_on_signals  # noqa: E402
 
+from probe.training.train_config import PRECISIONS  # noqa: E402
+
 RESULTS = HERE.parent / "results"
 MARGIN_S = 30  # kept free at the end: the last writes, the tool's own copy of $OUT
 CHILD_GRACE_S = 10  # a child told to stop has this long to write its part
@@ -48,7 +50,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pes", nargs="+", help="the whole runs' PEs in order (default: the five not yet measured)")
     parser.add_argument("--slice-s", type=float, default=60, help="each rate slice's timed window (default 60)")
     parser.add_argument("--budget-s", type=float, default=530, help="from the start of bench/gpu/run (default 530)")
-    parser.add_argument("--precision", default="auto", help="the forward pass's: auto (bf16 on a GPU), float32, bf16")
+    parser.add_argument(
+        "--precision", default="auto", choices=PRECISIONS, help="the forward pass's (auto: bf16 on a GPU)"
+    )
     parser.add_argument("--log-every", type=int, default=50, help="steps between loss reads (default 50)")
     parser.add_argument("--rates-from", type=Path, help="an earlier record of this device: its rates, no slices")
     parser.add_argument("--patience", type=float, default=1, help="multiplies each phase's time limit (default 1)")

@@ -36,6 +36,7 @@ from measure import paper_config, scan_source  # noqa: E402
 from probe.training.loop import Trainer  # noqa: E402
 from probe.training.stacked import train_stack  # noqa: E402
 from probe.training.steps import Engine  # noqa: E402
+from probe.training.train_config import PRECISIONS  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 
@@ -95,7 +96,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--pes", nargs="+", default=["nope", "t5"])
     parser.add_argument("--compile", action="store_true", help="torch.compile the forward (the engine's option)")
-    parser.add_argument("--precision", default="auto", help="the forward pass's: auto (bf16 on a GPU), float32, bf16")
+    parser.add_argument(
+        "--precision", default="auto", choices=PRECISIONS, help="the forward pass's (auto: bf16 on a GPU)"
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     out = {
