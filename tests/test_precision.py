@@ -13,11 +13,17 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 import probe.device
+import probe.tasks.decoding
 import probe.training.train_config as training_config
+from probe.analysis.evaluation import evaluate_run
 from probe.cli import main
 from probe.corpus import CODE_TASK
 from probe.errors import ProbeError
 from probe.presets import CPU_BF16
+from probe.runs.folders import Run
+from probe.tasks.decoding import scoring_autocast as decoding_scoring_autocast
+from probe.tasks.decoding import scoring_dtype
+from probe.training.bookkeeping import train_run
 from probe.training.loop import STATE, Trainer
 from probe.training.stacked import train_alone
 from probe.training.train_config import TrainConfig, settings_differ
@@ -162,3 +168,41 @@ def test_a_sweep_measures_each_precision_and_says_which(tmp_path, monkeypatch):
     assert shapes == sorted(
         "tiny d_head=16 d_mlp=64 d_model=32 n_heads=2 n_layers=1" + t + rows + ", nope" for t in ("", " bf16")
     )
+
+
+@pytest.mark.parametrize(
+    ("device", "precision", "dtype"),
+    [
+        ("cuda", "bf16", torch.bfloat16),
+        ("cuda", None, torch.bfloat16),  # a run that recorded none: bf16 on a GPU, as before precision was recorded
+        ("cuda", "float32", None),  # a float32 run is scored in float32
+        ("cpu", "bf16", None),
+        ("cpu", "float32", None),
+    ],
+)
+def test_a_score_on_a_gpu_autocasts_unless_its_model_trained_in_float32(device, precision, dtype):
+    assert scoring_dtype(torch.device(device), precision) is dtype
+
+
+@pytest.mark.parametrize("precision", ["bf16", "float32"])
+def test_every_score_of_a_run_is_asked_in_the_precision_it_trained_in(tmp_path, monkeypatch, precision):
+    """Selection's passes, the held-out numbers at publishing (the selected and the last step's) and `probe eval`
+    (teacher-forced and decoded) all name the run's precision to the scoring autocast, which decides by it on a
+    GPU: a float32 run scored under bf16 reads its argmaxes through rounding it never trained with."""
+    asked: list[tuple[str, str | None]] = []
+
+    def recording(device, precision=None):
+        asked.append((torch.device(device).type, precision))
+        return decoding_scoring_autocast(device, precision)
+
+    monkeypatch.setattr(probe.tasks.decoding, "scoring_autocast", recording)
+    config = TrainConfig(
+        task="copy", pe="nope", steps=4, batch_size=8, eval_every=2, eval_examples=4, precision=precision, model=SMALL
+    )
+    train_run(config, tmp_path / "run", CPU)
+    selection_and_publishing = len(asked)
+    assert selection_and_publishing >= 3  # two selection passes and at least one held-out decode
+    run = Run(tmp_path / "run", json.loads((tmp_path / "run" / "config.json").read_text()))
+    evaluate_run(run, n_test=4, n_valid=4)
+    assert len(asked) > selection_and_publishing
+    assert asked == [("cpu", precision)] * len(asked)

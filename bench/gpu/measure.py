@@ -205,7 +205,7 @@ def _time_evaluation(trainer: Trainer, device: torch.device, source: TaskSource)
     trainer.model.eval()
     sync(device)
     began = time.perf_counter()
-    teacher_forced_exact_match(trainer.model, trainer.validation, device=device)
+    teacher_forced_exact_match(trainer.model, trainer.validation, device=device, precision=trainer.forward_precision)
     sync(device)
     return {
         "seconds": time.perf_counter() - began,
@@ -288,7 +288,8 @@ def score(path: Path, device: torch.device, n_valid: int) -> dict[str, Any]:
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", seed=0)
-    result = teacher_forced_examples(model, tokenizer, examples, device=device)
+    precision = meta.get("metrics", {}).get("forward_precision")  # scored as it trained
+    result = teacher_forced_examples(model, tokenizer, examples, device=device, precision=precision)
     iid, ood = split_accuracy(task, result)
     return {
         "iid_accuracy": iid,

@@ -159,10 +159,18 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
     answer_of = task.answer_reader()
     cached = not intervention.needs_whole_pass(model)
+    precision = meta.get("metrics", {}).get("forward_precision")  # scored as it trained (None: not recorded)
 
     def score(model) -> EvalResult:
         return score_examples(
-            model, tokenizer, examples, device=device, batch_size=batch_size, answer_of=answer_of, cached=cached
+            model,
+            tokenizer,
+            examples,
+            device=device,
+            batch_size=batch_size,
+            answer_of=answer_of,
+            cached=cached,
+            precision=precision,
         )
 
     result = score(model)
@@ -206,16 +214,27 @@ def score_examples(
     batch_size: int,
     answer_of: Callable[[str], Hashable | None] | None,
     cached: bool = True,
+    precision: str | None = None,
 ) -> EvalResult:
     """Greedy decoding's exact match of ``model`` on ``examples``: in one teacher-forced pass per batch
     where that is the same number (:func:`~probe.tasks.decoding.teacher_forced_exact_match`), decoding
     token by token where it is not: a scratchpad scored on its final answer alone, and positions drawn
-    at random, which decoding draws once for the whole sequence."""
+    at random, which decoding draws once for the whole sequence. ``precision``: the model's training
+    precision (:func:`~probe.tasks.decoding.scoring_dtype`)."""
     if answer_of or model.config.random_positions:
         return evaluate_examples(
-            model, tokenizer, examples, device=device, batch_size=batch_size, answer_of=answer_of, use_cache=cached
+            model,
+            tokenizer,
+            examples,
+            device=device,
+            batch_size=batch_size,
+            answer_of=answer_of,
+            use_cache=cached,
+            precision=precision,
         )
-    return teacher_forced_examples(model, tokenizer, examples, device=device, batch_size=batch_size)
+    return teacher_forced_examples(
+        model, tokenizer, examples, device=device, batch_size=batch_size, precision=precision
+    )
 
 
 def inference_options(

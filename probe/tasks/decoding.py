@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +30,21 @@ from probe.tasks.batches import EncodedSet, encode
 SCRATCHPAD_POSITIONS = 1500
 """Positions, prompt included, the authors decode a scratchpad run to (``generation_max_length`` in their
 ``configs/data/w_scratchpad.jsonnet``): how far a prediction scored by its answer may run."""
+
+
+def scoring_dtype(device: torch.device, precision: str | None = None) -> torch.dtype | None:
+    """What a score's forward passes autocast to on ``device`` (None: the weights' float32). On a GPU bf16, for
+    speed, unless the model trained in float32 (``precision``: its run's recorded ``forward_precision``; None
+    when not known), which is scored as it trained: a float32 run scored under bf16 would read its argmaxes
+    through rounding it never trained with. On a CPU float32, exact, and the faster where the CPU has no bf16
+    arithmetic of its own."""
+    return torch.bfloat16 if device.type == "cuda" and precision != "float32" else None
+
+
+def scoring_autocast(device: torch.device, precision: str | None = None) -> AbstractContextManager:
+    """:func:`scoring_dtype`'s autocast, or nothing to enter."""
+    dtype = scoring_dtype(device, precision)
+    return torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
 
 
 DROP_ENDED = 1 / 8
@@ -132,9 +148,11 @@ def evaluate_examples(
     use_cache: bool = True,
     keep_predictions: bool = False,
     answer_of: Callable[[str], Hashable | None] | None = None,
+    precision: str | None = None,
 ) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result); with ``answer_of``
-    (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer."""
+    (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer.
+    ``precision``: the model's training precision, which :func:`scoring_dtype` reads."""
     device = torch.device(device)
     model.eval()
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
@@ -142,9 +160,8 @@ def evaluate_examples(
     answers = [answer_of(e.target) for e in examples] if answer_of else []
     correct = [False] * len(examples)
     predictions = [""] * len(examples)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     generator = torch.Generator().manual_seed(0)  # randomized positions: the same draws on every evaluation
-    with autocast:
+    with scoring_autocast(device, precision):
         for chunk, longest in decoding_batches(prompts, targets, batch_size):
             batch = torch.tensor([prompts[i] for i in chunk], device=device)
             out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator)
@@ -227,7 +244,12 @@ TEACHER_FORCED_BATCH = 256  # examples per forward pass of a teacher-forced scor
 
 @torch.no_grad()
 def teacher_forced_exact_match(
-    model, data: EncodedSet, *, device: torch.device | str = "cpu", batch_size: int = TEACHER_FORCED_BATCH
+    model,
+    data: EncodedSet,
+    *,
+    device: torch.device | str = "cpu",
+    batch_size: int = TEACHER_FORCED_BATCH,
+    precision: str | None = None,
 ) -> list[bool]:
     """Per example, whether the argmax after every prefix of the gold sequence is the next gold target
     token (through ``<eos>``): one forward pass per batch.
@@ -236,16 +258,16 @@ def teacher_forced_exact_match(
     exactly when each argmax given the gold prefix is the gold token, since up to the first miss the
     two feed the model the same prefix (the two differ only where an argmax is a float tie, or by the
     rounding of a batched pass against a cached one). So checkpoint selection can score the whole
-    validation set every few hundred steps at the cost of a forward pass.
+    validation set every few hundred steps at the cost of a forward pass. ``precision``: the model's training
+    precision, which :func:`scoring_dtype` reads.
     """
     device = torch.device(device)
     model.eval()
     correct = [False] * len(data)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     for index in length_batches(data.lengths, batch_size):
         tokens, mask = data.batch(index)  # [batch, pos], [batch, pos - 1]
         tokens, mask = tokens.to(device), mask.to(device)
-        with autocast:
+        with scoring_autocast(device, precision):
             predicted = model(tokens)[:, :-1].argmax(-1)  # [batch, pos - 1]
         hits = (predicted == tokens[:, 1:]) | ~mask
         for i, hit in zip(index.tolist(), hits.all(dim=1).tolist()):
@@ -267,9 +289,11 @@ def teacher_forced_examples(
     *,
     device: torch.device | str = "cpu",
     batch_size: int = 256,
+    precision: str | None = None,
 ) -> EvalResult:
     """:func:`evaluate_examples`' exact match (not ``answer_of``'s) in one teacher-forced pass per
     batch (:func:`teacher_forced_exact_match`): a study's test split in seconds where decoding token
     by token takes minutes."""
-    correct = teacher_forced_exact_match(model, encode(examples, tokenizer), device=device, batch_size=batch_size)
+    data = encode(examples, tokenizer)
+    correct = teacher_forced_exact_match(model, data, device=device, batch_size=batch_size, precision=precision)
     return EvalResult([e.length for e in examples], correct)

@@ -239,7 +239,7 @@ def _finish(trainer: Trainer, resumed: bool, start_step: int, loss: float, sessi
     """Validate and publish a run whose steps are done."""
     config, device = trainer.config, trainer.device
     seconds = trainer.earlier_seconds + session  # a resumed run counts its earlier sessions too
-    held_out = trainer.source.validate(trainer.model, config.eval_examples, device)
+    held_out = trainer.source.validate(trainer.model, config.eval_examples, device, trainer.forward_precision)
     steps_per_second = (trainer.step - start_step) / session if session > 0 else None  # this session's
     metrics = trainer.publish(
         {

@@ -331,7 +331,9 @@ class Trainer:
         if not due or (self.selection.history and self.selection.history[-1][0] == self.step):
             return
         self.read_losses()  # never select weights that a non-finite loss already spoilt
-        correct = teacher_forced_exact_match(self.model, self.validation, device=self.device)
+        correct = teacher_forced_exact_match(
+            self.model, self.validation, device=self.device, precision=self.forward_precision
+        )
         score = sum(correct) / len(correct)
         self.selection.consider(self.step, score, self.model)
         self._log({"step": self.step, "valid_exact_match": score, "time": time.time()})
@@ -404,7 +406,10 @@ class Trainer:
             if best_step != self.step:
                 self._write(self.path / LAST, {**training, "selected_step": self.step}, metrics)
                 self.model.load_state_dict(self.selection.best_state)
-                metrics = {**metrics, **self.source.validate(self.model, self.config.eval_examples, self.device)}
+                held_out = self.source.validate(
+                    self.model, self.config.eval_examples, self.device, self.forward_precision
+                )
+                metrics = {**metrics, **held_out}
             training["selected_step"] = best_step
             metrics = {**metrics, "last": last}
         self._write(self.path, training, metrics)

@@ -32,7 +32,11 @@ class TrainingSource(Protocol):
 
     def training_set(self, seed: int) -> EncodedSet: ...
 
-    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]: ...
+    def validate(
+        self, model: PETransformer, n: int, device: torch.device, precision: str | None = None
+    ) -> dict[str, float]:
+        """Held-out numbers of ``model``, scored in the precision it trained in (``precision``)."""
+        ...
 
     def validation_set(self, n: int) -> EncodedSet | None:
         """What checkpoint selection scores (teacher-forced exact match), or None where there is none."""
@@ -59,15 +63,17 @@ class TaskSource:
     def training_set(self, seed: int) -> EncodedSet:
         return encode(self.task.examples("train", seed=seed), self.tokenizer)
 
-    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]:
+    def validate(
+        self, model: PETransformer, n: int, device: torch.device, precision: str | None = None
+    ) -> dict[str, float]:
         from probe.tasks.decoding import evaluate_examples
 
         valid = self.task.held_out(n, seed=self.seed)
-        return {
-            "iid_accuracy": evaluate_examples(
-                model, self.tokenizer, valid, device=device, answer_of=self.task.answer_reader()
-            ).accuracy
-        }
+        answer_of = self.task.answer_reader()
+        result = evaluate_examples(
+            model, self.tokenizer, valid, device=device, answer_of=answer_of, precision=precision
+        )
+        return {"iid_accuracy": result.accuracy}
 
     def validation_set(self, n: int) -> EncodedSet:
         """The held-out IID examples :meth:`validate` decodes, encoded for one teacher-forced pass."""
@@ -102,9 +108,12 @@ class CorpusSource:
         return self.corpus.windows(self.spec.context)
 
     @torch.inference_mode()
-    def validate(self, model: PETransformer, n: int, device: torch.device) -> dict[str, float]:
+    def validate(
+        self, model: PETransformer, n: int, device: torch.device, precision: str | None = None
+    ) -> dict[str, float]:
         """Mean next-token loss over up to ``n`` windows of the training context cut from the
-        held-out files (each file's own windows, none across files), and its perplexity."""
+        held-out files (each file's own windows, none across files), and its perplexity; in float32, whatever
+        ``precision``."""
         windows = self.corpus.heldout_windows(self.spec.context)[:n]  # [window, context]
         model.eval()
         total, count = 0.0, 0

@@ -220,7 +220,9 @@ def measure_selection_tokens_per_second(
         seconds = []
         for _ in range(passes + 1):
             started = time.perf_counter()
-            teacher_forced_exact_match(trainer.model, trainer.validation, device=trainer.device)
+            teacher_forced_exact_match(
+                trainer.model, trainer.validation, device=trainer.device, precision=trainer.forward_precision
+            )
             seconds.append(time.perf_counter() - started)
     return tokens / sorted(seconds[1:])[len(seconds[1:]) // 2]
 
