@@ -221,20 +221,10 @@ def score_examples(
     token by token where it is not: a scratchpad scored on its final answer alone, and positions drawn
     at random, which decoding draws once for the whole sequence. ``precision``: the model's training
     precision (:func:`~probe.tasks.decoding.scoring_dtype`)."""
+    common = {"device": device, "batch_size": batch_size, "precision": precision}
     if answer_of or model.config.random_positions:
-        return evaluate_examples(
-            model,
-            tokenizer,
-            examples,
-            device=device,
-            batch_size=batch_size,
-            answer_of=answer_of,
-            use_cache=cached,
-            precision=precision,
-        )
-    return teacher_forced_examples(
-        model, tokenizer, examples, device=device, batch_size=batch_size, precision=precision
-    )
+        return evaluate_examples(model, tokenizer, examples, answer_of=answer_of, use_cache=cached, **common)
+    return teacher_forced_examples(model, tokenizer, examples, **common)
 
 
 def inference_options(
