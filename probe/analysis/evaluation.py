@@ -157,21 +157,16 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
-    answer_of = task.answer_reader()
-    cached = not intervention.needs_whole_pass(model)
-    precision = meta.get("metrics", {}).get("forward_precision")  # scored as it trained (None: not recorded)
+    how = {
+        "device": device,
+        "batch_size": batch_size,
+        "answer_of": task.answer_reader(),
+        "cached": not intervention.needs_whole_pass(model),
+        "precision": meta.get("metrics", {}).get("forward_precision"),  # scored as it trained (None: unrecorded)
+    }
 
     def score(model) -> EvalResult:
-        return score_examples(
-            model,
-            tokenizer,
-            examples,
-            device=device,
-            batch_size=batch_size,
-            answer_of=answer_of,
-            cached=cached,
-            precision=precision,
-        )
+        return score_examples(model, tokenizer, examples, **how)
 
     result = score(model)
     buckets = [Bucket(length, n, k, k / n, task.is_seen(length)) for length, (n, k) in result.by_length().items()]
