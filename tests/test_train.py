@@ -265,12 +265,13 @@ def test_a_task_with_fewer_validation_examples_than_asked_validates_on_all_of_th
 
 
 def test_each_parallel_run_is_reported_here_as_it_ends_while_the_others_train(tmp_path):
-    """``on_done`` is how a study lands a scenario early: run 0 (5 steps) ends while run 1 (400 steps) trains
-    beside it, and run 2 takes run 0's worker; each is reported once, after its weights are written."""
+    """``on_done`` is how a study lands a scenario early: run 0 (5 steps) ends while run 1 (1,500 steps) trains
+    beside it, and run 2 takes run 0's worker; each is reported once, after its weights are written. (At 400
+    steps the long run once ended first, on two cores shared with a running study.)"""
     from probe.training.parallel import train_parallel
 
     folders = [tmp_path / name for name in ("short", "long", "next")]
-    runs = [(_config(steps=steps, checkpoint_every=1000), folder) for steps, folder in zip((5, 400, 5), folders)]
+    runs = [(_config(steps=steps, checkpoint_every=2000), folder) for steps, folder in zip((5, 1500, 5), folders)]
     reported: list[tuple[int, bool, bool]] = []  # (run, its weights written, the long run's written)
 
     def on_done(i: int) -> None:
