@@ -55,7 +55,7 @@ PEAK_SIZE = 1024
 
 
 def kind(op: str) -> str:
-    """The part of a step an op's self time counts to."""
+    """The part of a step an aten op's time counts to."""
     if op in MATMUL:
         return "matmul"
     if "attention" in op:
