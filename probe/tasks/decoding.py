@@ -36,8 +36,8 @@ def scoring_dtype(device: torch.device, precision: str | None = None) -> torch.d
     """What a score's forward passes autocast to on ``device`` (None: the weights' float32). On a GPU bf16, for
     speed, unless the model trained in float32 (``precision``: its run's recorded ``forward_precision``; None
     when not known), which is scored as it trained: a float32 run scored under bf16 would read its argmaxes
-    through rounding it never trained with. On a CPU float32, exact, and the faster where the CPU has no bf16
-    arithmetic of its own."""
+    through rounding it never trained with. On a CPU float32, the weights' own precision (a bf16-trained run
+    included), and the faster where the CPU has no bf16 arithmetic of its own."""
     return torch.bfloat16 if device.type == "cuda" and precision != "float32" else None
 
 
