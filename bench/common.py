@@ -321,6 +321,23 @@ def each_run(paths: list[Path], measure: Callable[[Path], dict]) -> list[dict]:
     return rows
 
 
+def scenario_config(scenario: str):
+    """The :class:`~probe.training.train_config.TrainConfig` a study plans for ``scenario`` (``study:folder:pe``,
+    seed 0); exits with one line where the study or its run does not exist."""
+    from probe.errors import ProbeError
+    from probe.studies.reproduce import plan
+
+    study, folder, pe = scenario.split(":")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            runs = [r for r in plan(study, scratch) if r.path.parent.parent.name == folder and r.config.pe == pe]
+        except ProbeError as error:
+            sys.exit(str(error))
+    if not runs:
+        sys.exit(f"the {study} study has no {folder} run of {pe}")
+    return runs[0].config
+
+
 def write_result(name: str, what: str, load_before: tuple[float, float, float], **fields: object) -> Path:
     """bench/results/<name>_cpu.json: the machine's header, then ``fields``; says where it went."""
     path = write_json(name, "cpu", {**header(name, what, "cpu", load_before), **fields})

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import paired_ratio, write_result  # noqa: E402
+from common import paired_ratio, scenario_config, write_result  # noqa: E402
 
 ARMS = ("glibc", "kept")
 SCENARIOS = (
@@ -51,24 +51,14 @@ def child(arm: str, scenario: str, steps: int) -> dict:
             sys.exit("this C library is not glibc: nothing to compare")
     import torch
 
-    from probe.errors import ProbeError
-    from probe.studies.reproduce import plan
     from probe.training.bookkeeping import train_run
 
     torch.set_num_threads(1)
-    study, folder, pe = scenario.split(":")
+    big = 10**9  # no validation, checkpoint or evaluation inside the timed steps; a held-out set of 4 at the end
+    config = dataclasses.replace(
+        scenario_config(scenario), steps=steps, eval_every=big, checkpoint_every=big, log_every=1, eval_examples=4
+    )
     with tempfile.TemporaryDirectory() as scratch:
-        try:
-            planned = plan(study, scratch, seeds=1)
-        except ProbeError as error:
-            sys.exit(str(error))
-        runs = [r for r in planned if r.path.parent.parent.name == folder and r.config.pe == pe]
-        if not runs:
-            sys.exit(f"the {study} study has no {folder} run of {pe}")
-        big = 10**9  # no validation, checkpoint or evaluation inside the timed steps; a held-out set of 4 at the end
-        config = dataclasses.replace(
-            runs[0].config, steps=steps, eval_every=big, checkpoint_every=big, log_every=1, eval_examples=4
-        )
         marks: list[tuple[float, float, float, int]] = []
 
         def on_step(step: int, loss: float, speed: float) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
-from common import write_result  # noqa: E402
+from common import scenario_config, write_result  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # The five scenarios that cost a Section 3 seed the most at the price of 2026-12-03
@@ -126,14 +126,11 @@ class OpTimer(TorchDispatchMode):
 
 def child(scenario: str, steps: int, timed_steps: int) -> dict:
     """Train ``scenario`` in this process: the plain step's CPU time, then the timed ops' breakdown."""
-    from probe.errors import ProbeError
-    from probe.studies.reproduce import plan
     from probe.training.bookkeeping import train_run
     from probe.training.memory import keep_freed_memory
 
     keep_freed_memory()
     torch.set_num_threads(1)
-    study, folder, pe = scenario.split(":")
     marks: list[float] = []  # process CPU time after each step
     timer = OpTimer()
 
@@ -144,22 +141,16 @@ def child(scenario: str, steps: int, timed_steps: int) -> dict:
         elif len(marks) == steps + timed_steps:
             timer.__exit__(None, None, None)
 
+    big = 10**9  # no validation, checkpoint or evaluation among the measured steps
+    config = dataclasses.replace(
+        scenario_config(scenario),
+        steps=steps + timed_steps,
+        eval_every=big,
+        checkpoint_every=big,
+        log_every=1,
+        eval_examples=4,
+    )
     with tempfile.TemporaryDirectory() as scratch:
-        try:
-            runs = [r for r in plan(study, scratch) if r.path.parent.parent.name == folder and r.config.pe == pe]
-        except ProbeError as error:
-            sys.exit(str(error))
-        if not runs:
-            sys.exit(f"the {study} study has no {folder} run of {pe}")
-        big = 10**9  # no validation, checkpoint or evaluation among the measured steps
-        config = dataclasses.replace(
-            runs[0].config,
-            steps=steps + timed_steps,
-            eval_every=big,
-            checkpoint_every=big,
-            log_every=1,
-            eval_examples=4,
-        )
         train_run(config, Path(scratch) / "run", torch.device("cpu"), on_step=on_step)
     plain = (marks[steps - 1] - marks[WARMUP]) / (steps - 1 - WARMUP)
     timed = (marks[steps + timed_steps - 1] - marks[steps - 1]) / timed_steps

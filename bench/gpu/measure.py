@@ -18,6 +18,7 @@ from probe.analysis.evaluation import split_accuracy
 from probe.errors import ProbeError
 from probe.models.checkpoint import load_checkpoint, read_checkpoint_config
 from probe.reference import paper_summary
+from probe.runs.folders import recorded_precision
 from probe.tasks import Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.decoding import teacher_forced_exact_match, teacher_forced_examples
@@ -288,8 +289,7 @@ def score(path: Path, device: torch.device, n_valid: int) -> dict[str, Any]:
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     tokenizer = Tokenizer.from_dict(meta["tokenizer"])
     examples = task.examples("valid", n=n_valid, seed=0) + task.examples("test", seed=0)
-    precision = meta.get("metrics", {}).get("forward_precision")  # scored as it trained
-    result = teacher_forced_examples(model, tokenizer, examples, device=device, precision=precision)
+    result = teacher_forced_examples(model, tokenizer, examples, device=device, precision=recorded_precision(meta))
     iid, ood = split_accuracy(task, result)
     return {
         "iid_accuracy": iid,

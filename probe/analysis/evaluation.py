@@ -17,7 +17,7 @@ from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_
 from probe.errors import ProbeError
 from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
-from probe.runs.folders import LAST, Run
+from probe.runs.folders import LAST, Run, recorded_precision
 from probe.runs.locks import run_lock
 from probe.subjects.examples import task_of, trained_length
 from probe.subjects.resolve import resolve
@@ -162,7 +162,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
         "batch_size": batch_size,
         "answer_of": task.answer_reader(),
         "cached": not intervention.needs_whole_pass(model),
-        "precision": meta.get("metrics", {}).get("forward_precision"),  # scored as it trained (None: unrecorded)
+        "precision": recorded_precision(meta),  # scored as it trained
     }
 
     def score(model) -> EvalResult:

@@ -216,6 +216,12 @@ def train_command(
     return " ".join(parts)
 
 
+def recorded_precision(stored: dict[str, Any]) -> str | None:
+    """``float32`` or ``bf16``: what a published run's ``config.json`` (``stored``) says its forward pass trained
+    in; None for a run published before it was recorded."""
+    return stored.get("metrics", {}).get("forward_precision")
+
+
 def load_run(
     path: str | Path,
     device: str | torch.device = "cpu",

@@ -25,6 +25,7 @@ from probe.analysis.distances import read_attended
 from probe.analysis.eval_report import EvalReport, read_eval
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
+from probe.runs.folders import recorded_precision
 from probe.runs.provenance import code_version
 from probe.studies.ladder import Ladder
 from probe.tasks import get as get_task
@@ -79,7 +80,7 @@ def scenario_summary(study: str, scenario: str, runs: Sequence[Any], seed: int) 
                 "ood": report.ood_accuracy,
                 "selected_step": report.selected_step,
                 "train_seconds": stored.get("metrics", {}).get("train_seconds"),
-                "forward_precision": stored.get("metrics", {}).get("forward_precision"),
+                "forward_precision": recorded_precision(stored),
                 "probe_versions": stored.get("metrics", {}).get("probe_versions"),  # None: trained before recorded
                 "evaluation": evaluation,
                 **({"attended": attended} if (attended := summary_attended(run.path)) is not None else {}),
