@@ -14,6 +14,11 @@ bench/results/gpu_step_profile_<device>.json (and $OUT's copy)::
 
     python bench/gpu/step_profile.py --device cuda            # under bench/gpu/run's environment
     python bench/gpu/step_profile.py --device cuda --precision float32   # the forward without autocast
+    python bench/gpu/step_profile.py --device cuda --precision float32 --tf32   # float32, products in TF32
+
+``--tf32`` lets cuBLAS and cuDNN compute float32 matrix products in TF32 (10-bit mantissa, float32
+range and accumulation), activations and everything else staying float32: what a run nearer the authors'
+float32 numerics than bf16 autocast would cost a step, where plain float32 takes ~3x bf16's.
 """
 
 from __future__ import annotations
@@ -99,7 +104,9 @@ def main() -> None:
     parser.add_argument(
         "--precision", default="auto", choices=PRECISIONS, help="the forward pass's (auto: bf16 on a GPU)"
     )
+    parser.add_argument("--tf32", action="store_true", help="float32 matrix products in TF32 (cuBLAS, cuDNN)")
     args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     device = torch.device(args.device)
     out = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -108,6 +115,7 @@ def main() -> None:
         "pes": {},
     }
     variant = ("_compiled" if args.compile else "") + ("" if args.precision == "auto" else f"_{args.precision}")
+    variant += "_tf32" if args.tf32 else ""
     paths = [RESULTS / f"gpu_step_profile{variant}_{device.type}.json"]
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / paths[0].name)
