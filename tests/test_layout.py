@@ -109,7 +109,16 @@ def test_the_layering_test_sees_imports_inside_functions(tmp_path):
 
 def test_the_root_holds_only_the_top_level():
     loose = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert loose == ["__init__.py", "atomic.py", "cli.py", "compat.py", "device.py", "errors.py", "presets.py"]
+    assert loose == [
+        "__init__.py",
+        "atomic.py",
+        "cli.py",
+        "compat.py",
+        "device.py",
+        "errors.py",
+        "precision.py",
+        "presets.py",
+    ]
 
 
 def test_no_module_of_probe_imports_itself_back():

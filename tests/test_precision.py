@@ -5,6 +5,7 @@ or reusing it in another precision is refused, and a run keeps what ``auto`` cho
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -19,10 +20,11 @@ from probe.analysis.evaluation import evaluate_run
 from probe.cli import main
 from probe.corpus import CODE_TASK
 from probe.errors import ProbeError
+from probe.precision import BF16, FLOAT32, TF32
 from probe.presets import CPU_BF16
 from probe.runs.folders import Run
-from probe.tasks.decoding import scoring_autocast as decoding_scoring_autocast
-from probe.tasks.decoding import scoring_dtype
+from probe.tasks.decoding import scoring_numerics as decoding_scoring_numerics
+from probe.tasks.decoding import scoring_precision
 from probe.training.bookkeeping import train_run
 from probe.training.loop import STATE, Trainer
 from probe.training.stacked import train_alone
@@ -74,8 +76,8 @@ def test_auto_stays_float32_on_a_cpu_that_only_emulates_bf16(monkeypatch):
     """Where the CPU has no bf16 arithmetic, a bf16 step is slower than float32's: ``auto`` keeps float32."""
     monkeypatch.setattr(probe.device, "cpu_computes_bf16", lambda: False)
     config = TrainConfig(preset="small", precision="auto")
-    assert config.autocast_dtype("cpu") is None and config.autocast_dtype("cuda") is torch.bfloat16
-    assert TrainConfig(preset="small", precision="bf16").autocast_dtype("cpu") is torch.bfloat16  # asked: kept
+    assert config.numerics("cpu").autocast_dtype is None and config.numerics("cuda").autocast_dtype is torch.bfloat16
+    assert TrainConfig(preset="small", precision="bf16").numerics("cpu").autocast_dtype is torch.bfloat16  # asked: kept
 
 
 @pytest.mark.parametrize("avx512_bf16, amx, native", [(True, False, True), (False, True, True), (False, False, False)])
@@ -91,13 +93,13 @@ def test_auto_is_bf16_on_cuda_and_on_a_cpu_only_at_the_presets_measured_for_it(t
     assert forward_dtypes("auto", tmp_path / "small", preset="small") == {torch.bfloat16}
     for preset in ("tiny", "small", "base"):
         config = TrainConfig(preset=preset, precision="auto")
-        assert config.autocast_dtype("cuda") is torch.bfloat16
-        assert config.autocast_dtype("cpu") is (torch.bfloat16 if preset in CPU_BF16 else None)
-        assert TrainConfig(preset=preset, precision="float32").autocast_dtype("cuda") is None
-        assert TrainConfig(preset=preset, precision="bf16").autocast_dtype("cpu") is torch.bfloat16
+        assert config.numerics("cuda").autocast_dtype is torch.bfloat16
+        assert config.numerics("cpu").autocast_dtype is (torch.bfloat16 if preset in CPU_BF16 else None)
+        assert TrainConfig(preset=preset, precision="float32").numerics("cuda").autocast_dtype is None
+        assert TrainConfig(preset=preset, precision="bf16").numerics("cpu").autocast_dtype is torch.bfloat16
     assert CPU_BF16 == {"small"}  # tiny's default `probe train` and its 10-minute target stay float32
     code = TrainConfig(task=CODE_TASK, preset="small", precision="auto")
-    assert code.autocast_dtype("cpu") is None and code.autocast_dtype("cuda") is torch.bfloat16  # not measured
+    assert code.numerics("cpu") is FLOAT32 and code.numerics("cuda") is BF16  # not measured
 
 
 def test_a_resumed_auto_run_keeps_the_precision_it_started_with(tmp_path, monkeypatch):
@@ -171,17 +173,19 @@ def test_a_sweep_measures_each_precision_and_says_which(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("device", "precision", "dtype"),
+    ("device", "precision", "scored"),
     [
-        ("cuda", "bf16", torch.bfloat16),
-        ("cuda", None, torch.bfloat16),  # a run that recorded none: bf16 on a GPU, as before precision was recorded
-        ("cuda", "float32", None),  # a float32 run is scored in float32
-        ("cpu", "bf16", None),
-        ("cpu", "float32", None),
+        ("cuda", "bf16", "bf16"),
+        ("cuda", None, "bf16"),  # a run that recorded none: bf16 on a GPU, as before precision was recorded
+        ("cuda", "float32", "float32"),  # a float32 run is scored in float32
+        ("cuda", "tf32", "tf32"),  # and a run with TF32 products in them
+        ("cpu", "bf16", "float32"),
+        ("cpu", "float32", "float32"),
+        ("cpu", "tf32", "float32"),  # a GPU's run scored on a CPU: float32, which has no TF32
     ],
 )
-def test_a_score_on_a_gpu_autocasts_unless_its_model_trained_in_float32(device, precision, dtype):
-    assert scoring_dtype(torch.device(device), precision) is dtype
+def test_a_score_on_a_gpu_autocasts_unless_its_model_trained_in_float32(device, precision, scored):
+    assert scoring_precision(torch.device(device), precision).name == scored
 
 
 @pytest.mark.parametrize("precision", ["bf16", "float32"])
@@ -193,9 +197,9 @@ def test_every_score_of_a_run_is_asked_in_the_precision_it_trained_in(tmp_path, 
 
     def recording(device, precision=None):
         asked.append((torch.device(device).type, precision))
-        return decoding_scoring_autocast(device, precision)
+        return decoding_scoring_numerics(device, precision)
 
-    monkeypatch.setattr(probe.tasks.decoding, "scoring_autocast", recording)
+    monkeypatch.setattr(probe.tasks.decoding, "scoring_numerics", recording)
     config = TrainConfig(
         task="copy", pe="nope", steps=4, batch_size=8, eval_every=2, eval_examples=4, precision=precision, model=SMALL
     )
@@ -206,3 +210,54 @@ def test_every_score_of_a_run_is_asked_in_the_precision_it_trained_in(tmp_path, 
     evaluate_run(run, n_test=4, n_valid=4)
     assert len(asked) > selection_and_publishing
     assert asked == [("cpu", precision)] * len(asked)
+
+
+def test_tf32_products_are_on_only_while_entered_and_restored_after_an_error():
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # torch's default: float32 products in float32
+    with TF32.products():
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    with pytest.raises(RuntimeError), TF32.scoring("cpu"):
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+        raise RuntimeError
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    with FLOAT32.products(), BF16.products():
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_tf32_keeps_activations_float32_where_bf16_autocasts_them():
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    for precision, dtype in ((TF32, torch.float32), (FLOAT32, torch.float32), (BF16, torch.bfloat16)):
+        with precision.scoring("cpu"):
+            assert (x @ w).dtype is dtype
+
+
+def test_a_tf32_step_rounds_its_forward_and_backward_products_alike(tmp_path):
+    """TF32 is a process setting that autograd's backward reads when it runs: the step must hold it over the
+    backward pass and the optimizer, not only the forward pass that autocast covers. Checked on a CPU (where the
+    setting changes no arithmetic) by reading it from inside the forward and the backward passes."""
+    config = TrainConfig(task="copy", pe="nope", steps=2, batch_size=8, log_every=1, precision="float32", model=SMALL)
+    (tmp_path / "run").mkdir()
+    trainer = Trainer(config, tmp_path / "run", CPU)
+    trainer.numerics = TF32  # as a GPU run would train; a CPU run may not ask for it (below)
+    seen: dict[str, bool] = {}
+
+    def reads(direction: str) -> Callable[[torch.Tensor, object], None]:
+        return lambda tensor, hook: seen.update({direction: torch.backends.cuda.matmul.allow_tf32})
+
+    trainer.model.blocks[0].mlp.hook_pre.add_hook(reads("forward"))
+    trainer.model.blocks[0].mlp.hook_pre.add_hook(reads("backward"), dir="bwd")
+    train_alone(trainer)
+    assert seen == {"forward": True, "backward": True}
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_tf32_is_refused_on_a_cpu_in_one_line(tmp_path, capsys):
+    config = TrainConfig(task="copy", pe="nope", steps=2, batch_size=8, precision="tf32", model=SMALL)
+    with pytest.raises(ProbeError, match="precision tf32 rounds a GPU's float32 products; on cpu train float32"):
+        Trainer(config, tmp_path / "run", CPU)
+    assert not (tmp_path / "run").exists()
+    argv = ["train", "--task", "copy", "--pe", "nope", "--steps", "2", "--precision", "tf32", "--device", "cpu"]
+    assert main([*argv, "--checkpoints", str(tmp_path / "ckpt")]) != 0
+    err = capsys.readouterr().err
+    assert "precision tf32" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -51,7 +51,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slice-s", type=float, default=60, help="each rate slice's timed window (default 60)")
     parser.add_argument("--budget-s", type=float, default=530, help="from the start of bench/gpu/run (default 530)")
     parser.add_argument(
-        "--precision", default="auto", choices=PRECISIONS, help="the forward pass's (auto: bf16 on a GPU)"
+        "--precision", default="auto", choices=PRECISIONS, help="the run's numerics (auto: bf16 on a GPU)"
     )
     parser.add_argument("--log-every", type=int, default=50, help="steps between loss reads (default 50)")
     parser.add_argument("--rates-from", type=Path, help="an earlier record of this device: its rates, no slices")
@@ -277,9 +277,13 @@ def measure_rates(
     """{engine: slice part}: ``pes`` stacked for a slice, captured (on a GPU) then eager; or
     the rates of an earlier record (``--rates-from``), which leaves the time to whole runs."""
     if args.rates_from:
-        earlier = json.loads(args.rates_from.read_text())["rate"]
+        earlier_record = json.loads(args.rates_from.read_text())
+        earlier = earlier_record["rate"]
         rates = {engine: earlier[engine] for engine in ("captured", "eager") if engine in earlier}
         record.put("rate", value=rates | {"from": str(args.rates_from)})
+        measured_in = earlier_record["settings"].get("precision", "auto")
+        if measured_in != args.precision:  # the plan is as good as the rate: say when it is another precision's
+            progress.say(f"rates measured at precision {measured_in} plan these {args.precision} runs")
         return rates
     rates = {}
     for engine in ("captured", "eager") if device.type == "cuda" and not args.no_capture else ("eager",):

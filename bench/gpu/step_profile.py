@@ -14,11 +14,10 @@ bench/results/gpu_step_profile_<device>.json (and $OUT's copy)::
 
     python bench/gpu/step_profile.py --device cuda            # under bench/gpu/run's environment
     python bench/gpu/step_profile.py --device cuda --precision float32   # the forward without autocast
-    python bench/gpu/step_profile.py --device cuda --precision float32 --tf32   # float32, products in TF32
+    python bench/gpu/step_profile.py --device cuda --precision tf32   # float32, its products in TF32
 
-``--tf32`` lets cuBLAS and cuDNN compute float32 matrix products in TF32 (10-bit mantissa, float32
-range and accumulation), activations and everything else staying float32: what a run nearer the authors'
-float32 numerics than bf16 autocast would cost a step, where plain float32 takes ~3x bf16's.
+``gpu_step_profile_float32_tf32_cuda.json`` was measured by the ``--tf32`` flag that preceded ``--precision
+tf32`` (e87b2ee: float32 with cuBLAS's products in TF32 for the whole process, the same step).
 """
 
 from __future__ import annotations
@@ -102,11 +101,9 @@ def main() -> None:
     parser.add_argument("--pes", nargs="+", default=["nope", "t5"])
     parser.add_argument("--compile", action="store_true", help="torch.compile the forward (the engine's option)")
     parser.add_argument(
-        "--precision", default="auto", choices=PRECISIONS, help="the forward pass's (auto: bf16 on a GPU)"
+        "--precision", default="auto", choices=PRECISIONS, help="the run's numerics (auto: bf16 on a GPU)"
     )
-    parser.add_argument("--tf32", action="store_true", help="float32 matrix products in TF32 (cuBLAS, cuDNN)")
     args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.tf32
     device = torch.device(args.device)
     out = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -115,7 +112,6 @@ def main() -> None:
         "pes": {},
     }
     variant = ("_compiled" if args.compile else "") + ("" if args.precision == "auto" else f"_{args.precision}")
-    variant += "_tf32" if args.tf32 else ""
     paths = [RESULTS / f"gpu_step_profile{variant}_{device.type}.json"]
     if os.environ.get("OUT"):
         paths.append(Path(os.environ["OUT"]) / paths[0].name)

@@ -215,7 +215,7 @@ def score_examples(
     where that is the same number (:func:`~probe.tasks.decoding.teacher_forced_exact_match`), decoding
     token by token where it is not: a scratchpad scored on its final answer alone, and positions drawn
     at random, which decoding draws once for the whole sequence. ``precision``: the model's training
-    precision (:func:`~probe.tasks.decoding.scoring_dtype`)."""
+    precision (:func:`~probe.tasks.decoding.scoring_precision`)."""
     common = {"device": device, "batch_size": batch_size, "precision": precision}
     if answer_of or model.config.random_positions:
         return evaluate_examples(model, tokenizer, examples, answer_of=answer_of, use_cache=cached, **common)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import add_checkpoints, add_device, add_json, add_pe_options, bar_columns, print_json
+from probe.precision import NAMES as PRECISION_NAMES
 from probe.presets import CPU_BF16
 
 
@@ -26,11 +27,11 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=("auto", "float32", "bf16"),
+        choices=("auto", *PRECISION_NAMES),
         default="auto",
-        help="the forward pass in float32 or under bf16 autocast (default auto: bf16 on a GPU, and at preset "
-        f"{', '.join(sorted(CPU_BF16))} on a CPU with bf16 arithmetic of its own, where it was measured to train "
-        "as well and faster)",
+        help="the forward pass in float32 or under bf16 autocast, or float32 with a GPU's matrix products in TF32 "
+        f"(default auto: bf16 on a GPU, and at preset {', '.join(sorted(CPU_BF16))} on a CPU with bf16 arithmetic "
+        "of its own, where it was measured to train as well and faster)",
     )
     add_pe_options(parser, "(every --pe given must have it; part of the run folder's name)")
     parser.add_argument(

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import torch
 
 from probe.errors import ProbeError
+from probe.precision import BF16, BY_NAME, FLOAT32, TF32, Precision
 from probe.tasks import Example, Task, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
 
@@ -32,19 +33,21 @@ SCRATCHPAD_POSITIONS = 1500
 ``configs/data/w_scratchpad.jsonnet``): how far a prediction scored by its answer may run."""
 
 
-def scoring_dtype(device: torch.device, precision: str | None = None) -> torch.dtype | None:
-    """What a score's forward passes autocast to on ``device`` (None: the weights' float32). On a GPU bf16, for
-    speed, unless the model trained in float32 (``precision``: its run's recorded ``forward_precision``; None
-    when not known), which is scored as it trained: a float32 run scored under bf16 would read its argmaxes
-    through rounding it never trained with. On a CPU float32, the weights' own precision (a bf16-trained run
-    included), and the faster where the CPU has no bf16 arithmetic of its own."""
-    return torch.bfloat16 if device.type == "cuda" and precision != "float32" else None
+def scoring_precision(device: torch.device, precision: str | None = None) -> Precision:
+    """The numerics a score's forward passes run in on ``device`` (:mod:`probe.precision`). On a GPU bf16
+    autocast, for speed, unless the model trained in float32 or with TF32 products (``precision``: its run's
+    recorded ``forward_precision``; None when not known), which is scored as it trained: a float32 run scored
+    under bf16 would read its argmaxes through rounding it never trained with. On a CPU float32, the weights'
+    own precision (a bf16-trained run included), and the faster where the CPU has no bf16 arithmetic of its
+    own."""
+    if device.type != "cuda":
+        return FLOAT32
+    return BY_NAME[precision] if precision in (FLOAT32.name, TF32.name) else BF16
 
 
-def scoring_autocast(device: torch.device, precision: str | None = None) -> AbstractContextManager:
-    """:func:`scoring_dtype`'s autocast, or nothing to enter."""
-    dtype = scoring_dtype(device, precision)
-    return torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
+def scoring_numerics(device: torch.device, precision: str | None = None) -> AbstractContextManager:
+    """:func:`scoring_precision`'s autocast and TF32 setting, entered for a score's passes."""
+    return scoring_precision(device, precision).scoring(device.type)
 
 
 DROP_ENDED = 1 / 8
@@ -152,7 +155,7 @@ def evaluate_examples(
 ) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result); with ``answer_of``
     (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer.
-    ``precision``: the model's training precision, which :func:`scoring_dtype` reads."""
+    ``precision``: the model's training precision, which :func:`scoring_precision` reads."""
     device = torch.device(device)
     model.eval()
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
@@ -161,7 +164,7 @@ def evaluate_examples(
     correct = [False] * len(examples)
     predictions = [""] * len(examples)
     generator = torch.Generator().manual_seed(0)  # randomized positions: the same draws on every evaluation
-    with scoring_autocast(device, precision):
+    with scoring_numerics(device, precision):
         for chunk, longest in decoding_batches(prompts, targets, batch_size):
             batch = torch.tensor([prompts[i] for i in chunk], device=device)
             out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator)
@@ -259,7 +262,7 @@ def teacher_forced_exact_match(
     two feed the model the same prefix (the two differ only where an argmax is a float tie, or by the
     rounding of a batched pass against a cached one). So checkpoint selection can score the whole
     validation set every few hundred steps at the cost of a forward pass. ``precision``: the model's training
-    precision, which :func:`scoring_dtype` reads.
+    precision, which :func:`scoring_precision` reads.
     """
     device = torch.device(device)
     model.eval()
@@ -267,7 +270,7 @@ def teacher_forced_exact_match(
     for index in length_batches(data.lengths, batch_size):
         tokens, mask = data.batch(index)  # [batch, pos], [batch, pos - 1]
         tokens, mask = tokens.to(device), mask.to(device)
-        with scoring_autocast(device, precision):
+        with scoring_numerics(device, precision):
             predicted = model(tokens)[:, :-1].argmax(-1)  # [batch, pos - 1]
         hits = (predicted == tokens[:, 1:]) | ~mask
         for i, hit in zip(index.tolist(), hits.all(dim=1).tolist()):

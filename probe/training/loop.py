@@ -10,7 +10,6 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from probe.atomic import append_line, atomic_write, atomic_write_text
 from probe.errors import ProbeError
 from probe.models.checkpoint import save_checkpoint
 from probe.models.transformer import PETransformer
+from probe.precision import BF16, BY_NAME, FLOAT32
 from probe.runs.folders import LAST
 from probe.runs.provenance import UNRECORDED, code_version, sessions_code
 from probe.tasks.decoding import teacher_forced_exact_match
@@ -30,7 +30,7 @@ from probe.training.optimizer import make_optimizer
 from probe.training.selection import Selection
 from probe.training.sources import TrainingSource, training_source
 from probe.training.steps import CapturedStep, Engine
-from probe.training.train_config import FORWARD, TrainConfig, learning_rate, precision_name, settings_differ
+from probe.training.train_config import TrainConfig, learning_rate, settings_differ
 
 STATE = "train_state.safetensors"
 METRICS = "metrics.jsonl"
@@ -61,6 +61,8 @@ class Trainer:
         source: TrainingSource | None = None,
         engine: Engine | None = None,
     ):
+        if config.numerics(device.type).tf32 and device.type != "cuda":
+            raise ProbeError(f"precision tf32 rounds a GPU's float32 products; on {device.type} train float32 or bf16")
         self.config = config
         self.path = Path(run_path)
         self.device = device
@@ -87,7 +89,7 @@ class Trainer:
         self.saved_step = 0  # the step of the last state written (or resumed from)
         self.earlier_seconds = 0.0  # training time of earlier sessions, up to the state resumed from
         self.earlier_versions: list[str] = []  # the code versions earlier sessions trained under (runs.provenance)
-        self.forward_dtype = config.autocast_dtype(device.type)  # a resumed run's: the state's
+        self.numerics = config.numerics(device.type)  # a resumed run's: the state's
         self.rng: dict[str, torch.Tensor] | None = None  # this run's generator states between its steps
         self.writer = StateWriter()
         self._captured: CapturedStep | None = None
@@ -166,9 +168,9 @@ class Trainer:
         self.earlier_versions = meta.get("probe_versions", [UNRECORDED])
         self._window = (0.0, *meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
         if "forward" in meta:  # `auto` can change its mind between versions; the run does not
-            self.forward_dtype = FORWARD[meta["forward"]]
+            self.numerics = BY_NAME[meta["forward"]]
         elif self.config.precision == "auto":  # saved when auto meant bf16 on CUDA only
-            self.forward_dtype = torch.bfloat16 if self.device.type == "cuda" else None
+            self.numerics = BF16 if self.device.type == "cuda" else FLOAT32
         if self.selection:
             best = {k[5:]: v.to(self.device) for k, v in tensors.items() if k.startswith("best.")}
             self.selection = Selection.from_dict(meta.get("selection") or {}, best or None)
@@ -236,20 +238,17 @@ class Trainer:
         self._losses.append((self.step, loss))
 
     def _compute(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """Forward, backward, clipping and AdamW at the optimizer's learning rate: the captured part."""
-        autocast = (
+        """Forward, backward, clipping and AdamW at the optimizer's learning rate, in the run's numerics
+        (TF32 products in the backward pass too): the captured part."""
+        with self.numerics.products():
             # a captured step keeps no casts between replays: autocast's weight cache would hold stale ones
-            torch.autocast(self.device.type, dtype=self.forward_dtype, cache_enabled=not self.captures)
-            if self.forward_dtype
-            else nullcontext()
-        )
-        with autocast:
-            loss = target_loss(self.forward, *batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+            with self.numerics.forward(self.device.type, cache_enabled=not self.captures):
+                loss = target_loss(self.forward, *batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.config.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
         return loss.detach()
 
     def end_step(
@@ -341,8 +340,8 @@ class Trainer:
 
     @property
     def forward_precision(self) -> str:
-        """``float32`` or ``bf16``: what this run's forward pass trains in."""
-        return precision_name(self.forward_dtype)
+        """``float32``, ``bf16`` or ``tf32``: what this run trains in (:mod:`probe.precision`)."""
+        return self.numerics.name
 
     def seconds(self) -> float:
         """Training time of the run so far, over every session: the steps a killed session lost

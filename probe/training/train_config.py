@@ -8,19 +8,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from probe.errors import ProbeError
 from probe.models.model_config import ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options, pe_class
+from probe.precision import BF16, BY_NAME, FLOAT32, NAMES, Precision
 from probe.presets import CPU_BF16, training_recipe
 from probe.tasks.batches import PACKED_WIDTH
 from probe.training.optimizer import DECAY_GROUPS
 from probe.training.selection import every
 
 PROTOCOLS = ("probe", "authors")
-PRECISIONS = ("auto", "float32", "bf16")  # auto: bf16 autocast on CUDA; see autocast_dtype
-FORWARD = {"float32": None, "bf16": torch.bfloat16}  # the forward pass's precision: its autocast dtype
+PRECISIONS = ("auto", *NAMES)  # auto: bf16 autocast on CUDA; see TrainConfig.numerics
 AUTHORS_EPS = 1e-6  # their T5 config's layer_norm_epsilon
 SCHEDULES = ("polynomial", "cosine")
 BOOKKEEPING = (
@@ -65,7 +63,7 @@ class TrainConfig:
     eval_every: int | None = None  # steps between selection evaluations; 0: publish the last step
     pack: bool = False  # several examples per row (probe.tasks.batches.EncodedSet.packed_batch): less padding
     pack_width: int = PACKED_WIDTH  # packed rows hold up to this many times the batch's longest example
-    precision: str = "auto"  # the forward pass's: float32, bf16 autocast, or auto (see autocast_dtype)
+    precision: str = "auto"  # float32, bf16 autocast, TF32 products (a GPU's), or auto (see numerics)
     weight_decay_groups: str | None = None  # which weights AdamW decays (probe.training.optimizer); the protocol's
 
     def __post_init__(self) -> None:
@@ -132,9 +130,9 @@ class TrainConfig:
             )
             raise ProbeError(f"--pack does not apply here: {what}")
 
-    def autocast_dtype(self, device_type: str) -> torch.dtype | None:
-        """The dtype a new run's forward pass autocasts to on ``device_type`` (None: the weights'
-        float32). ``auto`` is bf16 on a GPU; on a CPU with bf16 arithmetic of its own
+    def numerics(self, device_type: str) -> Precision:
+        """What a new run trains in on ``device_type`` (:mod:`probe.precision`): the one asked, or for ``auto``
+        bf16 autocast on a GPU; on a CPU with bf16 arithmetic of its own
         (:func:`probe.device.cpu_computes_bf16`), at the presets measured to train the paper's tasks as well
         and faster in it (``probe.presets.CPU_BF16``), code pretraining excepted (its perplexity was not
         measured in bf16). A resumed run keeps what it started with (``Trainer.load_state``)."""
@@ -143,12 +141,12 @@ class TrainConfig:
 
         if self.precision == "auto":
             cpu_bf16 = self.preset in CPU_BF16 and self.task != CODE_TASK and cpu_computes_bf16()
-            return torch.bfloat16 if device_type == "cuda" or cpu_bf16 else None
-        return torch.bfloat16 if self.precision == "bf16" else None
+            return BF16 if device_type == "cuda" or cpu_bf16 else FLOAT32
+        return BY_NAME[self.precision]
 
     def forward_precision(self, device_type: str) -> str:
-        """``float32`` or ``bf16``: what a new run trains in on ``device_type`` (:meth:`autocast_dtype`'s name)."""
-        return precision_name(self.autocast_dtype(device_type))
+        """``float32``, ``bf16`` or ``tf32``: what a new run trains in on ``device_type`` (:meth:`numerics`' name)."""
+        return self.numerics(device_type).name
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -179,11 +177,6 @@ def learning_rate(step: int, config: TrainConfig) -> float:
     if config.schedule == "cosine":
         return config.lr_end + (config.lr - config.lr_end) * 0.5 * (1 + math.cos(math.pi * done))
     return config.lr_end + (config.lr - config.lr_end) * (1 - done) ** config.decay_power
-
-
-def precision_name(dtype: torch.dtype | None) -> str:
-    """``float32`` or ``bf16``: a forward pass's precision named from its autocast dtype (None: float32)."""
-    return next(name for name, forward in FORWARD.items() if forward == dtype)
 
 
 def settings_differ(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
