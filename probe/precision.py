@@ -61,9 +61,13 @@ NAMES = tuple(BY_NAME)
 @contextmanager
 def tf32_products() -> Iterator[None]:
     """cuBLAS's float32 matrix products in TF32 while entered, the setting as it was after. The setting is the
-    process's, not the thread's: the backward pass (autograd's device thread) reads it too, and a captured step
-    keeps the kernels chosen while it was captured. cuDNN's own TF32 switch governs convolutions only, which
-    probe's models have none of."""
+    process's, not the thread's: the backward pass (autograd's device thread) reads it too, a captured step
+    keeps the kernels chosen while it was captured, and two threads entering it at once could leave it on
+    (probe steps the runs of one process in one thread: ``probe.training.stacked``). It goes through torch's
+    older switch, ``allow_tf32``, which code of either generation can read after: torch >= 2.9 reports the
+    newer one's ``fp32_precision`` as ``ieee`` where it said ``none``, the same float32 arithmetic (writing
+    ``none`` back through the newer switch would make a later read of ``allow_tf32`` an error). cuDNN's own
+    TF32 switch governs convolutions only, which probe's models have none of."""
     import torch
 
     before = torch.backends.cuda.matmul.allow_tf32

@@ -23,11 +23,11 @@ from probe.errors import ProbeError
 from probe.precision import BF16, FLOAT32, TF32
 from probe.presets import CPU_BF16
 from probe.runs.folders import Run
+from probe.tasks.decoding import scoring_numerics, scoring_precision
 from probe.tasks.decoding import scoring_numerics as decoding_scoring_numerics
-from probe.tasks.decoding import scoring_precision
 from probe.training.bookkeeping import train_run
 from probe.training.loop import STATE, Trainer
-from probe.training.stacked import train_alone
+from probe.training.stacked import train_alone, train_stack
 from probe.training.train_config import TrainConfig, settings_differ
 
 CPU = torch.device("cpu")
@@ -184,7 +184,7 @@ def test_a_sweep_measures_each_precision_and_says_which(tmp_path, monkeypatch):
         ("cpu", "tf32", "float32"),  # a GPU's run scored on a CPU: float32, which has no TF32
     ],
 )
-def test_a_score_on_a_gpu_autocasts_unless_its_model_trained_in_float32(device, precision, scored):
+def test_a_score_on_a_gpu_autocasts_unless_its_model_trained_in_float32_or_tf32(device, precision, scored):
     assert scoring_precision(torch.device(device), precision).name == scored
 
 
@@ -232,32 +232,82 @@ def test_tf32_keeps_activations_float32_where_bf16_autocasts_them():
             assert (x @ w).dtype is dtype
 
 
+def tf32_reader(trainer: Trainer, seen: list[tuple[str, bool]], name: str) -> None:
+    """Record, from inside the first MLP's forward and backward passes, whether TF32 products are on."""
+
+    def reads(direction: str) -> Callable[[torch.Tensor, object], None]:
+        return lambda tensor, hook: seen.append((f"{name} {direction}", torch.backends.cuda.matmul.allow_tf32))
+
+    trainer.model.blocks[0].mlp.hook_pre.add_hook(reads("forward"))
+    trainer.model.blocks[0].mlp.hook_pre.add_hook(reads("backward"), dir="bwd")
+
+
+def cpu_trainers(tmp_path, *names: str) -> list[Trainer]:
+    config = TrainConfig(task="copy", pe="nope", steps=2, batch_size=8, log_every=1, precision="float32", model=SMALL)
+    trainers = []
+    for name in names:
+        (tmp_path / name).mkdir()
+        trainers.append(Trainer(config, tmp_path / name, CPU))
+    return trainers
+
+
 def test_a_tf32_step_rounds_its_forward_and_backward_products_alike(tmp_path):
     """TF32 is a process setting that autograd's backward reads when it runs: the step must hold it over the
     backward pass and the optimizer, not only the forward pass that autocast covers. Checked on a CPU (where the
     setting changes no arithmetic) by reading it from inside the forward and the backward passes."""
-    config = TrainConfig(task="copy", pe="nope", steps=2, batch_size=8, log_every=1, precision="float32", model=SMALL)
-    (tmp_path / "run").mkdir()
-    trainer = Trainer(config, tmp_path / "run", CPU)
+    (trainer,) = cpu_trainers(tmp_path, "run")
     trainer.numerics = TF32  # as a GPU run would train; a CPU run may not ask for it (below)
-    seen: dict[str, bool] = {}
-
-    def reads(direction: str) -> Callable[[torch.Tensor, object], None]:
-        return lambda tensor, hook: seen.update({direction: torch.backends.cuda.matmul.allow_tf32})
-
-    trainer.model.blocks[0].mlp.hook_pre.add_hook(reads("forward"))
-    trainer.model.blocks[0].mlp.hook_pre.add_hook(reads("backward"), dir="bwd")
+    seen: list[tuple[str, bool]] = []
+    tf32_reader(trainer, seen, "run")
     train_alone(trainer)
-    assert seen == {"forward": True, "backward": True}
+    assert sorted(set(seen)) == [("run backward", True), ("run forward", True)]
     assert torch.backends.cuda.matmul.allow_tf32 is False
 
 
-def test_tf32_is_refused_on_a_cpu_in_one_line(tmp_path, capsys):
+def test_a_tf32_run_stacked_with_a_float32_one_leaves_the_other_in_float32(tmp_path):
+    tf32, plain = cpu_trainers(tmp_path, "tf32", "plain")
+    tf32.numerics = TF32
+    seen: list[tuple[str, bool]] = []
+    tf32_reader(tf32, seen, "tf32")
+    tf32_reader(plain, seen, "plain")
+    train_stack([tf32, plain])
+    assert sorted(set(seen)) == [
+        ("plain backward", False),
+        ("plain forward", False),
+        ("tf32 backward", True),
+        ("tf32 forward", True),
+    ]
+
+
+def test_a_tf32_run_is_scored_with_tf32_products_on_a_gpu_and_without_on_a_cpu():
+    with scoring_numerics(torch.device("cuda"), "tf32"):  # no autocast to enter: this runs on a CPU too
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    with scoring_numerics(CPU, "tf32"):
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_a_state_in_a_precision_this_probe_does_not_know_is_one_line(tmp_path):
+    forward_dtypes("float32", tmp_path / "run", stop_at=2)
+    state = tmp_path / "run" / STATE
+    tensors = load_file(str(state))
+    with safe_open(str(state), "pt") as handle:
+        meta = json.loads(handle.metadata()["probe"])
+    save_file(tensors, str(state), metadata={"probe": json.dumps(meta | {"forward": "fp8"})})
+    with pytest.raises(ProbeError, match="trained in precision 'fp8', which this probe does not know"):
+        forward_dtypes("float32", tmp_path / "run")
+
+
+def test_tf32_is_refused_on_a_cpu_in_one_line_before_anything_is_written(tmp_path, capsys):
     config = TrainConfig(task="copy", pe="nope", steps=2, batch_size=8, precision="tf32", model=SMALL)
+    assert config.numerics("cuda") is TF32
     with pytest.raises(ProbeError, match="precision tf32 rounds a GPU's float32 products; on cpu train float32"):
         Trainer(config, tmp_path / "run", CPU)
+    with pytest.raises(ProbeError, match="precision tf32"):
+        train_run(config, tmp_path / "run", CPU)
     assert not (tmp_path / "run").exists()
     argv = ["train", "--task", "copy", "--pe", "nope", "--steps", "2", "--precision", "tf32", "--device", "cpu"]
     assert main([*argv, "--checkpoints", str(tmp_path / "ckpt")]) != 0
     err = capsys.readouterr().err
     assert "precision tf32" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*"))

@@ -34,7 +34,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]  # the kit, b
 from planner import RunCost, candidates, load_records, measured_pes, plan  # noqa: E402
 from record import Progress, Record, Stopped, out_paths, since, stop_on_signals  # noqa: E402
 
-from probe.training.train_config import PRECISIONS  # noqa: E402
+from probe.training.train_config import PRECISIONS, TrainConfig  # noqa: E402
 
 RESULTS = HERE.parent / "results"
 MARGIN_S = 30  # kept free at the end: the last writes, the tool's own copy of $OUT
@@ -281,9 +281,12 @@ def measure_rates(
         earlier = earlier_record["rate"]
         rates = {engine: earlier[engine] for engine in ("captured", "eager") if engine in earlier}
         record.put("rate", value=rates | {"from": str(args.rates_from)})
-        measured_in = earlier_record["settings"].get("precision", "auto")
-        if measured_in != args.precision:  # the plan is as good as the rate: say when it is another precision's
-            progress.say(f"rates measured at precision {measured_in} plan these {args.precision} runs")
+        measured_in, runs_in = (
+            TrainConfig(task="scan", preset=args.preset, precision=p).forward_precision(device.type)
+            for p in (earlier_record.get("settings", {}).get("precision", "auto"), args.precision)
+        )
+        if measured_in != runs_in:  # the plan is as good as the rate: say when it is another precision's
+            progress.say(f"rates measured in {measured_in} plan these {runs_in} runs")
         return rates
     rates = {}
     for engine in ("captured", "eager") if device.type == "cuda" and not args.no_capture else ("eager",):

@@ -51,7 +51,7 @@ def paper_config(
 ):
     """A run of the paper's SCAN study as the authors trained it (their protocol on their split, packed
     rows), writing no resumable state: nothing on the device outlives the call. ``precision`` is the
-    forward pass's (``auto``: bf16 autocast on a GPU)."""
+    run's numerics (``auto``: bf16 autocast on a GPU; ``tf32``: float32, its products in TF32)."""
     return TrainConfig(
         task="scan",
         task_options={"split": "paper"},

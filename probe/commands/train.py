@@ -114,8 +114,9 @@ def run(args: argparse.Namespace) -> int:
         )
         for pe, seed in runs
     ]
-    for config in configs:  # a misspelt model field or PE option gets its line before any run starts
+    for config in configs:  # a misspelt model field, a PE option or a precision the device has not: a line first
         config.model_config(vocab_size=1)
+        config.numerics(device.type)
     paths = [run_dir(args.checkpoints, c.task, c.pe, c.seed, c.task_options, c.pe_options) for c in configs]
     out = console(stderr=args.json)
     results = train_with_progress(configs, paths, device, args, out)

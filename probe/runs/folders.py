@@ -217,8 +217,8 @@ def train_command(
 
 
 def recorded_precision(stored: dict[str, Any]) -> str | None:
-    """``float32`` or ``bf16``: what a published run's ``config.json`` (``stored``) says its forward pass trained
-    in; None for a run published before it was recorded."""
+    """``float32``, ``bf16`` or ``tf32`` (:mod:`probe.precision`): what a published run's ``config.json``
+    (``stored``) says it trained in; None for a run published before it was recorded."""
     return stored.get("metrics", {}).get("forward_precision")
 
 

@@ -134,6 +134,8 @@ def train_stacked(
     before any run starts."""
     if len({stack_key(config) for config, _ in runs}) > 1:
         raise ValueError("stacked runs share a batch stream: one stack_key")
+    for config, _ in runs:  # a precision this device has not (tf32 on a CPU): refused before any folder is touched
+        config.numerics(device.type)
     engine = engine or Engine()
     results: dict[int, RunResult | ProbeError] = {}
     with ExitStack() as stack:

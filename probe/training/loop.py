@@ -61,8 +61,7 @@ class Trainer:
         source: TrainingSource | None = None,
         engine: Engine | None = None,
     ):
-        if config.numerics(device.type).tf32 and device.type != "cuda":
-            raise ProbeError(f"precision tf32 rounds a GPU's float32 products; on {device.type} train float32 or bf16")
+        self.numerics = config.numerics(device.type)  # a device's refusal first; a resumed run's: the state's
         self.config = config
         self.path = Path(run_path)
         self.device = device
@@ -89,7 +88,6 @@ class Trainer:
         self.saved_step = 0  # the step of the last state written (or resumed from)
         self.earlier_seconds = 0.0  # training time of earlier sessions, up to the state resumed from
         self.earlier_versions: list[str] = []  # the code versions earlier sessions trained under (runs.provenance)
-        self.numerics = config.numerics(device.type)  # a resumed run's: the state's
         self.rng: dict[str, torch.Tensor] | None = None  # this run's generator states between its steps
         self.writer = StateWriter()
         self._captured: CapturedStep | None = None
@@ -168,6 +166,8 @@ class Trainer:
         self.earlier_versions = meta.get("probe_versions", [UNRECORDED])
         self._window = (0.0, *meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
         if "forward" in meta:  # `auto` can change its mind between versions; the run does not
+            if meta["forward"] not in BY_NAME:
+                raise ProbeError(f"{path} trained in precision {meta['forward']!r}, which this probe does not know")
             self.numerics = BY_NAME[meta["forward"]]
         elif self.config.precision == "auto":  # saved when auto meant bf16 on CUDA only
             self.numerics = BF16 if self.device.type == "cuda" else FLOAT32
@@ -340,7 +340,9 @@ class Trainer:
 
     @property
     def forward_precision(self) -> str:
-        """``float32``, ``bf16`` or ``tf32``: what this run trains in (:mod:`probe.precision`)."""
+        """``float32``, ``bf16`` or ``tf32``: what this run trains in (:mod:`probe.precision`; named "forward" in
+        its state and ``forward_precision`` in its metrics since it was the forward pass's alone, where ``tf32``
+        rounds the backward pass's products too)."""
         return self.numerics.name
 
     def seconds(self) -> float:

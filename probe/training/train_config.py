@@ -11,7 +11,7 @@ from typing import Any
 from probe.errors import ProbeError
 from probe.models.model_config import ModelConfig, resolve_config
 from probe.models.registry import parse_pe_options, pe_class
-from probe.precision import BF16, BY_NAME, FLOAT32, NAMES, Precision
+from probe.precision import BF16, BY_NAME, FLOAT32, NAMES, TF32, Precision
 from probe.presets import CPU_BF16, training_recipe
 from probe.tasks.batches import PACKED_WIDTH
 from probe.training.optimizer import DECAY_GROUPS
@@ -135,13 +135,16 @@ class TrainConfig:
         bf16 autocast on a GPU; on a CPU with bf16 arithmetic of its own
         (:func:`probe.device.cpu_computes_bf16`), at the presets measured to train the paper's tasks as well
         and faster in it (``probe.presets.CPU_BF16``), code pretraining excepted (its perplexity was not
-        measured in bf16). A resumed run keeps what it started with (``Trainer.load_state``)."""
+        measured in bf16). A resumed run keeps what it started with (``Trainer.load_state``). ``tf32`` on a
+        device with no TF32 products (a CPU) is a ProbeError, asked before anything is built or written."""
         from probe.corpus import CODE_TASK
         from probe.device import cpu_computes_bf16
 
         if self.precision == "auto":
             cpu_bf16 = self.preset in CPU_BF16 and self.task != CODE_TASK and cpu_computes_bf16()
             return BF16 if device_type == "cuda" or cpu_bf16 else FLOAT32
+        if self.precision == TF32.name and device_type != "cuda":
+            raise ProbeError(f"precision tf32 rounds a GPU's float32 products; on {device_type} train float32 or bf16")
         return BY_NAME[self.precision]
 
     def forward_precision(self, device_type: str) -> str:
