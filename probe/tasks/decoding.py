@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from probe.errors import ProbeError
-from probe.precision import BF16, BY_NAME, FLOAT32, TF32, Precision
+from probe.precision import BF16, BY_NAME, FLOAT32, Precision
 from probe.tasks import Example, Task, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
 
@@ -40,9 +40,10 @@ def scoring_precision(device: torch.device, precision: str | None = None) -> Pre
     under bf16 would read its argmaxes through rounding it never trained with. On a CPU float32, the weights'
     own precision (a bf16-trained run included), and the faster where the CPU has no bf16 arithmetic of its
     own."""
+    trained = BY_NAME.get(precision)
     if device.type != "cuda":
         return FLOAT32
-    return BY_NAME[precision] if precision in (FLOAT32.name, TF32.name) else BF16
+    return trained if trained and trained.autocast is None else BF16
 
 
 def scoring_numerics(device: torch.device, precision: str | None = None) -> AbstractContextManager:
