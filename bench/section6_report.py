@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
+import textwrap
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -121,8 +123,9 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     evaluations, missing = merged.evaluations, merged.missing
     shapes = attended_shapes(merged.attended, ATTENDED)
     for pe, shape in shapes.items():
-        iid = [e.iid_accuracy for e in evaluations if e.task_folder == ATTENDED and e.pe == pe]
-        shape["iid"] = sum(iid) / len(iid)
+        runs = [e for e in evaluations if e.task_folder == ATTENDED and e.pe == pe]
+        shape["iid"] = statistics.fmean(e.iid_accuracy for e in runs)
+        shape["ood"] = statistics.fmean(e.ood_accuracy for e in runs)
     queries = format_queries(evaluations)
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     formats = planned_formats()
@@ -138,6 +141,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
             "attended": attended_claim(shapes, waiting.get(ATTENDED)),
         },
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
+        "attended_steps": merged.rungs.get(ATTENDED, {}).get("kept"),
         "pes_with_a_scratchpad": with_pad,
         "addition_beside_the_authors": addition_beside_the_authors(evaluations),
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
@@ -236,7 +240,7 @@ def markdown(report: dict) -> str:
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
     lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
-    lines += _attended_table(report["attended"])
+    lines += _attended_table(report["attended"], report["attended_steps"], ATTENDED in report["unsettled"])
     if report["unsettled"]:
         parts = ", ".join(
             f"{scenario} ({u['steps']:,} steps, {100 * u['median_iid_seed0']:.0f}%)"
@@ -309,17 +313,23 @@ def _addition_table(rows: dict, pes: list[str]) -> list[str]:
     return lines
 
 
-def _attended_table(shapes: dict) -> list[str]:
-    """Per PE, the arg-max d̄ of addition with the full scratchpad (mean over the seeds measured)."""
+def _attended_table(shapes: dict, steps: int | None, unsettled: bool) -> list[str]:
+    """Per PE, the arg-max d̄ of addition with the full scratchpad (mean over the seeds measured), and the runs'
+    accuracy, read at ``steps`` (a rung the recipe rule has not settled where ``unsettled``)."""
     if not shapes:
         return []
-    lines = ["", f"Normalized attended distance d̄ of {ATTENDED}'s output queries (unseen lengths, every layer and"]
-    lines += [f"head; bimodality above 5/9 = {UNIFORM:.3f} reads as two modes; near d̄ < {NEAR}, far d̄ ≥ {FAR}):", ""]
-    lines += ["| PE | seeds | IID | bimodality (range) | weighted | near | far | mean d̄ |", "|" + "---|" * 8]
+    rung = "a rung the recipe rule has not settled" if unsettled else "the rung the recipe rule chose"
+    caption = (
+        f"Normalized attended distance d̄ of {ATTENDED}'s output queries, its runs at {steps:,} steps ({rung}): "
+        f"unseen lengths, every layer and head; bimodality above 5/9 = {UNIFORM:.3f} reads as two modes; "
+        f"near d̄ < {NEAR}, far d̄ ≥ {FAR}."
+    )
+    lines = ["", *textwrap.wrap(caption, 110), ""]
+    lines += ["| PE | seeds | IID | OOD | bimodality (range) | weighted | near | far | mean d̄ |", "|" + "---|" * 9]
     for pe, s in shapes.items():
         spread = f" ({s['bimodality_min']:.3f}…{s['bimodality_max']:.3f})" if len(s["seeds"]) > 1 else ""
         lines.append(
-            f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, s['seeds']))} | {_pct(s['iid'])}% | "
+            f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, s['seeds']))} | {_pct(s['iid'])}% | {_pct(s['ood'])}% | "
             f"{s['bimodality']:.3f}{spread} | "
             f"{s['weighted_bimodality']:.3f} | {_pct(s['near'])}% | {_pct(s['far'])}% | {s['mean']:.3f} |"
         )
