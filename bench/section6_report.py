@@ -130,7 +130,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     formats = planned_formats()
     every_format = {fmt: scratchpad_gain(queries, fmt) for fmt in sorted({f for fs in formats.values() for f in fs})}
-    with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)})
+    with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)}, ties="shared")  # most tie at 0%
     waiting = unsettled(merged)
     return {
         "formats": format_ranks(queries),
@@ -192,7 +192,9 @@ def unsettled(merged: Merged) -> dict[str, dict]:
 def _pe_claim(ranking: dict | None, waiting: list[str]) -> str:
     """The paper: "having a positional encoding with robust length generalization is crucial since
     scratchpad/CoT alone may not enhance the generalization" — read as NoPE and T5 still ranked ahead
-    of ALiBi, Rotary and APE on the scratchpad runs, their intervals apart; once every scratchpad scenario
+    of ALiBi, Rotary and APE on the scratchpad runs (ties split: at this scale most scratchpad scenarios tie
+    PEs at 0% on unseen lengths, and a tie broken by table order would rank them by that order), their
+    intervals apart; once every scratchpad scenario
     has two seeds (``waiting``: those that have not), since a ranking over the first to land would move."""
     if waiting or not ranking or len(ranking["seeds"]) < 2:
         every = len(scratchpad_scenarios())
@@ -229,7 +231,9 @@ def markdown(report: dict) -> str:
         lines.append(f"- **{task}** (seeds {','.join(map(str, entry['seeds']))}): {cells}")
     pes = [pe for pe in FIGURE_ORDER if pe in PAPER_ADDITION_NONE]
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
-        lines += ["", f"OOD gain of format {fmt} over no scratchpad (points; mean over seeds, range):", ""]
+        lines += ["", f"OOD gain of format {fmt} over no scratchpad, in points: per PE the mean over seeds (their"]
+        lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds; each scenario at its rung:"]
+        lines += [""]
         lines += ["| task | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
         lines += ["|" + "---|" * (len(pes) + 2)]
         for task, g in gains.items():

@@ -102,6 +102,27 @@ def test_paper_mean_reciprocal_rank_hand_worked_with_a_tie():
     assert got == pytest.approx(oracle.to_dict())
 
 
+def test_ties_between_the_papers_pes_go_as_the_authors_notebook_breaks_them():
+    """Every paper PE at 0% on one scenario (addition at this scale): the notebook's table holds its rows as its
+    stored output prints them (Rotary, ALiBi, T5's Relative Bias, Absolute Sinusoid, No PE) and pandas'
+    method="first" ranks a tie by row order; a second scenario, untied, ranks them by score."""
+    import pandas
+
+    from probe.analysis.evaluation import reciprocal_rank_scores
+
+    rows = ["Rotary", "ALiBi", "T5's Relative Bias", "Absolute Sinusoid", "No PE"]  # plot_aggregate_final.ipynb
+    kinds = {"Rotary": "rotary", "ALiBi": "alibi", "T5's Relative Bias": "t5", "Absolute Sinusoid": "ape"}
+    kinds["No PE"] = "nope"
+    tied = dict.fromkeys(rows, 0.0)
+    apart = {"Rotary": 0.1, "ALiBi": 0.3, "T5's Relative Bias": 0.5, "Absolute Sinusoid": 0.2, "No PE": 0.4}
+    frame = pandas.DataFrame({"tied": tied, "apart": apart}).loc[rows]
+    oracle = (1 / frame.rank(method="first", ascending=False)).mean(axis=1)
+    queries = {name: {kinds[row]: score for row, score in column.items()} for name, column in frame.items()}
+    got = reciprocal_rank_scores(queries)
+    assert got == pytest.approx({kinds[row]: value for row, value in oracle.items()})
+    assert got["rotary"] == pytest.approx((1 + 1 / 5) / 2) and got["nope"] == pytest.approx((1 / 5 + 1 / 2) / 2)
+
+
 def test_mean_reciprocal_rank_over_seeds_hand_worked():
     """Two seeds that order two PEs oppositely on one scenario (and agree on a second): PE a ranks
     (1, 1) at seed 0 and (2, 1) at seed 1, so its MRR is 0.75 (seed 0 alone 1.0, seed 1 alone 0.75,

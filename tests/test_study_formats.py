@@ -3,14 +3,18 @@ per task with shared ties and intervals over seeds, the scratchpad's gain per PE
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from probe.analysis.eval_report import EvalReport
 from probe.figures import format_rank_figure, rank_figure
 from probe.studies.formats import (
     claim_only_addition,
+    format_of,
     format_queries,
     format_ranks,
+    helps,
     pe_queries,
     scratchpad_gain,
     task_key,
@@ -124,6 +128,21 @@ PLANNED = {"addition": ["full", "C", "I+C+V+R"], "parity": ["full", "C"]}
 def test_the_claim_line_reads_every_format_of_every_task(addition, parity, line):
     """The paper's "regardless of the format": the full format helping on addition alone is not the claim."""
     assert claim_only_addition(_gains(addition, parity), PLANNED) == line
+
+
+def test_a_format_helps_only_where_it_helps_every_pe():
+    """The paper's "helpful across all PEs": a gain over PEs carried by one PE (ALiBi +30 points, the others
+    at 0, at both seeds: the mean +6 with its interval clear of 0) is not help; every PE above 0 is."""
+    by_pe = {"nope": 0.0, "t5": 0.0, "alibi": 0.3, "rotary": 0.0, "ape": 0.0}
+    runs = []
+    for seed in (0, 1):
+        for pe, gain in by_pe.items():
+            runs += [report("addition", pe, seed, 0.1), report("addition", pe, seed, 0.1 + gain, "full")]
+    gain = scratchpad_gain(format_queries(runs), "full")["addition"]
+    assert gain["mean"] == pytest.approx(0.06) and gain["low"] > 0
+    assert helps(gain) is False
+    lifted = [replace(r, ood_accuracy=r.ood_accuracy + 0.01) if format_of(r) == "full" else r for r in runs]
+    assert helps(scratchpad_gain(format_queries(lifted), "full")["addition"]) is True
 
 
 def test_one_seed_cannot_tell_the_claim():

@@ -304,9 +304,13 @@ def mean_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
     return dict(sorted(zip(pes, ranks.tolist()), key=lambda item: item[1]))
 
 
-TIE_ORDER = (*(pe for pe in PE_KINDS if pe != "nope"), "nope")
-"""Who wins a tie in :func:`mean_reciprocal_ranks`: the authors rank with pandas' ``method="first"``
-in their rows' order, where NoPE comes last, so a tie goes against NoPE."""
+NOTEBOOK_ROWS = ("rotary", "alibi", "t5", "ape", "nope")
+"""The authors' PEs in the order of their notebook's rows (``plot_aggregate_final.ipynb``, the stored output of
+its mean-reciprocal-rank tables: Rotary, ALiBi, T5's Relative Bias, Absolute Sinusoid, No PE)."""
+TIE_ORDER = (*NOTEBOOK_ROWS[:-1], *(pe for pe in PE_KINDS if pe not in NOTEBOOK_ROWS), "nope")
+"""Who wins a tie in :func:`reciprocal_rank_scores`, first to last: the authors rank with pandas'
+``method="first"``, which breaks a tie by row order, so a tie goes to Rotary before ALiBi, T5's bias and APE,
+and against NoPE; PEs the paper did not train fall between APE and NoPE."""
 
 
 def reciprocal_rank_scores(queries: dict[Any, dict[str, float]]) -> dict[str, float]:

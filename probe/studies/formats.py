@@ -120,11 +120,13 @@ def _full_without_updates(fmt: str, by_query: Queries) -> str:
 
 
 def helps(gain: Mapping[str, Any]) -> bool | None:
-    """Whether a scratchpad helps on a task: its gain over PEs is above 0 with the interval over seeds clear
-    of 0; None with one seed (an interval of no width says nothing)."""
+    """Whether a scratchpad helps on a task "across all PEs" (Section 6; Section 6.1 reads addition's full
+    format as "the case in which scratchpad is helpful across all PEs"): every PE's gain, its mean over seeds,
+    above 0, and the gain over PEs above 0 with its interval over seeds clear of 0, so that neither one PE's
+    large gain nor a mean of noise reads as help. None with one seed (an interval of no width says nothing)."""
     if len(gain["seeds"]) < 2:
         return None
-    return gain["low"] > 0
+    return gain["low"] > 0 and all(pe["mean"] > 0 for pe in gain["pes"].values())
 
 
 def claim_only_addition(

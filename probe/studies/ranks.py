@@ -1,8 +1,8 @@
 """How a study ranks its PEs across scenarios (Figures teaser and mrr-per-category): the mean reciprocal
 rank per category and overall, its bootstrap interval over seeds, and whether the paper's ordering holds.
 
-A query is one scenario at one seed ({(scenario, seed): {pe: OOD exact match}}); ties go against NoPE,
-as in the authors' notebook (:data:`probe.analysis.evaluation.TIE_ORDER`).
+A query is one scenario at one seed ({(scenario, seed): {pe: OOD exact match}}); ties are broken as in the
+authors' notebook (:data:`probe.analysis.evaluation.TIE_ORDER`: Rotary first, NoPE last), or split.
 """
 
 from __future__ import annotations
@@ -35,10 +35,14 @@ def mean_reciprocal_ranks(queries_by_category: dict[str, Queries]) -> dict[str, 
     return out
 
 
-def rank_intervals(queries_by_category: dict[str, Queries], n_resamples: int = 1000) -> dict[str, dict[str, Any]]:
+def rank_intervals(
+    queries_by_category: dict[str, Queries], n_resamples: int = 1000, ties: str = "first"
+) -> dict[str, dict[str, Any]]:
     """Per category and overall: each PE's mean reciprocal rank with its 95% bootstrap interval over seeds
     (:func:`probe.metrics.mean_reciprocal_rank_over_seeds`), on the scenarios that every seed holds with
-    every PE; the seeds and the number of scenarios it rests on. One seed gives an interval of no width."""
+    every PE; the seeds and the number of scenarios it rests on. One seed gives an interval of no width.
+    ``ties``: ``"first"`` breaks them as the authors' notebook does (:data:`TIE_ORDER`); ``"shared"`` splits
+    them, so a scenario where PEs tie (every one at 0% on unseen lengths) ranks none of them above another."""
     from probe.metrics import mean_reciprocal_rank_over_seeds
 
     out: dict[str, dict[str, Any]] = {}
@@ -52,7 +56,7 @@ def rank_intervals(queries_by_category: dict[str, Queries], n_resamples: int = 1
         scores = torch.tensor(
             [[[complete[(s, seed)][pe] for pe in pes] for s in scenarios] for seed in seeds], dtype=torch.float64
         )  # [seed, scenario, pe]
-        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples)
+        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties=ties)
         ranked = sorted(zip(pes, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda row: -row[1])
         out[name] = {
             "seeds": seeds,
