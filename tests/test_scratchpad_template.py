@@ -18,7 +18,7 @@ import torch
 
 from probe.runs.folders import given_options, task_folder_name
 from probe.tasks import SCRATCHPAD_TASKS, Tokenizer, get
-from probe.tasks.decoding import evaluate_examples
+from probe.tasks.decoding import PLAIN_POSITIONS, SCRATCHPAD_POSITIONS, decode_positions, evaluate_examples
 
 AUTHORS_FULL = [
     (
@@ -232,6 +232,46 @@ def test_decoding_scores_the_answer_read(template):
         result = evaluate_examples(model, tokenizer, [example], use_cache=False, answer_of=task.answer_reader())
         assert result.correct == [expected], prediction
     assert get("addition").answer_reader() is None  # no scratchpad: exact match of the whole target, as before
+
+
+def test_a_run_in_the_authors_words_without_a_scratchpad_is_read_as_they_read_it():
+    """Their runs without a scratchpad go through the same ``s2s_*`` processors, whose regex reads the last
+    "The answer is ..." of the whole prediction: text after the answer, an answer given twice and a leading zero
+    do not make it wrong, where a token-for-token match of the whole target would. A row with no end is decoded to
+    their 256 positions, prompt included (``configs/trainer/base_model.jsonnet``), not a scratchpad's 1,500."""
+    task = get("addition", template="authors", train_length=8)
+    tokenizer = Tokenizer.for_task(task)
+    example = task.example_for(5, 8)
+    assert example.target == "The answer is 1 3."
+    cases = {
+        "The answer is 1 3.": True,
+        "The answer is 1 3. 7": True,  # text after the answer
+        "The answer is 0 1 3.": True,  # read as the int 13
+        "The answer is 1 4. The answer is 1 3.": True,  # the last answer is read
+        "The answer is 1 3. The answer is 1 4.": False,
+        "The answer is 1 4.": False,
+        "1 3": False,  # no answer to read
+    }
+    for prediction, expected in cases.items():
+        model = Scripted(tokenizer.encode(prediction) + [tokenizer.eos_id], len(tokenizer))
+        result = evaluate_examples(model, tokenizer, [example], use_cache=False, answer_of=task.answer_reader())
+        assert result.correct == [expected], prediction
+    assert decode_positions(task) == PLAIN_POSITIONS
+    assert decode_positions(get("addition", scratchpad="full", train_length=8)) == SCRATCHPAD_POSITIONS
+    assert decode_positions(get("addition", train_length=8)) is None  # probe's words: the whole target, as before
+    endless = tokenizer.encode("The answer is 1 3." + " 7" * 300)  # never ends: decoded as far as the budget
+    prompt = len(tokenizer.encode_prompt(example.source))
+    result = evaluate_examples(
+        Scripted(endless, len(tokenizer)),
+        tokenizer,
+        [example],
+        use_cache=False,
+        answer_of=task.answer_reader(),
+        decode_to=PLAIN_POSITIONS,
+        keep_predictions=True,
+    )
+    assert result.correct == [True]
+    assert len(tokenizer.encode(result.predictions[0])) == PLAIN_POSITIONS - prompt
 
 
 # --- vocabulary ---------------------------------------------------------------------------------

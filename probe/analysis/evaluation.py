@@ -161,6 +161,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
         "device": device,
         "batch_size": batch_size,
         "answer_of": task.answer_reader(),
+        "decode_to": decode_positions(task),
         "cached": not intervention.needs_whole_pass(model),
         "precision": recorded_precision(meta),  # scored as it trained
     }
@@ -208,17 +209,20 @@ def score_examples(
     device: torch.device | str,
     batch_size: int,
     answer_of: Callable[[str], Hashable | None] | None,
+    decode_to: int | None = None,
     cached: bool = True,
     precision: str | None = None,
 ) -> EvalResult:
     """Greedy decoding's exact match of ``model`` on ``examples``: in one teacher-forced pass per batch
     where that is the same number (:func:`~probe.tasks.decoding.teacher_forced_exact_match`), decoding
-    token by token where it is not: a scratchpad scored on its final answer alone, and positions drawn
-    at random, which decoding draws once for the whole sequence. ``precision``: the model's training
-    precision (:func:`~probe.tasks.decoding.scoring_precision`)."""
+    token by token where it is not: a prediction scored on its answer alone (decoded on to ``decode_to``
+    positions, :func:`~probe.tasks.decoding.decode_positions`), and positions drawn at random, which decoding
+    draws once for the whole sequence. ``precision``: the model's training precision
+    (:func:`~probe.tasks.decoding.scoring_precision`)."""
     common = {"device": device, "batch_size": batch_size, "precision": precision}
     if answer_of or model.config.random_positions:
-        return evaluate_examples(model, tokenizer, examples, answer_of=answer_of, use_cache=cached, **common)
+        budget = {"decode_to": decode_to} if decode_to is not None else {}
+        return evaluate_examples(model, tokenizer, examples, answer_of=answer_of, use_cache=cached, **budget, **common)
     return teacher_forced_examples(model, tokenizer, examples, **common)
 
 

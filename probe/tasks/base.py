@@ -250,7 +250,10 @@ class ScratchpadTask(GeneratedTask):
         return vocabulary_of(*texts)
 
     def answer_reader(self) -> Callable[[str], Hashable | None] | None:
-        return self.answer_of if self.scratchpad else None
+        """How a prediction is read where the authors read its answer rather than match it token for token: with
+        a scratchpad, and in their words without one (their ``s2s_*`` processors read the answer alike, text after
+        it and a missing end included); None elsewhere (exact match of the whole target)."""
+        return self.answer_of if self.scratchpad or self.authors_text else None
 
     def answer_of(self, text: str) -> Hashable | None:
         """The answer a prediction (or gold target) gives: :meth:`read_answer` of the text after its first

@@ -31,6 +31,10 @@ from probe.tasks.batches import EncodedSet, encode
 SCRATCHPAD_POSITIONS = 1500
 """Positions, prompt included, the authors decode a scratchpad run to (``generation_max_length`` in their
 ``configs/data/w_scratchpad.jsonnet``): how far a prediction scored by its answer may run."""
+PLAIN_POSITIONS = 256
+"""Positions, prompt included, the authors decode a run without a scratchpad to (``generation_max_length`` in
+their ``configs/trainer/base_model.jsonnet``, which ``configs/t5_dec_base.jsonnet`` brings to every run that
+adds no scratchpad configuration): how far a prediction in their words, scored by its answer, may run."""
 
 
 def scoring_precision(device: torch.device, precision: str | None = None) -> Precision:
@@ -59,9 +63,12 @@ examples, against every row to the end: 1/8 1.32x, 1/32 1.35x (the same, within 
 
 
 def decode_positions(task: Task) -> int | None:
-    """How far greedy decoding runs a ``task``'s predictions scored by their answer (a scratchpad's):
-    :data:`SCRATCHPAD_POSITIONS`; None where a prediction is scored token for token, decided at the gold's length."""
-    return SCRATCHPAD_POSITIONS if task.answer_reader() is not None else None
+    """How far greedy decoding runs a ``task``'s predictions scored by their answer: a scratchpad's to
+    :data:`SCRATCHPAD_POSITIONS`, one in the authors' words without a scratchpad to :data:`PLAIN_POSITIONS`;
+    None where a prediction is scored token for token, decided at the gold's length."""
+    if task.answer_reader() is None:
+        return None
+    return SCRATCHPAD_POSITIONS if task.scratchpad else PLAIN_POSITIONS
 
 
 @dataclass
@@ -152,10 +159,12 @@ def evaluate_examples(
     use_cache: bool = True,
     keep_predictions: bool = False,
     answer_of: Callable[[str], Hashable | None] | None = None,
+    decode_to: int = SCRATCHPAD_POSITIONS,
     precision: str | None = None,
 ) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result); with ``answer_of``
-    (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer.
+    (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer, an
+    unended one decoded on to ``decode_to`` positions, prompt included (:func:`decode_positions`).
     ``precision``: the model's training precision, which :func:`scoring_precision` reads."""
     device = torch.device(device)
     model.eval()
@@ -171,7 +180,7 @@ def evaluate_examples(
             out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator)
             rows = out.tolist()
             if answer_of:
-                rows = _decoded_on(model, batch, rows, tokenizer, use_cache, generator)
+                rows = _decoded_on(model, batch, rows, tokenizer, use_cache, generator, decode_to)
             for row, i in enumerate(chunk):
                 ids = rows[row]
                 correct[i] = is_correct(ids, targets[i], tokenizer, answer_of, answers[i] if answer_of else None)
@@ -181,15 +190,21 @@ def evaluate_examples(
 
 
 def _decoded_on(
-    model, prompts: torch.Tensor, rows: list[list[int]], tokenizer: Tokenizer, use_cache: bool, generator
+    model,
+    prompts: torch.Tensor,
+    rows: list[list[int]],
+    tokenizer: Tokenizer,
+    use_cache: bool,
+    generator,
+    decode_to: int = SCRATCHPAD_POSITIONS,
 ) -> list[list[int]]:
     """``rows`` (generated ids per prompt of ``prompts`` [batch, prompt]), those without ``<eos>`` decoded on to
-    :data:`SCRATCHPAD_POSITIONS` (the model's context, if shorter), as one batch, from where they stopped: each
+    ``decode_to`` positions (the model's context, if shorter), as one batch, from where they stopped: each
     prompt and what it generated read in one pass, then a token a step. (Decoding them again from their prompts
     re-derived the tokens they had, most of a rerun's steps.) A model that draws its positions decodes them again
     from their prompts, so that one draw covers each row's whole decode."""
     cut = [k for k, ids in enumerate(rows) if tokenizer.eos_id not in ids]
-    budget = min(SCRATCHPAD_POSITIONS, model.cfg.n_ctx + 1) - prompts.size(1)
+    budget = min(decode_to, model.cfg.n_ctx + 1) - prompts.size(1)
     done = max((len(rows[k]) for k in cut), default=budget)  # unended rows ran every step the batch ran
     if done >= budget:
         return rows

@@ -66,12 +66,12 @@ class TaskSource:
     def validate(
         self, model: PETransformer, n: int, device: torch.device, precision: str | None = None
     ) -> dict[str, float]:
-        from probe.tasks.decoding import evaluate_examples
+        from probe.tasks.decoding import decode_positions, evaluate_examples
 
         valid = self.task.held_out(n, seed=self.seed)
-        answer_of = self.task.answer_reader()
+        answer_of, budget = self.task.answer_reader(), decode_positions(self.task)
         result = evaluate_examples(
-            model, self.tokenizer, valid, device=device, answer_of=answer_of, precision=precision
+            model, self.tokenizer, valid, device=device, answer_of=answer_of, decode_to=budget, precision=precision
         )
         return {"iid_accuracy": result.accuracy}
 
