@@ -261,7 +261,7 @@ def test_the_section6_report_sets_addition_beside_the_authors_notebook(tmp_path)
 
 def test_the_section6_report_names_the_scratchpad_parts_scored_before_decoding_ran_on(tmp_path):
     """A scratchpad part whose evaluations do not record how far they decoded is named; recorded, it is not;
-    a baseline (scored token for token) never is."""
+    a baseline (no scratchpad, decoded to its own budget) never is."""
     from helpers import bench_script
 
     script = bench_script("section6_report")

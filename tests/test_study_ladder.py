@@ -396,18 +396,23 @@ def test_every_committed_summary_is_the_part_todays_plan_trains_on_a_cpu(tmp_pat
 
 def test_a_scratchpad_part_is_reused_only_where_its_answers_were_decoded_as_far_as_the_authors_decode(tmp_path):
     """Addition's full format, seed 0, as committed (evaluated to the authors' 1,500 positions) and as it was
-    first written (its evaluations asked nothing of how far they decoded: stopped at the gold's length); and a
-    baseline, scored token for token."""
-    from probe.tasks.decoding import SCRATCHPAD_POSITIONS
+    first written (its evaluations asked nothing of how far they decoded: stopped at the gold's length); and its
+    baseline as committed (its answer read, decoded to the authors' 256 positions) and as first scored, token
+    for token (kept under superseded/)."""
+    from probe.tasks.decoding import PLAIN_POSITIONS, SCRATCHPAD_POSITIONS
 
     committed = RESULTS / "section6"
     planned = scenarios(plan("section6", tmp_path / "runs", seeds=1))
     landed = Landed(tmp_path, "section6")
-    for name in ("addition+scratchpad=full", "addition+template=authors+train_length=8"):
+    baseline = "addition+template=authors+train_length=8"
+    (tmp_path / f"{baseline}+seed0.json").write_text((committed / "superseded" / f"{baseline}+seed0.json").read_text())
+    with pytest.raises(ProbeError, match=r"as planned \(what differs: scoring\)"):
+        landed.iid(baseline, 0, "", planned[baseline])
+    for name in ("addition+scratchpad=full", baseline):
         (tmp_path / f"{name}+seed0.json").write_text((committed / f"{name}+seed0.json").read_text())
-    assert landed.iid(
-        "addition+template=authors+train_length=8", 0, "", planned["addition+template=authors+train_length=8"]
-    )
+    assert landed.iid(baseline, 0, "", planned[baseline])
+    data = json.loads((tmp_path / f"{baseline}+seed0.json").read_text())
+    assert {row["evaluation"]["asked"]["decode_positions"] for row in data["runs"]} == {PLAIN_POSITIONS}
     full = planned["addition+scratchpad=full"]
     data = json.loads((tmp_path / "addition+scratchpad=full+seed0.json").read_text())
     assert {row["evaluation"]["asked"]["decode_positions"] for row in data["runs"]} == {SCRATCHPAD_POSITIONS}
