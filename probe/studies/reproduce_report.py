@@ -143,25 +143,36 @@ def report_of(
             else [f"{folder}: the paper's released results hold no run of this task to compare with."],
             **analyses.get(folder, {}),
         }
-    paper_queries: dict[str, dict[Any, dict[str, float]]] = {}
+    return {
+        "scale": scale,
+        "tasks": tasks,
+        **_ranks(ours_queries, _paper_queries(tasks)),
+        "mean_rank": {"ours": mean_ranks(evaluated)},
+        "missing": list(missing),
+        "notes": [n for t in tasks.values() for n in t["notes"]],
+    }
+
+
+def _paper_queries(tasks: dict[str, Any]) -> dict[str, dict[Any, dict[str, float]]]:
+    """{category: {(dataset, seed): {pe: OOD}}} of the paper's released runs of the report's scenarios."""
+    queries: dict[str, dict[Any, dict[str, float]]] = {}
     for entry in tasks.values():
         if entry["paper_dataset"]:
             for run in paper_runs(entry["paper_dataset"]):
                 key = (entry["paper_dataset"], run["seed"])
-                paper_queries.setdefault(entry["category"], {}).setdefault(key, {})[run["pe"]] = run["ood"]
+                queries.setdefault(entry["category"], {}).setdefault(key, {})[run["pe"]] = run["ood"]
+    return queries
+
+
+def _ranks(ours: dict[str, dict[Any, dict[str, float]]], paper: dict[str, dict[Any, dict[str, float]]]) -> dict:
+    """The ranks, ours and the paper's: ties broken as the authors' notebook breaks them, with intervals over
+    seeds, and again with ties split; and whether the paper's ordering holds in ours."""
+    intervals = {"ours": rank_intervals(ours), "paper": rank_intervals(paper)}
     return {
-        "scale": scale,
-        "tasks": tasks,
-        "mrr": {"ours": mean_reciprocal_ranks(ours_queries), "paper": mean_reciprocal_ranks(paper_queries)},
-        "mrr_intervals": {"ours": (ours_ranks := rank_intervals(ours_queries)), "paper": rank_intervals(paper_queries)},
-        "mrr_ties_shared": {
-            "ours": rank_intervals(ours_queries, ties="shared"),
-            "paper": rank_intervals(paper_queries, ties="shared"),
-        },
-        "paper_ordering": paper_ordering(ours_ranks),
-        "mean_rank": {"ours": mean_ranks(evaluated)},
-        "missing": list(missing),
-        "notes": [n for t in tasks.values() for n in t["notes"]],
+        "mrr": {"ours": mean_reciprocal_ranks(ours), "paper": mean_reciprocal_ranks(paper)},
+        "mrr_intervals": intervals,
+        "mrr_ties_shared": {"ours": rank_intervals(ours, ties="shared"), "paper": rank_intervals(paper, ties="shared")},
+        "paper_ordering": paper_ordering(intervals["ours"]),
     }
 
 
