@@ -208,7 +208,7 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
         if name not in over_seeds or over_seeds[name]["seeds"] != entry["seeds"]
     }
     views = [("ours", over_seeds), ("ours", at_first), ("paper", report["mrr_intervals"]["paper"])]
-    shared = report.get("mrr_ties_shared", {})  # the overall ranks again, ties split: what the tie rule moves
+    shared = report["mrr_ties_shared"]  # the overall ranks again, ties split: what the tie rule moves
     views += [(f"{who}, ties split", {"overall": shared[who]["overall"]}) for who in shared if "overall" in shared[who]]
     for who, intervals in views:
         for name, entry in intervals.items():

@@ -194,8 +194,8 @@ def _pe_claim(ranking: dict | None, waiting: list[str]) -> str:
     scratchpad/CoT alone may not enhance the generalization" — read as NoPE and T5 still ranked ahead
     of ALiBi, Rotary and APE on the scratchpad runs (ties split: at this scale most scratchpad scenarios tie
     PEs at 0% on unseen lengths, and a tie broken by table order would rank them by that order), their
-    intervals apart; once every scratchpad scenario
-    has two seeds (``waiting``: those that have not), since a ranking over the first to land would move."""
+    intervals apart; once every scratchpad scenario has two seeds (``waiting``: those that have not), since a
+    ranking over the first to land would move."""
     if waiting or not ranking or len(ranking["seeds"]) < 2:
         every = len(scratchpad_scenarios())
         return (

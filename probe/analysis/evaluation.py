@@ -221,8 +221,9 @@ def score_examples(
     (:func:`~probe.tasks.decoding.scoring_precision`)."""
     common = {"device": device, "batch_size": batch_size, "precision": precision}
     if answer_of or model.config.random_positions:
-        budget = {"decode_to": decode_to} if decode_to is not None else {}
-        return evaluate_examples(model, tokenizer, examples, answer_of=answer_of, use_cache=cached, **budget, **common)
+        return evaluate_examples(
+            model, tokenizer, examples, answer_of=answer_of, decode_to=decode_to, use_cache=cached, **common
+        )
     return teacher_forced_examples(model, tokenizer, examples, **common)
 
 

@@ -44,9 +44,9 @@ def scoring_precision(device: torch.device, precision: str | None = None) -> Pre
     under bf16 would read its argmaxes through rounding it never trained with. On a CPU float32, the weights'
     own precision (a bf16-trained run included), and the faster where the CPU has no bf16 arithmetic of its
     own."""
-    trained = BY_NAME.get(precision)
     if device.type != "cuda":
         return FLOAT32
+    trained = BY_NAME.get(precision)
     return trained if trained and trained.autocast is None else BF16
 
 
@@ -159,12 +159,13 @@ def evaluate_examples(
     use_cache: bool = True,
     keep_predictions: bool = False,
     answer_of: Callable[[str], Hashable | None] | None = None,
-    decode_to: int = SCRATCHPAD_POSITIONS,
+    decode_to: int | None = SCRATCHPAD_POSITIONS,
     precision: str | None = None,
 ) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result); with ``answer_of``
     (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer, an
-    unended one decoded on to ``decode_to`` positions, prompt included (:func:`decode_positions`).
+    unended one decoded on to ``decode_to`` positions, prompt included (:func:`decode_positions`; None: not
+    decoded past the gold's length).
     ``precision``: the model's training precision, which :func:`scoring_precision` reads."""
     device = torch.device(device)
     model.eval()
@@ -179,7 +180,7 @@ def evaluate_examples(
             batch = torch.tensor([prompts[i] for i in chunk], device=device)
             out = greedy_decode(model, batch, longest, tokenizer.eos_id, tokenizer.pad_id, use_cache, generator)
             rows = out.tolist()
-            if answer_of:
+            if answer_of and decode_to:
                 rows = _decoded_on(model, batch, rows, tokenizer, use_cache, generator, decode_to)
             for row, i in enumerate(chunk):
                 ids = rows[row]
