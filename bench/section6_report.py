@@ -35,6 +35,7 @@ from probe.studies.attended import FAR, NEAR, UNIFORM, attended_claim, attended_
 from probe.studies.formats import (  # noqa: E402
     NONE,
     claim_only_addition,
+    claim_pe_needed,
     format_of,
     format_queries,
     format_ranks,
@@ -137,7 +138,9 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
         "gain": gains,
         "claims": {
             "only_addition": claim_only_addition(every_format, formats),
-            "pe_still_matters": _pe_claim(with_pad.get("overall"), short_of_two_seeds(merged)),
+            "pe_still_matters": claim_pe_needed(
+                with_pad.get("overall"), len(short_of_two_seeds(merged)), len(scratchpad_scenarios())
+            ),
             "attended": attended_claim(shapes, waiting.get(ATTENDED)),
         },
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
@@ -187,27 +190,6 @@ def unsettled(merged: Merged) -> dict[str, dict]:
         for scenario, r in merged.rungs.items()
         if r["chosen"] is None
     }
-
-
-def _pe_claim(ranking: dict | None, waiting: list[str]) -> str:
-    """The paper: "having a positional encoding with robust length generalization is crucial since
-    scratchpad/CoT alone may not enhance the generalization" — read as NoPE and T5 still ranked ahead
-    of ALiBi, Rotary and APE on the scratchpad runs (ties split: at this scale most scratchpad scenarios tie
-    PEs at 0% on unseen lengths, and a tie broken by table order would rank them by that order), their
-    intervals apart; once every scratchpad scenario has two seeds (``waiting``: those that have not), since a
-    ranking over the first to land would move."""
-    if waiting or not ranking or len(ranking["seeds"]) < 2:
-        every = len(scratchpad_scenarios())
-        return (
-            f"cannot be told yet: it needs at least two seeds of every scratchpad scenario "
-            f"({every - len(waiting)} of {every} have them)"
-        )
-    pes = ranking["pes"]
-    leaders = [pes[p] for p in ("nope", "t5") if p in pes]
-    trailers = [pes[p] for p in ("alibi", "rotary", "ape") if p in pes]
-    if leaders and trailers and min(r["low"] for r in leaders) > max(r["high"] for r in trailers):
-        return "holds: with a scratchpad, NoPE and T5 still rank ahead of ALiBi, Rotary and APE"
-    return "does not hold clearly: with a scratchpad the leaders' and trailers' intervals overlap"
 
 
 def _pct(x: float | None) -> str:

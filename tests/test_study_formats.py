@@ -11,6 +11,7 @@ from probe.analysis.eval_report import EvalReport
 from probe.figures import format_rank_figure, rank_figure
 from probe.studies.formats import (
     claim_only_addition,
+    claim_pe_needed,
     format_of,
     format_queries,
     format_ranks,
@@ -169,6 +170,97 @@ def test_pes_ranked_with_a_scratchpad_only():
     runs.append(report("addition", "nope", 0, 0.9))  # no scratchpad: not a query of the PE ranking
     queries = pe_queries(runs)
     assert list(queries.values()) == [{"nope": 0.4, "t5": 0.3}]
+
+
+def _ranking(**pes: tuple[float, float, float]) -> dict:
+    """rank_intervals' overall entry at two seeds: {pe: (mrr, low, high)}."""
+    return {
+        "seeds": [0, 1],
+        "scenarios": 20,
+        "pes": {pe: dict(zip(("mrr", "low", "high"), v)) for pe, v in pes.items()},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ranking", "line"),
+    [
+        (
+            _ranking(
+                nope=(0.8, 0.7, 0.9),
+                t5=(0.6, 0.55, 0.65),
+                alibi=(0.5, 0.45, 0.5),
+                rotary=(0.3, 0.2, 0.4),
+                ape=(0.2, 0.1, 0.3),
+            ),
+            "holds: with a scratchpad, NoPE and T5 still rank ahead of ALiBi, Rotary and APE, intervals apart",
+        ),
+        (  # ALiBi's mean above T5's; NoPE's interval clear of ALiBi's (0.7 > 0.68)
+            _ranking(
+                nope=(0.8, 0.7, 0.9),
+                t5=(0.6, 0.55, 0.65),
+                alibi=(0.62, 0.5, 0.68),
+                rotary=(0.3, 0.2, 0.4),
+                ape=(0.2, 0.1, 0.3),
+            ),
+            "holds in part: with a scratchpad, NoPE or T5 ranks ahead of ALiBi, Rotary or APE in 5 of 6 pairs, "
+            "5 with intervals apart (not ahead: ALiBi ≥ T5's Relative Bias)",
+        ),
+        (
+            _ranking(
+                nope=(0.8, 0.7, 0.9),
+                t5=(0.6, 0.5, 0.7),
+                alibi=(0.5, 0.4, 0.6),
+                rotary=(0.3, 0.2, 0.4),
+                ape=(0.2, 0.1, 0.3),
+            ),
+            "holds in part: with a scratchpad, NoPE or T5 ranks ahead of ALiBi, Rotary or APE in 6 of 6 pairs, "
+            "5 with intervals apart (intervals overlap: T5's Relative Bias and ALiBi)",
+        ),
+        (
+            _ranking(
+                nope=(0.3, 0.2, 0.4),
+                t5=(0.2, 0.1, 0.3),
+                alibi=(0.5, 0.4, 0.6),
+                rotary=(0.6, 0.5, 0.7),
+                ape=(0.4, 0.3, 0.5),
+            ),
+            "does not hold: with a scratchpad, neither NoPE nor T5 ranks ahead of ALiBi, Rotary or APE",
+        ),
+    ],
+)
+def test_the_pe_claim_names_the_pairs_that_fall_short(ranking, line):
+    assert claim_pe_needed(ranking, waiting=0, every=20) == line
+
+
+def test_the_pe_claim_waits_for_two_seeds_of_every_scratchpad_scenario():
+    ranking = _ranking(nope=(0.8, 0.7, 0.9), t5=(0.6, 0.55, 0.65), alibi=(0.5, 0.45, 0.5), rotary=(0.3, 0.2, 0.4))
+    waiting = "cannot be told yet: it needs at least two seeds of every scratchpad scenario"
+    assert claim_pe_needed(ranking, waiting=3, every=20) == f"{waiting} (17 of 20 have them)"
+    assert claim_pe_needed({**ranking, "seeds": [0]}, waiting=0, every=20) == f"{waiting} (20 of 20 have them)"
+    assert claim_pe_needed(None, waiting=0, every=20).startswith(waiting)
+
+
+def test_the_pe_claim_reads_a_ranking_made_from_the_runs():
+    """Two seeds of two scratchpad scenarios, the PEs in the paper's order at both (NoPE 0.5, T5 0.4, ALiBi 0.3,
+    Rotary 0.2, APE 0.1 on unseen lengths): every (seed) resample ranks them alike, so every interval has no
+    width and every pair is apart; with T5 and ALiBi tied everywhere, they split 1/2 and 1/3, and the pair is
+    not ahead."""
+    from probe.studies.ranks import rank_intervals
+
+    ood = {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
+
+    def line(scores: dict[str, float]) -> str:
+        runs = [
+            report(task, pe, seed, acc, "full")
+            for task in ("addition", "parity")
+            for seed in (0, 1)
+            for pe, acc in scores.items()
+        ]
+        ranking = rank_intervals({"with a scratchpad": pe_queries(runs)}, ties="shared")["overall"]
+        return claim_pe_needed(ranking, waiting=0, every=2)
+
+    assert line(ood).startswith("holds:")
+    assert line({**ood, "alibi": 0.4}).endswith("(not ahead: ALiBi ≥ T5's Relative Bias)")
 
 
 def test_the_formats_figure_names_every_format_with_its_interval():

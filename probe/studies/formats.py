@@ -19,6 +19,8 @@ import torch
 
 from probe.analysis.eval_report import EvalReport
 from probe.metrics import bootstrap_ci, mean_reciprocal_rank_over_seeds
+from probe.models.registry import PE_LABELS
+from probe.studies.ranks import PAPER_LEADERS, PAPER_TRAILERS
 
 NONE = "none"  # the format name of a run without a scratchpad
 Queries = dict[tuple[str, int], dict[str, float]]  # (pe, seed) -> {format: OOD exact match}
@@ -182,3 +184,39 @@ def pe_queries(reports: Iterable[EvalReport], formats: Sequence[str] | None = No
         if fmt != NONE and (formats is None or fmt in formats) and r.ood_accuracy is not None:
             out.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
     return out
+
+
+def claim_pe_needed(ranking: Mapping[str, Any] | None, waiting: int, every: int) -> str:
+    """The paper's second Section 6 claim: "having a positional encoding with robust length generalization is
+    crucial since scratchpad/CoT alone may not enhance the generalization", read as NoPE and T5 still ranked
+    ahead of ALiBi, Rotary and APE on the scratchpad runs, every pair's intervals over seeds apart.
+    ``ranking``: :func:`~probe.studies.ranks.rank_intervals`' overall entry over :func:`pe_queries`, ties split
+    (at this scale most scratchpad scenarios tie PEs at 0% on unseen lengths, and a tie broken by table order
+    would rank them by that order). It waits until every one of the ``every`` scratchpad scenarios has two
+    seeds (``waiting``: how many have not), since a ranking over the first to land would move. One line:
+    holds, holds in part (the pairs not ahead, or not apart), does not hold, or cannot be told yet."""
+    pes = ranking["pes"] if ranking else {}
+    pairs = [(a, b) for a in PAPER_LEADERS for b in PAPER_TRAILERS if a in pes and b in pes]
+    if waiting or not pairs or len(ranking["seeds"]) < 2:
+        return (
+            "cannot be told yet: it needs at least two seeds of every scratchpad scenario "
+            f"({every - waiting} of {every} have them)"
+        )
+    ahead = [(a, b) for a, b in pairs if pes[a]["mrr"] > pes[b]["mrr"]]
+    apart = [(a, b) for a, b in ahead if pes[a]["low"] > pes[b]["high"]]
+    if len(apart) == len(pairs):
+        return "holds: with a scratchpad, NoPE and T5 still rank ahead of ALiBi, Rotary and APE, intervals apart"
+    if not ahead:
+        return "does not hold: with a scratchpad, neither NoPE nor T5 ranks ahead of ALiBi, Rotary or APE"
+    name = PE_LABELS.get
+    behind = [f"{name(b, b)} ≥ {name(a, a)}" for a, b in pairs if (a, b) not in ahead]
+    close = [f"{name(a, a)} and {name(b, b)}" for a, b in ahead if (a, b) not in apart]
+    detail = []
+    if behind:
+        detail.append(f"not ahead: {', '.join(behind)}")
+    if close:
+        detail.append(f"intervals overlap: {', '.join(close)}")
+    return (
+        f"holds in part: with a scratchpad, NoPE or T5 ranks ahead of ALiBi, Rotary or APE in {len(ahead)} of "
+        f"{len(pairs)} pairs, {len(apart)} with intervals apart ({'; '.join(detail)})"
+    )
