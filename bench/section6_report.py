@@ -251,8 +251,9 @@ def markdown(report: dict) -> str:
 def _cost_lines(cost: dict[str, dict]) -> list[str]:
     if not cost:
         return []
-    lines = ["", "What the landed parts cost where they ran, in core-minutes (a run on one core; every rung trained"]
-    lines += ["counts; an evaluation is timed since 2026-12-03, the runs timed in brackets):", ""]
+    lines = ["", "What the landed parts cost where they ran, in core-minutes (a run's wall time on its one core, so"]
+    lines += ["other work on the machine at the time is in it; every rung trained counts; an evaluation is timed"]
+    lines += ["since 2026-12-03, the runs timed in brackets):", ""]
     lines += ["| scenario | seed: steps | training | evaluation |", "|---|---|---|---|"]
     for scenario, row in cost.items():
         parts = ", ".join(f"{seed}: {steps:,}" for seed, steps in row["parts"])
