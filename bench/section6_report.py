@@ -214,14 +214,17 @@ def markdown(report: dict) -> str:
     pes = [pe for pe in FIGURE_ORDER if pe in PAPER_ADDITION_NONE]
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
         lines += ["", f"OOD gain of format {fmt} over no scratchpad, in points: per PE the mean over seeds (their"]
-        lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds; each scenario at its rung:"]
+        lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds, each spread shown from two"]
+        lines += ["seeds on; each scenario at its rung:"]
         lines += [""]
-        lines += ["| task | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
-        lines += ["|" + "---|" * (len(pes) + 2)]
+        lines += ["| task | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
+        lines += ["|" + "---|" * (len(pes) + 3)]
         for task, g in gains.items():
-            cells = [_gain(g["pes"].get(pe)) for pe in pes]
-            over = f"{100 * g['mean']:+.1f} [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]"
-            lines.append(f"| {task} ({g['format']}) | " + " | ".join(cells) + f" | {over} |")
+            spread = len(g["seeds"]) > 1
+            cells = [_gain(g["pes"].get(pe), spread) for pe in pes]
+            over = f"{100 * g['mean']:+.1f}" + (f" [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]" if spread else "")
+            seeds = ",".join(map(str, g["seeds"]))
+            lines.append(f"| {task} ({g['format']}) | {seeds} | " + " | ".join(cells) + f" | {over} |")
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
@@ -336,8 +339,11 @@ def _missing(report: dict) -> str:
     )
 
 
-def _gain(g: dict | None) -> str:
-    return "–" if g is None else f"{100 * g['mean']:+.1f} ({100 * g['min']:+.1f}…{100 * g['max']:+.1f})"
+def _gain(g: dict | None, spread: bool) -> str:
+    """A PE's mean gain, with the seeds' range where there are two or more (one seed's range is no spread)."""
+    if g is None:
+        return "–"
+    return f"{100 * g['mean']:+.1f}" + (f" ({100 * g['min']:+.1f}…{100 * g['max']:+.1f})" if spread else "")
 
 
 def main() -> None:

@@ -280,3 +280,43 @@ def test_the_section6_report_names_the_scratchpad_parts_scored_before_decoding_r
         row["evaluation"]["asked"]["decode_positions"] = 1500
     path.write_text(json.dumps(data))
     assert script.report_of(script.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == []
+
+
+PES = ["nope", "t5", "alibi", "rotary", "ape"]  # the report's column order
+
+
+def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tmp_path):
+    """Addition's full format and its baseline at seed 0 (committed), and again as seed 1 with ALiBi's full
+    format 20 points higher on unseen lengths: one seed's row is its numbers alone (a range of one value, an
+    interval of no width, says nothing), two seeds' rows carry the range and the interval over seeds."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    for name in ["addition+scratchpad=full", "addition+template=authors+train_length=8"]:
+        summary = json.loads((committed / f"{name}+steps4000+seed0.json").read_text())
+        (tmp_path / f"{name}+steps4000+seed0.json").write_text(json.dumps(summary))
+        summary["seed"] = 1
+        for row in summary["runs"]:
+            row["seed"] = row["evaluation"]["seed"] = 1
+            if row["pe"] == "alibi" and "scratchpad=full" in name:
+                row["ood"] = row["evaluation"]["ood_accuracy"] = row["ood"] + 0.2
+        (tmp_path / f"{name}+steps4000+seed1.json").write_text(json.dumps(summary))
+
+    def addition_row(seeds: list[int]) -> tuple[dict, list[str]]:
+        report = script.report_of(script.merged_runs(tmp_path, seeds))
+        (line,) = [row for row in script.markdown(report).splitlines() if row.startswith("| addition (full) |")]
+        return report["gain"]["full"]["addition"], [cell.strip() for cell in line.strip("|").split("|")]
+
+    gain, cells = addition_row([0])
+    assert cells[1] == "0" and cells[2:] == [f"{100 * gain['pes'][pe]['mean']:+.1f}" for pe in PES] + [
+        f"{100 * gain['mean']:+.1f}"
+    ]
+    gain, cells = addition_row([0, 1])
+    alibi = gain["pes"]["alibi"]
+    assert cells[1] == "0,1" and alibi["max"] - alibi["min"] == pytest.approx(0.2)
+    assert cells[2 + PES.index("alibi")] == (
+        f"{100 * alibi['mean']:+.1f} ({100 * alibi['min']:+.1f}…{100 * alibi['max']:+.1f})"
+    )
+    assert gain["high"] > gain["low"]
+    assert cells[-1] == f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}]"
