@@ -9,8 +9,9 @@ every example in the authors' wording). This script merges them under the study'
 part expected and not found, and writes ``bench/results/section6_report.{json,md}`` (``--name``: another
 stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
 scratchpad_formats_per_ds), the full format's and C's gain over no scratchpad per PE, the PEs ranked with a
-scratchpad, the attended distances of addition with the full scratchpad (Figure attended_distance, from the
-histograms its runs keep in their summaries), and one line per claim of the paper's Section 6.
+scratchpad, each PE's IID per scenario and how many scratchpad scenarios it has not fit, the attended
+distances of addition with the full scratchpad (Figure attended_distance, from the histograms its runs keep in
+their summaries), and one line per claim of the paper's Section 6.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from probe.studies.formats import (  # noqa: E402
     pe_queries,
     scratchpad_gain,
     task_key_of,
+    unfitted,
 )
 from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
@@ -143,6 +145,8 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
             ),
             "attended": attended_claim(shapes, waiting.get(ATTENDED)),
         },
+        "unfitted": unfitted(evaluations, RULE.median_iid),
+        "iid": iid_table(evaluations),
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
         "attended_steps": merged.rungs.get(ATTENDED, {}).get("kept"),
         "pes_with_a_scratchpad": with_pad,
@@ -152,6 +156,20 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
         "decoded_to_the_gold": decoded_to_the_gold(evaluations),
         "cost": cost_table(parts),
     }
+
+
+def iid_table(evaluations: list) -> dict[str, dict]:
+    """Per scenario (the plan's order): the seeds measured and each PE's IID exact match, the mean over them."""
+    out: dict[str, dict] = {}
+    for scenario in planned():
+        runs = [e for e in evaluations if e.task_folder == scenario]
+        if runs:
+            pes = {pe: [e.iid_accuracy for e in runs if e.pe == pe] for pe in FIGURE_ORDER}
+            out[scenario] = {
+                "seeds": sorted({e.seed for e in runs}),
+                "pes": {pe: statistics.fmean(v) for pe, v in pes.items() if v},
+            }
+    return out
 
 
 def cost_table(parts: Sequence[PartCost]) -> dict[str, dict]:
@@ -228,6 +246,7 @@ def markdown(report: dict) -> str:
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
+    lines += _unfitted_line(report["unfitted"])
     lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
     lines += _attended_table(report["attended"], report["attended_steps"], ATTENDED in report["unsettled"])
     if report["unsettled"]:
@@ -239,6 +258,7 @@ def markdown(report: dict) -> str:
         lines += ["", "Provisional, read at a rung the recipe rule has not settled (seed 0's median PE's IID there,"]
         lines += [f"under {bar}; the next rung not trained yet): {parts}."]
     lines += _addition_table(report["addition_beside_the_authors"], pes)
+    lines += _iid_table(report["iid"], pes)
     if report["decoded_to_the_gold"]:
         lines += [
             "",
@@ -249,6 +269,38 @@ def markdown(report: dict) -> str:
         lines += ["", "Not yet measured: " + _missing(report) + "."]
     lines += _cost_lines(report["cost"])
     return "\n".join(lines) + "\n"
+
+
+def _unfitted_line(unfitted: dict[str, dict]) -> list[str]:
+    """How often each PE, with a scratchpad, stays under the bar at its training lengths (the IID table below)."""
+    if not unfitted:
+        return []
+    bar = f"{100 * RULE.median_iid:.0f}%"
+    counts = ", ".join(
+        f"{PE_LABELS.get(pe, pe)} {len(unfitted[pe]['under'])} of {unfitted[pe]['of']}"
+        for pe in FIGURE_ORDER
+        if pe in unfitted
+    )
+    return [
+        f"- Under {bar} IID with a scratchpad (the mean over seeds, each scenario at its rung): {counts} scenarios. "
+        "Where a PE has not fit its training lengths, its place on unseen lengths above is not its length "
+        "generalization alone."
+    ]
+
+
+def _iid_table(iid: dict[str, dict], pes: list[str]) -> list[str]:
+    bar = RULE.median_iid
+    lines = ["", f"IID exact match %, the mean over seeds, each scenario at its rung (under {100 * bar:.0f}% in"]
+    lines += ["italics): how well each model fit the lengths it trained on.", ""]
+    lines += ["| scenario | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " |"]
+    lines += ["|" + "---|" * (len(pes) + 2)]
+    for scenario, row in iid.items():
+        cells = [
+            "–" if (x := row["pes"].get(pe)) is None else f"*{100 * x:.1f}*" if x < bar else f"{100 * x:.1f}"
+            for pe in pes
+        ]
+        lines.append(f"| {scenario} | {','.join(map(str, row['seeds']))} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _cost_lines(cost: dict[str, dict]) -> list[str]:

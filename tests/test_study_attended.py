@@ -320,3 +320,33 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
     )
     assert gain["high"] > gain["low"]
     assert cells[-1] == f"{100 * gain['mean']:+.1f} [{100 * gain['low']:+.1f}, {100 * gain['high']:+.1f}]"
+
+
+def test_the_section6_report_tabulates_each_pes_iid_and_counts_the_scratchpad_scenarios_it_has_not_fit(tmp_path):
+    """Addition's full format at seed 0 (committed) and as seed 1 with every IID set to 0.97: the IID table's row
+    is the mean of the two seeds, in italics under the 95% bar; a PE is counted under it where that mean is."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    name = "addition+scratchpad=full+steps4000"
+    summary = json.loads((committed / f"{name}+seed0.json").read_text())
+    (tmp_path / f"{name}+seed0.json").write_text(json.dumps(summary))
+    seed0 = {row["pe"]: row["iid"] for row in summary["runs"]}
+    summary["seed"] = 1
+    for row in summary["runs"]:
+        row["seed"] = row["evaluation"]["seed"] = 1
+        row["iid"] = row["evaluation"]["iid_accuracy"] = 0.97
+    (tmp_path / f"{name}+seed1.json").write_text(json.dumps(summary))
+    text = script.markdown(script.report_of(script.merged_runs(tmp_path, [0, 1])))
+    means = {pe: (seed0[pe] + 0.97) / 2 for pe in PES}
+    cells = [f"*{100 * m:.1f}*" if m < 0.95 else f"{100 * m:.1f}" for m in means.values()]
+    assert f"| addition+scratchpad=full | 0,1 | {' | '.join(cells)} |" in text
+    under = {pe: int(m < 0.95) for pe, m in means.items()}
+    assert 0 < sum(under.values()) < len(PES)  # the committed IIDs put some PEs under and some over
+    labels = {"nope": "NoPE", "t5": "T5's Relative Bias", "alibi": "ALiBi", "rotary": "Rotary", "ape": "APE"}
+    counts = ", ".join(f"{labels[pe]} {under[pe]} of 1" for pe in PES)
+    assert (
+        f"- Under 95% IID with a scratchpad (the mean over seeds, each scenario at its rung): {counts} scenarios."
+        in text
+    )

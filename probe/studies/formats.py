@@ -186,6 +186,24 @@ def pe_queries(reports: Iterable[EvalReport], formats: Sequence[str] | None = No
     return out
 
 
+def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, Any]]:
+    """Per PE, the scratchpad scenarios where it has not fit the lengths it trained on: its IID exact match, the
+    mean over the seeds measured, under ``bar`` (the recipe rule's), with how many it was measured on. The
+    second claim ranks PEs on unseen lengths, where a PE that has not learnt the task at its training lengths
+    ranks low for that, not for how it generalizes: the report says how often each PE stands there."""
+    iid: dict[tuple[str, str], list[float]] = {}
+    for r in reports:
+        if format_of(r) != NONE:
+            iid.setdefault((r.pe, r.task_folder), []).append(r.iid_accuracy)
+    out: dict[str, dict[str, Any]] = {}
+    for (pe, scenario), values in sorted(iid.items()):
+        entry = out.setdefault(pe, {"under": [], "of": 0})
+        entry["of"] += 1
+        if sum(values) / len(values) < bar:
+            entry["under"].append(scenario)
+    return out
+
+
 def claim_pe_needed(ranking: Mapping[str, Any] | None, waiting: int, every: int) -> str:
     """The paper's second Section 6 claim: "having a positional encoding with robust length generalization is
     crucial since scratchpad/CoT alone may not enhance the generalization", read as NoPE and T5 still ranked
