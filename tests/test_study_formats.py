@@ -291,8 +291,9 @@ def test_a_planned_run_and_its_evaluation_name_one_task():
 
 def test_unfitted_names_the_scratchpad_scenarios_a_pe_has_not_fit_its_mean_iid_over_seeds_under_the_bar():
     """NoPE on addition's full format: IID 0.99 and 0.90 at seeds 0 and 1, mean 0.945 < 0.95: under, though
-    one seed passes. Rotary there: 0.98 and 0.94, mean 0.96: not under, though one seed fails. Parity's C: NoPE 0.50 at seed 0 alone,
-    under; Rotary 1.0. A run without a scratchpad is not counted, however low its IID."""
+    one seed passes. Rotary there: 0.98 and 0.94, mean 0.96: not under, though one seed fails. Parity's C:
+    NoPE 0.50 at seed 0 alone, under; Rotary 1.0. A run without a scratchpad is not counted, however low its
+    IID."""
     iid = {("nope", 0): 0.99, ("nope", 1): 0.90, ("rotary", 0): 0.98, ("rotary", 1): 0.94}
     runs = [replace(report("addition", pe, seed, 0.0, "full"), iid_accuracy=x) for (pe, seed), x in iid.items()]
     runs += [replace(report("parity", "nope", 0, 0.0, "C"), iid_accuracy=0.5), report("parity", "rotary", 0, 0.0, "C")]
