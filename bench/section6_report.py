@@ -143,7 +143,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
             "pe_still_matters": claim_pe_needed(
                 with_pad.get("overall"), len(short_of_two_seeds(merged)), len(scratchpad_scenarios())
             ),
-            "attended": attended_claim(shapes, waiting.get(ATTENDED)),
+            "attended": attended_claim(shapes, waiting.get(ATTENDED), RULE.median_iid),
         },
         "unfitted": unfitted(evaluations, RULE.median_iid),
         "iid": iid_table(evaluations),

@@ -146,6 +146,17 @@ def test_the_paper_s_reading_holds_part_by_part_on_hand_made_histograms():
         "(provisional: from seed 0 alone, at 1,500 steps, a rung the recipe rule has not settled, "
         "where seed 0's median IID is 88%)"
     )
+    fit = attended_shapes(attended, "add")
+    for pe, iid in {"nope": 0.373, "t5": 0.95, "alibi": 0.999, "rotary": 0.984, "ape": 0.869}.items():
+        fit[pe]["iid"] = iid
+    assert attended_claim(fit, None, 0.95).endswith(
+        "(provisional: from seed 0 alone); read on NoPE and APE under 95% IID, models that have not fit the task"
+    )
+    fit["t5"]["iid"] = 0.94  # a third, listed in the paper's order
+    assert attended_claim(fit, None, 0.95).endswith(
+        "; read on NoPE, T5's Relative Bias and APE under 95% IID, models that have not fit the task"
+    )
+    assert attended_claim(fit) == one_seed  # no bar: no PE named
     del attended[("add", "ape", 0)]
     assert attended_claim(attended_shapes(attended, "add"), rung) == (
         "cannot be told yet: it needs the five PEs' addition + full scratchpad runs"
@@ -196,9 +207,11 @@ def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_it
     assert report["unsettled"]["addition+scratchpad=full"] == {"steps": 1500, "median_iid_seed0": median}
     assert "under 95%; the next rung not trained yet): " in text
     assert report["claims"]["attended"].startswith("holds: ")
+    assert sum(x < 0.95 for x in iid.values()) == 5  # C's seed 0 at 1,500 steps: no PE at the bar
     assert report["claims"]["attended"].endswith(
         f"(provisional: from seed 0 alone, at 1,500 steps, a rung the recipe rule has not settled, "
-        f"where seed 0's median IID is {100 * median:.0f}%)"
+        f"where seed 0's median IID is {100 * median:.0f}%); read on NoPE, T5's Relative Bias, ALiBi, Rotary and "
+        "APE under 95% IID, models that have not fit the task"
     )
     assert f"addition+scratchpad=full (1,500 steps, {100 * median:.0f}%)" in text
     figure = script.figures(report, merged, 0)["section6_attended"]

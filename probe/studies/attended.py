@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from probe.analysis.results import attended_series
+from probe.models.registry import PE_LABELS
 
 UNIFORM = 5 / 9  # Sarle's bimodality coefficient of a uniform distribution; above it reads as two modes
 NEAR, FAR = 0.2, 0.8  # d̄ below NEAR is short-range (the current step), from FAR on long-range (the input)
@@ -58,13 +59,20 @@ def attended_shapes(attended: Attended, scenario: str) -> dict[str, dict[str, An
     return out
 
 
-def attended_claim(shapes: Mapping[str, Mapping[str, Any]], rung: Mapping[str, Any] | None = None) -> str:
+PAPER_PES = ("nope", "t5", "alibi", "rotary", "ape")  # the five PEs Section 6.1 reads
+
+
+def attended_claim(
+    shapes: Mapping[str, Mapping[str, Any]], rung: Mapping[str, Any] | None = None, bar: float | None = None
+) -> str:
     """Section 6.1's reading, part by part: NoPE and T5 bimodal (arg-max bimodality above :data:`UNIFORM`),
     ALiBi the most short-range of the five (the largest mass near), Rotary and APE less bimodal than both.
     Marked provisional where it reads one seed, or a rung the recipe rule has not settled (``rung``: the steps
     read, ``steps``, and seed 0's median IID there, ``median_iid_seed0``): the paper reads one model per PE, but
-    a reading at one seed, or before training has settled, may not be the study's last word."""
-    if any(pe not in shapes for pe in ("nope", "t5", "alibi", "rotary", "ape")):
+    a reading at one seed, or before training has settled, may not be the study's last word. With ``bar``, the
+    PEs whose shape carries an ``iid`` under it are named: the paper reads models that have learnt the task,
+    and where to look is another question in one that has not."""
+    if any(pe not in shapes for pe in PAPER_PES):
         return "cannot be told yet: it needs the five PEs' addition + full scratchpad runs"
     b = {pe: s["bimodality"] for pe, s in shapes.items()}
     parts = {
@@ -81,7 +89,16 @@ def attended_claim(shapes: Mapping[str, Mapping[str, Any]], rung: Mapping[str, A
             f"at {rung['steps']:,} steps, a rung the recipe rule has not settled, where seed 0's median IID is "
             f"{100 * rung['median_iid_seed0']:.0f}%"
         )
-    return claim + (f" (provisional: {', '.join(caveats)})" if caveats else "")
+    claim += f" (provisional: {', '.join(caveats)})" if caveats else ""
+    unfit = [PE_LABELS[pe] for pe in PAPER_PES if bar is not None and shapes[pe].get("iid", bar) < bar]
+    if unfit:
+        claim += f"; read on {_listed(unfit)} under {100 * bar:.0f}% IID, models that have not fit the task"
+    return claim
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def seed_series(attended: Attended, scenario: str, seed: int, labels: Mapping[str, str]) -> list[dict[str, Any]]:
