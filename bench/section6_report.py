@@ -40,6 +40,7 @@ from probe.studies.formats import (  # noqa: E402
     format_of,
     format_queries,
     format_ranks,
+    mean_iid,
     pe_queries,
     scratchpad_gain,
     task_key_of,
@@ -159,17 +160,9 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
 
 
 def iid_table(evaluations: list) -> dict[str, dict]:
-    """Per scenario (the plan's order): the seeds measured and each PE's IID exact match, the mean over them."""
-    out: dict[str, dict] = {}
-    for scenario in planned():
-        runs = [e for e in evaluations if e.task_folder == scenario]
-        if runs:
-            pes = {pe: [e.iid_accuracy for e in runs if e.pe == pe] for pe in FIGURE_ORDER}
-            out[scenario] = {
-                "seeds": sorted({e.seed for e in runs}),
-                "pes": {pe: statistics.fmean(v) for pe, v in pes.items() if v},
-            }
-    return out
+    """:func:`~probe.studies.formats.mean_iid` of every scenario measured, in the plan's order."""
+    table = mean_iid(evaluations)
+    return {scenario: table[scenario] for scenario in planned() if scenario in table}
 
 
 def cost_table(parts: Sequence[PartCost]) -> dict[str, dict]:

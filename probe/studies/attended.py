@@ -17,6 +17,7 @@ from typing import Any
 
 from probe.analysis.results import attended_series
 from probe.models.registry import PE_LABELS
+from probe.studies.plans import PE_SETS
 
 UNIFORM = 5 / 9  # Sarle's bimodality coefficient of a uniform distribution; above it reads as two modes
 NEAR, FAR = 0.2, 0.8  # d̄ below NEAR is short-range (the current step), from FAR on long-range (the input)
@@ -59,9 +60,6 @@ def attended_shapes(attended: Attended, scenario: str) -> dict[str, dict[str, An
     return out
 
 
-PAPER_PES = ("nope", "t5", "alibi", "rotary", "ape")  # the five PEs Section 6.1 reads
-
-
 def attended_claim(
     shapes: Mapping[str, Mapping[str, Any]], rung: Mapping[str, Any] | None = None, bar: float | None = None
 ) -> str:
@@ -72,7 +70,7 @@ def attended_claim(
     a reading at one seed, or before training has settled, may not be the study's last word. With ``bar``, the
     PEs whose shape carries an ``iid`` under it are named: the paper reads models that have learnt the task,
     and where to look is another question in one that has not."""
-    if any(pe not in shapes for pe in PAPER_PES):
+    if any(pe not in shapes for pe in PE_SETS["paper"]):
         return "cannot be told yet: it needs the five PEs' addition + full scratchpad runs"
     b = {pe: s["bimodality"] for pe, s in shapes.items()}
     parts = {
@@ -90,7 +88,7 @@ def attended_claim(
             f"{100 * rung['median_iid_seed0']:.0f}%"
         )
     claim += f" (provisional: {', '.join(caveats)})" if caveats else ""
-    unfit = [PE_LABELS[pe] for pe in PAPER_PES if bar is not None and shapes[pe].get("iid", bar) < bar]
+    unfit = [PE_LABELS[pe] for pe in PE_SETS["paper"] if bar is not None and shapes[pe].get("iid", bar) < bar]
     if unfit:
         claim += f"; read on {_listed(unfit)} under {100 * bar:.0f}% IID, models that have not fit the task"
     return claim

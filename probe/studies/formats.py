@@ -11,6 +11,7 @@ formats tie at 0%, and an order would decide them.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -186,21 +187,36 @@ def pe_queries(reports: Iterable[EvalReport], formats: Sequence[str] | None = No
     return out
 
 
+def mean_iid(reports: Iterable[EvalReport]) -> dict[str, dict[str, Any]]:
+    """Per scenario (run folder): the seeds measured and each PE's IID exact match, the mean over them."""
+    by_scenario: dict[str, list[EvalReport]] = {}
+    for r in reports:
+        by_scenario.setdefault(r.task_folder, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for scenario, runs in by_scenario.items():
+        by_pe: dict[str, list[float]] = {}
+        for r in runs:
+            by_pe.setdefault(r.pe, []).append(r.iid_accuracy)
+        out[scenario] = {
+            "seeds": sorted({r.seed for r in runs}),
+            "pes": {pe: statistics.fmean(values) for pe, values in by_pe.items()},
+        }
+    return out
+
+
 def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, Any]]:
     """Per PE, the scratchpad scenarios where it has not fit the lengths it trained on: its IID exact match, the
-    mean over the seeds measured, under ``bar`` (the recipe rule's), with how many it was measured on. The
-    second claim ranks PEs on unseen lengths, where a PE that has not learnt the task at its training lengths
-    ranks low for that, not for how it generalizes: the report says how often each PE stands there."""
-    iid: dict[tuple[str, str], list[float]] = {}
-    for r in reports:
-        if format_of(r) != NONE:
-            iid.setdefault((r.pe, r.task_folder), []).append(r.iid_accuracy)
+    mean over the seeds measured (:func:`mean_iid`), under ``bar`` (the recipe rule's), with how many it was
+    measured on. The second claim ranks PEs on unseen lengths, where a PE that has not learnt the task at its
+    training lengths ranks low for that, not for how it generalizes: the report says how often each PE stands
+    there."""
     out: dict[str, dict[str, Any]] = {}
-    for (pe, scenario), values in sorted(iid.items()):
-        entry = out.setdefault(pe, {"under": [], "of": 0})
-        entry["of"] += 1
-        if sum(values) / len(values) < bar:
-            entry["under"].append(scenario)
+    for scenario, row in sorted(mean_iid(r for r in reports if format_of(r) != NONE).items()):
+        for pe, iid in row["pes"].items():
+            entry = out.setdefault(pe, {"under": [], "of": 0})
+            entry["of"] += 1
+            if iid < bar:
+                entry["under"].append(scenario)
     return out
 
 
