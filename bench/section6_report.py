@@ -9,7 +9,8 @@ every example in the authors' wording). This script merges them under the study'
 part expected and not found, and writes ``bench/results/section6_report.{json,md}`` (``--name``: another
 stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
 scratchpad_formats_per_ds), the full format's and C's gain over no scratchpad per PE, the PEs ranked with a
-scratchpad, each PE's IID per scenario and how many scratchpad scenarios it has not fit, the attended
+scratchpad (over every scratchpad scenario, and again over those every PE fit), each PE's IID per scenario
+and how many scratchpad scenarios it has not fit, the attended
 distances of addition with the full scratchpad (Figure attended_distance, from the histograms its runs keep in
 their summaries), and one line per claim of the paper's Section 6.
 """
@@ -37,6 +38,7 @@ from probe.studies.formats import (  # noqa: E402
     NONE,
     claim_only_addition,
     claim_pe_needed,
+    fitted,
     format_of,
     format_queries,
     format_ranks,
@@ -46,6 +48,7 @@ from probe.studies.formats import (  # noqa: E402
     task_key_of,
     unfitted,
 )
+from probe.studies.plans import PE_SETS  # noqa: E402
 from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
 from probe.studies.summaries import Merged, PartCost, merge, part_costs  # noqa: E402
@@ -146,6 +149,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
             ),
             "attended": attended_claim(shapes, waiting.get(ATTENDED), RULE.median_iid),
         },
+        "pe_still_matters_where_fit": claim_where_fit(merged),
         "unfitted": unfitted(evaluations, RULE.median_iid),
         "iid": iid_table(evaluations),
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
@@ -157,6 +161,19 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
         "decoded_to_the_gold": decoded_to_the_gold(evaluations),
         "cost": cost_table(parts),
     }
+
+
+def claim_where_fit(merged: Merged) -> dict:
+    """The second claim read again on the scratchpad scenarios where every one of the paper's five PEs has fit its
+    training lengths (:func:`~probe.studies.formats.fitted`, chosen on IID alone): there a PE's place on unseen
+    lengths is its length generalization, not whether it learnt the task. Its scenarios, their ranking, its line."""
+    where = fitted(merged.evaluations, RULE.median_iid, PE_SETS["paper"])
+    if not where:
+        return {"scenarios": [], "ranking": None, "line": "no scratchpad scenario has every PE fit yet"}
+    ranking = rank_intervals({"where every PE fit": pe_queries(merged.evaluations, scenarios=where)}, ties="shared")
+    waiting = sum(scenario in where for scenario in short_of_two_seeds(merged))
+    line = claim_pe_needed(ranking.get("overall"), waiting, len(where), scope="each of them")
+    return {"scenarios": where, "ranking": ranking.get("overall"), "line": line}
 
 
 def iid_table(evaluations: list) -> dict[str, dict]:
@@ -240,6 +257,7 @@ def markdown(report: dict) -> str:
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
     lines += _unfitted_line(report["unfitted"])
+    lines += _where_fit_line(report["pe_still_matters_where_fit"])
     lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
     lines += _attended_table(report["attended"], report["attended_steps"], ATTENDED in report["unsettled"])
     if report["unsettled"]:
@@ -278,6 +296,16 @@ def _unfitted_line(unfitted: dict[str, dict]) -> list[str]:
         f"- Under {bar} IID with a scratchpad (the mean over seeds, each scenario at its rung): {counts} scenarios. "
         "Where a PE has not fit its training lengths, its place on unseen lengths above is not its length "
         "generalization alone."
+    ]
+
+
+def _where_fit_line(claim: dict) -> list[str]:
+    """The second claim on the scenarios every PE fit, naming them."""
+    bar = f"{100 * RULE.median_iid:.0f}%"
+    names = f"; {len(claim['scenarios'])}: {', '.join(claim['scenarios'])}" if claim["scenarios"] else ""
+    return [
+        f"- A PE that generalizes is still needed, read only on the scratchpad scenarios where all five PEs fit, "
+        f"IID at {bar} or over (the mean over seeds{names}): {claim['line']}."
     ]
 
 

@@ -363,3 +363,37 @@ def test_the_section6_report_tabulates_each_pes_iid_and_counts_the_scratchpad_sc
         f"- Under 95% IID with a scratchpad (the mean over seeds, each scenario at its rung): {counts} scenarios."
         in text
     )
+
+
+def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_path):
+    """Parity's C and full formats and addition's full format, committed at seed 0 and again as seed 1: every
+    PE fits parity's two (IID at 95% or over, the committed summaries) and not addition's, so the second reading
+    ranks the PEs over parity's two alone, both at two seeds, and reads a verdict. With NoPE's IID on parity's C
+    at 50% at seed 1, its mean falls under the bar and parity's full format is left alone, its line naming it."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    names = ["parity+scratchpad=C+seed", "parity+scratchpad=full+seed", "addition+scratchpad=full+steps4000+seed"]
+
+    def claim(nope_parity_c_seed1: float | None = None) -> tuple[dict, str]:
+        for name in names:
+            summary = json.loads((committed / f"{name}0.json").read_text())
+            (tmp_path / f"{name}0.json").write_text(json.dumps(summary))
+            summary["seed"] = 1
+            for row in summary["runs"]:
+                row["seed"] = row["evaluation"]["seed"] = 1
+                if nope_parity_c_seed1 is not None and row["pe"] == "nope" and name.startswith("parity+scratchpad=C"):
+                    row["iid"] = row["evaluation"]["iid_accuracy"] = nope_parity_c_seed1
+            (tmp_path / f"{name}1.json").write_text(json.dumps(summary))
+        report = script.report_of(script.merged_runs(tmp_path, [0, 1]))
+        return report["pe_still_matters_where_fit"], script.markdown(report)
+
+    where, text = claim()
+    assert where["scenarios"] == ["parity+scratchpad=C", "parity+scratchpad=full"]
+    assert where["ranking"]["seeds"] == [0, 1] and where["ranking"]["scenarios"] == 2
+    assert where["line"].split(":")[0] in {"holds", "holds in part", "does not hold"}
+    assert f"(the mean over seeds; 2: parity+scratchpad=C, parity+scratchpad=full): {where['line']}." in text
+    where, text = claim(nope_parity_c_seed1=0.5)
+    assert where["scenarios"] == ["parity+scratchpad=full"] and where["ranking"]["scenarios"] == 1
+    assert "(the mean over seeds; 1: parity+scratchpad=full): " in text

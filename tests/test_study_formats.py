@@ -12,6 +12,7 @@ from probe.figures import format_rank_figure, rank_figure
 from probe.studies.formats import (
     claim_only_addition,
     claim_pe_needed,
+    fitted,
     format_of,
     format_queries,
     format_ranks,
@@ -171,6 +172,14 @@ def test_pes_ranked_with_a_scratchpad_only():
     runs.append(report("addition", "nope", 0, 0.9))  # no scratchpad: not a query of the PE ranking
     queries = pe_queries(runs)
     assert list(queries.values()) == [{"nope": 0.4, "t5": 0.3}]
+    runs.append(report("parity", "nope", 0, 0.7, "C"))
+    assert set(pe_queries(runs)) == {
+        ("addition+scratchpad=full+train_length=8", 0),
+        ("parity+scratchpad=C+train_length=8", 0),
+    }
+    assert pe_queries(runs, scenarios=["parity+scratchpad=C+train_length=8"]) == {
+        ("parity+scratchpad=C+train_length=8", 0): {"nope": 0.7}
+    }
 
 
 def _ranking(**pes: tuple[float, float, float]) -> dict:
@@ -222,6 +231,9 @@ def test_the_pe_claim_waits_for_two_seeds_of_every_scratchpad_scenario():
     assert claim_pe_needed(ranking, waiting=3, every=20) == f"{waiting} (17 of 20 have them)"
     assert claim_pe_needed({**ranking, "seeds": [0]}, waiting=0, every=20) == f"{waiting} (20 of 20 have them)"
     assert claim_pe_needed(None, waiting=0, every=20).startswith(waiting)
+    assert claim_pe_needed(ranking, waiting=1, every=3, scope="each of them") == (
+        "cannot be told yet: it needs at least two seeds of each of them (2 of 3 have them)"
+    )
 
 
 def test_the_pe_claim_reads_a_ranking_made_from_the_runs():
@@ -302,3 +314,37 @@ def test_unfitted_names_the_scratchpad_scenarios_a_pe_has_not_fit_its_mean_iid_o
         "nope": {"under": ["addition+scratchpad=full+train_length=8", "parity+scratchpad=C+train_length=8"], "of": 2},
         "rotary": {"under": [], "of": 2},
     }
+
+
+def test_fitted_keeps_the_scratchpad_scenarios_where_every_pe_s_mean_iid_over_seeds_reaches_the_bar():
+    """Addition's full format: NoPE 0.99 and 0.92 (mean 0.955), Rotary 1.0 at both: every PE at the bar, kept,
+    though one of NoPE's seeds is under it. Parity's C: NoPE 0.96 and 0.93 (mean 0.945), under: left out, though
+    one seed passes. Summation's C measures NoPE alone: Rotary has no run there, so it is not known to fit. A run
+    without a scratchpad is never a scenario of the claim, whatever its IID."""
+    iid = {
+        ("addition", "nope", 0): 0.99,
+        ("addition", "nope", 1): 0.92,
+        ("parity", "nope", 0): 0.96,
+        ("parity", "nope", 1): 0.93,
+    }
+    runs = [
+        replace(report(task, pe, seed, 0.0, fmt), iid_accuracy=x)
+        for (task, pe, seed), x in iid.items()
+        for fmt in [{"addition": "full", "parity": "C"}[task]]
+    ]
+    runs += [
+        report(task, "rotary", seed, 0.0, fmt)
+        for task, fmt in (("addition", "full"), ("parity", "C"))
+        for seed in (0, 1)
+    ]
+    runs += [report("summation", "nope", 0, 0.0, "C")]
+    runs += [report("addition", pe, 0, 0.0) for pe in ("nope", "rotary")]  # IID 1.0 without a scratchpad
+    assert fitted(runs, 0.95, ["nope", "rotary"]) == ["addition+scratchpad=full+train_length=8"]
+    assert fitted(runs, 0.95, ["nope"]) == [
+        "addition+scratchpad=full+train_length=8",
+        "summation+scratchpad=C+train_length=8",
+    ]
+    assert fitted(runs, 0.9, ["nope", "rotary"]) == [
+        "addition+scratchpad=full+train_length=8",
+        "parity+scratchpad=C+train_length=8",
+    ]

@@ -176,13 +176,16 @@ def claim_only_addition(
     return f"{verdict}: {detail}"
 
 
-def pe_queries(reports: Iterable[EvalReport], formats: Sequence[str] | None = None) -> dict[tuple[str, int], dict]:
-    """{(scenario, seed): {pe: OOD}} over scratchpad runs (of ``formats`` where given): the PEs ranked with a
-    scratchpad, for the paper's second claim (a PE that generalizes is still needed)."""
+def pe_queries(
+    reports: Iterable[EvalReport], formats: Sequence[str] | None = None, scenarios: Sequence[str] | None = None
+) -> dict[tuple[str, int], dict]:
+    """{(scenario, seed): {pe: OOD}} over scratchpad runs (of ``formats``, in ``scenarios``, where given): the
+    PEs ranked with a scratchpad, for the paper's second claim (a PE that generalizes is still needed)."""
     out: dict[tuple[str, int], dict[str, float]] = {}
     for r in reports:
         fmt = format_of(r)
-        if fmt != NONE and (formats is None or fmt in formats) and r.ood_accuracy is not None:
+        wanted = (formats is None or fmt in formats) and (scenarios is None or r.task_folder in scenarios)
+        if fmt != NONE and wanted and r.ood_accuracy is not None:
             out.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
     return out
 
@@ -220,22 +223,35 @@ def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, A
     return out
 
 
-def claim_pe_needed(ranking: Mapping[str, Any] | None, waiting: int, every: int) -> str:
+def fitted(reports: Iterable[EvalReport], bar: float, pes: Sequence[str]) -> list[str]:
+    """The scratchpad scenarios where every one of ``pes`` has fit the lengths it trained on: each measured, its
+    IID exact match (the mean over the seeds measured, :func:`mean_iid`) at ``bar`` or over. On these alone, a
+    PE's place on unseen lengths reads how it generalizes, not whether it learnt the task; the choice reads IID
+    only, never the unseen lengths it ranks."""
+    table = mean_iid(r for r in reports if format_of(r) != NONE)
+    return [
+        scenario
+        for scenario, row in sorted(table.items())
+        if all(pe in row["pes"] and row["pes"][pe] >= bar for pe in pes)
+    ]
+
+
+def claim_pe_needed(
+    ranking: Mapping[str, Any] | None, waiting: int, every: int, scope: str = "every scratchpad scenario"
+) -> str:
     """The paper's second Section 6 claim: "having a positional encoding with robust length generalization is
     crucial since scratchpad/CoT alone may not enhance the generalization", read as NoPE and T5 still ranked
     ahead of ALiBi, Rotary and APE on the scratchpad runs, every pair's intervals over seeds apart.
     ``ranking``: :func:`~probe.studies.ranks.rank_intervals`' overall entry over :func:`pe_queries`, ties split
     (at this scale most scratchpad scenarios tie PEs at 0% on unseen lengths, and a tie broken by table order
     would rank them by that order). It waits until every one of the ``every`` scratchpad scenarios has two
-    seeds (``waiting``: how many have not), since a ranking over the first to land would move. One line:
-    holds, holds in part (the pairs not ahead, or not apart), does not hold, or cannot be told yet."""
+    seeds (``waiting``: how many have not), since a ranking over the first to land would move; ``scope`` names
+    those scenarios in that line. One line: holds, holds in part (the pairs not ahead, or not apart), does not
+    hold, or cannot be told yet."""
     pes = ranking["pes"] if ranking else {}
     pairs = [(a, b) for a in PAPER_LEADERS for b in PAPER_TRAILERS if a in pes and b in pes]
     if waiting or not pairs or len(ranking["seeds"]) < 2:
-        return (
-            "cannot be told yet: it needs at least two seeds of every scratchpad scenario "
-            f"({every - waiting} of {every} have them)"
-        )
+        return f"cannot be told yet: it needs at least two seeds of {scope} ({every - waiting} of {every} have them)"
     ahead = [(a, b) for a, b in pairs if pes[a]["mrr"] > pes[b]["mrr"]]
     apart = [(a, b) for a, b in ahead if pes[a]["low"] > pes[b]["high"]]
     if len(apart) == len(pairs):
