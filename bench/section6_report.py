@@ -10,7 +10,8 @@ part expected and not found, and writes ``bench/results/section6_report.{json,md
 stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
 scratchpad_formats_per_ds), the full format's and C's gain over no scratchpad per PE, the PEs ranked with a
 scratchpad (over every scratchpad scenario, and again over those every PE fit), each PE's IID per scenario
-and how many scratchpad scenarios it has not fit, the attended
+and how many scratchpad scenarios it has not fit, its OOD beside what a constant guess scores and how many it
+does no better than that guess on, the attended
 distances of addition with the full scratchpad (Figure attended_distance, from the histograms its runs keep in
 their summaries), and one line per claim of the paper's Section 6.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
+from probe.analysis.chance import constant_guess  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.figures import attended_distance_figure, format_rank_figure, write_figure  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
@@ -42,9 +44,10 @@ from probe.studies.formats import (  # noqa: E402
     format_of,
     format_queries,
     format_ranks,
-    mean_iid,
+    guessing,
     pe_queries,
     scratchpad_gain,
+    seed_means,
     task_key_of,
     unfitted,
 )
@@ -52,6 +55,7 @@ from probe.studies.plans import PE_SETS  # noqa: E402
 from probe.studies.ranks import rank_intervals  # noqa: E402
 from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
 from probe.studies.summaries import Merged, PartCost, merge, part_costs  # noqa: E402
+from probe.tasks import get as get_task  # noqa: E402
 
 STUDY = "section6"
 RULE = ladder(STUDY)
@@ -109,6 +113,22 @@ def planned_formats() -> dict[str, list[str]]:
     return dict(sorted(out.items()))
 
 
+@cache
+def chance() -> dict[str, float]:
+    """Per planned scenario, what a constant guess scores on its unseen lengths (:func:`constant_guess` on the
+    examples its evaluation scores). A format changes how an answer is reached, not which examples are drawn or
+    their answers, so it is computed once per task, on the first scenario of it in the plan (its baseline)."""
+    per_task: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for scenario, runs in planned().items():
+        config = runs[0].config
+        key = task_key_of(config.task, config.task_options)
+        if key not in per_task:
+            per_task[key] = constant_guess(get_task(config.task, **config.task_options), runs[0].eval_n)
+        out[scenario] = per_task[key]
+    return out
+
+
 def scratchpad_scenarios() -> list[str]:
     """The planned scenarios with a scratchpad."""
     return [scenario for scenario, runs in planned().items() if runs[0].config.task_options.get("scratchpad")]
@@ -151,7 +171,10 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
         },
         "pe_still_matters_where_fit": claim_where_fit(merged),
         "unfitted": unfitted(evaluations, RULE.median_iid),
-        "iid": iid_table(evaluations),
+        "guessing": guessing(evaluations, chance()),
+        "iid": mean_table(evaluations, "iid_accuracy"),
+        "ood": mean_table(evaluations, "ood_accuracy"),
+        "chance": chance(),
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
         "attended_steps": merged.rungs.get(ATTENDED, {}).get("kept"),
         "pes_with_a_scratchpad": with_pad,
@@ -173,12 +196,14 @@ def claim_where_fit(merged: Merged) -> dict:
     ranking = rank_intervals({"where every PE fit": pe_queries(merged.evaluations, scenarios=where)}, ties="shared")
     waiting = sum(scenario in where for scenario in short_of_two_seeds(merged))
     line = claim_pe_needed(ranking.get("overall"), waiting, len(where), scope="each of them")
-    return {"scenarios": where, "ranking": ranking.get("overall"), "line": line}
+    ood = seed_means(merged.evaluations, "ood_accuracy")
+    means = [ood[scenario]["pes"][pe] <= chance()[scenario] for scenario in where for pe in PE_SETS["paper"]]
+    return {"scenarios": where, "ranking": ranking.get("overall"), "line": line, "guessing": [sum(means), len(means)]}
 
 
-def iid_table(evaluations: list) -> dict[str, dict]:
-    """:func:`~probe.studies.formats.mean_iid` of every scenario measured, in the plan's order."""
-    table = mean_iid(evaluations)
+def mean_table(evaluations: list, measure: str) -> dict[str, dict]:
+    """:func:`~probe.studies.formats.seed_means` of ``measure`` in every scenario measured, in the plan's order."""
+    table = seed_means(evaluations, measure)
     return {scenario: table[scenario] for scenario in planned() if scenario in table}
 
 
@@ -257,6 +282,7 @@ def markdown(report: dict) -> str:
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
     lines += _unfitted_line(report["unfitted"])
+    lines += _guessing_line(report["guessing"])
     lines += _where_fit_line(report["pe_still_matters_where_fit"])
     lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
     lines += _attended_table(report["attended"], report["attended_steps"], ATTENDED in report["unsettled"])
@@ -270,6 +296,7 @@ def markdown(report: dict) -> str:
         lines += [f"under {bar}; the next rung not trained yet): {parts}."]
     lines += _addition_table(report["addition_beside_the_authors"], pes)
     lines += _iid_table(report["iid"], pes)
+    lines += _ood_table(report["ood"], report["chance"], pes)
     if report["decoded_to_the_gold"]:
         lines += [
             "",
@@ -282,20 +309,33 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pe_counts(short: dict[str, dict]) -> str:
+    """Per PE in the figure's order, how many scenarios it falls short on, of those it was measured on."""
+    return ", ".join(
+        f"{PE_LABELS.get(pe, pe)} {len(short[pe]['under'])} of {short[pe]['of']}" for pe in FIGURE_ORDER if pe in short
+    )
+
+
 def _unfitted_line(unfitted: dict[str, dict]) -> list[str]:
     """How often each PE, with a scratchpad, stays under the bar at its training lengths (the IID table below)."""
     if not unfitted:
         return []
-    bar = f"{100 * RULE.median_iid:.0f}%"
-    counts = ", ".join(
-        f"{PE_LABELS.get(pe, pe)} {len(unfitted[pe]['under'])} of {unfitted[pe]['of']}"
-        for pe in FIGURE_ORDER
-        if pe in unfitted
-    )
     return [
-        f"- Under {bar} IID with a scratchpad (the mean over seeds, each scenario at its rung): {counts} scenarios. "
-        "Where a PE has not fit its training lengths, its place on unseen lengths above is not its length "
-        "generalization alone."
+        f"- Under {100 * RULE.median_iid:.0f}% IID with a scratchpad (the mean over seeds, each scenario at its rung): "
+        f"{_pe_counts(unfitted)} scenarios. Where a PE has not fit its training lengths, its place on unseen "
+        "lengths above is not its length generalization alone."
+    ]
+
+
+def _guessing_line(guessing: dict[str, dict]) -> list[str]:
+    """How often each PE, with a scratchpad, does no better on unseen lengths than a constant guess (the OOD table
+    below)."""
+    if not guessing:
+        return []
+    return [
+        "- No better on unseen lengths than a constant guess (the most common answer's share, the OOD table "
+        f"below), with a scratchpad: {_pe_counts(guessing)} scenarios. Where two PEs both stand there, they differ "
+        "by chance, not by how they generalize."
     ]
 
 
@@ -303,9 +343,11 @@ def _where_fit_line(claim: dict) -> list[str]:
     """The second claim on the scenarios every PE fit, naming them."""
     bar = f"{100 * RULE.median_iid:.0f}%"
     names = f"; {len(claim['scenarios'])}: {', '.join(claim['scenarios'])}" if claim["scenarios"] else ""
+    at, of = claim.get("guessing", (0, 0))
+    guess = f"; on unseen lengths, {at} of its {of} PE means no better than a constant guess" if of else ""
     return [
         f"- A PE that generalizes is still needed, read only on the scratchpad scenarios where all five PEs fit, "
-        f"IID at {bar} or over (the mean over seeds{names}): {claim['line']}."
+        f"IID at {bar} or over (the mean over seeds{names}{guess}): {claim['line']}."
     ]
 
 
@@ -313,13 +355,35 @@ def _iid_table(iid: dict[str, dict], pes: list[str]) -> list[str]:
     bar = RULE.median_iid
     lines = ["", f"IID exact match %, the mean over seeds, each scenario at its rung (under {100 * bar:.0f}% in"]
     lines += ["italics): how well each model fit the lengths it trained on.", ""]
-    lines += ["| scenario | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " |"]
-    lines += ["|" + "---|" * (len(pes) + 2)]
-    for scenario, row in iid.items():
+    return lines + _mean_rows(iid, pes, {scenario: bar for scenario in iid}, below=True)
+
+
+def _ood_table(ood: dict[str, dict], chance: dict[str, float], pes: list[str]) -> list[str]:
+    lines = ["", "OOD exact match %, the mean over seeds, each scenario at its rung, beside what a constant guess"]
+    lines += ["scores there (the most common answer's share among the unseen-length examples scored; no better in"]
+    lines += ["italics): parity's and LEGO's answers take two values, summation's and polynomial evaluation's ten.", ""]
+    return lines + _mean_rows(ood, pes, chance, below=False)
+
+
+def _mean_rows(table: dict[str, dict], pes: list[str], floor: dict[str, float], below: bool) -> list[str]:
+    """A table of means over seeds, a cell in italics under its scenario's ``floor`` (``below``) or at it and
+    under (not ``below``), which the table shows where it is not one bar for every row."""
+    shown = not below
+    lines = [
+        "| scenario | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + (" | guess |" if shown else " |")
+    ]
+    lines += ["|" + "---|" * (len(pes) + 2 + shown)]
+    for scenario, row in table.items():
+        low = floor[scenario]
         cells = [
-            "–" if (x := row["pes"].get(pe)) is None else f"*{100 * x:.1f}*" if x < bar else f"{100 * x:.1f}"
+            "–"
+            if (x := row["pes"].get(pe)) is None
+            else f"*{100 * x:.1f}*"
+            if (x < low if below else x <= low)
+            else f"{100 * x:.1f}"
             for pe in pes
         ]
+        cells += [f"{100 * low:.1f}"] if shown else []
         lines.append(f"| {scenario} | {','.join(map(str, row['seeds']))} | " + " | ".join(cells) + " |")
     return lines
 

@@ -393,7 +393,38 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
     assert where["scenarios"] == ["parity+scratchpad=C", "parity+scratchpad=full"]
     assert where["ranking"]["seeds"] == [0, 1] and where["ranking"]["scenarios"] == 2
     assert where["line"].split(":")[0] in {"holds", "holds in part", "does not hold"}
-    assert f"(the mean over seeds; 2: parity+scratchpad=C, parity+scratchpad=full): {where['line']}." in text
+    at, of = where["guessing"]
+    assert of == 10 and 0 < at < of  # the committed OOD: some of parity's PEs at or under its guess, some over
+    both = "2: parity+scratchpad=C, parity+scratchpad=full"
+    assert f"(the mean over seeds; {both}; on unseen lengths, {at} of its 10 PE means no better than a " in text
+    assert f"constant guess): {where['line']}." in text
     where, text = claim(nope_parity_c_seed1=0.5)
     assert where["scenarios"] == ["parity+scratchpad=full"] and where["ranking"]["scenarios"] == 1
-    assert "(the mean over seeds; 1: parity+scratchpad=full): " in text
+    assert "(the mean over seeds; 1: parity+scratchpad=full; on unseen lengths, " in text
+
+
+def test_the_section6_report_sets_each_pes_ood_beside_a_constant_guess_and_counts_those_no_better(tmp_path):
+    """Parity's C at seed 0 (committed): its OOD row is each PE's committed OOD beside the commoner answer's
+    share among the unseen-length examples its evaluation scores (counted here from the gold text), a PE at that
+    share or under it in italics and counted as no better than a guess."""
+    import re
+    from collections import Counter
+
+    from helpers import bench_script
+
+    from probe.tasks import get
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    name = "parity+scratchpad=C+seed0.json"
+    shutil.copy(committed / name, tmp_path / name)
+    ood = {row["pe"]: row["ood"] for row in json.loads((committed / name).read_text())["runs"]}
+    (planned,) = [runs[0] for scenario, runs in script.planned().items() if scenario == "parity+scratchpad=C"]
+    task = get("parity", **planned.config.task_options)
+    unseen = [e for e in task.examples("test", n=planned.eval_n, seed=0) if e.length > 8]
+    guess = max(Counter(re.findall(r"The answer is (\w+)\.$", e.target)[0] for e in unseen).values()) / len(unseen)
+    report = script.report_of(script.merged_runs(tmp_path, [0]))
+    cells = [f"*{100 * ood[pe]:.1f}*" if ood[pe] <= guess else f"{100 * ood[pe]:.1f}" for pe in PES]
+    assert f"| parity+scratchpad=C | 0 | {' | '.join(cells)} | {100 * guess:.1f} |" in script.markdown(report)
+    assert 0 < sum(ood[pe] <= guess for pe in PES) < len(PES)  # the committed OOD puts some PEs at or under it
+    assert {pe: len(report["guessing"][pe]["under"]) for pe in PES} == {pe: int(ood[pe] <= guess) for pe in PES}

@@ -16,6 +16,7 @@ from probe.studies.formats import (
     format_of,
     format_queries,
     format_ranks,
+    guessing,
     helps,
     pe_queries,
     scratchpad_gain,
@@ -348,3 +349,19 @@ def test_fitted_keeps_the_scratchpad_scenarios_where_every_pe_s_mean_iid_over_se
         "addition+scratchpad=full+train_length=8",
         "parity+scratchpad=C+train_length=8",
     ]
+
+
+def test_guessing_names_the_scratchpad_scenarios_where_a_pe_s_mean_ood_is_no_better_than_a_constant_guess():
+    """Parity's C, the guess at 0.52: NoPE 0.50 and 0.56 (mean 0.53), above; Rotary 0.52 at seed 0 alone, at the
+    guess, so no better. Addition's full format, the guess at 0.001: NoPE 0.0, no better; Rotary 0.1, above. A
+    run without a scratchpad is not counted, however it does."""
+    ood = {("parity", "nope", 0): 0.50, ("parity", "nope", 1): 0.56, ("parity", "rotary", 0): 0.52}
+    ood |= {("addition", "nope", 0): 0.0, ("addition", "rotary", 0): 0.1}
+    fmt = {"parity": "C", "addition": "full"}
+    runs = [report(task, pe, seed, x, fmt[task]) for (task, pe, seed), x in ood.items()]
+    runs += [report("parity", pe, 0, 0.0) for pe in ("nope", "rotary")]
+    chance = {"parity+scratchpad=C+train_length=8": 0.52, "addition+scratchpad=full+train_length=8": 0.001}
+    assert guessing(runs, chance) == {
+        "nope": {"under": ["addition+scratchpad=full+train_length=8"], "of": 2},
+        "rotary": {"under": ["parity+scratchpad=C+train_length=8"], "of": 2},
+    }

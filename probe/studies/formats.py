@@ -12,7 +12,7 @@ formats tie at 0%, and an order would decide them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -190,16 +190,18 @@ def pe_queries(
     return out
 
 
-def mean_iid(reports: Iterable[EvalReport]) -> dict[str, dict[str, Any]]:
-    """Per scenario (run folder): the seeds measured and each PE's IID exact match, the mean over them."""
+def seed_means(reports: Iterable[EvalReport], measure: str) -> dict[str, dict[str, Any]]:
+    """Per scenario (run folder): the seeds measured and each PE's ``measure`` (``"iid_accuracy"`` or
+    ``"ood_accuracy"``), the mean over them."""
     by_scenario: dict[str, list[EvalReport]] = {}
     for r in reports:
-        by_scenario.setdefault(r.task_folder, []).append(r)
+        if getattr(r, measure) is not None:
+            by_scenario.setdefault(r.task_folder, []).append(r)
     out: dict[str, dict[str, Any]] = {}
     for scenario, runs in by_scenario.items():
         by_pe: dict[str, list[float]] = {}
         for r in runs:
-            by_pe.setdefault(r.pe, []).append(r.iid_accuracy)
+            by_pe.setdefault(r.pe, []).append(getattr(r, measure))
         out[scenario] = {
             "seeds": sorted({r.seed for r in runs}),
             "pes": {pe: statistics.fmean(values) for pe, values in by_pe.items()},
@@ -207,28 +209,44 @@ def mean_iid(reports: Iterable[EvalReport]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, Any]]:
-    """Per PE, the scratchpad scenarios where it has not fit the lengths it trained on: its IID exact match, the
-    mean over the seeds measured (:func:`mean_iid`), under ``bar`` (the recipe rule's), with how many it was
-    measured on. The second claim ranks PEs on unseen lengths, where a PE that has not learnt the task at its
-    training lengths ranks low for that, not for how it generalizes: the report says how often each PE stands
-    there."""
+def _short(
+    reports: Iterable[EvalReport], measure: str, falls_short: Callable[[str, float], bool]
+) -> dict[str, dict[str, Any]]:
+    """Per PE, the scratchpad scenarios where its mean over seeds of ``measure`` falls short (``falls_short``
+    of the scenario and that mean), with how many it was measured on."""
     out: dict[str, dict[str, Any]] = {}
-    for scenario, row in sorted(mean_iid(r for r in reports if format_of(r) != NONE).items()):
-        for pe, iid in row["pes"].items():
+    for scenario, row in sorted(seed_means((r for r in reports if format_of(r) != NONE), measure).items()):
+        for pe, mean in row["pes"].items():
             entry = out.setdefault(pe, {"under": [], "of": 0})
             entry["of"] += 1
-            if iid < bar:
+            if falls_short(scenario, mean):
                 entry["under"].append(scenario)
     return out
 
 
+def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, Any]]:
+    """Per PE, the scratchpad scenarios where it has not fit the lengths it trained on: its IID exact match, the
+    mean over the seeds measured (:func:`seed_means`), under ``bar`` (the recipe rule's), with how many it was
+    measured on. The second claim ranks PEs on unseen lengths, where a PE that has not learnt the task at its
+    training lengths ranks low for that, not for how it generalizes: the report says how often each PE stands
+    there."""
+    return _short(reports, "iid_accuracy", lambda _, iid: iid < bar)
+
+
+def guessing(reports: Iterable[EvalReport], chance: Mapping[str, float]) -> dict[str, dict[str, Any]]:
+    """Per PE, the scratchpad scenarios where it does no better on unseen lengths than a constant guess: its OOD
+    exact match, the mean over the seeds measured, at or under ``chance`` of the scenario (the most common
+    answer's share, :func:`probe.analysis.chance.constant_guess`). There two PEs differ by chance, and a
+    ranking of them reads no length generalization."""
+    return _short(reports, "ood_accuracy", lambda scenario, ood: ood <= chance[scenario])
+
+
 def fitted(reports: Iterable[EvalReport], bar: float, pes: Sequence[str]) -> list[str]:
     """The scratchpad scenarios where every one of ``pes`` has fit the lengths it trained on: each measured, its
-    IID exact match (the mean over the seeds measured, :func:`mean_iid`) at ``bar`` or over. On these alone, a
+    IID exact match (the mean over the seeds measured, :func:`seed_means`) at ``bar`` or over. On these alone, a
     PE's place on unseen lengths reads how it generalizes, not whether it learnt the task; the choice reads IID
     only, never the unseen lengths it ranks."""
-    table = mean_iid(r for r in reports if format_of(r) != NONE)
+    table = seed_means((r for r in reports if format_of(r) != NONE), "iid_accuracy")
     return [
         scenario
         for scenario, row in sorted(table.items())
