@@ -31,7 +31,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
-from probe.analysis.chance import constant_guess  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.figures import attended_distance_figure, format_rank_figure, write_figure  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
@@ -53,9 +52,8 @@ from probe.studies.formats import (  # noqa: E402
 )
 from probe.studies.plans import PE_SETS  # noqa: E402
 from probe.studies.ranks import rank_intervals  # noqa: E402
-from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
+from probe.studies.reproduce import guesses, ladder, plan, scenarios  # noqa: E402
 from probe.studies.summaries import Merged, PartCost, merge, part_costs  # noqa: E402
-from probe.tasks import get as get_task  # noqa: E402
 
 STUDY = "section6"
 RULE = ladder(STUDY)
@@ -115,18 +113,8 @@ def planned_formats() -> dict[str, list[str]]:
 
 @cache
 def chance() -> dict[str, float]:
-    """Per planned scenario, what a constant guess scores on its unseen lengths (:func:`constant_guess` on the
-    examples its evaluation scores). A format changes how an answer is reached, not which examples are drawn or
-    their answers, so it is computed once per task, on the first scenario of it in the plan (its baseline)."""
-    per_task: dict[str, float] = {}
-    out: dict[str, float] = {}
-    for scenario, runs in planned().items():
-        config = runs[0].config
-        key = task_key_of(config.task, config.task_options)
-        if key not in per_task:
-            per_task[key] = constant_guess(get_task(config.task, **config.task_options), runs[0].eval_n)
-        out[scenario] = per_task[key]
-    return out
+    """Per planned scenario, what a constant guess scores on its unseen lengths (:func:`guesses`)."""
+    return guesses(planned())
 
 
 def scratchpad_scenarios() -> list[str]:

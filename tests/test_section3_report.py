@@ -32,11 +32,7 @@ def half_way(tmp_path: Path) -> Path:
 def _report(
     section3, folder: Path, seeds: list[int], expected: tuple[str, ...] = (*THREE_SEEDS, SEED0_ONLY, CLASSIC)
 ) -> dict:
-    expected = list(expected)
-    report, merged = section3.merged_report(folder, expected, seeds, study="section3", rule=section3.RULE)
-    report["recipes"] = section3.recipe_status(merged, report)
-    report["first_seed"] = section3.first_seed_ranks(str(folder), expected, seeds, report)
-    return report
+    return section3.study_report(folder, list(expected), seeds)[0]
 
 
 def test_a_study_missing_seeds_ranks_every_scenario_at_seed_0_beside_the_complete_ones(section3, half_way):
@@ -69,3 +65,27 @@ def test_a_study_with_every_seed_or_one_seed_asked_ranks_once(section3, half_way
     complete = _report(section3, half_way, [0, 1, 2], expected=tuple(THREE_SEEDS))
     assert complete["first_seed"] is None
     assert "Every scenario at seed" not in section3.docs_tables(complete, [], [0, 1, 2])
+
+
+def test_each_scenario_s_ood_stands_beside_what_a_constant_guess_scores(section3, half_way):
+    """Parity over three seeds (committed): its row ends with the commoner answer's share among the unseen-length
+    examples its runs' evaluation scores (counted here from the gold text), and a PE's mean at that share or under
+    it is in italics: T5's 43.3% and Rotary's 48.8% are, NoPE's 71.2% is not."""
+    from collections import Counter
+
+    from probe.tasks import get
+
+    report = _report(section3, half_way, [0, 1, 2])
+    (planned,) = [runs[0] for name, runs in section3.PLANNED.items() if name == "parity+train_length=8"]
+    task = get("parity", **planned.config.task_options)
+    unseen = [e.target for e in task.examples("test", n=planned.eval_n, seed=0) if e.length > 8]
+    guess = max(Counter(unseen).values()) / len(unseen)
+    assert set(unseen) == {"The answer is Yes.", "The answer is No."}
+    row = next(line for line in section3.docs_tables(report, [], [0, 1, 2]).splitlines() if "| parity+" in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[-1] == f"{100 * guess:.1f}"
+    ours = report["tasks"]["parity+train_length=8"]["ours"]
+    pes = ["nope", "t5", "alibi", "rotary", "ape"]
+    italic = {pe: cells[4 + i].startswith("*") for i, pe in enumerate(pes)}
+    assert italic == {pe: ours[pe]["ood"] <= guess for pe in pes}
+    assert not italic["nope"] and italic["t5"] and italic["rotary"]
