@@ -321,7 +321,7 @@ def _guessing_line(guessing: dict[str, dict]) -> list[str]:
     if not guessing:
         return []
     return [
-        "- No better on unseen lengths than a constant guess (the most common answer's share, the OOD table "
+        "- No better on unseen lengths than a constant guess (the commonest training answer, the OOD table "
         f"below), with a scratchpad: {_pe_counts(guessing)} scenarios. Where two PEs both stand there, they differ "
         "by chance, not by how they generalize."
     ]
@@ -348,7 +348,7 @@ def _iid_table(iid: dict[str, dict], pes: list[str]) -> list[str]:
 
 def _ood_table(ood: dict[str, dict], chance: dict[str, float], pes: list[str]) -> list[str]:
     lines = ["", "OOD exact match %, the mean over seeds, each scenario at its rung, beside what a constant guess"]
-    lines += ["scores there (the most common answer's share among the unseen-length examples scored; no better in"]
+    lines += ["scores there (the commonest training answer, scored on the unseen-length examples; no better in"]
     lines += ["italics): parity's and LEGO's answers take two values, summation's and polynomial evaluation's ten.", ""]
     return lines + _mean_rows(ood, pes, chance, below=False)
 

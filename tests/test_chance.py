@@ -1,5 +1,6 @@
-"""The floor of exact match on unseen lengths (probe.analysis.chance): the best constant guess, on a hand-worked
-example and on the authors' parity against the answers counted from the gold text with a regex of its own."""
+"""The floor of exact match on unseen lengths (probe.analysis.chance): a constant guess chosen on training
+examples, on a hand-worked example and on the authors' parity against answers counted from the gold text with a
+regex of its own."""
 
 from __future__ import annotations
 
@@ -14,14 +15,18 @@ from probe.tasks.base import Example
 
 
 class Listed:
-    """A task's three faces constant_guess reads: its test split, which lengths it trains on, its reader."""
+    """A task's faces constant_guess reads: its train and test splits, which lengths it trains on, its reader."""
 
-    def __init__(self, examples: list[Example], reader=None) -> None:
-        self.listed, self.reader = examples, reader
+    def __init__(self, train: list[str], test: list[Example], reader=None) -> None:
+        self.splits = {"train": [Example("q", t, 3) for t in train], "test": test}
+        self.reader = reader
 
     def examples(self, split: str, n: int | None = None, seed: int = 0) -> list[Example]:
-        assert (split, seed) == ("test", 0)  # the examples an evaluation scores
-        return self.listed[:n]
+        assert seed == 0
+        return self.splits[split][:n]
+
+    def split_size(self, split: str) -> int:
+        return len(self.splits[split])
 
     def is_seen(self, length: int) -> bool:
         return length <= 8
@@ -30,22 +35,37 @@ class Listed:
         return self.reader
 
 
-def test_the_most_common_answer_s_share_among_the_unseen_lengths_alone():
-    """Seen lengths answer "a" four times (left out: else "a" would lead with 4 of 8); unseen ones "x1", "x2",
-    "y", "x1": whole targets, "x1" leads with 2 of 4; read by a reader that drops the digit, "x" with 3 of 4."""
-    seen = [Example("q", "a", 3)] * 4
-    unseen = [Example("q", t, 9 + i) for i, t in enumerate(["x1", "x2", "y", "x1"])]
-    assert constant_guess(Listed(seen + unseen)) == 0.5
-    assert constant_guess(Listed(seen + unseen, reader=lambda t: t.rstrip("12"))) == 0.75
-    assert constant_guess(Listed(seen + unseen), n_test=6) == 0.5  # the first six: "x1" and "x2" unseen
-    assert constant_guess(Listed(seen)) is None
+TEST = [Example("q", "y", 3)] * 4 + [Example("q", t, 9 + i) for i, t in enumerate(["x1", "x2", "y", "x1"])]
+
+
+def test_the_commonest_training_answer_scored_on_the_unseen_lengths_alone():
+    """Training answers "x1" twice, "y" once: the guess "x1" scores 2 of the 4 unseen examples (the seen ones,
+    four "y", are not scored: with them "x1" would score 2 of 8). Read by a reader that drops the digit, training
+    says "x" three times: 3 of 4. Trained on "y" twice, "y" scores 1 of 4, though "x1" is the test's commonest:
+    the guess is chosen on training, not on the test."""
+    assert constant_guess(Listed(["x1", "y", "x1"], TEST)) == 0.5
+    assert constant_guess(Listed(["x1", "y", "x2"], TEST, reader=lambda t: t.rstrip("12"))) == 0.75
+    assert constant_guess(Listed(["y", "y", "x1"], TEST)) == 0.25
+    assert constant_guess(Listed(["x1", "x1", "y"], TEST), n_test=6) == 0.5  # the first six: "x1", "x2" unseen
+    assert constant_guess(Listed(["y", "x1", "x1"], TEST), n_train=2) == 0.25  # the first two say "y", "x1": "y"
+    assert constant_guess(Listed(["y"], TEST[:4])) is None  # no unseen length
+
+
+def test_a_task_whose_every_answer_is_its_own_has_a_floor_of_zero():
+    task = get("addition", train_length=8, template="authors")
+    assert constant_guess(task, 200) == 0.0
 
 
 @pytest.mark.parametrize("scratchpad", [None, "C"])
-def test_parity_s_floor_is_its_commoner_answer_counted_from_the_gold_text(scratchpad):
+def test_parity_s_floor_is_its_commoner_training_answer_counted_from_the_gold_text(scratchpad):
     options = {"train_length": 8, "template": "authors"} | ({"scratchpad": scratchpad} if scratchpad else {})
     task = get("parity", **options)
-    unseen = [e for e in task.examples("test", n=300, seed=0) if e.length > 8]
-    answers = Counter(re.findall(r"The answer is (\w+)\.$", e.target)[0].lower() for e in unseen)
-    assert set(answers) == {"yes", "no"}
-    assert constant_guess(task, 300) == pytest.approx(max(answers.values()) / len(unseen))
+
+    def answer(target: str) -> str:
+        return re.findall(r"The answer is (\w+)\.$", target)[0].lower()
+
+    ((guess, _),) = Counter(answer(e.target) for e in task.examples("train", n=1000, seed=0)).most_common(1)
+    unseen = [answer(e.target) for e in task.examples("test", n=300, seed=0) if e.length > 8]
+    assert set(unseen) == {"yes", "no"}
+    assert constant_guess(task, 300) == pytest.approx(unseen.count(guess) / len(unseen))
+    assert 0.4 < constant_guess(task, 300) < 0.6

@@ -214,3 +214,37 @@ def test_a_logs_status_line_is_never_wrapped(monkeypatch):
     with common.LogStatus(out, message):
         pass
     assert out.file.getvalue().splitlines() == [f"[0:00] {message}"]
+
+
+def test_eval_says_what_a_constant_guess_scores_where_it_is_a_floor_worth_saying(tmp_path, monkeypatch, capsys):
+    """Parity's answer is Yes or No: `probe eval` names the share of the unseen-length examples it scored that the
+    commonest training answer gets right (counted here from the gold text), in its JSON and in a line."""
+    from collections import Counter
+
+    from probe.tasks import get
+
+    monkeypatch.setenv("COLUMNS", "200")
+    parity = ["--task", "parity", "-o", "train_length=4"]
+    train = ["train", *parity, "--pe", "nope", "--steps", "2", *MODEL, "--no-eval", "--checkpoints", str(tmp_path)]
+    assert main(train) == 0
+    capsys.readouterr()
+    assert main(["eval", *parity, "--checkpoints", str(tmp_path), "--n", "60", "--valid", "10", "--json"]) == 0
+    captured = capsys.readouterr()
+    task = get("parity", train_length=4)
+    ((said, _),) = Counter(e.target for e in task.examples("train", n=1000, seed=0)).most_common(1)
+    unseen = [e.target for e in task.examples("test", n=60, seed=0) if not task.is_seen(e.length)]
+    assert set(unseen) == {"The answer is Yes.", "The answer is No."}
+    guess = unseen.count(said) / len(unseen)
+    assert json.loads(captured.out)["guess"] == {"parity+train_length=4": pytest.approx(guess)}
+    assert (
+        f"parity+train_length=4: a constant guess (its commonest training answer) scores {100 * guess:.1f}%"
+        in " ".join(captured.err.split())
+    )
+
+
+def test_eval_keeps_a_negligible_floor_in_its_json_and_does_not_say_it(root, capsys):
+    """Reverse's answers are each their own: a constant guess scores nothing, said in the JSON alone."""
+    assert main(["eval", *COMMON, "--checkpoints", str(root), "--n", "40", "--valid", "10", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["guess"]["reverse+train_length=4"] == 0.0
+    assert "constant guess" not in captured.err

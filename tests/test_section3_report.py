@@ -68,9 +68,9 @@ def test_a_study_with_every_seed_or_one_seed_asked_ranks_once(section3, half_way
 
 
 def test_each_scenario_s_ood_stands_beside_what_a_constant_guess_scores(section3, half_way):
-    """Parity over three seeds (committed): its row ends with the commoner answer's share among the unseen-length
-    examples its runs' evaluation scores (counted here from the gold text), and a PE's mean at that share or under
-    it is in italics: T5's 43.3% and Rotary's 48.8% are, NoPE's 71.2% is not."""
+    """Parity over three seeds (committed): its row ends with the share of the unseen-length examples its runs'
+    evaluation scores that the commonest training answer gets right (counted here from the gold text), and a PE's
+    mean at that share or under it is in italics: T5's 43.3% and APE's 11.8% are, NoPE's 71.2% is not."""
     from collections import Counter
 
     from probe.tasks import get
@@ -78,9 +78,10 @@ def test_each_scenario_s_ood_stands_beside_what_a_constant_guess_scores(section3
     report = _report(section3, half_way, [0, 1, 2])
     (planned,) = [runs[0] for name, runs in section3.PLANNED.items() if name == "parity+train_length=8"]
     task = get("parity", **planned.config.task_options)
+    ((said, _),) = Counter(e.target for e in task.examples("train", n=1000, seed=0)).most_common(1)
     unseen = [e.target for e in task.examples("test", n=planned.eval_n, seed=0) if e.length > 8]
-    guess = max(Counter(unseen).values()) / len(unseen)
     assert set(unseen) == {"The answer is Yes.", "The answer is No."}
+    guess = unseen.count(said) / len(unseen)
     row = next(line for line in section3.docs_tables(report, [], [0, 1, 2]).splitlines() if "| parity+" in line)
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[-1] == f"{100 * guess:.1f}"
@@ -88,4 +89,4 @@ def test_each_scenario_s_ood_stands_beside_what_a_constant_guess_scores(section3
     pes = ["nope", "t5", "alibi", "rotary", "ape"]
     italic = {pe: cells[4 + i].startswith("*") for i, pe in enumerate(pes)}
     assert italic == {pe: ours[pe]["ood"] <= guess for pe in pes}
-    assert not italic["nope"] and italic["t5"] and italic["rotary"]
+    assert not italic["nope"] and italic["t5"] and italic["ape"]

@@ -18,6 +18,8 @@ from probe.commands.common import (
     task_options,
 )
 
+GUESS_SHOWN = 0.01  # a constant guess's floor is said where it scores this much: parity, LEGO, the mod-10 tasks
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -113,12 +115,32 @@ def run(args: argparse.Namespace) -> int:
     ranking = pe_ranking(reports)
     if ranking.scores:
         out.print(fitted(_rank_table(ranking), out))
+    guesses = _guesses(reports, args.n)
+    for folder, guess in guesses.items():
+        if guess is not None and guess >= GUESS_SHOWN:
+            out.print(
+                f"[dim]{folder}: a constant guess (its commonest training answer) scores {_percent(guess)} on these "
+                "unseen lengths; an OOD there at or under it is no better than chance[/dim]"
+            )
     out.print("figures: " + ", ".join(figures))
     if args.json:
         runs_json = [r.to_json() for r in reports]
         ranked = ranking.to_json() if ranking.scores else None
-        print_json({"runs": runs_json, "ranking": ranked, "figures": figures})
+        print_json({"runs": runs_json, "ranking": ranked, "figures": figures, "guess": guesses})
     return 0
+
+
+def _guesses(reports, n_test: int | None) -> dict[str, float | None]:
+    """Per task folder evaluated, what a constant guess scores on the unseen-length examples it was scored on
+    (:func:`probe.analysis.chance.constant_guess`): the floor of its OOD, about half on parity and LEGO."""
+    from probe.analysis.chance import constant_guess
+    from probe.tasks import get
+
+    out: dict[str, float | None] = {}
+    for report in reports:
+        if report.task_folder not in out:
+            out[report.task_folder] = constant_guess(get(report.task, **report.task_options), n_test)
+    return out
 
 
 def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
