@@ -29,9 +29,11 @@ from helpers import (
     tiny_model,
 )
 
+from probe.analysis.chance import constant_guess
 from probe.cli import main
 from probe.explorer import PAGES as EXPLORER_PAGES
 from probe.explorer import server as app_command
+from probe.tasks import get
 
 PAGES = tuple(EXPLORER_PAGES)
 NOT_ON_TASK_RUNS = {"pretraining": "probe pretrain", "reproduction": "probe reproduce"}  # code runs, reports
@@ -502,3 +504,18 @@ def test_analysis_pages_show_what_their_command_saved_without_computing(page, ch
     else:
         column = "run" if page == "distances" else "model"
         assert list(at.dataframe[0].value[column]) == ["NoPE"]
+
+
+def test_models_page_names_the_floor_a_constant_guess_sets_on_parity(tmp_path, monkeypatch):
+    """A parity run, trained and evaluated on 60 test examples: its tab says what a constant guess scores on
+    those examples' unseen lengths (parity's answer is Yes or No; the number tests/test_chance.py checks)."""
+    parity = ["--task", "parity", "-o", "train_length=4"]
+    model = [arg for key, value in tiny_model(1).items() for arg in ("-m", f"{key}={value}")]
+    argv = ["train", *parity, "--pe", "nope", "--steps", "2", *model, "--no-eval", "--checkpoints", str(tmp_path)]
+    assert main(argv) == 0
+    assert main(["eval", *parity, "--checkpoints", str(tmp_path), "--n", "60", "--valid", "10"]) == 0
+
+    guess = constant_guess(get("parity", train_length=4), 60)
+    at = run_page("models", tmp_path, monkeypatch)
+    assert not at.exception
+    assert f"A constant guess (the commonest training answer) scores {100 * guess:.1f}%" in texts(at.caption)

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from probe.analysis.eval_report import EvalReport
+from probe.tasks import get
 from probe.tasks.base import Task
 
 TRAIN_EXAMPLES = 1000  # enough to name the commonest training answer of a task with a handful of them
+GUESS_SHOWN = 0.01  # where a guess scores this much, a page says so: parity, LEGO, the mod-10 tasks
 
 
 def constant_guess(task: Task, n_test: int | None = None, n_train: int = TRAIN_EXAMPLES) -> float | None:
@@ -32,3 +35,9 @@ def constant_guess(task: Task, n_test: int | None = None, n_train: int = TRAIN_E
     train = task.examples("train", n=min(n_train, task.split_size("train")), seed=0)
     ((guess, _),) = Counter(read(e.target) for e in train).most_common(1)
     return sum(answer == guess for answer in unseen) / len(unseen)
+
+
+def guess_of(report: EvalReport) -> float | None:
+    """:func:`constant_guess` on the examples an evaluation scored: its run's task and options, and the test
+    examples it asked for (all of the split where it recorded none)."""
+    return constant_guess(get(report.task, **report.task_options), report.asked.get("n_test"))

@@ -18,8 +18,6 @@ from probe.commands.common import (
     task_options,
 )
 
-GUESS_SHOWN = 0.01  # a constant guess's floor is said where it scores this much: parity, LEGO, the mod-10 tasks
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -115,13 +113,7 @@ def run(args: argparse.Namespace) -> int:
     ranking = pe_ranking(reports)
     if ranking.scores:
         out.print(fitted(_rank_table(ranking), out))
-    guesses = _guesses(reports, args.n)
-    for folder, guess in guesses.items():
-        if guess is not None and guess >= GUESS_SHOWN:
-            out.print(
-                f"[dim]{folder}: a constant guess (its commonest training answer) scores {_percent(guess)} on these "
-                "unseen lengths; an OOD there at or under it is no better than chance[/dim]"
-            )
+    guesses = _say_guesses(reports, out)
     out.print("figures: " + ", ".join(figures))
     if args.json:
         runs_json = [r.to_json() for r in reports]
@@ -130,17 +122,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guesses(reports, n_test: int | None) -> dict[str, float | None]:
+def _say_guesses(reports, out) -> dict[str, float | None]:
     """Per task folder evaluated, what a constant guess scores on the unseen-length examples it was scored on
-    (:func:`probe.analysis.chance.constant_guess`): the floor of its OOD, about half on parity and LEGO."""
-    from probe.analysis.chance import constant_guess
-    from probe.tasks import get
+    (:func:`probe.analysis.chance.guess_of`), the floor of its OOD: said where it is worth saying (about half on
+    parity and LEGO, a tenth on the mod-10 tasks), every one returned for the JSON."""
+    from probe.analysis.chance import GUESS_SHOWN, guess_of
 
-    out: dict[str, float | None] = {}
+    guesses: dict[str, float | None] = {}
     for report in reports:
-        if report.task_folder not in out:
-            out[report.task_folder] = constant_guess(get(report.task, **report.task_options), n_test)
-    return out
+        if report.task_folder not in guesses:
+            guesses[report.task_folder] = guess_of(report)
+    for folder, guess in guesses.items():
+        if guess is not None and guess >= GUESS_SHOWN:
+            out.print(
+                f"[dim]{folder}: a constant guess (its commonest training answer) scores {_percent(guess)} on these "
+                "unseen lengths; an OOD there at or under it is no better than chance[/dim]"
+            )
+    return guesses
 
 
 def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from probe.analysis.chance import GUESS_SHOWN, guess_of
 from probe.analysis.evaluation import accuracy_figure
 from probe.errors import ProbeError
 from probe.explorer import shared
@@ -57,6 +58,12 @@ if found is not None:
             if evaluated:
                 figure = accuracy_figure([rep for _, rep in evaluated], folder)
                 st.plotly_chart(figure, key=f"accuracy-{folder}")
+                guess = guess_of(evaluated[0][1])
+                if guess is not None and guess >= GUESS_SHOWN:
+                    st.caption(
+                        f"A constant guess (the commonest training answer) scores {percent(guess)} on these unseen "
+                        "lengths: an OOD at or under it is no better than chance."
+                    )
             if missing:
                 command = "probe eval " + " ".join(str(r.path) for r in missing)
                 st.info(
