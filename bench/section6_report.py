@@ -112,7 +112,7 @@ def planned_formats() -> dict[str, list[str]]:
 
 
 @cache
-def chance() -> dict[str, float]:
+def chance() -> dict[str, float | None]:
     """Per planned scenario, what a constant guess scores on its unseen lengths (:func:`guesses`)."""
     return guesses(planned())
 

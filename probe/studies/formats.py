@@ -235,9 +235,9 @@ def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, A
 
 def guessing(reports: Iterable[EvalReport], chance: Mapping[str, float]) -> dict[str, dict[str, Any]]:
     """Per PE, the scratchpad scenarios where it does no better on unseen lengths than a constant guess: its OOD
-    exact match, the mean over the seeds measured, at or under ``chance`` of the scenario (the most common
-    answer's share, :func:`probe.analysis.chance.constant_guess`). There two PEs differ by chance, and a
-    ranking of them reads no length generalization."""
+    exact match, the mean over the seeds measured, at or under ``chance`` of the scenario (what the commonest
+    training answer scores there, :func:`probe.analysis.chance.constant_guess`). There two PEs differ by chance,
+    and a ranking of them reads no length generalization."""
     return _short(reports, "ood_accuracy", lambda scenario, ood: ood <= chance[scenario])
 
 
