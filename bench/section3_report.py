@@ -31,7 +31,7 @@ from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
-from probe.studies.reproduce import guesses, ladder, merged_report, plan, scenarios  # noqa: E402
+from probe.studies.reproduce import ladder, merged_report, plan, scenarios  # noqa: E402
 from probe.studies.reproduce_report import markdown, rank_lines, seed_range  # noqa: E402
 from probe.studies.summaries import Merged  # noqa: E402
 
@@ -42,13 +42,11 @@ PLANNED = scenarios(plan(STUDY, "/nonexistent", seeds=1))  # each scenario with 
 
 def study_report(summaries: str | Path, expected: list[str], seeds: list[int]) -> tuple[dict, Merged]:
     """The study merged from ``summaries`` (the ``expected`` scenarios at ``seeds``), with where each stands on
-    the recipe rule, its training time, the ranks at the first seed while some seed is missing, and what a
-    constant guess scores on each scenario's unseen lengths."""
+    the recipe rule, its training time, and the ranks at the first seed while some seed is missing."""
     report, merged = merged_report(summaries, expected, seeds, study=STUDY, rule=RULE)
     report["recipes"] = recipe_status(merged, report)
     report["train_seconds"] = wall_times(merged)
     report["first_seed"] = first_seed_ranks(str(summaries), expected, seeds, report)
-    report["chance"] = guesses({folder: PLANNED[folder] for folder in report["tasks"]})
     return report, merged
 
 
@@ -195,7 +193,7 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
     for folder, entry in report["tasks"].items():
         status = report["recipes"][folder]
         steps = status["steps"]
-        guess = report["chance"].get(folder)
+        guess = entry["guess"]
         cells = []
         for pe in pes:
             ours, theirs = entry["ours"].get(pe), (entry["paper"] or {}).get(pe)

@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
+from probe.analysis.chance import guess_of  # noqa: E402
+from probe.analysis.eval_report import EvalReport  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.figures import attended_distance_figure, format_rank_figure, write_figure  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
@@ -52,7 +54,7 @@ from probe.studies.formats import (  # noqa: E402
 )
 from probe.studies.plans import PE_SETS  # noqa: E402
 from probe.studies.ranks import rank_intervals  # noqa: E402
-from probe.studies.reproduce import guesses, ladder, plan, scenarios  # noqa: E402
+from probe.studies.reproduce import ladder, plan, scenarios  # noqa: E402
 from probe.studies.summaries import Merged, PartCost, merge, part_costs  # noqa: E402
 
 STUDY = "section6"
@@ -111,10 +113,13 @@ def planned_formats() -> dict[str, list[str]]:
     return dict(sorted(out.items()))
 
 
-@cache
-def chance() -> dict[str, float | None]:
-    """Per planned scenario, what a constant guess scores on its unseen lengths (:func:`guesses`)."""
-    return guesses(planned())
+def chance(evaluations: list) -> dict[str, float | None]:
+    """Per scenario measured, what a constant guess scores on the unseen-length examples its runs were scored on
+    (:func:`~probe.analysis.chance.guess_of`)."""
+    first: dict[str, EvalReport] = {}
+    for e in evaluations:
+        first.setdefault(e.task_folder, e)
+    return {scenario: guess_of(first[scenario]) for scenario in planned() if scenario in first}
 
 
 def scratchpad_scenarios() -> list[str]:
@@ -147,6 +152,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     every_format = {fmt: scratchpad_gain(queries, fmt) for fmt in sorted({f for fs in formats.values() for f in fs})}
     with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)}, ties="shared")  # most tie at 0%
     waiting = unsettled(merged)
+    guess = chance(evaluations)
     return {
         "formats": format_ranks(queries),
         "gain": gains,
@@ -157,12 +163,12 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
             ),
             "attended": attended_claim(shapes, waiting.get(ATTENDED), RULE.median_iid),
         },
-        "pe_still_matters_where_fit": claim_where_fit(merged),
+        "pe_still_matters_where_fit": claim_where_fit(merged, guess),
         "unfitted": unfitted(evaluations, RULE.median_iid),
-        "guessing": guessing(evaluations, chance()),
+        "guessing": guessing(evaluations, guess),
         "iid": mean_table(evaluations, "iid_accuracy"),
         "ood": mean_table(evaluations, "ood_accuracy"),
-        "chance": chance(),
+        "chance": guess,
         "attended": {pe: shapes[pe] for pe in FIGURE_ORDER if pe in shapes},
         "attended_steps": merged.rungs.get(ATTENDED, {}).get("kept"),
         "pes_with_a_scratchpad": with_pad,
@@ -174,10 +180,11 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     }
 
 
-def claim_where_fit(merged: Merged) -> dict:
+def claim_where_fit(merged: Merged, guess: dict[str, float | None]) -> dict:
     """The second claim read again on the scratchpad scenarios where every one of the paper's five PEs has fit its
     training lengths (:func:`~probe.studies.formats.fitted`, chosen on IID alone): there a PE's place on unseen
-    lengths is its length generalization, not whether it learnt the task. Its scenarios, their ranking, its line."""
+    lengths is its length generalization, not whether it learnt the task. Its scenarios, their ranking, its line,
+    and how many of its PE means on unseen lengths are no better than ``guess`` (:func:`chance`)."""
     where = fitted(merged.evaluations, RULE.median_iid, PE_SETS["paper"])
     if not where:
         return {"scenarios": [], "ranking": None, "line": "no scratchpad scenario has every PE fit yet"}
@@ -185,7 +192,7 @@ def claim_where_fit(merged: Merged) -> dict:
     waiting = sum(scenario in where for scenario in short_of_two_seeds(merged))
     line = claim_pe_needed(ranking.get("overall"), waiting, len(where), scope="each of them")
     ood = seed_means(merged.evaluations, "ood_accuracy")
-    means = [ood[scenario]["pes"][pe] <= chance()[scenario] for scenario in where for pe in PE_SETS["paper"]]
+    means = [ood[scenario]["pes"][pe] <= guess[scenario] for scenario in where for pe in PE_SETS["paper"]]
     return {"scenarios": where, "ranking": ranking.get("overall"), "line": line, "guessing": [sum(means), len(means)]}
 
 

@@ -69,3 +69,28 @@ def test_parity_s_floor_is_its_commoner_training_answer_counted_from_the_gold_te
     assert set(unseen) == {"yes", "no"}
     assert constant_guess(task, 300) == pytest.approx(unseen.count(guess) / len(unseen))
     assert 0.4 < constant_guess(task, 300) < 0.6
+
+
+def test_probe_reproduce_s_report_says_the_floor_under_a_scenario_where_a_guess_scores_something():
+    """`probe reproduce`'s report keeps each scenario's floor (the evaluations' task and test examples) and says it
+    under parity's table, not under reverse's, where a guess scores nothing."""
+    from probe.analysis.eval_report import EvalReport
+    from probe.studies.reproduce_report import markdown, report_of
+
+    def evaluation(task: str, pe: str) -> EvalReport:
+        folder = f"{task}+train_length=4"
+        options = dict(get(task, train_length=4).options)
+        return EvalReport(
+            f"{pe} {folder}", f"/runs/{folder}/{pe}/seed0", task, folder, pe, 0, 1.0, 0.5, [], 70, options,
+            asked={"n_test": 60, "n_valid": 10},
+        )  # fmt: skip
+
+    runs = [evaluation(task, pe) for task in ("parity", "reverse") for pe in ("nope", "rotary")]
+    report = report_of(runs, {}, scale="section3")
+    parity = report["tasks"]["parity+train_length=4"]["guess"]
+    assert parity == constant_guess(get("parity", train_length=4), 60) and 0.3 < parity < 0.7
+    assert report["tasks"]["reverse+train_length=4"]["guess"] == 0.0
+    text = markdown(report)
+    line = f"A constant guess (the commonest training answer) scores {100 * parity:.1f}% on these unseen"
+    assert text.count(line) == 1
+    assert text.index("## parity") < text.index(line) < text.index("## reverse")

@@ -10,6 +10,8 @@ not by how they generalize.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections import Counter
 
 from probe.analysis.eval_report import EvalReport
@@ -39,5 +41,11 @@ def constant_guess(task: Task, n_test: int | None = None, n_train: int = TRAIN_E
 
 def guess_of(report: EvalReport) -> float | None:
     """:func:`constant_guess` on the examples an evaluation scored: its run's task and options, and the test
-    examples it asked for (all of the split where it recorded none)."""
-    return constant_guess(get(report.task, **report.task_options), report.asked.get("n_test"))
+    examples it asked for (all of the split where it recorded none). Evaluations of one task on the same
+    examples (a study's PEs and seeds) share one reckoning."""
+    return _guess(report.task, json.dumps(report.task_options, sort_keys=True), report.asked.get("n_test"))
+
+
+@functools.lru_cache(maxsize=256)
+def _guess(task: str, options: str, n_test: int | None) -> float | None:
+    return constant_guess(get(task, **json.loads(options)), n_test)

@@ -80,18 +80,6 @@ def scenarios(runs: Sequence[SweepRun]) -> dict[str, list[SweepRun]]:
     return out
 
 
-def guesses(planned: dict[str, list[SweepRun]]) -> dict[str, float | None]:
-    """Per scenario of :func:`scenarios`, what a constant guess scores on its unseen lengths: the floor of its
-    OOD exact match (:func:`probe.analysis.chance.constant_guess` on the examples its runs' evaluation scores)."""
-    from probe.analysis.chance import constant_guess
-    from probe.tasks import get
-
-    return {
-        name: constant_guess(get(runs[0].config.task, **runs[0].config.task_options), runs[0].eval_n)
-        for name, runs in planned.items()
-    }
-
-
 def local_trainer(
     device: torch.device,
     *,

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from probe.analysis.chance import GUESS_SHOWN, guess_of
 from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
 from probe.analysis.evaluation import mean_ranks
 from probe.reference import category, dataset_for, paper_runs, paper_summary
@@ -138,6 +139,7 @@ def report_of(
             "ours": ours,
             "baseline": _by_pe(baseline).get("nope"),
             "paper": paper,
+            "guess": guess_of(first),
             "notes": disagreements(ours, paper, folder)
             if paper
             else [f"{folder}: the paper's released results hold no run of this task to compare with."],
@@ -224,6 +226,9 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
                 f"{_pct(base['ood'])} | | |" + (_selection(base) if selected else "")
             )
+        if (guess := entry.get("guess")) is not None and guess >= GUESS_SHOWN:
+            lines += ["", f"A constant guess (the commonest training answer) scores {_pct(guess)} on these unseen"]
+            lines += ["lengths: an OOD at or under it is no better than chance."]
         lines.append("")
     lines += [
         "## Mean reciprocal rank by OOD exact match (higher is better)",
