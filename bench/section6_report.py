@@ -24,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -350,35 +350,38 @@ def _iid_table(iid: dict[str, dict], pes: list[str]) -> list[str]:
     bar = RULE.median_iid
     lines = ["", f"IID exact match %, the mean over seeds, each scenario at its rung (under {100 * bar:.0f}% in"]
     lines += ["italics): how well each model fit the lengths it trained on.", ""]
-    return lines + _mean_rows(iid, pes, {scenario: bar for scenario in iid}, below=True)
+    return lines + _mean_rows(iid, pes, lambda _, iid: iid < bar)
 
 
-def _ood_table(ood: dict[str, dict], chance: dict[str, float], pes: list[str]) -> list[str]:
+def _ood_table(ood: dict[str, dict], chance: dict[str, float | None], pes: list[str]) -> list[str]:
     lines = ["", "OOD exact match %, the mean over seeds, each scenario at its rung, beside what a constant guess"]
     lines += ["scores there (the commonest training answer, scored on the unseen-length examples; no better in"]
     lines += ["italics): parity's and LEGO's answers take two values, summation's and polynomial evaluation's ten.", ""]
-    return lines + _mean_rows(ood, pes, chance, below=False)
+    return lines + _mean_rows(ood, pes, lambda scenario, ood: ood <= chance[scenario], guess=chance)
 
 
-def _mean_rows(table: dict[str, dict], pes: list[str], floor: dict[str, float], below: bool) -> list[str]:
-    """A table of means over seeds, a cell in italics under its scenario's ``floor`` (``below``) or at it and
-    under (not ``below``), which the table shows where it is not one bar for every row."""
-    shown = not below
+def _mean_rows(
+    table: dict[str, dict],
+    pes: list[str],
+    flagged: Callable[[str, float], bool],
+    guess: dict[str, float | None] | None = None,
+) -> list[str]:
+    """A table of means over seeds, a cell in italics where ``flagged`` (of its scenario and value), the floor a
+    constant guess sets in a last column where ``guess`` is given."""
     lines = [
-        "| scenario | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + (" | guess |" if shown else " |")
+        "| scenario | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + (" | guess |" if guess else " |")
     ]
-    lines += ["|" + "---|" * (len(pes) + 2 + shown)]
+    lines += ["|" + "---|" * (len(pes) + 2 + bool(guess))]
     for scenario, row in table.items():
-        low = floor[scenario]
         cells = [
             "–"
             if (x := row["pes"].get(pe)) is None
             else f"*{100 * x:.1f}*"
-            if (x < low if below else x <= low)
+            if flagged(scenario, x)
             else f"{100 * x:.1f}"
             for pe in pes
         ]
-        cells += [f"{100 * low:.1f}"] if shown else []
+        cells += [_pct(guess[scenario])] if guess else []
         lines.append(f"| {scenario} | {','.join(map(str, row['seeds']))} | " + " | ".join(cells) + " |")
     return lines
 
