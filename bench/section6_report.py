@@ -31,8 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
-from probe.analysis.chance import guess_of  # noqa: E402
-from probe.analysis.eval_report import EvalReport  # noqa: E402
+from probe.analysis.chance import guesses  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.figures import attended_distance_figure, format_rank_figure, write_figure  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
@@ -115,11 +114,9 @@ def planned_formats() -> dict[str, list[str]]:
 
 def chance(evaluations: list) -> dict[str, float | None]:
     """Per scenario measured, what a constant guess scores on the unseen-length examples its runs were scored on
-    (:func:`~probe.analysis.chance.guess_of`)."""
-    first: dict[str, EvalReport] = {}
-    for e in evaluations:
-        first.setdefault(e.task_folder, e)
-    return {scenario: guess_of(first[scenario]) for scenario in planned() if scenario in first}
+    (:func:`~probe.analysis.chance.guesses`), in the plan's order."""
+    floors = guesses(evaluations)
+    return {scenario: floors[scenario] for scenario in planned() if scenario in floors}
 
 
 def scratchpad_scenarios() -> list[str]:

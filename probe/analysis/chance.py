@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
+from collections.abc import Iterable
 
 from probe.analysis.eval_report import EvalReport
 from probe.tasks import get
@@ -44,6 +45,15 @@ def guess_of(report: EvalReport) -> float | None:
     examples it asked for (all of the split where it recorded none). Evaluations of one task on the same
     examples (a study's PEs and seeds) share one reckoning."""
     return _guess(report.task, json.dumps(report.task_options, sort_keys=True), report.asked.get("n_test"))
+
+
+def guesses(reports: Iterable[EvalReport]) -> dict[str, float | None]:
+    """Per task folder, in the order the reports first name it, :func:`guess_of` its first evaluation."""
+    out: dict[str, float | None] = {}
+    for report in reports:
+        if report.task_folder not in out:
+            out[report.task_folder] = guess_of(report)
+    return out
 
 
 @functools.lru_cache(maxsize=256)

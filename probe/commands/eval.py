@@ -126,19 +126,16 @@ def _say_guesses(reports, out) -> dict[str, float | None]:
     """Per task folder evaluated, what a constant guess scores on the unseen-length examples it was scored on
     (:func:`probe.analysis.chance.guess_of`), the floor of its OOD: said where it is worth saying (about half on
     parity and LEGO, a tenth on the mod-10 tasks), every one returned for the JSON."""
-    from probe.analysis.chance import GUESS_SHOWN, guess_of
+    from probe.analysis.chance import GUESS_SHOWN, guesses
 
-    guesses: dict[str, float | None] = {}
-    for report in reports:
-        if report.task_folder not in guesses:
-            guesses[report.task_folder] = guess_of(report)
-    for folder, guess in guesses.items():
+    floors = guesses(reports)
+    for folder, guess in floors.items():
         if guess is not None and guess >= GUESS_SHOWN:
             out.print(
                 f"[dim]{folder}: a constant guess (its commonest training answer) scores {_percent(guess)} on these "
                 "unseen lengths; an OOD there at or under it is no better than chance[/dim]"
             )
-    return guesses
+    return floors
 
 
 def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
