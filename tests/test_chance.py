@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from probe.analysis.chance import constant_guess
+from probe.analysis.chance import constant_guess, no_better
 from probe.tasks import get
 from probe.tasks.base import Example
 
@@ -49,6 +49,16 @@ def test_the_commonest_training_answer_scored_on_the_unseen_lengths_alone():
     assert constant_guess(Listed(["x1", "x1", "y"], TEST), n_test=6) == 0.5  # the first six: "x1", "x2" unseen
     assert constant_guess(Listed(["y", "x1", "x1"], TEST), n_train=2) == 0.25  # the first two say "y", "x1": "y"
     assert constant_guess(Listed(["y"], TEST[:4])) is None  # no unseen length
+
+
+def test_no_better_compares_at_the_tenth_of_a_point_the_tables_print():
+    """One right in 2,500 (0.04%) prints 0.0 beside a guess of 0: no better. One in 1,000 prints 0.1: better.
+    Parity's 48.04% and 47.96% both print 48.0: neither is better than the other as a guess."""
+    assert no_better(1 / 2500, 0.0)
+    assert not no_better(1 / 1000, 0.0)
+    assert no_better(0.4804, 0.4796) and no_better(0.4796, 0.4804)
+    assert not no_better(0.4816, 0.4804)  # 48.2 beside 48.0
+    assert no_better(0.0, 0.1)
 
 
 def test_a_task_whose_every_answer_is_its_own_has_a_floor_of_zero():

@@ -247,6 +247,25 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
     assert report["claims"]["only_addition"] == (
         f"cannot be told yet: it needs at least two seeds of every format on every task ({waiting} not yet)"
     )
+    landed = "addition+template=authors+train_length=8, parity+template=authors+train_length=8, parity+scratchpad=C, "
+    landed += "addition+scratchpad=full"  # in the plan's order: baselines, then C, then full
+    assert f"Not yet measured: seed 0: every scenario but {landed}; seed 1: every scenario but {landed}." in (
+        script.markdown(report)
+    )
+
+
+def test_the_section6_report_names_the_parts_not_yet_measured_by_the_shorter_list():
+    """27 scenarios planned: at seed 1, the 25 absent are named by the 2 landed; at seed 2, the 3 absent by
+    themselves; at seed 3, all 27 as every scenario; seeds in order, whatever order the parts come in."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    plan = list(script.planned())
+    assert len(plan) == 27
+    missing = [f"{s} seed 3" for s in plan] + [f"{s} seed 1" for s in plan[2:]] + [f"{s} seed 2" for s in plan[-3:]]
+    assert script._missing({"missing": missing}) == (
+        f"seed 1: every scenario but {plan[0]}, {plan[1]}; seed 2: {', '.join(plan[-3:])}; seed 3: every scenario"
+    )
 
 
 def test_the_section6_report_sets_addition_beside_the_authors_notebook(tmp_path):

@@ -365,3 +365,14 @@ def test_guessing_names_the_scratchpad_scenarios_where_a_pe_s_mean_ood_is_no_bet
         "nope": {"under": ["addition+scratchpad=full+train_length=8"], "of": 2},
         "rotary": {"under": ["parity+scratchpad=C+train_length=8"], "of": 2},
     }
+
+
+def test_a_mean_that_prints_as_the_guess_is_no_better_than_it():
+    """Addition's C, a guess of 0: ALiBi right on one unseen example in 2,000 at seed 0 and none at seed 1 (a mean
+    of 0.025%, printed 0.0) is no better; Rotary at 0.2% and 0.0% (0.1%) is better."""
+    ood = {("alibi", 0): 0.0005, ("alibi", 1): 0.0, ("rotary", 0): 0.002, ("rotary", 1): 0.0}
+    runs = [report("addition", pe, seed, x, "C") for (pe, seed), x in ood.items()]
+    assert guessing(runs, {"addition+scratchpad=C+train_length=8": 0.0}) == {
+        "alibi": {"under": ["addition+scratchpad=C+train_length=8"], "of": 1},
+        "rotary": {"under": [], "of": 1},
+    }

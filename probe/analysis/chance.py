@@ -40,6 +40,13 @@ def constant_guess(task: Task, n_test: int | None = None, n_train: int = TRAIN_E
     return sum(answer == guess for answer in unseen) / len(unseen)
 
 
+def no_better(accuracy: float, guess: float) -> bool:
+    """Whether an accuracy on unseen lengths is no better than a constant guess's, compared at the tenth of a
+    point the reports print (about one example in a study's thousand): a PE right on one unseen-length example
+    in two thousand prints as 0.0 beside a guess of 0.0, and is no better than it."""
+    return round(100 * accuracy, 1) <= round(100 * guess, 1)
+
+
 def guess_of(report: EvalReport) -> float | None:
     """:func:`constant_guess` on the examples an evaluation scored: its run's task and options, and the test
     examples it asked for (all of the split where it recorded none). Evaluations of one task on the same

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from probe.analysis.chance import no_better
 from probe.analysis.eval_report import EvalReport
 from probe.metrics import bootstrap_ci, mean_reciprocal_rank_over_seeds
 from probe.models.registry import PE_LABELS
@@ -235,10 +236,10 @@ def unfitted(reports: Iterable[EvalReport], bar: float) -> dict[str, dict[str, A
 
 def guessing(reports: Iterable[EvalReport], chance: Mapping[str, float]) -> dict[str, dict[str, Any]]:
     """Per PE, the scratchpad scenarios where it does no better on unseen lengths than a constant guess: its OOD
-    exact match, the mean over the seeds measured, at or under ``chance`` of the scenario (what the commonest
-    training answer scores there, :func:`probe.analysis.chance.constant_guess`). There two PEs differ by chance,
-    and a ranking of them reads no length generalization."""
-    return _short(reports, "ood_accuracy", lambda scenario, ood: ood <= chance[scenario])
+    exact match, the mean over the seeds measured, :func:`~probe.analysis.chance.no_better` than ``chance`` of the
+    scenario (what the commonest training answer scores there, :func:`probe.analysis.chance.constant_guess`).
+    There two PEs differ by chance, and a ranking of them reads no length generalization."""
+    return _short(reports, "ood_accuracy", lambda scenario, ood: no_better(ood, chance[scenario]))
 
 
 def fitted(reports: Iterable[EvalReport], bar: float, pes: Sequence[str]) -> list[str]:
