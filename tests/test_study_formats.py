@@ -230,6 +230,7 @@ def test_the_pe_claim_waits_for_two_seeds_of_every_scratchpad_scenario():
     ranking = _ranking(**APART)
     waiting = "cannot be told yet: it needs at least two seeds of every scratchpad scenario"
     assert claim_pe_needed(ranking, waiting=3, every=20) == f"{waiting} (17 of 20 have them)"
+    assert claim_pe_needed(ranking, waiting=19, every=20) == f"{waiting} (1 of 20 has them)"
     assert claim_pe_needed({**ranking, "seeds": [0]}, waiting=0, every=20) == f"{waiting} (20 of 20 have them)"
     assert claim_pe_needed(None, waiting=0, every=20).startswith(waiting)
     assert claim_pe_needed(ranking, waiting=1, every=3, scope="each of them") == (
