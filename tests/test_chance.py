@@ -53,7 +53,7 @@ def test_the_commonest_training_answer_scored_on_the_unseen_lengths_alone():
 
 def test_no_better_compares_at_the_tenth_of_a_point_the_tables_print():
     """One right in 2,500 (0.04%) prints 0.0 beside a guess of 0: no better. One in 1,000 prints 0.1: better.
-    Parity's 48.04% and 47.96% both print 48.0: neither is better than the other as a guess."""
+    Parity's 48.04% and 47.96% both print 48.0: each is no better than the other."""
     assert no_better(1 / 2500, 0.0)
     assert not no_better(1 / 1000, 0.0)
     assert no_better(0.4804, 0.4796) and no_better(0.4796, 0.4804)

@@ -270,7 +270,8 @@ def claim_pe_needed(
     pes = ranking["pes"] if ranking else {}
     pairs = [(a, b) for a in PAPER_LEADERS for b in PAPER_TRAILERS if a in pes and b in pes]
     if waiting or not pairs or len(ranking["seeds"]) < 2:
-        ready, have = every - waiting, "has" if every - waiting == 1 else "have"
+        ready = every - waiting
+        have = "has" if ready == 1 else "have"
         return f"cannot be told yet: it needs at least two seeds of {scope} ({ready} of {every} {have} them)"
     ahead = [(a, b) for a, b in pairs if pes[a]["mrr"] > pes[b]["mrr"]]
     apart = [(a, b) for a, b in ahead if pes[a]["low"] > pes[b]["high"]]
