@@ -8,12 +8,13 @@ scenario and seed as it lands (grids/section6.toml: each task with its scratchpa
 every example in the authors' wording). This script merges them under the study's recipe rule, naming every
 part expected and not found, and writes ``bench/results/section6_report.{json,md}`` (``--name``: another
 stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
-scratchpad_formats_per_ds), the full format's and C's gain over no scratchpad per PE, the PEs ranked with a
-scratchpad (over every scratchpad scenario, and again over those every PE fit), each PE's IID per scenario
-and how many scratchpad scenarios it has not fit, its OOD beside what a constant guess scores and how many it
-does no better than that guess on, the attended
-distances of addition with the full scratchpad (Figure attended_distance, from the histograms its runs keep in
-their summaries), and one line per claim of the paper's Section 6.
+scratchpad_formats_per_ds); per PE the formats every task trains, ranked over (task, seed) (the appendix's
+Figure scratchpad_formats_per_model); the full format's and C's gain over no scratchpad per PE; the PEs ranked
+with a scratchpad (over every scratchpad scenario, and again over those every PE fit); each PE's IID per
+scenario and how many scratchpad scenarios it has not fit; its OOD beside what a constant guess scores and how
+many it does no better than that guess on; the attended distances of addition with the full scratchpad
+(Figure attended_distance, from the histograms its runs keep in their summaries); and one line per claim of
+the paper's Section 6.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
 from probe.studies.attended import FAR, NEAR, UNIFORM, attended_claim, attended_shapes, seed_series  # noqa: E402
 from probe.studies.formats import (  # noqa: E402
     NONE,
+    claim_best_differs,
     claim_only_addition,
     claim_pe_needed,
     fitted,
     format_of,
     format_queries,
     format_ranks,
+    format_ranks_per_pe,
     guessing,
     pe_queries,
     scratchpad_gain,
@@ -150,8 +153,11 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     with_pad = rank_intervals({"with a scratchpad": pe_queries(evaluations)}, ties="shared")  # most tie at 0%
     waiting = unsettled(merged)
     guess = chance(evaluations)
+    per_pe = format_ranks_per_pe(queries)
+    per_pe = {pe: per_pe[pe] for pe in FIGURE_ORDER if pe in per_pe}
     return {
         "formats": format_ranks(queries),
+        "formats_per_pe": per_pe,
         "gain": gains,
         "claims": {
             "only_addition": claim_only_addition(every_format, formats),
@@ -159,6 +165,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
                 with_pad.get("overall"), len(short_of_two_seeds(merged)), len(scratchpad_scenarios())
             ),
             "attended": attended_claim(shapes, waiting.get(ATTENDED), RULE.median_iid),
+            "best_differs": claim_best_differs(per_pe),
         },
         "pe_still_matters_where_fit": claim_where_fit(merged, guess),
         "unfitted": unfitted(evaluations, RULE.median_iid),
@@ -251,11 +258,8 @@ def markdown(report: dict) -> str:
     else:
         lines += ["No task has a scratchpad run measured yet: nothing to rank."]
     for task, entry in report["formats"].items():
-        cells = ", ".join(
-            f"{fmt} {r['mrr']:.2f}" + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
-            for fmt, r in entry["formats"].items()
-        )
-        lines.append(f"- **{task}** (seeds {','.join(map(str, entry['seeds']))}): {cells}")
+        lines.append(f"- **{task}** (seeds {','.join(map(str, entry['seeds']))}): {_ranked(entry)}")
+    lines += _per_pe_lines(report["formats_per_pe"])
     pes = [pe for pe in FIGURE_ORDER if pe in PAPER_ADDITION_NONE]
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
         lines += ["", f"OOD gain of format {fmt} over no scratchpad, in points: per PE the mean over seeds (their"]
@@ -276,6 +280,8 @@ def markdown(report: dict) -> str:
     lines += _unfitted_line(report["unfitted"])
     lines += _guessing_line(report["guessing"])
     lines += _where_fit_line(report["pe_still_matters_where_fit"])
+    best = report["claims"]["best_differs"]
+    lines += [f"- The best format differs by PE (the appendix's formats per model): {best}."]
     lines += [f"- Where the PEs look (Section 6.1, addition + full scratchpad): {report['claims']['attended']}."]
     lines += _attended_table(report["attended"], report["attended_steps"], ATTENDED in report["unsettled"])
     if report["unsettled"]:
@@ -299,6 +305,26 @@ def markdown(report: dict) -> str:
         lines += ["", "Not yet measured: " + _missing(report) + "."]
     lines += _cost_lines(report["cost"])
     return "\n".join(lines) + "\n"
+
+
+def _ranked(entry: dict) -> str:
+    """``full 0.45 [0.40, 0.50], C 0.26``: each format's mean reciprocal rank, its interval where it has width."""
+    return ", ".join(
+        f"{fmt} {r['mrr']:.2f}" + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
+        for fmt, r in entry["formats"].items()
+    )
+
+
+def _per_pe_lines(per_pe: dict[str, dict]) -> list[str]:
+    """The formats every task trains, ranked per PE over (task, seed) queries (Figure scratchpad_formats_per_model)."""
+    if not per_pe:
+        return []
+    lines = ["", "Mean reciprocal rank of the formats every task trains, per PE, over (task, seed) queries (the"]
+    lines += ["appendix's Figure scratchpad_formats_per_model; full is I+C+O+R on sorting and LEGO):", ""]
+    for pe, entry in per_pe.items():
+        where = f"seeds {','.join(map(str, entry['seeds']))}; {len(entry['tasks'])} tasks"
+        lines.append(f"- **{PE_LABELS.get(pe, pe)}** ({where}): {_ranked(entry)}")
+    return lines
 
 
 def _pe_counts(short: dict[str, dict]) -> str:
@@ -489,8 +515,8 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
     parser.add_argument(
         "--figures",
-        help="folder for the figures as PNG (e.g. docs/img): the formats' ranks, and Figure attended_distance "
-        "once addition's full-format runs have kept theirs",
+        help="folder for the figures as PNG (e.g. docs/img): the formats' ranks per task and per PE, and Figure "
+        "attended_distance once addition's full-format runs have kept theirs",
     )
     args = parser.parse_args()
     merged = merged_runs(Path(args.summaries), args.seeds)
@@ -508,12 +534,17 @@ def main() -> None:
 
 
 def figures(report: dict, merged: Merged, seed: int) -> dict:
-    """The formats' ranks (once a task has two formats measured) and Figure attended_distance at ``seed``
-    (the paper reads one model per PE; once its runs have kept their attended distances)."""
+    """The formats' ranks per task (once a task has two formats measured) and per PE, and Figure
+    attended_distance at ``seed`` (the paper reads one model per PE; once its runs have kept their attended
+    distances)."""
     out = {}
     if report["formats"]:
         title = "Scratchpad formats ranked per task, over PEs and seeds (OOD exact match)"
         out["section6_formats"] = format_rank_figure(report["formats"], title)
+    if report["formats_per_pe"]:
+        per_pe = {PE_LABELS.get(pe, pe): entry for pe, entry in report["formats_per_pe"].items()}
+        title = "Formats every task trains, ranked per PE, over tasks and seeds (OOD exact match)"
+        out["section6_formats_per_pe"] = format_rank_figure(per_pe, title)
     labels = {pe: PE_LABELS.get(pe, pe) for pe in FIGURE_ORDER}
     if series := seed_series(merged.attended, ATTENDED, seed, labels):
         title = f"Normalized attended distance, addition + full scratchpad (seed {seed}), all layers and heads"

@@ -449,3 +449,48 @@ def test_the_section6_report_sets_each_pes_ood_beside_a_constant_guess_and_count
     assert f"| parity+scratchpad=C | 0 | {' | '.join(cells)} | {100 * guess:.1f} |" in script.markdown(report)
     assert 0 < sum(ood[pe] <= guess for pe in PES) < len(PES)  # the committed OOD puts some PEs at or under it
     assert {pe: len(report["guessing"][pe]["under"]) for pe in PES} == {pe: int(ood[pe] <= guess) for pe in PES}
+
+
+def _shared_reciprocal_ranks(scores: dict[str, float]) -> dict[str, float]:
+    """Best first; formats level with one another share the mean of their places' reciprocal ranks."""
+    order = sorted(scores, key=lambda f: -scores[f])
+    out, place = {}, 1
+    for value in sorted(set(scores.values()), reverse=True):
+        level = [f for f in order if scores[f] == value]
+        share = sum(1 / p for p in range(place, place + len(level))) / len(level)
+        out |= {f: share for f in level}
+        place += len(level)
+    return out
+
+
+def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draws_them(tmp_path):
+    """Addition's and LEGO's committed seed-0 summaries without a scratchpad, with C and with the full format
+    (LEGO's I+C+O+R): per PE, each format's mean reciprocal rank over the two tasks, worked from the summaries'
+    OOD rows; one seed, so the caption's claim waits; the figure has a group per PE."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    names = {"addition": {"none": "template=authors+train_length=8+steps4000", "C": "scratchpad=C+steps4000"}}
+    names["addition"]["full"] = "scratchpad=full+steps4000"
+    names["lego"] = {"none": "template=authors+train_length=8+steps4000", "C": "scratchpad=C+steps4000"}
+    names["lego"]["full"] = "scratchpad=I+C+O+R+steps4000"
+    ood: dict[str, dict[str, dict[str, float]]] = {}  # pe -> task -> format -> OOD
+    for task, by_format in names.items():
+        for fmt, name in by_format.items():
+            path = committed / f"{task}+{name}+seed0.json"
+            shutil.copy(path, tmp_path)
+            for row in json.loads(path.read_text())["runs"]:
+                ood.setdefault(row["pe"], {}).setdefault(task, {})[fmt] = row["ood"]
+    merged = script.merged_runs(tmp_path, [0])
+    report = script.report_of(merged)
+    per_pe = report["formats_per_pe"]
+    assert list(per_pe) == ["nope", "t5", "alibi", "rotary", "ape"]
+    for pe, by_task in ood.items():
+        ranks = [_shared_reciprocal_ranks(scores) for scores in by_task.values()]
+        expected = {f: sum(r[f] for r in ranks) / len(ranks) for f in ("none", "C", "full")}
+        assert {f: r["mrr"] for f, r in per_pe[pe]["formats"].items()} == pytest.approx(expected)
+        assert per_pe[pe]["tasks"] == ["addition", "lego"] and per_pe[pe]["seeds"] == [0]
+    assert report["claims"]["best_differs"].startswith("cannot be told yet: it needs two seeds (best at seed 0: NoPE ")
+    figure = script.figures(report, merged, 0)["section6_formats_per_pe"]
+    assert {x for trace in figure.data for x in trace.x} == {"NoPE", "T5's Relative Bias", "ALiBi", "Rotary", "APE"}

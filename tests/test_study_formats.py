@@ -10,12 +10,14 @@ import pytest
 from probe.analysis.eval_report import EvalReport
 from probe.figures import format_rank_figure, rank_figure
 from probe.studies.formats import (
+    claim_best_differs,
     claim_only_addition,
     claim_pe_needed,
     fitted,
     format_of,
     format_queries,
     format_ranks,
+    format_ranks_per_pe,
     guessing,
     helps,
     pe_queries,
@@ -64,6 +66,55 @@ def test_a_query_missing_a_format_is_left_out_and_tasks_stay_apart():
     assert list(ranks["parity"]["formats"]) == ["none", "full"]
     assert list(ranks["sorting+variant=multi-digit"]["formats"]) == ["I+C+O+R", "none"]
     assert task_key(runs[3]) == "sorting+variant=multi-digit"
+
+
+def test_formats_rank_per_pe_over_tasks_with_each_tasks_full_format():
+    """NoPE, seed 0. Addition: C 0.3, full 0.2, none 0.1 → C 1, full 1/2, none 1/3 (its I+C+O+R and I+C+V+R
+    are not formats every task trains). LEGO, whose full is I+C+O+R: full 0.6, none 0.5, C 0.4 → full 1, none
+    1/2, C 1/3. Means: full 3/4, C 2/3, none 5/12. Seed 1 has addition alone, so the ranking rests on seed 0."""
+    runs = [
+        report("addition", "nope", 0, 0.3, "C"),
+        report("addition", "nope", 0, 0.2, "full"),
+        report("addition", "nope", 0, 0.1),
+        report("addition", "nope", 0, 0.0, "I+C+O+R"),
+        report("addition", "nope", 0, 0.9, "I+C+V+R"),
+        report("lego", "nope", 0, 0.6, "I+C+O+R"),
+        report("lego", "nope", 0, 0.5),
+        report("lego", "nope", 0, 0.4, "C"),
+    ]
+    runs += [replace(r, seed=1) for r in runs[:3]]
+    ranks = format_ranks_per_pe(format_queries(runs))["nope"]
+    assert list(ranks["formats"]) == ["full", "C", "none"]
+    assert [v["mrr"] for v in ranks["formats"].values()] == pytest.approx([3 / 4, 2 / 3, 5 / 12])
+    assert ranks["seeds"] == [0] and ranks["tasks"] == ["addition", "lego"]
+
+
+def _per_pe(**best: tuple[str, float, float, float]) -> dict:
+    """Per PE, its best format with (mrr, low, high); the others at 0.3 [0.2, 0.4], two seeds."""
+    out = {}
+    for pe, (fmt, mrr, low, high) in best.items():
+        formats = {fmt: {"mrr": mrr, "low": low, "high": high}}
+        formats |= {f: {"mrr": 0.3, "low": 0.2, "high": 0.4} for f in ("none", "C", "full") if f != fmt}
+        out[pe] = {"seeds": [0, 1], "tasks": ["addition"], "formats": formats}
+    return out
+
+
+def test_the_best_format_differs_where_two_pes_best_differ_both_clear_of_their_runners_up():
+    clear = _per_pe(nope=("C", 0.9, 0.8, 1.0), alibi=("full", 0.8, 0.7, 0.9))
+    assert claim_best_differs(clear) == "holds: best NoPE C, ALiBi full; clear of its runner-up: NoPE, ALiBi"
+    close = _per_pe(nope=("C", 0.9, 0.8, 1.0), alibi=("full", 0.8, 0.35, 0.9))
+    assert claim_best_differs(close).startswith("not clear: the best formats differ")
+    same = _per_pe(nope=("C", 0.9, 0.8, 1.0), alibi=("C", 0.8, 0.7, 0.9))
+    assert claim_best_differs(same) == "does not hold: every PE's best format is the same (NoPE C, ALiBi C)"
+    one_seed = {pe: {**entry, "seeds": [0]} for pe, entry in clear.items()}
+    assert claim_best_differs(one_seed).startswith("cannot be told yet: it needs two seeds (best at seed 0: NoPE C")
+
+
+def test_formats_level_at_the_top_share_the_best_place_and_neither_is_clear():
+    level = _per_pe(nope=("C", 0.9, 0.8, 1.0), alibi=("full", 0.8, 0.7, 0.9))
+    level["nope"]["formats"]["none"] = {"mrr": 0.9, "low": 0.8, "high": 1.0}
+    assert claim_best_differs(level).startswith("not clear:")
+    assert "best NoPE C = none, ALiBi full; clear: ALiBi" in claim_best_differs(level)
 
 
 def test_the_gain_per_pe_and_over_pes_with_its_interval_over_seeds():

@@ -28,14 +28,15 @@ def rank_figure(
     return figure
 
 
-def format_rank_figure(per_task: Mapping[str, Mapping[str, Any]], title: str):
-    """Figure scratchpad_formats_per_ds: per task, a bar per scratchpad format, its mean reciprocal rank over
-    the (PE, seed) queries with its interval over seeds. ``per_task``: :func:`probe.studies.formats.format_ranks`'
-    output ({task: {"formats": {format: {"mrr", "low", "high"}}}}); no scratchpad is grey, drawn last."""
+def format_rank_figure(groups: Mapping[str, Mapping[str, Any]], title: str):
+    """Figure scratchpad_formats_per_ds (a group per task) or scratchpad_formats_per_model (a group per PE): a bar
+    per scratchpad format, its mean reciprocal rank with its interval over seeds. ``groups``:
+    :func:`probe.studies.formats.format_ranks`' or :func:`~probe.studies.formats.format_ranks_per_pe`' output
+    ({group: {"formats": {format: {"mrr", "low", "high"}}}}); no scratchpad is grey, drawn last."""
     import plotly.colors
 
-    ranks = {task: {f: r["mrr"] for f, r in entry["formats"].items()} for task, entry in per_task.items()}
-    spans = {task: {f: (r["low"], r["high"]) for f, r in entry["formats"].items()} for task, entry in per_task.items()}
+    ranks = {group: {f: r["mrr"] for f, r in entry["formats"].items()} for group, entry in groups.items()}
+    spans = {group: {f: (r["low"], r["high"]) for f, r in entry["formats"].items()} for group, entry in groups.items()}
     formats = sorted({f for scores in ranks.values() for f in scores}, key=lambda f: (f == "none", f != "full", f))
     palette = plotly.colors.qualitative.Safe
     series = [

@@ -26,6 +26,7 @@ from probe.studies.ranks import PAPER_LEADERS, PAPER_TRAILERS
 
 NONE = "none"  # the format name of a run without a scratchpad
 Queries = dict[tuple[str, int], dict[str, float]]  # (pe, seed) -> {format: OOD exact match}
+COMMON_FORMATS = (NONE, "C", "full")  # the formats every task of the Section 6 study trains
 
 
 def task_key(report: EvalReport) -> str:
@@ -99,7 +100,7 @@ def scratchpad_gain(
     no variable updates: their ``full`` is I+C+O+R, read where ``full`` is absent."""
     out: dict[str, dict[str, Any]] = {}
     for task, by_query in queries.items():
-        with_fmt = fmt if any(fmt in q for q in by_query.values()) else _full_without_updates(fmt, by_query)
+        with_fmt = _as_trained(fmt, by_query)
         pairs = {key: q[with_fmt] - q[NONE] for key, q in by_query.items() if with_fmt in q and NONE in q}
         seeds = sorted({seed for _, seed in pairs})
         pes = sorted({pe for pe, _ in pairs if all((pe, seed) in pairs for seed in seeds)})
@@ -119,8 +120,46 @@ def scratchpad_gain(
     return out
 
 
-def _full_without_updates(fmt: str, by_query: Queries) -> str:
-    return "I+C+O+R" if fmt == "full" and any("I+C+O+R" in q for q in by_query.values()) else fmt
+def _as_trained(fmt: str, by_query: Queries) -> str:
+    """The format a task trains for ``fmt``: sorting's and LEGO's full, which have no variable updates, is
+    I+C+O+R."""
+    if fmt != "full" or any(fmt in q for q in by_query.values()):
+        return fmt
+    return "I+C+O+R" if any("I+C+O+R" in q for q in by_query.values()) else fmt
+
+
+def format_ranks_per_pe(
+    queries: Mapping[str, Queries], formats: Sequence[str] = COMMON_FORMATS, n_resamples: int = 1000
+) -> dict[str, dict[str, Any]]:
+    """Per PE: each format's mean reciprocal rank over the (task, seed) queries, with a 95% bootstrap interval
+    over seeds; the tasks and seeds it rests on. Formats best first.
+
+    The appendix's Figure scratchpad_formats_per_model ranks the formats "aggregated across all datasets per
+    each model"; the released notebook keeps the queries holding every format, no scratchpad among them. This
+    study trains addition's other formats alone, so a PE's formats are those every task trains (``formats``,
+    each task's full read as :func:`_as_trained`), over the seeds at which every task measured has them all:
+    a seed half landed would rank its first tasks alone."""
+    out: dict[str, dict[str, Any]] = {}
+    for pe in sorted({pe for by_query in queries.values() for pe, _ in by_query}):
+        rows: dict[str, dict[int, list[float]]] = {}  # task -> seed -> OOD per format
+        for task, by_query in queries.items():
+            trained = [_as_trained(f, by_query) for f in formats]
+            for (of, seed), q in by_query.items():
+                if of == pe and all(f in q for f in trained):
+                    rows.setdefault(task, {})[seed] = [q[f] for f in trained]
+        tasks = sorted(rows)
+        seeds = sorted(set.intersection(*(set(by_seed) for by_seed in rows.values()))) if rows else []
+        if not seeds:
+            continue
+        scores = torch.tensor([[rows[t][s] for t in tasks] for s in seeds], dtype=torch.float64)  # [seed, task, format]
+        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties="shared")
+        ranked = sorted(zip(formats, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda r: -r[1])
+        out[pe] = {
+            "seeds": seeds,
+            "tasks": tasks,
+            "formats": {f: {"mrr": mean, "low": low, "high": high} for f, mean, low, high in ranked},
+        }
+    return out
 
 
 def helps(gain: Mapping[str, Any]) -> bool | None:
@@ -175,6 +214,42 @@ def claim_only_addition(
     else:
         detail += ", none on any other task"
     return f"{verdict}: {detail}"
+
+
+def claim_best_differs(per_pe: Mapping[str, Mapping[str, Any]]) -> str:
+    """The appendix's Figure scratchpad_formats_per_model: "The optimal scratchpad format is different for each
+    model". ``per_pe``: :func:`format_ranks_per_pe`. Each PE's best format is its highest mean reciprocal rank
+    (formats level with it share the place), clear where its interval over seeds lies above its runner-up's.
+    Holds where two PEs' best formats differ, both clear; does not hold where every PE's best is the same one;
+    waits for two seeds, since one seed's interval has no width. One line, each PE's best named."""
+    if not per_pe:
+        return "cannot be told yet: no PE has every format measured on every task"
+    best = {pe: _best(entry["formats"]) for pe, entry in per_pe.items()}
+    named = ", ".join(f"{PE_LABELS.get(pe, pe)} {' = '.join(b)}" for pe, b in best.items())
+    if min(len(entry["seeds"]) for entry in per_pe.values()) < 2:
+        seeds = sorted({s for entry in per_pe.values() for s in entry["seeds"]})
+        at = f"seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}"
+        return f"cannot be told yet: it needs two seeds (best at {at}: {named})"
+    if len(set(best.values())) == 1:
+        return f"does not hold: every PE's best format is the same ({named})"
+    clear = {pe for pe, entry in per_pe.items() if _clear(entry["formats"], best[pe])}
+    cleared = ", ".join(PE_LABELS.get(pe, pe) for pe in per_pe if pe in clear) or "none"
+    if any(best[a] != best[b] for a in clear for b in clear):
+        return f"holds: best {named}; clear of its runner-up: {cleared}"
+    return (
+        "not clear: the best formats differ, but no two that differ are clear of their runners-up "
+        f"(best {named}; clear: {cleared})"
+    )
+
+
+def _best(formats: Mapping[str, Mapping[str, float]]) -> tuple[str, ...]:
+    top = max(r["mrr"] for r in formats.values())
+    return tuple(f for f, r in formats.items() if r["mrr"] >= top - 1e-12)
+
+
+def _clear(formats: Mapping[str, Mapping[str, float]], best: tuple[str, ...]) -> bool:
+    """Whether the best format's interval lies above every other format's (never so beside one level with it)."""
+    return all(formats[best[0]]["low"] > r["high"] for f, r in formats.items() if f != best[0])
 
 
 def pe_queries(
