@@ -82,14 +82,17 @@ def format_ranks(queries: Mapping[str, Queries], n_resamples: int = 1000) -> dic
         scores = torch.tensor(
             [[[complete[(pe, seed)][f] for f in formats] for pe in pes] for seed in seeds], dtype=torch.float64
         )  # [seed, pe, format]
-        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties="shared")
-        ranked = sorted(zip(formats, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda r: -r[1])
-        out[task] = {
-            "seeds": seeds,
-            "pes": pes,
-            "formats": {f: {"mrr": mean, "low": low, "high": high} for f, mean, low, high in ranked},
-        }
+        out[task] = {"seeds": seeds, "pes": pes, "formats": _ranked(scores, formats, n_resamples)}
     return out
+
+
+def _ranked(scores: torch.Tensor, formats: Sequence[str], n_resamples: int) -> dict[str, dict[str, float]]:
+    """Each format's mean reciprocal rank with its 95% bootstrap interval over seeds, ties shared, best first.
+
+    scores: [seed, query, format]."""
+    ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties="shared")
+    ranked = sorted(zip(formats, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda r: -r[1])
+    return {f: {"mrr": mean, "low": low, "high": high} for f, mean, low, high in ranked}
 
 
 def scratchpad_gain(
@@ -152,13 +155,7 @@ def format_ranks_per_pe(
         if not seeds:
             continue
         scores = torch.tensor([[rows[t][s] for t in tasks] for s in seeds], dtype=torch.float64)  # [seed, task, format]
-        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties="shared")
-        ranked = sorted(zip(formats, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda r: -r[1])
-        out[pe] = {
-            "seeds": seeds,
-            "tasks": tasks,
-            "formats": {f: {"mrr": mean, "low": low, "high": high} for f, mean, low, high in ranked},
-        }
+        out[pe] = {"seeds": seeds, "tasks": tasks, "formats": _ranked(scores, formats, n_resamples)}
     return out
 
 
