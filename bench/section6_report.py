@@ -263,8 +263,8 @@ def markdown(report: dict) -> str:
     pes = [pe for pe in FIGURE_ORDER if pe in PAPER_ADDITION_NONE]
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
         lines += ["", f"OOD gain of format {fmt} over no scratchpad, in points: per PE the mean over seeds (their"]
-        lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds, each spread shown from two"]
-        lines += ["seeds on; each scenario at its rung:"]
+        lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds (over two or three seeds, the"]
+        lines += ["lowest and highest seed's), each spread shown from two seeds on; each scenario at its rung:"]
         lines += [""]
         lines += ["| task | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
         lines += ["|" + "---|" * (len(pes) + 3)]

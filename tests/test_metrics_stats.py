@@ -68,6 +68,14 @@ def test_bootstrap_matches_resampling_by_indexing():
     torch.testing.assert_close(ci.high, torch.quantile(means, 0.95, dim=0))
 
 
+@pytest.mark.parametrize("values", [[0.010, 0.018], [0.2, 0.5, 0.1]])
+def test_a_95_percent_interval_over_two_or_three_seeds_is_their_range(values):
+    """A value drawn every time has probability 1/4 (two seeds) or 1/27 (three), over the 2.5% tail, so the
+    percentile interval's ends are the lowest and the highest seed."""
+    ci = bootstrap_ci(torch.tensor(values, dtype=torch.float64))
+    assert (float(ci.low), float(ci.high)) == pytest.approx((min(values), max(values)))
+
+
 def test_bootstrap_of_a_constant_collapses():
     ci = bootstrap_ci(torch.full((10,), 0.25))
     assert float(ci.low) == pytest.approx(0.25) and float(ci.high) == pytest.approx(0.25)

@@ -23,6 +23,12 @@ def bootstrap_ci(values: Tensor, n_resamples: int = 1000, confidence: float = 0.
     draws come from a CPU generator seeded with `seed`, so the same seed gives the same
     interval on any device. Resampled means are one matrix product: counts [resample,
     example] @ values [example, rest].
+
+    Over as few examples as a study's seeds, the interval is their range: with n ≤ 3, one value
+    drawn n times has probability n^-n ≥ 1/27, more than a 95% interval's 2.5% tail, so the
+    interval runs from the lowest value to the highest (in all but a sliver of resample draws).
+    Two intervals apart then say one's lowest seed is above the other's highest, not a 95%
+    confidence about their means.
     """
     if values.shape[0] < 1:
         raise ProbeError("bootstrap needs at least one example")
