@@ -138,7 +138,7 @@ def format_ranks_per_pe(
     over seeds; the tasks and seeds it rests on. Formats best first.
 
     The appendix's Figure scratchpad_formats_per_model ranks the formats "aggregated across all datasets per
-    each model"; the released notebook keeps the queries holding every format, no scratchpad among them. This
+    each model"; the released notebook keeps the queries holding every format, no scratchpad one of them. This
     study trains addition's other formats alone, so a PE's formats are those every task trains (``formats``,
     each task's full read as :func:`_as_trained`), over the seeds at which every task measured has them all:
     a seed half landed would rank its first tasks alone."""
