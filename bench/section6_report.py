@@ -48,6 +48,7 @@ from probe.studies.formats import (  # noqa: E402
     format_ranks,
     format_ranks_per_pe,
     guessing,
+    helps_per_format,
     pe_queries,
     scratchpad_gain,
     seed_means,
@@ -167,6 +168,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
             "attended": attended_claim(shapes, waiting.get(ATTENDED), RULE.median_iid),
             "best_differs": claim_best_differs(per_pe),
         },
+        "helps_per_format": helps_per_format(every_format, formats),
         "pe_still_matters_where_fit": claim_where_fit(merged, guess),
         "unfitted": unfitted(evaluations, RULE.median_iid),
         "guessing": guessing(evaluations, guess),
@@ -276,6 +278,7 @@ def markdown(report: dict) -> str:
             lines.append(f"| {task} ({g['format']}) | {seeds} | " + " | ".join(cells) + f" | {over} |")
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
+    lines += _per_format_line(report["helps_per_format"])
     lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
     lines += _unfitted_line(report["unfitted"])
     lines += _guessing_line(report["guessing"])
@@ -325,6 +328,19 @@ def _per_pe_lines(per_pe: dict[str, dict]) -> list[str]:
         where = f"seeds {','.join(map(str, entry['seeds']))}; {len(entry['tasks'])} tasks"
         lines.append(f"- **{PE_LABELS.get(pe, pe)}** ({where}): {_ranked(entry)}")
     return lines
+
+
+def _per_format_line(per_format: dict[str, dict]) -> list[str]:
+    """The first claim read a format at a time, for the formats every task of which has two seeds."""
+    if not per_format:
+        return []
+    read = "; ".join(
+        f"{fmt} on {', '.join(r['helps']) or 'none'} (of {len(r['read'])})" for fmt, r in per_format.items()
+    )
+    return [
+        "- Read a format at a time, where every task that trains it has two seeds (helping: every PE's gain above "
+        f"0, the gain over PEs clear of 0): {read}."
+    ]
 
 
 def _pe_counts(short: dict[str, dict]) -> str:

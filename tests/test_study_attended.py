@@ -494,3 +494,30 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
     assert report["claims"]["best_differs"].startswith("cannot be told yet: it needs two seeds (best at seed 0: NoPE ")
     figure = script.figures(report, merged, 0)["section6_formats_per_pe"]
     assert {x for trace in figure.data for x in trace.x} == {"NoPE", "T5's Relative Bias", "ALiBi", "Rotary", "APE"}
+
+
+def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at_two_seeds(tmp_path):
+    """Every committed summary, and multi-digit sorting's C at seed 0 again as seed 1 should it not have landed:
+    C then has two seeds on all seven tasks and is read on its own, the other formats still waiting; the line
+    names the tasks it helps on (every PE's gain above 0, the gain over PEs clear of 0)."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    for path in committed.glob("*.json"):
+        shutil.copy(path, tmp_path)
+    name = "sorting+scratchpad=C+variant=multi-digit+steps4000"
+    if not (tmp_path / f"{name}+seed1.json").exists():
+        summary = json.loads((committed / f"{name}+seed0.json").read_text())
+        summary["seed"] = 1
+        for row in summary["runs"]:
+            row["seed"] = row["evaluation"]["seed"] = 1
+        (tmp_path / f"{name}+seed1.json").write_text(json.dumps(summary))
+    report = script.report_of(script.merged_runs(tmp_path, [0, 1]))
+    per_format = report["helps_per_format"]
+    assert "C" in per_format and "full" not in per_format
+    assert per_format["C"]["read"] == list(script.planned_formats())
+    gains = report["gain"]["C"]
+    helped = [t for t, g in gains.items() if g["low"] > 0 and all(pe["mean"] > 0 for pe in g["pes"].values())]
+    assert per_format["C"]["helps"] == sorted(helped, key=per_format["C"]["read"].index)
+    assert f"C on {', '.join(per_format['C']['helps']) or 'none'} (of 7)" in script.markdown(report)

@@ -20,6 +20,7 @@ from probe.studies.formats import (
     format_ranks_per_pe,
     guessing,
     helps,
+    helps_per_format,
     pe_queries,
     scratchpad_gain,
     task_key,
@@ -217,6 +218,20 @@ def test_the_claim_waits_for_every_format_of_every_task_of_the_study():
     )
     with pytest.raises(ValueError, match="no 'addition' task"):
         claim_only_addition(gains, {"parity": ["full"]})
+
+
+def test_a_format_is_read_on_its_own_once_every_task_training_it_has_two_seeds():
+    """Addition's full and I+C+V+R help (every gain above 0 at both seeds), its C does not; parity's C helps
+    and its full does not. Every format at two seeds: each named with the tasks it helps on. Parity's C at
+    one seed only: C waits, the others are read."""
+    gains = _gains({"full": 0.3, "C": 0.0, "I+C+V+R": 0.2}, {"full": 0.0, "C": 0.1})
+    both = ["addition", "parity"]
+    full, c = {"read": both, "helps": ["addition"]}, {"read": both, "helps": ["parity"]}
+    updates = {"read": ["addition"], "helps": ["addition"]}
+    assert helps_per_format(gains, PLANNED) == {"full": full, "C": c, "I+C+V+R": updates}
+    one_seed = _gains({}, {"C": 0.1}, seeds=(0,))["C"]
+    waiting = {**gains, "C": {**gains["C"], "parity": one_seed["parity"]}}
+    assert helps_per_format(waiting, PLANNED) == {"full": full, "I+C+V+R": updates}
 
 
 def test_pes_ranked_with_a_scratchpad_only():

@@ -213,6 +213,22 @@ def claim_only_addition(
     return f"{verdict}: {detail}"
 
 
+def helps_per_format(
+    gains: Mapping[str, Mapping[str, Mapping[str, Any]]], planned: Mapping[str, Iterable[str]]
+) -> dict[str, dict[str, list[str]]]:
+    """The first claim read a format at a time, while it waits for the rest: per format whose every task (of
+    ``planned``, as :func:`claim_only_addition` takes it) has its gain at two seeds or more, the tasks it was
+    read on and those where it helps (:func:`helps`), in ``planned``'s order. A format still waiting on a task
+    is left out."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for fmt in dict.fromkeys(f for formats in planned.values() for f in formats):
+        tasks = [task for task, formats in planned.items() if fmt in formats]
+        verdicts = [helps(gains[fmt][task]) if task in gains.get(fmt, {}) else None for task in tasks]
+        if None not in verdicts:
+            out[fmt] = {"read": tasks, "helps": [task for task, verdict in zip(tasks, verdicts) if verdict]}
+    return out
+
+
 def claim_best_differs(per_pe: Mapping[str, Mapping[str, Any]]) -> str:
     """The appendix's Figure scratchpad_formats_per_model: "The optimal scratchpad format is different for each
     model". ``per_pe``: :func:`format_ranks_per_pe`. Each PE's best format is its highest mean reciprocal rank
