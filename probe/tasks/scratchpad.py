@@ -122,13 +122,17 @@ def render_authors(steps: Sequence[Step], answer: str, fmt: str) -> str:
     return " ".join(f"{AUTHORS_OPEN} {body} {AUTHORS_CLOSE} {answer}".split())
 
 
+def end_marker(template: str = "figure") -> str:
+    """What ends a scratchpad in ``template``'s words: the authors' ``. Thus,``, probe's ``</scratch>``."""
+    return AUTHORS_CLOSE if template == "authors" else CLOSE
+
+
 def final_answer(text: str, template: str = "figure") -> str:
     """What follows the FIRST scratchpad end marker up to a second one, or the whole ``text`` when it
     has none: the part a prediction is scored on (the authors' ``extract_answer_from_prediction``:
     ``prediction.split(scratchpad_eos)[1]``; the paper: "evaluated on the correctness of its predicted
     result"). A gold target's is its answer."""
-    close = AUTHORS_CLOSE if template == "authors" else CLOSE
-    parts = text.split(close)
+    parts = text.split(end_marker(template))
     return (parts[1] if len(parts) > 1 else text).strip()
 
 

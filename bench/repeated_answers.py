@@ -1,0 +1,71 @@
+"""How often a scratchpad run's unseen-length predictions write the scratchpad's end more than once.
+
+    python bench/repeated_answers.py RUN [RUN ...]             # run folders (globs welcome)
+    python bench/repeated_answers.py '/work/runs/section6/runs-steps4000/lego+scratchpad=C/*/seed1' --n-test 200
+
+The authors read a scratchpad prediction's answer between its first scratchpad end (``. Thus, ``) and the next,
+and their parity and LEGO readers want the answer ended by a period (``.*The answer is\\s*(.+)\\s*\\.``). A model
+that writes its conclusion twice (``... . Thus, The answer is +1 . Thus, The answer is +1.``) leaves the first
+answer without its period, so it scores wrong whatever sign it holds, as probe scores it too
+(:func:`probe.tasks.scratchpad.final_answer`). Per run, over ``--n-test`` test examples at unseen lengths (as
+``probe eval`` draws them, seed 0): how many score right, how many write the end more than once, and how many
+of those give the gold answer first (read with its period restored). One thread, the run's weights on a CPU.
+Writes bench/results/repeated_answers_cpu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import each_run, trained_runs, write_result  # noqa: E402
+
+from probe.subjects.resolve import resolve  # noqa: E402
+from probe.tasks import Tokenizer  # noqa: E402
+from probe.tasks import get as get_task  # noqa: E402
+from probe.tasks.decoding import decode_positions, evaluate_examples  # noqa: E402
+from probe.tasks.scratchpad import end_marker  # noqa: E402
+
+
+def measure(path: Path, n_test: int) -> dict:
+    """One run's unseen-length predictions: scored right, the end written twice or more, and of those the
+    gold answer given first."""
+    model = resolve(path).load("cpu").model
+    meta = model.metadata
+    task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
+    if not task.scratchpad:
+        sys.exit(f"{path}: trained without a scratchpad, so it has no scratchpad end to write twice")
+    tokenizer = Tokenizer.from_dict(meta["tokenizer"])
+    examples = [e for e in task.examples("test", n=n_test, seed=0) if not task.is_seen(e.length)]
+    reading = {"answer_of": task.answer_reader(), "decode_to": decode_positions(task)}
+    result = evaluate_examples(model, tokenizer, examples, keep_predictions=True, **reading)
+    close = end_marker(task.template)
+    twice = [(e, p) for e, p in zip(examples, result.predictions) if p.count(close) > 1]
+    first = [task.read_answer(p.split(close)[1].strip() + ".") == task.answer_of(e.target) for e, p in twice]
+    return {
+        "run": str(path),
+        "unseen": len(examples),
+        "right": sum(result.correct),
+        "end_written_twice": len(twice),
+        "of_those_gold_first": sum(first),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (globs welcome)")
+    parser.add_argument("--n-test", type=int, default=200, help="test examples drawn, the unseen-length ones kept")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    load = os.getloadavg()
+    rows = each_run(trained_runs(args.runs), lambda path: measure(path, args.n_test))
+    write_result("repeated_answers", "scratchpad predictions that write their end more than once", load, runs=rows)
+
+
+if __name__ == "__main__":
+    main()
