@@ -29,7 +29,7 @@ from probe.subjects.resolve import resolve  # noqa: E402
 from probe.tasks import Tokenizer  # noqa: E402
 from probe.tasks import get as get_task  # noqa: E402
 from probe.tasks.decoding import decode_positions, evaluate_examples  # noqa: E402
-from probe.tasks.scratchpad import end_marker  # noqa: E402
+from probe.tasks.scratchpad import end_marker, final_answer  # noqa: E402
 
 
 def measure(path: Path, n_test: int) -> dict:
@@ -46,7 +46,7 @@ def measure(path: Path, n_test: int) -> dict:
     result = evaluate_examples(model, tokenizer, examples, keep_predictions=True, **reading)
     close = end_marker(task.template)
     twice = [(e, p) for e, p in zip(examples, result.predictions) if p.count(close) > 1]
-    first = [task.read_answer(p.split(close)[1].strip() + ".") == task.answer_of(e.target) for e, p in twice]
+    first = [task.read_answer(final_answer(p, task.template) + ".") == task.answer_of(e.target) for e, p in twice]
     return {
         "run": str(path),
         "unseen": len(examples),

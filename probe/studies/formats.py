@@ -142,16 +142,16 @@ def format_ranks_per_pe(
     study trains addition's other formats alone, so a PE's formats are those every task trains (``formats``,
     each task's full read as :func:`_as_trained`), over the seeds at which every task measured has them all:
     a seed half landed would rank its first tasks alone."""
+    by_pe: dict[str, dict[str, dict[int, list[float]]]] = {}  # pe -> task -> seed -> OOD per format
+    for task, by_query in queries.items():
+        trained = [_as_trained(f, by_query) for f in formats]
+        for (pe, seed), q in by_query.items():
+            if all(f in q for f in trained):
+                by_pe.setdefault(pe, {}).setdefault(task, {})[seed] = [q[f] for f in trained]
     out: dict[str, dict[str, Any]] = {}
-    for pe in sorted({pe for by_query in queries.values() for pe, _ in by_query}):
-        rows: dict[str, dict[int, list[float]]] = {}  # task -> seed -> OOD per format
-        for task, by_query in queries.items():
-            trained = [_as_trained(f, by_query) for f in formats]
-            for (of, seed), q in by_query.items():
-                if of == pe and all(f in q for f in trained):
-                    rows.setdefault(task, {})[seed] = [q[f] for f in trained]
+    for pe, rows in sorted(by_pe.items()):
         tasks = sorted(rows)
-        seeds = sorted(set.intersection(*(set(by_seed) for by_seed in rows.values()))) if rows else []
+        seeds = sorted(set.intersection(*(set(by_seed) for by_seed in rows.values())))
         if not seeds:
             continue
         scores = torch.tensor([[rows[t][s] for t in tasks] for s in seeds], dtype=torch.float64)  # [seed, task, format]
@@ -182,11 +182,7 @@ def claim_only_addition(
     at two seeds or more. One line: holds, holds in part, does not, or cannot be told yet and for which tasks."""
     if addition not in planned:
         raise ValueError(f"the study has no {addition!r} task to read the claim on")
-    verdicts = {
-        (task, fmt): helps(gains[fmt][task]) if task in gains.get(fmt, {}) else None
-        for task, formats in planned.items()
-        for fmt in formats
-    }
+    verdicts = _verdicts(gains, planned)
     waiting = sorted({task for (task, _), verdict in verdicts.items() if verdict is None})
     if waiting:
         return (
@@ -220,13 +216,25 @@ def helps_per_format(
     ``planned``, as :func:`claim_only_addition` takes it) has its gain at two seeds or more, the tasks it was
     read on and those where it helps (:func:`helps`), in ``planned``'s order. A format still waiting on a task
     is left out."""
-    out: dict[str, dict[str, list[str]]] = {}
-    for fmt in dict.fromkeys(f for formats in planned.values() for f in formats):
-        tasks = [task for task, formats in planned.items() if fmt in formats]
-        verdicts = [helps(gains[fmt][task]) if task in gains.get(fmt, {}) else None for task in tasks]
-        if None not in verdicts:
-            out[fmt] = {"read": tasks, "helps": [task for task, verdict in zip(tasks, verdicts) if verdict]}
-    return out
+    by_format: dict[str, dict[str, bool | None]] = {}
+    for (task, fmt), verdict in _verdicts(gains, planned).items():
+        by_format.setdefault(fmt, {})[task] = verdict
+    return {
+        fmt: {"read": list(verdicts), "helps": [task for task, verdict in verdicts.items() if verdict]}
+        for fmt, verdicts in by_format.items()
+        if None not in verdicts.values()
+    }
+
+
+def _verdicts(
+    gains: Mapping[str, Mapping[str, Mapping[str, Any]]], planned: Mapping[str, Iterable[str]]
+) -> dict[tuple[str, str], bool | None]:
+    """Per (task, format) of ``planned``, in its order: :func:`helps` of its gain, None while it has none."""
+    return {
+        (task, fmt): helps(gains[fmt][task]) if task in gains.get(fmt, {}) else None
+        for task, formats in planned.items()
+        for fmt in formats
+    }
 
 
 def claim_best_differs(per_pe: Mapping[str, Mapping[str, Any]]) -> str:
