@@ -24,6 +24,7 @@ _LAZY = {
     "evaluate_run": "probe.analysis.evaluation",
     "extrapolate": "probe.extrapolation.extrapolate",
     "read_eval": "probe.analysis.eval_report",
+    "show_predictions": "probe.analysis.predictions",
     "compare_runs": "probe.analysis",
     "compare_report": "probe.analysis",
     "attended_distance_report": "probe.analysis",

@@ -23,7 +23,7 @@ from probe.subjects.examples import task_of, trained_length
 from probe.subjects.resolve import resolve
 from probe.subjects.run_info import is_code_run
 from probe.subjects.settings import ReadSettings
-from probe.tasks import Tokenizer
+from probe.tasks import Task, Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.decoding import EvalResult, decode_positions, evaluate_examples, teacher_forced_examples
 
@@ -141,33 +141,59 @@ def _write(report: EvalReport, target: Path, force: bool, asked: dict[str, Any])
     report.write(target.parent)
 
 
-def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int, last_step: bool) -> EvalReport:
+@dataclass
+class RunScorer:
+    """A run loaded to be scored: its model (under the settings' PE options and intervention), its task and
+    tokenizer, and how :func:`score_examples` scores it (device, batch, answer reader, decoding budget)."""
+
+    model: Any
+    task: Task
+    tokenizer: Tokenizer
+    given: dict[str, Any]  # the PE options asked for, parsed for the run's PE
+    at_inference: dict[str, Any]  # those the model runs under (with an intervention's RoPE scaling)
+    how: dict[str, Any]
+
+    def score(self, model, examples: Sequence) -> EvalResult:
+        return score_examples(model, self.tokenizer, examples, **self.how)
+
+
+def run_scorer(run: Run, settings: ReadSettings) -> RunScorer:
+    """``run`` loaded as ``probe eval`` scores it: on ``settings.device`` at its batch size (default
+    :data:`BATCH_SIZE`), under its PE options and intervention, its predictions read as its task reads them and
+    in the numerics it trained in."""
     from probe.models.attach import with_rope
-    from probe.models.positional import format_option
     from probe.models.registry import parse_pe_options
 
-    started = time.perf_counter()
     intervention = settings.intervention or Intervention()
-    device, batch_size = settings.device, settings.batch_size or BATCH_SIZE
     given = parse_pe_options(run.pe, dict(settings.pe_options or {}))
     at_inference = parse_pe_options(run.pe, with_rope(given, intervention))  # the RoPE scaling attach() applies
-    model = resolve(run).under(intervention).load(device, pe_options=given).model
+    model = resolve(run).under(intervention).load(settings.device, pe_options=given).model
     meta = model.metadata
-    training = meta.get("training", {})
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
-    tokenizer = Tokenizer.from_dict(meta["tokenizer"])
-    examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
     how = {
-        "device": device,
-        "batch_size": batch_size,
+        "device": settings.device,
+        "batch_size": settings.batch_size or BATCH_SIZE,
         "answer_of": task.answer_reader(),
         "decode_to": decode_positions(task),
         "cached": not intervention.needs_whole_pass(model),
         "precision": recorded_precision(meta),  # scored as it trained
     }
+    return RunScorer(model, task, Tokenizer.from_dict(meta["tokenizer"]), given, at_inference, how)
+
+
+def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int, last_step: bool) -> EvalReport:
+    from probe.models.positional import format_option
+
+    started = time.perf_counter()
+    intervention = settings.intervention or Intervention()
+    scorer = run_scorer(run, settings)
+    model, task, at_inference = scorer.model, scorer.task, scorer.at_inference
+    meta = model.metadata
+    training = meta.get("training", {})
+    examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
 
     def score(model) -> EvalResult:
-        return score_examples(model, tokenizer, examples, **how)
+        return scorer.score(model, examples)
 
     result = score(model)
     buckets = [Bucket(length, n, k, k / n, task.is_seen(length)) for length, (n, k) in result.by_length().items()]
@@ -194,8 +220,8 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
         if last_step:
             step = training.get("selection", {}).get("last_step", training["selected_step"])
             if (run.path / LAST / "config.json").is_file():
-                last = resolve(run.path / LAST).under(intervention).load(device, pe_options=given).model
-                iid, ood = split_accuracy(task, score(last))
+                last = resolve(run.path / LAST).under(intervention).load(settings.device, pe_options=scorer.given)
+                iid, ood = split_accuracy(task, score(last.model))
             report.last = LastStep(step, iid, ood)
     report.seconds = time.perf_counter() - started  # a study's cost beside its training's (train_seconds)
     return report

@@ -55,6 +55,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "evaluated): each run's eval.json and .csv under DIR/<task folder>/<pe>/seed<k>, the figures in DIR "
         "(default: eval.json and .csv in each run folder, the figures in each task folder)",
     )
+    parser.add_argument(
+        "--show",
+        type=int,
+        metavar="N",
+        help="print each run's greedy predictions beside the gold for the first N test examples of each length, "
+        "with the answer read from each where the task scores the answer alone (a scratchpad's); in --json's "
+        "'shown'",
+    )
+    parser.add_argument(
+        "--wrong",
+        action="store_true",
+        help="with --show: the first N of each length scored wrong (a length with none shows none)",
+    )
     add_intervention(parser)
     add_checkpoints(parser)
     add_device(parser)
@@ -70,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.subjects.settings import ReadSettings
 
     out = console(stderr=args.json)
+    _check_show(args)
     runs, given = _runs(args, out)
     if args.out is None:
         _check_writable(runs)
@@ -115,11 +129,63 @@ def run(args: argparse.Namespace) -> int:
         out.print(fitted(_rank_table(ranking), out))
     guesses = _say_guesses(reports, out)
     out.print("figures: " + ", ".join(figures))
+    shown = _show(args, runs, given, device, out) if args.show else None
     if args.json:
         runs_json = [r.to_json() for r in reports]
         ranked = ranking.to_json() if ranking.scores else None
-        print_json({"runs": runs_json, "ranking": ranked, "figures": figures, "guess": guesses})
+        shown_json = {} if shown is None else {"shown": shown}
+        print_json({"runs": runs_json, "ranking": ranked, "figures": figures, "guess": guesses} | shown_json)
     return 0
+
+
+def _check_show(args: argparse.Namespace) -> None:
+    """``--show`` and ``--wrong`` checked before any run is read: one line, nothing computed."""
+    from probe.errors import ProbeError
+
+    if args.show is not None and args.show < 1:
+        raise ProbeError(f"--show must be at least 1 prediction per length, got {args.show}")
+    if args.wrong and args.show is None:
+        raise ProbeError("--wrong picks which predictions --show prints; give --show N with it")
+
+
+def _show(args: argparse.Namespace, runs, given, device, out) -> dict[str, list[dict]]:
+    """Each run's predictions beside the gold (:func:`probe.analysis.predictions.show_predictions`), a table per
+    run; returned per run label for the JSON."""
+    from probe.analysis.predictions import show_predictions
+    from probe.figures.terminal import fitted
+    from probe.subjects.settings import ReadSettings
+
+    shown = {}
+    for r in runs:
+        settings = ReadSettings(
+            device=device, batch_size=args.batch_size, pe_options=given[r.path], intervention=intervention_of(args)
+        )
+        rows = show_predictions(r, settings, per_length=args.show, wrong=args.wrong, n_test=args.n)
+        out.print(fitted(_shown_table(r.label, rows, args.wrong), out))
+        shown[r.label] = [row.to_json() for row in rows]
+    return shown
+
+
+def _shown_table(label: str, rows, wrong: bool):
+    """One run's shown predictions: length (* unseen), input, gold, prediction, the answers read where the task
+    reads them, and the verdict."""
+    from rich.table import Table
+    from rich.text import Text
+
+    which = "scored wrong" if wrong else "test examples"
+    table = Table(title=f"{label}: greedy predictions, the first of each length's {which} (* = unseen length)")
+    read = any(row.gold_answer is not None for row in rows)
+    columns = ["length", "input", "gold", "prediction"] + (["answer read", "gold answer"] if read else []) + ["✓"]
+    for column in columns:
+        table.add_column(column, justify="right" if column == "length" else "left", overflow="fold")
+    for row in rows:
+        answers = [str(row.answer) if row.answer is not None else "none", str(row.gold_answer)] if read else []
+        verdict = "[green]✓[/green]" if row.correct else "[red]✗[/red]"
+        texts = [Text(cell) for cell in (row.source, row.target, row.prediction, *answers)]  # brackets are not markup
+        table.add_row(f"{row.length}{'' if row.seen else '*'}", *texts, verdict)
+    if not rows:
+        table.caption = "none scored wrong" if wrong else "no test examples"
+    return table
 
 
 def _say_guesses(reports, out) -> dict[str, float | None]:

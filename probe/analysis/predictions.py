@@ -1,0 +1,104 @@
+"""What a trained run writes, beside the gold (``probe eval --show``): a number that is off (an OOD under a
+constant guess, a scratchpad scored wrong) is read in the predictions behind it, decoded greedily as
+``probe eval`` decodes them and scored as it scores them (Section 3's exact match; a scratchpad's answer read
+as the authors read it, Section 6)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from probe.analysis.evaluation import RunScorer, run_scorer
+from probe.errors import ProbeError
+from probe.runs.folders import Run
+from probe.subjects.settings import ReadSettings
+from probe.tasks import Example
+from probe.tasks.decoding import evaluate_examples
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One test example and the run's greedy prediction for it (up to its ``<eos>``)."""
+
+    length: int
+    seen: bool  # a training length
+    source: str
+    target: str
+    prediction: str
+    answer: str | None  # the answer read from the prediction where the task scores it alone (None: not read)
+    gold_answer: str | None  # the gold target's, read alike (None where the whole target is matched)
+    correct: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def show_predictions(
+    run: Run,
+    settings: ReadSettings | None = None,
+    *,
+    per_length: int,
+    wrong: bool = False,
+    n_test: int | None = None,
+) -> list[Shown]:
+    """The first ``per_length`` test examples of each length (with ``wrong``, the first ``per_length`` scored
+    wrong), of the test split ``probe eval`` scores (``n_test`` examples at seed 0), with ``run``'s predictions,
+    shortest length first. ``settings`` as :func:`~probe.analysis.evaluation.evaluate_run` reads them."""
+    if per_length < 1:
+        raise ProbeError(f"--show must be at least 1 prediction per length, got {per_length}")
+    scorer = run_scorer(run, settings or ReadSettings())
+    examples = scorer.task.examples("test", n=n_test, seed=0)
+    if wrong:
+        verdicts = scorer.score(scorer.model, examples).correct
+        examples = [e for e, right in zip(examples, verdicts) if not right]
+    chosen = _first_of_each_length(examples, per_length)
+    return _decoded(scorer, chosen)
+
+
+def _first_of_each_length(examples: list[Example], per_length: int) -> list[Example]:
+    """The first ``per_length`` of ``examples`` of each length, shortest length first, in their order within one."""
+    by_length: dict[int, list[Example]] = defaultdict(list)
+    for e in examples:
+        if len(by_length[e.length]) < per_length:
+            by_length[e.length].append(e)
+    return [e for length in sorted(by_length) for e in by_length[length]]
+
+
+def _decoded(scorer: RunScorer, examples: list[Example]) -> list[Shown]:
+    """``examples`` decoded greedily to :func:`evaluate_examples`' budget and scored as it scores them."""
+    how = scorer.how
+    result = evaluate_examples(
+        scorer.model,
+        scorer.tokenizer,
+        examples,
+        device=how["device"],
+        batch_size=how["batch_size"],
+        use_cache=how["cached"],
+        keep_predictions=True,
+        answer_of=how["answer_of"],
+        decode_to=how["decode_to"],
+        precision=how["precision"],
+    )
+    read = how["answer_of"] or (lambda text: None)
+    return [
+        Shown(
+            e.length,
+            scorer.task.is_seen(e.length),
+            e.source,
+            e.target,
+            said,
+            _text(read(said)),
+            _text(read(e.target)),
+            right,
+        )
+        for e, said, right in zip(examples, result.predictions, result.correct)
+    ]
+
+
+def _text(answer: Hashable | None) -> str | None:
+    """An answer as a reader returns it (a word, a number, a tuple of them) as one line of text."""
+    if answer is None:
+        return None
+    return " ".join(map(str, answer)) if isinstance(answer, (tuple, list)) else str(answer)
