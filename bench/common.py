@@ -312,6 +312,21 @@ def trained_runs(patterns: list[str]) -> list[Path]:
     return paths
 
 
+def scratchpad_scorer(path: Path, why: str):
+    """The run at ``path`` loaded on a CPU as ``probe eval`` scores it
+    (:func:`probe.analysis.evaluation.run_scorer`); exits with one line where it trained without a scratchpad, so
+    ``why`` (what it lacks for the measure)."""
+    from probe.analysis.evaluation import run_scorer
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.runs.folders import Run
+    from probe.subjects.settings import ReadSettings
+
+    scorer = run_scorer(Run(path, read_checkpoint_config(path)), ReadSettings())
+    if not scorer.task.scratchpad:
+        sys.exit(f"{path}: trained without a scratchpad, so {why}")
+    return scorer
+
+
 def each_run(paths: list[Path], measure: Callable[[Path], dict]) -> list[dict]:
     """``measure(path)`` for every run, each row printed as it lands (a long measurement shows it going)."""
     rows = []

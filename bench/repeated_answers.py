@@ -23,27 +23,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import each_run, trained_runs, write_result  # noqa: E402
+from common import each_run, scratchpad_scorer, trained_runs, write_result  # noqa: E402
 
-from probe.subjects.resolve import resolve  # noqa: E402
-from probe.tasks import Tokenizer  # noqa: E402
-from probe.tasks import get as get_task  # noqa: E402
-from probe.tasks.decoding import decode_positions, evaluate_examples  # noqa: E402
 from probe.tasks.scratchpad import end_marker, final_answer  # noqa: E402
 
 
 def measure(path: Path, n_test: int) -> dict:
     """One run's unseen-length predictions: scored right, the end written twice or more, and of those the
     gold answer given first."""
-    model = resolve(path).load("cpu").model
-    meta = model.metadata
-    task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
-    if not task.scratchpad:
-        sys.exit(f"{path}: trained without a scratchpad, so it has no scratchpad end to write twice")
-    tokenizer = Tokenizer.from_dict(meta["tokenizer"])
+    scorer = scratchpad_scorer(path, "it has no scratchpad end to write twice")
+    task = scorer.task
     examples = [e for e in task.examples("test", n=n_test, seed=0) if not task.is_seen(e.length)]
-    reading = {"answer_of": task.answer_reader(), "decode_to": decode_positions(task)}
-    result = evaluate_examples(model, tokenizer, examples, keep_predictions=True, **reading)
+    result = scorer.decode(examples)
     close = end_marker(task.template)
     twice = [(e, p) for e, p in zip(examples, result.predictions) if p.count(close) > 1]
     first = [task.read_answer(final_answer(p, task.template) + ".") == task.answer_of(e.target) for e, p in twice]

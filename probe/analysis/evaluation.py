@@ -154,7 +154,24 @@ class RunScorer:
     how: dict[str, Any]
 
     def score(self, model, examples: Sequence) -> EvalResult:
+        """``model``'s verdicts on ``examples`` (this run's weights or another step's), as fast as they are exact."""
         return score_examples(model, self.tokenizer, examples, **self.how)
+
+    def decode(self, examples: Sequence) -> EvalResult:
+        """The verdicts with the predictions behind them: every example decoded greedily, token by token."""
+        how = self.how
+        return evaluate_examples(
+            self.model,
+            self.tokenizer,
+            examples,
+            device=how["device"],
+            batch_size=how["batch_size"],
+            use_cache=how["cached"],
+            keep_predictions=True,
+            answer_of=how["answer_of"],
+            decode_to=how["decode_to"],
+            precision=how["precision"],
+        )
 
 
 def run_scorer(run: Run, settings: ReadSettings) -> RunScorer:

@@ -15,7 +15,6 @@ from probe.errors import ProbeError
 from probe.runs.folders import Run
 from probe.subjects.settings import ReadSettings
 from probe.tasks import Example
-from probe.tasks.decoding import evaluate_examples
 
 
 @dataclass(frozen=True)
@@ -67,21 +66,9 @@ def _first_of_each_length(examples: list[Example], per_length: int) -> list[Exam
 
 
 def _decoded(scorer: RunScorer, examples: list[Example]) -> list[Shown]:
-    """``examples`` decoded greedily to :func:`evaluate_examples`' budget and scored as it scores them."""
-    how = scorer.how
-    result = evaluate_examples(
-        scorer.model,
-        scorer.tokenizer,
-        examples,
-        device=how["device"],
-        batch_size=how["batch_size"],
-        use_cache=how["cached"],
-        keep_predictions=True,
-        answer_of=how["answer_of"],
-        decode_to=how["decode_to"],
-        precision=how["precision"],
-    )
-    read = how["answer_of"] or (lambda text: None)
+    """``examples`` decoded greedily and scored as ``probe eval`` scores them."""
+    result = scorer.decode(examples)
+    read = scorer.how["answer_of"] or (lambda text: None)
     return [
         Shown(
             e.length,

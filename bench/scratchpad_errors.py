@@ -1,0 +1,69 @@
+"""Where a scratchpad run goes wrong on the lengths it trained on: in a step of its scratchpad, or after every step.
+
+    python bench/scratchpad_errors.py RUN [RUN ...]             # run folders (globs welcome)
+    python bench/scratchpad_errors.py '/work/runs/section6/runs-steps4000/polynomial+scratchpad=C/*/seed1'
+
+A scratchpad run under the IID bar has not learnt its training lengths, and its predictions say where: a prediction
+scored wrong whose scratchpad (the text before its first scratchpad end) is the gold's, word for word, wrote every
+step right and missed the conclusion, which the format leaves to one step (polynomial evaluation's C writes each
+term with its power worked out, ``3 * 2 ** 3 = 3 * 8``, and neither the product nor a running sum, so the answer
+is every term's product summed mod 10 in one token). Per run,
+over ``--n-valid`` IID held-out examples (``probe eval``'s first ones): how many score right, and of the wrong how
+many wrote every step right, how many wrote one wrong, and how many never ended the scratchpad. One thread, the
+run's weights on a CPU. Writes bench/results/scratchpad_errors_cpu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import each_run, scratchpad_scorer, trained_runs, write_result  # noqa: E402
+
+from probe.tasks.scratchpad import end_marker  # noqa: E402
+
+
+def where_wrong(prediction: str, gold: str, close: str) -> str:
+    """``steps right`` where ``prediction`` ends its scratchpad with ``close`` after the gold's steps word for
+    word, ``no end`` where it never writes ``close``, else ``a step wrong``."""
+    if close not in prediction:
+        return "no end"
+    return "steps right" if prediction.split(close)[0].split() == gold.split(close)[0].split() else "a step wrong"
+
+
+def measure(path: Path, n_valid: int) -> dict:
+    """One run's IID held-out verdicts, the wrong ones sorted by where they went wrong."""
+    scorer = scratchpad_scorer(path, "it has no scratchpad steps to get right")
+    examples = scorer.task.held_out(n_valid)
+    result = scorer.decode(examples)
+    close = end_marker(scorer.task.template)
+    verdicts = zip(examples, result.predictions, result.correct)
+    wrong = [where_wrong(p, e.target, close) for e, p, ok in verdicts if not ok]
+    return {
+        "run": str(path),
+        "iid": len(examples),
+        "right": sum(result.correct),
+        "wrong_steps_right": wrong.count("steps right"),
+        "wrong_a_step_wrong": wrong.count("a step wrong"),
+        "wrong_no_end": wrong.count("no end"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (globs welcome)")
+    parser.add_argument("--n-valid", type=int, default=200, help="IID held-out examples (default 200)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    load = os.getloadavg()
+    rows = each_run(trained_runs(args.runs), lambda path: measure(path, args.n_valid))
+    write_result("scratchpad_errors", "where scratchpad runs go wrong on their training lengths", load, runs=rows)
+
+
+if __name__ == "__main__":
+    main()
