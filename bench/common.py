@@ -327,6 +327,29 @@ def scratchpad_scorer(path: Path, why: str):
     return scorer
 
 
+def measure_runs(patterns: list[str], measure: Callable[[Path], dict]) -> tuple[list[dict], tuple[float, float, float]]:
+    """``measure`` on each trained run folder ``patterns`` name (:func:`trained_runs`), on one thread, each row
+    printed as it lands (:func:`each_run`); with the load average before the first, which :func:`write_result`
+    records."""
+    torch.set_num_threads(1)
+    load = os.getloadavg()
+    return each_run(trained_runs(patterns), measure), load
+
+
+def runs_main(
+    doc: str, name: str, what: str, count: tuple[str, int, str], measure: Callable[[Path, int], dict]
+) -> None:
+    """The command line of a script that measures run folders on one count of examples (``count``: its flag,
+    default and help), each by ``measure(path, count)``: the rows written as ``name``'s result."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (globs welcome)")
+    flag, default, text = count
+    parser.add_argument(flag, dest="count", type=int, default=default, help=text)
+    args = parser.parse_args()
+    rows, load = measure_runs(args.runs, lambda path: measure(path, args.count))
+    write_result(name, what, load, runs=rows)
+
+
 def each_run(paths: list[Path], measure: Callable[[Path], dict]) -> list[dict]:
     """``measure(path)`` for every run, each row printed as it lands (a long measurement shows it going)."""
     rows = []

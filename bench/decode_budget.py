@@ -18,14 +18,13 @@ not budget). One thread, the run's weights on a CPU. Writes bench/results/decode
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import each_run, trained_runs, write_result  # noqa: E402
+from common import measure_runs, write_result  # noqa: E402
 
 from probe.models.checkpoint import read_checkpoint_config  # noqa: E402
 from probe.runs.folders import Run  # noqa: E402
@@ -85,9 +84,7 @@ def main() -> None:
     parser.add_argument("--positions", type=int, default=AUTHORS_POSITIONS, help="the authors' budget")
     parser.add_argument("--name", default="decode_budget")
     args = parser.parse_args()
-    load = os.getloadavg()
-    torch.set_num_threads(1)
-    rows = each_run(trained_runs(args.runs), lambda path: compare(path, args.n_test, args.n_valid, args.positions))
+    rows, load = measure_runs(args.runs, lambda path: compare(path, args.n_test, args.n_valid, args.positions))
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k != "run"}
     print("all: " + ", ".join(f"{k} {v}" for k, v in total.items()))
     what = "greedy decoding to the longest gold target + 1 against the authors' 1,500 positions, per run"

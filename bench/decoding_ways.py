@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from common import each_run, trained_runs, write_result
+from common import measure_runs, write_result
 
 from probe.models.checkpoint import read_checkpoint_config
 from probe.runs.folders import Run
@@ -119,10 +118,7 @@ def main(
     args = parser.parse_args()
     ways = ways(args) if callable(ways) else ways
     given = {dest: getattr(args, dest) for dest in own}
-    load = os.getloadavg()
-    torch.set_num_threads(1)
-    paths = trained_runs(args.runs)
-    rows = each_run(paths, lambda path: compare(path, args.n_test, args.n_valid, ways, counted, answered))
+    rows, load = measure_runs(args.runs, lambda path: compare(path, args.n_test, args.n_valid, ways, counted, answered))
     total = {k: sum(r[k] for r in rows) for k in rows[0] if k not in ("run", "speedup")}
     before, now = ways
     total["speedup"] = total[f"seconds_{before}"] / total[f"seconds_{now}"]

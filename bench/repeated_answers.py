@@ -15,15 +15,11 @@ Writes bench/results/repeated_answers_cpu.json.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import each_run, scratchpad_scorer, trained_runs, write_result  # noqa: E402
+from common import runs_main, scratchpad_scorer  # noqa: E402
 
 from probe.tasks.scratchpad import end_marker, final_answer  # noqa: E402
 
@@ -48,14 +44,8 @@ def measure(path: Path, n_test: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run folders (globs welcome)")
-    parser.add_argument("--n-test", type=int, default=200, help="test examples drawn, the unseen-length ones kept")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    load = os.getloadavg()
-    rows = each_run(trained_runs(args.runs), lambda path: measure(path, args.n_test))
-    write_result("repeated_answers", "scratchpad predictions that write their end more than once", load, runs=rows)
+    count = ("--n-test", 200, "test examples drawn, the unseen-length ones kept")
+    runs_main(__doc__, "repeated_answers", "scratchpad predictions that write their end more than once", count, measure)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,11 @@ run's weights on a CPU. Writes bench/results/scratchpad_errors_cpu.json.
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import each_run, scratchpad_scorer, trained_runs, write_result  # noqa: E402
+from common import runs_main, scratchpad_scorer  # noqa: E402
 
 from probe.tasks.scratchpad import end_marker  # noqa: E402
 
@@ -55,14 +51,8 @@ def measure(path: Path, n_valid: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("runs", nargs="+", help="run folders (globs welcome)")
-    parser.add_argument("--n-valid", type=int, default=200, help="IID held-out examples (default 200)")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    load = os.getloadavg()
-    rows = each_run(trained_runs(args.runs), lambda path: measure(path, args.n_valid))
-    write_result("scratchpad_errors", "where scratchpad runs go wrong on their training lengths", load, runs=rows)
+    count = ("--n-valid", 200, "IID held-out examples (default 200)")
+    runs_main(__doc__, "scratchpad_errors", "where scratchpad runs go wrong on their training lengths", count, measure)
 
 
 if __name__ == "__main__":
