@@ -131,10 +131,9 @@ def run(args: argparse.Namespace) -> int:
     out.print("figures: " + ", ".join(figures))
     shown = _show(args, runs, given, device, out) if args.show else None
     if args.json:
-        runs_json = [r.to_json() for r in reports]
         ranked = ranking.to_json() if ranking.scores else None
-        shown_json = {} if shown is None else {"shown": shown}
-        print_json({"runs": runs_json, "ranking": ranked, "figures": figures, "guess": guesses} | shown_json)
+        payload = {"runs": [r.to_json() for r in reports], "ranking": ranked, "figures": figures, "guess": guesses}
+        print_json(payload | ({} if shown is None else {"shown": shown}))
     return 0
 
 
