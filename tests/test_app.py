@@ -99,6 +99,28 @@ def test_models_page_evaluates_runs_that_have_no_eval_json(checkpoints, tmp_path
     assert not at.exception and charts(at) == 1
 
 
+def test_models_page_decodes_a_runs_predictions_beside_the_gold(checkpoints, monkeypatch):
+    """The page's table is what ``probe.show_predictions`` gives (with its scoring); a corrupt run is one line."""
+    from probe.analysis.predictions import show_predictions
+    from probe.runs.folders import find_runs
+
+    at = run_page("models", checkpoints, monkeypatch)
+    nope = checkpoints / FOLDER / "nope" / "seed0"
+    at.selectbox(key=f"show-run-{FOLDER}").set_value(str(nope))
+    at.number_input(key=f"show-n-{FOLDER}").set_value(1)
+    at.button(key=f"show-{FOLDER}").click().run()
+    assert not at.exception
+    shown = at.dataframe[-1].value
+    (run,) = [r for r in find_runs(checkpoints, "reverse", TASK_OPTIONS)[0] if r.path == nope]
+    expected = show_predictions(run, per_length=1)
+    assert list(shown["length"]) == [row.length for row in expected] == sorted({row.length for row in expected})
+    assert list(shown["prediction"]) == [row.prediction for row in expected]
+    assert list(shown["correct"]) == [row.correct for row in expected]
+    at.selectbox(key=f"show-run-{FOLDER}").set_value(str(checkpoints / FOLDER / "rotary" / "seed0"))
+    at.button(key=f"show-{FOLDER}").click().run()
+    assert not at.exception and "rotary" in texts(at.error)
+
+
 def test_attention_reports_a_corrupt_checkpoint_and_goes_on(checkpoints, monkeypatch):
     at = run_page("attention", checkpoints, monkeypatch)
     at.selectbox(key="attention-run").set_value(str(checkpoints / FOLDER / "rotary" / "seed0")).run()

@@ -19,6 +19,35 @@ def percent(value) -> str:
     return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "–"
 
 
+def predictions(members: list, folder: str) -> None:
+    """One run's greedy predictions beside the gold, decoded when asked (what `probe eval --show` prints)."""
+    from probe.analysis.predictions import show_predictions
+    from probe.device import resolve_device
+    from probe.subjects.settings import ReadSettings
+
+    trained = [r for r in members if shared.has_task(r)]
+    with st.expander("Predictions beside the gold"):
+        run = shared.pick_run("Run", trained, key=f"show-run-{folder}")
+        per_length = int(st.number_input("Per length", 1, 50, 2, key=f"show-n-{folder}"))
+        wrong = st.checkbox("Only those scored wrong", key=f"show-wrong-{folder}")
+        if not st.button("Decode", key=f"show-{folder}"):
+            return
+        settings = ReadSettings(device=resolve_device("auto"))
+        try:
+            rows = show_predictions(run, settings, per_length=per_length, wrong=wrong)
+        except ProbeError as error:
+            shared.error_line(error)
+            return
+        read = any(row.gold_answer is not None for row in rows)
+        columns = ["length", "seen", "source", "target", "prediction"] + (["answer", "gold_answer"] if read else [])
+        st.dataframe([{c: getattr(row, c) for c in [*columns, "correct"]} for row in rows], hide_index=True)
+        which = "scored wrong" if wrong else "test examples"
+        st.caption(
+            f"The first {per_length} {which} of each length of the test split, decoded greedily and scored as "
+            f"`probe eval` scores them (`probe eval {run.path} --show {per_length}{' --wrong' if wrong else ''}`)."
+        )
+
+
 found = shared.require_runs()
 if found is not None:
     runs, _ = found
@@ -87,6 +116,8 @@ if found is not None:
                     progress.empty()
                     if not failed:
                         st.rerun()
+            if any(shared.has_task(r) for r in members):
+                predictions(members, folder)
 
 manifests = find_manifests(shared.checkpoints_root())
 if manifests:
