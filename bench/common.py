@@ -336,18 +336,18 @@ def measure_runs(patterns: list[str], measure: Callable[[Path], dict]) -> tuple[
     return each_run(trained_runs(patterns), measure), load
 
 
-def runs_main(
-    doc: str, name: str, what: str, count: tuple[str, int, str], measure: Callable[[Path, int], dict]
-) -> None:
-    """The command line of a script that measures run folders on one count of examples (``count``: its flag,
-    default and help), each by ``measure(path, count)``: the rows written as ``name``'s result."""
+def runs_main(doc: str, name: str, what: str, options: dict[str, dict], measure: Callable[..., dict]) -> None:
+    """The command line of a script that measures run folders: the folders, and ``options`` (flag -> argparse
+    keywords), each run measured by ``measure(path, **options given)``; the rows written as ``name``'s result
+    (``--name``'s, where ``options`` has it), the options beside them."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (globs welcome)")
-    flag, default, text = count
-    parser.add_argument(flag, dest="count", type=int, default=default, help=text)
-    args = parser.parse_args()
-    rows, load = measure_runs(args.runs, lambda path: measure(path, args.count))
-    write_result(name, what, load, runs=rows)
+    for flag, keywords in options.items():
+        parser.add_argument(flag, **keywords)
+    given = vars(parser.parse_args())
+    patterns, name = given.pop("runs"), given.pop("name", name)
+    rows, load = measure_runs(patterns, lambda path: measure(path, **given))
+    write_result(name, what, load, **given, runs=rows)
 
 
 def each_run(paths: list[Path], measure: Callable[[Path], dict]) -> list[dict]:

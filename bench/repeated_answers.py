@@ -44,8 +44,9 @@ def measure(path: Path, n_test: int) -> dict:
 
 
 def main() -> None:
-    count = ("--n-test", 200, "test examples drawn, the unseen-length ones kept")
-    runs_main(__doc__, "repeated_answers", "scratchpad predictions that write their end more than once", count, measure)
+    options = {"--n-test": {"type": int, "default": 200, "help": "test examples drawn, the unseen-length ones kept"}}
+    what = "scratchpad predictions that write their end more than once"
+    runs_main(__doc__, "repeated_answers", what, options, measure)
 
 
 if __name__ == "__main__":
