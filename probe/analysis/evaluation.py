@@ -149,9 +149,14 @@ class RunScorer:
     model: Any
     task: Task
     tokenizer: Tokenizer
+    intervention: Intervention  # on its attention at inference (the identity: none)
     given: dict[str, Any]  # the PE options asked for, parsed for the run's PE
     at_inference: dict[str, Any]  # those the model runs under (with an intervention's RoPE scaling)
     how: dict[str, Any]
+
+    def model_at(self, path: Path):
+        """The same run's weights in ``path`` (its last step beside a selected one), loaded as its own were."""
+        return resolve(path).under(self.intervention).load(self.how["device"], pe_options=self.given).model
 
     def score(self, model, examples: Sequence) -> EvalResult:
         """``model``'s verdicts on ``examples`` (this run's weights or another step's), as fast as they are exact."""
@@ -195,16 +200,15 @@ def run_scorer(run: Run, settings: ReadSettings) -> RunScorer:
         "cached": not intervention.needs_whole_pass(model),
         "precision": recorded_precision(meta),  # scored as it trained
     }
-    return RunScorer(model, task, Tokenizer.from_dict(meta["tokenizer"]), given, at_inference, how)
+    return RunScorer(model, task, Tokenizer.from_dict(meta["tokenizer"]), intervention, given, at_inference, how)
 
 
 def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int, last_step: bool) -> EvalReport:
     from probe.models.positional import format_option
 
     started = time.perf_counter()
-    intervention = settings.intervention or Intervention()
     scorer = run_scorer(run, settings)
-    model, task, at_inference = scorer.model, scorer.task, scorer.at_inference
+    model, task, intervention, at_inference = scorer.model, scorer.task, scorer.intervention, scorer.at_inference
     meta = model.metadata
     training = meta.get("training", {})
     examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
@@ -237,8 +241,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
         if last_step:
             step = training.get("selection", {}).get("last_step", training["selected_step"])
             if (run.path / LAST / "config.json").is_file():
-                last = resolve(run.path / LAST).under(intervention).load(settings.device, pe_options=scorer.given)
-                iid, ood = split_accuracy(task, score(last.model))
+                iid, ood = split_accuracy(task, score(scorer.model_at(run.path / LAST)))
             report.last = LastStep(step, iid, ood)
     report.seconds = time.perf_counter() - started  # a study's cost beside its training's (train_seconds)
     return report

@@ -45,8 +45,7 @@ def show_predictions(
     """The first ``per_length`` test examples of each length (with ``wrong``, the first ``per_length`` scored
     wrong), of the test split ``probe eval`` scores (``n_test`` examples at seed 0), with ``run``'s predictions,
     shortest length first. ``settings`` as :func:`~probe.analysis.evaluation.evaluate_run` reads them."""
-    if per_length < 1:
-        raise ProbeError(f"--show must be at least 1 prediction per length, got {per_length}")
+    check_per_length(per_length)
     scorer = run_scorer(run, settings or ReadSettings())
     examples = scorer.task.examples("test", n=n_test, seed=0)
     if wrong:
@@ -54,6 +53,12 @@ def show_predictions(
         examples = [e for e, right in zip(examples, verdicts) if not right]
     chosen = _first_of_each_length(examples, per_length)
     return _decoded(scorer, chosen)
+
+
+def check_per_length(per_length: int) -> None:
+    """ProbeError, in ``probe eval``'s words, where fewer than one prediction per length is asked for."""
+    if per_length < 1:
+        raise ProbeError(f"--show must be at least 1 prediction per length, got {per_length}")
 
 
 def _first_of_each_length(examples: list[Example], per_length: int) -> list[Example]:

@@ -139,10 +139,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_show(args: argparse.Namespace) -> None:
     """``--show`` and ``--wrong`` checked before any run is read: one line, nothing computed."""
+    from probe.analysis.predictions import check_per_length
     from probe.errors import ProbeError
 
-    if args.show is not None and args.show < 1:
-        raise ProbeError(f"--show must be at least 1 prediction per length, got {args.show}")
+    if args.show is not None:
+        check_per_length(args.show)
     if args.wrong and args.show is None:
         raise ProbeError("--wrong picks which predictions --show prints; give --show N with it")
 
