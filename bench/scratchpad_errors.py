@@ -11,48 +11,59 @@ term with its power worked out, ``3 * 2 ** 3 = 3 * 8``, and neither the product 
 is every term's product summed mod 10 in one token). Per run, over ``--n-valid`` IID held-out examples
 (``probe eval``'s first ones; with ``--unseen``, the unseen-length ones of ``--n-test`` test examples at seed 0):
 how many score right, and of the wrong how many wrote every step right, how many wrote one wrong, and how many
-never ended the scratchpad (no answer read: under a constant guess's floor). One thread, the run's weights on a
-CPU. Writes bench/results/<--name>_cpu.json."""
+never ended the scratchpad (no answer read: under a constant guess's floor). Of the wrong, where their scratchpad
+first departs from the gold's (:func:`probe.tasks.scratchpad.first_wrong_step`, its step index counted): on
+unseen lengths, at a step a training length's gold also has, or past the most steps one has (``training_steps``,
+counted on the seen-length examples drawn and the IID held-out ones), which reads a model that ran its steps right as far as training took
+them; and in which component it departs (:func:`probe.tasks.scratchpad.first_wrong_component`, the authors'
+words). One thread, the run's weights on a CPU. Writes bench/results/<--name>_cpu.json."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import runs_main, scratchpad_scorer  # noqa: E402
 
-from probe.tasks.scratchpad import end_marker  # noqa: E402
+from probe.tasks.scratchpad import end_marker, first_wrong_component, first_wrong_step, written_steps  # noqa: E402
 
 
-def where_wrong(prediction: str, gold: str, close: str) -> str:
-    """``steps right`` where ``prediction`` ends its scratchpad with ``close`` after the gold's steps word for
-    word, ``no end`` where it never writes ``close``, else ``a step wrong``."""
-    if close not in prediction:
+def where_wrong(prediction: str, gold: str, template: str) -> str:
+    """``steps right`` where ``prediction`` ends its scratchpad after the gold's steps word for word, ``no end``
+    where it never ends it, else ``a step wrong``."""
+    if end_marker(template) not in prediction:
         return "no end"
-    return "steps right" if prediction.split(close)[0].split() == gold.split(close)[0].split() else "a step wrong"
+    return "steps right" if first_wrong_step(prediction, gold, template) is None else "a step wrong"
 
 
 def measure(path: Path, n_valid: int, n_test: int, unseen: bool) -> dict:
     """One run's verdicts on its IID held-out examples (or, ``unseen``, the test split's unseen lengths), the
-    wrong ones sorted by where they went wrong."""
+    wrong ones sorted by where they went wrong, and by the step their scratchpad first departs from the gold's at."""
     scorer = scratchpad_scorer(path, "it has no scratchpad steps to get right")
-    task = scorer.task
-    if unseen:
-        examples = [e for e in task.examples("test", n=n_test, seed=0) if not task.is_seen(e.length)]
-    else:
-        examples = task.held_out(n_valid)
+    task, template = scorer.task, scorer.task.template
+    drawn = task.examples("test", n=n_test, seed=0)
+    examples = [e for e in drawn if not task.is_seen(e.length)] if unseen else task.held_out(n_valid)
     result = scorer.decode(examples)
-    close = end_marker(task.template)
-    verdicts = zip(examples, result.predictions, result.correct)
-    wrong = [where_wrong(p, e.target, close) for e, p, ok in verdicts if not ok]
+    wrong = [(p, e.target) for e, p, ok in zip(examples, result.predictions, result.correct) if not ok]
+    kinds = [where_wrong(p, gold, template) for p, gold in wrong]
+    steps = [first_wrong_step(p, gold, template) for p, gold in wrong]
+    parts = [first_wrong_component(p, gold, task.scratchpad) for p, gold in wrong] if template == "authors" else []
+    seen = [e for e in drawn if task.is_seen(e.length)] + task.held_out(n_valid)
+    most = max(len(written_steps(e.target, template)) for e in seen)
     return {
         "run": str(path),
         "unseen" if unseen else "iid": len(examples),
         "right": sum(result.correct),
-        "wrong_steps_right": wrong.count("steps right"),
-        "wrong_a_step_wrong": wrong.count("a step wrong"),
-        "wrong_no_end": wrong.count("no end"),
+        "wrong_steps_right": kinds.count("steps right"),
+        "wrong_a_step_wrong": kinds.count("a step wrong"),
+        "wrong_no_end": kinds.count("no end"),
+        "training_steps": most,
+        "wrong_first_step_off_within_training_steps": sum(k is not None and k <= most for k in steps),
+        "wrong_first_step_off_past_training_steps": sum(k is not None and k > most for k in steps),
+        "wrong_first_step_off": dict(sorted(Counter(k for k in steps if k is not None).items())),
+        "wrong_first_component_off": dict(sorted(Counter(c for c in parts if c is not None).items())),
     }
 
 

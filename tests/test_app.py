@@ -116,6 +116,7 @@ def test_models_page_decodes_a_runs_predictions_beside_the_gold(checkpoints, mon
     assert list(shown["length"]) == [row.length for row in expected] == sorted({row.length for row in expected})
     assert list(shown["prediction"]) == [row.prediction for row in expected]
     assert list(shown["correct"]) == [row.correct for row in expected]
+    assert "wrong_step" not in shown.columns  # reversal writes no scratchpad
     at.selectbox(key=f"show-run-{FOLDER}").set_value(str(checkpoints / FOLDER / "rotary" / "seed0"))
     at.button(key=f"show-{FOLDER}").click().run()
     assert not at.exception and "rotary" in texts(at.error)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 from helpers import bench_script
 
-from probe.tasks.scratchpad import end_marker
-
 GOLD = (
     "Thinking step by step: comp 1 * 2 ** 1 = 1 * 2 # comp 3 * 2 ** 3 = 3 * 8 # comp - 2 * 2 ** 0 = - 2 * 1"
     " . Thus, The answer is 6."
@@ -25,4 +23,4 @@ GOLD = (
 )
 def test_a_wrong_prediction_is_sorted_by_where_it_went_wrong(prediction, where):
     errors = bench_script("scratchpad_errors")
-    assert errors.where_wrong(prediction, GOLD, end_marker("authors")) == where
+    assert errors.where_wrong(prediction, GOLD, "authors") == where

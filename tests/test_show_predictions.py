@@ -8,9 +8,11 @@ from collections import Counter
 
 import pytest
 import torch
+from rich.console import Console
 
 from probe.analysis.predictions import show_predictions
 from probe.cli import main
+from probe.commands.eval import _shown_table
 from probe.models.checkpoint import load_checkpoint
 from probe.runs.folders import find_runs
 from probe.tasks import Tokenizer, get
@@ -65,6 +67,7 @@ def test_the_first_examples_of_each_length_with_their_greedy_predictions(root):
         assert s.prediction == _argmax_loop(model, tokenizer, s.source, budget), s
         assert s.correct == (s.prediction == s.target)
         assert s.seen == (s.length <= 4) and s.answer is None and s.gold_answer is None
+        assert s.gold_steps is None and s.wrong_step is None  # no scratchpad
     assert any(s.correct for s in shown) and not all(s.correct for s in shown)  # the check can tell them apart
 
 
@@ -82,9 +85,10 @@ def test_every_example_shown_agrees_with_the_evaluations_counts_and_wrong_shows_
     assert Counter(s.length for s in wrong) == Counter(s.length for s in shown if not s.correct)
 
 
-def test_a_scratchpads_answer_is_read_beside_the_gold_answer(tmp_path):
+def test_a_scratchpads_answer_and_steps_are_read_beside_the_gold(tmp_path):
     """Addition with the full scratchpad: the gold answer is the sum of the prompt's two numbers, read off the
-    gold's conclusion; a verdict is the answer read from the prediction against it."""
+    gold's conclusion, and the gold writes a step per digit of it; a verdict is the answer read from the
+    prediction against it, and a prediction departs from the gold at no step where its scratchpad is the gold's."""
     args = ["--task", "addition", "--scratchpad", "full", "-o", "train_length=3"]
     _train(str(tmp_path), args, 2)
     (run,), _ = find_runs(tmp_path, "addition", {"train_length": 3, "scratchpad": "full"})
@@ -92,8 +96,18 @@ def test_a_scratchpads_answer_is_read_beside_the_gold_answer(tmp_path):
     assert len(shown) == len({s.length for s in shown}) >= 4
     for s in shown:
         left, right = s.source.removeprefix("Compute ").removesuffix(" ?").split(" + ")
-        assert s.gold_answer == str(int(left.replace(" ", "")) + int(right.replace(" ", "")))
+        total = int(left.replace(" ", "")) + int(right.replace(" ", ""))
+        assert s.gold_answer == str(total) and s.gold_steps == len(str(total))
         assert s.correct == (s.answer is not None and s.answer == s.gold_answer)
+        scratchpad = [text.split(". Thus,")[0].split() for text in (s.prediction, s.target)]
+        assert (s.wrong_step is None) == (scratchpad[0] == scratchpad[1])
+        assert s.wrong_step is None or 1 <= s.wrong_step <= s.gold_steps + 1
+        assert (s.wrong_component is None) == (s.wrong_step is None) and s.wrong_component in (None, *"ICOVR")
+    console = Console(width=400, record=True)
+    console.print(_shown_table("addition", shown, wrong=False))
+    printed = console.export_text()
+    assert "first wrong step" in printed
+    assert all(f"{s.wrong_step or 'none'} of {s.gold_steps}" in printed for s in shown)
 
 
 def test_eval_show_prints_the_predictions_and_puts_them_in_its_json(root, monkeypatch, capsys):

@@ -15,6 +15,7 @@ from probe.errors import ProbeError
 from probe.runs.folders import Run
 from probe.subjects.settings import ReadSettings
 from probe.tasks import Example
+from probe.tasks.scratchpad import first_wrong_component, first_wrong_step, written_steps
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class Shown:
     answer: str | None  # the answer read from the prediction where the task scores it alone (None: not read)
     gold_answer: str | None  # the gold target's, read alike (None where the whole target is matched)
     correct: bool
+    gold_steps: int | None = None  # the gold scratchpad's steps (None without a scratchpad)
+    wrong_step: int | None = None  # the first step the prediction's scratchpad departs from the gold's at, 1-based
+    wrong_component: str | None = None  # the component (I, C, O, V, R) it departs in, in the authors' words
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,9 +88,22 @@ def _decoded(scorer: RunScorer, examples: list[Example]) -> list[Shown]:
             _text(read(said)),
             _text(read(e.target)),
             right,
+            *_steps(scorer.task, said, e.target),
         )
         for e, said, right in zip(examples, result.predictions, result.correct)
     ]
+
+
+def _steps(task, prediction: str, gold: str) -> tuple[int | None, int | None, str | None]:
+    """The gold scratchpad's step count, and the first step ``prediction`` departs from it at and in which
+    component (Section 5's formats; :func:`~probe.tasks.scratchpad.first_wrong_step`,
+    :func:`~probe.tasks.scratchpad.first_wrong_component`, which reads the authors' words only); None where the
+    task writes no scratchpad."""
+    if not getattr(task, "scratchpad", None):
+        return None, None, None
+    authors = task.template == "authors"
+    component = first_wrong_component(prediction, gold, task.scratchpad) if authors else None
+    return len(written_steps(gold, task.template)), first_wrong_step(prediction, gold, task.template), component
 
 
 def _text(answer: Hashable | None) -> str | None:

@@ -60,8 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help="print each run's greedy predictions beside the gold for the first N test examples of each length, "
-        "with the answer read from each where the task scores the answer alone (a scratchpad's); in --json's "
-        "'shown'",
+        "with the answer read from each where the task scores the answer alone (a scratchpad's) and, with a "
+        "scratchpad, the first step where the prediction departs from the gold's; in --json's 'shown'",
     )
     parser.add_argument(
         "--wrong",
@@ -168,24 +168,33 @@ def _show(args: argparse.Namespace, runs, given, device, out) -> dict[str, list[
 
 def _shown_table(label: str, rows, wrong: bool):
     """One run's shown predictions: length (* unseen), input, gold, prediction, the answers read where the task
-    reads them, and the verdict."""
+    reads them, the first scratchpad step the prediction departs from the gold's at, and the verdict."""
     from rich.table import Table
     from rich.text import Text
 
     which = "scored wrong" if wrong else "test examples"
     table = Table(title=f"{label}: greedy predictions, the first of each length's {which} (* = unseen length)")
     read = any(row.gold_answer is not None for row in rows)
-    columns = ["length", "input", "gold", "prediction"] + (["answer read", "gold answer"] if read else []) + ["✓"]
-    for column in columns:
+    steps = any(row.gold_steps is not None for row in rows)
+    columns = ["length", "input", "gold", "prediction"] + (["answer read", "gold answer"] if read else [])
+    for column in [*columns, *(["first wrong step"] if steps else []), "✓"]:
         table.add_column(column, justify="right" if column == "length" else "left", overflow="fold")
     for row in rows:
         answers = [str(row.answer) if row.answer is not None else "none", str(row.gold_answer)] if read else []
         verdict = "[green]✓[/green]" if row.correct else "[red]✗[/red]"
         texts = [Text(cell) for cell in (row.source, row.target, row.prediction, *answers)]  # brackets are not markup
-        table.add_row(f"{row.length}{'' if row.seen else '*'}", *texts, verdict)
+        step = [_wrong_step(row)] if steps else []
+        table.add_row(f"{row.length}{'' if row.seen else '*'}", *texts, *step, verdict)
     if not rows:
         table.caption = "none scored wrong" if wrong else "no test examples"
     return table
+
+
+def _wrong_step(row) -> str:
+    """Where a shown prediction's scratchpad departs from the gold's: ``3 of 12 (R)``, ``none of 12``."""
+    if row.wrong_step is None:
+        return f"none of {row.gold_steps}"
+    return f"{row.wrong_step} of {row.gold_steps}" + (f" ({row.wrong_component})" if row.wrong_component else "")
 
 
 def _say_guesses(reports, out) -> dict[str, float | None]:

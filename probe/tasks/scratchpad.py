@@ -127,6 +127,65 @@ def end_marker(template: str = "figure") -> str:
     return AUTHORS_CLOSE if template == "authors" else CLOSE
 
 
+def written_steps(text: str, template: str = "figure") -> list[str]:
+    """The steps of the scratchpad ``text`` writes, each as single-spaced words: what lies between its opening
+    and its first end marker (the whole ``text`` where it never ends), cut at ``template``'s step separator
+    (the authors' ``#`` between steps, probe's ``;`` after each). A step with nothing in it counts."""
+    opening = (AUTHORS_OPEN if template == "authors" else OPEN).split()
+    separator = AUTHORS_SEPARATOR if template == "authors" else END_OF_STEP
+    words = text.split(end_marker(template))[0].split()
+    if words[: len(opening)] == opening:
+        words = words[len(opening) :]
+    steps, step = [], []
+    for word in words:
+        if word == separator:
+            steps.append(" ".join(step))
+            step = []
+        else:
+            step.append(word)
+    return steps + [" ".join(step)] if step else steps
+
+
+def first_wrong_step(prediction: str, gold: str, template: str = "figure") -> int | None:
+    """Where ``prediction``'s scratchpad first departs from ``gold``'s, word for word, as a 1-based step index:
+    the first step written otherwise, the first one left out (its steps stop early) or the first one too many
+    (they go on past the gold's last); None where it writes every step of the gold's and no other. On an unseen
+    length, an index past the most steps a training length's gold has reads a model that ran its steps right as
+    far as training took them."""
+    said, gold_steps = written_steps(prediction, template), written_steps(gold, template)
+    for index, (step, wanted) in enumerate(zip(said, gold_steps), start=1):
+        if step != wanted:
+            return index
+    return None if len(said) == len(gold_steps) else min(len(said), len(gold_steps)) + 1
+
+
+def first_wrong_component(prediction: str, gold: str, fmt: str) -> str | None:
+    """The component (``I``, ``C``, ``O``, ``V`` or ``R``) where ``prediction``'s scratchpad first departs from
+    the gold's, in the authors' words (each of ``fmt``'s components after its marker, in ``COMPONENTS`` order):
+    that of the gold's word where they part, or of the prediction's where the gold's step ends first (a step too
+    many reads as its first component); None where no step departs. A step's R holds what is left of the
+    input, on the first step all of it but one item, so on an unseen length R is past training from step 1."""
+    index = first_wrong_step(prediction, gold, "authors")
+    if index is None:
+        return None
+    said, wanted = ((written_steps(text, "authors")[index - 1 :] or [""])[0].split() for text in (prediction, gold))
+    part = next((j for j, (a, b) in enumerate(zip(said, wanted)) if a != b), min(len(said), len(wanted)))
+    words = wanted if part < len(wanted) else said
+    return _component_at(words[: part + 1], fmt)
+
+
+def _component_at(words: list[str], fmt: str) -> str | None:
+    """The component the last of a step's ``words`` lies in: markers read in order, each only after the one
+    before it (R's remaining list opens with ``[`` too, which is V's marker only before R); None before any."""
+    markers = [("[" if key == "V" else AUTHORS_MARKERS[key], key) for key in COMPONENTS if key in components(fmt)]
+    component, at = None, 0
+    for word in words:
+        match = next((i for i in range(at, len(markers)) if markers[i][0] == word), None)
+        if match is not None:
+            component, at = markers[match][1], match + 1
+    return component
+
+
 def final_answer(text: str, template: str = "figure") -> str:
     """What follows the FIRST scratchpad end marker up to a second one, or the whole ``text`` when it
     has none: the part a prediction is scored on (the authors' ``extract_answer_from_prediction``:
