@@ -12,11 +12,12 @@ is every term's product summed mod 10 in one token). Per run, over ``--n-valid``
 (``probe eval``'s first ones; with ``--unseen``, the unseen-length ones of ``--n-test`` test examples at seed 0):
 how many score right, and of the wrong how many wrote every step right, how many wrote one wrong, and how many
 never ended the scratchpad (no answer read: under a constant guess's floor). Of the wrong, where their scratchpad
-first departs from the gold's (:func:`probe.tasks.scratchpad.first_wrong_step`, its step index counted): on
-unseen lengths, at a step a training length's gold also has, or past the most steps one has (``training_steps``,
-counted on the seen-length examples drawn and the IID held-out ones), which reads a model that ran its steps right as far as training took
-them; and in which component it departs (:func:`probe.tasks.scratchpad.first_wrong_component`, the authors'
-words). One thread, the run's weights on a CPU. Writes bench/results/<--name>_cpu.json."""
+first departs from the gold's (:func:`probe.tasks.scratchpad.first_wrong_step`, its step index counted, 0 for
+the opening): on unseen lengths, at a step a training length's gold also has, or past the most steps one has
+(``training_steps``, counted on the seen-length examples drawn and the IID held-out ones), which reads a model that
+ran its steps right as far as training took them; and in which component it departs
+(:func:`probe.tasks.scratchpad.first_wrong_component`, the authors' words). One thread, the run's weights on a
+CPU. Writes bench/results/<--name>_cpu.json."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from probe.tasks import get
-from probe.tasks.scratchpad import first_wrong_component, first_wrong_step, written_steps
+from probe.tasks.scratchpad import OPENING, first_wrong_component, first_wrong_step, written_steps
 
 # Parity of 1 0 1 in the authors' full format, worked by hand: one step per bit, ``#`` between steps.
 STEPS = [
@@ -40,7 +40,8 @@ def test_the_steps_are_those_written_between_the_opening_and_the_first_end():
         (_authors(STEPS[:2]), 3),  # the last step left out
         (_authors([*STEPS, STEPS[2]]), 4),  # one step too many
         (" # ".join(["Thinking step by step: " + STEPS[0], STEPS[1], STEPS[1], STEPS[1]]), 3),  # a loop, no end
-        ("The answer is No.", 1),  # no scratchpad at all
+        ("The answer is No.", 0),  # no scratchpad at all: before its first step
+        (GOLD.replace("step by step:", "step by step"), 0),  # its opening miswritten
     ],
 )
 def test_the_first_wrong_step_is_where_the_prediction_departs_from_the_gold(prediction, first):
@@ -82,6 +83,7 @@ def _step_one(old: str, new: str) -> str:
         (_step_one("re [ 0, 1 ]", "re [ 0, 1 ] [ par: 1 ]"), "R"),  # more after R's end: still R
         (_authors(STEPS[:2]), "I"),  # the last step left out
         (_authors([*STEPS, STEPS[2]]), "I"),  # a step too many
+        ("Thinking step by step 1 ] # in 0 ] . Thus, The answer is No.", OPENING),
     ],
 )
 def test_the_first_wrong_component_is_where_in_the_step_they_part(prediction, component):

@@ -16,6 +16,7 @@ from probe.commands.eval import _shown_table
 from probe.models.checkpoint import load_checkpoint
 from probe.runs.folders import find_runs
 from probe.tasks import Tokenizer, get
+from probe.tasks.scratchpad import OPENING
 
 MODEL = ["-m", "n_layers=1", "-m", "d_model=32", "-m", "n_heads=2", "-m", "d_head=16", "-m", "d_mlp=64"]
 COPY = ["--task", "copy", "-o", "train_length=4"]
@@ -101,13 +102,14 @@ def test_a_scratchpads_answer_and_steps_are_read_beside_the_gold(tmp_path):
         assert s.correct == (s.answer is not None and s.answer == s.gold_answer)
         scratchpad = [text.split(". Thus,")[0].split() for text in (s.prediction, s.target)]
         assert (s.wrong_step is None) == (scratchpad[0] == scratchpad[1])
-        assert s.wrong_step is None or 1 <= s.wrong_step <= s.gold_steps + 1
-        assert (s.wrong_component is None) == (s.wrong_step is None) and s.wrong_component in (None, *"ICOVR")
+        assert s.wrong_step is None or 0 <= s.wrong_step <= s.gold_steps + 1
+        assert (s.wrong_component is None) == (s.wrong_step is None)
+        assert s.wrong_component in (None, OPENING, *"ICOVR") and (s.wrong_component == OPENING) == (s.wrong_step == 0)
     console = Console(width=400, record=True)
     console.print(_shown_table("addition", shown, wrong=False))
     printed = console.export_text()
     assert "first wrong step" in printed
-    assert all(f"{s.wrong_step or 'none'} of {s.gold_steps}" in printed for s in shown)
+    assert all(f"{'none' if s.wrong_step is None else s.wrong_step} of {s.gold_steps}" in printed for s in shown)
 
 
 def test_eval_show_prints_the_predictions_and_puts_them_in_its_json(root, monkeypatch, capsys):

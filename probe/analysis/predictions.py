@@ -31,8 +31,8 @@ class Shown:
     gold_answer: str | None  # the gold target's, read alike (None where the whole target is matched)
     correct: bool
     gold_steps: int | None = None  # the gold scratchpad's steps (None without a scratchpad)
-    wrong_step: int | None = None  # the first step the prediction's scratchpad departs from the gold's at, 1-based
-    wrong_component: str | None = None  # the component (I, C, O, V, R) it departs in, in the authors' words
+    wrong_step: int | None = None  # the first step its scratchpad departs from the gold's at (1-based; 0: its opening)
+    wrong_component: str | None = None  # the component it departs in (I, C, O, V, R, or opening), the authors' words
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

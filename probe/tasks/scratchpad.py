@@ -38,6 +38,8 @@ AUTHORS_OPEN, AUTHORS_CLOSE, AUTHORS_SEPARATOR = "Thinking step by step:", ". Th
 separator, as single-spaced words."""
 AUTHORS_MARKERS = {"I": "in", "C": "comp", "O": "out", "R": "re"}
 """``minimal_template``'s component markers; V is written between ``[`` and ``]``."""
+OPENING = "opening"
+"""What :func:`first_wrong_component` names where a prediction departs before its first step."""
 
 
 @dataclass(frozen=True)
@@ -131,11 +133,10 @@ def written_steps(text: str, template: str = "figure") -> list[str]:
     """The steps of the scratchpad ``text`` writes, each as single-spaced words: what lies between its opening
     and its first end marker (the whole ``text`` where it never ends), cut at ``template``'s step separator
     (the authors' ``#`` between steps, probe's ``;`` after each). A step with nothing in it counts."""
-    opening = (AUTHORS_OPEN if template == "authors" else OPEN).split()
     separator = AUTHORS_SEPARATOR if template == "authors" else END_OF_STEP
     words = text.split(end_marker(template))[0].split()
-    if words[: len(opening)] == opening:
-        words = words[len(opening) :]
+    if _opens(words, template):
+        words = words[len(_opening(template)) :]
     steps, step = [], []
     for word in words:
         if word == separator:
@@ -146,12 +147,24 @@ def written_steps(text: str, template: str = "figure") -> list[str]:
     return steps + [" ".join(step)] if step else steps
 
 
+def _opening(template: str) -> list[str]:
+    """The words a scratchpad opens with in ``template``'s words."""
+    return (AUTHORS_OPEN if template == "authors" else OPEN).split()
+
+
+def _opens(words: list[str], template: str) -> bool:
+    return words[: len(_opening(template))] == _opening(template)
+
+
 def first_wrong_step(prediction: str, gold: str, template: str = "figure") -> int | None:
     """Where ``prediction``'s scratchpad first departs from ``gold``'s, word for word, as a 1-based step index:
     the first step written otherwise, the first one left out (its steps stop early) or the first one too many
-    (they go on past the gold's last); None where it writes every step of the gold's and no other. On an unseen
-    length, an index past the most steps a training length's gold has reads a model that ran its steps right as
-    far as training took them."""
+    (they go on past the gold's last); 0 where it does not open as a scratchpad does (``Thinking step by
+    step:``), before any step; None where it writes every step of the gold's and no other. On an unseen length,
+    an index past the most steps a training length's gold has reads a model that ran its steps right as far as
+    training took them."""
+    if not _opens(prediction.split(), template):
+        return 0
     said, gold_steps = written_steps(prediction, template), written_steps(gold, template)
     for index, (step, wanted) in enumerate(zip(said, gold_steps), start=1):
         if step != wanted:
@@ -163,11 +176,12 @@ def first_wrong_component(prediction: str, gold: str, fmt: str) -> str | None:
     """The component (``I``, ``C``, ``O``, ``V`` or ``R``) where ``prediction``'s scratchpad first departs from
     the gold's, in the authors' words (each of ``fmt``'s components after its marker, in ``COMPONENTS`` order):
     that of the gold's word where they part, or of the prediction's where the gold's step ends first (a step too
-    many reads as its first component); None where no step departs. A step's R holds what is left of the
-    input, on the first step all of it but one item, so on an unseen length R is past training from step 1."""
+    many reads as its first component); ``OPENING`` where it does not open as a scratchpad does; None where no
+    step departs. A step's R holds what is left of the input, on the first step all of it but one item, so on an
+    unseen length R is past training from step 1."""
     index = first_wrong_step(prediction, gold, "authors")
-    if index is None:
-        return None
+    if not index:
+        return None if index is None else OPENING
     said, wanted = ((written_steps(text, "authors")[index - 1 :] or [""])[0].split() for text in (prediction, gold))
     part = next((j for j, (a, b) in enumerate(zip(said, wanted)) if a != b), min(len(said), len(wanted)))
     words = wanted if part < len(wanted) else said
