@@ -39,11 +39,9 @@ def predictions(members: list, folder: str) -> None:
             shared.error_line(error)
             return
         read = any(row.gold_answer is not None for row in rows)
-        steps = (
-            ["gold_steps", "wrong_step", "wrong_component"] if any(row.gold_steps is not None for row in rows) else []
-        )
         columns = ["length", "seen", "source", "target", "prediction"] + (["answer", "gold_answer"] if read else [])
-        columns += steps
+        if any(row.gold_steps is not None for row in rows):
+            columns += ["gold_steps", "wrong_step", "wrong_component"]
         st.dataframe([{c: getattr(row, c) for c in [*columns, "correct"]} for row in rows], hide_index=True)
         which = "scored wrong" if wrong else "test examples"
         st.caption(
