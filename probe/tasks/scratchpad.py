@@ -161,9 +161,9 @@ def first_wrong_step(prediction: str, gold: str, template: str = "figure") -> in
     """Where ``prediction``'s scratchpad first departs from ``gold``'s, word for word, as a 1-based step index:
     the first step written otherwise, the first one left out (its steps stop early) or the first one too many
     (they go on past the gold's last); 0 where it does not open as ``template``'s scratchpad does (the authors'
-    ``Thinking step by step:``), before any step; None where it writes every step of the gold's and no other. On an unseen length,
-    an index past the most steps a training length's gold has reads a model that ran its steps right as far as
-    training took them."""
+    ``Thinking step by step:``), before any step; None where it writes every step of the gold's and no other. On
+    an unseen length, an index past the most steps a training length's gold has reads a model that ran its steps
+    right as far as training took them."""
     if not _opens(prediction.split(), template):
         return 0
     said, gold_steps = written_steps(prediction, template), written_steps(gold, template)
