@@ -9,12 +9,12 @@ every example in the authors' wording). This script merges them under the study'
 part expected and not found, and writes ``bench/results/section6_report.{json,md}`` (``--name``: another
 stem): per task each format's mean reciprocal rank over (PE, seed) with its interval over seeds (Figure
 scratchpad_formats_per_ds); per PE the formats every task trains, ranked over (task, seed) (the appendix's
-Figure scratchpad_formats_per_model); the full format's and C's gain over no scratchpad per PE; the PEs ranked
-with a scratchpad (over every scratchpad scenario, and again over those every PE fit); each PE's IID per
-scenario and how many scratchpad scenarios it has not fit; its OOD beside what a constant guess scores and how
-many it does no better than that guess on; the attended distances of addition with the full scratchpad
-(Figure attended_distance, from the histograms its runs keep in their summaries); and one line per claim of
-the paper's Section 6.
+Figure scratchpad_formats_per_model), and each PE's OOD per format and task (its per-task figures); the full
+format's and C's gain over no scratchpad per PE; the PEs ranked with a scratchpad (over every scratchpad
+scenario, and again over those every PE fit); each PE's IID per scenario and how many scratchpad scenarios it
+has not fit; its OOD beside what a constant guess scores and how many it does no better than that guess on;
+the attended distances of addition with the full scratchpad (Figure attended_distance, from the histograms
+its runs keep in their summaries); and one line per claim of the paper's Section 6.
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 
 from probe.analysis.chance import guesses, no_better  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
-from probe.figures import attended_distance_figure, format_rank_figure, write_figure  # noqa: E402
+from probe.figures import (  # noqa: E402
+    attended_distance_figure,
+    format_accuracy_figure,
+    format_rank_figure,
+    write_figure,
+)
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
 from probe.studies.attended import FAR, NEAR, UNIFORM, attended_claim, attended_shapes, seed_series  # noqa: E402
 from probe.studies.formats import (  # noqa: E402
@@ -43,6 +48,7 @@ from probe.studies.formats import (  # noqa: E402
     claim_only_addition,
     claim_pe_needed,
     fitted,
+    format_accuracy,
     format_of,
     format_queries,
     format_ranks,
@@ -123,6 +129,16 @@ def chance(evaluations: list) -> dict[str, float | None]:
     return {scenario: floors[scenario] for scenario in planned() if scenario in floors}
 
 
+def floors(guess: dict[str, float | None]) -> dict[str, float | None]:
+    """Per task (as the formats' measures key it), what a constant guess scores on its unseen-length examples:
+    its baseline's :func:`chance` (every format of a task is scored on the same examples, so the same guess)."""
+    return {
+        task_key_of(runs[0].config.task, runs[0].config.task_options): guess[scenario]
+        for scenario, runs in planned().items()
+        if scenario in guess and not runs[0].config.task_options.get("scratchpad")
+    }
+
+
 def scratchpad_scenarios() -> list[str]:
     """The planned scenarios with a scratchpad."""
     return [scenario for scenario, runs in planned().items() if runs[0].config.task_options.get("scratchpad")]
@@ -159,6 +175,8 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = ()) -> dict:
     return {
         "formats": format_ranks(queries),
         "formats_per_pe": per_pe,
+        "format_accuracy": format_accuracy(queries),
+        "floors": floors(guess),
         "gain": gains,
         "claims": {
             "only_addition": claim_only_addition(every_format, formats),
@@ -531,8 +549,8 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write the tables into docs/reproducing.md")
     parser.add_argument(
         "--figures",
-        help="folder for the figures as PNG (e.g. docs/img): the formats' ranks per task and per PE, and Figure "
-        "attended_distance once addition's full-format runs have kept theirs",
+        help="folder for the figures as PNG (e.g. docs/img): the formats' ranks per task and per PE, each PE's OOD "
+        "per format and task, and Figure attended_distance once addition's full-format runs have kept theirs",
     )
     args = parser.parse_args()
     merged = merged_runs(Path(args.summaries), args.seeds)
@@ -550,9 +568,9 @@ def main() -> None:
 
 
 def figures(report: dict, merged: Merged, seed: int) -> dict:
-    """The formats' ranks per task (once a task has two formats measured) and per PE, and Figure
-    attended_distance at ``seed`` (the paper reads one model per PE; once its runs have kept their attended
-    distances)."""
+    """The formats' ranks per task (once a task has two formats measured) and per PE, each PE's OOD exact match
+    per format and task (the appendix's per-task figures), and Figure attended_distance at ``seed`` (the paper
+    reads one model per PE; once its runs have kept their attended distances)."""
     out = {}
     if report["formats"]:
         title = "Scratchpad formats ranked per task, over PEs and seeds (OOD exact match)"
@@ -561,6 +579,9 @@ def figures(report: dict, merged: Merged, seed: int) -> dict:
         per_pe = {PE_LABELS.get(pe, pe): entry for pe, entry in report["formats_per_pe"].items()}
         title = "Formats every task trains, ranked per PE, over tasks and seeds (OOD exact match)"
         out["section6_formats_per_pe"] = format_rank_figure(per_pe, title)
+    if report["format_accuracy"]:
+        title = "OOD exact match per format and PE, each task (mean over seeds, their range; dashed: a constant guess)"
+        out["section6_format_accuracy"] = format_accuracy_figure(report["format_accuracy"], title, report["floors"])
     labels = {pe: PE_LABELS.get(pe, pe) for pe in FIGURE_ORDER}
     if series := seed_series(merged.attended, ATTENDED, seed, labels):
         title = f"Normalized attended distance, addition + full scratchpad (seed {seed}), all layers and heads"

@@ -8,12 +8,13 @@ from dataclasses import replace
 import pytest
 
 from probe.analysis.eval_report import EvalReport
-from probe.figures import format_rank_figure, rank_figure
+from probe.figures import format_accuracy_figure, format_rank_figure, rank_figure
 from probe.studies.formats import (
     claim_best_differs,
     claim_only_addition,
     claim_pe_needed,
     fitted,
+    format_accuracy,
     format_of,
     format_queries,
     format_ranks,
@@ -343,6 +344,58 @@ def test_the_formats_figure_names_every_format_with_its_interval():
     assert list(full.error_y.arrayminus) == pytest.approx([0.1])
     assert list(none.x) == ["addition", "parity"] and list(none.y) == [0.4, 0.5]
     assert list(none.error_y.array) == pytest.approx([0.1, 0.0]) and none.marker.color == "#9e9e9e"
+
+
+def test_format_accuracy_keeps_each_pe_s_mean_range_and_seeds_per_format():
+    """Parity: NoPE full 0.2 and 0.4 at seeds 0 and 1 → mean 0.3, range 0.2–0.4; none 0.5 and 0.7 → 0.6;
+    T5's bias has full at seed 0 alone. Sorting's formats run none, C, then I+C+O+R; addition's full comes last."""
+    runs = [
+        report("parity", "nope", 0, 0.2, "full"),
+        report("parity", "nope", 1, 0.4, "full"),
+        report("parity", "nope", 0, 0.5),
+        report("parity", "nope", 1, 0.7),
+        report("parity", "t5", 0, 0.1, "full"),
+        report("sorting", "nope", 0, 0.3, "I+C+O+R"),
+        report("sorting", "nope", 0, 0.1, "C"),
+        report("sorting", "nope", 0, 0.2),
+        report("addition", "alibi", 0, 0.05, "full"),
+        report("addition", "alibi", 0, 0.02, "C+O"),
+        report("addition", "alibi", 0, 0.01),
+        report("addition", "alibi", 0, 0.03, "C"),
+    ]
+    accuracy = format_accuracy(format_queries(runs))
+    parity = accuracy["parity"]
+    assert parity["formats"] == ["none", "full"]
+    assert parity["pes"]["nope"]["full"] == {"mean": pytest.approx(0.3), "min": 0.2, "max": 0.4, "seeds": [0, 1]}
+    assert parity["pes"]["nope"]["none"]["mean"] == pytest.approx(0.6)
+    assert parity["pes"]["t5"] == {"full": {"mean": 0.1, "min": 0.1, "max": 0.1, "seeds": [0]}}
+    assert accuracy["sorting"]["formats"] == ["none", "C", "I+C+O+R"]
+    assert accuracy["addition"]["formats"] == ["none", "C", "C+O", "full"]
+
+
+def test_the_format_accuracy_figure_draws_a_panel_per_task_with_its_floor():
+    """Two tasks: a bar trace per PE in each panel (the paper's order, named in the legend once), a group per
+    format with no scratchpad first, in %, with the seeds' range as error bars; the constant guess dashed where
+    it scores above 0, and each panel's axis reaching its highest bar's range."""
+    runs = [
+        report("parity", "rotary", 0, 0.2, "full"),
+        report("parity", "rotary", 1, 0.4, "full"),
+        report("parity", "nope", 0, 0.5),
+        report("parity", "nope", 0, 0.6, "full"),
+        report("addition", "nope", 0, 0.05, "full"),
+        report("addition", "nope", 0, 0.0),
+    ]
+    figure = format_accuracy_figure(format_accuracy(format_queries(runs)), "t", {"parity": 0.48, "addition": 0.0})
+    parity_nope, parity_rotary, addition_nope = figure.data
+    assert [t.name for t in figure.data] == ["NoPE", "Rotary", "NoPE"]
+    assert [t.showlegend for t in figure.data] == [True, True, False]
+    assert list(parity_nope.x) == ["no scratchpad", "full"] and list(parity_nope.y) == pytest.approx([50, 60])
+    assert list(parity_rotary.x) == ["full"] and list(parity_rotary.y) == pytest.approx([30])
+    assert list(parity_rotary.error_y.array) == pytest.approx([10]) == list(parity_rotary.error_y.arrayminus)
+    assert list(addition_nope.y) == pytest.approx([0, 5]) and addition_nope.yaxis == "y2"
+    floors = [shape for shape in figure.layout.shapes if shape.line.dash == "dash"]
+    assert len(floors) == 1 and floors[0].y0 == pytest.approx(48) and floors[0].yref == "y"
+    assert figure.layout.yaxis.range[1] >= 60 and 5 <= figure.layout.yaxis2.range[1] < 10
 
 
 def test_the_pe_rank_figure_keeps_the_papers_order_and_labels():

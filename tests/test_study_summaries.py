@@ -172,3 +172,18 @@ def test_a_studys_cost_sums_every_landed_parts_training_and_timed_evaluations_ev
     lines = script._cost_lines(table)
     assert "| scan+split=paper | 0: 1,500, 0: 4,000, 1: 4,000 | 3.1 | 2.5 (5 of 15) |" in lines
     assert lines[-1] == "| all | | 3.1 (0.1 h) | 2.5 (5 of 15) |"
+
+
+def test_the_section6_report_reads_each_task_s_floor_off_its_baseline():
+    """The constant guess per task, as the formats' measures key it (sorting's variants apart), from the
+    baseline's scenario: a task whose baseline is not measured has none."""
+    from helpers import bench_script
+
+    script = bench_script("section6_report")
+    guess = {
+        "parity+template=authors+train_length=8": 0.48,
+        "parity+scratchpad=full": 0.48,
+        "sorting+template=authors+train_length=8+variant=multi-digit": 0.0,
+        "lego+scratchpad=C": 0.49,
+    }
+    assert script.floors(guess) == {"parity": 0.48, "sorting+variant=multi-digit": 0.0}

@@ -123,6 +123,37 @@ def scratchpad_gain(
     return out
 
 
+def format_accuracy(queries: Mapping[str, Queries]) -> dict[str, dict[str, Any]]:
+    """Per task, each PE's OOD exact match per format: the mean over the seeds it was measured at, their range
+    and those seeds. What the appendix's Figures scratchpad_formats_per_model:<task> draw ("Generalization of
+    various scratchpad formats for each model", averaged over the unseen lengths), which the ranks above fold
+    into one number per format. ``formats``: the task's formats, no scratchpad first and the full format last."""
+    out: dict[str, dict[str, Any]] = {}
+    for task, by_query in queries.items():
+        measured: dict[str, dict[str, dict[int, float]]] = {}
+        for (pe, seed), q in by_query.items():
+            for fmt, value in q.items():
+                measured.setdefault(pe, {}).setdefault(fmt, {})[seed] = value
+        formats = sorted({f for q in by_query.values() for f in q}, key=lambda f: (f != NONE, f == "full", f))
+        out[task] = {
+            "formats": formats,
+            "pes": {
+                pe: {
+                    fmt: {
+                        "mean": statistics.fmean(by_format[fmt].values()),
+                        "min": min(by_format[fmt].values()),
+                        "max": max(by_format[fmt].values()),
+                        "seeds": sorted(by_format[fmt]),
+                    }
+                    for fmt in formats
+                    if fmt in by_format
+                }
+                for pe, by_format in measured.items()
+            },
+        }
+    return out
+
+
 def _as_trained(fmt: str, by_query: Queries) -> str:
     """The format a task trains for ``fmt``: sorting's and LEGO's full, which have no variable updates, is
     I+C+O+R."""
