@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from helpers import bench_script
 
+from probe.studies import section6, section6_view
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -258,9 +260,8 @@ def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_me
     """docs/reproducing.md's Section 6 block is bench/section6_report.py's rendering of the merge of the
     committed summaries (bench/results/section6/), and the committed report
     JSON is that merge: a summary added without rerunning the script fails here."""
-    script = bench_script("section6_report")
     results = ROOT / "bench" / "results"
-    merged = script.merged_runs(results / "section6", [0, 1, 2])
-    report = json.loads(json.dumps(script.report_of(merged, script.costs_of(results / "section6"))))
+    merged = section6.merged_runs(results / "section6", [0, 1, 2])
+    report = json.loads(json.dumps(section6.report_of(merged, section6.costs_of(results / "section6"))))
     assert report == json.loads((results / "section6_report.json").read_text())
-    assert _block(ROOT / "docs" / "reproducing.md", "section6") == script.markdown(report)
+    assert _block(ROOT / "docs" / "reproducing.md", "section6") == section6_view.markdown(report)

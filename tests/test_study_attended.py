@@ -15,7 +15,7 @@ from helpers import tiny_model
 from probe.analysis.distances import ATTENDED
 from probe.cli import main
 from probe.errors import ProbeError
-from probe.studies import sweep
+from probe.studies import section6, section6_view, sweep
 from probe.studies.attended import attended_claim, attended_shapes, histogram_mass, seed_series
 from probe.studies.reproduce import evaluate, plan
 from probe.studies.summaries import merge, read_summary, write_summaries
@@ -176,9 +176,6 @@ def test_the_merge_hands_back_each_runs_attended_distances(tmp_path):
 
 
 def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_its_summaries_keep(tmp_path):
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for path in committed.glob("*.json"):
         if not path.name.startswith("addition+scratchpad=full+"):  # its rungs are replaced below
@@ -192,10 +189,10 @@ def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_it
         row["evaluation"]["task_folder"] = "addition+scratchpad=full"
         row["attended"] = _entry(row["pe"], 0, *shapes[row["pe"]])
     (tmp_path / "addition+scratchpad=full+seed0.json").write_text(json.dumps(summary))
-    merged = script.merged_runs(tmp_path, [0])
-    report = script.report_of(merged)
+    merged = section6.merged_runs(tmp_path, [0])
+    report = section6.report_of(merged)
     assert list(report["attended"]) == ["nope", "t5", "alibi", "rotary", "ape"]
-    text = script.markdown(report)
+    text = section6_view.markdown(report)
     iid = {row["pe"]: row["iid"] for row in summary["runs"]}  # C's summary's, read as the full format's here
     ood = {row["pe"]: row["ood"] for row in summary["runs"]}
     nope = f"| NoPE | 0 | {100 * iid['nope']:.1f}% | {100 * ood['nope']:.1f}% | 0.800 | 0.600 | 40.0% | 50.0% | 0.500 |"
@@ -214,7 +211,7 @@ def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_it
         "APE under 95% IID, models that have not fit the task"
     )
     assert f"addition+scratchpad=full (1,500 steps, {100 * median:.0f}%)" in text
-    figure = script.figures(report, merged, 0)["section6_attended"]
+    figure = section6_view.figures(report)["section6_attended"]
     assert sorted({trace.name for trace in figure.data}) == sorted(
         ["NoPE", "T5's Relative Bias", "ALiBi", "Rotary", "APE"]
     )
@@ -225,9 +222,6 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
     summaries, again as seed 1): a ranking of two scratchpad scenarios of twenty, or a verdict on addition's
     full format alone, is not the paper's claim about every task and format, so both lines wait, and say for
     what."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     parts = ["addition+scratchpad=full", "addition+template=authors+train_length=8", "parity+scratchpad=C"]
     for name in [*parts, "parity+template=authors+train_length=8"]:
@@ -237,7 +231,7 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
         for row in summary["runs"]:
             row["seed"] = row["evaluation"]["seed"] = 1
         (tmp_path / f"{name}+seed1.json").write_text(json.dumps(summary))
-    report = script.report_of(script.merged_runs(tmp_path, [0, 1]))
+    report = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
     assert report["gain"]["full"]["addition"]["seeds"] == [0, 1]  # on its own, addition's gain could be read
     assert report["claims"]["pe_still_matters"] == (
         "cannot be told yet: it needs at least two seeds of every scratchpad scenario (2 of 20 have them)"
@@ -250,20 +244,17 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
     landed = "addition+template=authors+train_length=8, parity+template=authors+train_length=8, parity+scratchpad=C, "
     landed += "addition+scratchpad=full"  # in the plan's order: baselines, then C, then full
     assert f"Not yet measured: seed 0: every scenario but {landed}; seed 1: every scenario but {landed}." in (
-        script.markdown(report)
+        section6_view.markdown(report)
     )
 
 
 def test_the_section6_report_names_the_parts_not_yet_measured_by_the_shorter_list():
     """27 scenarios planned: at seed 1, the 25 absent are named by the 2 landed; at seed 2, the 3 absent by
     themselves; at seed 3, all 27 as every scenario; seeds in order, whatever order the parts come in."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
-    plan = list(script.planned())
+    plan = list(section6.planned())
     assert len(plan) == 27
     missing = [f"{s} seed 3" for s in plan] + [f"{s} seed 1" for s in plan[2:]] + [f"{s} seed 2" for s in plan[-3:]]
-    assert script._missing({"missing": missing}) == (
+    assert section6_view._missing({"missing": missing, "planned": plan}) == (
         f"seed 1: every scenario but {plan[0]}, {plan[1]}; seed 2: {', '.join(plan[-3:])}; seed 3: every scenario"
     )
 
@@ -272,13 +263,10 @@ def test_the_section6_report_sets_addition_beside_the_authors_notebook(tmp_path)
     """Ours from four committed summaries (C+O left out, so one format is theirs alone); theirs as their
     notebook prints it: no scratchpad, the mean of three seeds (NoPE (6.94 + 7.26 + 11.15) / 3 = 8.45%); a
     format at its one seed; their minimal format (C+O) beside our computation only (C)."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for name in ["template=authors+train_length=8", "scratchpad=full", "scratchpad=I+C+V+R", "scratchpad=C"]:
         shutil.copy(committed / f"addition+{name}+seed0.json", tmp_path)
-    rows = script.report_of(script.merged_runs(tmp_path, [0]))["addition_beside_the_authors"]
+    rows = section6.report_of(section6.merged_runs(tmp_path, [0]))["addition_beside_the_authors"]
     assert rows["none"]["theirs"]["nope"] == pytest.approx(0.0845)
     assert rows["none"]["theirs_from"] == "plot_aggregate_final.ipynb, 3 seeds"
     assert rows["I+C+V+R"]["theirs"]["t5"] == 0.1570 and rows["I+C+V+R"]["theirs_from"].endswith("seed 146317")
@@ -287,23 +275,20 @@ def test_the_section6_report_sets_addition_beside_the_authors_notebook(tmp_path)
     assert rows["full"]["ours"]["alibi"] == pytest.approx(alibi["ood"])
     assert rows["full"]["theirs_from"].startswith("quoted")
     assert rows["C"]["theirs"] == {} and rows["C+O"]["ours"] == {}
-    text = script.markdown(script.report_of(script.merged_runs(tmp_path, [0])))
+    text = section6_view.markdown(section6.report_of(section6.merged_runs(tmp_path, [0])))
     assert "| C+O | – / 17.8 | – / 17.9 | – / 10.6 | – / 5.8 | – / 4.5 | plot_aggregate_final.ipynb, seed" in text
 
 
 def test_the_section6_report_names_the_scratchpad_parts_scored_before_decoding_ran_on(tmp_path):
     """A scratchpad part whose evaluations do not record how far they decoded is named; recorded, it is not;
     a baseline (no scratchpad, decoded to its own budget) never is."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for name in ("addition+scratchpad=full", "addition+template=authors+train_length=8"):
         data = json.loads((committed / f"{name}+seed0.json").read_text())
         for row in data["runs"]:
             row["evaluation"].setdefault("asked", {}).pop("decode_positions", None)
         (tmp_path / f"{name}+seed0.json").write_text(json.dumps(data))
-    assert script.report_of(script.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == [
+    assert section6.report_of(section6.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == [
         "addition+scratchpad=full seed 0"
     ]
     path = tmp_path / "addition+scratchpad=full+seed0.json"
@@ -311,7 +296,7 @@ def test_the_section6_report_names_the_scratchpad_parts_scored_before_decoding_r
     for row in data["runs"]:
         row["evaluation"]["asked"]["decode_positions"] = 1500
     path.write_text(json.dumps(data))
-    assert script.report_of(script.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == []
+    assert section6.report_of(section6.merged_runs(tmp_path, [0]))["decoded_to_the_gold"] == []
 
 
 PES = ["nope", "t5", "alibi", "rotary", "ape"]  # the report's column order
@@ -321,9 +306,6 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
     """Addition's full format and its baseline at seed 0 (committed), and again as seed 1 with ALiBi's full
     format 20 points higher on unseen lengths: one seed's row is its numbers alone (a range of one value, an
     interval of no width, says nothing), two seeds' rows carry the range and the interval over seeds."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for name in ["addition+scratchpad=full", "addition+template=authors+train_length=8"]:
         summary = json.loads((committed / f"{name}+steps4000+seed0.json").read_text())
@@ -336,8 +318,8 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
         (tmp_path / f"{name}+steps4000+seed1.json").write_text(json.dumps(summary))
 
     def addition_row(seeds: list[int]) -> tuple[dict, list[str]]:
-        report = script.report_of(script.merged_runs(tmp_path, seeds))
-        (line,) = [row for row in script.markdown(report).splitlines() if row.startswith("| addition (full) |")]
+        report = section6.report_of(section6.merged_runs(tmp_path, seeds))
+        (line,) = [row for row in section6_view.markdown(report).splitlines() if row.startswith("| addition (full) |")]
         return report["gain"]["full"]["addition"], [cell.strip() for cell in line.strip("|").split("|")]
 
     gain, cells = addition_row([0])
@@ -357,9 +339,6 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
 def test_the_section6_report_tabulates_each_pes_iid_and_counts_the_scratchpad_scenarios_it_has_not_fit(tmp_path):
     """Addition's full format at seed 0 (committed) and as seed 1 with every IID set to 0.97: the IID table's row
     is the mean of the two seeds, in italics under the 95% bar; a PE is counted under it where that mean is."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     name = "addition+scratchpad=full+steps4000"
     summary = json.loads((committed / f"{name}+seed0.json").read_text())
@@ -370,7 +349,7 @@ def test_the_section6_report_tabulates_each_pes_iid_and_counts_the_scratchpad_sc
         row["seed"] = row["evaluation"]["seed"] = 1
         row["iid"] = row["evaluation"]["iid_accuracy"] = 0.97
     (tmp_path / f"{name}+seed1.json").write_text(json.dumps(summary))
-    text = script.markdown(script.report_of(script.merged_runs(tmp_path, [0, 1])))
+    text = section6_view.markdown(section6.report_of(section6.merged_runs(tmp_path, [0, 1])))
     means = {pe: (seed0[pe] + 0.97) / 2 for pe in PES}
     cells = [f"*{100 * m:.1f}*" if m < 0.95 else f"{100 * m:.1f}" for m in means.values()]
     assert f"| addition+scratchpad=full | 0,1 | {' | '.join(cells)} |" in text
@@ -389,9 +368,6 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
     PE fits parity's two (IID at 95% or over, the committed summaries) and not addition's, so the second reading
     ranks the PEs over parity's two alone, both at two seeds, and reads a verdict. With NoPE's IID on parity's C
     at 50% at seed 1, its mean falls under the bar and parity's full format is left alone, its line naming it."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     names = ["parity+scratchpad=C+seed", "parity+scratchpad=full+seed", "addition+scratchpad=full+steps4000+seed"]
 
@@ -405,8 +381,8 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
                 if nope_parity_c_seed1 is not None and row["pe"] == "nope" and name.startswith("parity+scratchpad=C"):
                     row["iid"] = row["evaluation"]["iid_accuracy"] = nope_parity_c_seed1
             (tmp_path / f"{name}1.json").write_text(json.dumps(summary))
-        report = script.report_of(script.merged_runs(tmp_path, [0, 1]))
-        return report["pe_still_matters_where_fit"], script.markdown(report)
+        report = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
+        return report["pe_still_matters_where_fit"], section6_view.markdown(report)
 
     where, text = claim()
     assert where["scenarios"] == ["parity+scratchpad=C", "parity+scratchpad=full"]
@@ -429,24 +405,21 @@ def test_the_section6_report_sets_each_pes_ood_beside_a_constant_guess_and_count
     import re
     from collections import Counter
 
-    from helpers import bench_script
-
     from probe.tasks import get
 
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     name = "parity+scratchpad=C+seed0.json"
     shutil.copy(committed / name, tmp_path / name)
     ood = {row["pe"]: row["ood"] for row in json.loads((committed / name).read_text())["runs"]}
-    (planned,) = [runs[0] for scenario, runs in script.planned().items() if scenario == "parity+scratchpad=C"]
+    (planned,) = [runs[0] for scenario, runs in section6.planned().items() if scenario == "parity+scratchpad=C"]
     task = get("parity", **planned.config.task_options)
     answers = [re.findall(r"The answer is (\w+)\.$", e.target)[0] for e in task.examples("train", n=1000, seed=0)]
     ((said, _),) = Counter(answers).most_common(1)
     unseen = [e for e in task.examples("test", n=planned.eval_n, seed=0) if e.length > 8]
     guess = sum(e.target.endswith(f"The answer is {said}.") for e in unseen) / len(unseen)
-    report = script.report_of(script.merged_runs(tmp_path, [0]))
+    report = section6.report_of(section6.merged_runs(tmp_path, [0]))
     cells = [f"*{100 * ood[pe]:.1f}*" if ood[pe] <= guess else f"{100 * ood[pe]:.1f}" for pe in PES]
-    assert f"| parity+scratchpad=C | 0 | {' | '.join(cells)} | {100 * guess:.1f} |" in script.markdown(report)
+    assert f"| parity+scratchpad=C | 0 | {' | '.join(cells)} | {100 * guess:.1f} |" in section6_view.markdown(report)
     assert 0 < sum(ood[pe] <= guess for pe in PES) < len(PES)  # the committed OOD puts some PEs at or under it
     assert {pe: len(report["guessing"][pe]["under"]) for pe in PES} == {pe: int(ood[pe] <= guess) for pe in PES}
 
@@ -467,9 +440,6 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
     """Addition's and LEGO's committed seed-0 summaries without a scratchpad, with C and with the full format
     (LEGO's I+C+O+R): per PE, each format's mean reciprocal rank over the two tasks, worked from the summaries'
     OOD rows; one seed, so the caption's claim waits; the figure has a group per PE."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     names = {"addition": {"none": "template=authors+train_length=8+steps4000", "C": "scratchpad=C+steps4000"}}
     names["addition"]["full"] = "scratchpad=full+steps4000"
@@ -482,8 +452,8 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
             shutil.copy(path, tmp_path)
             for row in json.loads(path.read_text())["runs"]:
                 ood.setdefault(row["pe"], {}).setdefault(task, {})[fmt] = row["ood"]
-    merged = script.merged_runs(tmp_path, [0])
-    report = script.report_of(merged)
+    merged = section6.merged_runs(tmp_path, [0])
+    report = section6.report_of(merged)
     per_pe = report["formats_per_pe"]
     assert list(per_pe) == ["nope", "t5", "alibi", "rotary", "ape"]
     for pe, by_task in ood.items():
@@ -492,7 +462,7 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
         assert {f: r["mrr"] for f, r in per_pe[pe]["formats"].items()} == pytest.approx(expected)
         assert per_pe[pe]["tasks"] == ["addition", "lego"] and per_pe[pe]["seeds"] == [0]
     assert report["claims"]["best_differs"].startswith("cannot be told yet: it needs two seeds (best at seed 0: NoPE ")
-    figure = script.figures(report, merged, 0)["section6_formats_per_pe"]
+    figure = section6_view.figures(report)["section6_formats_per_pe"]
     assert {x for trace in figure.data for x in trace.x} == {"NoPE", "T5's Relative Bias", "ALiBi", "Rotary", "APE"}
 
 
@@ -500,9 +470,6 @@ def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at
     """Every committed summary, and multi-digit sorting's C at seed 0 again as seed 1 should it not have landed:
     C then has two seeds on all seven tasks and is read on its own, the other formats still waiting; the line
     names the tasks it helps on (every PE's gain above 0, the gain over PEs clear of 0)."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for path in committed.glob("*.json"):
         shutil.copy(path, tmp_path)
@@ -513,11 +480,34 @@ def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at
         for row in summary["runs"]:
             row["seed"] = row["evaluation"]["seed"] = 1
         (tmp_path / f"{name}+seed1.json").write_text(json.dumps(summary))
-    report = script.report_of(script.merged_runs(tmp_path, [0, 1]))
+    report = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
     per_format = report["helps_per_format"]
     assert "C" in per_format and "full" not in per_format
-    assert per_format["C"]["read"] == list(script.planned_formats())
+    assert per_format["C"]["read"] == list(section6.planned_formats())
     gains = report["gain"]["C"]
     helped = [t for t, g in gains.items() if g["low"] > 0 and all(pe["mean"] > 0 for pe in g["pes"].values())]
     assert per_format["C"]["helps"] == sorted(helped, key=per_format["C"]["read"].index)
-    assert f"C on {', '.join(per_format['C']['helps']) or 'none'} (of 7)" in script.markdown(report)
+    assert f"C on {', '.join(per_format['C']['helps']) or 'none'} (of 7)" in section6_view.markdown(report)
+
+
+def test_probe_reproduce_section6_reports_the_formats_and_claims_beside_its_pe_tables(tmp_path, monkeypatch, capsys):
+    """`probe reproduce --scale section6`, its runs trained in earlier sittings (the committed summaries; the
+    training stood in for): report.json holds the Section 6 report the library makes of those summaries, and
+    summary.md, the printout and report.html carry its formats' ranks, the claims and its figures."""
+    from probe.commands import reproduce
+
+    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    summaries = tmp_path / "summaries"
+    shutil.copytree(committed, summaries, ignore=shutil.ignore_patterns("superseded"))
+    monkeypatch.setattr(reproduce, "_train_here", lambda *args, **kwargs: None)
+    argv = ["reproduce", "--scale", "section6", "--task", "all", "--seeds", "2", "--jobs", "1"]
+    where = ["--checkpoints", str(tmp_path / "runs"), "--summaries", str(summaries), "--out", str(tmp_path / "out")]
+    assert main([*argv, *where]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["section6"] == json.loads(json.dumps(section6.study_report(summaries, [0, 1])))
+    ranked = f"- **parity** (seeds 0,1): {section6_view._ranked(report['section6']['formats']['parity'])}"
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert ranked in summary and "- Scratchpad helps solely on addition:" in summary
+    assert ranked in capsys.readouterr().out
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert all(f'id="{name}"' in html for name in ("section6_formats", "section6_format_accuracy", "section6_attended"))

@@ -13,6 +13,7 @@ from test_reproduce import fake_evals
 from probe.errors import ProbeError
 from probe.reference import CATEGORIES
 from probe.runs.provenance import code_version
+from probe.studies import section6, section6_view
 from probe.studies.reproduce import plan, scenarios
 from probe.studies.reproduce_report import markdown, report_of
 from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
@@ -144,7 +145,6 @@ def _lscpu_model() -> str:
 def test_a_studys_cost_sums_every_landed_parts_training_and_timed_evaluations_every_rung_included(tmp_path):
     """Seed 0 of scan at two rungs and seed 1 at the second: five runs each, 12.5 s of training a run; the
     evaluations of seed 0's first rung timed at 30 s a run, the others written before evaluations were timed."""
-    from helpers import bench_script
 
     from probe.studies.summaries import part_costs
 
@@ -166,10 +166,9 @@ def test_a_studys_cost_sums_every_landed_parts_training_and_timed_evaluations_ev
         (0, 4000, 5, 62.5, 0.0, 0),
         (1, 4000, 5, 62.5, 0.0, 0),
     ]
-    script = bench_script("section6_report")
-    table = script.cost_table(parts)
+    table = section6.cost_table(parts)
     assert table["scan+split=paper"]["parts"] == [[0, 1500], [0, 4000], [1, 4000]]
-    lines = script._cost_lines(table)
+    lines = section6_view._cost_lines(table)
     assert "| scan+split=paper | 0: 1,500, 0: 4,000, 1: 4,000 | 3.1 | 2.5 (5 of 15) |" in lines
     assert lines[-1] == "| all | | 3.1 (0.1 h) | 2.5 (5 of 15) |"
 
@@ -177,13 +176,10 @@ def test_a_studys_cost_sums_every_landed_parts_training_and_timed_evaluations_ev
 def test_the_section6_report_reads_each_task_s_floor_off_its_baseline():
     """The constant guess per task, as the formats' measures key it (sorting's variants apart), from the
     baseline's scenario: a task whose baseline is not measured has none."""
-    from helpers import bench_script
-
-    script = bench_script("section6_report")
     guess = {
         "parity+template=authors+train_length=8": 0.48,
         "parity+scratchpad=full": 0.48,
         "sorting+template=authors+train_length=8+variant=multi-digit": 0.0,
         "lego+scratchpad=C": 0.49,
     }
-    assert script.floors(guess) == {"parity": 0.48, "sorting+variant=multi-digit": 0.0}
+    assert section6.floors(guess) == {"parity": 0.48, "sorting+variant=multi-digit": 0.0}

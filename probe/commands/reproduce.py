@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=["reduced", "section3", "section6", "paper"],
         help="reduced: SCAN, copy and reverse at small, on a 2-core CPU (default); section3: the paper's 17 "
         "Section 3 scenarios at tiny, ranked; section6: scratchpad formats on the math & reasoning tasks at "
-        "tiny; paper: the paper's whole grid, preset base",
+        "tiny, its report with the formats ranked per task and per PE, a scratchpad's gain per PE and a line per "
+        "claim of the paper's Section 6; paper: the paper's whole grid, preset base",
     )
     parser.add_argument(
         "--task",
@@ -79,16 +80,14 @@ def run(args: argparse.Namespace) -> int:
     from probe.device import resolve_device
     from probe.studies.reproduce import (
         SUMMARIES,
-        analyse,
         chosen_runs,
         ladder,
         pending,
         plan,
         rung_plan,
-        summaries_report,
         train_and_evaluate,
     )
-    from probe.studies.reproduce_report import RANKING_ONLY, REPORT, build_report, markdown, write_report
+    from probe.studies.reproduce_report import REPORT, markdown, write_report
     from probe.studies.summaries import Landed
     from probe.training.parallel import default_jobs, default_stack
     from probe.training.steps import Engine
@@ -119,18 +118,33 @@ def run(args: argparse.Namespace) -> int:
         train_and_evaluate(runs, device, train, **study)
     else:
         _train_here(runs, pending(runs, rule, rung, landed), device, jobs, stack, engine, out, study)
-    if args.scale in RANKING_ONLY:  # ranks only: the summaries hold it all, earlier sittings' parts too
-        report = summaries_report(runs, summaries, scale=args.scale, seeds=args.seeds, rule=rule)
-    else:
-        with out.status("analysing attention") as status:
-            analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
-        report = build_report(chosen_runs(runs, rule, rung) if rule else runs, analyses, scale=args.scale)
+    report = _report(args, runs, root, summaries, rule, rung, device, out)
     written = write_report(report, Path(args.out) if args.out else root / REPORT)
     out.print(markdown(report), markup=False, highlight=False)
     out.print("report: " + ", ".join(str(p) for p in written))
     if args.json:
-        print_json({"report": str(written[0]), "notes": report["notes"], "mrr": report["mrr"]})
+        claims = {"section6_claims": report["section6"]["claims"]} if "section6" in report else {}
+        print_json({"report": str(written[0]), "notes": report["notes"], "mrr": report["mrr"], **claims})
     return 0
+
+
+def _report(args: argparse.Namespace, runs: list, root, summaries, rule, rung, device, out) -> dict:
+    """The study's report: a ranking study's from its summaries, earlier sittings' parts too (Section 6's with its
+    own questions beside: the formats ranked, a scratchpad's gain, the claims); another's from its runs, with
+    the attention analyses."""
+    from probe.studies.reproduce import analyse, chosen_runs, summaries_report
+    from probe.studies.reproduce_report import RANKING_ONLY, build_report
+
+    if args.scale in RANKING_ONLY:
+        report = summaries_report(runs, summaries, scale=args.scale, seeds=args.seeds, rule=rule)
+        if args.scale == "section6":
+            from probe.studies.section6 import study_report
+
+            report["section6"] = study_report(summaries, range(args.seeds))
+        return report
+    with out.status("analysing attention") as status:
+        analyses = analyse(runs, root, device, n_per_bucket=args.n_per_bucket, progress=status.update)
+    return build_report(chosen_runs(runs, rule, rung) if rule else runs, analyses, scale=args.scale)
 
 
 def _print_scenarios(out, runs: list, todo: list, priced: dict[str, float]) -> None:

@@ -12,6 +12,7 @@ from probe.analysis.chance import GUESS_SHOWN, guess_of
 from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
 from probe.analysis.evaluation import mean_ranks
 from probe.reference import category, dataset_for, paper_runs, paper_summary
+from probe.studies import section6_view
 from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals
 from probe.studies.sweep import SweepRun
 
@@ -198,7 +199,8 @@ def _selection(ours: dict[str, Any]) -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The Markdown summary: per task, ours beside the paper's; the MRR; the notes."""
+    """The Markdown summary: per task, ours beside the paper's; Section 6's report where the study is its; the
+    MRR; the notes."""
     from probe.models.registry import PE_LABELS
 
     lines = [f"# probe reproduce ({report['scale']} study)", ""]
@@ -230,6 +232,9 @@ def markdown(report: dict[str, Any]) -> str:
             lines += ["", f"A constant guess (the commonest training answer) scores {_pct(guess)} on these unseen"]
             lines += ["lengths: an OOD at or under it is no better than chance."]
         lines.append("")
+    if report.get("section6"):
+        lines += ["## The paper's Section 6: does a scratchpad make the PE irrelevant?", ""]
+        lines += [section6_view.markdown(report["section6"])]
     lines += [
         "## Mean reciprocal rank by OOD exact match (higher is better)",
         "",
@@ -309,7 +314,8 @@ def _accuracy_curves(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def figures(report: dict[str, Any]) -> dict[str, Any]:
-    """{name: plotly figure} of the report, the paper's series dashed beside ours."""
+    """{name: plotly figure} of the report, the paper's series dashed beside ours; Section 6's where the study is
+    its."""
 
     from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, rank_figure
 
@@ -341,6 +347,8 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
             "mean reciprocal rank (1 = always first)",
             y_range=(0, 1),
         )
+    if report.get("section6"):
+        out |= section6_view.figures(report["section6"])
     return out
 
 
