@@ -493,7 +493,8 @@ def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at
 def test_probe_reproduce_section6_reports_the_formats_and_claims_beside_its_pe_tables(tmp_path, monkeypatch, capsys):
     """`probe reproduce --scale section6`, its runs trained in earlier sittings (the committed summaries; the
     training stood in for): report.json holds the Section 6 report the library makes of those summaries, and
-    summary.md, the printout and report.html carry its formats' ranks, the claims and its figures."""
+    summary.md, the printout and report.html carry its formats' ranks, the claims and its figures; --json prints
+    the claims."""
     from probe.commands import reproduce
 
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
@@ -509,5 +510,8 @@ def test_probe_reproduce_section6_reports_the_formats_and_claims_beside_its_pe_t
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert ranked in summary and "- Scratchpad helps solely on addition:" in summary
     assert ranked in capsys.readouterr().out
+    assert main([*argv, *where, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["section6_claims"] == report["section6"]["claims"] and ranked in captured.err
     html = (tmp_path / "out" / "report.html").read_text()
     assert all(f'id="{name}"' in html for name in ("section6_formats", "section6_format_accuracy", "section6_attended"))
