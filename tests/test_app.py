@@ -542,3 +542,20 @@ def test_models_page_names_the_floor_a_constant_guess_sets_on_parity(tmp_path, m
     at = run_page("models", tmp_path, monkeypatch)
     assert not at.exception
     assert f"A constant guess (the commonest training answer) scores {100 * guess:.1f}%" in texts(at.caption)
+
+
+def test_reproduction_page_shows_the_section6_report_with_its_figures(tmp_path, monkeypatch):
+    """A `probe reproduce --scale section6` report (of the committed summaries, as a sitting writes it): the page
+    shows its Section 6 block, the claims among it, and draws its figures beside the per-scenario ones."""
+    from probe.studies.reproduce import ladder, plan, summaries_report
+    from probe.studies.reproduce_report import figures, write_report
+    from probe.studies.section6 import study_report
+
+    summaries = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
+    runs = plan("section6", tmp_path / "runs", seeds=2)
+    report = summaries_report(runs, summaries, scale="section6", seeds=2, rule=ladder("section6"))
+    report["section6"] = study_report(summaries, [0, 1])
+    write_report(report, tmp_path / "runs" / "report")
+    at = run_page("reproduction", tmp_path / "runs", monkeypatch)
+    assert "Scratchpad helps solely on addition" in texts(at.markdown)
+    assert charts(at) == len(figures(report)) and {"section6_formats", "section6_attended"} <= set(figures(report))
