@@ -19,7 +19,9 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}"
 
 
-def markdown(report: dict) -> str:
+def markdown(report: dict[str, Any]) -> str:
+    """The report (:func:`probe.studies.section6.report_of`) as Markdown: the formats' ranks, the gains, the
+    claims' lines, then the tables (addition beside the authors, IID, OOD beside a constant guess, the cost)."""
     lines = []
     if report["formats"]:
         lines += [
