@@ -17,6 +17,7 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.studies import section6, section6_view, sweep
 from probe.studies.attended import attended_claim, attended_shapes, histogram_mass, seed_series
+from probe.studies.formats import format_of, task_key_of
 from probe.studies.reproduce import evaluate, plan
 from probe.studies.summaries import merge, read_summary, write_summaries
 
@@ -468,8 +469,9 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
 
 def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at_two_seeds(tmp_path):
     """Every committed summary, and multi-digit sorting's C at seed 0 again as seed 1 should it not have landed:
-    C then has two seeds on all seven tasks and is read on its own, the other formats still waiting; the line
-    names the tasks it helps on (every PE's gain above 0, the gain over PEs clear of 0)."""
+    C then has two seeds on all seven tasks and is read on its own, as is every format whose every task has two
+    seeds (counted here off the summaries' evaluations), the others still waiting; the line names the tasks C
+    helps on (every PE's gain above 0, the gain over PEs clear of 0)."""
     committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for path in committed.glob("*.json"):
         shutil.copy(path, tmp_path)
@@ -480,9 +482,19 @@ def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at
         for row in summary["runs"]:
             row["seed"] = row["evaluation"]["seed"] = 1
         (tmp_path / f"{name}+seed1.json").write_text(json.dumps(summary))
-    report = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
+    merged = section6.merged_runs(tmp_path, [0, 1])
+    report = section6.report_of(merged)
     per_format = report["helps_per_format"]
-    assert "C" in per_format and "full" not in per_format
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for e in merged.evaluations:
+        seeds.setdefault((task_key_of(e.task, e.task_options), format_of(e)), set()).add(e.seed)
+    trained = section6.planned_formats()
+    ready = [
+        f
+        for f in {f for fs in trained.values() for f in fs}
+        if all(len(seeds.get((task, f), ())) >= 2 for task, fs in trained.items() if f in fs)
+    ]
+    assert "C" in per_format and sorted(per_format) == sorted(ready)
     assert per_format["C"]["read"] == list(section6.planned_formats())
     gains = report["gain"]["C"]
     helped = [t for t, g in gains.items() if g["low"] > 0 and all(pe["mean"] > 0 for pe in g["pes"].values())]
