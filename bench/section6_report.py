@@ -45,6 +45,8 @@ def main() -> None:
         "per format and task, and Figure attended_distance once addition's full-format runs have kept theirs",
     )
     args = parser.parse_args()
+    if not Path(args.summaries).is_dir():
+        sys.exit(f"no folder of summaries at {args.summaries}")
     report = study_report(args.summaries, args.seeds)
     text = markdown(report)
     atomic_write_json(RESULTS / f"{args.name}.json", report)
