@@ -35,18 +35,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += _per_pe_lines(report["formats_per_pe"])
     pes = PES
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
-        lines += ["", f"OOD gain of format {fmt} over no scratchpad, in points: per PE the mean over seeds (their"]
-        lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds (over two or three seeds, the"]
-        lines += ["lowest and highest seed's), each spread shown from two seeds on; each scenario at its rung:"]
-        lines += [""]
-        lines += ["| task | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
-        lines += ["|" + "---|" * (len(pes) + 3)]
-        for task, g in gains.items():
-            spread = len(g["seeds"]) > 1
-            cells = [_gain(g["pes"].get(pe), spread) for pe in pes]
-            over = f"{100 * g['mean']:+.1f}" + (f" [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]" if spread else "")
-            seeds = ",".join(map(str, g["seeds"]))
-            lines.append(f"| {task} ({g['format']}) | {seeds} | " + " | ".join(cells) + f" | {over} |")
+        lines += _gain_table(fmt, gains, pes)
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += _per_format_line(report["helps_per_format"])
@@ -80,6 +69,23 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "Not yet measured: " + _missing(report) + "."]
     lines += _cost_lines(report["cost"])
     return "\n".join(lines) + "\n"
+
+
+def _gain_table(fmt: str, gains: dict[str, dict], pes: list[str]) -> list[str]:
+    """Format ``fmt``'s OOD gain over no scratchpad per task: per PE and over PEs."""
+    lines = ["", f"OOD gain of format {fmt} over no scratchpad, in points: per PE the mean over seeds (their"]
+    lines += ["range), over PEs the mean with its 95% bootstrap interval over seeds (over two or three seeds, the"]
+    lines += ["lowest and highest seed's), each spread shown from two seeds on; each scenario at its rung:"]
+    lines += [""]
+    lines += ["| task | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " | over PEs |"]
+    lines += ["|" + "---|" * (len(pes) + 3)]
+    for task, g in gains.items():
+        spread = len(g["seeds"]) > 1
+        cells = [_gain(g["pes"].get(pe), spread) for pe in pes]
+        over = f"{100 * g['mean']:+.1f}" + (f" [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]" if spread else "")
+        seeds = ",".join(map(str, g["seeds"]))
+        lines.append(f"| {task} ({g['format']}) | {seeds} | " + " | ".join(cells) + f" | {over} |")
+    return lines
 
 
 def _ranked(entry: dict) -> str:
