@@ -12,7 +12,7 @@ from probe.models.registry import FIGURE_ORDER, PE_LABELS
 from probe.studies.attended import FAR, NEAR, UNIFORM
 from probe.studies.plans import PE_SETS
 
-PES = [pe for pe in FIGURE_ORDER if pe in PE_SETS["paper"]]
+PES = list(PE_SETS["paper"])  # the paper's five, in its figures' order
 
 
 def _pct(x: float | None) -> str:
@@ -33,9 +33,8 @@ def markdown(report: dict[str, Any]) -> str:
     for task, entry in report["formats"].items():
         lines.append(f"- **{task}** (seeds {','.join(map(str, entry['seeds']))}): {_ranked(entry)}")
     lines += _per_pe_lines(report["formats_per_pe"])
-    pes = PES
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
-        lines += _gain_table(fmt, gains, pes)
+        lines += _gain_table(fmt, gains, PES)
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += _per_format_line(report["helps_per_format"])
@@ -56,9 +55,9 @@ def markdown(report: dict[str, Any]) -> str:
         bar = f"{100 * report['bar']:.0f}%"
         lines += ["", "Provisional, read at a rung the recipe rule has not settled (seed 0's median PE's IID there,"]
         lines += [f"under {bar}; the next rung not trained yet): {parts}."]
-    lines += _addition_table(report["addition_beside_the_authors"], pes)
-    lines += _iid_table(report["iid"], pes, report["bar"])
-    lines += _ood_table(report["ood"], report["chance"], pes)
+    lines += _addition_table(report["addition_beside_the_authors"], PES)
+    lines += _iid_table(report["iid"], PES, report["bar"])
+    lines += _ood_table(report["ood"], report["chance"], PES)
     if report["decoded_to_the_gold"]:
         lines += [
             "",
