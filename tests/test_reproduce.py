@@ -14,6 +14,8 @@ from probe.studies.reproduce import plan
 from probe.studies.reproduce_report import build_report, find_reports, markdown, read_report, write_report
 from probe.tasks import get
 
+SECTION6 = Path(__file__).parent.parent / "bench" / "results" / "section6"
+
 PAPER_SCAN_OOD = {"nope": 0.797, "t5": 0.798, "alibi": 0.438, "rotary": 0.283, "ape": 0.057}  # rounded, for reading
 
 
@@ -199,3 +201,16 @@ def test_disagreements_name_gaps_and_inversions_but_not_our_ties():
     assert any("nope reaches 0.0% OOD where the paper's reaches 80.0%" in note for note in notes)
     assert any("we rank ape above rotary" in note for note in notes)  # 30% vs 0.04%: a real inversion
     assert not any("we rank rotary above nope" in note for note in notes)  # 0.04% vs 0.0% is a tie
+
+
+def test_scenarios_the_paper_has_no_run_of_are_named_in_one_note_not_one_each():
+    """Section 6's scenarios (L = 8, scratchpads) rebuild none of the paper's released splits: its report, from
+    the committed summaries, names them in one note; a scenario the paper has keeps its own notes (above)."""
+    from probe.studies.reproduce import merged_report
+    from probe.studies.section6 import RULE, STUDY, planned
+
+    report, merged = merged_report(SECTION6, list(planned()), [0, 1], study=STUDY, rule=RULE)
+    landed = list(dict.fromkeys(e.task_folder for e in merged.evaluations))
+    assert len(landed) > 1 and not any(entry["paper"] for entry in report["tasks"].values())
+    assert report["notes"] == [f"the paper's released results hold no run to compare with of: {', '.join(landed)}."]
+    assert markdown(report).count("hold no run") == 1

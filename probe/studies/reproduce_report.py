@@ -141,9 +141,7 @@ def report_of(
             "baseline": _by_pe(baseline).get("nope"),
             "paper": paper,
             "guess": guess_of(first),
-            "notes": disagreements(ours, paper, folder)
-            if paper
-            else [f"{folder}: the paper's released results hold no run of this task to compare with."],
+            "notes": disagreements(ours, paper, folder) if paper else [],
             **analyses.get(folder, {}),
         }
     return {
@@ -152,8 +150,15 @@ def report_of(
         **_ranks(ours_queries, _paper_queries(tasks)),
         "mean_rank": {"ours": mean_ranks(evaluated)},
         "missing": list(missing),
-        "notes": [n for t in tasks.values() for n in t["notes"]],
+        "notes": [n for t in tasks.values() for n in t["notes"]] + _unmatched(tasks),
     }
+
+
+def _unmatched(tasks: dict[str, Any]) -> list[str]:
+    """One note naming the scenarios whose task and options rebuild none of the paper's released splits (a
+    scratchpad, a training length it did not train), where there are any: one line, not one a scenario."""
+    alone = [folder for folder, entry in tasks.items() if not entry["paper"]]
+    return [f"the paper's released results hold no run to compare with of: {', '.join(alone)}."] if alone else []
 
 
 def _paper_queries(tasks: dict[str, Any]) -> dict[str, dict[Any, dict[str, float]]]:
