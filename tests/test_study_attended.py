@@ -21,6 +21,7 @@ from probe.studies.formats import format_of, task_key_of
 from probe.studies.reproduce import evaluate, plan
 from probe.studies.summaries import merge, read_summary, write_summaries
 
+COMMITTED = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"  # the study's summaries as landed
 GRID = {
     "task": "copy",
     "pe": ["nope"],
@@ -177,11 +178,10 @@ def test_the_merge_hands_back_each_runs_attended_distances(tmp_path):
 
 
 def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_its_summaries_keep(tmp_path):
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
-    for path in committed.glob("*.json"):
+    for path in COMMITTED.glob("*.json"):
         if not path.name.startswith("addition+scratchpad=full+"):  # its rungs are replaced below
             (tmp_path / path.name).write_text(path.read_text())
-    summary = json.loads((committed / "addition+scratchpad=C+seed0.json").read_text())
+    summary = json.loads((COMMITTED / "addition+scratchpad=C+seed0.json").read_text())
     shapes = {"nope": (0.80, [4, 0, 1, 0, 5]), "t5": (0.70, [4, 0, 1, 0, 5]), "alibi": (0.60, [6, 1, 1, 1, 1])}
     shapes |= {"rotary": (0.50, [2, 2, 2, 2, 2]), "ape": (0.40, [2, 2, 2, 2, 2])}
     summary["scenario"], summary["options"]["scratchpad"] = "addition+scratchpad=full", "full"
@@ -223,10 +223,9 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
     summaries, again as seed 1): a ranking of two scratchpad scenarios of twenty, or a verdict on addition's
     full format alone, is not the paper's claim about every task and format, so both lines wait, and say for
     what."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     parts = ["addition+scratchpad=full", "addition+template=authors+train_length=8", "parity+scratchpad=C"]
     for name in [*parts, "parity+template=authors+train_length=8"]:
-        summary = json.loads((committed / f"{name}+seed0.json").read_text())
+        summary = json.loads((COMMITTED / f"{name}+seed0.json").read_text())
         (tmp_path / f"{name}+seed0.json").write_text(json.dumps(summary))
         summary["seed"] = 1
         for row in summary["runs"]:
@@ -238,7 +237,7 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
         "cannot be told yet: it needs at least two seeds of every scratchpad scenario (2 of 20 have them)"
     )
     # addition waits too: its full format alone has two seeds, not every format it trains
-    waiting = "addition, lego, parity, polynomial, sorting, sorting+variant=multi-digit, summation"
+    waiting = "addition, lego, parity, polynomial, sorting (single-token), sorting (multi-digit), summation"
     assert report["claims"]["only_addition"] == (
         f"cannot be told yet: it needs at least two seeds of every format on every task ({waiting} not yet)"
     )
@@ -264,14 +263,13 @@ def test_the_section6_report_sets_addition_beside_the_authors_notebook(tmp_path)
     """Ours from four committed summaries (C+O left out, so one format is theirs alone); theirs as their
     notebook prints it: no scratchpad, the mean of three seeds (NoPE (6.94 + 7.26 + 11.15) / 3 = 8.45%); a
     format at its one seed; their minimal format (C+O) beside our computation only (C)."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for name in ["template=authors+train_length=8", "scratchpad=full", "scratchpad=I+C+V+R", "scratchpad=C"]:
-        shutil.copy(committed / f"addition+{name}+seed0.json", tmp_path)
+        shutil.copy(COMMITTED / f"addition+{name}+seed0.json", tmp_path)
     rows = section6.report_of(section6.merged_runs(tmp_path, [0]))["addition_beside_the_authors"]
     assert rows["none"]["theirs"]["nope"] == pytest.approx(0.0845)
     assert rows["none"]["theirs_from"] == "plot_aggregate_final.ipynb, 3 seeds"
     assert rows["I+C+V+R"]["theirs"]["t5"] == 0.1570 and rows["I+C+V+R"]["theirs_from"].endswith("seed 146317")
-    full = json.loads((committed / "addition+scratchpad=full+seed0.json").read_text())
+    full = json.loads((COMMITTED / "addition+scratchpad=full+seed0.json").read_text())
     alibi = next(row for row in full["runs"] if row["pe"] == "alibi")
     assert rows["full"]["ours"]["alibi"] == pytest.approx(alibi["ood"])
     assert rows["full"]["theirs_from"].startswith("quoted")
@@ -283,9 +281,8 @@ def test_the_section6_report_sets_addition_beside_the_authors_notebook(tmp_path)
 def test_the_section6_report_names_the_scratchpad_parts_scored_before_decoding_ran_on(tmp_path):
     """A scratchpad part whose evaluations do not record how far they decoded is named; recorded, it is not;
     a baseline (no scratchpad, decoded to its own budget) never is."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for name in ("addition+scratchpad=full", "addition+template=authors+train_length=8"):
-        data = json.loads((committed / f"{name}+seed0.json").read_text())
+        data = json.loads((COMMITTED / f"{name}+seed0.json").read_text())
         for row in data["runs"]:
             row["evaluation"].setdefault("asked", {}).pop("decode_positions", None)
         (tmp_path / f"{name}+seed0.json").write_text(json.dumps(data))
@@ -307,9 +304,8 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
     """Addition's full format and its baseline at seed 0 (committed), and again as seed 1 with ALiBi's full
     format 20 points higher on unseen lengths: one seed's row is its numbers alone (a range of one value, an
     interval of no width, says nothing), two seeds' rows carry the range and the interval over seeds."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     for name in ["addition+scratchpad=full", "addition+template=authors+train_length=8"]:
-        summary = json.loads((committed / f"{name}+steps4000+seed0.json").read_text())
+        summary = json.loads((COMMITTED / f"{name}+steps4000+seed0.json").read_text())
         (tmp_path / f"{name}+steps4000+seed0.json").write_text(json.dumps(summary))
         summary["seed"] = 1
         for row in summary["runs"]:
@@ -320,7 +316,7 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
 
     def addition_row(seeds: list[int]) -> tuple[dict, list[str]]:
         report = section6.report_of(section6.merged_runs(tmp_path, seeds))
-        (line,) = [row for row in section6_view.markdown(report).splitlines() if row.startswith("| addition (full) |")]
+        (line,) = [row for row in section6_view.markdown(report).splitlines() if row.startswith("| addition, full |")]
         return report["gain"]["full"]["addition"], [cell.strip() for cell in line.strip("|").split("|")]
 
     gain, cells = addition_row([0])
@@ -340,9 +336,8 @@ def test_the_section6_gain_tables_show_a_spread_only_where_two_seeds_give_one(tm
 def test_the_section6_report_tabulates_each_pes_iid_and_counts_the_scratchpad_scenarios_it_has_not_fit(tmp_path):
     """Addition's full format at seed 0 (committed) and as seed 1 with every IID set to 0.97: the IID table's row
     is the mean of the two seeds, in italics under the 95% bar; a PE is counted under it where that mean is."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     name = "addition+scratchpad=full+steps4000"
-    summary = json.loads((committed / f"{name}+seed0.json").read_text())
+    summary = json.loads((COMMITTED / f"{name}+seed0.json").read_text())
     (tmp_path / f"{name}+seed0.json").write_text(json.dumps(summary))
     seed0 = {row["pe"]: row["iid"] for row in summary["runs"]}
     summary["seed"] = 1
@@ -369,12 +364,11 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
     PE fits parity's two (IID at 95% or over, the committed summaries) and not addition's, so the second reading
     ranks the PEs over parity's two alone, both at two seeds, and reads a verdict. With NoPE's IID on parity's C
     at 50% at seed 1, its mean falls under the bar and parity's full format is left alone, its line naming it."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     names = ["parity+scratchpad=C+seed", "parity+scratchpad=full+seed", "addition+scratchpad=full+steps4000+seed"]
 
     def claim(nope_parity_c_seed1: float | None = None) -> tuple[dict, str]:
         for name in names:
-            summary = json.loads((committed / f"{name}0.json").read_text())
+            summary = json.loads((COMMITTED / f"{name}0.json").read_text())
             (tmp_path / f"{name}0.json").write_text(json.dumps(summary))
             summary["seed"] = 1
             for row in summary["runs"]:
@@ -408,10 +402,9 @@ def test_the_section6_report_sets_each_pes_ood_beside_a_constant_guess_and_count
 
     from probe.tasks import get
 
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     name = "parity+scratchpad=C+seed0.json"
-    shutil.copy(committed / name, tmp_path / name)
-    ood = {row["pe"]: row["ood"] for row in json.loads((committed / name).read_text())["runs"]}
+    shutil.copy(COMMITTED / name, tmp_path / name)
+    ood = {row["pe"]: row["ood"] for row in json.loads((COMMITTED / name).read_text())["runs"]}
     (planned,) = [runs[0] for scenario, runs in section6.planned().items() if scenario == "parity+scratchpad=C"]
     task = get("parity", **planned.config.task_options)
     answers = [re.findall(r"The answer is (\w+)\.$", e.target)[0] for e in task.examples("train", n=1000, seed=0)]
@@ -441,7 +434,6 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
     """Addition's and LEGO's committed seed-0 summaries without a scratchpad, with C and with the full format
     (LEGO's I+C+O+R): per PE, each format's mean reciprocal rank over the two tasks, worked from the summaries'
     OOD rows; one seed, so the caption's claim waits; the figure has a group per PE."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     names = {"addition": {"none": "template=authors+train_length=8+steps4000", "C": "scratchpad=C+steps4000"}}
     names["addition"]["full"] = "scratchpad=full+steps4000"
     names["lego"] = {"none": "template=authors+train_length=8+steps4000", "C": "scratchpad=C+steps4000"}
@@ -449,7 +441,7 @@ def test_the_section6_report_ranks_the_formats_every_task_trains_per_pe_and_draw
     ood: dict[str, dict[str, dict[str, float]]] = {}  # pe -> task -> format -> OOD
     for task, by_format in names.items():
         for fmt, name in by_format.items():
-            path = committed / f"{task}+{name}+seed0.json"
+            path = COMMITTED / f"{task}+{name}+seed0.json"
             shutil.copy(path, tmp_path)
             for row in json.loads(path.read_text())["runs"]:
                 ood.setdefault(row["pe"], {}).setdefault(task, {})[fmt] = row["ood"]
@@ -472,12 +464,11 @@ def test_the_section6_report_reads_a_format_on_its_own_once_every_task_has_it_at
     C then has two seeds on all seven tasks and is read on its own, as is every format whose every task has two
     seeds (counted here off the summaries' evaluations), the others still waiting; the line names the tasks C
     helps on (every PE's gain above 0, the gain over PEs clear of 0)."""
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
-    for path in committed.glob("*.json"):
+    for path in COMMITTED.glob("*.json"):
         shutil.copy(path, tmp_path)
     name = "sorting+scratchpad=C+variant=multi-digit+steps4000"
     if not (tmp_path / f"{name}+seed1.json").exists():
-        summary = json.loads((committed / f"{name}+seed0.json").read_text())
+        summary = json.loads((COMMITTED / f"{name}+seed0.json").read_text())
         summary["seed"] = 1
         for row in summary["runs"]:
             row["seed"] = row["evaluation"]["seed"] = 1
@@ -509,9 +500,8 @@ def test_probe_reproduce_section6_reports_the_formats_and_claims_beside_its_pe_t
     the claims."""
     from probe.commands import reproduce
 
-    committed = Path(__file__).resolve().parents[1] / "bench" / "results" / "section6"
     summaries = tmp_path / "summaries"
-    shutil.copytree(committed, summaries, ignore=shutil.ignore_patterns("superseded"))
+    shutil.copytree(COMMITTED, summaries, ignore=shutil.ignore_patterns("superseded"))
     monkeypatch.setattr(reproduce, "_train_here", lambda *args, **kwargs: None)
     argv = ["reproduce", "--scale", "section6", "--task", "all", "--seeds", "2", "--jobs", "1"]
     where = ["--checkpoints", str(tmp_path / "runs"), "--summaries", str(summaries), "--out", str(tmp_path / "out")]
@@ -527,3 +517,16 @@ def test_probe_reproduce_section6_reports_the_formats_and_claims_beside_its_pe_t
     assert json.loads(captured.out)["section6_claims"] == report["section6"]["claims"] and ranked in captured.err
     html = (tmp_path / "out" / "report.html").read_text()
     assert all(f'id="{name}"' in html for name in ("section6_formats", "section6_format_accuracy", "section6_attended"))
+
+
+def test_the_section6_figures_and_tables_name_sortings_two_variants_alike():
+    """The committed report: single-token sorting's key is the bare task, so its panels, rank groups and rows
+    say its variant as multi-digit sorting's say theirs; no panel reads as a task beside one of its variants."""
+    report = section6.study_report(COMMITTED, (0, 1))
+    figures = section6_view.figures(report)
+    panels = {a.text for a in figures["section6_format_accuracy"].layout.annotations}
+    assert {"sorting (single-token)", "sorting (multi-digit)"} <= panels and "sorting" not in panels
+    groups = {x for trace in figures["section6_formats"].data for x in trace.x}
+    assert "sorting (single-token)" in groups and "sorting+variant=multi-digit" not in groups
+    text = section6_view.markdown(report)
+    assert "- **sorting (multi-digit)** (seeds" in text and "| sorting (single-token), C |" in text

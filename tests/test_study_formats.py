@@ -422,6 +422,21 @@ def test_a_planned_run_and_its_evaluation_name_one_task():
     assert keys == {"addition", "parity", "summation", "polynomial", "lego", "sorting", "sorting+variant=multi-digit"}
 
 
+@pytest.mark.parametrize(
+    ("key", "label"),
+    [
+        ("sorting", "sorting (single-token)"),  # the default variant, which the key leaves out
+        ("sorting+variant=multi-digit", "sorting (multi-digit)"),
+        ("addition", "addition"),  # no variants: the task alone
+        ("lego+shuffle=True", "lego (True)"),
+    ],
+)
+def test_a_task_key_is_labelled_with_its_options_and_its_default_variant(key, label):
+    from probe.studies.formats import task_label
+
+    assert task_label(key) == label
+
+
 def test_unfitted_names_the_scratchpad_scenarios_a_pe_has_not_fit_its_mean_iid_over_seeds_under_the_bar():
     """NoPE on addition's full format: IID 0.99 and 0.90 at seeds 0 and 1, mean 0.945 < 0.95: under, though
     one seed passes. Rotary there: 0.98 and 0.94, mean 0.96: not under, though one seed fails. Parity's C:

@@ -46,6 +46,18 @@ def task_key_of(task: str, options: Mapping[str, Any]) -> str:
     return "+".join([task, *(f"{k}={v}" for k, v in sorted(kept.items()))])
 
 
+def task_label(key: str) -> str:
+    """A task key (:func:`task_key_of`) as figures and tables name it: the task, its options' values in brackets,
+    the default variant named where the task has variants, so sorting's two read as two variants (``sorting``:
+    ``sorting (single-token)``; ``sorting+variant=multi-digit``: ``sorting (multi-digit)``)."""
+    task, *options = key.split("+")
+    values = [option.partition("=")[2] for option in options]
+    variant = _default_options(task).get("variant")
+    if variant is not None and not any(option.startswith("variant=") for option in options):
+        values.insert(0, variant)
+    return f"{task} ({', '.join(values)})" if values else task
+
+
 @cache
 def _default_options(task: str) -> dict[str, Any]:
     from probe.tasks import get
@@ -218,7 +230,7 @@ def claim_only_addition(
     if waiting:
         return (
             "cannot be told yet: it needs at least two seeds of every format on every task "
-            f"({', '.join(waiting)} not yet)"
+            f"({', '.join(map(task_label, waiting))} not yet)"
         )
     on_addition = [fmt for (task, fmt), verdict in verdicts.items() if task == addition and verdict]
     missed = [fmt for (task, fmt), verdict in verdicts.items() if task == addition and not verdict]
@@ -234,7 +246,8 @@ def claim_only_addition(
     if missed:
         detail += f" (not {', '.join(missed)})"
     if elsewhere:
-        detail += "; also " + "; ".join(f"{', '.join(fmts)} on {task}" for task, fmts in sorted(elsewhere.items()))
+        also = (f"{', '.join(fmts)} on {task_label(task)}" for task, fmts in sorted(elsewhere.items()))
+        detail += "; also " + "; ".join(also)
     else:
         detail += ", none on any other task"
     return f"{verdict}: {detail}"

@@ -10,6 +10,7 @@ from typing import Any
 from probe.analysis.chance import no_better
 from probe.models.registry import FIGURE_ORDER, PE_LABELS
 from probe.studies.attended import FAR, NEAR, UNIFORM
+from probe.studies.formats import task_label
 from probe.studies.plans import PE_SETS
 
 PES = list(PE_SETS["paper"])  # the paper's five, in its figures' order
@@ -31,7 +32,7 @@ def markdown(report: dict[str, Any]) -> str:
     else:
         lines += ["No task has a scratchpad run measured yet: nothing to rank."]
     for task, entry in report["formats"].items():
-        lines.append(f"- **{task}** (seeds {','.join(map(str, entry['seeds']))}): {_ranked(entry)}")
+        lines.append(f"- **{task_label(task)}** (seeds {','.join(map(str, entry['seeds']))}): {_ranked(entry)}")
     lines += _per_pe_lines(report["formats_per_pe"])
     for fmt, gains in ((f, g) for f, g in report["gain"].items() if g):
         lines += _gain_table(fmt, gains, PES)
@@ -83,7 +84,7 @@ def _gain_table(fmt: str, gains: dict[str, dict], pes: list[str]) -> list[str]:
         cells = [_gain(g["pes"].get(pe), spread) for pe in pes]
         over = f"{100 * g['mean']:+.1f}" + (f" [{100 * g['low']:+.1f}, {100 * g['high']:+.1f}]" if spread else "")
         seeds = ",".join(map(str, g["seeds"]))
-        lines.append(f"| {task} ({g['format']}) | {seeds} | " + " | ".join(cells) + f" | {over} |")
+        lines.append(f"| {task_label(task)}, {g['format']} | {seeds} | " + " | ".join(cells) + f" | {over} |")
     return lines
 
 
@@ -112,7 +113,8 @@ def _per_format_line(per_format: dict[str, dict]) -> list[str]:
     if not per_format:
         return []
     read = "; ".join(
-        f"{fmt} on {', '.join(r['helps']) or 'none'} (of {len(r['read'])})" for fmt, r in per_format.items()
+        f"{fmt} on {', '.join(map(task_label, r['helps'])) or 'none'} (of {len(r['read'])})"
+        for fmt, r in per_format.items()
     )
     return [
         "- Read a format at a time, where every task that trains it has two seeds (helping: every PE's gain above "
@@ -289,16 +291,22 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
     out = {}
     if report["formats"]:
         title = "Scratchpad formats ranked per task, over PEs and seeds (OOD exact match)"
-        out["section6_formats"] = format_rank_figure(report["formats"], title)
+        out["section6_formats"] = format_rank_figure(_labelled(report["formats"]), title)
     if report["formats_per_pe"]:
         per_pe = {PE_LABELS.get(pe, pe): entry for pe, entry in report["formats_per_pe"].items()}
         title = "Formats every task trains, ranked per PE, over tasks and seeds (OOD exact match)"
         out["section6_formats_per_pe"] = format_rank_figure(per_pe, title)
     if report["format_accuracy"]:
         title = "OOD exact match per format and PE, each task (mean over seeds, their range; dashed: a constant guess)"
-        out["section6_format_accuracy"] = format_accuracy_figure(report["format_accuracy"], title, report["floors"])
+        per_task, floors = _labelled(report["format_accuracy"]), _labelled(report["floors"])
+        out["section6_format_accuracy"] = format_accuracy_figure(per_task, title, floors)
     if report["attended_series"]:
         seed = report["attended_seed"]
         title = f"Normalized attended distance, addition + full scratchpad (seed {seed}), all layers and heads"
         out["section6_attended"] = attended_distance_figure(report["attended_series"], title)
     return out
+
+
+def _labelled(per_task: dict[str, Any]) -> dict[str, Any]:
+    """``per_task`` keyed by :func:`~probe.studies.formats.task_label`, as its figure's panels and groups name it."""
+    return {task_label(task): entry for task, entry in per_task.items()}
