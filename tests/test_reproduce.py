@@ -214,3 +214,34 @@ def test_scenarios_the_paper_has_no_run_of_are_named_in_one_note_not_one_each():
     assert len(landed) > 1 and not any(entry["paper"] for entry in report["tasks"].values())
     assert report["notes"] == [f"the paper's released results hold no run to compare with of: {', '.join(landed)}."]
     assert markdown(report).count("hold no run") == 1
+
+
+def test_overall_ranks_the_papers_groups_and_leaves_the_runs_with_a_scratchpad_to_their_own():
+    """By hand: NoPE first on the one task without a scratchpad, last (ties at 0% break NoPE last) on the one
+    with: pooled, NoPE's overall MRR would be (1 + 1/5) / 2 = 0.6; Section 4's ranking reads it at 1."""
+    from probe.reference import SCRATCHPAD_GROUP
+    from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals
+
+    plain = {("scan", 0): {"nope": 0.9, "t5": 0.5, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}}
+    padded = {("addition+scratchpad=full", 0): {"nope": 0.0, "t5": 0.0, "alibi": 0.7, "rotary": 0.0, "ape": 0.0}}
+    queries = {"classic length generalization": plain, SCRATCHPAD_GROUP: padded}
+    intervals = rank_intervals(queries)
+    assert intervals["overall"]["scenarios"] == 1 and intervals["overall"]["pes"]["nope"]["mrr"] == 1.0
+    assert mean_reciprocal_ranks(queries)["overall"]["nope"] == 1.0
+    assert intervals[SCRATCHPAD_GROUP]["pes"]["alibi"]["mrr"] == 1.0  # ranked, in a group of its own
+    assert [line.split(" (")[0] for line in paper_ordering(intervals)] == ["classic length generalization", "overall"]
+
+
+def test_a_section6_reports_overall_ranking_is_its_tasks_without_a_scratchpad():
+    """The committed Section 6 summaries: the report's overall MRR rests on the scenarios without a scratchpad
+    alone, the paper's ordering is not read of the scratchpad formats, and the Markdown says so."""
+    from probe.reference import SCRATCHPAD_GROUP
+    from probe.studies.reproduce import merged_report
+    from probe.studies.section6 import RULE, STUDY, planned
+
+    report, _ = merged_report(SECTION6, list(planned()), [0], study=STUDY, rule=RULE)
+    ours = report["mrr_intervals"]["ours"]
+    plain = [folder for folder, entry in report["tasks"].items() if entry["category"] != SCRATCHPAD_GROUP]
+    assert ours["overall"]["scenarios"] == len(plain) == 7 and ours[SCRATCHPAD_GROUP]["scenarios"] == 20
+    assert not any(line.startswith(SCRATCHPAD_GROUP) for line in report["paper_ordering"])
+    assert f"Overall leaves out the runs {SCRATCHPAD_GROUP}" in markdown(report)

@@ -46,10 +46,14 @@ CATEGORIES: dict[str, tuple[str, ...]] = {  # Figure mrr-per-category: the paper
 }
 
 
+SCRATCHPAD_GROUP = "with scratchpad"
+"""Runs with a scratchpad: a group of their own, outside the paper's three (Section 6 asks of them apart)."""
+
+
 def category(task: str, options: dict[str, Any]) -> str:
-    """The paper's group of a task; runs with a scratchpad form a group of their own, as in its figures."""
+    """The paper's group of a task; runs with a scratchpad form a group of their own (:data:`SCRATCHPAD_GROUP`)."""
     if options.get("scratchpad"):
-        return "with scratchpad"
+        return SCRATCHPAD_GROUP
     return next((name for name, tasks in CATEGORIES.items() if task in tasks), "other")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from probe.analysis.evaluation import TIE_ORDER, reciprocal_rank_scores
+from probe.reference import SCRATCHPAD_GROUP
 
 Queries = dict[Any, dict[str, float]]  # (scenario, seed) -> {pe: OOD exact match}
 PAPER_LEADERS = ("nope", "t5")
@@ -21,8 +22,15 @@ these categories" (ALiBi, Rotary, sinusoidal APE), in each of the three groups o
 
 
 def by_category(queries_by_category: dict[str, Queries]) -> dict[str, Queries]:
-    """The categories' queries and, under ``overall``, all of them."""
-    overall = {key: q for queries in queries_by_category.values() for key, q in queries.items()}
+    """The categories' queries and, under ``overall``, those of every category but the runs with a scratchpad:
+    Figures teaser and mrr-per-category rank the PEs over Section 4's tasks, none with a scratchpad, and a
+    scratchpad format pooled with them would weigh as one more task (Section 6's question is asked apart)."""
+    overall = {
+        key: q
+        for name, queries in queries_by_category.items()
+        if name != SCRATCHPAD_GROUP
+        for key, q in queries.items()
+    }
     return {**queries_by_category, "overall": overall}
 
 
@@ -67,12 +75,14 @@ def rank_intervals(
 
 
 def paper_ordering(intervals: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per category: whether NoPE and T5 rank above ALiBi, Rotary and APE, pair by pair, and
-    which pairs the seeds' intervals separate."""
+    """One line per category but the runs with a scratchpad: whether NoPE and T5 rank above ALiBi, Rotary and
+    APE, pair by pair, and which pairs the seeds' intervals separate."""
     from probe.models.registry import PE_LABELS
 
     lines = []
     for name, entry in intervals.items():
+        if name == SCRATCHPAD_GROUP:  # the caption's claim is of the paper's groups of tasks, not of scratchpads
+            continue
         pes = entry["pes"]
         pairs = [(a, b) for a in PAPER_LEADERS for b in PAPER_TRAILERS if a in pes and b in pes]
         if not pairs:
