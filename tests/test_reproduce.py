@@ -235,13 +235,21 @@ def test_overall_ranks_the_papers_groups_and_leaves_the_runs_with_a_scratchpad_t
 def test_a_section6_reports_overall_ranking_is_its_tasks_without_a_scratchpad():
     """The committed Section 6 summaries: the report's overall MRR rests on the scenarios without a scratchpad
     alone, the paper's ordering is not read of the scratchpad formats, and the Markdown says so."""
+    from scipy.stats import rankdata
+
     from probe.reference import SCRATCHPAD_GROUP
     from probe.studies.reproduce import merged_report
     from probe.studies.section6 import RULE, STUDY, planned
 
-    report, _ = merged_report(SECTION6, list(planned()), [0], study=STUDY, rule=RULE)
+    report, merged = merged_report(SECTION6, list(planned()), [0], study=STUDY, rule=RULE)
     ours = report["mrr_intervals"]["ours"]
     plain = [folder for folder, entry in report["tasks"].items() if entry["category"] != SCRATCHPAD_GROUP]
     assert ours["overall"]["scenarios"] == len(plain) == 7 and ours[SCRATCHPAD_GROUP]["scenarios"] == 20
     assert not any(line.startswith(SCRATCHPAD_GROUP) for line in report["paper_ordering"])
     assert f"Overall leaves out the runs {SCRATCHPAD_GROUP}" in markdown(report)
+    # the mean rank (ties share), by scipy over the same seven tasks' OOD at seed 0
+    pes = sorted(report["mean_rank"]["ours"])
+    ood = {(e.task_folder, e.pe): e.ood_accuracy for e in merged.evaluations if e.task_folder in plain}
+    ranks = [rankdata([-ood[(folder, pe)] for pe in pes]) for folder in plain]  # 1 = best
+    want = {pe: sum(r[i] for r in ranks) / len(ranks) for i, pe in enumerate(pes)}
+    assert report["mean_rank"]["ours"] == pytest.approx(want)

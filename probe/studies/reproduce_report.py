@@ -148,7 +148,7 @@ def report_of(
         "scale": scale,
         "tasks": tasks,
         **_ranks(ours_queries, _paper_queries(tasks)),
-        "mean_rank": {"ours": mean_ranks(evaluated)},
+        "mean_rank": {"ours": mean_ranks([e for e in evaluated if not e.task_options.get("scratchpad")])},
         "missing": list(missing),
         "notes": [n for t in tasks.values() for n in t["notes"]] + _unmatched(tasks),
     }
