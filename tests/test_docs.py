@@ -265,3 +265,17 @@ def test_the_section6_tables_are_the_committed_summaries_as_the_report_script_me
     report = json.loads(json.dumps(section6.report_of(merged, section6.costs_of(results / "section6"))))
     assert report == json.loads((results / "section6_report.json").read_text())
     assert _block(ROOT / "docs" / "reproducing.md", "section6") == section6_view.markdown(report)
+
+
+def test_the_unseen_length_scratchpad_errors_table_is_the_committed_files_as_its_script_sums_them():
+    """docs/reproducing.md's table of where scratchpad runs first go wrong on unseen lengths is
+    bench/scratchpad_steps_table.py's rendering of bench/scratchpad_errors.py's committed files, and each row's
+    columns add up to its wrong predictions (every one departs nowhere, at the opening, within or past)."""
+    table = bench_script("scratchpad_steps_table")
+    runs = table.read_runs()
+    assert _block(ROOT / "docs" / "reproducing.md", "scratchpad-steps") == table.markdown(runs), (
+        "run python bench/scratchpad_steps_table.py --docs"
+    )
+    for row in runs.values():
+        n = table.counts(row)
+        assert n["wrong"] == sum(n[c] for c in table.COLUMNS[1:]), row["run"]
