@@ -253,3 +253,18 @@ def test_a_section6_reports_overall_ranking_is_its_tasks_without_a_scratchpad():
     ranks = [rankdata([-ood[(folder, pe)] for pe in pes]) for folder in plain]  # 1 = best
     want = {pe: sum(r[i] for r in ranks) / len(ranks) for i, pe in enumerate(pes)}
     assert report["mean_rank"]["ours"] == pytest.approx(want)
+
+
+def test_a_scenario_the_paper_has_no_run_of_has_no_empty_paper_columns():
+    """Section 6's scenarios (no released run): their tables hold ours alone, every row as wide as its header; a
+    scenario the paper has keeps its columns (test_report_sets_the_paper_beside_ours_and_says_where_they_differ)."""
+    from probe.studies.reproduce import merged_report
+    from probe.studies.section6 import RULE, STUDY, planned
+
+    report, _ = merged_report(SECTION6, list(planned()), [0], study=STUDY, rule=RULE)
+    text = markdown(report)
+    assert "(paper)" not in text
+    scenario = text.split("## addition+scratchpad=full ", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in scenario.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| PE | seeds | IID (ours) | OOD (ours) |") and len(table) == 2 + 5
+    assert {line.count("|") for line in table} == {table[0].count("|")}

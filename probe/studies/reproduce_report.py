@@ -206,37 +206,9 @@ def _selection(ours: dict[str, Any]) -> str:
 def markdown(report: dict[str, Any]) -> str:
     """The Markdown summary: per task, ours beside the paper's; Section 6's report where the study is its; the
     MRR; the notes."""
-    from probe.models.registry import PE_LABELS
-
     lines = [f"# probe reproduce ({report['scale']} study)", ""]
     for folder, entry in report["tasks"].items():
-        paper = entry["paper"] or {}
-        rows = [*entry["ours"].values(), *([entry["baseline"]] if entry.get("baseline") else [])]
-        selected = any(row.get("selected_steps") for row in rows)  # a column for the selection, if any
-        lines += [
-            f"## {folder} ({entry['category']})",
-            "",
-            "| PE | seeds | IID (ours) | OOD (ours) | IID (paper) | OOD (paper) |"
-            + (" selected on IID validation (last step IID / OOD) |" if selected else ""),
-            "|---|---|---|---|---|---|" + ("---|" if selected else ""),
-        ]
-        for pe, ours in entry["ours"].items():
-            theirs = paper.get(pe, {})
-            lines.append(
-                f"| {PE_LABELS.get(pe, pe)} | {','.join(map(str, ours['seeds']))} | {_pct(ours['iid'])} | "
-                f"{_pct(ours['ood'])}{seed_range(ours, _pct)} | {_pct(theirs.get('iid'))} | {_pct(theirs.get('ood'))} |"
-                + (_selection(ours) if selected else "")
-            )
-        if entry.get("baseline"):
-            base = entry["baseline"]
-            lines.append(
-                f"| NoPE' (the baseline seed) | {','.join(map(str, base['seeds']))} | {_pct(base['iid'])} | "
-                f"{_pct(base['ood'])} | | |" + (_selection(base) if selected else "")
-            )
-        if (guess := entry.get("guess")) is not None and guess >= GUESS_SHOWN:
-            lines += ["", f"A constant guess (the commonest training answer) scores {_pct(guess)} on these unseen"]
-            lines += ["lengths: an OOD at or under it is no better than chance."]
-        lines.append("")
+        lines += scenario_table(folder, entry)
     if report.get("section6"):
         lines += ["## The paper's Section 6: does a scratchpad make the PE irrelevant?", ""]
         lines += [section6_view.markdown(report["section6"])]
@@ -261,6 +233,39 @@ def markdown(report: dict[str, Any]) -> str:
         f"- {note}" for note in report["notes"] or ["nothing flagged"]
     ]
     return "\n".join(lines) + "\n"
+
+
+def scenario_table(folder: str, entry: dict[str, Any]) -> list[str]:
+    """A scenario's section: each PE's IID and OOD, the paper's beside them where it released a run of the
+    scenario (no empty columns where it did not), NoPE' apart, the selection where runs were selected, and the
+    constant guess's score where it is a floor worth naming."""
+    from probe.models.registry import PE_LABELS
+
+    paper = entry["paper"]
+    rows = [*entry["ours"].values(), *([entry["baseline"]] if entry.get("baseline") else [])]
+    selected = any(row.get("selected_steps") for row in rows)  # a column for the selection, if any
+    header = ["PE", "seeds", "IID (ours)", "OOD (ours)", *(["IID (paper)", "OOD (paper)"] if paper else [])]
+    header += ["selected on IID validation (last step IID / OOD)"] if selected else []
+    lines = [f"## {folder} ({entry['category']})", "", _row(header), "|---" * len(header) + "|"]
+    for pe, ours in entry["ours"].items():
+        theirs = (paper or {}).get(pe, {})
+        cells = [PE_LABELS.get(pe, pe), ",".join(map(str, ours["seeds"])), _pct(ours["iid"])]
+        cells += [_pct(ours["ood"]) + seed_range(ours, _pct)]
+        cells += [_pct(theirs.get("iid")), _pct(theirs.get("ood"))] if paper else []
+        lines.append(_row(cells) + (_selection(ours) if selected else ""))
+    if base := entry.get("baseline"):
+        cells = ["NoPE' (the baseline seed)", ",".join(map(str, base["seeds"])), _pct(base["iid"]), _pct(base["ood"])]
+        cells += ["", ""] if paper else []
+        lines.append(_row(cells) + (_selection(base) if selected else ""))
+    if (guess := entry.get("guess")) is not None and guess >= GUESS_SHOWN:
+        lines += ["", f"A constant guess (the commonest training answer) scores {_pct(guess)} on these unseen"]
+        lines += ["lengths: an OOD at or under it is no better than chance."]
+    return [*lines, ""]
+
+
+def _row(cells: list[str]) -> str:
+    """A Markdown table row; an empty cell is ``| |``."""
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
 
 
 def rank_lines(intervals: dict[str, Any], who: str) -> list[str]:
