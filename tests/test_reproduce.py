@@ -255,7 +255,7 @@ def test_a_section6_reports_overall_ranking_is_its_tasks_without_a_scratchpad():
     assert report["mean_rank"]["ours"] == pytest.approx(want)
 
 
-def test_a_scenario_the_paper_has_no_run_of_has_no_empty_paper_columns():
+def test_a_scenario_the_paper_has_no_run_of_has_no_empty_columns():
     """Section 6's scenarios (no released run): their tables hold ours alone, every row as wide as its header; a
     scenario the paper has keeps its columns (test_report_sets_the_paper_beside_ours_and_says_where_they_differ)."""
     from probe.studies.reproduce import merged_report
@@ -268,3 +268,5 @@ def test_a_scenario_the_paper_has_no_run_of_has_no_empty_paper_columns():
     table = [line for line in scenario.splitlines() if line.startswith("|")]
     assert table[0].startswith("| PE | seeds | IID (ours) | OOD (ours) |") and len(table) == 2 + 5
     assert {line.count("|") for line in table} == {table[0].count("|")}
+    # its grid scores no run at its last step (eval_last = false): the selection's column names the step alone
+    assert table[0].endswith("| selected on IID validation |") and "last step" not in text

@@ -195,12 +195,14 @@ def seed_range(ours: dict[str, Any], percent: Callable[[float | None], str]) -> 
 
 
 def _selection(ours: dict[str, Any]) -> str:
-    """`` best step 3400; last step 94.2% / 20.1% |`` where runs were selected on IID validation, else
-    an empty cell."""
+    """`` best step 3400; last step 94.2% / 20.1% |`` where runs were selected on IID validation (the last step
+    where the grid scored it too, ``eval_last``: Section 6's grid does not, its decoding being costly), else an
+    empty cell."""
     if not ours.get("selected_steps"):
         return " |"
     steps = ",".join(map(str, ours["selected_steps"]))
-    return f" best step {steps}; last step {_pct(ours['last_iid'])} / {_pct(ours['last_ood'])} |"
+    last = "" if ours.get("last_iid") is None else f"; last step {_pct(ours['last_iid'])} / {_pct(ours['last_ood'])}"
+    return f" best step {steps}{last} |"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -245,7 +247,8 @@ def scenario_table(folder: str, entry: dict[str, Any]) -> list[str]:
     rows = [*entry["ours"].values(), *([entry["baseline"]] if entry.get("baseline") else [])]
     selected = any(row.get("selected_steps") for row in rows)  # a column for the selection, if any
     header = ["PE", "seeds", "IID (ours)", "OOD (ours)", *(["IID (paper)", "OOD (paper)"] if paper else [])]
-    header += ["selected on IID validation (last step IID / OOD)"] if selected else []
+    with_last = any(row.get("last_iid") is not None for row in rows)
+    header += ["selected on IID validation" + (" (last step IID / OOD)" if with_last else "")] if selected else []
     lines = [f"## {folder} ({entry['category']})", "", _row(header), "|---" * len(header) + "|"]
     for pe, ours in entry["ours"].items():
         theirs = (paper or {}).get(pe, {})
