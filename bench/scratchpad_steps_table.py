@@ -19,7 +19,9 @@ import argparse
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, fill_block  # noqa: E402
@@ -27,6 +29,7 @@ from common import RESULTS, fill_block  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
 from probe.studies.formats import task_key_of, task_label  # noqa: E402
 from probe.studies.section6 import planned  # noqa: E402
+from probe.tasks.scratchpad import components  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "reproducing.md"
 BLOCK = "scratchpad-steps"
@@ -67,35 +70,28 @@ def counts(row: dict) -> Counter:
     return out
 
 
-def parts(runs: dict[tuple[str, str, int], dict]) -> dict[tuple[str, int], Counter]:
+def parts(counted: dict[tuple[str, str, int], Counter]) -> dict[tuple[str, int], Counter]:
     """Per (scenario, seed): its runs' counts summed, with a scratchpad that copies the rest first, then in the
     study's planned order."""
     plan = list(planned())
-    summed: dict[tuple[str, int], Counter] = {}
-    for (scenario, _, seed), row in runs.items():
-        summed.setdefault((scenario, seed), Counter()).update(counts(row))
+    summed = _summed(counted, lambda scenario, pe, seed: (scenario, seed))
 
     def order(part: tuple[str, int]) -> tuple[bool, int, int]:
-        return (not _copies_the_rest(part[0]), plan.index(part[0]), part[1])
+        return ("R" not in components(_format(part[0])), plan.index(part[0]), part[1])
 
     return {part: summed[part] for part in sorted(summed, key=order)}
 
 
-def per_pe(runs: dict[tuple[str, str, int], dict]) -> dict[str, Counter]:
-    """Per PE: its runs' counts summed over every part."""
-    out: dict[str, Counter] = {}
-    for (_, pe, _), row in runs.items():
-        out.setdefault(pe, Counter()).update(counts(row))
+def _summed(counted: dict[tuple[str, str, int], Counter], group: Callable[[str, str, int], Any]) -> dict[Any, Counter]:
+    """The runs' counts summed per ``group(scenario, pe, seed)``."""
+    out: dict[Any, Counter] = {}
+    for key, n in counted.items():
+        out.setdefault(group(*key), Counter()).update(n)
     return out
 
 
 def _format(scenario: str) -> str:
     return planned()[scenario][0].config.task_options["scratchpad"]
-
-
-def _copies_the_rest(scenario: str) -> bool:
-    fmt = _format(scenario)
-    return fmt == "full" or "R" in fmt.split("+")
 
 
 def part_label(scenario: str, seed: int) -> str:
@@ -106,7 +102,8 @@ def part_label(scenario: str, seed: int) -> str:
 
 def markdown(runs: dict[tuple[str, str, int], dict]) -> str:
     """The sentence of totals, the table per part, the table per PE."""
-    rows, pes = parts(runs), per_pe(runs)
+    counted = {key: counts(row) for key, row in runs.items()}
+    rows, pes = parts(counted), _summed(counted, lambda scenario, pe, seed: pe)
     total = sum(rows.values(), Counter())
     examples = [n["examples"] // n["runs"] for n in rows.values()]
     lines = [
