@@ -251,7 +251,7 @@ def test_pes_ranked_with_a_scratchpad_only():
 
 
 def _ranking(**pes: tuple[float, float, float]) -> dict:
-    """rank_intervals' overall entry at two seeds: {pe: (mrr, low, high)}."""
+    """ranked_over_seeds' entry at two seeds: {pe: (mrr, low, high)}."""
     return {
         "seeds": [0, 1],
         "scenarios": 20,
@@ -310,7 +310,7 @@ def test_the_pe_claim_reads_a_ranking_made_from_the_runs():
     Rotary 0.2, APE 0.1 on unseen lengths): every (seed) resample ranks them alike, so every interval has no
     width and every pair is apart; with T5 and ALiBi tied everywhere, they split 1/2 and 1/3, and the pair is
     not ahead."""
-    from probe.studies.ranks import rank_intervals
+    from probe.studies.ranks import ranked_over_seeds
 
     ood = {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
 
@@ -321,11 +321,31 @@ def test_the_pe_claim_reads_a_ranking_made_from_the_runs():
             for seed in (0, 1)
             for pe, acc in scores.items()
         ]
-        ranking = rank_intervals({"with a scratchpad": pe_queries(runs)}, ties="shared")["overall"]
+        ranking = ranked_over_seeds(pe_queries(runs), ties="shared")
         return claim_pe_needed(ranking, waiting=0, every=2)
 
     assert line(ood).startswith("holds:")
     assert line({**ood, "alibi": 0.4}).endswith("(not ahead: ALiBi ≥ T5's Relative Bias)")
+
+
+def test_one_set_of_queries_ranks_alone_and_as_a_category_alike():
+    """The Section 6 ranking of the PEs with a scratchpad is one set of queries, not a category beside an
+    ``overall`` that repeats it: ranked_over_seeds of them is rank_intervals' entry for a category holding them,
+    and nothing with one PE."""
+    from probe.studies.ranks import rank_intervals, ranked_over_seeds
+
+    queries = {
+        (task, seed): {"nope": 0.5 - 0.1 * seed, "t5": 0.3, "alibi": 0.2 + 0.2 * seed}
+        for task in ("addition", "parity")
+        for seed in (0, 1)
+    }
+    alone = ranked_over_seeds(queries, ties="shared")
+    assert alone == rank_intervals({"maths": queries}, ties="shared")["maths"]
+    assert alone["seeds"] == [0, 1] and alone["scenarios"] == 2
+    # seed 0: NoPE 1st, T5 2nd, ALiBi 3rd; seed 1: ALiBi 0.4 and NoPE 0.4 share 1st and 2nd, T5 3rd
+    assert alone["pes"]["t5"]["mrr"] == pytest.approx((1 / 2 + 1 / 3) / 2)
+    assert alone["pes"]["nope"]["mrr"] == pytest.approx((1 + 3 / 4) / 2)
+    assert ranked_over_seeds({key: {"nope": q["nope"]} for key, q in queries.items()}) is None
 
 
 def test_the_formats_figure_names_every_format_with_its_interval():

@@ -401,7 +401,7 @@ def claim_pe_needed(
     """The paper's second Section 6 claim: "having a positional encoding with robust length generalization is
     crucial since scratchpad/CoT alone may not enhance the generalization", read as NoPE and T5 still ranked
     ahead of ALiBi, Rotary and APE on the scratchpad runs, every pair's intervals over seeds apart.
-    ``ranking``: :func:`~probe.studies.ranks.rank_intervals`' overall entry over :func:`pe_queries`, ties split
+    ``ranking``: :func:`~probe.studies.ranks.ranked_over_seeds` of :func:`pe_queries`, ties split
     (at this scale most scratchpad scenarios tie PEs at 0% on unseen lengths, and a tie broken by table order
     would rank them by that order). It waits until every one of the ``every`` scratchpad scenarios has two
     seeds (``waiting``: how many have not), since a ranking over the first to land would move; ``scope`` names

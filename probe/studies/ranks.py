@@ -46,32 +46,40 @@ def mean_reciprocal_ranks(queries_by_category: dict[str, Queries]) -> dict[str, 
 def rank_intervals(
     queries_by_category: dict[str, Queries], n_resamples: int = 1000, ties: str = "first"
 ) -> dict[str, dict[str, Any]]:
-    """Per category and overall: each PE's mean reciprocal rank with its 95% bootstrap interval over seeds
-    (:func:`probe.metrics.mean_reciprocal_rank_over_seeds`), on the scenarios that every seed holds with
-    every PE; the seeds and the number of scenarios it rests on. One seed gives an interval of no width.
-    ``ties``: ``"first"`` breaks them as the authors' notebook does (:data:`TIE_ORDER`); ``"shared"`` splits
-    them, so a scenario where PEs tie (every one at 0% on unseen lengths) ranks none of them above another."""
-    from probe.metrics import mean_reciprocal_rank_over_seeds
-
+    """Per category and overall (:func:`by_category`): :func:`ranked_over_seeds` of its queries, the categories
+    with fewer than two PEs or no scenario that every seed holds left out."""
     out: dict[str, dict[str, Any]] = {}
     for name, queries in by_category(queries_by_category).items():
-        pes = sorted({pe for q in queries.values() for pe in q}, key=_tie_position)
-        complete = {key: q for key, q in queries.items() if set(q) == set(pes)}
-        seeds = sorted({seed for _, seed in complete})
-        scenarios = sorted({s for s, _ in complete if all((s, seed) in complete for seed in seeds)})
-        if len(pes) < 2 or not scenarios:
-            continue
-        scores = torch.tensor(
-            [[[complete[(s, seed)][pe] for pe in pes] for s in scenarios] for seed in seeds], dtype=torch.float64
-        )  # [seed, scenario, pe]
-        ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties=ties)
-        ranked = sorted(zip(pes, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda row: -row[1])
-        out[name] = {
-            "seeds": seeds,
-            "scenarios": len(scenarios),
-            "pes": {pe: {"mrr": mean, "low": low, "high": high} for pe, mean, low, high in ranked},
-        }
+        if ranked := ranked_over_seeds(queries, n_resamples, ties):
+            out[name] = ranked
     return out
+
+
+def ranked_over_seeds(queries: Queries, n_resamples: int = 1000, ties: str = "first") -> dict[str, Any] | None:
+    """Each PE's mean reciprocal rank over ``queries`` with its 95% bootstrap interval over seeds
+    (:func:`probe.metrics.mean_reciprocal_rank_over_seeds`), on the scenarios that every seed holds with
+    every PE; the seeds and the number of scenarios it rests on, or None with fewer than two PEs or no such
+    scenario. One seed gives an interval of no width. ``ties``: ``"first"`` breaks them as the authors'
+    notebook does (:data:`TIE_ORDER`); ``"shared"`` splits them, so a scenario where PEs tie (every one at 0% on
+    unseen lengths) ranks none of them above another."""
+    from probe.metrics import mean_reciprocal_rank_over_seeds
+
+    pes = sorted({pe for q in queries.values() for pe in q}, key=_tie_position)
+    complete = {key: q for key, q in queries.items() if set(q) == set(pes)}
+    seeds = sorted({seed for _, seed in complete})
+    scenarios = sorted({s for s, _ in complete if all((s, seed) in complete for seed in seeds)})
+    if len(pes) < 2 or not scenarios:
+        return None
+    scores = torch.tensor(
+        [[[complete[(s, seed)][pe] for pe in pes] for s in scenarios] for seed in seeds], dtype=torch.float64
+    )  # [seed, scenario, pe]
+    ci = mean_reciprocal_rank_over_seeds(scores, n_resamples=n_resamples, ties=ties)
+    ranked = sorted(zip(pes, ci.mean.tolist(), ci.low.tolist(), ci.high.tolist()), key=lambda row: -row[1])
+    return {
+        "seeds": seeds,
+        "scenarios": len(scenarios),
+        "pes": {pe: {"mrr": mean, "low": low, "high": high} for pe, mean, low, high in ranked},
+    }
 
 
 def paper_ordering(intervals: dict[str, dict[str, Any]]) -> list[str]:
