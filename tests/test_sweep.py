@@ -16,6 +16,7 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.models import load_checkpoint
 from probe.studies import sweep
+from probe.studies.sweep.cluster import in_order
 from probe.training.bookkeeping import train_run
 from probe.training.train_config import TrainConfig
 
@@ -266,20 +267,47 @@ def test_most_at_once_counts_overlapping_spans():
     assert _most_at_once([(0, 5), (1, 3), (2, 4)]) == 3
 
 
+def test_a_polls_news_is_relayed_in_the_order_of_the_workers_clocks(tmp_path):
+    a, b, c, _ = sweep.expand_grid(TINY, tmp_path)
+    events = [  # as drained: c started on the CPU a freed, before the driver collected a's result
+        {"kind": "step", "label": a.label, "time": 1.0, "step": 10, "total": 60},
+        {"kind": "start", "label": c.label, "time": 3.0},
+        {"kind": "step", "label": b.label, "time": 2.5, "step": 5, "total": 60},
+    ]
+    finished = [(a, {"state": "done", "finished": 2.0}), (b, {"state": "done", "finished": 4.0})]
+    news = in_order(events, finished)
+    assert [(n["kind"], n["label"]) for n in news] == [
+        ("step", a.label),
+        ("finish", a.label),
+        ("step", b.label),
+        ("start", c.label),
+        ("finish", b.label),
+    ]
+    assert news[1]["result"] == {"state": "done", "finished": 2.0}
+
+
 def test_sweep_equals_one_by_one_survives_a_killed_worker_and_reruns_nothing(ray_local, tmp_path):
     runs = sweep.expand_grid(TINY, tmp_path / "sweep")
     manifest = sweep.Manifest(tmp_path / "sweep" / "sweep-tiny.json", "tiny", runs)
     pids: dict[str, int] = {}
     killed: list[str] = []
     killed_at: list[float] = []
+    relayed_running: set[str] = set()
+    relayed_most = 0
 
     def on_event(event):
+        nonlocal relayed_most
         label = event.get("label")
         if event["kind"] == "start":
             pids[label] = event["node"]["pid"]
+            relayed_running.add(label)
+            relayed_most = max(relayed_most, len(relayed_running))
+        elif event["kind"] == "finish":
+            relayed_running.discard(label)
         elif event["kind"] == "step" and not killed and 40 <= event["step"] <= event["total"] // 2:
             killed.append(label)  # kill the worker process mid-run, after a checkpoint was written
             killed_at.append(time.time())
+            relayed_running.discard(label)
             os.kill(pids[label], signal.SIGKILL)
 
     sweep.execute(runs, manifest, cpus_per_run=1, max_retries=3, on_event=on_event)
@@ -287,12 +315,12 @@ def test_sweep_equals_one_by_one_survives_a_killed_worker_and_reruns_nothing(ray
     assert [e["state"] for e in entries.values()] == ["done"] * 4, entries
     assert killed and entries[killed[0]]["attempts"] == 2 and entries[killed[0]]["status"] == "resumed"
     assert entries[killed[0]]["history"][0]["node"]["pid"] != entries[killed[0]]["node"]["pid"]
-    # Two CPUs, one per run: two at a time, never three. Read on the workers' own clocks (each attempt from its
-    # start to its result, the killed one to its kill), not on the order the driver relays their events in: a run
-    # that takes a finished one's CPU can tell of its start before the driver has collected that result.
+    # Two CPUs, one per run: two at a time, never three, on the workers' own clocks (each attempt from its start
+    # to its result, the killed one to its kill) and in the order the driver relays their news (a run that took
+    # a finished one's CPU is relayed as started after that finish).
     spans = [(e["started"], e["finished"]) for e in entries.values()]
     spans.append((entries[killed[0]]["history"][0]["started"], killed_at[0]))
-    assert _most_at_once(spans) == 2
+    assert _most_at_once(spans) == 2 and relayed_most == 2
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # what a worker asking for one CPU trains with

@@ -58,7 +58,7 @@ def run_stack(
 
     def tell(label: str, **event: Any) -> None:
         if log is not None:
-            log.push.remote({"label": label, **event})
+            log.push.remote({"label": label, "time": time.time(), **event})
 
     for run in runs:  # before the imports: a fresh worker spends seconds on them
         tell(run["label"], kind="start", node=node, time=started)
@@ -276,12 +276,12 @@ def execute(
     running = {run.label for run in todo}
     try:
         while refs:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=poll)
-            _drain_events(log, manifest, running, on_event)
-            for ref in ready:
-                group = refs.pop(ref)
-                running.difference_update(run.label for run in group)
-                _record_results(ref, group, manifest, on_event)
+            ray.wait(list(refs), num_returns=1, timeout=poll)
+            events = ray.get(log.drain.remote())
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            finished = [(run, result) for ref in ready for run, result in _results(ref, refs.pop(ref))]
+            for item in in_order(events, finished):
+                _relay(item, manifest, running, on_event)
     except KeyboardInterrupt:
         _cancel(refs, manifest)
         raise
@@ -316,45 +316,49 @@ def _count_attempt(manifest: Manifest, label: str, node: dict[str, Any], started
         )
 
 
-def _drain_events(
-    log: Any, manifest: Manifest, running: set[str], on_event: Callable[[dict[str, Any]], None] | None
+def in_order(events: list[dict[str, Any]], finished: list[tuple[SweepRun, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One poll's news (the workers' events drained, then the results ready by then) as one stream in the
+    order it happened on the workers' clocks, each result a ``finish``. Results are collected after the
+    events are drained, and a task's result is ready before its CPU goes to another task, so a run that
+    started on a CPU a finished run freed is relayed after that finish."""
+    results = [{"kind": "finish", "label": run.label, "time": r["finished"], "result": r} for run, r in finished]
+    return sorted([*events, *results], key=lambda item: item["time"])
+
+
+def _relay(
+    item: dict[str, Any], manifest: Manifest, running: set[str], on_event: Callable[[dict[str, Any]], None] | None
 ) -> None:
-    """Record what the workers told the event log since the last poll and pass it on; news of a
-    run whose result is already in only counts its attempt."""
-    import ray
+    """Record one piece of news in the manifest and pass it on; news of a run whose result is already
+    in only counts its attempt."""
+    label = item["label"]
+    if item["kind"] == "start":
+        _count_attempt(manifest, label, item["node"], item["time"])
+    if label not in running:
+        return  # late news of a run whose result is already in
+    if item["kind"] == "finish":
+        running.discard(label)
+        result = item["result"]
+        if "node" in result:
+            _count_attempt(manifest, label, result["node"], result["started"])
+        item = {"kind": "finish", "label": label, "entry": manifest.update(label, **result)}
+    elif item["kind"] == "start":
+        manifest.update(label, state="running", node=item["node"], started=item["time"], error=None)
+    if on_event:
+        on_event(item)
 
-    for event in ray.get(log.drain.remote()):
-        label = event["label"]
-        if event["kind"] == "start":
-            _count_attempt(manifest, label, event["node"], event["time"])
-        if label not in running:
-            continue  # late news of a run whose result is already in
-        if event["kind"] == "start":
-            manifest.update(label, state="running", node=event["node"], started=event["time"], error=None)
-        if on_event:
-            on_event(event)
 
-
-def _record_results(
-    ref: Any, group: list[SweepRun], manifest: Manifest, on_event: Callable[[dict[str, Any]], None] | None
-) -> None:
-    """Write a finished task's results in the manifest, or its runs as failed when Ray gave up on
-    the worker (it died more often than ``max_retries`` allows)."""
+def _results(ref: Any, group: list[SweepRun]) -> list[tuple[SweepRun, dict[str, Any]]]:
+    """A finished task's result per run, or each run failed when Ray gave up on the worker (it died more
+    often than ``max_retries`` allows)."""
     import ray
     from ray.exceptions import RayError
 
     try:
-        results = ray.get(ref)
-        for run, result in zip(group, results):
-            _count_attempt(manifest, run.label, result["node"], result["started"])
-    except RayError as error:  # the worker died more often than max_retries allows
+        return list(zip(group, ray.get(ref)))
+    except RayError as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         failed = {"state": "failed", "error": f"{type(error).__name__}: {first}", "finished": time.time()}
-        results = [failed] * len(group)
-    for run, result in zip(group, results):
-        entry = manifest.update(run.label, **result)
-        if on_event:
-            on_event({"kind": "finish", "label": run.label, "entry": entry})
+        return [(run, dict(failed)) for run in group]
 
 
 def _cancel(refs: dict[Any, list[SweepRun]], manifest: Manifest) -> None:
