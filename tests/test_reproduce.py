@@ -203,17 +203,32 @@ def test_disagreements_name_gaps_and_inversions_but_not_our_ties():
     assert not any("we rank rotary above nope" in note for note in notes)  # 0.04% vs 0.0% is a tie
 
 
-def test_scenarios_the_paper_has_no_run_of_are_named_in_one_note_not_one_each():
+def test_scenarios_the_paper_has_no_run_of_are_counted_in_one_note_when_none_has_one():
     """Section 6's scenarios (L = 8, scratchpads) rebuild none of the paper's released splits: its report, from
-    the committed summaries, names them in one note; a scenario the paper has keeps its own notes (above)."""
+    the committed summaries, says so in one note, counting them; a scenario the paper has keeps its own notes."""
     from probe.studies.reproduce import merged_report
     from probe.studies.section6 import RULE, STUDY, planned
 
     report, merged = merged_report(SECTION6, list(planned()), [0, 1], study=STUDY, rule=RULE)
     landed = list(dict.fromkeys(e.task_folder for e in merged.evaluations))
-    assert len(landed) > 1 and not any(entry["paper"] for entry in report["tasks"].values())
-    assert report["notes"] == [f"the paper's released results hold no run to compare with of: {', '.join(landed)}."]
+    assert len(landed) == 27 and not any(entry["paper"] for entry in report["tasks"].values())
+    assert report["notes"] == [
+        "the paper's released results hold no run of any of the 27 scenarios here to compare with."
+    ]
     assert markdown(report).count("hold no run") == 1
+
+
+def test_scenarios_the_paper_has_no_run_of_are_named_beside_those_it_has():
+    from probe.studies.reproduce_report import _unmatched
+
+    tasks = {"scan+split=paper": {"paper": {"nope": {"ood": 0.797}}}, "addition+scratchpad=full": {"paper": None}}
+    assert _unmatched(tasks) == [
+        "the paper's released results hold no run to compare with of: addition+scratchpad=full."
+    ]
+    assert _unmatched({"addition+scratchpad=full": {"paper": None}}) == [
+        "the paper's released results hold no run to compare with of: addition+scratchpad=full."
+    ]
+    assert _unmatched({"scan+split=paper": tasks["scan+split=paper"]}) == []
 
 
 def test_overall_ranks_the_papers_groups_and_leaves_the_runs_with_a_scratchpad_to_their_own():
@@ -229,16 +244,46 @@ def test_overall_ranks_the_papers_groups_and_leaves_the_runs_with_a_scratchpad_t
     assert intervals["overall"]["scenarios"] == 1 and intervals["overall"]["pes"]["nope"]["mrr"] == 1.0
     assert mean_reciprocal_ranks(queries)["overall"]["nope"] == 1.0
     assert intervals[SCRATCHPAD_GROUP]["pes"]["alibi"]["mrr"] == 1.0  # ranked, in a group of its own
-    assert [line.split(" (")[0] for line in paper_ordering(intervals)] == ["classic length generalization", "overall"]
+    # overall pools one category here: the same ranking under a second name, read once
+    assert [line.split(" (")[0] for line in paper_ordering(intervals)] == ["classic length generalization"]
+    two = {**queries, "mathematical & reasoning": {("parity", 0): {**plain[("scan", 0)], "nope": 0.0}}}
+    assert [line.split(" (")[0] for line in paper_ordering(rank_intervals(two))] == [
+        "classic length generalization",
+        "mathematical & reasoning",
+        "overall",
+    ]
+
+
+def test_a_reports_rank_lines_read_an_overall_that_repeats_a_category_once():
+    from probe.studies.ranks import rank_intervals
+    from probe.studies.reproduce_report import rank_lines
+
+    scores = {"nope": 0.9, "t5": 0.5, "alibi": 0.3, "rotary": 0.2, "ape": 0.1}
+    one = rank_intervals({"classic length generalization": {("scan", 0): scores, ("copy", 0): scores}})
+    assert one["overall"] == one["classic length generalization"]  # the JSON keeps the key its readers read
+    assert [line.split(" (")[0] for line in rank_lines(one, "ours")] == ["- ours, classic length generalization"]
+    two = rank_intervals(
+        {
+            "classic length generalization": {("scan", 0): scores},
+            "mathematical & reasoning": {("parity", 0): {**scores, "nope": 0.0}},
+        }
+    )
+    assert [line.split(" (")[0] for line in rank_lines(two, "ours")] == [
+        "- ours, classic length generalization",
+        "- ours, mathematical & reasoning",
+        "- ours, overall",
+    ]
 
 
 def test_a_section6_reports_overall_ranking_is_its_tasks_without_a_scratchpad():
     """The committed Section 6 summaries: the report's overall MRR rests on the scenarios without a scratchpad
-    alone, the paper's ordering is not read of the scratchpad formats, and the Markdown says so."""
+    alone, the paper's ordering is not read of the scratchpad formats, the Markdown says so, and an overall that is
+    the one category without a scratchpad again is read once, in the text and the figure."""
     from scipy.stats import rankdata
 
     from probe.reference import SCRATCHPAD_GROUP
     from probe.studies.reproduce import merged_report
+    from probe.studies.reproduce_report import figures
     from probe.studies.section6 import RULE, STUDY, planned
 
     report, merged = merged_report(SECTION6, list(planned()), [0], study=STUDY, rule=RULE)
@@ -246,7 +291,11 @@ def test_a_section6_reports_overall_ranking_is_its_tasks_without_a_scratchpad():
     plain = [folder for folder, entry in report["tasks"].items() if entry["category"] != SCRATCHPAD_GROUP]
     assert ours["overall"]["scenarios"] == len(plain) == 7 and ours[SCRATCHPAD_GROUP]["scenarios"] == 20
     assert not any(line.startswith(SCRATCHPAD_GROUP) for line in report["paper_ordering"])
-    assert f"Overall leaves out the runs {SCRATCHPAD_GROUP}" in markdown(report)
+    text = markdown(report)  # overall is the one category without a scratchpad again: read once
+    assert f"The runs {SCRATCHPAD_GROUP} are ranked on their own" in text and "Overall leaves out" not in text
+    assert "- ours, overall" not in text and text.count("- ours, mathematical & reasoning (7 scenarios") == 1
+    bars = figures(report)["mrr_ours"].data[0].x  # one group of bars per category
+    assert list(bars) == [SCRATCHPAD_GROUP, "mathematical & reasoning"]
     # the mean rank (ties share), by scipy over the same seven tasks' OOD at seed 0
     pes = sorted(report["mean_rank"]["ours"])
     ood = {(e.task_folder, e.pe): e.ood_accuracy for e in merged.evaluations if e.task_folder in plain}

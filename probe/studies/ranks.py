@@ -82,13 +82,22 @@ def ranked_over_seeds(queries: Queries, n_resamples: int = 1000, ties: str = "fi
     }
 
 
+def without_repeats(per_category: dict[str, Any]) -> dict[str, Any]:
+    """``per_category`` (a category's entry, and ``overall``'s) without an ``overall`` that repeats a category:
+    where the queries but a scratchpad's are one category's, ``overall`` is that ranking under a second name."""
+    overall = per_category.get("overall")
+    repeats = any(entry == overall for name, entry in per_category.items() if name not in ("overall", SCRATCHPAD_GROUP))
+    return {name: entry for name, entry in per_category.items() if not (repeats and name == "overall")}
+
+
 def paper_ordering(intervals: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per category but the runs with a scratchpad: whether NoPE and T5 rank above ALiBi, Rotary and
-    APE, pair by pair, and which pairs the seeds' intervals separate."""
+    """One line per category but the runs with a scratchpad (``overall`` where it pools more than one):
+    whether NoPE and T5 rank above ALiBi, Rotary and APE, pair by pair, and which pairs the seeds' intervals
+    separate."""
     from probe.models.registry import PE_LABELS
 
     lines = []
-    for name, entry in intervals.items():
+    for name, entry in without_repeats(intervals).items():
         if name == SCRATCHPAD_GROUP:  # the caption's claim is of the paper's groups of tasks, not of scratchpads
             continue
         pes = entry["pes"]

@@ -13,7 +13,7 @@ from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
 from probe.analysis.evaluation import mean_ranks
 from probe.reference import SCRATCHPAD_GROUP, category, dataset_for, paper_runs, paper_summary
 from probe.studies import section6_view
-from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals
+from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals, without_repeats
 from probe.studies.sweep import SweepRun
 
 REPORT = "report"
@@ -158,6 +158,8 @@ def _unmatched(tasks: dict[str, Any]) -> list[str]:
     """One note naming the scenarios whose task and options rebuild none of the paper's released splits (a
     scratchpad, a training length it did not train), where there are any: one line, not one a scenario."""
     alone = [folder for folder, entry in tasks.items() if not entry["paper"]]
+    if alone and len(alone) == len(tasks) > 1:
+        return [f"the paper's released results hold no run of any of the {len(alone)} scenarios here to compare with."]
     return [f"the paper's released results hold no run to compare with of: {', '.join(alone)}."] if alone else []
 
 
@@ -220,10 +222,12 @@ def markdown(report: dict[str, Any]) -> str:
         "One query per scenario and seed; [low, high]: 95% bootstrap interval over seeds (none with one seed).",
         "Ties broken as the authors' notebook breaks them (Rotary, ALiBi, T5, APE, NoPE last), then split evenly.",
     ]
-    if SCRATCHPAD_GROUP in report.get("mrr_intervals", {}).get("ours", {}):
-        lines.append(
-            f"Overall leaves out the runs {SCRATCHPAD_GROUP}, ranked on their own: Section 4 ranks tasks without one."
-        )
+    ours = report.get("mrr_intervals", {}).get("ours", {})
+    if SCRATCHPAD_GROUP in ours:
+        apart = f"Overall leaves out the runs {SCRATCHPAD_GROUP}, ranked on their own"
+        if "overall" not in without_repeats(ours):  # overall would be the one other category again
+            apart = f"The runs {SCRATCHPAD_GROUP} are ranked on their own, apart from the others"
+        lines.append(f"{apart}: Section 4 ranks tasks without one.")
     lines.append("")
     for key, rule in (("mrr_intervals", ""), ("mrr_ties_shared", ", ties split")):
         for who in ("ours", "paper"):
@@ -272,12 +276,12 @@ def _row(cells: list[str]) -> str:
 
 
 def rank_lines(intervals: dict[str, Any], who: str) -> list[str]:
-    """One Markdown item per category of :func:`~probe.studies.ranks.rank_intervals`: each PE's mean
-    reciprocal rank, best first, with its interval over seeds where it has width."""
+    """One Markdown item per category of :func:`~probe.studies.ranks.rank_intervals` (``overall`` where it pools
+    more than one): each PE's mean reciprocal rank, best first, with its interval over seeds where it has width."""
     from probe.models.registry import PE_LABELS
 
     lines = []
-    for name, entry in intervals.items():
+    for name, entry in without_repeats(intervals).items():
         ranked = ", ".join(
             f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}"
             + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
@@ -355,7 +359,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
                 entry["distances"]["series"], f"{folder}: normalized attended distance (unseen lengths)"
             )
     for who in ("ours", "paper"):
-        ranks = report["mrr"][who]
+        ranks = without_repeats(report["mrr"][who])
         if not ranks:
             continue
         out[f"mrr_{who}"] = rank_figure(
