@@ -413,10 +413,7 @@ class Ranking:
 def pe_ranking(reports: Sequence[EvalReport]) -> Ranking:
     """The one ranking `probe eval` prints: :func:`mean_reciprocal_ranks` of ``reports``, with the queries it
     counted and the runs it left out."""
-    queries: dict[tuple[str, int], dict[str, float]] = {}
-    for r in reports:
-        if r.ood_accuracy is not None:
-            queries.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
+    queries = _ood_queries(reports)
     pes = {pe for scores in queries.values() for pe in scores}
     counted = [key for key, scores in queries.items() if set(scores) == pes]
     left_out = [r.label for r in reports if r.ood_accuracy is not None and (r.task_folder, r.seed) not in counted]
@@ -426,8 +423,13 @@ def pe_ranking(reports: Sequence[EvalReport]) -> Ranking:
 
 def mean_reciprocal_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
     """:func:`reciprocal_rank_scores` of eval reports, one query per (task folder, seed)."""
+    return reciprocal_rank_scores(_ood_queries(reports))
+
+
+def _ood_queries(reports: Sequence[EvalReport]) -> dict[tuple[str, int], dict[str, float]]:
+    """{(task folder, seed): {pe: OOD exact match}} of the reports that have an OOD accuracy."""
     queries: dict[tuple[str, int], dict[str, float]] = {}
     for r in reports:
         if r.ood_accuracy is not None:
             queries.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
-    return reciprocal_rank_scores(queries)
+    return queries
