@@ -21,6 +21,7 @@ from helpers import (
     EXPLORER,
     FOLDER,
     TASK_OPTIONS,
+    TIMEOUT,
     assert_stops,
     charts,
     run_page,
@@ -559,3 +560,40 @@ def test_reproduction_page_shows_the_section6_report_with_its_figures(tmp_path, 
     at = run_page("reproduction", tmp_path / "runs", monkeypatch)
     assert "Scratchpad helps solely on addition" in texts(at.markdown)
     assert charts(at) == len(figures(report)) and {"section6_formats", "section6_attended"} <= set(figures(report))
+
+
+def _pick_runs_script(root: str, from_seed: dict) -> None:
+    from probe.explorer import shared
+    from probe.runs.folders import find_runs
+
+    runs, _ = find_runs(root)
+    shared.pick_runs(
+        {str(r.path): r for r in runs if shared.has_task(r) and r.seed >= from_seed.get(r.pe, 99)}, key="runs"
+    )
+
+
+def test_pick_runs_starts_with_each_pes_lowest_seed(checkpoints):
+    """One run a PE to begin with, its lowest seed, whether or not that is seed 0 (the pages drew seed 0 alone, or
+    compared by PE kind, not by its name with options)."""
+    from streamlit.testing.v1 import AppTest
+
+    def chosen(from_seed: dict) -> list[str]:
+        at = AppTest.from_function(_pick_runs_script, args=(str(checkpoints), from_seed), default_timeout=TIMEOUT)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return sorted(_below(checkpoints, path) for path in at.multiselect(key="runs").value)
+
+    assert chosen({"nope": 0, "t5": 0}) == ["nope/seed0", "t5/seed0"]
+    assert chosen({"nope": 1, "t5": 0}) == ["nope/seed1", "t5/seed0"]  # no seed 0: NoPE is still drawn
+
+
+@pytest.mark.parametrize("page", ["distances", "positions", "extrapolation"])
+def test_analysis_pages_start_with_one_run_a_pe(page, checkpoints, monkeypatch):
+    at = run_page(page, checkpoints, monkeypatch)
+    chosen = sorted(_below(checkpoints, path) for path in at.multiselect(key=f"{page}-runs").value)
+    assert chosen == ["nope/seed0", "rotary/seed0", "t5/seed0"]  # NoPE's seed 1 is there too
+
+
+def _below(root: Path, path: str) -> str:
+    """``PE/seedN`` of a run's path under ``root`` (its task folder left out)."""
+    return Path(path).relative_to(root).as_posix().split("/", 1)[1]

@@ -158,6 +158,18 @@ def require_runs(trained: bool = False) -> tuple[list[Run], list[tuple[Path, str
     return found, broken
 
 
+def pick_runs(by_path: dict[str, Run], key: str) -> list[str]:
+    """A multiselect over ``by_path`` (run path -> run), each PE's lowest seed chosen to begin with: one run a
+    PE, as the paper's figures draw them. The chosen paths; none where there are no runs."""
+    if not by_path:
+        return []
+    lowest: dict[str, int] = {}
+    for run in by_path.values():
+        lowest[run.pe_name] = min(lowest.get(run.pe_name, run.seed), run.seed)
+    default = [path for path, run in by_path.items() if run.seed == lowest[run.pe_name]]
+    return st.multiselect("Runs", list(by_path), default=default, key=key, format_func=lambda p: run_title(by_path[p]))
+
+
 def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None) -> Run:
     """A select box over ``choices``, preselecting a trained run of ``default_pe`` (lowest seed first)."""
     by_path = {str(r.path): r for r in choices}

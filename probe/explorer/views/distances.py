@@ -55,19 +55,8 @@ if folder != PAPER_FOLDER and not code:
         "`probe train --task addition --scratchpad full` makes those runs."
     )
 by_path = {str(r.path): r for r in members}
-default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
 with st.form("distances-settings", border=False):
-    chosen = (
-        st.multiselect(
-            "Runs",
-            list(by_path),
-            default=default,
-            key="distances-runs",
-            format_func=lambda p: shared.run_title(by_path[p]),
-        )
-        if members
-        else []
-    )
+    chosen = shared.pick_runs(by_path, key="distances-runs")
     external = shared.hf_models("Hugging Face models, measured beside the runs", "distances-hf") if code else []
     c1, c2, c3, c4 = st.columns(4)
     n_per_bucket = shared.examples_per_bucket(c1, "per_bucket", "code models: windows per context size")

@@ -47,19 +47,8 @@ found, broken = shared.runs()
 shared.show_broken(broken)
 source = shared.pick_source(found, key="extrapolation-task")
 by_path = {str(r.path): r for r in source.members}
-default = [p for p, r in by_path.items() if r.seed == 0]
 with st.form("extrapolation-settings", border=False):
-    chosen = (
-        st.multiselect(
-            "Runs",
-            list(by_path),
-            default=default,
-            key="extrapolation-runs",
-            format_func=lambda p: shared.run_title(by_path[p]),
-        )  # fmt: skip
-        if by_path
-        else []
-    )
+    chosen = shared.pick_runs(by_path, key="extrapolation-runs")
     external = shared.hf_models("Hugging Face models", "extrapolation-hf") if source.code else []
     families = st.multiselect("Interventions", list(FAMILIES), default=list(FAMILIES), key="extrapolation-families")
     given = st.text_input(

@@ -44,19 +44,8 @@ shared.show_broken(broken)
 source = shared.pick_source(found, key="positions-task")
 folder, members, code = source.folder, source.members, source.code
 by_path = {str(r.path): r for r in members}
-default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe == r.pe)]
 with st.form("positions-settings", border=False):
-    chosen = (
-        st.multiselect(
-            "Runs",
-            list(by_path),
-            default=default,
-            key="positions-runs",
-            format_func=lambda p: shared.run_title(by_path[p]),
-        )
-        if members
-        else []
-    )
+    chosen = shared.pick_runs(by_path, key="positions-runs")
     external = shared.hf_models("Hugging Face models, measured beside the runs", "positions-hf") if code else []
     n_per_bucket = shared.examples_per_bucket(st, "per_bucket", "code models: windows per context size")
     if st.form_submit_button("Measure", type="primary"):

@@ -170,19 +170,8 @@ def measure_here(code: list) -> dict | None:
     order = {pe: i for i, pe in enumerate(FIGURE_ORDER)}
     members = sorted(source.members, key=lambda r: (order.get(r.pe, len(order)), r.pe_name, r.seed))
     by_path = {str(r.path): r for r in members}
-    default = [p for p, r in by_path.items() if r.seed == min(m.seed for m in members if m.pe_name == r.pe_name)]
     with st.form("pretraining-settings", border=False):
-        chosen = (
-            st.multiselect(
-                "Runs",
-                list(by_path),
-                default=default,
-                key="pretraining-runs",
-                format_func=lambda p: shared.run_title(by_path[p]),
-            )
-            if members
-            else []
-        )
+        chosen = shared.pick_runs(by_path, key="pretraining-runs")
         max_files = st.number_input(
             "Held-out files (at most)",
             min_value=1,
