@@ -597,3 +597,20 @@ def test_analysis_pages_start_with_one_run_a_pe(page, checkpoints, monkeypatch):
 def _below(root: Path, path: str) -> str:
     """``PE/seedN`` of a run's path under ``root`` (its task folder left out)."""
     return Path(path).relative_to(root).as_posix().split("/", 1)[1]
+
+
+@pytest.mark.parametrize("page", ["distances", "positions", "extrapolation"])
+def test_analysis_pages_with_no_run_picked_say_what_to_pick(page, checkpoints, monkeypatch):
+    at = run_page(page, checkpoints, monkeypatch)
+    at.multiselect(key=f"{page}-runs").set_value([])
+    at.button[0].click().run()  # the form's Measure: its widgets take their values when it is sent
+    assert not at.exception and "Pick at least one run." in texts(at.info)  # task runs: no hf: model to type
+    assert charts(at) == 0
+
+
+def test_corpus_flags_repeat_a_code_folders_corpus_options_in_the_commands_order():
+    from probe.explorer.shared import corpus_flags
+
+    options = {"context": 64, "lr": 0.001, "corpus": "stdlib", "heldout": 0.1}
+    assert corpus_flags(options) == " -o corpus=stdlib -o heldout=0.1 -o context=64"
+    assert corpus_flags({}) == ""

@@ -170,6 +170,21 @@ def pick_runs(by_path: dict[str, Run], key: str) -> list[str]:
     return st.multiselect("Runs", list(by_path), default=default, key=key, format_func=lambda p: run_title(by_path[p]))
 
 
+def models_or_stop(chosen: list[str], external: list[str], code: bool) -> list[str]:
+    """The runs picked and the hf: models typed, in that order; the page stops, saying what to pick, when
+    there are none."""
+    models = [*chosen, *external]
+    if not models:
+        st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
+        st.stop()
+    return models
+
+
+def corpus_flags(options: dict[str, Any]) -> str:
+    """`` -o corpus=... -o context=...``: the options of a code folder the command line repeats for hf: models."""
+    return "".join(f" -o {k}={options[k]}" for k in ("corpus", "heldout", "context") if k in options)
+
+
 def pick_run(label: str, choices: list[Run], default_pe: str | None = None, key: str | None = None) -> Run:
     """A select box over ``choices``, preselecting a trained run of ``default_pe`` (lowest seed first)."""
     by_path = {str(r.path): r for r in choices}

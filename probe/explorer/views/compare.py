@@ -105,7 +105,7 @@ hf = name_a in external or name_b in external
 options = source.options if hf else {}
 if name_a == name_b:
     st.warning("A and B are the same model: every distance is 0.")
-flags = "".join(f" -o {k}={options[k]}" for k in ("corpus", "heldout", "context") if k in options)
+flags = shared.corpus_flags(options)
 command = (
     f"probe compare {name_a} {name_b}{flags} --n-per-bucket {n_per_bucket} --metric {metric} "
     f"--lengths {lengths}{'' if baseline else ' --no-baseline'}"

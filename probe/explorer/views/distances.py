@@ -80,12 +80,9 @@ with st.form("distances-settings", border=False):
     if st.form_submit_button("Measure", type="primary"):
         st.session_state["distances-asked"] = True
 
-chosen = [*chosen, *external]
-if not chosen:
-    st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
-    st.stop()
+chosen = shared.models_or_stop(chosen, external, code)
 options = json.dumps(source.options if external else {})
-flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+flags = shared.corpus_flags(json.loads(options))
 settings = f"--n-per-bucket {n_per_bucket} --lengths {lengths} --normalization {normalization} --bins {bins}"
 if st.session_state.get("distances-asked"):  # computed only when asked: seconds to minutes a model on a CPU
     measured = shared.measure_each(

@@ -61,10 +61,7 @@ with st.form("extrapolation-settings", border=False):
     if st.form_submit_button("Measure", type="primary"):
         st.session_state["extrapolation-asked"] = True
 
-chosen = [*chosen, *external]
-if not chosen:
-    st.info("Pick at least one run" + (", or type an hf: model." if source.code else "."), icon=":material/info:")
-    st.stop()
+chosen = shared.models_or_stop(chosen, external, source.code)
 flags = "".join(f" --family {f}" for f in families) if set(families) != set(FAMILIES) else ""
 flags += f" --intervention {given.strip()}" if given.strip() else ""
 command = f"probe extrapolate {' '.join(chosen)}{flags} --n-valid {int(n_valid)}"

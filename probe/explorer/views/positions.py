@@ -51,12 +51,9 @@ with st.form("positions-settings", border=False):
     if st.form_submit_button("Measure", type="primary"):
         st.session_state["positions-asked"] = True
 
-chosen = [*chosen, *external]
-if not chosen:
-    st.info("Pick at least one run" + (", or type an hf: model." if code else "."), icon=":material/info:")
-    st.stop()
+chosen = shared.models_or_stop(chosen, external, code)
 options = json.dumps(source.options if external else {})
-flags = "".join(f" -o {k}={v}" for k, v in json.loads(options).items() if k in ("corpus", "heldout", "context"))
+flags = shared.corpus_flags(json.loads(options))
 if st.session_state.get("positions-asked"):  # computed only when asked: seconds to minutes a model on a CPU
     results = shared.measure_each(
         chosen, by_path, "Measuring", lambda name, version: measure(name, version, int(n_per_bucket), options)
