@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from helpers import tiny_model
+from rich.console import Console
 
 from probe.cli import main
 from probe.errors import ProbeError
@@ -378,6 +379,15 @@ def test_every_registered_pe_runs_through_a_sweep_and_its_report(tmp_path):
     summary = sweep.aggregate({r.label: r.path for r in runs})
     assert summary["missing"] == [] and sorted(row["pe"] for row in summary["aggregate"]) == sorted(PE_KINDS)
     assert set(summary["mean_reciprocal_rank"]["all tasks"]) == set(PE_KINDS)  # every PE ranked
+    # one category of tasks: "all tasks" is its ranking again, kept in the JSON, read once in the text and figures
+    (group,) = set(summary["mean_reciprocal_rank"]) - {"all tasks"}
+    assert summary["mean_reciprocal_rank"]["all tasks"] == summary["mean_reciprocal_rank"][group]
+    console = Console(record=True, width=400)
+    sweep.show_report(runs, "zoo", sweep.Launch(checkpoints=tmp_path), console)
+    lines = [line for line in console.export_text().splitlines() if "rank (" in line]
+    assert [line.split(";")[0] for line in lines] == [f"mean reciprocal rank ({group}", f"mean rank ({group}"]
+    bars = sweep.report_figure_objects(summary)["mean_reciprocal_rank"].data[0].x
+    assert list(bars) == [group]
 
 
 def test_grids_name_the_pe_sets_the_code_derives(tmp_path):

@@ -82,12 +82,13 @@ def ranked_over_seeds(queries: Queries, n_resamples: int = 1000, ties: str = "fi
     }
 
 
-def without_repeats(per_category: dict[str, Any]) -> dict[str, Any]:
-    """``per_category`` (a category's entry, and ``overall``'s) without an ``overall`` that repeats a category:
-    where the queries but a scratchpad's are one category's, ``overall`` is that ranking under a second name."""
-    overall = per_category.get("overall")
-    repeats = any(entry == overall for name, entry in per_category.items() if name not in ("overall", SCRATCHPAD_GROUP))
-    return {name: entry for name, entry in per_category.items() if not (repeats and name == "overall")}
+def without_repeats(per_category: dict[str, Any], pooled: str = "overall") -> dict[str, Any]:
+    """``per_category`` (each category's entry, and the ``pooled`` one of them all: ``overall``, a sweep's ``all
+    tasks``) without a pooled entry that repeats a category: where the queries but a scratchpad's are one
+    category's, the pooled ranking is that one under a second name."""
+    whole = per_category.get(pooled)
+    repeats = any(entry == whole for name, entry in per_category.items() if name not in (pooled, SCRATCHPAD_GROUP))
+    return {name: entry for name, entry in per_category.items() if not (repeats and name == pooled)}
 
 
 def paper_ordering(intervals: dict[str, dict[str, Any]]) -> list[str]:

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from probe.studies.ranks import without_repeats
 from probe.studies.sweep.cluster import check_resources, connect, execute
 from probe.studies.sweep.cost import duration, estimate_cost, run_state, wall_seconds
 from probe.studies.sweep.grid import SweepRun
 from probe.studies.sweep.manifest import Manifest, manifest_path
-from probe.studies.sweep.report import report, report_figures
+from probe.studies.sweep.report import ALL_TASKS, report, report_figures
 
 
 @dataclass(frozen=True)
@@ -335,12 +336,12 @@ def show_report(runs: Sequence[SweepRun], name: str, launch: Launch, out: Any) -
         )
     if summary["aggregate"] or not summary["pretrained"]:
         out.print(table)
-    for group, ranks in summary["mean_reciprocal_rank"].items():
+    for group, ranks in without_repeats(summary["mean_reciprocal_rank"], ALL_TASKS).items():
         out.print(
             f"mean reciprocal rank ({group}; the paper's figures, 1 = always first): "
             + ", ".join(f"{PE_LABELS.get(pe, pe)} {value:.2f}" for pe, value in ranks.items())
         )
-    for group, ranks in summary["mean_rank"].items():
+    for group, ranks in without_repeats(summary["mean_rank"], ALL_TASKS).items():
         out.print(
             f"mean rank ({group}; 1 = best): "
             + ", ".join(f"{PE_LABELS.get(pe, pe)} {rank:.2f}" for pe, rank in ranks.items())

@@ -9,8 +9,12 @@ from typing import Any
 
 from probe.errors import ProbeError
 from probe.reference import category
+from probe.studies.ranks import without_repeats
 from probe.studies.sweep.grid import SweepRun
 from probe.studies.sweep.manifest import read_manifest
+
+ALL_TASKS = "all tasks"
+"""The report's key for the ranks over every task without a scratchpad, beside one per category."""
 
 
 def report(runs: Sequence[SweepRun]) -> dict[str, Any]:
@@ -61,9 +65,9 @@ def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
     for r in evaluated:
         groups.setdefault(category(r.task, r.task_options), []).append(r)
     plain = [r for r in evaluated if not r.task_options.get("scratchpad")]
-    ranks = {"all tasks": mean_ranks(plain), **{name: mean_ranks(group) for name, group in groups.items()}}
+    ranks = {ALL_TASKS: mean_ranks(plain), **{name: mean_ranks(group) for name, group in groups.items()}}
     reciprocal = {
-        "all tasks": mean_reciprocal_ranks(plain),
+        ALL_TASKS: mean_reciprocal_ranks(plain),
         **{name: mean_reciprocal_ranks(group) for name, group in groups.items()},
     }
     return {
@@ -141,7 +145,7 @@ def report_figure_objects(summary: dict[str, Any]) -> dict[str, Any]:
         ),
         ("mean_rank", "mean rank by OOD accuracy (1 = best; ties share)", "mean rank (lower is better)"),
     ):
-        ranks = summary.get(key) or {}
+        ranks = without_repeats(summary.get(key) or {}, ALL_TASKS)
         if not ranks:
             continue
         figures[key] = rank_figure(ranks, title, axis)
