@@ -18,6 +18,7 @@ from probe.errors import ProbeError
 from probe.studies import section6, section6_view, sweep
 from probe.studies.attended import attended_claim, attended_shapes, histogram_mass, seed_series
 from probe.studies.formats import format_of, task_key_of
+from probe.studies.ranks import ranked_text
 from probe.studies.reproduce import evaluate, plan
 from probe.studies.summaries import merge, read_summary, write_summaries
 
@@ -366,7 +367,13 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
     at 50% at seed 1, its mean falls under the bar and parity's full format is left alone, its line naming it."""
     names = ["parity+scratchpad=C+seed", "parity+scratchpad=full+seed", "addition+scratchpad=full+steps4000+seed"]
 
-    def claim(nope_parity_c_seed1: float | None = None) -> tuple[dict, str]:
+    def claim(nope_parity_c_seed1: float | None = None, parity_c_seed2: bool = False) -> tuple[dict, str]:
+        if parity_c_seed2:  # a third seed landed for one scenario alone
+            summary = json.loads((COMMITTED / f"{names[0]}0.json").read_text())
+            summary["seed"] = 2
+            for row in summary["runs"]:
+                row["seed"] = row["evaluation"]["seed"] = 2
+            (tmp_path / f"{names[0]}2.json").write_text(json.dumps(summary))
         for name in names:
             summary = json.loads((COMMITTED / f"{name}0.json").read_text())
             (tmp_path / f"{name}0.json").write_text(json.dumps(summary))
@@ -376,7 +383,7 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
                 if nope_parity_c_seed1 is not None and row["pe"] == "nope" and name.startswith("parity+scratchpad=C"):
                     row["iid"] = row["evaluation"]["iid_accuracy"] = nope_parity_c_seed1
             (tmp_path / f"{name}1.json").write_text(json.dumps(summary))
-        report = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
+        report = section6.report_of(section6.merged_runs(tmp_path, [0, 1, 2]))
         return report["pe_still_matters_where_fit"], section6_view.markdown(report)
 
     where, text = claim()
@@ -387,7 +394,11 @@ def test_the_section6_report_reads_the_pe_claim_again_where_every_pe_fit(tmp_pat
     assert of == 10 and 0 < at < of  # the committed OOD: some of parity's PEs at or under its guess, some over
     both = "2: parity+scratchpad=C, parity+scratchpad=full"
     assert f"(the mean over seeds; {both}; on unseen lengths, {at} of its 10 PE means no better than a " in text
-    assert f"constant guess): {where['line']}." in text
+    assert f"constant guess; ranked over 2 scenarios, seeds 0,1, ties split: {ranked_text(where['ranking'])}): " in text
+    assert f"): {where['line']}." in text
+    again, text = claim(parity_c_seed2=True)  # parity's C at seed 2 too: still both scenarios, at seeds 0 and 1
+    assert again["ranking"] == where["ranking"] and "ranked over 2 scenarios, seeds 0,1, ties split" in text
+    (tmp_path / f"{names[0]}2.json").unlink()
     where, text = claim(nope_parity_c_seed1=0.5)
     assert where["scenarios"] == ["parity+scratchpad=full"] and where["ranking"]["scenarios"] == 1
     assert "(the mean over seeds; 1: parity+scratchpad=full; on unseen lengths, " in text

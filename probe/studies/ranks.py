@@ -82,6 +82,31 @@ def ranked_over_seeds(queries: Queries, n_resamples: int = 1000, ties: str = "fi
     }
 
 
+def on_shared_seeds(queries: Queries) -> Queries:
+    """``queries`` at the seeds every scenario in them holds: a ranking of all the scenarios while a later seed
+    has landed for some, where :func:`ranked_over_seeds` alone would rank the few that hold every seed."""
+    scenarios = {scenario for scenario, _ in queries}
+    seeds = {seed for _, seed in queries}
+    shared = {seed for seed in seeds if all((scenario, seed) in queries for scenario in scenarios)}
+    return {key: q for key, q in queries.items() if key[1] in shared}
+
+
+def ranked_text(entry: dict[str, Any]) -> str:
+    """``ALiBi 0.77 [0.73, 0.80], NoPE 0.45 [0.39, 0.50], ...``: a :func:`ranked_over_seeds` entry's PEs, best
+    first, each with its interval over seeds where it has width."""
+    from probe.models.registry import PE_LABELS
+
+    pes = entry["pes"]
+    spread = {pe: f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "" for pe, r in pes.items()}
+    return ", ".join(f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}{spread[pe]}" for pe, r in pes.items())
+
+
+def rests_on(entry: dict[str, Any]) -> str:
+    """``20 scenarios, seeds 0,1``: what a :func:`ranked_over_seeds` entry ranks over."""
+    n = entry["scenarios"]
+    return f"{n} scenario{'s' * (n != 1)}, seeds {','.join(map(str, entry['seeds']))}"
+
+
 def without_repeats(per_category: dict[str, Any], pooled: str = "overall") -> dict[str, Any]:
     """``per_category`` (each category's entry, and the ``pooled`` one of them all: ``overall``, a sweep's ``all
     tasks``) without a pooled entry that repeats a category: where the queries but a scratchpad's are one

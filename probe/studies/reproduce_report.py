@@ -13,7 +13,14 @@ from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
 from probe.analysis.evaluation import mean_ranks
 from probe.reference import SCRATCHPAD_GROUP, category, dataset_for, paper_runs, paper_summary
 from probe.studies import section6_view
-from probe.studies.ranks import mean_reciprocal_ranks, paper_ordering, rank_intervals, without_repeats
+from probe.studies.ranks import (
+    mean_reciprocal_ranks,
+    paper_ordering,
+    rank_intervals,
+    ranked_text,
+    rests_on,
+    without_repeats,
+)
 from probe.studies.sweep import SweepRun
 
 REPORT = "report"
@@ -278,19 +285,8 @@ def _row(cells: list[str]) -> str:
 def rank_lines(intervals: dict[str, Any], who: str) -> list[str]:
     """One Markdown item per category of :func:`~probe.studies.ranks.rank_intervals` (``overall`` where it pools
     more than one): each PE's mean reciprocal rank, best first, with its interval over seeds where it has width."""
-    from probe.models.registry import PE_LABELS
-
-    lines = []
-    for name, entry in without_repeats(intervals).items():
-        ranked = ", ".join(
-            f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}"
-            + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
-            for pe, r in entry["pes"].items()
-        )
-        n = entry["scenarios"]
-        seeds = ",".join(map(str, entry["seeds"]))
-        lines.append(f"- {who}, {name} ({n} scenario{'s' * (n != 1)}, seeds {seeds}): {ranked}")
-    return lines
+    ranks = without_repeats(intervals)
+    return [f"- {who}, {name} ({rests_on(entry)}): {ranked_text(entry)}" for name, entry in ranks.items()]
 
 
 def _accuracy_curves(entry: dict[str, Any]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from probe.studies.formats import (
     unfitted,
 )
 from probe.studies.plans import PE_SETS
-from probe.studies.ranks import ranked_over_seeds
+from probe.studies.ranks import on_shared_seeds, ranked_over_seeds
 from probe.studies.reproduce import ladder, plan, scenarios
 from probe.studies.summaries import Merged, PartCost, merge, part_costs
 
@@ -152,7 +152,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     formats = planned_formats()
     every_format = {fmt: scratchpad_gain(queries, fmt) for fmt in sorted({f for fs in formats.values() for f in fs})}
-    with_pad = ranked_over_seeds(pe_queries(evaluations), ties="shared")  # most tie at 0%
+    with_pad = ranked_over_seeds(on_shared_seeds(pe_queries(evaluations)), ties="shared")  # most tie at 0%
     waiting = unsettled(merged)
     guess = chance(evaluations)
     per_pe = format_ranks_per_pe(queries)
@@ -200,7 +200,7 @@ def claim_where_fit(merged: Merged, guess: dict[str, float | None]) -> dict:
     where = fitted(merged.evaluations, RULE.median_iid, PE_SETS["paper"])
     if not where:
         return {"scenarios": [], "ranking": None, "line": "no scratchpad scenario has every PE fit yet"}
-    ranking = ranked_over_seeds(pe_queries(merged.evaluations, scenarios=where), ties="shared")
+    ranking = ranked_over_seeds(on_shared_seeds(pe_queries(merged.evaluations, scenarios=where)), ties="shared")
     waiting = sum(scenario in where for scenario in short_of_two_seeds(merged))
     line = claim_pe_needed(ranking, waiting, len(where), scope="each of them")
     ood = seed_means(merged.evaluations, "ood_accuracy")

@@ -12,6 +12,7 @@ from probe.models.registry import FIGURE_ORDER, PE_LABELS
 from probe.studies.attended import FAR, NEAR, UNIFORM
 from probe.studies.formats import task_label
 from probe.studies.plans import PE_SETS
+from probe.studies.ranks import ranked_text, rests_on
 
 PES = list(PE_SETS["paper"])  # the paper's five, in its figures' order
 
@@ -39,7 +40,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += _per_format_line(report["helps_per_format"])
-    lines += [f"- A PE that generalizes is still needed: {report['claims']['pe_still_matters']}."]
+    ranked = _ranking(report["pes_with_a_scratchpad"])
+    ranked = f" ({ranked})" if ranked else ""
+    lines += [f"- A PE that generalizes is still needed{ranked}: {report['claims']['pe_still_matters']}."]
     lines += _unfitted_line(report["unfitted"], report["bar"])
     lines += _guessing_line(report["guessing"])
     lines += _where_fit_line(report["pe_still_matters_where_fit"], report["bar"])
@@ -158,10 +161,17 @@ def _where_fit_line(claim: dict, bar: float) -> list[str]:
     names = f"; {len(claim['scenarios'])}: {', '.join(claim['scenarios'])}" if claim["scenarios"] else ""
     at, of = claim.get("guessing", (0, 0))
     guess = f"; on unseen lengths, {at} of its {of} PE means no better than a constant guess" if of else ""
+    ranked = f"; {_ranking(claim['ranking'])}" if claim["ranking"] else ""
     return [
         f"- A PE that generalizes is still needed, read only on the scratchpad scenarios where all five PEs fit, "
-        f"IID at {at_bar} or over (the mean over seeds{names}{guess}): {claim['line']}."
+        f"IID at {at_bar} or over (the mean over seeds{names}{guess}{ranked}): {claim['line']}."
     ]
+
+
+def _ranking(ranking: dict | None) -> str:
+    """``ranked over 20 scenarios, seeds 0,1, ties split: ALiBi 0.77 [0.73, 0.80], ...``: what a claim's ranking of
+    the PEs rests on, and its numbers; empty before there is one."""
+    return f"ranked over {rests_on(ranking)}, ties split: {ranked_text(ranking)}" if ranking else ""
 
 
 def _iid_table(iid: dict[str, dict], pes: list[str], bar: float) -> list[str]:
