@@ -152,7 +152,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     formats = planned_formats()
     every_format = {fmt: scratchpad_gain(queries, fmt) for fmt in sorted({f for fs in formats.values() for f in fs})}
-    with_pad = ranked_over_seeds(on_shared_seeds(pe_queries(evaluations)), ties="shared")  # most tie at 0%
+    with_pad = ranked_pes(evaluations)
     waiting = unsettled(merged)
     guess = chance(evaluations)
     per_pe = format_ranks_per_pe(queries)
@@ -192,6 +192,13 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
     }
 
 
+def ranked_pes(evaluations: list, scenarios: Sequence[str] | None = None) -> dict | None:
+    """The PEs ranked with a scratchpad (in ``scenarios``, where given) for the second claim: at the seeds every
+    scenario shares, so a seed landed for a few does not narrow it to them, and with ties split, since most
+    scenarios tie PEs at 0% on unseen lengths."""
+    return ranked_over_seeds(on_shared_seeds(pe_queries(evaluations, scenarios=scenarios)), ties="shared")
+
+
 def claim_where_fit(merged: Merged, guess: dict[str, float | None]) -> dict:
     """The second claim read again on the scratchpad scenarios where every one of the paper's five PEs has fit its
     training lengths (:func:`~probe.studies.formats.fitted`, chosen on IID alone): there a PE's place on unseen
@@ -200,7 +207,7 @@ def claim_where_fit(merged: Merged, guess: dict[str, float | None]) -> dict:
     where = fitted(merged.evaluations, RULE.median_iid, PE_SETS["paper"])
     if not where:
         return {"scenarios": [], "ranking": None, "line": "no scratchpad scenario has every PE fit yet"}
-    ranking = ranked_over_seeds(on_shared_seeds(pe_queries(merged.evaluations, scenarios=where)), ties="shared")
+    ranking = ranked_pes(merged.evaluations, scenarios=where)
     waiting = sum(scenario in where for scenario in short_of_two_seeds(merged))
     line = claim_pe_needed(ranking, waiting, len(where), scope="each of them")
     ood = seed_means(merged.evaluations, "ood_accuracy")

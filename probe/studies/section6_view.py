@@ -40,8 +40,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "The paper's claims, at this scale:", ""]
     lines += [f"- Scratchpad helps solely on addition: {report['claims']['only_addition']}."]
     lines += _per_format_line(report["helps_per_format"])
-    ranked = _ranking(report["pes_with_a_scratchpad"])
-    ranked = f" ({ranked})" if ranked else ""
+    ranking = report["pes_with_a_scratchpad"]
+    ranked = f" ({_ranking(ranking)})" if ranking else ""
     lines += [f"- A PE that generalizes is still needed{ranked}: {report['claims']['pe_still_matters']}."]
     lines += _unfitted_line(report["unfitted"], report["bar"])
     lines += _guessing_line(report["guessing"])
@@ -168,10 +168,10 @@ def _where_fit_line(claim: dict, bar: float) -> list[str]:
     ]
 
 
-def _ranking(ranking: dict | None) -> str:
+def _ranking(ranking: dict) -> str:
     """``ranked over 20 scenarios, seeds 0,1, ties split: ALiBi 0.77 [0.73, 0.80], ...``: what a claim's ranking of
-    the PEs rests on, and its numbers; empty before there is one."""
-    return f"ranked over {rests_on(ranking)}, ties split: {ranked_text(ranking)}" if ranking else ""
+    the PEs rests on, and its numbers."""
+    return f"ranked over {rests_on(ranking)}, ties split: {ranked_text(ranking)}"
 
 
 def _iid_table(iid: dict[str, dict], pes: list[str], bar: float) -> list[str]:
