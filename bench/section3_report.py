@@ -11,10 +11,10 @@ over seeds, the paper's released runs beside where they exist), the recipe and w
 recipe rule (grids/section3.toml: the median PE's IID at seed 0), training wall time, what a constant guess
 scores on each scenario's unseen lengths (the floor of its OOD); the mean reciprocal
 rank per category and overall with bootstrap intervals over seeds, ours and the paper's released runs';
-one line per category on whether the paper's ordering holds. The ranks over seeds rest on the scenarios
-that hold every seed; while some scenario lacks one, the report ranks every scenario at the first seed too,
-and the headline figure draws those. ``--figures DIR`` draws the headline (``section3_mrr_*``) and every
-scenario's accuracy against length (``section3_showcase``) as PNGs.
+one line per category on whether the paper's ordering holds. The ranks rest on every scenario at the seeds
+all of them hold, so a study half-way through a seed is ranked at the seeds before it. ``--figures DIR``
+draws the headline (``section3_mrr_*``) and every scenario's accuracy against length (``section3_showcase``)
+as PNGs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from probe.analysis.chance import no_better  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
 from probe.studies.reproduce import ladder, merged_report, plan, scenarios  # noqa: E402
-from probe.studies.reproduce_report import markdown, rank_lines, seed_range  # noqa: E402
+from probe.studies.reproduce_report import markdown, seed_range  # noqa: E402
 from probe.studies.summaries import Merged  # noqa: E402
 
 STUDY = "section3"
@@ -43,11 +43,10 @@ PLANNED = scenarios(plan(STUDY, "/nonexistent", seeds=1))  # each scenario with 
 
 def study_report(summaries: str | Path, expected: list[str], seeds: list[int]) -> tuple[dict, Merged]:
     """The study merged from ``summaries`` (the ``expected`` scenarios at ``seeds``), with where each stands on
-    the recipe rule, its training time, and the ranks at the first seed while some seed is missing."""
+    the recipe rule and its training time."""
     report, merged = merged_report(summaries, expected, seeds, study=STUDY, rule=RULE)
     report["recipes"] = recipe_status(merged, report)
     report["train_seconds"] = wall_times(merged)
-    report["first_seed"] = first_seed_ranks(str(summaries), expected, seeds, report)
     return report, merged
 
 
@@ -74,21 +73,6 @@ def recipe_status(merged: Merged, report: dict) -> dict[str, dict]:
             "rule": verdict,
         }
     return out
-
-
-def first_seed_ranks(summaries: str, expected: list[str], seeds: list[int], report: dict) -> dict | None:
-    """While some scenario lacks one of ``seeds``, the ranks of every scenario at the first seed (with the
-    paper's ordering read from them): the ranks over seeds rest only on the scenarios that hold them all
-    (:func:`probe.studies.ranks.rank_intervals`), so a study half-way through its seeds ranks few. None once
-    every scenario holds every seed."""
-    if len(seeds) < 2 or not report["missing"]:
-        return None
-    first, _ = merged_report(summaries, expected, seeds[:1], study=STUDY, rule=RULE)
-    return {
-        "seed": seeds[0],
-        "mrr_intervals": first["mrr_intervals"]["ours"],
-        "paper_ordering": first["paper_ordering"],
-    }
 
 
 def wall_times(merged: Merged) -> dict[str, dict[str, float]]:
@@ -139,8 +123,6 @@ def write_figures(report: dict, merged: Merged, folder: Path) -> list[Path]:
     written = []
     for who in ("ours", "paper"):
         intervals = report["mrr_intervals"][who]
-        if who == "ours" and report.get("first_seed"):
-            intervals = report["first_seed"]["mrr_intervals"]  # every scenario, while some lack a seed
         if not intervals:
             continue
         means = {name: {pe: r["mrr"] for pe, r in entry["pes"].items()} for name, entry in intervals.items()}
@@ -221,22 +203,9 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
         "APE, NoPE last); the last rows split them evenly instead:",
         "",
     ]
-    if report.get("first_seed"):
-        lines[-1:-1] = [
-            "",
-            "The ranks over seeds rest on the scenarios that hold every seed; while some lack one, every scenario "
-            f"is ranked at seed {report['first_seed']['seed']} alone too (the row whose seeds column says so).",
-        ]
     lines += ["| category | whose | scenarios | seeds | " + " | ".join(PE_LABELS.get(pe, pe) for pe in pes) + " |"]
     lines += ["|" + "---|" * (4 + len(pes))]
-    first = report.get("first_seed") or {}
-    over_seeds = report["mrr_intervals"]["ours"]
-    at_first = {  # a category whose ranks over seeds are at the first seed already is not repeated
-        name: entry
-        for name, entry in first.get("mrr_intervals", {}).items()
-        if name not in over_seeds or over_seeds[name]["seeds"] != entry["seeds"]
-    }
-    views = [("ours", over_seeds), ("ours", at_first), ("paper", report["mrr_intervals"]["paper"])]
+    views = [("ours", report["mrr_intervals"]["ours"]), ("paper", report["mrr_intervals"]["paper"])]
     shared = report["mrr_ties_shared"]  # the overall ranks again, ties split: what the tie rule moves
     views += [(f"{who}, ties split", {"overall": shared[who]["overall"]}) for who in shared if "overall" in shared[who]]
     for who, intervals in views:
@@ -257,9 +226,6 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
         "",
     ]
     lines += [f"- {line}" for line in report["paper_ordering"]]
-    if first:
-        lines += ["", f"Every scenario at seed {first['seed']} alone (no interval):", ""]
-        lines += [f"- {line}" for line in first["paper_ordering"] if line not in report["paper_ordering"]]
     expected = len(report["tasks"]) + len({f for f, _ in missing} - set(report["tasks"]))
     parts = []
     for seed in sorted({k for _, k in missing}):
@@ -290,10 +256,6 @@ def main() -> None:
         rule.append(f"| {folder} | {status['steps']} | {medians} | {status['rule']} |")
     hours = sum(s for seeds in report["train_seconds"].values() for s in seeds.values()) / 3600
     tail = rule + ["", f"Training: {hours:.2f} core-hours in all.", ""]
-    if report["first_seed"]:
-        tail += [f"## Every scenario at seed {report['first_seed']['seed']} alone (while some lack a seed)", ""]
-        tail += rank_lines(report["first_seed"]["mrr_intervals"], "ours")
-        tail += [f"- {line}" for line in report["first_seed"]["paper_ordering"]] + [""]
     tail += ["## Not yet measured", ""] + [f"- {m}" for m in missing or ["nothing"]]
     atomic_write_text(RESULTS / f"{args.name}.md", text + "\n".join(tail) + "\n")
     print(text + "\n".join(tail))

@@ -47,7 +47,7 @@ def rank_intervals(
     queries_by_category: dict[str, Queries], n_resamples: int = 1000, ties: str = "first"
 ) -> dict[str, dict[str, Any]]:
     """Per category and overall (:func:`by_category`): :func:`ranked_over_seeds` of its queries, the categories
-    with fewer than two PEs or no scenario that every seed holds left out."""
+    with fewer than two PEs or no seed that all their scenarios share left out."""
     out: dict[str, dict[str, Any]] = {}
     for name, queries in by_category(queries_by_category).items():
         if ranked := ranked_over_seeds(queries, n_resamples, ties):
@@ -57,18 +57,19 @@ def rank_intervals(
 
 def ranked_over_seeds(queries: Queries, n_resamples: int = 1000, ties: str = "first") -> dict[str, Any] | None:
     """Each PE's mean reciprocal rank over ``queries`` with its 95% bootstrap interval over seeds
-    (:func:`probe.metrics.mean_reciprocal_rank_over_seeds`), on the scenarios that every seed holds with
-    every PE; the seeds and the number of scenarios it rests on, or None with fewer than two PEs or no such
-    scenario. One seed gives an interval of no width. ``ties``: ``"first"`` breaks them as the authors'
-    notebook does (:data:`TIE_ORDER`); ``"shared"`` splits them, so a scenario where PEs tie (every one at 0% on
-    unseen lengths) ranks none of them above another."""
+    (:func:`probe.metrics.mean_reciprocal_rank_over_seeds`): every scenario that holds every PE at some seed,
+    at the seeds where all of them do. A study half-way through a seed is ranked on all its scenarios at the
+    seeds before it, not narrowed to the few the new seed has reached. The seeds and the number of scenarios it
+    rests on, or None with fewer than two PEs or no such seed. One seed gives an interval of no width.
+    ``ties``: ``"first"`` breaks them as the authors' notebook does (:data:`TIE_ORDER`); ``"shared"`` splits
+    them, so a scenario where PEs tie (every one at 0% on unseen lengths) ranks none of them above another."""
     from probe.metrics import mean_reciprocal_rank_over_seeds
 
     pes = sorted({pe for q in queries.values() for pe in q}, key=_tie_position)
     complete = {key: q for key, q in queries.items() if set(q) == set(pes)}
-    seeds = sorted({seed for _, seed in complete})
-    scenarios = sorted({s for s, _ in complete if all((s, seed) in complete for seed in seeds)})
-    if len(pes) < 2 or not scenarios:
+    scenarios = sorted({s for s, _ in complete})
+    seeds = sorted({seed for _, seed in complete if all((s, seed) in complete for s in scenarios)})
+    if len(pes) < 2 or not seeds:
         return None
     scores = torch.tensor(
         [[[complete[(s, seed)][pe] for pe in pes] for s in scenarios] for seed in seeds], dtype=torch.float64
@@ -80,15 +81,6 @@ def ranked_over_seeds(queries: Queries, n_resamples: int = 1000, ties: str = "fi
         "scenarios": len(scenarios),
         "pes": {pe: {"mrr": mean, "low": low, "high": high} for pe, mean, low, high in ranked},
     }
-
-
-def on_shared_seeds(queries: Queries) -> Queries:
-    """``queries`` at the seeds every scenario in them holds: a ranking of all the scenarios while a later seed
-    has landed for some, where :func:`ranked_over_seeds` alone would rank the few that hold every seed."""
-    scenarios = {scenario for scenario, _ in queries}
-    seeds = {seed for _, seed in queries}
-    shared = {seed for seed in seeds if all((scenario, seed) in queries for scenario in scenarios)}
-    return {key: q for key, q in queries.items() if key[1] in shared}
 
 
 def ranked_text(entry: dict[str, Any]) -> str:

@@ -39,7 +39,7 @@ from probe.studies.formats import (
     unfitted,
 )
 from probe.studies.plans import PE_SETS
-from probe.studies.ranks import on_shared_seeds, ranked_over_seeds
+from probe.studies.ranks import ranked_over_seeds
 from probe.studies.reproduce import ladder, plan, scenarios
 from probe.studies.summaries import Merged, PartCost, merge, part_costs
 
@@ -193,10 +193,10 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
 
 
 def ranked_pes(evaluations: list, scenarios: Sequence[str] | None = None) -> dict | None:
-    """The PEs ranked with a scratchpad (in ``scenarios``, where given) for the second claim: at the seeds every
-    scenario shares, so a seed landed for a few does not narrow it to them, and with ties split, since most
-    scenarios tie PEs at 0% on unseen lengths."""
-    return ranked_over_seeds(on_shared_seeds(pe_queries(evaluations, scenarios=scenarios)), ties="shared")
+    """The PEs ranked with a scratchpad (in ``scenarios``, where given) for the second claim, at the seeds every
+    scenario shares (:func:`~probe.studies.ranks.ranked_over_seeds`), with ties split, since most scenarios tie
+    PEs at 0% on unseen lengths."""
+    return ranked_over_seeds(pe_queries(evaluations, scenarios=scenarios), ties="shared")
 
 
 def claim_where_fit(merged: Merged, guess: dict[str, float | None]) -> dict:
