@@ -87,6 +87,8 @@ def test_bad_grids_fail_before_anything_runs(tmp_path, grid, message):
         (["--pe", "nosuch"], "unknown positional encoding"),
         (["--address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
         (["--address", "ray://127.0.0.1:1"], "cannot reach a Ray cluster"),
+        (["--cpus-per-run", "0"], "would start every run at once"),
+        (["--cpus-per-run", "0", "--dry-run"], "would start every run at once"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):

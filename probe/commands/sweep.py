@@ -69,7 +69,11 @@ def _add_ray_flags(ray_group) -> None:
         "--address", help="join a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: start a local one)"
     )
     ray_group.add_argument(
-        "--cpus-per-run", type=float, default=1.0, metavar="N", help="CPUs each run asks Ray for (default 1)"
+        "--cpus-per-run",
+        type=float,
+        default=1.0,
+        metavar="N",
+        help="CPUs each run asks Ray for (default 1; 0 only with --gpus-per-run)",
     )
     ray_group.add_argument(
         "--gpus-per-run",
@@ -196,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(summary)
         return 0
+    if not launch.cpus_per_run and not launch.gpus_per_run:  # Ray bounds a run by what it asks for: nothing here
+        raise ProbeError("--cpus-per-run 0 with no GPU would start every run at once; give each run a CPU share")
     if args.dry_run:
         plan = dry_run(
             runs,
