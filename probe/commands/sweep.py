@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.commands.common import add_checkpoints, add_json, console, print_json
 from probe.commands.shared_training import add_capture
 from probe.errors import ProbeError
 from probe.presets import PRESETS, listed
+
+if TYPE_CHECKING:
+    from probe.studies.sweep import Launch
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -165,7 +168,6 @@ def build_grid(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from probe.studies.sweep import (
-        Launch,
         dry_run,
         expand_grid,
         pick_runs,
@@ -180,28 +182,12 @@ def run(args: argparse.Namespace) -> int:
         runs = pick_runs(runs, args.grid, tasks=args.task, pes=args.pe, seeds=args.seed, scratchpads=args.scratchpad)
     name = args.name or str(grid.get("name", "sweep"))
     out = console(stderr=args.json)
-    launch = Launch(
-        args.checkpoints,
-        evaluate=not args.no_eval,
-        cpus_per_run=args.cpus_per_run,
-        gpus_per_run=args.gpus_per_run,
-        max_retries=args.max_retries,
-        address=args.address,
-        num_cpus=args.num_cpus,
-        report_out=args.out,
-        capture=args.capture,
-    )
-    if args.capture and not launch.gpus_per_run:
-        raise ProbeError(
-            "CUDA graphs need a GPU: --capture needs --gpus-per-run above 0; pass --no-capture or leave it out"
-        )
+    launch = _launch(args)
     if args.report:
         summary = show_report(runs, name, launch, out)
         if args.json:
             print_json(summary)
         return 0
-    if not launch.cpus_per_run and not launch.gpus_per_run:  # Ray bounds a run by what it asks for: nothing here
-        raise ProbeError("--cpus-per-run 0 with no GPU would start every run at once; give each run a CPU share")
     if args.dry_run:
         plan = dry_run(
             runs,
@@ -216,11 +202,34 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(plan)
         return 0
-    for value, flag in ((args.max_retries, "--max-retries"), (args.num_cpus, "--num-cpus")):
-        if value is not None and value < 0:
-            raise ProbeError(f"{flag} must not be negative, got {value}")
     manifest = run_with_progress(runs, name, launch, out)
     outcome = show_outcome(runs, manifest, name, launch, out)
     if args.json:
         print_json(outcome)
     return 1 if manifest.counts()["failed"] else 0
+
+
+def _launch(args: argparse.Namespace) -> Launch:
+    """How the runs are launched, from the flags, each checked before anything is read or started."""
+    from probe.studies.sweep import Launch
+
+    if args.capture and not args.gpus_per_run:
+        raise ProbeError(
+            "CUDA graphs need a GPU: --capture needs --gpus-per-run above 0; pass --no-capture or leave it out"
+        )
+    if not args.cpus_per_run and not args.gpus_per_run:  # Ray bounds a run by what it asks for: nothing here
+        raise ProbeError("--cpus-per-run 0 with no GPU would start every run at once; give each run a CPU share")
+    for value, flag in ((args.max_retries, "--max-retries"), (args.num_cpus, "--num-cpus")):
+        if value is not None and value < 0:
+            raise ProbeError(f"{flag} must not be negative, got {value}")
+    return Launch(
+        args.checkpoints,
+        evaluate=not args.no_eval,
+        cpus_per_run=args.cpus_per_run,
+        gpus_per_run=args.gpus_per_run,
+        max_retries=args.max_retries,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        report_out=args.out,
+        capture=args.capture,
+    )
