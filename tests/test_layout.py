@@ -231,6 +231,68 @@ def test_no_function_in_the_package_is_over_60_lines():
     assert not long, long
 
 
+LIBRARY_ONLY = {"commands", "explorer", "cli.py"}  # the CLI's and the explorer's own wiring, read by no library user
+
+
+def untyped(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of each public function and public class's public method (``__init__`` and ``__call__``
+    too) that leaves an argument or its return unannotated (``__init__`` may leave its ``None``)."""
+    found = []
+
+    def check(fn: ast.FunctionDef | ast.AsyncFunctionDef, owner: str) -> None:
+        args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+        if owner and args and args[0].arg in ("self", "cls"):
+            args = args[1:]
+        starred = [a for a in (fn.args.vararg, fn.args.kwarg) if a is not None]
+        if any(a.annotation is None for a in args + starred) or (fn.returns is None and fn.name != "__init__"):
+            found.append((fn.lineno, owner + fn.name))
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            check(node, "")
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            for member in node.body:
+                public = not member.name.startswith("_") if hasattr(member, "name") else False
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    public or member.name in ("__init__", "__call__")
+                ):
+                    check(member, f"{node.name}.")
+    return found
+
+
+def test_the_library_s_public_functions_are_typed():
+    """What a library user calls (every module but the CLI's and the explorer's wiring) says what it takes and
+    gives: models as TransformerLens' own protocol (``TransformerLensModel``), figures as plotly's."""
+    bare = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} {name}"
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] not in LIBRARY_ONLY
+        for line, name in untyped(ast.parse(path.read_text()))
+    ]
+    assert not bare, bare
+
+
+def test_the_typing_rule_sees_each_kind_of_gap():
+    source = """
+def typed(a: int, *rest: str) -> None: ...
+def bare_arg(a) -> None: ...
+def bare_return(a: int): ...
+def _private(a): ...
+class Thing:
+    def __init__(self, a: int): ...
+    def method(self, b) -> int: ...
+    def _helper(self, c): ...
+    def __call__(self, d: int): ...
+    def outer(self) -> None:
+        def inner(e): ...
+class _Hidden:
+    def method(self, b): ...
+def stars(*args, **kwargs) -> None: ...
+"""
+    found = [name for _, name in untyped(ast.parse(source))]
+    assert found == ["bare_arg", "bare_return", "Thing.method", "Thing.__call__", "stars"]
+
+
 def _private_names() -> set[str]:
     """The private names (one leading underscore) of what probe touches of torch and transformers: a module,
     a tensor, an optimizer, a config and a pretrained model, and torch's module of module-global state."""

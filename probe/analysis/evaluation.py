@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,10 @@ from probe.subjects.settings import ReadSettings
 from probe.tasks import Task, Tokenizer
 from probe.tasks import get as get_task
 from probe.tasks.decoding import EvalResult, decode_positions, evaluate_examples, teacher_forced_examples
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from transformer_lens.model_protocol import TransformerLensModel
 
 BATCH_SIZE = 256  # examples decoded at once: greedy decoding of short task sequences is cheap per example
 
@@ -154,11 +158,11 @@ class RunScorer:
     at_inference: dict[str, Any]  # those the model runs under (with an intervention's RoPE scaling)
     how: dict[str, Any]
 
-    def model_at(self, path: Path):
+    def model_at(self, path: Path) -> TransformerLensModel:
         """The same run's weights in ``path`` (its last step beside a selected one), loaded as its own were."""
         return resolve(path).under(self.intervention).load(self.how["device"], pe_options=self.given).model
 
-    def score(self, model, examples: Sequence) -> EvalResult:
+    def score(self, model: TransformerLensModel, examples: Sequence) -> EvalResult:
         """``model``'s verdicts on ``examples`` (this run's weights or another step's), as fast as they are exact."""
         return score_examples(model, self.tokenizer, examples, **self.how)
 
@@ -213,7 +217,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     training = meta.get("training", {})
     examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
 
-    def score(model) -> EvalResult:
+    def score(model: TransformerLensModel) -> EvalResult:
         return scorer.score(model, examples)
 
     result = score(model)
@@ -248,7 +252,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
 
 
 def score_examples(
-    model,
+    model: TransformerLensModel,
     tokenizer: Tokenizer,
     examples: Sequence,
     *,
@@ -314,7 +318,7 @@ def accuracy_figures(
     return written
 
 
-def accuracy_figure(reports: Sequence[EvalReport], task_folder: str):
+def accuracy_figure(reports: Sequence[EvalReport], task_folder: str) -> go.Figure:
     """Exact match against length of one task folder's runs, the training lengths shaded: a line per run,
     seed 0 solid and other seeds dashed, PE options applied at inference in the legend."""
     from probe.figures import accuracy_by_length
@@ -330,7 +334,7 @@ def accuracy_figure(reports: Sequence[EvalReport], task_folder: str):
     return accuracy_by_length(curves, (min(seen), max(seen)) if seen else None, f"{task_folder}: exact match by length")
 
 
-def split_accuracy(task, result) -> tuple[float, float | None]:
+def split_accuracy(task: Task, result: EvalResult) -> tuple[float, float | None]:
     """Exact match on the training lengths and on the unseen ones (None where there are none)."""
     seen = [ok for length, ok in zip(result.lengths, result.correct) if task.is_seen(length)]
     unseen = [ok for length, ok in zip(result.lengths, result.correct) if not task.is_seen(length)]

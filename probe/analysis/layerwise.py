@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -19,6 +20,9 @@ from probe.metrics import layer_distances
 from probe.subjects.inputs import Group
 from probe.subjects.memory import WORKING_BYTES
 from probe.subjects.run_info import Progress
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 STORED_BYTES = 4  # a kept float32 map's bytes per (head, query, key) cell
 
@@ -30,8 +34,8 @@ def sync(device: torch.device) -> None:
 
 
 def group_distances(
-    model_a,
-    model_b,
+    model_a: TransformerLensModel,
+    model_b: TransformerLensModel,
     group: Group,
     layers_b: Sequence[int],
     metric: str,

@@ -15,6 +15,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -23,6 +24,9 @@ from probe.errors import ProbeError
 from probe.subjects.inputs import padded
 from probe.subjects.memory import batches_within
 from probe.tasks import Example, Tokenizer
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 
 @dataclass
@@ -35,7 +39,7 @@ class PatternBatch:
     examples: list[Example]
 
 
-def pattern_hooks(model) -> list[str]:
+def pattern_hooks(model: TransformerLensModel) -> list[str]:
     """The self-attention pattern hook of every layer, ``blocks.{l}.attn.hook_pattern`` ([batch, head,
     query, key]): the names every TransformerLens model has, probe's or booted from Hugging Face."""
     names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.n_layers)]
@@ -60,7 +64,7 @@ def mask_padding(pattern: Tensor, lengths: Tensor) -> Tensor:
 
 @torch.inference_mode()
 def read_layers(
-    model,
+    model: TransformerLensModel,
     tokens: Tensor,
     fold: Callable[[int, Tensor], None],
     layers: Sequence[int] | None = None,
@@ -106,8 +110,8 @@ class _Cancelled(Exception):
 
 
 def read_pairs(
-    model_a,
-    model_b,
+    model_a: TransformerLensModel,
+    model_b: TransformerLensModel,
     tokens: Tensor,
     layers_b: Sequence[int],
     fold: Callable[[int, Tensor, Tensor], None],
@@ -163,7 +167,7 @@ def read_pairs(
 
 
 def capture_layers(
-    model, tokens: Tensor, layers: Sequence[int] | None = None, lengths: Tensor | None = None
+    model: TransformerLensModel, tokens: Tensor, layers: Sequence[int] | None = None, lengths: Tensor | None = None
 ) -> dict[int, Tensor]:
     """layer -> [batch, head, query, key] float32 maps of the ``layers`` asked for (default all): what
     :func:`read_layers` hands over, kept. Size ``layers`` to the memory at hand (:mod:`probe.subjects.memory`)."""
@@ -172,7 +176,7 @@ def capture_layers(
     return kept
 
 
-def run_patterns(model, tokens: Tensor) -> Tensor:
+def run_patterns(model: TransformerLensModel, tokens: Tensor) -> Tensor:
     """[batch, pos] token ids -> [batch, layer, head, query, key] attention maps (float32, on the model's
     device) of every layer at once: for one short input (a figure, a test); analyses read
     :func:`read_layers`."""
@@ -181,7 +185,7 @@ def run_patterns(model, tokens: Tensor) -> Tensor:
 
 
 def collect_patterns(
-    model,
+    model: TransformerLensModel,
     tokenizer: Tokenizer,
     examples: Sequence[Example],
     *,
@@ -228,7 +232,7 @@ def collect_patterns(
 
 
 def example_attention(
-    model, tokenizer: Tokenizer, source: str, target: str | None = None, *, max_new: int = 256
+    model: TransformerLensModel, tokenizer: Tokenizer, source: str, target: str | None = None, *, max_new: int = 256
 ) -> tuple[list[str], Tensor]:
     """Tokens and attention maps [layer, head, query, key] (float32, CPU) of one example.
 

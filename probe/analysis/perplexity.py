@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,9 @@ from probe.subjects.readings import Reading
 from probe.subjects.resolve import file_stem, home, reading_of, resolve_all
 from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Subject
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 PAPER_CONTEXT = 1024
 PAPER_CONTEXTS = (512, 640, 760, 878, 1024, 1200, 1400, 1600, 1800, 2048, 2304, 2560)  # its table's columns
@@ -97,7 +100,7 @@ class ScoringPlan:
 
 @torch.inference_mode()
 def scored_nll(
-    model,
+    model: TransformerLensModel,
     files: Sequence[Tensor],
     context: int,
     scored: int,
@@ -126,7 +129,7 @@ def scored_nll(
 
 
 def read_contexts(
-    model,
+    model: TransformerLensModel,
     files: Sequence[Tensor],
     protocol: ScoringPlan,
     *,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -29,8 +29,11 @@ from probe.subjects.inputs import PositionInput, padded
 from probe.subjects.memory import WORKING_BYTES, batches_within, memory_budget
 from probe.subjects.run_info import Progress
 
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
-def hook_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
+
+def hook_names(model: TransformerLensModel) -> tuple[list[str], list[str], list[str], list[str]]:
     """(streams, logits, patterns, attention outputs): TransformerLens' hook names, checked to exist."""
     L = model.cfg.n_layers
     streams = ["blocks.0.hook_resid_pre", *(f"blocks.{layer}.hook_resid_post" for layer in range(L))]
@@ -125,7 +128,7 @@ class _BlockDone(Exception):
 
 @torch.inference_mode()
 def collect(
-    model,
+    model: TransformerLensModel,
     inputs: Sequence[PositionInput],
     *,
     pad_id: int,
@@ -210,7 +213,14 @@ class _Folds:
         ]
 
     def start_batch(
-        self, chosen: Sequence[PositionInput], start: int, stop: int, *, first_block: bool, most: int, device
+        self,
+        chosen: Sequence[PositionInput],
+        start: int,
+        stop: int,
+        *,
+        first_block: bool,
+        most: int,
+        device: torch.device,
     ) -> None:
         """Set the batch the hooks read: the probes' rows and positions (recorded once, with the
         first block), the inputs' lengths and which of them are seen."""

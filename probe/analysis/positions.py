@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -49,6 +49,9 @@ from probe.subjects.inputs import PositionInput
 from probe.subjects.memory import keep_freed_memory
 from probe.subjects.run_info import Progress, RunInfo, within
 from probe.subjects.settings import ReadSettings
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 SINK_FIRST = (1, 4)  # the first k tokens whose attention share is reported
 SHARES = ("relative", "absolute", "both", "position", "content")
@@ -191,7 +194,7 @@ def _probe_rows(
 
 
 def analyse_positions(
-    model,
+    model: TransformerLensModel,
     inputs: Sequence[PositionInput],
     info: RunInfo,
     *,

@@ -8,10 +8,19 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
 from probe.presets import CONTEXTS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from probe.analysis.report import Report
+    from probe.corpus import CorpusSpec
+    from probe.models.interventions import Intervention
 
 
 def add_checkpoints(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +56,7 @@ def add_intervention(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def intervention_of(args: argparse.Namespace):
+def intervention_of(args: argparse.Namespace) -> Intervention:
     """The :class:`~probe.models.interventions.Intervention` ``--intervene`` names (none if not given)."""
     from probe.models.interventions import parse_intervention
 
@@ -63,7 +72,7 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def bar_columns(width: int, *extra) -> tuple:
+def bar_columns(width: int, *extra: Any) -> tuple[Any, ...]:
     """A progress line's columns: what (``width`` wide), the bar, how far, ``extra`` (a loss, a speed),
     elapsed and time left."""
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -80,7 +89,7 @@ def bar_columns(width: int, *extra) -> tuple:
 
 
 @contextlib.contextmanager
-def progress_bar(out, what: str, width: int = 30) -> Iterator[Callable[[str, int, int], None]]:
+def progress_bar(out: Console, what: str, width: int = 30) -> Iterator[Callable[[str, int, int], None]]:
     """A transient progress bar (what, how far, elapsed, time left) for a library call's ``progress``
     callback; it appears at the first call, once the inputs are found and checked, so an error stays one
     clean line; once the work is done, one line says how long it took."""
@@ -115,7 +124,7 @@ def elapsed(seconds: float) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {whole} s"
 
 
-def write_report(report, args: argparse.Namespace, out) -> list[str]:
+def write_report(report: Report, args: argparse.Namespace, out: Console) -> list[str]:
     """Write ``report`` (any :class:`~probe.analysis.report.Report`: it writes itself) to ``--out`` or the folder
     its name says beside its runs, say where, and print its JSON with the files under ``--json``; the paths."""
     from pathlib import Path
@@ -138,7 +147,7 @@ def write_report(report, args: argparse.Namespace, out) -> list[str]:
     return files
 
 
-def check_out(args: argparse.Namespace, folder, command: str) -> None:
+def check_out(args: argparse.Namespace, folder: str | Path, command: str) -> None:
     """One line before any work when the outputs cannot be written: ``--out`` if given, else ``folder`` (where
     they go by default, e.g. beside a colleague's read-only runs), naming --out."""
     from probe.atomic import writable
@@ -151,7 +160,9 @@ def check_out(args: argparse.Namespace, folder, command: str) -> None:
         )
 
 
-def check_out_beside(args: argparse.Namespace, names, options, stem: str, command: str) -> None:
+def check_out_beside(
+    args: argparse.Namespace, names: Sequence[str], options: dict[str, Any] | None, stem: str, command: str
+) -> None:
     """:func:`check_out` for a report that goes beside the runs ``names`` (their home, then ``stem``) unless
     ``--out`` is given: one line before any work when it cannot be written there."""
     if args.out:
@@ -170,7 +181,7 @@ class LogStatus:
     it begins, then the latest update at most every ``every`` seconds, each with the time since it began, so a
     long command's log shows it going (an evaluation, a study's training) rather than nothing until the end."""
 
-    def __init__(self, out, message: str, every: float | None = None) -> None:
+    def __init__(self, out: Console, message: str, every: float | None = None) -> None:
         self.out, self.message, self.every = out, message, LOG_EVERY if every is None else every
         self.began = self.printed = time.monotonic()
 
@@ -196,7 +207,7 @@ class LogStatus:
         self.out.print(line, markup=False, highlight=False, soft_wrap=True)  # one line of the log, however long
 
 
-def console(stderr: bool = False):
+def console(stderr: bool = False) -> Console:
     """A rich console; one writing to a file or pipe of no stated width (``COLUMNS``) gets 120 columns (not
     rich's 80) for its tables and never breaks a line of text (a path or a run name stays whole, to be read
     or pasted back), and its ``status`` writes lines (:class:`LogStatus`)."""
@@ -254,7 +265,7 @@ def add_corpus_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heldout", type=float, default=0.1, help="fraction of files held out (default 0.1)")
 
 
-def corpus_spec(args: argparse.Namespace, context: int):
+def corpus_spec(args: argparse.Namespace, context: int) -> CorpusSpec:
     """The :class:`probe.corpus.CorpusSpec` of :func:`add_corpus_options`' flags (``context`` if none given)."""
     from probe.corpus import CorpusSpec
 

@@ -12,13 +12,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from probe.errors import ProbeError
 from probe.models.registry import PE_LABELS
 from probe.runs.folders import DEFAULT_CHECKPOINTS, Run, find_runs
+
+if TYPE_CHECKING:
+    from probe.analysis.eval_report import EvalReport
+    from probe.models.transformer import PETransformer
+    from probe.tasks import Tokenizer
 
 CHECKPOINTS_ENV = "PROBE_CHECKPOINTS"
 TRAIN_HINT = "`probe train` makes them (every PE on the default task, a few minutes on a laptop CPU)"
@@ -103,24 +108,24 @@ def stamp(run: Run) -> float:
 
 
 @st.cache_resource(show_spinner="Loading checkpoint…", max_entries=4)
-def cached_model(path: str, version: float):
+def cached_model(path: str, version: float) -> PETransformer:
     from probe.runs.folders import load_run
 
     return load_run(path)
 
 
-def load_model(run: Run):
+def load_model(run: Run) -> PETransformer:
     """The run's model (cached); a ProbeError says what is wrong with the checkpoint."""
     return cached_model(str(run.path), stamp(run))
 
 
-def tokenizer_of(model):
+def tokenizer_of(model: PETransformer) -> Tokenizer:
     from probe.tasks import Tokenizer
 
     return Tokenizer.from_dict(model.metadata["tokenizer"])
 
 
-def read_eval(run: Run):
+def read_eval(run: Run) -> EvalReport | None:
     """The run's :class:`~probe.analysis.eval_report.EvalReport` (written by `probe eval`), or None if it has
     none or it is unreadable."""
     from probe.analysis.eval_report import read_eval as read

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,9 @@ from probe.models.hf_attention import logits_of
 from probe.models.interventions import Intervention
 from probe.subjects.readings import Reading
 from probe.subjects.subject import Loaded, Subject
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel, TransformerLensModelWithWeights
 
 LM_FIT_FILES = 4  # validation windows per step of a language model's per-head fit
 
@@ -49,7 +53,7 @@ class _Windows:
         """The contexts past T (the longest where none is): what tuning reads."""
         return [c for c in self.contexts if c > self.context] or [self.contexts[-1]]
 
-    def nll_at(self, model, chosen: Sequence[Tensor], length: int) -> Tensor:
+    def nll_at(self, model: TransformerLensModel, chosen: Sequence[Tensor], length: int) -> Tensor:
         """[file] mean NLL of the scored tokens at ``length`` (NaN where a file is shorter)."""
         out = torch.full((len(chosen),), float("nan"), dtype=torch.float64)
         keep = [i for i, f in enumerate(chosen) if len(f) >= length]
@@ -67,7 +71,7 @@ class _Windows:
         family: str,
         kind: str,
         intervention: Intervention,
-        on,
+        on: TransformerLensModelWithWeights,
         files: Sequence[Tensor],
         tuning: Tuned | None = None,
     ) -> Outcome:
@@ -109,7 +113,14 @@ class LanguageModelScorer:
         """None: a language model's reads are not counted ahead."""
         return None
 
-    def outcome(self, family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
+    def outcome(
+        self,
+        family: str,
+        kind: str,
+        intervention: Intervention,
+        on: TransformerLensModelWithWeights,
+        tuning: Tuned | None = None,
+    ) -> Outcome:
         return self.windows.outcome(family, kind, intervention, on, self.test, tuning)
 
     def on_valid(self, intervention: Intervention) -> Score:

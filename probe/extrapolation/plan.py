@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -25,6 +25,9 @@ from probe.presets import EXTRAPOLATION_FIXED as FIXED
 from probe.presets import EXTRAPOLATION_TUNED as TUNED
 from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Subject
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 FAMILIES = FIXED + TUNED
 VALID_SHARE = 0.2
@@ -94,7 +97,7 @@ def _not_applicable(intervention: Intervention, distance: bool, rotary: bool) ->
 
 
 def tuned_candidates(
-    model,
+    model: TransformerLensModel,
     settings: Settings,
     trained: int,
     score: Callable[[Intervention], Score],

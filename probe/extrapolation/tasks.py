@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +33,14 @@ from probe.subjects.readings import Reading
 from probe.subjects.subject import Loaded, Subject
 from probe.tasks.batches import EncodedSet, encode
 
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel, TransformerLensModelWithWeights
+
 
 @torch.no_grad()
-def score_examples(model, data: EncodedSet, device: torch.device, batch_size: int) -> tuple[Tensor, Tensor]:
+def score_examples(
+    model: TransformerLensModel, data: EncodedSet, device: torch.device, batch_size: int
+) -> tuple[Tensor, Tensor]:
     """([example] bool greedy exact match, [example] float64 mean target NLL) of ``model`` on ``data``,
     teacher forced, batches of similar lengths."""
     model.eval()
@@ -52,7 +57,7 @@ def score_examples(model, data: EncodedSet, device: torch.device, batch_size: in
     return correct, nll
 
 
-def example_loss(model, data: EncodedSet, device: torch.device, step: int) -> Tensor:
+def example_loss(model: TransformerLensModel, data: EncodedSet, device: torch.device, step: int) -> Tensor:
     """Mean target-token NLL over the ``step``-th minibatch of ``data`` (:data:`HEAD_BATCH` examples, drawn
     with the step as seed), with gradients: what a per-head temperature lowers."""
     index = torch.randperm(len(data), generator=torch.Generator().manual_seed(step))[:HEAD_BATCH]
@@ -122,7 +127,14 @@ class TaskScorer:
         rate = seconds_per_read(subjects[0], settings)
         return rate * sum(task_reads(subject, settings, p) for subject, p in zip(subjects, plans))
 
-    def outcome(self, family: str, kind: str, intervention: Intervention, on, tuning: Tuned | None = None) -> Outcome:
+    def outcome(
+        self,
+        family: str,
+        kind: str,
+        intervention: Intervention,
+        on: TransformerLensModelWithWeights,
+        tuning: Tuned | None = None,
+    ) -> Outcome:
         device, batch, seed = self.settings.device, self.settings.batch_size, self.settings.seed
         with attached(on, intervention):
             ok_test, _ = score_examples(on, self.data["test"], device, batch)

@@ -12,13 +12,16 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from probe.models.attach import attached
 from probe.models.interventions import Intervention
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 TEMPERATURES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5)  # logits / t: sharper below 1
 WINDOW_FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the training length
@@ -94,7 +97,7 @@ def window_grid(trained: int) -> list[Intervention]:
 
 
 def fit_head_temperatures(
-    model,
+    model: TransformerLensModel,
     losses: Callable[[int], Iterable[Tensor]],
     steps: int = HEAD_STEPS,
     lr: float = HEAD_LR,

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.style import TINY_BUCKET, bucket_symbols, bucket_ticks, pe_color
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
-def accuracy_by_length(curves: Sequence[Mapping[str, Any]], train_range: tuple[float, float] | None, title: str):
+
+def accuracy_by_length(
+    curves: Sequence[Mapping[str, Any]], train_range: tuple[float, float] | None, title: str
+) -> go.Figure:
     """Figure showcase: exact match against length, one line per run, the training range shaded.
 
     ``curves``: dicts with ``label``, ``pe``, ``lengths``, ``accuracy`` (0..1), and optionally ``counts`` (examples
@@ -91,7 +96,7 @@ def _note_tiny(figure: Any) -> None:
     )
 
 
-def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 3):
+def accuracy_panels(panels: Mapping[str, Mapping[str, Any]], title: str, columns: int = 3) -> go.Figure:
     """Figure showcase for a whole study, one small panel per scenario: exact match against length per PE,
     the mean over seeds as a line and the seeds' range as a band, the training lengths shaded. Small
     multiples rather than one crowded overlay.

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.style import pe_color, rgba
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 WEIGHTING_TITLES = {"argmax": "attended key (arg-max)", "attention": "attention-weighted"}
 
@@ -15,7 +18,7 @@ OVERLAID = 3
 five translucent fills overlaid mix into one brown."""
 
 
-def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, panels: bool | None = None):
+def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, panels: bool | None = None) -> go.Figure:
     """Figure attended_distance: the distribution of d̄ per PE, one column per weighting; overlaid for up to
     :data:`OVERLAID` models, else (or with ``panels``) one row per model on shared axes.
 

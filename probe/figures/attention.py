@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from torch import Tensor
 
 
-def attention_heatmaps(tokens: Sequence[str], patterns, layer: int, title: str | None = None):
+def attention_heatmaps(tokens: Sequence[str], patterns: Tensor, layer: int, title: str | None = None) -> go.Figure:
     """One heatmap per head of ``layer``: queries down, keys across, tokens on the axes, values on hover; the
     heads side by side across the page's width, four to a row.
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 
 def bar_traces(
@@ -36,7 +39,7 @@ def grouped_bars(
     values: Mapping[str, Mapping[str, float]],
     intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None,
     series: list[tuple[str, str, str]],
-):
+) -> go.Figure:
     """:func:`bar_traces` on one figure, grouped."""
     import plotly.graph_objects as go
 

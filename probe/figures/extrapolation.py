@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.style import bucket_symbols, bucket_ticks
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 DASH = {"none": "solid", "fixed": "dash", "tuned": "dot"}
 TITLE = 40  # characters of a panel's title: an hf: model's folder keeps its end
@@ -20,7 +23,7 @@ def _name(outcome: Mapping[str, Any]) -> str:
     return outcome.get("shown") or outcome["intervention"]["name"]
 
 
-def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str):
+def extrapolation_figure(runs: Sequence[Mapping[str, Any]], measure: str) -> go.Figure:
     """One panel per run of a PE (as :meth:`probe.extrapolation.report.RunExtrapolation.to_json` gives
     it): a line per intervention with its 95% interval as error bars; untouched solid, fixed rules dashed,
     tuned dotted. Perplexity on a log axis: past the context it grows by orders of magnitude. Each curve is

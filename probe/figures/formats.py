@@ -4,15 +4,18 @@ format and task (Figures scratchpad_formats_per_ds, scratchpad_formats_per_model
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.bars import bar_traces, grouped_bars
 from probe.figures.style import pe_color
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 NONE_LABEL = "no scratchpad"
 
 
-def format_rank_figure(groups: Mapping[str, Mapping[str, Any]], title: str):
+def format_rank_figure(groups: Mapping[str, Mapping[str, Any]], title: str) -> go.Figure:
     """Figure scratchpad_formats_per_ds (a group per task) or scratchpad_formats_per_model (a group per PE): a bar
     per scratchpad format, its mean reciprocal rank with its interval over seeds. ``groups``:
     :func:`probe.studies.formats.format_ranks`' or :func:`~probe.studies.formats.format_ranks_per_pe`' output
@@ -37,7 +40,7 @@ def format_accuracy_figure(
     per_task: Mapping[str, Mapping[str, Any]],
     title: str,
     floors: Mapping[str, float | None] | None = None,
-):
+) -> go.Figure:
     """The appendix's Figures scratchpad_formats_per_model:<task>, one panel per task: a group of bars per format
     (no scratchpad first), a bar per PE, its OOD exact match (%) as the mean over seeds with their range as error
     bars, each panel on its own scale (a task whose PEs all score little is not drawn flat); where ``floors``

@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 PLOTLY_JS = "plotly.min.js"  # one copy per output folder, beside the figures that load it
 PNG_EXTRA = 'pip install "probe[png]"'  # kaleido, which draws PNGs with a Chrome it finds or installs
@@ -13,7 +17,7 @@ PNG_WIDTH = 900
 _told: set[str] = set()  # notes said once a process
 
 
-def write_figure(figure, path: str | Path) -> list[Path]:
+def write_figure(figure: go.Figure, path: str | Path) -> list[Path]:
     """Write ``path``.html, and ``path``.png if a static renderer (kaleido + Chrome) is available
     (where it is not, one line on stderr says so and how to get it, once).
 
@@ -44,7 +48,7 @@ def write_figure(figure, path: str | Path) -> list[Path]:
     return written
 
 
-def png_width(figure) -> int:
+def png_width(figure: go.Figure) -> int:
     """A PNG's width in pixels: the figure's own where it sets one, else :data:`PANEL_WIDTH` per panel across."""
     if figure.layout.width:
         return int(figure.layout.width)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.style import pe_color
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
-def perplexity_figure(rows: Sequence[Mapping[str, Any]], train_context: int, title: str, buckets: int = 8):
+
+def perplexity_figure(rows: Sequence[Mapping[str, Any]], train_context: int, title: str, buckets: int = 8) -> go.Figure:
     """Figure pretraining:ppl: perplexity against context size, one line per run, one panel per
     file-length bucket (the "all" panel first: files of at least 2.5x the training context),
     the training context marked. ``rows``: :meth:`probe.analysis.perplexity.PerplexityReport.to_rows`."""

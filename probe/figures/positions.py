@@ -4,9 +4,12 @@ attention sinks and attention-output variance against position. Inputs are the J
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.style import pe_color, rgba
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 SHARE_COLORS = {
     "relative only": "#1f77b4",
@@ -16,7 +19,7 @@ SHARE_COLORS = {
 }
 
 
-def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position"):
+def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position") -> go.Figure:
     """R² of the linear read-out per stream (0: the embedding, s: after layer s - 1, layers from 0), one panel
     per set scored (held-out seen lengths, unseen lengths), one line per model with its bootstrap band. The
     y-axis reaches the lowest R² drawn (on unseen lengths it can fall far below 0): no curve is clipped."""
@@ -76,7 +79,7 @@ def probe_figure(results: Sequence[Mapping[str, Any]], target: str = "position")
     return figure
 
 
-def head_share_figure(results: Sequence[Mapping[str, Any]]):
+def head_share_figure(results: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Per model, per layer and head: the variance of the causal logits explained by distance only,
     by key position only, by either, and the rest (seen lengths)."""
     import plotly.graph_objects as go
@@ -150,7 +153,7 @@ def _per_layer_figure(series: Sequence[dict[str, Any]], uniform: Mapping[str, fl
     return figure
 
 
-def sink_figure(results: Sequence[Mapping[str, Any]], first: int = 1):
+def sink_figure(results: Sequence[Mapping[str, Any]], first: int = 1) -> go.Figure:
     """Attention on the first ``first`` tokens per layer, at seen and unseen lengths, beside uniform attention's."""
     series, uniform = [], {}
     for result in results:
@@ -175,7 +178,7 @@ def sink_figure(results: Sequence[Mapping[str, Any]], first: int = 1):
     return _per_layer_figure(series, uniform, title, "share of attention")
 
 
-def entropy_figure(results: Sequence[Mapping[str, Any]]):
+def entropy_figure(results: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Attention-row entropy per layer (mean over heads, with its interval over inputs) at seen and unseen
     lengths, beside uniform attention's: distraction is the unseen line climbing towards its uniform line."""
     series, uniform = [], {}
@@ -189,7 +192,7 @@ def entropy_figure(results: Sequence[Mapping[str, Any]]):
     return _per_layer_figure(series, uniform, title, "entropy (nats)")
 
 
-def variance_figure(results: Sequence[Mapping[str, Any]]):
+def variance_figure(results: Sequence[Mapping[str, Any]]) -> go.Figure:
     """Variance of each layer's attention output across examples against position (log-log), per model;
     layers numbered from 0, as in every other figure and table."""
     import plotly.graph_objects as go

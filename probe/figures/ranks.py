@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from probe.figures.bars import grouped_bars
 from probe.figures.style import pe_color
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 
 def rank_figure(
@@ -14,7 +18,7 @@ def rank_figure(
     axis: str,
     y_range: tuple[float, float] | None = None,
     intervals: Mapping[str, Mapping[str, tuple[float, float]]] | None = None,
-):
+) -> go.Figure:
     """``ranks``: {category: {pe: rank}}; one group of bars per category, a bar per PE in the paper's figure
     order, coloured as every figure colours it; ``intervals`` ({category: {pe: (low, high)}}) as error bars."""
     from probe.models.registry import FIGURE_ORDER, PE_LABELS

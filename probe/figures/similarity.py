@@ -4,12 +4,18 @@ layer's minimum."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.figures.style import pe_color, rgba
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from torch import Tensor
 
-def layer_distance_figure(curves: Sequence[Mapping[str, Any]], title: str, metric_label: str = "D^(l) (JSD)"):
+
+def layer_distance_figure(
+    curves: Sequence[Mapping[str, Any]], title: str, metric_label: str = "D^(l) (JSD)"
+) -> go.Figure:
     """Figure similarity_per_layer: distance per layer (left) and averaged over layers (right).
 
     ``curves``: dicts with ``label``, ``pe``, per-layer ``mean``, ``low``, ``high`` (bootstrap
@@ -96,7 +102,9 @@ def _add_average_bar(figure: Any, curve: Mapping[str, Any]) -> None:
     )
 
 
-def head_matrix_figure(matrix, argmin: Sequence[int], title: str, labels: tuple[str, str] = ("A", "B")):
+def head_matrix_figure(
+    matrix: Tensor | Sequence[Sequence[float]], argmin: Sequence[int], title: str, labels: tuple[str, str] = ("A", "B")
+) -> go.Figure:
     """Heatmap of D_AT for every head pair of one layer ([head_A, head_B]), the arg-min pair circled."""
     import plotly.graph_objects as go
 

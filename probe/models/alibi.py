@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from probe.models.positional import PositionalEncoding
+from probe.models.positional import ModelShape, PositionalEncoding
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -34,7 +34,7 @@ class ALiBi(PositionalEncoding):
     kind = "alibi"
     adds_bias = True
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)  # float64: exact
 

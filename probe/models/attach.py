@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -26,6 +26,9 @@ from torch import Tensor
 from probe.errors import ProbeError
 from probe.models.attention_edit import edited_scores, outside_window
 from probe.models.interventions import TRAINED, Intervention
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModelWithWeights
 
 NO_CHANGE = Intervention()
 HF_EDIT = "probe_edit"  # the attribute an hf attention module holds its edit in
@@ -152,7 +155,9 @@ def _edits(model, intervention: Intervention, learned: Tensor | None) -> list[La
     return edits
 
 
-def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None) -> Any:
+def attach(
+    model: TransformerLensModelWithWeights, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None
+) -> TransformerLensModelWithWeights:
     """``model`` (probe's, or a TransformerLens bridge of an ``hf:`` model) attending under ``intervention``
     (resolved) from now on, composed with what it attends under already; ``learned`` [layer, head]: log scales
     of each head's logits being fitted (with gradients). The only way an intervention reaches a model.
@@ -174,7 +179,7 @@ def attach(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None
     return model
 
 
-def detach(model) -> Any:
+def detach(model: TransformerLensModelWithWeights) -> TransformerLensModelWithWeights:
     """``model`` attending as it was built: every edit taken off, a probe model's RoPE scaling too."""
     if UNSCALED in model.__dict__:
         _unscale(model)
@@ -188,7 +193,9 @@ def detach(model) -> Any:
 
 
 @contextmanager
-def attached(model, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None) -> Iterator[Any]:
+def attached(
+    model: TransformerLensModelWithWeights, intervention: Intervention = NO_CHANGE, learned: Tensor | None = None
+) -> Iterator[TransformerLensModelWithWeights]:
     """``model`` attending under ``intervention`` (and ``learned``, as :func:`attach`) within the block; what
     it attended under before is restored after."""
     before = [held_edit(model, layer) for layer in range(model.cfg.n_layers)]
@@ -257,7 +264,7 @@ def _swap_pe(model, pe: torch.nn.Module) -> None:
         object.__setattr__(block.attn, "_pe", pe)
 
 
-def held_edit(model, layer: int) -> LayerEdit | None:
+def held_edit(model: TransformerLensModelWithWeights, layer: int) -> LayerEdit | None:
     """The edit layer ``layer`` of ``model`` attends under, or None. On a bridge, an edit whose executor's hooks
     are gone (the bridge's ``reset_hooks(including_permanent=True)`` removes every hook) is taken off too, so the
     fused route (:mod:`probe.models.hf_attention`) and the bridge's own attention read the same model."""
@@ -316,7 +323,7 @@ class _Executor:
         return keep
 
     @staticmethod
-    def install(model, layer: int) -> None:
+    def install(model: TransformerLensModelWithWeights, layer: int) -> None:
         attn = model.blocks[layer].attn
         executor = _Executor(attn.original_component)
         for name, point in executor_points(attn):
@@ -329,14 +336,14 @@ class _Executor:
         return all(any(h is handle for h in point.fwd_hooks) for point, handle in self.handles)
 
     @staticmethod
-    def remove(model, layer: int) -> None:
+    def remove(model: TransformerLensModelWithWeights, layer: int) -> None:
         executor = model.blocks[layer].attn.original_component.__dict__.pop(EXECUTOR)
         for point, handle in executor.handles:
             handle.hook.remove()
             point.fwd_hooks = [h for h in point.fwd_hooks if h is not handle]
 
 
-def executor_points(attn) -> list[tuple[str, Any]]:
+def executor_points(attn: torch.nn.Module) -> list[tuple[str, Any]]:
     """(name, hook point) of a bridge attention layer that its edit's executor hooks: the scores, and what a
     capped rotation keeps."""
     return [("hook_attn_scores", attn.hook_attn_scores)] + [

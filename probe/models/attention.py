@@ -111,7 +111,7 @@ class PEAttention(nn.Module):
         return self._pe.rotate(self.layer_id, x, at)
 
     def forward(
-        self, x: torch.Tensor, past_kv_cache_entry=None, attention_mask: torch.Tensor | None = None
+        self, x: torch.Tensor, past_kv_cache_entry: CacheEntry | None = None, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         """[batch, pos, d_model] (normalised) -> [batch, pos, d_model]; ``attention_mask`` [batch, key]
         (or [batch, query, key] for packed rows, :meth:`PETransformer.forward`'s ``segments``)

@@ -96,7 +96,12 @@ def _capped_rotation(scores: Tensor, q: Tensor, k: Tensor, cap: int, turn: Turn,
 
 
 def edited_scores(
-    scores: Tensor, edit: Edit, q: Tensor | None = None, k: Tensor | None = None, turn: Turn | None = None, scale=1.0
+    scores: Tensor,
+    edit: Edit,
+    q: Tensor | None = None,
+    k: Tensor | None = None,
+    turn: Turn | None = None,
+    scale: float = 1.0,
 ) -> Tensor:
     """``scores`` [batch, head, query, key] under ``edit``, as the reference route applies it: far keys of a
     capped rotation scored from the unturned ``q`` and ``k`` by the layer's ``turn`` (divided by its ``scale``),

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -22,6 +22,9 @@ from safetensors.torch import load_file, save_file
 from probe.atomic import atomic_write, atomic_write_json
 from probe.errors import ProbeError, first_line
 from probe.models.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from probe.models.transformer import PETransformer
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -134,7 +137,7 @@ def load_checkpoint(
     device: str | torch.device = "cpu",
     pe_options: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
-):
+) -> PETransformer:
     """Rebuild the saved model, bit-identical; its ``config.json`` is on ``model.metadata`` and the
     tokenizer the run carries (``tokenizer.json``) on ``model.tokenizer``. Runs saved before runs
     carried one: :func:`~probe.runs.folders.load_run`. Nothing is unpickled.

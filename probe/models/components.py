@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+from probe.models.kv_cache import CacheEntry
+
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
@@ -114,7 +116,10 @@ class Block(nn.Module):
         self.hook_resid_post = HookPoint()  # [batch, pos, d_model]
 
     def forward(
-        self, resid_pre: torch.Tensor, past_kv_cache_entry=None, attention_mask: torch.Tensor | None = None
+        self,
+        resid_pre: torch.Tensor,
+        past_kv_cache_entry: CacheEntry | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         resid_pre = self.hook_resid_pre(resid_pre)  # [batch, pos, d_model]
         attn_out = self.hook_attn_out(self.attn(self.ln1(resid_pre), past_kv_cache_entry, attention_mask))

@@ -33,7 +33,7 @@ import math
 import torch
 from torch import nn
 
-from probe.models.positional import Option, PositionalEncoding
+from probe.models.positional import ModelShape, Option, PositionalEncoding
 
 
 class CoPE(PositionalEncoding):
@@ -51,7 +51,7 @@ class CoPE(PositionalEncoding):
 
     examples = ({"npos": 4},)
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         # [layer, npos, d_head]: e[p] of every layer, shared by its heads; drawn in ``initialise``
         self.position_vectors = nn.Parameter(torch.zeros(config.n_layers, self.option["npos"], config.d_head))

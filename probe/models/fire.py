@@ -28,7 +28,7 @@ import math
 import torch
 from torch import nn
 
-from probe.models.positional import Option, PositionalEncoding
+from probe.models.positional import ModelShape, Option, PositionalEncoding
 
 EPS = 1e-6  # added to the normaliser psi(max(L, i)), as the paper's listing does
 
@@ -54,7 +54,7 @@ class FIRE(PositionalEncoding):
     }
     examples = ({"shared": True}, {"threshold": 8.0, "hidden": 8})
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         n_tables = 1 if self.option["shared"] else config.n_layers
         hidden, heads = self.option["hidden"], config.n_heads

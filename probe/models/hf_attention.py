@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,9 @@ from probe.errors import ProbeError
 from probe.models.attach import HF_EDIT, LayerEdit, executor_points, half_turned, held_edit
 from probe.models.attention_edit import far_pair, outside_window
 from probe.models.capped_attention import capped_causal_attention
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 NAME = "probe_folded"  # the attention function's name in transformers' AttentionInterface
 QUERY_BLOCK = 1024  # queries per block where keys are masked: a block's mask and scores stay small
@@ -192,13 +196,13 @@ def _plan(model) -> _Plan | None:
     return _Plan(hf, swaps, rotary)
 
 
-def runs_folded(model) -> bool:
+def runs_folded(model: TransformerLensModel) -> bool:
     """Whether :func:`logits_of` reads ``model`` as it is hooked now on its own attention modules (no
     [head, query, key] scores held), not through the bridge's step-by-step attention or as a probe model."""
     return _plan(model) is not None
 
 
-def logits_of(model, tokens: Tensor, keep: int | None = None) -> Tensor:
+def logits_of(model: TransformerLensModel, tokens: Tensor, keep: int | None = None) -> Tensor:
     """[batch, keep or pos, vocab] logits of ``model`` (a probe model or a TransformerLens bridge) on
     ``tokens`` [batch, pos], the last ``keep`` positions' (None: all). A bridge with no hook but its edits'
     executors runs on its model's own attention modules (module docstring); anything else as ``model(tokens)``.

@@ -38,9 +38,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 SCALING_KEYS = ("scaling", "factor", "original_length")  # the RoPE options an intervention may carry
 KEYS = ("temperature", "log-length", "head-temperature", "window", "sinks", "cap", *SCALING_KEYS)
@@ -113,7 +116,7 @@ class Intervention:
             changes["rope"] = {**self.rope, "original_length": trained_length}
         return replace(self, **changes)
 
-    def needs_whole_pass(self, model) -> bool:
+    def needs_whole_pass(self, model: TransformerLensModel) -> bool:
         """Whether ``model`` must read each sequence in one pass under it (a capped rotation reads every key's
         unturned vector, which a KV cache does not keep), not token by token."""
         pe = getattr(model, "pe", None)

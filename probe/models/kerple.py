@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from probe.models.positional import Option, PositionalEncoding
+from probe.models.positional import ModelShape, Option, PositionalEncoding
 
 EPS = 1e-2  # the released code's lower bound on r1 and r2
 POWER_MAX = 2.0  # the power variant's upper bound on r2: |m - n|^r2 is CPD only for r2 <= 2
@@ -42,7 +42,7 @@ class KERPLE(PositionalEncoding):
     }
     examples = ({"variant": "power"}, {"shared": False})
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         n_tables = 1 if self.option["shared"] else config.n_layers
         # [table, head]; drawn by initialise, projected into the feasible set every pass

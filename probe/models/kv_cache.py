@@ -11,10 +11,15 @@ and ``append``; ``append_attention_mask``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from probe.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformer_lens.config import TransformerLensConfig
 
 
 class CacheEntry:
@@ -23,7 +28,9 @@ class CacheEntry:
     keys turned too (``turned``), each turned once at its own position, where turning every cached key again
     each step costs a rotary layer's decoding a pass over its whole cache per step."""
 
-    def __init__(self, batch: int, capacity: int, n_heads: int, d_head: int, device, dtype: torch.dtype) -> None:
+    def __init__(
+        self, batch: int, capacity: int, n_heads: int, d_head: int, device: torch.device | str, dtype: torch.dtype
+    ) -> None:
         self.keys = torch.empty(batch, n_heads, capacity, d_head, device=device, dtype=dtype)
         self.values = torch.empty_like(self.keys)
         self.filled = 0
@@ -72,7 +79,7 @@ class CacheEntry:
 class KeyValueCache:
     """Every layer's :class:`CacheEntry` and the attention mask of the keys cached, for ``capacity`` positions."""
 
-    def __init__(self, cfg, device, batch: int, capacity: int) -> None:
+    def __init__(self, cfg: TransformerLensConfig, device: torch.device | str, batch: int, capacity: int) -> None:
         heads = cfg.n_key_value_heads if getattr(cfg, "n_key_value_heads", None) is not None else cfg.n_heads
         self.entries = [CacheEntry(batch, capacity, heads, cfg.d_head, device, cfg.dtype) for _ in range(cfg.n_layers)]
         self.mask = torch.empty(batch, capacity, dtype=torch.long, device=device)

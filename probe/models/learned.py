@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from probe.errors import ProbeError
-from probe.models.positional import PositionalEncoding
+from probe.models.positional import ModelShape, PositionalEncoding
 
 
 class LearnedAPE(PositionalEncoding):
@@ -26,7 +26,7 @@ class LearnedAPE(PositionalEncoding):
     relative = False
     adds_embedding = True
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         self.W_pos = nn.Parameter(torch.empty(config.n_ctx, config.d_model))  # [n_ctx, d_model]
 

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from probe.models.positional import Option, PositionalEncoding
+from probe.models.positional import ModelShape, Option, PositionalEncoding
 
 
 def _check_fraction(fraction: float, options: dict, config) -> str | None:
@@ -138,7 +138,7 @@ class Rotary(PositionalEncoding):
         {"scaling": "llama3", "factor": 8.0, "original_length": 8},
     )
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         self.rotary_dim = round(self.option["fraction"] * config.d_head)
 

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from probe.models.positional import Option, PositionalEncoding
+from probe.models.positional import ModelShape, Option, PositionalEncoding
 
 
 def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
@@ -52,7 +52,7 @@ class T5RelativeBias(PositionalEncoding):
     }
     examples = ({"shared": False}, {"num_buckets": 8, "max_distance": 12})
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         n_tables = 1 if self.option["shared"] else config.n_layers
         # [table, bucket, head]; drawn by the model's initialisation like its other weights

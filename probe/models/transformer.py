@@ -16,12 +16,13 @@ Batch with right padding (causal attention never lets a real position see the pa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
+from transformer_lens import ActivationCache
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import lm_cross_entropy_loss
@@ -30,6 +31,7 @@ from probe.errors import ProbeError
 from probe.models.attention import PEAttention
 from probe.models.components import Block, Embed, TiedUnembed, Unembed, make_norm
 from probe.models.hooked import HookedModel
+from probe.models.kv_cache import KeyValueCache
 from probe.models.model_config import ModelConfig
 from probe.models.registry import make_positional_encoding
 
@@ -138,7 +140,7 @@ class PETransformer(HookedModel):
         tokens: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         stop_at_layer: int | None = None,
-        past_kv_cache=None,
+        past_kv_cache: KeyValueCache | None = None,
         positions: torch.Tensor | None = None,
         segments: torch.Tensor | None = None,
     ) -> Any:
@@ -247,7 +249,9 @@ class PETransformer(HookedModel):
             )
         return given.to(device)
 
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):  # type: ignore[override]
+    def load_state_dict(  # type: ignore[override]
+        self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False
+    ) -> Any:
         """``nn.Module.load_state_dict``, reading checkpoints written on TransformerLens 3.x too: those
         also hold its causal masks and rotary tables, which nothing reads now."""
         state_dict = {k: v for k, v in state_dict.items() if not k.endswith(_LEGACY_BUFFERS)}
@@ -269,14 +273,18 @@ class PETransformer(HookedModel):
             for block, fast in zip(self.blocks, before):
                 block.attn.fast_path = fast
 
-    def run_with_cache(self, *model_args: Any, **kwargs: Any):
+    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> tuple[Any, ActivationCache]:
         """TransformerLens' ``run_with_cache``, on the reference route: a cache holds what every hook saw."""
         with self.reference_route():
             return super().run_with_cache(*model_args, **kwargs)
 
     def reset_hooks(
-        self, clear_contexts: bool = True, direction: str = "both", including_permanent: bool = False, level=None
-    ):
+        self,
+        clear_contexts: bool = True,
+        direction: str = "both",
+        including_permanent: bool = False,
+        level: int | None = None,
+    ) -> None:
         """TransformerLens' ``reset_hooks``; ``including_permanent`` also takes off an attached intervention
         (probe.models.attach), which stays on like a permanent hook until then."""
         from probe.models.attach import detach

@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from probe.models.positional import Option, PositionalEncoding
+from probe.models.positional import ModelShape, Option, PositionalEncoding
 
 
 class TransformerXL(PositionalEncoding):
@@ -40,7 +40,7 @@ class TransformerXL(PositionalEncoding):
     }
     examples = ({"clamp": 3},)
 
-    def __init__(self, config):
+    def __init__(self, config: ModelShape) -> None:
         super().__init__(config)
         layers, heads, d_head = config.n_layers, config.n_heads, config.d_head
         self.projection = nn.Parameter(torch.zeros(layers, config.d_model, heads, d_head))  # W_R per layer

@@ -22,6 +22,8 @@ from probe.models.positional import format_option
 if TYPE_CHECKING:
     import torch
 
+    from probe.models.transformer import PETransformer
+
 DEFAULT_CHECKPOINTS = Path("checkpoints")
 LAST = "last"  # <run>/last: the last step's checkpoint where selection published another
 
@@ -227,7 +229,7 @@ def load_run(
     device: str | torch.device = "cpu",
     pe_options: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
-):
+) -> PETransformer:
     """A run's model with its tokenizer: the one the run carries (``tokenizer.json``), or, for a run saved
     before runs carried one, its task's word-level vocabulary or its code BPE, as it was trained with.
 

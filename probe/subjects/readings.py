@@ -99,7 +99,16 @@ class TaskReading(Reading):
     def __init__(self, subject: Subject):
         self.task, self.tokenizer = task_of(subject.config)
 
-    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+    def inputs(
+        self,
+        first: Loaded,
+        fit: Sequence[Loaded],
+        *,
+        n_per_bucket: int,
+        seed: int,
+        lengths: Lengths,
+        multiples: Sequence[float] | None = None,
+    ) -> Inputs:
         n_ctx = min(m.max_length for m in fit)
         buckets, skipped = fitting_examples(
             sample_buckets(self.task, n_per_bucket, seed, lengths), self.tokenizer, n_ctx
@@ -179,7 +188,16 @@ class CorpusReading(Reading):
             label += f" under {loaded.info.intervention['name']}"
         return label
 
-    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+    def inputs(
+        self,
+        first: Loaded,
+        fit: Sequence[Loaded],
+        *,
+        n_per_bucket: int,
+        seed: int,
+        lengths: Lengths,
+        multiples: Sequence[float] | None = None,
+    ) -> Inputs:
         config = self.subject.config
         _check_same_start(fit)
         windows = run_windows(
@@ -265,7 +283,16 @@ class TextReading(Reading):
     def windows(self, first: Loaded, context: int, **choice: Any) -> list[ContextWindows]:
         return choose_windows(self.tokenized(first), context, bos=first.bos_id, **choice)
 
-    def inputs(self, first, fit, *, n_per_bucket, seed, lengths, multiples=None) -> Inputs:
+    def inputs(
+        self,
+        first: Loaded,
+        fit: Sequence[Loaded],
+        *,
+        n_per_bucket: int,
+        seed: int,
+        lengths: Lengths,
+        multiples: Sequence[float] | None = None,
+    ) -> Inputs:
         _check_same_start(fit)
         context = self.context(first)
         windows = self.windows(

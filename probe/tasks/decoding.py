@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,6 +28,9 @@ from probe.errors import ProbeError
 from probe.precision import BF16, BY_NAME, FLOAT32, Precision
 from probe.tasks import Example, Task, Tokenizer
 from probe.tasks.batches import EncodedSet, encode
+
+if TYPE_CHECKING:
+    from transformer_lens.model_protocol import TransformerLensModel
 
 SCRATCHPAD_POSITIONS = 1500
 """Positions, prompt included, the authors decode a scratchpad run to (``generation_max_length`` in their
@@ -94,7 +98,7 @@ class EvalResult:
 
 @torch.no_grad()
 def greedy_decode(
-    model,
+    model: TransformerLensModel,
     prompts: torch.Tensor,
     max_new: int,
     eos_id: int,
@@ -150,7 +154,7 @@ def greedy_decode(
 
 
 def evaluate_examples(
-    model,
+    model: TransformerLensModel,
     tokenizer: Tokenizer,
     examples: Sequence[Example],
     *,
@@ -264,7 +268,7 @@ TEACHER_FORCED_BATCH = 256  # examples per forward pass of a teacher-forced scor
 
 @torch.no_grad()
 def teacher_forced_exact_match(
-    model,
+    model: TransformerLensModel,
     data: EncodedSet,
     *,
     device: torch.device | str = "cpu",
@@ -303,7 +307,7 @@ def length_batches(lengths: torch.Tensor, batch_size: int) -> list[torch.Tensor]
 
 
 def teacher_forced_examples(
-    model,
+    model: TransformerLensModel,
     tokenizer: Tokenizer,
     examples: Sequence[Example],
     *,

@@ -22,11 +22,15 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor
 from concurrent.futures import wait as wait_any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from probe.training.bookkeeping import TRAIN_THREADS, RunResult
 from probe.training.memory import freed_memory_kept, keep_freed_memory
 from probe.training.steps import CaptureFailed, Engine
 from probe.training.train_config import TrainConfig
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -212,7 +216,7 @@ def _drain(events, on_event) -> None:
 
 def train_by_stack(
     runs: Sequence[tuple[TrainConfig, Path]],
-    device,
+    device: torch.device | str,
     *,
     engine: Engine,
     force: bool = False,
@@ -255,7 +259,7 @@ OnEvent = Callable[[str, str, int, float | None, float | None], None]  # (run fo
 
 def train_runs(
     runs: Sequence[tuple[TrainConfig, Path]],
-    device,
+    device: torch.device | str,
     *,
     stack: bool | None = None,
     jobs: int | None = None,

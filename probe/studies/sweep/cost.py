@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from probe.studies.sweep.grid import SweepRun
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
+    from probe.tasks import Task, Tokenizer
     from probe.training.train_config import TrainConfig
 
 
@@ -318,14 +321,14 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     return EvaluationWork(passes, decoded=decoded, attended_tokens=attended)
 
 
-def padded_tokens(lengths, batch_size: int) -> int:
+def padded_tokens(lengths: Tensor, batch_size: int) -> int:
     """Tokens of ``lengths`` [example] read in length-sorted batches, each padded to its longest."""
     from probe.tasks.decoding import length_batches
 
     return sum(int(lengths[c].max()) * len(c) for c in length_batches(lengths, batch_size))
 
 
-def attended_tokens(task, tokenizer) -> int:
+def attended_tokens(task: Task, tokenizer: Tokenizer) -> int:
     """Padded tokens of the attended distances' default reading (:func:`probe.analysis.distances.attend_run`):
     up to ten gold examples of each unseen length bucket, in batches of its batch size."""
     import torch
