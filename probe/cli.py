@@ -17,6 +17,7 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from probe.errors import ProbeError
 
@@ -43,14 +44,14 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser, whose "invalid choice" line names the closest choice (``probe evl``: did you mean
     'eval'?). Subcommands' parsers are of this class too (argparse makes them of their parent's)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         choice = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)", message)
         if choice:
             choices = [c.strip("'") for c in choice.group(2).split(", ")]
             message += did_you_mean(choice.group(1), choices)
         super().error(message)
 
-    def unknown_flags(self, extras: Sequence[str]):
+    def unknown_flags(self, extras: Sequence[str]) -> NoReturn:
         """The error for arguments this (sub)parser does not take, with the closest flag it does take."""
         flags = [f for f in self._option_string_actions if f.startswith("--")]
         hints = "".join(did_you_mean(x.partition("=")[0], flags) for x in extras if x.startswith("--"))

@@ -231,9 +231,6 @@ def test_no_function_in_the_package_is_over_60_lines():
     assert not long, long
 
 
-LIBRARY_ONLY = {"commands", "explorer", "cli.py"}  # the CLI's and the explorer's own wiring, read by no library user
-
-
 def untyped(tree: ast.Module) -> list[tuple[int, str]]:
     """(line, name) of each public function and public class's public method (``__init__`` and ``__call__``
     too) that leaves an argument or its return unannotated (``__init__`` may leave its ``None``)."""
@@ -260,13 +257,12 @@ def untyped(tree: ast.Module) -> list[tuple[int, str]]:
     return found
 
 
-def test_the_library_s_public_functions_are_typed():
-    """What a library user calls (every module but the CLI's and the explorer's wiring) says what it takes and
-    gives: models as TransformerLens' own protocol (``TransformerLensModel``), figures as plotly's."""
+def test_every_public_function_is_typed():
+    """Every public function and method in probe/ says what it takes and gives: models as TransformerLens' own
+    protocol (``TransformerLensModel``), figures as plotly's, a run loaded from disk as ``PETransformer``."""
     bare = [
         f"{path.relative_to(PACKAGE.parent)}:{line} {name}"
         for path in PACKAGE.rglob("*.py")
-        if path.relative_to(PACKAGE).parts[0] not in LIBRARY_ONLY
         for line, name in untyped(ast.parse(path.read_text()))
     ]
     assert not bare, bare

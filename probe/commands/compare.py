@@ -4,6 +4,7 @@ similarity_per_layer), per length bucket, with NoPE vs NoPE' as the seed baselin
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from probe.commands.common import (
     add_checkpoints,
@@ -22,6 +23,11 @@ from probe.commands.common import (
     task_options,
     write_report,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from probe.analysis.results import CompareReport, CompareResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,7 +93,7 @@ def _layer(result, layer: int) -> str:
     return f"L{layer}" if other == layer else f"L{layer}:{other}"
 
 
-def pairing_note(report) -> str | None:
+def pairing_note(report: CompareReport) -> str | None:
     """One line per comparison of models of different depth: which layer of B each layer of A met."""
     lines = [
         f"{r.label}: " + ", ".join(f"A's L{layer} with B's L{m}" for layer, m in enumerate(r.paired))
@@ -103,7 +109,7 @@ def _ci(stats) -> str:
     return f"{float(stats.mean):.4f} [{float(stats.low):.4f}, {float(stats.high):.4f}]"
 
 
-def summary_table(report):
+def summary_table(report: CompareReport) -> Table:
     from rich.table import Table
 
     first = report.results[0]
@@ -125,7 +131,7 @@ def summary_table(report):
     return table
 
 
-def bucket_table(report):
+def bucket_table(report: CompareReport) -> Table:
     from rich.table import Table
 
     table = Table(title="average over layers, per length bucket (* = unseen length; v = from the valid split)")
@@ -144,7 +150,7 @@ def bucket_table(report):
     return table
 
 
-def detail_table(result):
+def detail_table(result: CompareResult) -> Table:
     from rich.table import Table
 
     table = Table(title=f"D^(l)({result.a.label}, {result.label}) per layer and length bucket (* = unseen length)")

@@ -4,10 +4,23 @@ train, and the table and ``--json`` of the results."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from probe.commands.common import add_checkpoints, add_device, add_json, add_pe_options, bar_columns, print_json
 from probe.precision import NAMES as PRECISION_NAMES
 from probe.presets import CPU_BF16
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from probe.training.bookkeeping import RunResult
+    from probe.training.parallel import RunFailure
+    from probe.training.train_config import TrainConfig
 
 
 def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
@@ -77,12 +90,17 @@ def add_capture(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def label(path) -> str:
+def label(path: Path) -> str:
     """``scan/nope/seed0``: a run folder relative to its checkpoints root."""
     return "/".join(path.parts[-3:])
 
 
-def results_table(title: str, results: list, columns: tuple[str, str], cells):
+def results_table(
+    title: str,
+    results: Sequence[RunResult | RunFailure],
+    columns: tuple[str, str],
+    cells: Callable[[RunResult], tuple[str, str]],
+) -> Table:
     """One row per run: its folder, status, steps, seconds and final loss, and ``columns`` from
     ``cells(result)`` (a rate and how it validated); failed runs in red."""
     from rich.table import Table
@@ -112,7 +130,9 @@ def results_table(title: str, results: list, columns: tuple[str, str], cells):
     return table
 
 
-def train_with_progress(configs: list, paths: list, device, args: argparse.Namespace, out) -> list:
+def train_with_progress(
+    configs: Sequence[TrainConfig], paths: Sequence[Path], device: torch.device, args: argparse.Namespace, out: Console
+) -> list[RunResult | RunFailure]:
     """Train ``configs`` into ``paths`` as the device trains best (:func:`probe.training.parallel.train_runs`:
     ``--stack``, ``--jobs``), one progress bar per run (a line per tenth of a run where output is not a
     terminal); the :class:`~probe.training.bookkeeping.RunResult` or
@@ -204,7 +224,7 @@ def _bar_events(progress, bars: dict, out):
     return on_event
 
 
-def report_results(results: list, args: argparse.Namespace, out) -> int:
+def report_results(results: Sequence[RunResult | RunFailure], args: argparse.Namespace, out: Console) -> int:
     """Failures in red, ``--json`` on stdout; the exit status (1 if a run failed)."""
     from probe.training.parallel import RunFailure
 

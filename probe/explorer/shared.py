@@ -21,6 +21,8 @@ from probe.models.registry import PE_LABELS
 from probe.runs.folders import DEFAULT_CHECKPOINTS, Run, find_runs
 
 if TYPE_CHECKING:
+    from streamlit.delta_generator import DeltaGenerator
+
     from probe.analysis.eval_report import EvalReport
     from probe.models.transformer import PETransformer
     from probe.tasks import Tokenizer
@@ -327,7 +329,7 @@ def measure_each(chosen: list[str], by_path: dict[str, Run], what: str, measure:
     return results
 
 
-def examples_per_bucket(where, key: str, help: str) -> int:
+def examples_per_bucket(where: DeltaGenerator, key: str, help: str) -> int:
     """The "Examples per length bucket" input every analysis page has (1 to 200, default 10, in the URL)."""
     return where.number_input(
         "Examples per length bucket", min_value=1, max_value=200, value=10, key=key, bind="query-params", help=help

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -11,6 +12,9 @@ from probe.explorer import shared
 from probe.figures import attention_heatmaps
 from probe.tasks import get as get_task
 from probe.tasks.tokenizer import SPECIALS
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 st.header("Attention")
 st.caption(
@@ -26,7 +30,7 @@ def test_split(task: str, options_json: str) -> list:
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=64)
-def attention(path: str, version: float, source: str, target: str | None):
+def attention(path: str, version: float, source: str, target: str | None) -> tuple[list[str], Tensor]:
     from probe.analysis.patterns import example_attention
 
     model = shared.cached_model(path, version)

@@ -5,6 +5,7 @@ on held-out windows at 1x and 2x their training context."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import streamlit as st
 
@@ -37,7 +38,7 @@ def comparison(
     lengths: str,
     baseline: bool,
     options: str = "{}",
-):
+) -> dict[str, Any]:
     """What `probe compare A B` computes, as it writes it (JSON); ``hf:`` models read the held-out files of the
     corpus ``options`` (JSON) name, at its context."""
     from probe.analysis import compare_report

@@ -15,7 +15,7 @@ st.header("Models")
 st.caption(f"Checkpoints under `{shared.checkpoints_root()}`")
 
 
-def percent(value) -> str:
+def percent(value: object) -> str:
     return f"{100 * value:.1f}%" if isinstance(value, (int, float)) else "–"
 
 

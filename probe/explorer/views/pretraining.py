@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -13,6 +14,13 @@ from probe.errors import ProbeError
 from probe.explorer import shared
 from probe.figures import attention_heatmaps, perplexity_figure
 from probe.subjects import context_sizes, training_context
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from probe.corpus.prepared import PreparedCorpus
+    from probe.subjects.subject import Loaded
+    from probe.subjects.windows import HeldoutFiles
 
 MEASURE = "measure here"
 REPORT = "perplexity.json"
@@ -39,7 +47,7 @@ def measured(paths: tuple[str, ...], versions: tuple[float, ...], max_files: int
 
 
 @st.cache_resource(show_spinner="Loading the held-out files…", max_entries=4)
-def corpus_of(path: str, version: float):
+def corpus_of(path: str, version: float) -> PreparedCorpus:
     """The prepared corpus beside a code run, checked to be the one it was trained on."""
     from probe.corpus.prepared import run_corpus
     from probe.models.checkpoint import read_checkpoint_config
@@ -48,7 +56,7 @@ def corpus_of(path: str, version: float):
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=32)
-def file_attention(path: str, version: float, index: int, context: int, layer: int):
+def file_attention(path: str, version: float, index: int, context: int, layer: int) -> tuple[list[str], str, Tensor]:
     """The last ``context`` tokens of held-out file ``index``: their labels, the text, and layer ``layer``'s
     attention maps [head, query, key], the only layer held."""
     from probe.analysis.patterns import capture_layers
@@ -62,7 +70,7 @@ def file_attention(path: str, version: float, index: int, context: int, layer: i
 
 
 @st.cache_resource(show_spinner="Loading the model and reading the held-out files with its tokenizer…", max_entries=2)
-def hf_files(name: str, options: str):
+def hf_files(name: str, options: str) -> tuple[Loaded, HeldoutFiles, int]:
     """An hf: model (CPU), the held-out files of the corpus ``options`` (JSON) name in its token ids, and
     the context T it reads them at."""
     import torch
@@ -76,7 +84,7 @@ def hf_files(name: str, options: str):
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=32)
-def hf_file_attention(name: str, options: str, index: int, context: int, layer: int):
+def hf_file_attention(name: str, options: str, index: int, context: int, layer: int) -> tuple[list[str], str, Tensor]:
     """The last ``context`` tokens of held-out file ``index`` read by an hf: model (its BOS first where its
     tokenizer adds one): their labels, the text, and layer ``layer``'s maps [head, query, key], the only
     layer held."""

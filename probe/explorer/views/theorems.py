@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
@@ -9,6 +11,9 @@ from plotly.subplots import make_subplots
 
 from probe.theorems import checks
 from probe.theorems.constructions import theorem_model
+
+if TYPE_CHECKING:
+    from probe.models.transformer import PETransformer
 
 st.header("Theorems 1 and 2: NoPE can represent absolute and relative positions")
 st.caption(
@@ -32,7 +37,7 @@ length = st.slider(
 
 
 @st.cache_resource(show_spinner="Building the construction…", max_entries=8)
-def construction(max_length: int, dtype: str, seed: int):
+def construction(max_length: int, dtype: str, seed: int) -> PETransformer:
     return theorem_model(max_length, seed=seed, dtype=checks.parse_dtype(dtype))
 
 
@@ -55,7 +60,14 @@ def views(max_length: int, dtype: str, seed: int, length: int) -> tuple[dict, di
     )
 
 
-def heatmap(matrix, title: str, x_title: str, y_title: str, x_labels=None, y_labels=None) -> go.Figure:
+def heatmap(
+    matrix: np.ndarray,
+    title: str,
+    x_title: str,
+    y_title: str,
+    x_labels: list[str] | None = None,
+    y_labels: list[str] | None = None,
+) -> go.Figure:
     """A weight matrix with 1-based row and column numbers (the paper's), values on hover."""
     rows, cols = matrix.shape
     figure = go.Figure(
@@ -83,7 +95,7 @@ def heatmap(matrix, title: str, x_title: str, y_title: str, x_labels=None, y_lab
     return figure
 
 
-def bars(values, title: str, x_title: str, y_title: str) -> go.Figure:
+def bars(values: np.ndarray, title: str, x_title: str, y_title: str) -> go.Figure:
     """A weight vector, one bar per entry (1-based), values on hover."""
     figure = go.Figure(
         go.Bar(
