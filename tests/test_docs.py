@@ -248,6 +248,23 @@ def test_the_numbers_the_docs_quote_are_the_committed_results_as_their_scripts_w
         )
 
 
+def test_the_readme_job_runs_the_start_here_line_and_its_timing_is_the_committed_measurement():
+    """bench/readme_job.py runs the README's first bash block as written, cut before `probe train` to time the
+    set-up apart; the README and Start here quote its committed measurement, not a typed time."""
+    readme_job = bench_script("readme_job")
+    readme = (ROOT / "README.md").read_text()
+    setup, job = readme_job.start_here(readme)
+    line = re.search(r"```bash\n(.*?)\n```", readme, re.S).group(1)
+    assert f"{setup} && {job}" == line and job == "probe train" and setup.startswith("python3 -m venv .venv")
+    with pytest.raises(SystemExit, match="does not end in"):
+        readme_job.start_here("```bash\npip install probe\n```")
+    measured = json.loads((ROOT / "bench" / "results" / "readme_job_cpu.json").read_text())
+    assert measured["setup_status"] == 0 and measured["train_status"] == 0
+    assert measured["setup"] == setup and measured["job"] == job  # the line the pages show is the one timed
+    for page in (ROOT / "README.md", ROOT / "docs" / "getting-started.md"):
+        assert _block(page, "readme-job") == readme_job.sentence(measured), page
+
+
 def test_the_docs_number_layers_from_0():
     """Every layer and stream label on the pages of measured numbers counts from 0, as the commands print them:
     the 2-layer main job has layers 0 and 1, never a layer 2."""
