@@ -3,6 +3,7 @@ or, with ``--old-tree``, against another checkout of probe (issue 51: new / old 
 
     python bench/interventions.py [--device cuda] [--presets tiny small] [--length 64] [--batch 64]
     python bench/interventions.py --old-tree /tmp/probe-old [--turns 15]
+    python bench/interventions.py --reuse --docs     # the table of docs/extrapolation.md from the results file
 
 Per preset and PE (NoPE, T5, Rotary), the evaluation forward pass (eval mode, no gradient) on a batch of
 random tokens at ``--length`` (SCAN's unseen test sequences are 30 to 60 tokens; a PE's cost does not depend
@@ -10,7 +11,7 @@ on what the tokens say), untouched and under each intervention of :mod:`probe.mo
 variants interleaved in one run. ``hooked`` is the untouched model on its explicit attention path (an
 identity hook on every layer's scores): every score intervention takes that path, so ``hooked`` / ``none``
 is what the path costs and each intervention / ``hooked`` what its own elementwise work costs.
-Writes bench/results/interventions_<device>.json.
+Writes bench/results/interventions_<device>.json; ``--docs`` renders it into docs/extrapolation.md.
 
 With ``--old-tree``, each side is a worker process (this file run with ``--worker``, that side's tree first on
 ``PYTHONPATH``, one torch thread) that builds the same model and batch and times every variant's forward
@@ -34,7 +35,7 @@ from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import torch
-from common import add_common_args, header, interleave, medians, paired_ratio, setup, write_json
+from common import RESULTS, add_common_args, fill_block, header, interleave, medians, paired_ratio, setup, write_json
 
 from probe.models import build_model
 from probe.models.interventions import Intervention
@@ -43,6 +44,16 @@ HERE = Path(__file__).resolve()
 
 TARGET = 1.10
 VOCAB = 24
+DOCS = HERE.parent.parent / "docs" / "extrapolation.md"
+COLUMNS = {  # each variant's column in the docs' table, in its order
+    "hooked": "explicit path (identity hook)",
+    "temperature": "temperature",
+    "log-length": "log-length",
+    "head-temperature": "per-head",
+    "window+sinks": "window + sinks",
+    "log-length+window": "log-length + window",
+    "cap": "cap",
+}
 
 
 def variants_of(pe: str, length: int) -> dict[str, Intervention | None]:
@@ -178,6 +189,29 @@ def against_old(args: argparse.Namespace) -> None:
     print(f"worst new / old: {worst:.3f} (target 1.03); wrote {path}")
 
 
+def docs_table(payload: dict) -> str:
+    """The page's table: each preset and PE's forward pass under each variant over the untouched model, with
+    how it was measured and beside what load."""
+    from probe.models.registry import PE_LABELS
+
+    load = payload["load_average_1_5_15min"]["before"][0]
+    lines = [
+        f"`python bench/{payload['command'].removeprefix('python ').removeprefix('bench/')}` "
+        f"(`bench/results/interventions_{payload['device']}.json`, {payload['machine']['cpu']}, "
+        f"{payload['machine']['torch_threads']} thread, load average {load:.1f} before it): {payload['what']}; "
+        f"{payload['timing']}.",
+        "",
+        "| preset / PE | " + " | ".join(COLUMNS.values()) + " |",
+        "|---|" + "---|" * len(COLUMNS),
+    ]
+    for key, result in payload["results"].items():
+        preset, pe = key.split("/")
+        ratios = result["vs_none"]
+        cells = [f"{ratios[n]:.2f}" if n in ratios else "–" for n in COLUMNS]
+        lines.append(f"| {preset} / {PE_LABELS.get(pe, pe)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(parser, repeats=30)
@@ -190,6 +224,8 @@ def main() -> None:
     parser.add_argument("--new-tree", type=Path, default=HERE.parent.parent)
     parser.add_argument("--turns", type=int, default=15, help="with --old-tree: turns per variant")
     parser.add_argument("--name", help="with --old-tree: results file bench/results/<name>_cpu.json")
+    parser.add_argument("--docs", action="store_true", help="render the results into docs/extrapolation.md")
+    parser.add_argument("--reuse", action="store_true", help="with --docs: render the committed results, no timing")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--preset", default="tiny", help=argparse.SUPPRESS)
     parser.add_argument("--pe", default="nope", help=argparse.SUPPRESS)
@@ -198,6 +234,9 @@ def main() -> None:
         return worker(args)
     if args.old_tree is not None:
         return against_old(args)
+    if args.reuse:
+        fill_block(DOCS, "interventions", docs_table(json.loads((RESULTS / "interventions_cpu.json").read_text())))
+        return None
     device = setup(args)
     load = os.getloadavg()
     tokens = torch.randint(0, VOCAB, (args.batch, args.length), generator=torch.Generator().manual_seed(args.seed))
@@ -236,6 +275,8 @@ def main() -> None:
     for key, r in results.items():
         print(key, "  ".join(f"{n} {v:.3f}" for n, v in r["vs_none"].items()))
     print(f"worst against none: {worst:.3f} (target {TARGET}); wrote {path}")
+    if args.docs and device.type == "cpu":
+        fill_block(DOCS, "interventions", docs_table(payload))
 
 
 if __name__ == "__main__":

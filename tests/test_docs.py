@@ -265,6 +265,18 @@ def test_the_readme_job_runs_the_start_here_line_and_its_timing_is_the_committed
         assert _block(page, "readme-job") == readme_job.sentence(measured), page
 
 
+def test_the_interventions_cost_table_is_the_committed_measurement():
+    """docs/extrapolation.md's cost of each intervention is bench/interventions.py's rendering of its results file,
+    every variant it timed in its column."""
+    interventions = bench_script("interventions")
+    measured = json.loads((ROOT / "bench" / "results" / "interventions_cpu.json").read_text())
+    block = _block(ROOT / "docs" / "extrapolation.md", "interventions")
+    assert block == interventions.docs_table(measured), "run python bench/interventions.py --reuse --docs"
+    timed = {variant for result in measured["results"].values() for variant in result["vs_none"]}
+    cap = measured["results"]["tiny/rotary"]["vs_none"]["cap"]
+    assert timed <= set(interventions.COLUMNS) and "| tiny / Rotary |" in block and f"{cap:.2f} |" in block
+
+
 def test_the_docs_number_layers_from_0():
     """Every layer and stream label on the pages of measured numbers counts from 0, as the commands print them:
     the 2-layer main job has layers 0 and 1, never a layer 2."""
