@@ -54,7 +54,7 @@ def test_a_run_that_asks_lands_with_the_attended_distances_probe_distances_reads
     assert main(["distances", str(run.path), "--out", str(tmp_path / "cli")]) == 0
     (cli_json,) = (tmp_path / "cli").glob("*.json")
     (expected,) = json.loads(cli_json.read_text())["runs"]
-    summary, _ = read_summary(write_summaries("s", "copy", [run], tmp_path / "summaries")[0])
+    summary, _ = read_summary(write_summaries("s", run.path.parents[1].name, [run], tmp_path / "summaries")[0])
     kept = summary["runs"][0]["attended"]
     assert kept["weightings"] == expected["weightings"] and kept["n_examples"] == expected["n_examples"] > 0
     assert kept["run"] == {"pe": "nope", "seed": 0, "label": expected["run"]["label"]}  # no machine's path
@@ -70,7 +70,10 @@ def test_a_run_that_does_not_ask_keeps_none_and_the_price_counts_the_tokens_the_
     plain = _trained(tmp_path / "plain")
     evaluate([plain], torch.device("cpu"))
     assert not (plain.path / ATTENDED).exists()
-    assert "attended" not in read_summary(write_summaries("s", "copy", [plain], tmp_path / "s1")[0])[0]["runs"][0]
+    assert (
+        "attended"
+        not in read_summary(write_summaries("s", plain.path.parents[1].name, [plain], tmp_path / "s1")[0])[0]["runs"][0]
+    )
     assert sweep.evaluation_work(plain).attended_tokens == 0
 
     run = _trained(tmp_path / "asks", attended=True)
@@ -172,10 +175,11 @@ def test_the_paper_s_reading_holds_part_by_part_on_hand_made_histograms():
 def test_the_merge_hands_back_each_runs_attended_distances(tmp_path):
     run = _trained(tmp_path, attended=True)
     evaluate([run], torch.device("cpu"))
-    paths = write_summaries("s", "copy", [run], tmp_path / "summaries")
-    merged = merge(paths, scenarios=["copy"], seeds=[0], study="s")
-    assert list(merged.attended) == [("copy", "nope", 0)]
-    assert merged.attended[("copy", "nope", 0)] == read_summary(paths[0])[0]["runs"][0]["attended"]
+    scenario = run.path.parents[1].name
+    paths = write_summaries("s", scenario, [run], tmp_path / "summaries")
+    merged = merge(paths, scenarios=[scenario], seeds=[0], study="s")
+    assert list(merged.attended) == [(scenario, "nope", 0)]
+    assert merged.attended[(scenario, "nope", 0)] == read_summary(paths[0])[0]["runs"][0]["attended"]
 
 
 def test_the_section6_report_tabulates_reads_and_draws_the_attended_distances_its_summaries_keep(tmp_path):

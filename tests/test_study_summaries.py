@@ -109,6 +109,26 @@ def test_two_summaries_of_one_part_are_an_error_and_a_broken_one_is_named(tmp_pa
         merge([path, copy])
 
 
+def test_a_summary_holding_another_parts_runs_is_named_not_merged(tmp_path):
+    """A seed-0 summary copied as seed 1 by hand (its runs still seed 0's) would add seed 0's runs a second time
+    under seed 1: the merge names the file instead; so for a run of another scenario."""
+    runs = _trained(tmp_path, 1, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
+    (path,) = write_summaries("section3", "scan+split=paper", runs, tmp_path / "a")
+    data = json.loads(path.read_text())
+    copied = tmp_path / "b" / path.name.replace("seed0", "seed1")
+    copied.parent.mkdir()
+    copied.write_text(json.dumps({**data, "seed": 1}))
+    with pytest.raises(
+        ProbeError, match="says scan\\+split=paper at seed 1, but holds a run of scan\\+split=paper at seed 0"
+    ):
+        merge([path, copied])
+    data["runs"][2]["evaluation"]["task_folder"] = "copy+split=paper"
+    copied.write_text(json.dumps(data))
+    with pytest.raises(ProbeError, match="holds a run of copy\\+split=paper at seed 0"):
+        read_summary(copied)
+    assert len(merge([path]).evaluations) == 5
+
+
 def test_the_report_of_merged_seeds_ranks_with_an_interval_and_says_which_orderings_hold(tmp_path):
     runs = _trained(tmp_path, 2, {"nope": 0.5, "t5": 0.4, "alibi": 0.3, "rotary": 0.2, "ape": 0.1})
     seed1 = [r for r in runs if r.config.seed == 1]

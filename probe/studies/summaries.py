@@ -149,9 +149,17 @@ def read_summary(path: str | Path) -> tuple[dict[str, Any], list[EvalReport]]:
             raise ValueError("not a study summary")
         data["recipe"] = {**RECIPE_LEGACY, **data["recipe"]}
         data["runs"] = [{**row, **{k: v for k, v in ROW_LEGACY.items() if row.get(k) is None}} for row in data["runs"]]
-        return data, [EvalReport.from_json(row["evaluation"]) for row in data["runs"]]
+        reports = [EvalReport.from_json(row["evaluation"]) for row in data["runs"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ProbeError(f"{path}: not a readable study summary ({error})") from None
+    part = (data.get("scenario"), data.get("seed"))
+    for report in reports:  # a summary edited or copied by hand must not slip another part's runs in
+        if (report.task_folder, report.seed) != part:
+            raise ProbeError(
+                f"{path}: says {part[0]} at seed {part[1]}, but holds a run of {report.task_folder} at seed "
+                f"{report.seed} ({report.label}); it is not one part's summary"
+            )
+    return data, reports
 
 
 @dataclass(frozen=True)
