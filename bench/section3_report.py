@@ -33,7 +33,7 @@ from probe.analysis.chance import no_better  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
 from probe.studies.reproduce import ladder, merged_report, plan, scenarios  # noqa: E402
-from probe.studies.reproduce_report import markdown, seed_range  # noqa: E402
+from probe.studies.reproduce_report import interval_rank_figure, markdown, seed_range  # noqa: E402
 from probe.studies.summaries import Merged  # noqa: E402
 
 STUDY = "section3"
@@ -118,28 +118,16 @@ def panels(merged: Merged, report: dict) -> dict[str, dict]:
 
 
 def write_figures(report: dict, merged: Merged, folder: Path) -> list[Path]:
-    from probe.figures import accuracy_panels, rank_figure, write_figure
+    from probe.figures import accuracy_panels, write_figure
 
     written = []
     for who in ("ours", "paper"):
-        intervals = report["mrr_intervals"][who]
-        if not intervals:
-            continue
-        means = {name: {pe: r["mrr"] for pe, r in entry["pes"].items()} for name, entry in intervals.items()}
-        spans = {
-            name: {pe: (r["low"], r["high"]) for pe, r in entry["pes"].items()} for name, entry in intervals.items()
-        }
-        seeds = sorted({s for entry in intervals.values() for s in entry["seeds"]})
-        scenarios = max(entry["scenarios"] for entry in intervals.values())
-        whose = "ours, tiny" if who == "ours" else "the paper's released runs, base (SCAN, PCFG, copy, reverse)"
-        bars = "bars: 95% bootstrap interval over seeds" if len(seeds) > 1 else "one seed: no interval"
-        title = (
-            f"Mean reciprocal rank by OOD exact match<br><sup>{whose}: {scenarios} scenarios, "
-            f"seed(s) {', '.join(map(str, seeds))}; {bars}</sup>"
-        )
-        spans = spans if len(seeds) > 1 else None  # a bootstrap over one seed is a point, not an interval
-        figure = rank_figure(means, title, "mean reciprocal rank", y_range=(0, 1.05), intervals=spans)
-        written += write_figure(figure, folder / f"section3_mrr_{who}")
+        if report["mrr_intervals"][who]:
+            whose = "ours, tiny" if who == "ours" else "the paper's released runs, base (SCAN, PCFG, copy, reverse)"
+            figure = interval_rank_figure(
+                report["mrr_intervals"][who], f"Mean reciprocal rank by OOD exact match, {whose}"
+            )
+            written += write_figure(figure, folder / f"section3_mrr_{who}")
     figure = accuracy_panels(panels(merged, report), "Exact match by length per scenario (tiny; seen lengths shaded)")
     written += write_figure(figure, folder / "section3_showcase")
     return written

@@ -15,7 +15,7 @@ from probe.reference import CATEGORIES
 from probe.runs.provenance import code_version
 from probe.studies import section6, section6_view
 from probe.studies.reproduce import plan, scenarios
-from probe.studies.reproduce_report import markdown, report_of
+from probe.studies.reproduce_report import figures, markdown, report_of
 from probe.studies.summaries import merge, read_summary, summary_name, write_summaries
 
 PAPER_PES = ["nope", "t5", "alibi", "rotary", "ape"]
@@ -148,6 +148,14 @@ def test_the_report_of_merged_seeds_ranks_with_an_interval_and_says_which_orderi
     assert "2 of 6 pairs apart beyond the seeds' intervals" in line
     table = markdown(report)
     assert "| NoPE | 0,1 | " in table and "| 30.0% [10.0%, 50.0%] |" in table  # the mean and each seed's extreme
+    # the figure draws the ranking the lines print: NoPE's bar at its mean, its error bar the seeds' interval
+    figure = figures(report)["mrr_ours"]
+    nope_bar = next(trace for trace in figure.data if trace.name == "NoPE")
+    assert list(nope_bar.y) == pytest.approx([(1 + 1 / 5) / 2])
+    assert nope_bar.error_y.array[0] == pytest.approx(1.0 - 0.6) and nope_bar.error_y.arrayminus[0] == pytest.approx(
+        0.4
+    )
+    assert "1 scenario, seed(s) 0, 1" in figure.layout.title.text
 
 
 def _lscpu_model() -> str:

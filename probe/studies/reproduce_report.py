@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.analysis.chance import GUESS_SHOWN, guess_of
 from probe.analysis.eval_report import EvalReport, mean_over_seeds, read_eval
@@ -22,6 +22,9 @@ from probe.studies.ranks import (
     without_repeats,
 )
 from probe.studies.sweep import SweepRun
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 REPORT = "report"
 RANKING_ONLY = frozenset({"section3", "section6"})
@@ -334,7 +337,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
     """{name: plotly figure} of the report, the paper's series dashed beside ours; Section 6's where the study is
     its."""
 
-    from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure, rank_figure
+    from probe.figures import accuracy_by_length, attended_distance_figure, layer_distance_figure
 
     out: dict[str, Any] = {}
     for folder, entry in report["tasks"].items():
@@ -355,18 +358,35 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
                 entry["distances"]["series"], f"{folder}: normalized attended distance (unseen lengths)"
             )
     for who in ("ours", "paper"):
-        ranks = without_repeats(report["mrr"][who])
-        if not ranks:
-            continue
-        out[f"mrr_{who}"] = rank_figure(
-            ranks,
-            f"mean reciprocal rank by OOD exact match, {who} (higher is better)",
-            "mean reciprocal rank (1 = always first)",
-            y_range=(0, 1),
-        )
+        if report["mrr_intervals"][who]:
+            out[f"mrr_{who}"] = interval_rank_figure(
+                report["mrr_intervals"][who], f"Mean reciprocal rank by OOD exact match, {who} (higher is better)"
+            )
     if report.get("section6"):
         out |= section6_view.figures(report["section6"])
     return out
+
+
+def interval_rank_figure(intervals: dict[str, Any], title: str) -> go.Figure:
+    """The ranks of :func:`~probe.studies.ranks.rank_intervals` as bars per category (``overall`` where it pools
+    more than one), each with its interval over seeds where there are two seeds or more, and what they rest on
+    under ``title``: the figure of the ranking the report's lines print."""
+    from probe.figures import rank_figure
+
+    ranks = without_repeats(intervals)
+    means = {name: {pe: r["mrr"] for pe, r in entry["pes"].items()} for name, entry in ranks.items()}
+    spans = {name: {pe: (r["low"], r["high"]) for pe, r in entry["pes"].items()} for name, entry in ranks.items()}
+    seeds = sorted({seed for entry in ranks.values() for seed in entry["seeds"]})
+    scenarios = max(entry["scenarios"] for entry in ranks.values())
+    bars = "bars: 95% bootstrap interval over seeds" if len(seeds) > 1 else "one seed: no interval"
+    rests = f"{scenarios} scenario{'s' * (scenarios != 1)}, seed(s) {', '.join(map(str, seeds))}; {bars}"
+    return rank_figure(
+        means,
+        f"{title}<br><sup>{rests}</sup>",
+        "mean reciprocal rank (1 = always first)",
+        y_range=(0, 1.05),
+        intervals=spans if len(seeds) > 1 else None,  # a bootstrap over one seed is a point, not an interval
+    )
 
 
 def write_report(report: dict[str, Any], out: str | Path) -> list[Path]:
