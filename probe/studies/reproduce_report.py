@@ -358,9 +358,9 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
                 entry["distances"]["series"], f"{folder}: normalized attended distance (unseen lengths)"
             )
     for who in ("ours", "paper"):
-        if report["mrr_intervals"][who]:
+        if intervals := report.get("mrr_intervals", {}).get(who):  # a report written before them has none
             out[f"mrr_{who}"] = interval_rank_figure(
-                report["mrr_intervals"][who], f"Mean reciprocal rank by OOD exact match, {who} (higher is better)"
+                intervals, f"Mean reciprocal rank by OOD exact match, {who} (higher is better)"
             )
     if report.get("section6"):
         out |= section6_view.figures(report["section6"])
