@@ -117,10 +117,11 @@ def main() -> None:
     print(f"wrote {path}")
     if setup_status or train_status:
         sys.exit(f"the README's command failed (set-up {setup_status}, main job {train_status}); see {path}")
-    print(sentence(result), end="")
+    line = sentence(result)
+    print(line, end="")
     if args.docs:
         for page in PAGES:
-            fill_block(page, "readme-job", sentence(result))
+            fill_block(page, "readme-job", line)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from common import RESULTS, add_study_arguments, fill_block  # noqa: E402
 from probe.analysis.chance import no_better  # noqa: E402
 from probe.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from probe.models.registry import FIGURE_ORDER, PE_LABELS  # noqa: E402
+from probe.studies.ranks import with_interval  # noqa: E402
 from probe.studies.reproduce import ladder, merged_report, plan, scenarios  # noqa: E402
 from probe.studies.reproduce_report import interval_rank_figure, markdown, seed_range  # noqa: E402
 from probe.studies.summaries import Merged  # noqa: E402
@@ -198,14 +199,7 @@ def docs_tables(report: dict, missing: list[tuple[str, int]], seeds: list[int]) 
     views += [(f"{who}, ties split", {"overall": shared[who]["overall"]}) for who in shared if "overall" in shared[who]]
     for who, intervals in views:
         for name, entry in intervals.items():
-            cells = []
-            for pe in pes:
-                r = entry["pes"].get(pe)
-                cells.append(
-                    "–"
-                    if r is None
-                    else f"{r['mrr']:.2f}" + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
-                )
+            cells = [with_interval(entry["pes"][pe]) if pe in entry["pes"] else "–" for pe in pes]
             seeds_used = ",".join(map(str, entry["seeds"]))
             lines.append(f"| {name} | {who} | {entry['scenarios']} | {seeds_used} | " + " | ".join(cells) + " |")
     lines += [

@@ -9,12 +9,15 @@ same logits.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from probe.models.kv_cache import CacheEntry
+if TYPE_CHECKING:
+    from probe.models.kv_cache import CacheEntry
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 

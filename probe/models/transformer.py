@@ -18,11 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from transformer_lens import ActivationCache
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import lm_cross_entropy_loss
@@ -31,9 +30,13 @@ from probe.errors import ProbeError
 from probe.models.attention import PEAttention
 from probe.models.components import Block, Embed, TiedUnembed, Unembed, make_norm
 from probe.models.hooked import HookedModel
-from probe.models.kv_cache import KeyValueCache
 from probe.models.model_config import ModelConfig
 from probe.models.registry import make_positional_encoding
+
+if TYPE_CHECKING:
+    from transformer_lens import ActivationCache
+
+    from probe.models.kv_cache import KeyValueCache
 
 # Buffers of checkpoints written on TransformerLens 3.x that nothing reads now: its causal masks and
 # rotary tables.

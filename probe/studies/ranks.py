@@ -88,9 +88,13 @@ def ranked_text(entry: dict[str, Any]) -> str:
     first, each with its interval over seeds where it has width."""
     from probe.models.registry import PE_LABELS
 
-    pes = entry["pes"]
-    spread = {pe: f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "" for pe, r in pes.items()}
-    return ", ".join(f"{PE_LABELS.get(pe, pe)} {r['mrr']:.2f}{spread[pe]}" for pe, r in pes.items())
+    return ", ".join(f"{PE_LABELS.get(pe, pe)} {with_interval(r)}" for pe, r in entry["pes"].items())
+
+
+def with_interval(rank: dict[str, float]) -> str:
+    """``0.77 [0.73, 0.80]``: a mean reciprocal rank with its interval over seeds, ``0.77`` where it has no width."""
+    spread = f" [{rank['low']:.2f}, {rank['high']:.2f}]" if rank["high"] > rank["low"] else ""
+    return f"{rank['mrr']:.2f}{spread}"
 
 
 def rests_on(entry: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from probe.models.registry import FIGURE_ORDER, PE_LABELS
 from probe.studies.attended import FAR, NEAR, UNIFORM
 from probe.studies.formats import task_label
 from probe.studies.plans import PE_SETS
-from probe.studies.ranks import ranked_text, rests_on
+from probe.studies.ranks import ranked_text, rests_on, with_interval
 
 PES = list(PE_SETS["paper"])  # the paper's five, in its figures' order
 
@@ -93,10 +93,7 @@ def _gain_table(fmt: str, gains: dict[str, dict], pes: list[str]) -> list[str]:
 
 def _ranked(entry: dict) -> str:
     """``full 0.45 [0.40, 0.50], C 0.26``: each format's mean reciprocal rank, its interval where it has width."""
-    return ", ".join(
-        f"{fmt} {r['mrr']:.2f}" + (f" [{r['low']:.2f}, {r['high']:.2f}]" if r["high"] > r["low"] else "")
-        for fmt, r in entry["formats"].items()
-    )
+    return ", ".join(f"{fmt} {with_interval(r)}" for fmt, r in entry["formats"].items())
 
 
 def _per_pe_lines(per_pe: dict[str, dict]) -> list[str]:
