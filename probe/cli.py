@@ -42,7 +42,13 @@ COMMANDS = (
 
 class Parser(argparse.ArgumentParser):
     """argparse's parser, whose "invalid choice" line names the closest choice (``probe evl``: did you mean
-    'eval'?). Subcommands' parsers are of this class too (argparse makes them of their parent's)."""
+    'eval'?). Subcommands' parsers are of this class too (argparse makes them of their parent's). A flag is
+    taken only as spelled: argparse's prefix matching would read ``--cpus`` as ``--cpus-per-run``, and a script
+    written so would change meaning the day a second flag shares the prefix."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         choice = re.search(r"invalid choice: '?([^' ]*)'? \(choose from (.*)\)", message)

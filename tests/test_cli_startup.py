@@ -38,6 +38,8 @@ def test_building_the_parser_imports_neither_torch_nor_transformer_lens():
         (["eval", "--bogus"], "usage: probe eval", "unrecognized arguments: --bogus"),
         (["eval", "--chekpoints", "x"], "usage: probe eval", "did you mean '--checkpoints'?"),
         (["evl"], "usage: probe ", "did you mean 'eval'?"),
+        (["sweep", "--cpus", "1", "--dry-run"], "usage: probe sweep", "unrecognized arguments: --cpus 1"),
+        (["train", "--check", "x"], "usage: probe train", "did you mean '--checkpoints'?"),
         (["extrapolate", "--family", "temprature"], "usage: probe extrapolate", "did you mean 'temperature'?"),
     ],
 )

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,39 @@ def test_every_commands_help_is_on_the_commands_page():
     assert page == helper.written(page), "docs/commands.md is out of date: run python docs/help.py"
     for name in ("train", "eval", "compare", "distances", "positions", "sweep", "reproduce", "import", "pes"):
         assert f"### `probe {name} --help`" in page
+
+
+def _documented_commands(text: str) -> list[str]:
+    """Every `probe ...` command in the page's fenced code blocks, continuations joined, one per shell step."""
+    commands = []
+    for block in re.findall(r"(?ms)^```[a-z]*\n(.*?)^```", text):
+        for line in re.sub(r"\s*\\\n\s*", " ", block).splitlines():
+            steps = re.split(r"&&|;|\|", line.strip().removeprefix("$ "))
+            commands += [step.strip() for step in steps if step.strip().startswith("probe ")]
+    return commands
+
+
+def test_every_command_the_pages_show_parses_as_written(capsys):
+    """A flag renamed, or one the pages abbreviate (the parser takes a flag only as spelled), fails here."""
+    from probe.cli import build_parser
+
+    parser = build_parser()
+    shown = [
+        c
+        for page in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+        for c in _documented_commands(page.read_text())
+    ]
+    assert len(shown) >= 30
+    for command in shown:
+        try:
+            _, extras = parser.parse_known_args(shlex.split(command, comments=True)[1:])
+        except SystemExit as exit_:
+            extras = [] if exit_.code == 0 else [capsys.readouterr().err.strip().splitlines()[-1]]
+        assert not extras, f"{command!r}: {extras}"
+    assert _documented_commands("```bash\nprobe train --pe nope \\\n  --steps 5 && probe eval\n```\n") == [
+        "probe train --pe nope --steps 5",
+        "probe eval",
+    ]
 
 
 def test_the_readme_is_short_and_its_links_resolve():
