@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, write_json  # noqa: E402
 
-from probe.subjects.resolve import HF_CONTEXT  # noqa: E402
+from probe.presets import HF_CONTEXT  # noqa: E402
 
 FIELDS = {
     "wall_s": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)",

@@ -28,6 +28,8 @@ _LAZY = {
     "compare_runs": "probe.analysis",
     "compare_report": "probe.analysis",
     "attended_distance_report": "probe.analysis",
+    "positions_report": "probe.analysis.positions",
+    "perplexity_report": "probe.analysis.perplexity",
     "ReadSettings": "probe.subjects.settings",
 }
 __all__ = sorted(_LAZY)

@@ -84,6 +84,10 @@ LM_RECIPES: dict[str, dict[str, Any]] = {
 CPU_BF16 = frozenset({"small"})
 RECIPE_DEFAULTS = dict(weight_decay=0.05, warmup=0.06, schedule="polynomial", beta2=0.999)  # the paper's (HF's) AdamW
 CONTEXTS = {"tiny": 128, "small": 256, "base": 512, "lm-1b": 1024}  # training context on code (the paper: 1024)
+# T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of
+# 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
+# under 3 minutes at 256, where 151 and 146 of the default corpus's 200 held-out files reach 2x and 2.5x
+HF_CONTEXT = 256
 
 # `probe extrapolate`'s intervention families: fixed rules take the length trained on; tuned ones are
 # searched on a validation slice of the unseen lengths (``probe.extrapolation.plan``).

@@ -1,4 +1,4 @@
-"""Normalized attended distance (Section 5.1), histogram and bimodality on hand-built patterns."""
+"""Normalized attended distance (Section 6.1), histogram and bimodality on hand-built patterns."""
 
 from __future__ import annotations
 

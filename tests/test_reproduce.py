@@ -10,7 +10,7 @@ import torch
 
 from probe.atomic import atomic_write_json
 from probe.cli import main
-from probe.studies.reproduce import plan
+from probe.studies.reproduce import default_task, plan
 from probe.studies.reproduce_report import build_report, find_reports, markdown, read_report, write_report
 from probe.tasks import get
 
@@ -319,3 +319,10 @@ def test_a_scenario_the_paper_has_no_run_of_has_no_empty_columns():
     assert {line.count("|") for line in table} == {table[0].count("|")}
     # its grid scores no run at its last step (eval_last = false): the selection's column names the step alone
     assert table[0].endswith("| selected on IID validation |") and "last step" not in text
+
+
+def test_a_study_trains_scan_by_default_where_it_has_scan_else_its_first_task():
+    """`probe reproduce --scale section6` with no --task trains a task of its own (it has no SCAN)."""
+    assert [default_task(scale) for scale in ("reduced", "section3", "section6")] == ["scan", "scan", "addition"]
+    chosen = plan("section6", "checkpoints", tasks=[default_task("section6")])
+    assert {run.config.task for run in chosen} == {"addition"}

@@ -72,6 +72,17 @@ def test_the_first_examples_of_each_length_with_their_greedy_predictions(root):
     assert any(s.correct for s in shown) and not all(s.correct for s in shown)  # the check can tell them apart
 
 
+def test_a_run_folders_path_is_read_as_its_run(root):
+    """The library's calls take the path a user has, as `probe eval RUN_DIR` does: the same predictions and scores."""
+    from probe.analysis.evaluation import evaluate_run
+
+    run = _run(root)
+    assert show_predictions(str(run.path), per_length=1, n_test=50) == show_predictions(run, per_length=1, n_test=50)
+    by_path = evaluate_run(str(run.path), n_test=50, n_valid=20, write=False, last_step=False)
+    by_run = evaluate_run(run, n_test=50, n_valid=20, write=False, last_step=False)
+    assert {**by_path.to_json(), "seconds": None} == {**by_run.to_json(), "seconds": None}  # all but the wall time
+
+
 def test_every_example_shown_agrees_with_the_evaluations_counts_and_wrong_shows_the_rest(root, tmp_path, capsys):
     """No IID held-out examples (``--valid 0``): each length's bucket is the test split's alone."""
     argv = ["eval", *COPY, "--checkpoints", str(root), "--out", str(tmp_path), "--n", "80", "--valid", "0", "--json"]

@@ -349,3 +349,21 @@ def test_the_callers_work_beside_runs_while_the_workers_train(tmp_path):
     results = train_parallel([(_config(steps=300), folder)], "cpu", jobs=1, beside=[first, lambda: seen.append(0)])
     assert [r.status for r in results] == ["trained"]
     assert seen == [True, 0]
+
+
+def test_a_missing_main_job_run_is_named_with_the_command_that_trains_it(tmp_path):
+    """A PE name resolves to the main job's run when no task is named, as the commands read it; the hint for a
+    missing one is `probe train`, since `--task copy` trains copy's own recipe (4,000 unpacked steps) into the
+    same folder."""
+    from probe.runs.folders import train_command
+    from probe.subjects.resolve import resolve
+
+    with pytest.raises(ProbeError) as missing:
+        resolve("nope", root=tmp_path, seed=1)
+    assert "copy+split=paper+variant=count" in str(missing.value)
+    assert f"(make it with: probe train --pe nope --seed 1 --checkpoints {tmp_path})" in str(missing.value)
+    assert train_command("copy", {"split": "paper", "variant": "count", "train_length": 20}, "checkpoints") == (
+        "probe train"
+    )
+    other = train_command("copy", {"split": "paper", "variant": "count-2x"}, "checkpoints")
+    assert other == "probe train --task copy -o split=paper -o variant=count-2x"

@@ -2,11 +2,11 @@
 calls behind `probe eval`, `probe compare`, `probe distances`, `probe positions`, `probe perplexity` and the
 explorer.
 
-- :func:`compare_report` / :func:`compare_runs`: Section 4.2, Eq. similarity, Figure similarity_per_layer.
+- :func:`compare_report` / :func:`compare_runs`: Section 5.2, Eq. similarity, Figure similarity_per_layer.
   Both models read the same inputs; D^(l) is computed per input (its own minimum over head pairs) and
   averaged over a bucket, with a bootstrap interval; the average over layers likewise. NoPE vs NoPE'
   (another seed) is the baseline. Models of different depth are compared at the same relative depth.
-- :func:`attended_distance_report`: Section 5.1, Figure attended_distance: the normalized attended distance
+- :func:`attended_distance_report`: Section 6.1, Figure attended_distance: the normalized attended distance
   of every output query, pooled over layers, heads and inputs, arg-max and attention-weighted, with a
   bimodality coefficient.
 - :func:`~probe.analysis.positions.positions_report`, :func:`~probe.analysis.perplexity.perplexity_report`,

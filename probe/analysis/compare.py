@@ -1,4 +1,4 @@
-"""`probe compare`: D^(l)(A, B) per layer and length bucket (Section 4.2, Eq. similarity), on the same inputs for
+"""`probe compare`: D^(l)(A, B) per layer and length bucket (Section 5.2, Eq. similarity), on the same inputs for
 both models, with A vs A' (another seed of A; NoPE vs NoPE') as the baseline.
 
 Written once for every subject (:mod:`probe.subjects.resolve`): a task run's length buckets, a code model's
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ from probe.analysis.layerwise import group_distances
 from probe.analysis.results import CompareReport, CompareResult, distance_stats
 from probe.metrics import Metric
 from probe.metrics.jsd import check_metric
+from probe.presets import main_task
 from probe.runs.folders import Run
 from probe.subjects.inputs import Inputs
 from probe.subjects.memory import keep_freed_memory, memory_budget
@@ -31,6 +33,7 @@ from probe.subjects.resolve import (
     reading_of,
     resolve,
     resolve_all,
+    subjects_task,
     task_folder,
 )
 from probe.subjects.run_info import Progress, RunInfo, paired_layers, within
@@ -171,19 +174,21 @@ def compare_report(
     settings: ReadSettings | None = None,
     *,
     root: str | Path = "checkpoints",
-    task: str = "scan",
+    task: str | None = None,
     metric: Metric = "jsd",
     baseline: bool = True,
 ) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``settings.seed`` under
-    ``root``), run folders or ``hf:`` models (then the task is code and ``settings.options`` name the corpus); no B
+    ``root``; no ``task``: the main job's, its options under ``settings.options``, as the command reads them),
+    run folders or ``hf:`` models (then the task is code and ``settings.options`` name the corpus); no B
     compares A with every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for
     NoPE) when one exists. Everything is checked (subjects exist, read the same inputs) before any model is
     loaded. ``settings``: see :func:`compare_runs`; its ``progress`` hears every comparison."""
     settings = ReadSettings() if settings is None else settings
     keep_freed_memory()
     check_metric(metric)
-    options = dict(settings.options)
+    task, options = main_task(subjects_task([str(n) for n in (pe_a, *pe_b_list)], task), dict(settings.options))
+    settings = replace(settings, options=options)
     found = dict(root=root, task=task, seed=settings.seed, options=options)
     subjects = resolve_all([pe_a, *pe_b_list], **found, intervention=settings.intervention)
     a = subjects[0]

@@ -1,5 +1,5 @@
 """`probe distances`: the normalized attended distance d̄ of output queries, pooled over layers, heads and
-inputs into one histogram per subject (Section 5.1, Figure attended_distance).
+inputs into one histogram per subject (Section 6.1, Figure attended_distance).
 
 Written once for every subject (:mod:`probe.subjects.resolve`): a task run's output queries over its length
 buckets give one result; a code model's windows give one result per context size (``<model> @1x``, ``@2x``),
@@ -113,7 +113,7 @@ def attended_distance_report(
     bins: int = 20,
     root: str | Path = "checkpoints",
 ) -> AttendedReport:
-    """Normalized attended distance d̄ of every output query over all layers and heads (Section 5.1).
+    """Normalized attended distance d̄ of every output query over all layers and heads (Section 6.1).
 
     Per task run: up to ``settings.n_per_bucket`` examples per length bucket (``settings.lengths`` default
     "unseen", as the released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one

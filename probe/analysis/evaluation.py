@@ -48,7 +48,7 @@ def eval_file(pe_options: dict[str, Any] | None = None, intervention: Interventi
 
 
 def evaluate_run(
-    run: Run,
+    run: str | Path | Run,
     settings: ReadSettings | None = None,
     *,
     n_test: int | None = None,
@@ -60,7 +60,8 @@ def evaluate_run(
     out: str | Path | None = None,
     last_step: bool = True,
 ) -> EvalReport:
-    """Exact match per length bucket on held-out IID examples plus the test split; writes eval.json
+    """Exact match per length bucket on held-out IID examples plus the test split of ``run`` (a run folder or
+    its :class:`~probe.runs.folders.Run`); writes eval.json
     and eval.csv (one row per length bucket; with ``settings.pe_options`` applied at inference,
     ``eval+<option>=<value>.json`` beside them), holding the run folder's lock
     (:func:`probe.runs.locks.run_lock`) meanwhile. With ``out``, the run folder is only read (no lock: locks
@@ -76,6 +77,7 @@ def evaluate_run(
     ``n_per_bucket``, ``lengths``, ``multiples``, ``seed``, ``dtype`` or ``progress``. A run whose checkpoint was
     selected is scored again at its last step, to show beside it, unless not ``last_step`` (a decoded evaluation's
     cost, doubled for a diagnostic)."""
+    run = Run.of(run)
     settings = ReadSettings() if settings is None else settings
     settings.refuse("probe eval", "options", "n_per_bucket", "lengths", "multiples", "seed", "dtype", "progress")
     if settings.intervention is not None and not settings.intervention.is_identity:

@@ -1,6 +1,6 @@
 """Attention maps of a model on task examples, read from ``blocks.{l}.attn.hook_pattern``.
 
-Section 4.2 feeds a model "the concatenation [of] gold input and output":
+Section 5.2 feeds a model "the concatenation [of] gold input and output":
 ``<bos> source <sep> target <eos>``. Batches are right-padded: attention is causal, so a real
 position never sees the padding after it and its row is the one the example gives alone; the
 rows and columns of padding positions are zeroed, so every map is an exact causal map of its

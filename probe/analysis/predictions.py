@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probe.analysis.evaluation import RunScorer, run_scorer
 from probe.errors import ProbeError
@@ -16,6 +16,9 @@ from probe.runs.folders import Run
 from probe.subjects.settings import ReadSettings
 from probe.tasks import Example
 from probe.tasks.scratchpad import first_wrong_component, first_wrong_step, written_steps
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Shown:
 
 
 def show_predictions(
-    run: Run,
+    run: str | Path | Run,
     settings: ReadSettings | None = None,
     *,
     per_length: int,
@@ -47,10 +50,11 @@ def show_predictions(
     n_test: int | None = None,
 ) -> list[Shown]:
     """The first ``per_length`` test examples of each length (with ``wrong``, the first ``per_length`` scored
-    wrong), of the test split ``probe eval`` scores (``n_test`` examples at seed 0), with ``run``'s predictions,
-    shortest length first. ``settings`` as :func:`~probe.analysis.evaluation.evaluate_run` reads them."""
+    wrong), of the test split ``probe eval`` scores (``n_test`` examples at seed 0), with the predictions of ``run``
+    (a run folder or its :class:`~probe.runs.folders.Run`), shortest length first. ``settings`` as
+    :func:`~probe.analysis.evaluation.evaluate_run` reads them."""
     check_per_length(per_length)
-    scorer = run_scorer(run, settings or ReadSettings())
+    scorer = run_scorer(Run.of(run), settings or ReadSettings())
     examples = scorer.task.examples("test", n=n_test, seed=0)
     if wrong:
         verdicts = scorer.score(scorer.model, examples).correct
@@ -96,7 +100,7 @@ def _decoded(scorer: RunScorer, examples: list[Example]) -> list[Shown]:
 
 def _steps(task, prediction: str, gold: str) -> tuple[int | None, int | None, str | None]:
     """The gold scratchpad's step count, and the first step ``prediction`` departs from it at and in which
-    component (Section 5's formats; :func:`~probe.tasks.scratchpad.first_wrong_step`,
+    component (Section 6's formats; :func:`~probe.tasks.scratchpad.first_wrong_step`,
     :func:`~probe.tasks.scratchpad.first_wrong_component`, which reads the authors' words only); None where the
     task writes no scratchpad."""
     if not getattr(task, "scratchpad", None):

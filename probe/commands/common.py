@@ -129,7 +129,7 @@ def write_report(report: Report, args: argparse.Namespace, out: Console) -> list
     its name says beside its runs, say where, and print its JSON with the files under ``--json``; the paths."""
     from pathlib import Path
 
-    from probe.subjects.readings import HF_CONTEXT
+    from probe.presets import HF_CONTEXT
 
     if report.context is not None:
         out.print(

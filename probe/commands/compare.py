@@ -1,4 +1,4 @@
-"""`probe compare A [B ...]`: layerwise min-head distance between runs' attention (Section 4.2, Figure
+"""`probe compare A [B ...]`: layerwise min-head distance between runs' attention (Section 5.2, Figure
 similarity_per_layer), per length bucket, with NoPE vs NoPE' as the seed baseline."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from probe.commands.common import (
     task_options,
     write_report,
 )
+from probe.presets import HF_CONTEXT
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -42,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "JSON, CSV and a plotly figure under --out. Pretrained code models (--task code, -o context=256 ...) "
         "read the last c tokens of held-out files instead, c = 1x and 2x their training context. A model may be "
         "hf:ID or hf:FOLDER (any model TransformerLens loads): read on held-out code of the corpus -o corpus=... "
-        "(default stdlib) with its own tokenizer, at 1x and 2x -o context=T (default: A's n_ctx); models of "
+        f"(default stdlib) with its own tokenizer, at 1x and 2x -o context=T (default: the smaller of A's n_ctx and "
+        f"{HF_CONTEXT}); models of "
         "different depth pair each layer of A with B's layer at the same relative depth.",
     )
     parser.add_argument(

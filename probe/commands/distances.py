@@ -1,4 +1,4 @@
-"""`probe distances`: which part of the sequence each PE attends to (Section 5.1, Figure attended_distance)."""
+"""`probe distances`: which part of the sequence each PE attends to (Section 6.1, Figure attended_distance)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from probe.commands.common import (
     task_options,
     write_report,
 )
+from probe.presets import HF_CONTEXT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Pretrained code models (--task code): every query of the last c tokens of held-out files, one histogram "
         "per run at c = 1x and 2x the training context. A model may be hf:ID "
         "or hf:FOLDER (any model TransformerLens loads): read on held-out code of -o corpus=... (default stdlib) with "
-        "its own tokenizer, at 1x and 2x -o context=T (default: its n_ctx).",
+        f"its own tokenizer, at 1x and 2x -o context=T (default: the smaller of its n_ctx and {HF_CONTEXT}).",
     )
     parser.add_argument(
         "runs", nargs="*", metavar="RUN_DIR", help="run folders or hf:ID, hf:FOLDER (default: --task's)"
@@ -81,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-PAPER_TASK, PAPER_SCRATCHPAD = "addition", "full"  # Section 5.1, Figure attended_distance
+PAPER_TASK, PAPER_SCRATCHPAD = "addition", "full"  # Section 6.1, Figure attended_distance
 
 
 def _mass(stats, low: float, high: float) -> float:

@@ -216,15 +216,13 @@ def _say_guesses(reports, out) -> dict[str, float | None]:
 def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     """The runs to evaluate (the folders given, else every run of the tasks), and per run folder the ``-p``
     options it takes (those its PE has: runs whose PE has none of them are skipped, one dim line each)."""
-    from pathlib import Path
 
     from probe.analysis.evaluation import inference_options
     from probe.errors import ProbeError
-    from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run, find_runs, task_folder_name
 
     if args.runs:
-        runs = [Run(Path(p), read_checkpoint_config(p)) for p in args.runs]
+        runs = [Run.of(p) for p in args.runs]
     else:
         named = [task_options(task, args.option, args.scratchpad) for task in args.task or [None]]
         runs = []

@@ -21,6 +21,7 @@ from probe.commands.common import (
     progress_bar,
     write_report,
 )
+from probe.presets import HF_CONTEXT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "perplexity.json, "
         ".csv, .md (the paper's table layout) and the figure (HTML, PNG) to the task folder's perplexity/. A model may "
         "be hf:ID or hf:FOLDER (any model TransformerLens loads): the held-out files of --corpus are read with its own "
-        "tokenizer at multiples of --context (default: the first model's n_ctx); models of one table share a "
+        f"tokenizer at multiples of --context (default: the smaller of the first model's n_ctx and {HF_CONTEXT}); "
+        "models of one table share a "
         "tokenizer; outputs go to perplexity+<models>/.",
     )
     parser.add_argument(

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scale",
         default="reduced",
         choices=["reduced", "section3", "section6", "paper"],
-        help="reduced: SCAN, copy and reverse at small, on a 2-core CPU (default); section3: the paper's 17 "
+        help="reduced (default): SCAN, copy and reverse at small, on a 2-core CPU; section3: the paper's 17 "
         "Section 3 scenarios at tiny, ranked; section6: scratchpad formats on the math & reasoning tasks at "
         "tiny, its report with the formats ranked per task and per PE, a scratchpad's gain per PE and a line per "
         "claim of the paper's Section 6; paper: the paper's whole grid, preset base",
@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--task",
         action="append",
         metavar="TASK",
-        help="task of the study to run (repeatable; default scan; 'all' for every task of the study)",
+        help="task of the study to run (repeatable; default scan, or the study's first task where it has no SCAN: "
+        "section6's addition; 'all' for every task of the study)",
     )
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds per PE (default 1; the paper: 3)")
     parser.add_argument(
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.studies.reproduce import (
         SUMMARIES,
         chosen_runs,
+        default_task,
         ladder,
         pending,
         plan,
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.training.steps import Engine
 
     root = Path(args.checkpoints or f"checkpoints/reproduce-{args.scale}")
-    tasks = [] if args.task and "all" in args.task else list(args.task or ["scan"])
+    tasks = [] if args.task and "all" in args.task else list(args.task or [default_task(args.scale)])
     if args.steps is not None and args.steps < 1:
         raise ProbeError(f"--steps must be at least 1, got {args.steps}")
     runs = plan(args.scale, root, seeds=args.seeds, tasks=tasks, steps=args.steps)

@@ -35,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_grid_flags(grid) -> None:
     grid.add_argument("--grid", metavar="NAME|FILE", help="a TOML grid file or a shipped grid name")
-    grid.add_argument("--task", action="append", help="task (repeatable; default scan)")
+    grid.add_argument(
+        "--task",
+        action="append",
+        help="task (repeatable; default: the main job's, its options and recipe under the flags)",
+    )
     grid.add_argument("--pe", action="append", help="positional encoding (repeatable; default all)")
     grid.add_argument("--seed", action="append", type=int, help="seed (repeatable; default 0, plus NoPE seed 1)")
     grid.add_argument(

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tasks",
         help="list the paper's tasks, or show a task's examples",
         description="List the ten tasks with their options and scratchpad formats (Section 3, Appendix D.1, "
-        "Section 5), or show the examples of one part of a task (train, valid, test) with 'probe tasks show TASK'.",
+        "Section 6), or show the examples of one part of a task (train, valid, test) with 'probe tasks show TASK'.",
     )
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")

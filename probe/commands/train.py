@@ -203,8 +203,8 @@ def _next_steps(job: dict, args: argparse.Namespace, out) -> None:
     )
     steps = [
         (f"probe eval{task}{where}", "accuracy per length bucket, a figure, the PEs ranked"),
-        (f"probe compare nope t5{task}{where}", "how alike two PEs' attention is, layer by layer (Section 4)"),
-        (f"probe distances{task}{where}", "how far back each PE attends on unseen lengths (Section 5)"),
+        (f"probe compare nope t5{task}{where}", "how alike two PEs' attention is, layer by layer (Section 5)"),
+        (f"probe distances{task}{where}", "how far back each PE attends on unseen lengths (Section 6)"),
         ("probe app", "all of it in the browser"),
     ]
     width = max(len(command) for command, _ in steps)

@@ -291,7 +291,7 @@ def pick_source(found: list[Run], key: str, preferred: str | None = None) -> Sou
         code = is_code(members[0])
         return Source(folder, members, code, corpus_options(members) if code else {})
     from probe.corpus import CorpusSpec
-    from probe.subjects.readings import HF_CONTEXT
+    from probe.presets import HF_CONTEXT
 
     default = CorpusSpec.from_options({})
     left, middle, right = st.columns(3)

@@ -1,4 +1,4 @@
-"""Normalized attended distance and its histogram (Section 5.1, Figure attended_distance).
+"""Normalized attended distance and its histogram (Section 6.1, Figure attended_distance).
 
 The figure pools every layer, head and output query of the sampled examples into one
 histogram per PE (the released notebook keeps the unseen lengths, > 8 with the scratchpad;

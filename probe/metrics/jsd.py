@@ -1,4 +1,4 @@
-"""Jensen–Shannon divergence between attention distributions (Section 4.2, D_JSD)."""
+"""Jensen–Shannon divergence between attention distributions (Section 5.2, D_JSD)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Distances between two models' attention heads and layers (Section 4.2, Eq. similarity).
+"""Distances between two models' attention heads and layers (Section 5.2, Eq. similarity).
 
 D_AT(P, Q) = 1/T · Σ_t JSD(P_t ‖ Q_t) compares two heads over a sequence; D^(l)(A, B) is the
 minimum of D_AT over all head pairs (P, Q) ∈ A_l × B_l of layer l.
@@ -57,7 +57,7 @@ def _query_weights(
 
 
 def head_distance(P: Tensor, Q: Tensor, lengths: Tensor | None = None, metric: Metric = "jsd") -> Tensor:
-    """D_AT(P, Q): mean over query positions t of JSD(P_t ‖ Q_t), keys ≤ t (Section 4.2).
+    """D_AT(P, Q): mean over query positions t of JSD(P_t ‖ Q_t), keys ≤ t (Section 5.2).
 
     P, Q: [..., query, key] causal patterns (broadcasting). With `lengths` (true lengths of
     right-padded sequences, shaped like the leading batch dimensions) the mean runs over each

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from probe.errors import ProbeError
 from probe.models.checkpoint import CONFIG, read_checkpoint_config, task_name
 from probe.models.positional import format_option
+from probe.presets import MAIN_JOB
 
 if TYPE_CHECKING:
     import torch
@@ -79,6 +80,12 @@ class Run:
 
     path: Path
     config: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: str | Path | Run) -> Run:
+        """``run`` itself, or the run in the folder ``run`` names, its ``config.json`` read (a folder that holds
+        no run is one line)."""
+        return run if isinstance(run, Run) else cls(Path(run), read_checkpoint_config(run))
 
     @property
     def pe(self) -> str:
@@ -188,8 +195,9 @@ def train_command(
     seed: int | None = None,
     pe_options: dict[str, Any] | None = None,
 ) -> str:
-    """The `probe train` command line that makes the runs described (`probe pretrain` for a code corpus,
-    `probe import` for one tokenized with a released model's tokenizer)."""
+    """The `probe train` command line that makes the runs described (the main job's with no ``--task``, as it
+    trains them; `probe pretrain` for a code corpus, `probe import` for one tokenized with a released model's
+    tokenizer)."""
     from probe.corpus import CODE_TASK, CorpusSpec
 
     if task == CODE_TASK:
@@ -202,11 +210,13 @@ def train_command(
             return " ".join(parts + ([f"--checkpoints {root}"] if Path(root) != DEFAULT_CHECKPOINTS else []))
         parts = ["probe pretrain", *(f"--{key.replace('_', '-')} {value}" for key, value in sorted(given.items()))]
     else:
-        parts = ["probe train", f"--task {task}"]
-        for key, value in sorted((options or {}).items()):
-            if value is None or value == "none":
-                continue
-            parts.append(f"--scratchpad {value}" if key == "scratchpad" else f"-o {key}={value}")
+        given = {key: value for key, value in (options or {}).items() if value is not None and value != "none"}
+        parts = ["probe train"]
+        main_job = task == MAIN_JOB["task"] and given_options(task, given) == MAIN_JOB["options"]
+        if not main_job:  # --task trains the task's own recipe, not the main job's
+            parts.append(f"--task {task}")
+            for key, value in sorted(given.items()):
+                parts.append(f"--scratchpad {value}" if key == "scratchpad" else f"-o {key}={value}")
     if pe:
         parts.append(f"--pe {pe}")
     for key, value in sorted((pe_options or {}).items()):

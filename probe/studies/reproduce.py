@@ -72,6 +72,13 @@ def plan(
     return [run for run in runs if not tasks or run.config.task in tasks]
 
 
+def default_task(scale: str) -> str:
+    """The task `probe reproduce --scale SCALE` trains when none is named: SCAN where the study has it (the task
+    of the paper's headline figure), else the study's first (Section 6: addition)."""
+    tasks = list(dict.fromkeys(run.config.task for run in plan(scale, "checkpoints")))
+    return "scan" if "scan" in tasks else tasks[0]
+
+
 def scenarios(runs: Sequence[SweepRun]) -> dict[str, list[SweepRun]]:
     """The runs of each scenario (a task folder: one task with its options), in the study's order."""
     out: dict[str, list[SweepRun]] = {}

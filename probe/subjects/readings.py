@@ -9,8 +9,8 @@
   round-trips byte for byte) when a code run is among them, else the corpus the options name (``corpus``,
   ``heldout``). Models compared, or scored in one perplexity table, must share a tokenizer; models compared
   read the same windows, so must also put the same BOS first (or none). T is the ``context`` option, else the
-  code runs', else the smaller of the context the first model declares and :data:`HF_CONTEXT`. A model with a
-  learned table of positions reads at most its n_ctx; Rotary and ALiBi read any length.
+  code runs', else the smaller of the context the first model declares and :data:`~probe.presets.HF_CONTEXT`. A
+  model with a learned table of positions reads at most its n_ctx; Rotary and ALiBi read any length.
 """
 
 from __future__ import annotations
@@ -26,17 +26,13 @@ from torch import Tensor
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
 from probe.corpus.prepared import PreparedCorpus, run_corpus
 from probe.errors import ProbeError
+from probe.presets import HF_CONTEXT
 from probe.subjects.examples import fitting_examples, sample_buckets, task_of
 from probe.subjects.inputs import ExampleGroup, Inputs, WindowGroup
 from probe.subjects.memory import check_fits
 from probe.subjects.run_info import Lengths, check_comparable, is_code_run, training_context
 from probe.subjects.subject import Loaded, Subject
 from probe.subjects.windows import ContextWindows, HeldoutFiles, choose_windows, fitting_windows, run_windows
-
-# T of hf: models unless -o context=N: the paper's reads (1x and 2x T; perplexity 12 sizes from 0.5x to 2.5x) of
-# 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
-# under 3 minutes at 256, where 151 and 146 of the default corpus's 200 held-out files reach 2x and 2.5x
-HF_CONTEXT = 256
 
 
 class Reading:
@@ -245,7 +241,7 @@ class TextReading(Reading):
 
     def context(self, first: Loaded) -> int:
         """T: the ``context`` option, else the code runs', else the smaller of the context ``first`` declares
-        and :data:`HF_CONTEXT`."""
+        and :data:`~probe.presets.HF_CONTEXT`."""
         given = self.options.get("context")
         if given is not None:
             if not isinstance(given, int) or given < 2:

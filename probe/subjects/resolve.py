@@ -21,6 +21,7 @@ from probe.errors import ProbeError
 from probe.models.checkpoint import read_checkpoint_config
 from probe.models.hf import file_name, is_external, model_folder
 from probe.models.interventions import Intervention
+from probe.presets import main_task
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 from probe.subjects.readings import CorpusReading, Reading, TaskReading, TextReading
 from probe.subjects.run_info import RunInfo, check_comparable, is_code_run, pe_label, task_runs
@@ -31,19 +32,24 @@ def resolve(
     name: str | Path | Run,
     *,
     root: str | Path | None = None,
-    task: str = "scan",
+    task: str | None = None,
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
 ) -> Subject:
     """The subject ``name`` names: ``hf:`` (found on this machine), a run folder, or with ``root`` a PE name
-    resolved for ``task``, ``seed`` and the task ``options``. Nothing is loaded."""
+    resolved for ``task``, ``seed`` and the task ``options`` (no ``task``: the main job's, its options under
+    ``options``, as the commands read it: :func:`probe.presets.main_task`). Nothing is loaded."""
     if isinstance(name, Run):
         return _run_subject(name.path, name.config)
     name = str(name)
     if is_external(name):
         model_folder(name)
         return HfModel(name, None)
-    path = Path(name) if root is None else resolve_run(name, root, task, seed, dict(options or {}))
+    if root is None:
+        path = Path(name)
+    else:
+        task, options = main_task(task, dict(options or {}))
+        path = resolve_run(name, root, task, seed, options)
     return _run_subject(path, read_checkpoint_config(path))
 
 
@@ -85,7 +91,7 @@ def resolve_all(
     names: Sequence[str | Path | Run],
     *,
     root: str | Path | None = None,
-    task: str = "scan",
+    task: str | None = None,
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
     intervention: Intervention | None = None,

@@ -1,4 +1,4 @@
-"""What a code model reads in the paper's attention analyses (Sections 4.2 and 5.1): windows of held-out code.
+"""What a code model reads in the paper's attention analyses (Sections 5.2 and 6.1): windows of held-out code.
 
 A code run has no length buckets: its inputs are windows of the held-out files of the corpus it
 was trained on (prepared beside its runs), at multiples of its training context ``T`` (1x: seen,

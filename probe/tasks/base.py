@@ -194,7 +194,7 @@ class GeneratedTask(Task):
 
 
 class ScratchpadTask(GeneratedTask):
-    """A generated task that can write its answer after a scratchpad (Section 5).
+    """A generated task that can write its answer after a scratchpad (Section 6).
 
     L defaults to 20, and to 8 with a scratchpad, as in the paper (after Nye et al., 2021). The
     ``template`` says whose words the examples use: ``authors`` (the default with a scratchpad) writes
@@ -207,7 +207,7 @@ class ScratchpadTask(GeneratedTask):
     OPTIONS: ClassVar[dict[str, Option]] = {
         "train_length": train_length_option(None, "threshold L on the length bucket", "20, or 8 with a scratchpad"),
         "scratchpad": Option(
-            None, scratchpad.ACCEPTS, scratchpad.parse_format, "scratchpad format (Section 5)", "none"
+            None, scratchpad.ACCEPTS, scratchpad.parse_format, "scratchpad format (Section 6)", "none"
         ),
         "template": Option(
             None,

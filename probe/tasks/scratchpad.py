@@ -1,4 +1,4 @@
-"""The unified scratchpad format (Section 5, Figure fig:unified_scratchpad_format).
+"""The unified scratchpad format (Section 6, Figure fig:unified_scratchpad_format).
 
 Each step of a scratchpad has five components, each of which a format switches on or off:
 step input ``I``, step computation ``C``, step output ``O``, intermediate variable updates ``V``

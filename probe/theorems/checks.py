@@ -113,7 +113,7 @@ class ClaimResult:
 
 @dataclass(frozen=True)
 class MatchResult:
-    """A NoPE layer against the target PE's head on the same tokens (Section 4.2's JSD, natural log)."""
+    """A NoPE layer against the target PE's head on the same tokens (Section 5.2's JSD, natural log)."""
 
     target: str
     dtype: str

@@ -1,4 +1,4 @@
-"""Compare: layerwise min-head distance between two models' attention (`probe compare`, Section 4.2): runs of a
+"""Compare: layerwise min-head distance between two models' attention (`probe compare`, Section 5.2): runs of a
 task, or code models (`probe pretrain`, `probe import`, and any model TransformerLens loads, hf:ID or hf:FOLDER)
 on held-out windows at 1x and 2x their training context."""
 

@@ -1,4 +1,4 @@
-"""Distances: normalized attended-distance histograms of each PE, overlaid (`probe distances`, Section 5.1), on a
+"""Distances: normalized attended-distance histograms of each PE, overlaid (`probe distances`, Section 6.1), on a
 task's runs or on code models (`probe pretrain`, `probe import`, and any model TransformerLens loads, hf:ID or
 hf:FOLDER) reading held-out windows at 1x and 2x their training context."""
 

@@ -99,7 +99,6 @@ def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) 
     """What a sweep records of one run: its training, its evaluation, or why it failed."""
     from probe.analysis.evaluation import evaluate_run
     from probe.corpus import CODE_TASK
-    from probe.models.checkpoint import read_checkpoint_config
     from probe.runs.folders import Run
     from probe.runs.locks import RunLocked, describe
     from probe.subjects.settings import ReadSettings
@@ -121,7 +120,7 @@ def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) 
         elif evaluate:
             begin = time.time()
             report = evaluate_run(
-                Run(path, read_checkpoint_config(path)),
+                Run.of(path),
                 ReadSettings(device=device),
                 n_test=run["eval_n"],
                 n_valid=run["eval_valid"],
