@@ -311,6 +311,17 @@ def test_the_interventions_cost_table_is_the_committed_measurement():
     assert timed <= set(interventions.COLUMNS) and "| tiny / Rotary |" in block and f"{cap:.2f} |" in block
 
 
+def test_the_attended_queries_table_is_the_committed_measurement():
+    """docs/reproducing.md's two readings of Figure attended_distance are bench/attended_queries.py's rendering of
+    its results file."""
+    script = bench_script("attended_queries")
+    measured = json.loads((ROOT / "bench" / "results" / "attended_queries_cpu.json").read_text())
+    block = _block(ROOT / "docs" / "reproducing.md", "attended-queries")
+    assert block == script.table(measured), "run python bench/attended_queries.py --reuse --docs"
+    output, answer = (measured["readings"][q]["n_queries"]["nope"] for q in ("output", "answer"))
+    assert f"| {output:,} / {answer:,} |" in block and answer < output
+
+
 def test_the_docs_number_layers_from_0():
     """Every layer and stream label on the pages of measured numbers counts from 0, as the commands print them:
     the 2-layer main job has layers 0 and 1, never a layer 2."""

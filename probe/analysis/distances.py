@@ -20,7 +20,7 @@ from probe.analysis.patterns import read_layers
 from probe.analysis.results import AttendedReport, AttendedResult, attended_stats, query_key_weights
 from probe.atomic import atomic_write_json
 from probe.errors import ProbeError
-from probe.metrics.attended import Normalization, Weighting
+from probe.metrics.attended import Normalization, Queries, Weighting
 from probe.runs.folders import Run
 from probe.subjects.inputs import Inputs, TokenBatch
 from probe.subjects.memory import WORKING_BYTES, keep_freed_memory, memory_budget
@@ -44,9 +44,11 @@ def attended_results(
     bins: int,
     device: torch.device,
     batch_size: int,
+    queries: Queries = "output",
     progress: Progress | None = None,
 ) -> list[AttendedResult]:
-    """One result per group of ``inputs``: every output query's d̄ per weighting, pooled over layers, heads
+    """One result per group of ``inputs``: the d̄ of every query ``queries`` names (every output token, or a
+    scratchpad's answer alone: :data:`~probe.metrics.attended.Queries`) per weighting, pooled over layers, heads
     and inputs into a (query, key) grid as each layer's maps are made (one layer alive at a time), then a
     histogram and Sarle's bimodality coefficient."""
     model, results = loaded.model, []
@@ -54,11 +56,12 @@ def attended_results(
     for group in inputs.groups:
         grids = {w: torch.zeros(group.width, group.width, dtype=torch.float64, device=device) for w in weightings}
         per_cell = model.cfg.n_heads * WORKING_BYTES  # one layer's maps at a time
+        cells_per_query = model.cfg.n_layers * model.cfg.n_heads
         done = 0
         for batch in group.token_batches(per_cell, batch_size, budget):
             if progress:
                 progress(f"{group.label or ''} inputs {done + 1}-{done + len(batch.tokens)}", done, len(group.sizes()))
-            read_layers(model, batch.tokens.to(device), _into(grids, batch, device))
+            read_layers(model, batch.tokens.to(device), _into(grids, batch, device, queries))
             done += len(batch.tokens)
         stats = {w: attended_stats(grid, w, normalization, bins) for w, grid in grids.items()}
         results.append(
@@ -67,7 +70,7 @@ def attended_results(
                 inputs.task,
                 inputs.task_options,
                 sum(b.count for b in group.buckets),
-                group.queries * model.cfg.n_layers * model.cfg.n_heads,
+                (group.answer_queries if queries == "answer" else group.queries) * cells_per_query,
                 inputs.skipped if not results else 0,
                 [b.length for b in group.buckets],
                 stats,
@@ -76,10 +79,14 @@ def attended_results(
     return results
 
 
-def _into(grids: dict[str, Tensor], batch: TokenBatch, device: torch.device) -> Callable[[int, Tensor], None]:
-    """What each layer's maps of ``batch`` add to the (query, key) grid of every weighting."""
+def _into(
+    grids: dict[str, Tensor], batch: TokenBatch, device: torch.device, queries: Queries
+) -> Callable[[int, Tensor], None]:
+    """What each layer's maps of ``batch`` add to the (query, key) grid of every weighting, its ``queries`` rows
+    counted."""
     n, width = batch.tokens.shape
-    starts = torch.zeros(n, dtype=torch.long) if batch.output_start is None else batch.output_start
+    starts = batch.answer_start if queries == "answer" and batch.answer_start is not None else batch.output_start
+    starts = torch.zeros(n, dtype=torch.long) if starts is None else starts
     ends = torch.full((n,), width) if batch.lengths is None else batch.lengths
     starts, ends = starts.to(device), ends.to(device)
 
@@ -90,9 +97,11 @@ def _into(grids: dict[str, Tensor], batch: TokenBatch, device: torch.device) -> 
     return fold
 
 
-def _weightings(weighting: Weighting | Sequence[Weighting], normalization: str, bins: int) -> list[Weighting]:
-    """The weightings asked for, as a list; a bad weighting, normalization or bin count stops the
-    report before any model is loaded."""
+def _weightings(
+    weighting: Weighting | Sequence[Weighting], normalization: str, bins: int, queries: str
+) -> list[Weighting]:
+    """The weightings asked for, as a list; a bad weighting, normalization, bin count or choice of queries stops
+    the report before any model is loaded."""
     weightings = [weighting] if isinstance(weighting, str) else list(weighting)
     for w in weightings:
         if w not in ("argmax", "attention"):
@@ -101,6 +110,8 @@ def _weightings(weighting: Weighting | Sequence[Weighting], normalization: str, 
         raise ProbeError(f"unknown normalization {normalization!r}; accepted: text, reference-code")
     if bins < 1:
         raise ProbeError(f"--bins must be at least 1, got {bins}")
+    if queries not in ("output", "answer"):
+        raise ProbeError(f"unknown queries {queries!r}; accepted: output, answer")
     return weightings
 
 
@@ -111,9 +122,12 @@ def attended_distance_report(
     weighting: Weighting | Sequence[Weighting] = ("argmax", "attention"),
     normalization: Normalization = "text",
     bins: int = 20,
+    queries: Queries = "output",
     root: str | Path = "checkpoints",
 ) -> AttendedReport:
-    """Normalized attended distance d̄ of every output query over all layers and heads (Section 6.1).
+    """Normalized attended distance d̄ of every output query over all layers and heads (Section 6.1); with
+    ``queries="answer"``, of a scratchpad's answer alone, as the released notebook's figure counts them
+    (:data:`~probe.metrics.attended.Queries`).
 
     Per task run: up to ``settings.n_per_bucket`` examples per length bucket (``settings.lengths`` default
     "unseen", as the released notebook; "all" or "seen" too), gold input + output; d̄ pooled into one
@@ -129,10 +143,10 @@ def attended_distance_report(
     settings = ReadSettings() if settings is None else settings
     settings.refuse("probe distances", "pe_options")
     keep_freed_memory()
-    weightings = _weightings(weighting, normalization, bins)
+    weightings = _weightings(weighting, normalization, bins, queries)
     subjects = resolve_all(list(runs), intervention=settings.intervention)
     batch_size = settings.batch_size or BATCH_SIZE
-    read = dict(weightings=weightings, normalization=normalization, bins=bins, device=settings.device)
+    read = dict(weightings=weightings, normalization=normalization, bins=bins, device=settings.device, queries=queries)
     results, chosen = [], []
     for done, (subject, reading) in enumerate(zip(subjects, readings(subjects, settings.options))):
         loaded = subject.load(settings.device, dtype=settings.dtype)
@@ -151,6 +165,7 @@ def attended_distance_report(
         task_folder(subjects, root, settings.options),
         home(subjects, root, settings.options),
         file_stem(subjects),
+        queries,
     )
 
 

@@ -316,6 +316,7 @@ class AttendedReport:
     task_folder: str = ""
     folder: Path | None = None  # beside the runs (probe.subjects.resolve.home)
     stem: str = ""  # the hf: models among the subjects, for output names (hf-gpt2)
+    queries: str = "output"  # which queries count (probe.metrics.attended.Queries)
 
     name = "distances"  # its outputs' folder (probe.analysis.report.Report)
 
@@ -331,6 +332,7 @@ class AttendedReport:
             "n_per_bucket": self.n_per_bucket,
             "seed": self.seed,
             "bins": self.bins,
+            "queries": self.queries,
             "runs": [r.to_json() for r in self.results],
         }
 
@@ -342,9 +344,11 @@ class AttendedReport:
 
         out_dir = Path(out_dir)
         stem = "attended_distance" + ("" if self.normalization == "text" else "_reference-code")
+        stem += "" if self.queries == "output" else f"_{self.queries}"
         stem += f"_{self.stem}" if self.stem else ""
         written = write_tables(self, out_dir, stem)
         title = f"Normalized attended distance on {self.task_folder}, all layers and heads"
+        title += "" if self.queries == "output" else ", the answer's queries (after the scratchpad)"
         written += write_figure(attended_distance_figure(self.series(), title), out_dir / stem)
         return [str(p) for p in written]
 

@@ -51,23 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
-    parser.add_argument(
-        "--normalization",
-        default="text",
-        choices=("text", "reference-code"),
-        help="text: d̄ = (t − n + 1)/t as the paper writes (default); reference-code: (t − n)/t "
-        "as its released notebook computes",
-    )
-    parser.add_argument(
-        "--lengths",
-        choices=("all", "seen", "unseen"),
-        help="which length buckets (default unseen, as the released notebook); code runs: seen = 1x, "
-        "unseen = 2x the training context (default all: both, one histogram each)",
-    )
-    parser.add_argument(
-        "--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)"
-    )
-    parser.add_argument("--bins", type=int, default=20, help="histogram bins on [0, 1] (default 20)")
+    _add_reading(parser)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument(
         "--out",
@@ -80,6 +64,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_intervention(parser)
     add_json(parser)
     parser.set_defaults(func=run)
+
+
+def _add_reading(parser: argparse.ArgumentParser) -> None:
+    """The flags that say what is read and how d̄ is counted."""
+    parser.add_argument(
+        "--normalization",
+        default="text",
+        choices=("text", "reference-code"),
+        help="text: d̄ = (t − n + 1)/t as the paper writes (default); reference-code: (t − n)/t "
+        "as its released notebook computes",
+    )
+    parser.add_argument(
+        "--queries",
+        default="output",
+        choices=("output", "answer"),
+        help="output: every output token's query, a scratchpad's and its answer's, as the paper's text reads "
+        "(default); answer: only the answer's, after the scratchpad's end, as the released notebook's figure "
+        "counts them (the same without a scratchpad)",
+    )
+    parser.add_argument(
+        "--lengths",
+        choices=("all", "seen", "unseen"),
+        help="which length buckets (default unseen, as the released notebook); code runs: seen = 1x, "
+        "unseen = 2x the training context (default all: both, one histogram each)",
+    )
+    parser.add_argument(
+        "--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)"
+    )
+    parser.add_argument("--bins", type=int, default=20, help="histogram bins on [0, 1] (default 20)")
 
 
 PAPER_TASK, PAPER_SCRATCHPAD = "addition", "full"  # Section 6.1, Figure attended_distance
@@ -116,7 +129,12 @@ def run(args: argparse.Namespace) -> int:
             progress=on_progress,
         )
         report = attended_distance_report(
-            names, settings, normalization=args.normalization, bins=args.bins, root=args.checkpoints
+            names,
+            settings,
+            normalization=args.normalization,
+            bins=args.bins,
+            queries=args.queries,
+            root=args.checkpoints,
         )
     out.print(_table(report, args.normalization))
     out.print(
@@ -156,7 +174,7 @@ def _table(report, normalization: str):
 
     table = Table(
         title=f"normalized attended distance d̄ on {report.task_folder} ({report.lengths} lengths, "
-        f"normalization {normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes"
+        f"{report.queries} queries, normalization {normalization}): bimodality > 5/9 ≈ 0.556 reads as two modes"
     )
     for column in ("run", "n", "bimodality", "weighted", "near", "far", "mean d̄"):
         table.add_column(column, justify="left" if column == "run" else "right")

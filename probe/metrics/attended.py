@@ -1,9 +1,10 @@
 """Normalized attended distance and its histogram (Section 6.1, Figure attended_distance).
 
 The figure pools every layer, head and output query of the sampled examples into one
-histogram per PE (the released notebook keeps the unseen lengths, > 8 with the scratchpad;
-which examples to pass is the caller's choice). The notebook takes the arg-max over
-pre-softmax scores, which is the same key as over the probabilities.
+histogram per PE (the released notebook keeps the unseen lengths, > 8 with the scratchpad, and of a
+scratchpad's target only the answer after it: :data:`Queries`; which examples and queries to pass is the
+caller's choice). The notebook takes the arg-max over pre-softmax scores, which is the same key as over the
+probabilities.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from probe.errors import ProbeError
 
 Weighting = Literal["argmax", "attention"]
 Normalization = Literal["text", "reference-code"]
+Queries = Literal["output", "answer"]
+"""Which queries count: "output", every target token (a scratchpad's and its answer's), as the paper's text reads
+("for tokens in the output sequence"); "answer", only those after the scratchpad's end marker, as the released
+notebook's figure counts them (``query_region == "output"``, the region its tokenization labels after the
+scratchpad). Without a scratchpad the two are the same."""
 
 
 class AttendedDistances(NamedTuple):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -24,6 +24,9 @@ from probe.subjects.examples import Bucket
 from probe.subjects.memory import batches_within
 from probe.subjects.windows import ContextWindows
 from probe.tasks import Tokenizer
+
+if TYPE_CHECKING:
+    from probe.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class TokenBatch:
     tokens: Tensor  # [batch, width] long, right-padded
     lengths: Tensor | None  # [batch] true lengths (None: no padding, every row real)
     output_start: Tensor | None  # [batch] first output position (None: every row is output, as in a window)
+    answer_start: Tensor | None = None  # [batch] first position of the answer, after a scratchpad (None: output_start)
 
 
 class Group:
@@ -71,6 +75,7 @@ class Group:
     label: str | None  # "1x": a window group's context multiple, added to result labels
     width: int  # the longest input, in tokens
     queries: int  # output query rows over all inputs (per layer and head)
+    answer_queries: int  # of them, the rows of an answer (after a scratchpad; all of them without one)
 
     def sizes(self) -> list[int]:
         """[input]: tokens of each input, in reading order."""
@@ -97,14 +102,18 @@ class Group:
 class ExampleGroup(Group):
     """A task's sampled examples of every bucket, read in one stream."""
 
-    def __init__(self, buckets: Sequence[Bucket], tokenizer: Tokenizer):
+    def __init__(self, buckets: Sequence[Bucket], tokenizer: Tokenizer, task: Task):
         self.pad_id = tokenizer.pad_id
         examples = [e for b in buckets for e in b.examples]
         self.buckets = [InputBucket(b.length, b.seen, b.split, len(b.examples)) for b in buckets]
         self.label = None
         self.encoded = [tokenizer.encode_example(e) for e in examples]  # (ids, target start)
+        self.answer_starts = [  # the scratchpad's tokens, through its end marker, precede the answer
+            start + len(tokenizer.encode(task.before_answer(e.target))) for e, (_, start) in zip(examples, self.encoded)
+        ]
         self.width = max(len(ids) for ids, _ in self.encoded)
         self.queries = sum(len(ids) - start for ids, start in self.encoded)
+        self.answer_queries = sum(len(ids) - start for (ids, _), start in zip(self.encoded, self.answer_starts))
 
     def sizes(self) -> list[int]:
         return [len(ids) for ids, _ in self.encoded]
@@ -115,6 +124,7 @@ class ExampleGroup(Group):
             padded([ids for ids, _ in rows], self.pad_id),
             torch.tensor([len(ids) for ids, _ in rows]),
             torch.tensor([target_start for _, target_start in rows]),
+            torch.tensor(self.answer_starts[start:stop]),
         )
 
     def position_inputs(self) -> list[PositionInput]:
@@ -134,7 +144,7 @@ class WindowGroup(Group):
         self.buckets = [InputBucket(windows.context, windows.seen, "heldout", len(windows.files))]
         self.label = windows.label
         self.width = windows.context
-        self.queries = len(windows.files) * windows.context
+        self.queries = self.answer_queries = len(windows.files) * windows.context
 
     def sizes(self) -> list[int]:
         return [self.windows.context] * len(self.windows.files)

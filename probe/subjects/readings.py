@@ -110,7 +110,7 @@ class TaskReading(Reading):
             sample_buckets(self.task, n_per_bucket, seed, lengths), self.tokenizer, n_ctx
         )
         return Inputs(
-            [ExampleGroup(buckets, self.tokenizer)],
+            [ExampleGroup(buckets, self.tokenizer, self.task)],
             skipped,
             self.task.name,
             dict(self.task.options),

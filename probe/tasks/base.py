@@ -148,6 +148,10 @@ class Task(ABC):
         for token up to ``<eos>`` (exact match)."""
         return None
 
+    def before_answer(self, target: str) -> str:
+        """The part of a target written before its answer: none here, the whole target is the answer."""
+        return ""
+
 
 def check_request(split: str, n: int | None) -> None:
     if split not in SPLITS:
@@ -254,6 +258,16 @@ class ScratchpadTask(GeneratedTask):
         a scratchpad, and in their words without one (their ``s2s_*`` processors read the answer alike, text after
         it and a missing end included); None elsewhere (exact match of the whole target)."""
         return self.answer_of if self.scratchpad or self.authors_text else None
+
+    def before_answer(self, target: str) -> str:
+        """With a scratchpad, the scratchpad through its first end marker (the whole ``target`` where it has
+        none): what the authors' ``get_tokenization_info`` labels the ``input`` and ``scratchpad`` regions of the
+        target, the rest being its ``output``."""
+        if not self.scratchpad:
+            return ""
+        marker = scratchpad.end_marker(self.template)
+        end = target.find(marker)
+        return target if end < 0 else target[: end + len(marker)]
 
     def answer_of(self, text: str) -> Hashable | None:
         """The answer a prediction (or gold target) gives: :meth:`read_answer` of the text after its first
