@@ -344,8 +344,10 @@ def split_accuracy(task: Task, result: EvalResult) -> tuple[float, float | None]
 
 
 def mean_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
-    """Mean rank of each PE over tasks (scenarios), by OOD accuracy averaged over seeds; ties share
-    the average rank (Figure teaser). Empty unless at least two PEs were evaluated on some task."""
+    """Mean rank of each PE over tasks (scenarios), by OOD accuracy averaged over seeds, one query per task;
+    ties share the average rank (1 = first). The paper's Figure teaser is the mean reciprocal rank
+    (:func:`mean_reciprocal_ranks`: a query per task and seed, ties broken in its notebook's order); this
+    is the plainer reading beside it. Empty unless at least two PEs were evaluated on some task."""
     from probe.metrics import mean_rank
 
     table: dict[str, dict[str, list[float]]] = {}
