@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformer_lens.config import TransformerLensConfig
 from transformer_lens.hook_points import HookPoint
 
 from probe.compat import global_hooks, hook_count
@@ -41,6 +42,13 @@ from probe.models.positional import PositionalEncoding
 def is_hooked(point: HookPoint) -> bool:
     """Whether anything (a user's hook, ``run_with_cache``'s) is registered on ``point``."""
     return hook_count(point) > 0
+
+
+def hook_may_edit(point: HookPoint) -> bool:
+    """Whether a hook may get what ``point`` is handed, and edit it in place: one on ``point``, or a module-global
+    one. A tensor that serves more than the hooked site (one layer's pass) is copied for it only then, so a pass
+    with no hooks (training) copies nothing."""
+    return is_hooked(point) or global_hooks()
 
 
 def _project_in(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -59,9 +67,19 @@ class PEAttention(nn.Module):
     attn_dropout: float = 0.0  # dropout on the probabilities while training (probe.training.dropout sets it)
     edit: Edit | None = None  # what probe.models.attach.attach compiled for this layer
 
-    def __init__(self, n_heads: int, d_model: int, d_head: int, attn_scale: bool, layer: int, pe: PositionalEncoding):
+    def __init__(
+        self,
+        n_heads: int,
+        d_model: int,
+        d_head: int,
+        attn_scale: bool,
+        layer: int,
+        pe: PositionalEncoding,
+        cfg: TransformerLensConfig,
+    ):
         super().__init__()
         self.n_heads, self.d_head, self.layer_id = n_heads, d_head, layer
+        self.cfg = cfg  # the model's: its use_attn_result is read on every pass, as TransformerLens does
         # TransformerLens 3.x's order, which the seeded initialisation follows (same seed, same weights)
         self.W_Q = nn.Parameter(torch.empty(n_heads, d_model, d_head))
         self.W_O = nn.Parameter(torch.empty(n_heads, d_head, d_model))
@@ -72,7 +90,6 @@ class PEAttention(nn.Module):
         self.b_K = nn.Parameter(torch.zeros(n_heads, d_head))
         self.b_V = nn.Parameter(torch.zeros(n_heads, d_head))
         self.attn_scale = math.sqrt(d_head) if attn_scale else 1.0
-        self.use_attn_result = False  # hook_result per head: model.set_use_attn_result(True)
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()  # [batch, key, head, d_head]
         self.hook_v = HookPoint()  # [batch, key, head, d_head]
@@ -130,6 +147,8 @@ class PEAttention(nn.Module):
         unturned = (q, k)  # a capped rotation scores far keys from these
         if self.rotates:
             q = self.hook_rot_q(self.turn(q, offset))
+            if turned is not None and hook_may_edit(self.hook_rot_k):  # the cache's buffer: a hook edits a copy
+                turned = turned.clone()
             k = self.hook_rot_k(turned if turned is not None else self._pe.rotate_keys(self.layer_id, k, 0))
         bias = self._bias(q.size(1), k.size(1)) if self._pe.adds_bias else None  # [head, query, key]
         drop = self.attn_dropout if self.training else 0.0
@@ -145,11 +164,14 @@ class PEAttention(nn.Module):
         return self.rotates and keeps and not self._pe.depends_on_length and not edit_turns
 
     def _bias(self, query_len: int, key_len: int) -> torch.Tensor:
-        """[head, query, key] the PE's bias, each distance past the edit's cap read as the cap."""
+        """[head, query, key] the PE's bias, each distance past the edit's cap read as the cap; the PE computes it
+        once per pass for every layer, so a hook that may edit it in place gets this layer's own copy."""
         bias = self._pe.bias(self.layer_id, query_len, key_len)
-        return self.hook_pos_bias(
-            bias if self.edit is None or self.edit.cap is None else capped_bias(bias, self.edit.cap)
-        )
+        if self.edit is not None and self.edit.cap is not None:
+            bias = capped_bias(bias, self.edit.cap)
+        elif hook_may_edit(self.hook_pos_bias):
+            bias = bias.clone()
+        return self.hook_pos_bias(bias)
 
     def _fused(self, q, k, v, bias, unturned, offset, attention_mask, drop) -> torch.Tensor:
         """[batch, query, head, d_head] by :func:`probe.models.fused_attention.fused_attention`."""
@@ -176,8 +198,8 @@ class PEAttention(nn.Module):
         return (pattern.to(v.dtype) @ v.transpose(1, 2)).transpose(1, 2)  # [batch, query, head, d_head]
 
     def _project(self, z: torch.Tensor) -> torch.Tensor:
-        """[batch, pos, head, d_head] -> [batch, pos, d_model] through W_O (per head if hooked)."""
-        if self.use_attn_result:
+        """[batch, pos, head, d_head] -> [batch, pos, d_model] through W_O (per head with ``cfg.use_attn_result``)."""
+        if self.cfg.use_attn_result:
             result = self.hook_result(torch.einsum("bphd,hdm->bphm", z, self.W_O))  # [batch, pos, head, d_model]
             return result.sum(dim=2) + self.b_O
         batch, pos = z.shape[:2]

@@ -19,7 +19,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from probe.atomic import atomic_write, atomic_write_json
+from probe.atomic import atomic_write, atomic_write_json, atomic_write_text
 from probe.errors import ProbeError, first_line
 from probe.models.model_config import ModelConfig
 
@@ -54,14 +54,22 @@ def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike, **meta
     :param model: a :class:`~probe.models.transformer.PETransformer`.
     :param directory: the folder, created if missing.
     :param metadata: anything JSON-serialisable, kept in ``config.json`` (``model.metadata`` once loaded).
+        Unless it says what the folder's tokenizer is (``tokenizer_file``: the caller writes ``tokenizer.json``),
+        the model's own tokenizer, if it has one, is saved beside the weights and loads with them.
     :return: ``directory``."""
     directory = Path(directory)
+    tokenizer = getattr(model, "tokenizer", None) if TOKENIZER_KEY not in metadata else None
+    if tokenizer is not None and getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise ProbeError(f"model.tokenizer ({type(tokenizer).__name__}) has no {TOKENIZER} to save: use a fast one")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ProbeError(f"cannot create checkpoint folder {directory}: {error.strerror}") from None
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
+    if tokenizer is not None:
+        atomic_write_text(directory / TOKENIZER, tokenizer.backend_tokenizer.to_str())
+        metadata = {**metadata, TOKENIZER_KEY: tokenizer_record(tokenizer, bool(model.cfg.default_prepend_bos))}
     config = {
         "format": FORMAT,
         "probe_version": _package_version(),

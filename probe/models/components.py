@@ -37,7 +37,7 @@ class Embed(nn.Module):
 
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * w (T5LayerNorm, no bias), computed in float32 or wider and
-    returned in the weights' dtype."""
+    returned in the weights' dtype; ``hook_normalized`` before ``w``, as TransformerLens' RMSNorm."""
 
     centred = False
 
@@ -48,17 +48,21 @@ class RMSNorm(nn.Module):
         self.hook_scale = HookPoint()  # [batch, pos, 1]
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def normalise(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, pos, d_model] -> x (centred, for LN) / its scale (``hook_scale``), in float32 or wider."""
         if x.dtype not in (torch.float32, torch.float64):
             x = x.float()
         if self.centred:
             x = x - x.mean(-1, keepdim=True)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale).to(self.w.dtype) * self.w  # [batch, pos, d_model]
+        return x / self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hook_normalized(self.normalise(x)).to(self.w.dtype) * self.w  # [batch, pos, d_model]
 
 
 class LayerNorm(RMSNorm):
-    """(x - mean) / sqrt(var + eps) * w + b: RMSNorm of the centred input, plus a bias."""
+    """(x - mean) / sqrt(var + eps) * w + b: RMSNorm of the centred input, plus a bias; ``hook_normalized``
+    after ``w`` and ``b``, as TransformerLens' LayerNorm."""
 
     centred = True
 
@@ -67,7 +71,7 @@ class LayerNorm(RMSNorm):
         self.b = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x) + self.b
+        return self.hook_normalized(self.normalise(x).to(self.w.dtype) * self.w + self.b)  # [batch, pos, d_model]
 
 
 def make_norm(kind: str | None, d_model: int, eps: float) -> nn.Module:

@@ -14,11 +14,12 @@ attention_mask=...)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 from transformer_lens.config import TransformerLensConfig
 from transformer_lens.utilities import sample_logits
@@ -37,6 +38,20 @@ class GenerateOutput:
 
     sequences: torch.Tensor
     logits: tuple[torch.Tensor, ...]
+
+
+@dataclass
+class _Lane:
+    """Prompts of one length, generated together by :meth:`HookedModel.generate`."""
+
+    rows: list[int]  # their places in the batch
+    sequences: torch.Tensor  # [rows, pos] the prompts and the tokens picked so far
+    cache: KeyValueCache | None = None
+    finished: torch.Tensor = field(init=False)  # [rows] which have picked the end of sequence
+    logits: list[torch.Tensor] = field(default_factory=list)  # each step's [rows, d_vocab]
+
+    def __post_init__(self) -> None:
+        self.finished = torch.zeros(len(self.rows), dtype=torch.bool, device=self.sequences.device)
 
 
 class HookedModel(FollowsApply, HookedRootModule):
@@ -71,9 +86,8 @@ class HookedModel(FollowsApply, HookedRootModule):
         )
 
     def set_use_attn_result(self, enabled: bool) -> None:
-        """Compute each head's output separately, at ``blocks.{l}.attn.hook_result`` [batch, pos, head, d_model]."""
-        for block in self.blocks:
-            block.attn.use_attn_result = enabled
+        """Compute each head's output separately, at ``blocks.{l}.attn.hook_result`` [batch, pos, head, d_model]:
+        ``cfg.use_attn_result``, which the layers read on every pass (setting it directly does the same)."""
         self.cfg.use_attn_result = enabled
 
     def after_apply(self) -> None:
@@ -170,6 +184,7 @@ class HookedModel(FollowsApply, HookedRootModule):
         (:mod:`probe.models.kv_cache`: written in place, the same numbers as TransformerLens' concatenating one)."""
         return KeyValueCache(self.cfg, self.cfg.device, batch, capacity)
 
+    @torch.inference_mode()
     def generate(
         self,
         input: TextInput | torch.Tensor = "",
@@ -192,56 +207,69 @@ class HookedModel(FollowsApply, HookedRootModule):
         ``max_new_tokens`` tokens after ``input`` (text or ids [batch, pos]), reusing keys and values
         with ``use_past_kv_cache``. ``return_type`` ``input`` gives what was given (text for text),
         ``str`` text (without special tokens), ``tokens`` ids; ``output_logits`` adds each step's logits
-        (a ``GenerateOutput``)."""
-        tokens, given_text = self._generate_input(input, prepend_bos, padding_side)
+        (a ``GenerateOutput``). Texts of different token counts are generated in groups of one length, stepped
+        together (a shorter prompt padded beside a longer one would read its padding as text), so each row is
+        what it would be alone; the ids come back padded on ``padding_side`` with the pad token."""
+        lanes, given_text = self._generate_input(input, prepend_bos)
         if stop_at_eos and eos_token_id is None:
             eos_token_id = getattr(self.tokenizer, "eos_token_id", None)
             if eos_token_id is None:
                 raise ProbeError("stop_at_eos needs an eos_token_id or a tokenizer that has one")
-        batch = tokens.size(0)
-        cache = self.key_value_cache(batch, tokens.size(1) + max_new_tokens) if use_past_kv_cache else None
-        finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
-        sequences, steps, new = tokens, [], tokens  # new: what the next forward reads (all of it without a cache)
+        for lane in lanes:
+            capacity = lane.sequences.size(1) + max_new_tokens
+            lane.cache = self.key_value_cache(lane.sequences.size(0), capacity) if use_past_kv_cache else None
+        sampling = dict(top_k=top_k, top_p=top_p, temperature=temperature, freq_penalty=freq_penalty)
         for _ in range(max_new_tokens):
-            logits = self(new, past_kv_cache=cache)[:, -1] if cache is not None else self(sequences)[:, -1]
-            steps.append(logits)
-            if do_sample:
-                sampled = sample_logits(
-                    logits,
-                    top_k=top_k,
-                    top_p=top_p,
-                    temperature=temperature,
-                    freq_penalty=freq_penalty,
-                    tokens=sequences,
-                )
-                token = sampled.to(tokens.device)
-            else:
-                token = logits.argmax(-1)
-            if stop_at_eos:
-                token = torch.where(finished, torch.full_like(token, self._pad_id(eos_token_id)), token)
-                finished |= token == eos_token_id
-            sequences = torch.cat([sequences, token[:, None]], dim=1)
-            new = token[:, None]
-            if stop_at_eos and bool(finished.all()):
+            for lane in lanes:
+                self._step(lane, sampling if do_sample else None, eos_token_id if stop_at_eos else None)
+            if stop_at_eos and all(bool(lane.finished.all()) for lane in lanes):
                 break
+        rows = [row for lane in lanes for row in lane.rows]
+        order = torch.tensor(rows, device=lanes[0].sequences.device).argsort()  # the lanes' rows in input order
+        ids = [sequence for lane in lanes for sequence in lane.sequences]
+        ids = [ids[i] for i in order.tolist()]  # [pos] each, unpadded
+        side = padding_side or getattr(self.tokenizer, "padding_side", "right")
+        sequences = pad_sequence(ids, batch_first=True, padding_value=self._pad_id(0), padding_side=side)
         if output_logits:
-            return GenerateOutput(sequences, tuple(steps))
+            steps = zip(*(lane.logits for lane in lanes))  # each step's [rows, d_vocab] of every lane
+            return GenerateOutput(sequences, tuple(torch.cat(step)[order] for step in steps))
         if return_type == "str" or (return_type == "input" and given_text):  # special tokens left out
-            text = [self.tokenizer.decode(row.tolist(), skip_special_tokens=True) for row in sequences]
+            text = [self.tokenizer.decode(row.tolist(), skip_special_tokens=True) for row in ids]
             return text[0] if isinstance(input, str) else text
         return sequences
 
-    def _generate_input(
-        self, input: TextInput | torch.Tensor, prepend_bos: bool | None, padding_side: str | None
-    ) -> tuple[torch.Tensor, bool]:
-        """``generate``'s input as ids [batch, pos] on the model's device, and whether it was given as text."""
+    def _step(self, lane: _Lane, sampling: dict[str, Any] | None, eos_token_id: int | None) -> None:
+        """One token more for each row of ``lane``: sampled with ``sampling`` (greedy without), a finished row
+        padded where ``eos_token_id`` ends a row."""
+        # all of the prompt first (and every step without a cache), then the last token
+        new = lane.sequences[:, -1:] if lane.cache is not None and lane.logits else lane.sequences
+        logits = self(new, past_kv_cache=lane.cache)[:, -1]  # [rows, d_vocab]
+        if sampling is not None:
+            token = sample_logits(logits, tokens=lane.sequences, **sampling).to(lane.sequences.device)
+        else:
+            token = logits.argmax(-1)
+        if eos_token_id is not None:
+            token = torch.where(lane.finished, torch.full_like(token, self._pad_id(eos_token_id)), token)
+            lane.finished |= token == eos_token_id
+        lane.sequences = torch.cat([lane.sequences, token[:, None]], dim=1)
+        lane.logits.append(logits)
+
+    def _generate_input(self, input: TextInput | torch.Tensor, prepend_bos: bool | None) -> tuple[list[_Lane], bool]:
+        """``generate``'s input as lanes of prompts of one length each, on the model's device, and whether it
+        was given as text."""
         given_text = isinstance(input, str) or (
             isinstance(input, (list, tuple)) and input and isinstance(input[0], str)
         )
-        tokens = self.to_tokens(input, prepend_bos, padding_side) if given_text else torch.as_tensor(input)
-        if tokens.dim() == 1:
-            tokens = tokens[None]
-        return tokens.to(self.cfg.device), bool(given_text)
+        if not given_text:
+            tokens = torch.as_tensor(input).to(self.cfg.device)
+            tokens = tokens[None] if tokens.dim() == 1 else tokens  # [batch, pos]
+            return [_Lane(list(range(tokens.size(0))), tokens)], False
+        texts = [input] if isinstance(input, str) else list(input)
+        prompts = [self.to_tokens(text, prepend_bos)[0] for text in texts]  # [pos] each, unpadded
+        lengths: dict[int, list[int]] = {}
+        for row, prompt in enumerate(prompts):
+            lengths.setdefault(len(prompt), []).append(row)
+        return [_Lane(rows, torch.stack([prompts[row] for row in rows])) for rows in lengths.values()], True
 
     def _pad_id(self, eos_token_id: int) -> int:
         """What a finished row is padded with: the tokenizer's pad token, else end of sequence."""

@@ -27,7 +27,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.utilities import lm_cross_entropy_loss
 
 from probe.errors import ProbeError
-from probe.models.attention import PEAttention
+from probe.models.attention import PEAttention, hook_may_edit
 from probe.models.components import Block, Embed, TiedUnembed, Unembed, make_norm
 from probe.models.hooked import HookedModel
 from probe.models.model_config import ModelConfig
@@ -84,7 +84,7 @@ class PETransformer(HookedModel):
                 config.d_mlp,
                 config.act_fn,
                 config.eps,
-                PEAttention(config.n_heads, config.d_model, config.d_head, config.attn_scale, layer, pe),
+                PEAttention(config.n_heads, config.d_model, config.d_head, config.attn_scale, layer, pe, self.cfg),
             )
             for layer in range(config.n_layers)
         )
@@ -149,8 +149,9 @@ class PETransformer(HookedModel):
     ) -> Any:
         """TransformerLens' forward: ``input`` is text, tokens [batch, pos] / [pos], or with
         ``start_at_layer`` a residual [batch, pos, d_model]; ``return_type`` ``logits``, ``loss``,
-        ``both`` or None; ``stop_at_layer`` returns the residual entering that block.
-        ``attention_mask`` [batch, pos] marks right padding with 0; ``past_kv_cache`` (a
+        ``both`` or None; ``stop_at_layer`` returns the residual entering that block (the blocks run are
+        ``blocks[start_at_layer:stop_at_layer]``, negative indices as in Python).
+        ``attention_mask`` [batch, pos] marks right padding with 0 (the loss leaves it out); ``past_kv_cache`` (a
         ``TransformerLensKeyValueCache``) holds earlier tokens' keys and values; ``positions``
         [offset + T] (cached tokens first) replaces the default 0, 1, ... for this pass. ``segments``
         [batch, pos] packs several examples into a row (each token's example within its row): a token
@@ -167,20 +168,18 @@ class PETransformer(HookedModel):
                 f"sequence of {offset + new} positions is longer than this model's context "
                 f"(n_ctx={self.cfg.n_ctx}); rebuild it with n_ctx={offset + new} or more"
             )
+        mask = attention_mask  # what the layers read: the given mask, or one for packed rows or the cache's keys
         if segments is not None:
-            attention_mask = self._segment_mask(segments, attention_mask, past_kv_cache, positions)
+            mask = self._segment_mask(segments, attention_mask, past_kv_cache, positions)
         self.pe.begin_forward(self._positions(offset + new, positions))
         if past_kv_cache is not None:
             batch = input.shape[0] if input.dim() > 1 else 1
-            attention_mask = _cached_mask(past_kv_cache, attention_mask, batch, new, offset)
-        if start_at_layer is None:
-            residual, start = self._embed(tokens, offset, segments), 0
-        else:
-            residual, start = input, start_at_layer % self.cfg.n_layers
-        stop = self.cfg.n_layers if stop_at_layer is None else stop_at_layer
-        for layer in range(start, stop):
+            mask = _cached_mask(past_kv_cache, attention_mask, batch, new, offset)
+        residual = self._embed(tokens, offset, segments) if start_at_layer is None else input
+        # TransformerLens' blocks[start_at_layer:stop_at_layer]: Python's slice, negative indices included
+        for layer in range(self.cfg.n_layers)[start_at_layer:stop_at_layer]:
             entry = past_kv_cache.entries[layer] if past_kv_cache is not None else None
-            residual = self.blocks[layer](residual, entry, attention_mask)  # [batch, pos, d_model]
+            residual = self.blocks[layer](residual, entry, mask)  # [batch, pos, d_model]
         if stop_at_layer is not None or return_type is None:
             return residual if stop_at_layer is not None else None
         logits = self.unembed(self.ln_final(residual))  # [batch, pos, d_vocab]
@@ -188,7 +187,9 @@ class PETransformer(HookedModel):
             return logits
         if tokens is None:
             raise ProbeError("a loss from start_at_layer needs the tokens (tokens=...)")
-        loss = lm_cross_entropy_loss(logits, tokens, per_token=loss_per_token)
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(logits.device)
+        loss = lm_cross_entropy_loss(logits, tokens, attention_mask, per_token=loss_per_token)
         return loss if return_type == "loss" else (logits, loss)
 
     def _segment_mask(self, segments: torch.Tensor, attention_mask, past_kv_cache, positions) -> torch.Tensor:
@@ -219,6 +220,8 @@ class PETransformer(HookedModel):
         elif self.pe.adds_embedding:
             positions = self.pe.positions[offset : offset + tokens.size(1)]  # [pos]
             pos_embed = self.pe.embedding(positions, residual.dtype).expand(tokens.size(0), -1, -1)
+            if hook_may_edit(self.hook_pos_embed):  # the view's rows share memory: a hook edits rows of its own
+                pos_embed = pos_embed.contiguous()
             residual = residual + self.hook_pos_embed(pos_embed)
         return residual
 

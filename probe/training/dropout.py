@@ -9,7 +9,8 @@ training adds it for its own duration only. Two sets of sites:
   layers): the embeddings with the APE added (``blocks.0.hook_resid_pre``), the attention
   probabilities, every attention output, the feed-forward hidden layer after ReLU
   (``mlp.hook_post``), every feed-forward output, and the final normalised state
-  (``ln_final.hook_normalized``; dropout commutes with the norm's elementwise weight).
+  (``ln_final.hook_normalized``: T5's RMS norm hooks it before its elementwise weight, with which dropout
+  commutes; a LayerNorm, as TransformerLens', after its weight and bias).
 
 Dropout on the attention probabilities acts after ``hook_pattern``: a hook reads the pattern the
 values are mixed with before the units are dropped, as in T5, where dropout follows the softmax.
