@@ -199,3 +199,20 @@ def test_a_loaded_run_saved_again_keeps_its_tokenizer(tmp_path):
     save_checkpoint(model, tmp_path / "copy")
     _same_tokenizer(model, load_checkpoint(tmp_path / "copy"))
     _same_tokenizer(model, load_run(tmp_path / "copy"))
+
+
+@pytest.mark.parametrize("pe", ["ape", "learned"])
+def test_w_pos_is_what_hook_pos_embed_adds_at_each_position(pe):
+    """TransformerLens' ``W_pos`` [n_ctx, d_model]: row t is what the embedding adds at position t, read here from a
+    clean run's cache; a learned table is the parameter itself."""
+    model, tokens = _model(pe), _tokens()
+    _, cache = model.run_with_cache(tokens)
+    added = cache["hook_pos_embed"][0]  # [pos, d_model]
+    assert model.W_pos.shape == (model.cfg.n_ctx, model.cfg.d_model)
+    torch.testing.assert_close(model.W_pos[: tokens.size(1)], added)
+    assert (model.W_pos is getattr(model.pe, "W_pos", None)) == (pe == "learned")
+
+
+@pytest.mark.parametrize("pe", ["nope", "rotary", "t5"])
+def test_a_pe_that_adds_no_embedding_has_no_w_pos(pe):
+    assert not hasattr(_model(pe), "W_pos")

@@ -225,6 +225,17 @@ class PETransformer(HookedModel):
             residual = residual + self.hook_pos_embed(pos_embed)
         return residual
 
+    @property
+    def W_pos(self) -> torch.Tensor:  # [n_ctx, d_model]
+        """TransformerLens' ``W_pos``, the vector added at each position: a learned PE's table itself (edits reach
+        the model), APE's sinusoids as computed. A PE that adds none has no ``W_pos`` (``hasattr`` is False)."""
+        if not self.pe.adds_embedding:
+            raise AttributeError(f"{self.pe.kind} adds no positional embedding, so the model has no W_pos")
+        table = getattr(self.pe, "W_pos", None)
+        if table is not None:
+            return table
+        return self.pe.embedding(torch.arange(self.cfg.n_ctx, device=self.W_E.device), self.W_E.dtype)
+
     def sample_positions(self, length: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """[length] positions for a sequence of ``length`` tokens: 0 .. length - 1, or with
         ``random_positions`` = N a sorted random subset of 0 .. N - 1 (Ruoss et al. 2023, Sec. 3;
