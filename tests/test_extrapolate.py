@@ -60,6 +60,21 @@ def test_the_validation_split_is_deterministic_disjoint_and_per_length():
     assert validation_split([(9, 0)], str, lambda x: x[0], 0.2, 4) == ([], [(9, 0)])  # one example: all test
 
 
+def test_identical_items_fall_on_one_side_of_the_validation_split():
+    """Copy's count variant repeats examples; one held for tuning and also scored would leak. Unique items split as
+    the hash orders them (the first 20% by SHA-256 of the key, computed here), duplicates together."""
+    import hashlib
+
+    unique = [f"u{i}" for i in range(10)]
+    by_hash = sorted(unique, key=lambda k: hashlib.sha256(k.encode()).hexdigest())
+    assert validation_split(unique, str, lambda _: 0, 0.2, 4)[0] == [k for k in unique if k in by_hash[:2]]
+    repeated = [f"w{i % 7}" for i in range(40)]  # 7 distinct items, 5 or 6 copies each
+    valid, test = validation_split(repeated, str, lambda _: 0, 0.2, 20)
+    assert valid and test and not set(valid) & set(test) and len(valid) + len(test) == 40
+    assert len(valid) <= 8  # whole keys while they fit 20% of 40
+    assert validation_split(["w"] * 5, str, lambda _: 0, 0.2, 4) == ([], ["w"] * 5)  # one key: all of it is test
+
+
 def test_grid_search_takes_the_best_validation_score_and_the_mildest_on_a_tie():
     grid = [Intervention(temperature=t) for t in (1.0, 0.8, 1.25, 0.5)]
     scores = {1.0: Score(0.2), 0.8: Score(0.5, -1.0), 1.25: Score(0.5, -0.5), 0.5: Score(0.5, -0.5)}

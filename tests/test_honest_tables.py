@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from probe.analysis.eval_report import EvalReport
 from probe.analysis.evaluation import pe_ranking
 from probe.extrapolation.report import ExtrapolationReport, Outcome, RunExtrapolation
@@ -80,3 +82,17 @@ def test_a_tuned_value_of_no_change_is_printed_as_the_value(tmp_path):
     assert tuned["shown"] == "temperature=1"
     assert "| tuned | temperature | temperature=1 |" in report.to_markdown()
     assert json.loads(json.dumps(report.to_json()))  # still plain JSON
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "dropped"),
+    [(1.0, 0.95, False), (0.95, 0.90, False), (0.8, 0.75, False), (0.95, 0.8995, True), (0.96, 0.275, True)],
+)
+def test_iid_is_dropped_by_more_than_five_points_however_the_floats_round(before, after, dropped):
+    """10 of 200 examples is 5 points exactly: 1.0 - 0.95 and 0.95 - 0.90 round to either side of 0.05 in floats."""
+    outcomes = [
+        _outcome(Intervention(), "none", "none", before, 0.1),
+        _outcome(Intervention(temperature=2), "t", "tuned", after, 0.2),
+    ]
+    run = RunExtrapolation("scan/nope/seed0", "nope", "/runs/nope", 0, 20, "valid", outcomes, {})
+    assert run.iid_dropped(outcomes[1]) == dropped

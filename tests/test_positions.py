@@ -92,3 +92,15 @@ def test_a_sequence_longer_than_the_random_range_is_one_line():
     model = build_model("nope", vocab_size=VOCAB, random_positions=8).train()
     with pytest.raises(ProbeError, match="a sequence of 9 tokens needs more than random_positions=8 positions"):
         model(torch.randint(0, VOCAB, (1, 9)))
+
+
+def test_a_head_whose_logits_do_not_vary_is_constant_not_absolute():
+    """Constant logits, exactly or up to the sums' rounding, explain nothing by any basis: no kind but "constant"."""
+    from probe.metrics.position_stats import decompose_logits, head_kind, logit_sums
+
+    T = 13
+    scores = torch.full((1, 2, 1, T, T), 0.7, dtype=torch.float64)  # [example, layer, head, query, key]
+    scores[:, 1] = 1e8 + 0.3  # huge and constant: Σx² − (Σx)²/n is rounding, not variance
+    lengths = torch.tensor([T])
+    shares = decompose_logits(logit_sums(scores, lengths))
+    assert head_kind(shares) == [["constant"], ["constant"]]

@@ -111,7 +111,7 @@ class PositionResult:
         return {
             "shares": shares["seen"],
             "shares_within_rows": shares["seen_rows"],
-            "kinds": {k: kinds.count(k) for k in ("relative", "absolute", "content")},
+            "kinds": {k: kinds.count(k) for k in ("relative", "absolute", "content", "constant")},
             "best_probe": best,
             "entropy": {name: self.entropy[name]["mean"] for name in ("seen", "unseen") if name in self.entropy},
         }

@@ -69,7 +69,7 @@ class RunExtrapolation:
     def iid_dropped(self, outcome: Outcome) -> bool:
         """Whether ``outcome`` lost more than :data:`IID_MARGIN` of IID exact match."""
         change = self.iid_change(outcome)
-        return change is not None and change < -IID_MARGIN
+        return change is not None and round(change, 9) < -IID_MARGIN  # exactly 5 points is not more, however rounded
 
     def best(self, higher_is_better: bool = True) -> Outcome | None:
         """The intervention that improves most on untouched while keeping IID (within :data:`IID_MARGIN`);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -61,17 +62,26 @@ def validation_split(
     items: Sequence[Item], key: Callable[[Item], str], group: Callable[[Item], Any], share: float, most: int
 ) -> tuple[list[Item], list[Item]]:
     """(validation, test): per group (a length), the ``share`` of its items (at most ``most``, at least one
-    where the group has two) that come first by the SHA-256 of ``key(item)``; the rest, in their order, is the
-    test. Deterministic: the same items give the same split on any machine, whatever their order."""
+    where the group has two different ones) that come first by the SHA-256 of ``key(item)``, identical items
+    on one side together (copy's count variant repeats examples: one in both would be tuned on and scored on);
+    the rest, in their order, is the test. Deterministic: the same items give the same split on any machine,
+    whatever their order."""
     by_group: dict[Any, list[Item]] = {}
     for item in items:
         by_group.setdefault(group(item), []).append(item)
-    chosen: set[int] = set()
-    for members in by_group.values():
-        ranked = sorted(members, key=lambda item: hashlib.sha256(key(item).encode()).hexdigest())
-        take = min(most, max(1 if len(members) > 1 else 0, math.floor(share * len(members))))
-        chosen.update(id(item) for item in ranked[:take])
-    return [i for i in items if id(i) in chosen], [i for i in items if id(i) not in chosen]
+    held: set[tuple[Any, str]] = set()
+    for name, members in by_group.items():
+        counts = Counter(key(item) for item in members)
+        keys = sorted(counts, key=lambda k: hashlib.sha256(k.encode()).hexdigest())
+        take = min(most, max(1 if len(keys) > 1 else 0, math.floor(share * len(members))))
+        size = 0
+        for k in keys[:-1]:  # the test keeps one key at least
+            if size >= take or (size and size + counts[k] > take):
+                break
+            held.add((name, k))
+            size += counts[k]
+    chosen = [(group(i), key(i)) in held for i in items]
+    return [i for i, c in zip(items, chosen) if c], [i for i, c in zip(items, chosen) if not c]
 
 
 def grid_search(family: str, grid: Sequence[Intervention], score: Callable[[Intervention], Score]) -> Tuned:

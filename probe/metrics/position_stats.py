@@ -312,6 +312,7 @@ def decompose_logits(stats: LogitSums, within_rows: bool = False, bases: LogitBa
     n = counts.sum()
     total = flat.sum(-1)  # [..., head]
     sst = squares if within_rows else squares - total * total / n
+    sst = torch.where(sst <= ROUNDING * squares, float("nan"), sst)  # constant logits, up to the sums' rounding
     zeros = torch.zeros(*flat.shape[:-1], T, dtype=torch.float64, device=flat.device)
     by_distance = zeros.index_add(-1, bases.distance, flat)
     by_key = zeros.index_add(-1, bases.key, flat)
@@ -338,10 +339,12 @@ def decompose_logits(stats: LogitSums, within_rows: bool = False, bases: LogitBa
 
 def head_kind(shares: dict[str, Tensor], content_above: float = 0.5) -> list:
     """Per head (nested lists over the leading dims): "content" where content > ``content_above`` of the
-    variance, else "relative" or "absolute", whichever basis alone explains more."""
+    variance, else "relative" or "absolute", whichever basis alone explains more; "constant" where the logits
+    do not vary (the shares are NaN: no basis explains anything)."""
     kind = torch.where(shares["relative"] >= shares["absolute"], 1, 2)
     kind = torch.where(shares["content"] > content_above, 0, kind)
-    names = ("content", "relative", "absolute")
+    kind = torch.where(shares["relative"].isnan() | shares["absolute"].isnan(), 3, kind)
+    names = ("content", "relative", "absolute", "constant")
 
     def named(x: list | int) -> list | str:
         return [named(v) for v in x] if isinstance(x, list) else names[x]
