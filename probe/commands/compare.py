@@ -60,7 +60,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="jsd",
         choices=("jsd", "reference-code"),
         help="jsd: the paper's definition (default); reference-code: the released code's "
-        "½(KL(M‖P) + KL(M‖Q)) over head pairs i < j only",
+        "½(KL(M‖P) + KL(M‖Q)) over the head pairs it visits, B's head index below A's (its A is NoPE: "
+        "name NoPE first to visit its pairs)",
     )
     parser.add_argument(
         "--n-per-bucket", type=int, default=10, metavar="N", help="examples per length bucket (default 10)"
