@@ -67,6 +67,20 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
 
+def add_reading_outputs(parser: argparse.ArgumentParser, folder: str, batch_size: int, beside: bool = True) -> None:
+    """The flags every analysis that reads models ends with: batch size, where its files go (``folder/`` in the
+    runs' task folder, or with ``beside`` next to the run folders given), the runs, device, dtype, an
+    intervention, JSON; and its handler's default."""
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    where = f"{folder}/ in the runs' task folder" + (", or beside the run folders given" if beside else "")
+    parser.add_argument("--out", metavar="DIR", help=f"output folder (default: {where})")
+    add_checkpoints(parser)
+    add_device(parser)
+    add_dtype(parser)
+    add_intervention(parser)
+    add_json(parser)
+
+
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=float)
     sys.stdout.write("\n")

@@ -7,12 +7,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from probe.commands.common import (
-    add_checkpoints,
-    add_device,
-    add_dtype,
-    add_intervention,
-    add_json,
     add_pe_options,
+    add_reading_outputs,
     add_task_options,
     check_out,
     console,
@@ -76,17 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-baseline", action="store_true", help="skip A vs A' (another seed of A)")
     parser.add_argument("--detail", action="store_true", help="print every comparison's layer × bucket table")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="output folder (default: compare/ in the runs' task folder, or beside the run folders given)",
-    )
-    add_checkpoints(parser)
-    add_device(parser)
-    add_dtype(parser)
-    add_intervention(parser)
-    add_json(parser)
+    add_reading_outputs(parser, "compare", batch_size=16)
     parser.set_defaults(func=run)
 
 

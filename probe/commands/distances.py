@@ -5,11 +5,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import (
-    add_checkpoints,
-    add_device,
-    add_dtype,
-    add_intervention,
-    add_json,
+    add_reading_outputs,
     add_task_options,
     check_out_beside,
     console,
@@ -52,17 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pe", action="append", help="only these PEs (repeatable; default every PE found)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the runs (default 0)")
     _add_reading(parser)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="output folder (default: distances/ in the runs' task folder, or beside the run folders given)",
-    )
-    add_checkpoints(parser)
-    add_device(parser)
-    add_dtype(parser)
-    add_intervention(parser)
-    add_json(parser)
+    add_reading_outputs(parser, "distances", batch_size=16)
     parser.set_defaults(func=run)
 
 

@@ -5,13 +5,9 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import (
-    add_checkpoints,
     add_corpus_options,
-    add_device,
-    add_dtype,
-    add_intervention,
-    add_json,
     add_pe_options,
+    add_reading_outputs,
     check_out_beside,
     console,
     corpus_spec,
@@ -53,13 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser, "applied at inference to the runs whose PE has it (RoPE scaling: -p scaling=yarn -p factor=2.5)"
     )
     parser.add_argument("--max-files", type=int, metavar="N", help="read at most N held-out files (default all)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: perplexity/ in the runs' task folder)")
-    add_checkpoints(parser)
-    add_device(parser)
-    add_dtype(parser)
-    add_intervention(parser)
-    add_json(parser)
+    add_reading_outputs(parser, "perplexity", batch_size=16, beside=False)
     parser.set_defaults(func=run)
 
 

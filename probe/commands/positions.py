@@ -8,11 +8,7 @@ from __future__ import annotations
 import argparse
 
 from probe.commands.common import (
-    add_checkpoints,
-    add_device,
-    add_dtype,
-    add_intervention,
-    add_json,
+    add_reading_outputs,
     add_task_options,
     check_out_beside,
     console,
@@ -70,17 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="positions per sequence the probes read, evenly spaced (default 256)",
     )
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument(
-        "--out",
-        metavar="DIR",
-        help="output folder (default: positions/ in the runs' task folder, or beside the run folders given)",
-    )
-    add_checkpoints(parser)
-    add_device(parser)
-    add_dtype(parser)
-    add_intervention(parser)
-    add_json(parser)
+    add_reading_outputs(parser, "positions", batch_size=32)
     parser.set_defaults(func=run)
 
 
