@@ -121,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(
         "[dim]stream 0 = embedding, s = after layer s - 1; beyond: exact accuracy on unseen positions past the "
         "largest fitted one; rel/abs/content: mean over heads of the variance shares of f(i − j), g(j) and "
-        "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content; "
+        "1 − R² of f(i − j) + g(j); heads r/a/c: heads whose logits are mostly relative / absolute / content "
+        "(+n: n whose logits do not vary); "
         "var slope: d log Var / d log t of the last layer's attention output[/dim]"
     )
     write_report(report, args, out)
@@ -212,6 +213,8 @@ def _row(r) -> list[str]:
     )
     sinks = {s["lengths"]: s for s in r.sinks if s["first"] == 1 and s["layer"] == r.n_layers - 1}
     shares, kinds = summary["shares"], summary["kinds"]
+    heads = f"{kinds['relative']}/{kinds['absolute']}/{kinds['content']}"
+    heads += f" +{kinds['constant']}" if kinds["constant"] else ""  # heads whose logits do not vary
 
     def cell(b) -> str:
         return f"{b['r2']:.3f} / {100 * b['accuracy']:.0f}% @{b['stream']}" if b else "–"
@@ -224,7 +227,7 @@ def _row(r) -> list[str]:
         f"{shares['relative']:.2f}",
         f"{shares['absolute']:.2f}",
         f"{shares['content']:.2f}",
-        f"{kinds['relative']}/{kinds['absolute']}/{kinds['content']}",
+        heads,
         " → ".join(f"{sinks[k]['share']:.3f}" for k in ("seen", "unseen") if k in sinks),
         " → ".join(f"{sinks[k]['uniform']:.3f}" for k in ("seen", "unseen") if k in sinks),
         f"{r.variance['slope'][-1]:.2f}",
