@@ -95,15 +95,22 @@ def claim_errors(model, tokens: np.ndarray) -> dict[str, float]:
         "t2_kept": np.abs(layers[-1]["resid_post"][:, :3] - np.stack([t**0, bos, t], 1)).max(),
     }
     logit_errors, vector_errors = [0.0], [0.0]
-    for layer in layers[1:]:
+    w = weights(model)
+    for index, layer in enumerate(layers[1:], start=1):
         q, k = layer["q"], layer["k"]  # [head, pos, d_head]
         # Eq. rel_query_vec / rel_key_vec: q_t = [1, -t, ...], k_i = [i, 1, ...]
         vector_errors.append(np.abs(q[:, :, 0] - 1).max())
         vector_errors.append(np.abs(q[:, :, 1] + t).max())
         vector_errors.append(np.abs(k[:, :, 0] - t).max())
         vector_errors.append(np.abs(k[:, :, 1] - 1).max())
-        # Eq. rel_attention_dot_product: <q_t, k_i> = sum_{j >= 3} q_j k_{j,i} - (t - i)
-        f_cnt = q[:, :, 2:] @ k[:, :, 2:].transpose(0, 2, 1)
+        # Eq. rel_attention_dot_product: <q_t, k_i> = f_cnt(x_t, x_i) - (t - i), f_cnt the components
+        # j >= 3 computed from the two tokens' embeddings alone (index 2, the position, dropped)
+        embedding = w["embed.W_E"][tokens]
+        embedding[:, POS] = 0.0
+        W_Q, W_K = w[f"blocks.{index}.attn.W_Q"], w[f"blocks.{index}.attn.W_K"]
+        f_cnt = np.einsum("pd,hde->hpe", embedding, W_Q[:, :, 2:]) @ np.einsum(
+            "pd,hde->hpe", embedding, W_K[:, :, 2:]
+        ).transpose(0, 2, 1)
         expected = f_cnt - (t[:, None] - t[None, :])
         causal = np.tril(np.ones((T, T), dtype=bool))
         logit_errors.append(np.abs(np.where(causal, layer["logits"] - expected, 0.0)).max())
@@ -183,6 +190,19 @@ def test_verify_theorems_deeper_model_and_given_lengths():
     assert all(r.passed for r in results)
 
 
+def test_theorem2_content_term_is_the_same_for_the_same_tokens_anywhere():
+    """On <bos> then one token repeated, logits + (t - i) must be one constant per head (f_cnt of a
+    single token pair) in every layer >= 2: the content term carries no absolute position."""
+    model = theorem_model(64, n_layers=3, n_heads=3, seed=2, dtype=torch.float64)
+    tokens = np.array([BOS_ID] + [5] * 63)
+    t = np.arange(1, 65, dtype=np.float64)
+    for layer in numpy_forward(model, tokens)[1:]:
+        content = layer["logits"][:, 1:, 1:] + (t[1:, None] - t[None, 1:])  # [head, query, key], keys i >= 2
+        causal = np.tril(np.ones((63, 63), dtype=bool))
+        spread = np.where(causal, content - content[:, :1, :1], 0.0)
+        assert np.abs(spread).max() < 1e-9
+
+
 # Each corruption: (what, function editing the state dict, the claim that must fail)
 CORRUPTIONS = [
     ("W_E: a second token flagged <bos>", lambda s: s["embed.W_E"].__setitem__((5, BOS), 1.0), "embedding"),
@@ -194,6 +214,8 @@ CORRUPTIONS = [
     ("layer-2 W_Q: -t scaled", lambda s: s["blocks.1.attn.W_Q"].__setitem__((0, POS, 1), -0.5), "t2_logits"),
     ("layer-2 W_K: i scaled", lambda s: s["blocks.1.attn.W_K"].__setitem__((1, POS, 0), 1.5), "t2_logits"),
     ("layer-2 writes dim 3", lambda s: s["blocks.1.attn.W_O"].__setitem__((0, 0, POS), 1.0), "t2_kept"),
+    ("layer-2 W_Q reads the workspace", lambda s: s["blocks.1.attn.W_Q"].__setitem__((0, 30, 2), 1.0), "t2_logits"),
+    ("a layer-1 head writes the content", lambda s: s["blocks.0.attn.W_O"].__setitem__((1, 0, 4), 1.0), "t2_logits"),
 ]
 
 
@@ -245,6 +267,25 @@ def test_alibi_match(dtype):
         content = random_content(seed=2)
         diff, _ = match_logits_numpy(match, content, sequence(16, 64, 9), lambda n: -0.25 * n)
         assert np.abs(diff).max() < 1e-9
+
+
+@pytest.mark.parametrize("tolerance", [1e-6, 1e-2, 0.5, 3.0])
+def test_jsd_bound_holds_and_is_nearly_reached(tolerance):
+    """scipy's Jensen-Shannon distance (squared, natural log) of softmaxes whose logits differ by at
+    most tol stays under the bound; at the small tolerances the checks use, two keys pushed apart by
+    +-tol come within a few percent of it."""
+    from scipy.spatial.distance import jensenshannon
+
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(200):
+        logits = rng.normal(size=int(rng.integers(2, 40))) * 3
+        p = softmax(logits)
+        q = softmax(logits + rng.uniform(-tolerance, tolerance, size=logits.shape))
+        worst = max(worst, jensenshannon(p, q) ** 2)
+    pair = jensenshannon(softmax(np.array([tolerance, -tolerance])), [0.5, 0.5]) ** 2  # logits 0, 0 vs +-tol
+    assert worst <= checks.jsd_bound(tolerance) and pair <= checks.jsd_bound(tolerance)
+    assert pair >= 0.95 * (checks.jsd_bound(tolerance) - checks.JSD_FLOOR) or tolerance > 0.01
 
 
 def random_t5_checkpoint(path, n_layers=1, seed=0):
@@ -318,6 +359,17 @@ def test_cli_theorem_table_json_and_export(tmp_path, capsys):
     assert all(r.passed for r in results)
 
 
+@pytest.mark.parametrize("match", [[], ["--match", "alibi"]], ids=["theorem", "match"])
+def test_cli_exports_the_dtype_its_claims_were_checked_in(tmp_path, capsys, match):
+    argv = ["theorem", *match, "--max-length", "16", "--dtype", "float64", "--json", "--export", str(tmp_path)]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    model = load_checkpoint(data["exported"][0])
+    assert model.W_E.dtype == torch.float64 and model.blocks[0].mlp.W_in.dtype == torch.float64
+    built = theorem_model(16, dtype=torch.float64) if not match else checks.match_alibi(0.5, 16, 0, "float64").nope
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), built.state_dict().values()))
+
+
 def test_cli_match(tmp_path, capsys):
     assert main(["theorem", "--match", "alibi", "--slope", "0.125", "--max-length", "32", "--sequences", "2"]) == 0
     assert "JSD" in capsys.readouterr().out
@@ -344,6 +396,11 @@ def test_cli_match(tmp_path, capsys):
     assert code == 0 and data["passed"] and all(r["max_jsd"] < 1e-8 for r in data["results"])
     exported = load_checkpoint(data["exported"][0])
     assert exported.metadata["construction"] == "match-t5"
+    assert "token embeddings" not in data["note"]
+    random_t5_checkpoint(tmp_path / "t5-deep", n_layers=2)
+    argv = ["theorem", "--match", "t5", "--from", str(tmp_path / "t5-deep"), "--layer", "1", "--max-length", "16"]
+    assert main([*argv, "--json"]) == 0
+    assert "fed the token embeddings" in json.loads(capsys.readouterr().out)["note"]
 
 
 @pytest.mark.parametrize(

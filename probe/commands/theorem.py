@@ -149,7 +149,8 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
         table.add_row(*row, "[green]ok[/green]" if ok else "[red]FAIL[/red]")
     console.print(table)
     console.print(
-        "[dim]t is the 1-based position (<bos> at t = 1); eps the dtype's machine epsilon; T = --max-length[/dim]"
+        "[dim]t is the 1-based position (<bos> at t = 1); eps the dtype's machine epsilon; T = --max-length, "
+        "tokens with <bos> (the paper's T + 1); no layer norm, and T hidden units in the first MLP[/dim]"
     )
     for claim, statement, hook in CLAIMS:
         console.print(f"[bold]{claim}[/bold]  {escape(statement)}", highlight=False)
@@ -169,6 +170,12 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
 
             source = load_run(args.source)
             note = f"t5 head from {args.source}"
+        if args.layer > 0:
+            note = (
+                f"{note}; layer {args.layer}'s head is fed the token embeddings (through its ln1), not the "
+                "residual it reads in the trained model: the match is of its query-key map and bias, not of "
+                "the pattern it shows there"
+            )
     results, matches = [], {}
     for dtype in dtypes:
         if args.match == "alibi":
@@ -206,8 +213,9 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
     )
     console.print(f"[dim]{code}[/dim]")
     console.print(
-        "[dim]JSD in nats per query row; pass: max |Δlogit| <= tolerance and max JSD <= tolerance² "
-        "+ 16 eps(float64) (the JSD's own rounding)[/dim]"
+        "[dim]JSD in nats per query row; pass: max |Δlogit| <= tolerance and max JSD <= tolerance² σ(2 "
+        "tolerance)² / 2 + 16 eps(float64), the most logits within tolerance allow (about tolerance² / 8), "
+        "plus the JSD's own rounding[/dim]"
     )
     for path in exported:
         console.print(f"wrote {path}")
@@ -242,7 +250,7 @@ def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
     from probe.theorems import checks
     from probe.theorems.constructions import theorem_model
 
-    model = theorem_model(args.max_length, seed=args.seed)
+    model = theorem_model(args.max_length, seed=args.seed, dtype=checks.parse_dtype(results[0].dtype))
     vocab = checks.vocabulary(model.cfg.d_vocab)
     return save_checkpoint(
         model,
@@ -256,12 +264,10 @@ def _export_theorem(directory: Path, args: argparse.Namespace, results) -> Path:
 
 
 def _export_match(directory: Path, args: argparse.Namespace, match, result, source) -> Path:
-    import torch
-
     from probe.models.checkpoint import save_checkpoint
     from probe.theorems import checks
 
-    model = match.nope.to(torch.float32)
+    model = match.nope
     metadata = getattr(source, "metadata", None) or {}
     tokenizer = metadata.get("tokenizer")
     vocab = metadata.get("vocabulary") or checks.vocabulary(model.cfg.d_vocab)

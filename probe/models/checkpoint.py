@@ -179,6 +179,9 @@ def load_checkpoint(
     except (SafetensorError, OSError, ValueError) as error:
         raise ProbeError(f"{weights} is not a readable safetensors file ({error})") from None
     model = PETransformer(model_config)
+    stored = state.get("embed.W_E")
+    if stored is not None and stored.dtype != model.W_E.dtype:
+        model.to(stored.dtype)  # a float64 construction loads as it was saved, not rounded to float32
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:

@@ -6,7 +6,9 @@ Residual layout (0-based indices; the paper's dimensions are 1-based), Eq. word_
   index 1 (dim 2): 1 in the embedding of ``<bos>`` (vocabulary id 0), else 0
   index 2 (dim 3): 0 in the embedding; the Theorem 1 head adds 1/t (Eq. abs_output2) and the
                    first MLP replaces it by t (Eq. rel_hidden_state_1)
-  index 3 ...    : content (the token embedding, other heads' outputs)
+  index 3 ...    : content: the token embedding, which no layer writes (:func:`workspace_start`)
+  the rest       : workspace: what the other heads and the later layers write, which no query or
+                   key of Theorem 2 reads (so its f_cnt is a function of the two tokens alone)
 
 Positions t are 1-based with ``<bos>`` at t = 1, as in the paper. Every model here is a
 ``PETransformer`` with ``pe="nope"``, no layer norm (``normalization=None``: λ is the identity,
@@ -94,29 +96,35 @@ def _load(model: PETransformer, weights: Weights, dtype: torch.dtype) -> PETrans
     return model.eval()
 
 
+def workspace_start(d_model: int) -> int:
+    """First residual index of the workspace in :func:`theorem_model`: indices 3 .. this − 1 hold
+    the token embedding's content, this .. d_model − 1 what later heads and MLPs write."""
+    return 3 + (d_model - 3) // 2
+
+
 def _theorem1_layer(
     w: Weights,
     rng: np.random.Generator,
     d_model: int,
-    random_heads: bool,
+    random_heads_write_from: int | None,
     code: np.ndarray | None = None,
     code_columns: list[int] | None = None,
 ) -> None:
     """Layer 1 (``blocks.0``): head 0 of Eq. abs_key_value / abs_output, the interpolation MLP.
 
     Head 0's W_Q is arbitrary (random); its keys read index 0 (all ones, Eq. abs_key), its value
-    reads index 1 (the ``<bos>`` flag) and W_O writes it to index 2. Other heads are random
-    (``random_heads``) or zero, and never write indices 0-2. The MLP adds t − 1/t to index 2 and,
-    if given, ``code[t - 1, c]`` to residual index ``code_columns[c]`` at position t.
+    reads index 1 (the ``<bos>`` flag) and W_O writes it to index 2. Other heads are random, writing
+    indices ``random_heads_write_from`` onwards only, or zero (None). The MLP adds t − 1/t to index 2
+    and, if given, ``code[t - 1, c]`` to residual index ``code_columns[c]`` at position t.
     """
     W_Q, W_K, W_V, W_O = (w[f"blocks.0.attn.{n}"] for n in ("W_Q", "W_K", "W_V", "W_O"))
     n_heads, _, d_head = W_Q.shape
     W_Q[:] = rng.normal(size=W_Q.shape) / np.sqrt(d_model)
-    if random_heads and n_heads > 1:
+    if random_heads_write_from is not None and n_heads > 1:
         for W in (W_K, W_V):
             W[1:] = rng.normal(size=W[1:].shape) / np.sqrt(d_model)
         W_O[1:] = rng.normal(size=W_O[1:].shape) / np.sqrt(d_head)
-        W_O[1:, :, :3] = 0.0
+        W_O[1:, :, :random_heads_write_from] = 0.0
     W_K[0] = 0.0
     W_K[0, ONE, :] = 1.0  # Eq. abs_key_value: every row of W_K is e_1
     W_V[0] = 0.0
@@ -136,24 +144,27 @@ def _theorem2_layer(
     w: Weights, rng: np.random.Generator, layer: int, d_model: int, d_head: int, max_length: int
 ) -> None:
     """Layers 2 .. n (``blocks.{layer}``, layer >= 1): every head's W_Q, W_K of Eq. rel_query / rel_key,
-    so ⟨q_t, k_i⟩ = f_cnt − (t − i); the rest random, and nothing written to indices 0-2 (Theorem 2)."""
+    so ⟨q_t, k_i⟩ = f_cnt(x_t, x_i) − (t − i); the rest random, writing the workspace only (Theorem 2:
+    indices 0-2 are never overwritten; and no layer changes what f_cnt reads)."""
     scale = 1.0 / np.sqrt(d_model)
+    workspace = workspace_start(d_model)
     p = f"blocks.{layer}"
     for name in ("W_Q", "W_K"):
         W = w[f"{p}.attn.{name}"]
         W[:] = rng.normal(size=W.shape) * scale
-        W[:, POS, :] = 0.0  # arbitrary rows w_{j,.}, j >= 3, leave the position alone
+        W[:, POS, :] = 0.0  # the arbitrary components 3 .. h read the token's content, not t
+        W[:, workspace:, :] = 0.0  # nor what a layer wrote (which may carry t)
         W[:, :, :2] = 0.0
     w[f"{p}.attn.W_Q"][:, ONE, 0] = 1.0  # Eq. rel_query: q_t = [1, -t, ...]
     w[f"{p}.attn.W_Q"][:, POS, 1] = -1.0
-    w[f"{p}.attn.W_K"][:, POS, 0] = 1.0  # Eq. rel_key: k_i = [i, 1, ...]
+    w[f"{p}.attn.W_K"][:, POS, 0] = 1.0  # Eq. rel_key (printed "W_V =", the key matrix): k_i = [i, 1, ...]
     w[f"{p}.attn.W_K"][:, ONE, 1] = 1.0
     w[f"{p}.attn.W_V"][:] = rng.normal(size=w[f"{p}.attn.W_V"].shape) * scale
     w[f"{p}.attn.W_O"][:] = rng.normal(size=w[f"{p}.attn.W_O"].shape) / np.sqrt(d_head)
     w[f"{p}.mlp.W_in"][:] = rng.normal(size=w[f"{p}.mlp.W_in"].shape) * scale
     w[f"{p}.mlp.W_out"][:] = rng.normal(size=w[f"{p}.mlp.W_out"].shape) / np.sqrt(max_length)
     for name in ("attn.W_O", "mlp.W_out"):
-        w[f"{p}.{name}"][..., :3] = 0.0  # Theorem 2: positions are not overwritten
+        w[f"{p}.{name}"][..., :workspace] = 0.0  # Theorem 2: positions (and the content) are not overwritten
 
 
 def theorem_model(
@@ -170,16 +181,19 @@ def theorem_model(
     """The NoPE model of Theorems 1 and 2, valid for sequences of up to ``max_length`` tokens.
 
     Layer 1: Theorem 1 (head 0 writes 1/t to index 2, the MLP turns it into t); layers 2 ..
-    ``n_layers``: every head has W_Q, W_K of Eq. rel_query / rel_key, so ⟨q_t, k_i⟩ = f_cnt − (t − i).
-    Everything the paper leaves arbitrary is random (``seed``), except that nothing after the
-    embedding writes indices 0-2, and the arbitrary rows of layer-2 W_Q, W_K do not read index 2
-    (so f_cnt is a function of content only, not of t or i).
+    ``n_layers``: every head has W_Q, W_K of Eq. rel_query / rel_key, so ⟨q_t, k_i⟩ = f_cnt(x_t, x_i) −
+    (t − i). Everything the paper leaves arbitrary is random (``seed``), except that nothing after the
+    embedding writes indices 0-2 or the content block, and the arbitrary rows of every later W_Q, W_K
+    read only indices 0-1 and the content block: f_cnt is then a function of the two tokens alone, not
+    of t or i (the paper leaves h_4 .. h_d arbitrary, which would let f_cnt carry absolute position
+    from earlier layers' outputs). The first MLP has ``max_length`` hidden units: the construction
+    recovers t exactly up to ``max_length`` tokens and accepts no longer input.
     """
     if max_length < 2:
         raise ProbeError(f"max_length must be at least 2, got {max_length}")
-    if vocab_size < 2 or d_model < 4 or d_head < 2 or n_heads < 1 or n_layers < 2:
+    if vocab_size < 2 or d_model < 5 or d_head < 2 or n_heads < 1 or n_layers < 2:
         raise ProbeError(
-            "the construction needs vocab_size >= 2, d_model >= 4, d_head >= 2, n_heads >= 1 and n_layers >= 2"
+            "the construction needs vocab_size >= 2, d_model >= 5, d_head >= 2, n_heads >= 1 and n_layers >= 2"
         )
     model = build_model(
         "nope",
@@ -198,8 +212,9 @@ def theorem_model(
     W_E = w["embed.W_E"]
     W_E[:, ONE] = 1.0
     W_E[BOS_ID, BOS] = 1.0
-    W_E[:, 3:] = rng.normal(size=(vocab_size, d_model - 3))
-    _theorem1_layer(w, rng, d_model, random_heads=True)
+    workspace = workspace_start(d_model)
+    W_E[:, 3:workspace] = rng.normal(size=(vocab_size, workspace - 3))
+    _theorem1_layer(w, rng, d_model, random_heads_write_from=workspace)
     scale = 1.0 / np.sqrt(d_model)
     for layer in range(1, n_layers):
         _theorem2_layer(w, rng, layer, d_model, d_head, max_length)
@@ -366,7 +381,7 @@ def alibi_match_model(
     """NoPE model whose layer-2 head computes ``content`` − slope (t − i): Theorem 2 with the position
     components scaled by the slope (q = [slope, −slope t, ...], k = [i, 1, ...])."""
     model, w, first = _match_skeleton(content, max_length, 0, 2, seed)
-    _theorem1_layer(w, np.random.default_rng(seed), model.cfg.d_model, False)
+    _theorem1_layer(w, np.random.default_rng(seed), model.cfg.d_model, None)
     W_Q, W_K = w["blocks.1.attn.W_Q"][0], w["blocks.1.attn.W_K"][0]
     W_Q[ONE, 0], W_Q[POS, 1] = slope, -slope
     W_K[POS, 0], W_K[ONE, 1] = 1.0, 1.0
@@ -391,7 +406,7 @@ def bias_match_model(
     if bias.shape != (T, T):
         raise ProbeError(f"bias must be a square [query, key] matrix, got shape {bias.shape}")
     model, w, first = _match_skeleton(content, T, T, T, seed)
-    _theorem1_layer(w, np.random.default_rng(seed), model.cfg.d_model, False, np.eye(T), list(range(3, 3 + T)))
+    _theorem1_layer(w, np.random.default_rng(seed), model.cfg.d_model, None, np.eye(T), list(range(3, 3 + T)))
     W_Q, W_K = w["blocks.1.attn.W_Q"][0], w["blocks.1.attn.W_K"][0]
     W_Q[3:first, :T] = np.eye(T)
     W_K[3:first, :T] = bias.T

@@ -189,7 +189,7 @@ st.plotly_chart(figure, key="residual")
 st.subheader("Layer 2: logits against −(t − i)")
 st.caption(
     "Head 1 of layer 2 on one random sequence: its logits from `hook_attn_scores` minus the content term "
-    "f_cnt (computed separately), next to the paper's −(t − i); masked keys (i > t) are blank."
+    "f_cnt (from the two tokens' embeddings alone), next to the paper's −(t − i); masked keys (i > t) are blank."
 )
 error = np.abs(relative["relative"] - relative["expected"])
 figure = make_subplots(
