@@ -10,7 +10,7 @@ import torch
 
 from probe.atomic import atomic_write_json
 from probe.cli import main
-from probe.studies.reproduce import default_task, plan
+from probe.studies.reproduce import STUDIES, default_task, plan
 from probe.studies.reproduce_report import build_report, find_reports, markdown, read_report, write_report
 from probe.tasks import get
 
@@ -326,3 +326,23 @@ def test_a_study_trains_scan_by_default_where_it_has_scan_else_its_first_task():
     assert [default_task(scale) for scale in ("reduced", "section3", "section6")] == ["scan", "scan", "addition"]
     chosen = plan("section6", "checkpoints", tasks=[default_task("section6")])
     assert {run.config.task for run in chosen} == {"addition"}
+
+
+@pytest.mark.parametrize("scale", sorted(STUDIES))
+def test_a_scratchpads_baseline_is_in_its_words(scale):
+    """A format's gain is read against the no-scratchpad runs of its task key at its L: they must be written
+    and scored in the same template, or the gain mixes the wording and the scoring rule with the scratchpad."""
+    from probe.studies.formats import task_key_of
+
+    templates: dict[tuple[str, int, bool], set[str]] = {}
+    for run in plan(scale, "checkpoints"):
+        options = run.config.task_options
+        task = get(run.config.task, **options)
+        if "template" not in task.options:
+            continue  # a task with no scratchpad formats
+        key = (task_key_of(run.config.task, options), task.options["train_length"], bool(task.scratchpad))
+        templates.setdefault(key, set()).add(task.template)
+    pairs = [(k, t) for k, t in templates.items() if k[2] and (k[0], k[1], False) in templates]
+    assert pairs or scale in ("reduced", "section3")
+    for (key, length, _), scratchpad_templates in pairs:
+        assert templates[(key, length, False)] == scratchpad_templates, (scale, key, length)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from probe.errors import ProbeError
 from probe.runs.folders import given_options, task_folder_name
 from probe.tasks import SCRATCHPAD_TASKS, Tokenizer, get
 from probe.tasks.decoding import PLAIN_POSITIONS, SCRATCHPAD_POSITIONS, decode_positions, evaluate_examples
@@ -287,7 +288,8 @@ CONFIGS = [
 @pytest.mark.parametrize("name, options", CONFIGS, ids=[f"{n}{o.get('variant', '')}" for n, o in CONFIGS])
 def test_every_word_is_in_the_vocabulary(name, options, template):
     """Every example of three seeds at every length 1..16, in each format kind, tokenizes and reads back."""
-    for fmt in (None, "full", "C", "I+O+V+R"):
+    updates = template == "figure" or get(name, **options).AUTHORS_UPDATES
+    for fmt in (None, "full", "C", "I+O+V+R" if updates else "I+O+R"):
         task = get(name, **options, scratchpad=fmt, template=template, train_length=8)
         tokenizer = Tokenizer.for_task(task)
         examples = [e for seed in range(3) for e in task.examples("test", n=150, seed=seed)]
@@ -332,3 +334,15 @@ def test_a_row_decoded_on_goes_on_from_where_it_stopped_each_token_generated_onc
     assert len(calls) == len(script)  # one pass a token generated, each generated once
     prompt, gold = len(tokenizer.encode_prompt(example.source)), len(tokenizer.encode(example.target)) + 1
     assert calls[gold] == prompt + gold  # the second decoding's first pass: the prompt and the gold's budget
+
+
+@pytest.mark.parametrize("task,options", [("sorting", {}), ("sorting", {"variant": "multi-digit"}), ("lego", {})])
+def test_a_format_with_updates_is_refused_where_the_authors_processor_refuses_it(task, options):
+    """Their sorting and LEGO processors raise on include_intermediate_variables; probe would otherwise write
+    another format under the name (V alone is the empty format). ``full`` stays, as I+C+O+R."""
+    for fmt in ("V", "I+C+O+V", "C+V"):
+        with pytest.raises(ProbeError, match="refuses V"):
+            get(task, scratchpad=fmt, **options)
+    full, icor = get(task, scratchpad="full", **options), get(task, scratchpad="I+C+O+R", **options)
+    assert [e.target for e in full.examples("valid", 5)] == [e.target for e in icor.examples("valid", 5)]
+    assert get(task, scratchpad="V", template="figure", **options).scratchpad == "V"

@@ -222,6 +222,9 @@ class ScratchpadTask(GeneratedTask):
         ),
     }
 
+    AUTHORS_UPDATES: ClassVar[bool] = True
+    """Whether the authors' processor writes variable updates (V); theirs for sorting and LEGO refuse V."""
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         if self.train_length is None:
@@ -229,6 +232,13 @@ class ScratchpadTask(GeneratedTask):
             self.options["train_length"] = self.train_length
         if self.options["template"] is None:
             self.options["template"] = "authors" if self.scratchpad else "figure"
+        fmt = self.scratchpad
+        if self.authors_text and not self.AUTHORS_UPDATES and fmt not in (None, "full") and "V" in fmt.split("+"):
+            without = scratchpad.format_name(scratchpad.components(fmt) - {"V"})
+            raise ProbeError(
+                f"{self.name} in the authors' words has no variable updates (their processor refuses V): "
+                f"scratchpad={fmt} would write {without}; its full format is I+C+O+R"
+            )
 
     @property
     def scratchpad(self) -> str | None:

@@ -31,6 +31,7 @@ def signed(value: int) -> str:
 
 class Lego(ScratchpadTask):
     name = "lego"
+    AUTHORS_UPDATES = False
     summary = "resolve the value of a variable in a chain of +/- clauses"
     length_unit = "variables"
     OPTIONS: ClassVar[dict[str, Option]] = {

@@ -31,6 +31,7 @@ def bracketed(text: str) -> str:
 
 class Sorting(ScratchpadTask):
     name = "sorting"
+    AUTHORS_UPDATES = False
     summary = "sort single tokens (canonical order) or multi-digit numbers"
     length_unit = "items"
     OPTIONS: ClassVar[dict[str, Option]] = {
