@@ -43,9 +43,13 @@ def test_the_eval_ranking_counts_the_queries_every_pe_has_and_names_what_it_leav
     assert "scan seed 0" in ranking.describe() and "scan/nope/seed1" in ranking.describe()
 
 
-def _outcome(intervention: Intervention, family: str, kind: str, iid: float, ood: float) -> Outcome:
+def _outcome(
+    intervention: Intervention, family: str, kind: str, iid: float, ood: float, valid: float | None = None
+) -> Outcome:
+    """One outcome; its validation slice scores ``valid`` (default: as its test does)."""
     stats = {"mean": ood, "low": ood - 0.01, "high": ood + 0.01, "n": 40}
-    return Outcome(intervention, family, kind, iid, stats, [{"at": 30, **stats}])
+    valid = ood if valid is None else valid
+    return Outcome(intervention, family, kind, iid, stats, [{"at": 30, **stats}], valid=(valid, 0.0))
 
 
 def _report() -> ExtrapolationReport:
@@ -70,8 +74,8 @@ def test_an_intervention_that_drops_iid_is_flagged_everywhere_and_not_called_bes
     rows = report.to_rows()
     assert {r["intervention"] for r in rows if r["iid_dropped"]} == {"temperature=0.5"}
     markdown = report.to_markdown()
-    assert "27.5% (-68.5 pts, dropped)" in markdown and "best that keeps IID" in markdown
-    assert "log-length=20 (+1.5 pts)" in markdown
+    assert "27.5% (-68.5 pts, dropped)" in markdown and "best on the validation slice that keeps IID" in markdown
+    assert "log-length=20 (test +1.5 pts)" in markdown
     figure = extrapolation_figure(data["runs"], report.measure)
     assert [t.name for t in figure.data if "IID dropped" in t.name] == ["temperature=0.5 (tuned, IID dropped)"]
 
@@ -96,3 +100,38 @@ def test_iid_is_dropped_by_more_than_five_points_however_the_floats_round(before
     ]
     run = RunExtrapolation("scan/nope/seed0", "nope", "/runs/nope", 0, 20, "valid", outcomes, {})
     assert run.iid_dropped(outcomes[1]) == dropped
+
+
+def test_best_is_chosen_on_the_validation_slice_not_the_test():
+    """A cap that scores highest on the test but below log-length on validation is not called best; one that
+    scores no better than untouched on validation leaves no best at all."""
+    outcomes = [
+        _outcome(Intervention(), "none", "none", 0.96, 0.065, valid=0.07),
+        _outcome(Intervention(log_length=20), "log-length", "fixed", 0.95, 0.08, valid=0.12),
+        _outcome(Intervention(cap=19), "cap", "fixed", 0.96, 0.30, valid=0.09),
+    ]
+    run = RunExtrapolation("scan/alibi/seed0", "alibi", "/runs/alibi", 0, 20, "valid", outcomes, {})
+    assert run.best() is outcomes[1]
+    assert run.to_json()["outcomes"][2]["valid"] == [0.09, 0.0]
+    outcomes[1].valid = outcomes[2].valid = (0.07, 0.0)
+    assert run.best() is None
+
+
+def test_a_language_model_that_loses_its_context_is_dropped_not_best():
+    """Perplexity within T (the bucket at 1 x T) rising more than 5% flags the outcome, as IID does for tasks."""
+
+    def lm(intervention, family, within, past, valid):
+        buckets = [{"at": 1.0, "mean": within, "low": within, "high": within, "n": 4}]
+        buckets.append({"at": 2.0, "mean": past, "low": past, "high": past, "n": 4})
+        return Outcome(intervention, family, "tuned", within, buckets[1], buckets, valid=(-valid, 0.0))
+
+    outcomes = [
+        lm(Intervention(), "none", 10.0, 40.0, 4.0),
+        lm(Intervention(temperature=2), "temperature", 22.0, 14.0, 2.0),  # the most help past T, ruins T
+        lm(Intervention(log_length=16), "log-length", 10.4, 30.0, 3.0),  # 4% higher within T: kept
+    ]
+    run = RunExtrapolation("hf:tiny", "rotary", "hf:tiny", 0, 16, "valid", outcomes, {}, context=16)
+    assert [run.iid_dropped(o) for o in outcomes] == [False, True, False]
+    assert run.best() is outcomes[2]
+    report = ExtrapolationReport([run], "perplexity", Path("/runs"))
+    assert "22.00 (+120.0%, dropped)" in report.to_markdown() and "perplexity within T" in report.to_markdown()

@@ -176,26 +176,24 @@ def _runs(args: argparse.Namespace) -> list[str]:
 def _table(report):
     from rich.table import Table
 
-    from probe.extrapolation.report import IID_MARGIN, format_value, iid_cell, shown
+    from probe.extrapolation.report import dropped_words, format_value, iid_cell, iid_heading, shown
 
     exact = report.measure == "exact match"
     headline = "OOD exact match" if exact else "perplexity past T"
     table = Table(title=f"probe extrapolate: {headline} under each intervention (95% bootstrap interval)")
-    if exact:
-        table.caption = f"dropped: IID fell more than {100 * IID_MARGIN:.0f} points below untouched (never called best)"
+    if report.runs:
+        table.caption = dropped_words(report.runs[0])
     table.add_column("run")
     table.add_column("kind")
     table.add_column("intervention", overflow="fold")
-    if exact:
-        table.add_column("IID", justify="right")
+    table.add_column(iid_heading(report.measure), justify="right")
     table.add_column(headline, justify="right")
     table.add_column("change", justify="right")
     for run in report.runs:
         base = run.baseline.test["mean"]
         for o in run.outcomes:
             change = o.test["mean"] - base
-            cells = [run.label, o.kind, shown(o)]
-            cells += [iid_cell(run, o)] if exact else []
+            cells = [run.label, o.kind, shown(o), iid_cell(run, o)]
             cells += [format_value(o.test, report.measure), f"{100 * change:+.1f}" if exact else f"{change:+.2f}"]
             table.add_row(*cells)
         table.add_section()

@@ -98,6 +98,8 @@ def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], 
             skipped[intervention.name if family == "given" else family] = str(error)
     for tuned in tuned_candidates(loaded.model, settings, scorer.trained, scorer.on_valid, scorer.losses, step):
         outcomes.append(scorer.outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
+    for outcome in outcomes:  # what best is chosen on, as the tuned families are: never the test
+        outcome.valid = scorer.on_valid(outcome.intervention).key()
     info = loaded.info
     return RunExtrapolation(
         info.label, info.pe, info.path, info.seed, scorer.trained, scorer.validation, outcomes, skipped,

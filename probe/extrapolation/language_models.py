@@ -87,7 +87,9 @@ class _Windows:
         unseen = [b for b in buckets if b["at"] > 1]
         headline = unseen[-1] if unseen else buckets[-1]
         test = {k: headline[k] for k in ("mean", "low", "high", "n")}
-        return Outcome(intervention, family, kind, None, test, buckets, None if tuning is None else tuning.to_json())
+        seen = [b["mean"] for b in buckets if b["at"] <= 1]  # within the context: the check that it is kept
+        iid = seen[-1] if seen else None
+        return Outcome(intervention, family, kind, iid, test, buckets, None if tuning is None else tuning.to_json())
 
 
 class LanguageModelScorer:

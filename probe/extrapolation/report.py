@@ -13,7 +13,8 @@ from probe.models.interventions import Intervention
 KIND_ORDER = ("none", "fixed", "tuned")
 STEM = "extrapolation"
 IID_MARGIN = 0.05
-"""An intervention whose IID exact match falls more than this (5 points) below the untouched run's is flagged
+"""An intervention whose IID exact match falls more than this (5 points) below the untouched run's, or a language
+model's whose perplexity within its context (at most 1 x T) rises by more than this share (5%), is flagged
 wherever it is reported, and never called best: it buys unseen lengths with the lengths trained on."""
 NO_CHANGE = {"temperature": "temperature=1", "head-temperature": "head-temperature=1", "window": "window=off"}
 
@@ -25,10 +26,11 @@ class Outcome:
     intervention: Intervention  # resolved: every value it acted with
     family: str  # none, log-length, cap, rope, given, temperature, window, head-temperature
     kind: str  # none | fixed | tuned
-    iid: float | None  # exact match on IID examples (task runs), a check that seen lengths are kept
+    iid: float | None  # the check that seen lengths are kept: IID exact match, or perplexity at <= 1 x T
     test: dict[str, float]  # the headline: OOD exact match, or perplexity at the longest multiple past 1
     buckets: list[dict[str, Any]]  # {"at": length or multiple, "mean", "low", "high", "n"}
     tuning: dict[str, Any] | None = None  # what was tried on the validation slice, and its scores
+    valid: tuple[float, float] | None = None  # its validation slice's score (tuning.Score.key): what best reads
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +41,7 @@ class Outcome:
             "test": self.test,
             "buckets": self.buckets,
             "tuning": self.tuning,
+            "valid": None if self.valid is None else list(self.valid),
         }
 
 
@@ -61,26 +64,38 @@ class RunExtrapolation:
     def baseline(self) -> Outcome:
         return self.outcomes[0]
 
+    @property
+    def is_language_model(self) -> bool:
+        return self.context is not None
+
     def iid_change(self, outcome: Outcome) -> float | None:
-        """``outcome``'s IID exact match less the untouched run's (None for language models)."""
+        """``outcome``'s IID exact match less the untouched run's; for a language model, its perplexity within
+        the context relative to the untouched one's (+0.1: 10% higher). None where either has none."""
         base = self.baseline.iid
-        return None if outcome.iid is None or base is None else outcome.iid - base
+        if outcome.iid is None or base is None:
+            return None
+        return outcome.iid / base - 1 if self.is_language_model else outcome.iid - base
 
     def iid_dropped(self, outcome: Outcome) -> bool:
-        """Whether ``outcome`` lost more than :data:`IID_MARGIN` of IID exact match."""
+        """Whether ``outcome`` lost more than :data:`IID_MARGIN` of IID exact match (or of perplexity within T)."""
         change = self.iid_change(outcome)
-        return change is not None and round(change, 9) < -IID_MARGIN  # exactly 5 points is not more, however rounded
+        if change is None:
+            return False
+        worse = change if self.is_language_model else -change
+        return round(worse, 9) > IID_MARGIN  # exactly the margin is not more, however rounded
 
-    def best(self, higher_is_better: bool = True) -> Outcome | None:
-        """The intervention that improves most on untouched while keeping IID (within :data:`IID_MARGIN`);
-        None where none improves."""
-        sign = 1 if higher_is_better else -1
-        kept = [o for o in self.outcomes[1:] if not self.iid_dropped(o)]
-        better = [o for o in kept if sign * (o.test["mean"] - self.baseline.test["mean"]) > 0]
-        return max(better, key=lambda o: sign * o.test["mean"], default=None)
+    def best(self) -> Outcome | None:
+        """The intervention that scores highest on the validation slice, above untouched, among those that keep
+        IID (within :data:`IID_MARGIN`): chosen as the tuned families choose, never on the test; ties go to the
+        first (fixed rules before tuned). None where none improves on untouched there."""
+        base = self.baseline.valid
+        if base is None:
+            return None
+        better = [o for o in self.outcomes[1:] if o.valid is not None and o.valid > base and not self.iid_dropped(o)]
+        return max(better, key=lambda o: o.valid, default=None)
 
-    def to_json(self, higher_is_better: bool = True) -> dict[str, Any]:
-        best = self.best(higher_is_better)
+    def to_json(self) -> dict[str, Any]:
+        best = self.best()
         outcomes = [
             {**o.to_json(), "shown": shown(o), "iid_change": self.iid_change(o), "iid_dropped": self.iid_dropped(o)}
             for o in self.outcomes
@@ -96,7 +111,7 @@ class RunExtrapolation:
             "validation": self.validation,
             "skipped": self.skipped,
             "outcomes": outcomes,
-            "best": None if best is None else shown(best),  # among those that keep IID
+            "best": None if best is None else shown(best),  # on validation, among those that keep IID
         }
 
 
@@ -123,7 +138,7 @@ class ExtrapolationReport:
         return self.measure == "exact match"
 
     def to_json(self) -> dict[str, Any]:
-        runs = [r.to_json(self.higher_is_better) for r in self.runs]
+        runs = [r.to_json() for r in self.runs]
         return {"measure": self.measure, "seed": self.seed, "iid_margin": IID_MARGIN, "runs": runs}
 
     def to_rows(self) -> list[dict[str, Any]]:
@@ -158,7 +173,7 @@ class ExtrapolationReport:
         out_dir = Path(out_dir)
         written = write_tables(self, out_dir, STEM, self.to_markdown() + "\n")
         for pe in dict.fromkeys(r.pe for r in self.runs):
-            runs = [r.to_json(self.higher_is_better) for r in self.runs if r.pe == pe]
+            runs = [r.to_json() for r in self.runs if r.pe == pe]
             written += write_figure(extrapolation_figure(runs, self.measure), out_dir / f"{STEM}_{_safe(pe)}")
         for run in self.runs:
             for o in run.outcomes:
@@ -188,21 +203,44 @@ def shown(outcome: Outcome) -> str:
 
 
 def iid_cell(run: RunExtrapolation, outcome: Outcome) -> str:
-    """``96.0%``, or ``27.5% (-68.5 pts, dropped)`` where IID fell past :data:`IID_MARGIN`."""
+    """``96.0%``, or ``27.5% (-68.5 pts, dropped)`` where IID fell past :data:`IID_MARGIN`; a language model's
+    perplexity within T, ``14.20``, or ``31.07 (+118.8%, dropped)``."""
     if outcome.iid is None:
         return "-"
-    text = f"{100 * outcome.iid:.1f}%"
-    return text + (f" ({100 * run.iid_change(outcome):+.1f} pts, dropped)" if run.iid_dropped(outcome) else "")
+    dropped = run.iid_dropped(outcome)
+    if run.is_language_model:
+        return f"{outcome.iid:.2f}" + (f" ({100 * run.iid_change(outcome):+.1f}%, dropped)" if dropped else "")
+    return f"{100 * outcome.iid:.1f}%" + (f" ({100 * run.iid_change(outcome):+.1f} pts, dropped)" if dropped else "")
+
+
+def iid_heading(measure: str) -> str:
+    """The column of the check that seen lengths are kept."""
+    return "IID" if measure == "exact match" else "perplexity within T"
+
+
+def dropped_words(run: RunExtrapolation) -> str:
+    """What the tables' ``dropped`` means for ``run``."""
+    if run.is_language_model:
+        return f"dropped: perplexity within T rose over {100 * IID_MARGIN:.0f}% above untouched (never called best)"
+    return f"dropped: IID exact match fell more than {100 * IID_MARGIN:.0f} points below untouched (never called best)"
+
+
+def kept_words(run: RunExtrapolation) -> str:
+    """What keeping IID means for ``run``, for the lines that say it."""
+    if run.is_language_model:
+        return f"keeps perplexity within T (at most {100 * IID_MARGIN:.0f}% higher)"
+    return f"keeps IID (within {100 * IID_MARGIN:.0f} pts)"
 
 
 def best_line(run: RunExtrapolation, higher_is_better: bool) -> str:
-    """``best that keeps IID: temperature=0.8 (+6.2 pts)``, or that none improves on untouched."""
-    best = run.best(higher_is_better)
+    """``best on validation that keeps IID (within 5 pts): temperature=0.8 (test +6.2 pts)``, or that none
+    improves on untouched there."""
+    best = run.best()
     if best is None:
-        return f"{run.label}: no intervention that keeps IID (within {100 * IID_MARGIN:.0f} pts) improves on untouched"
+        return f"{run.label}: no intervention that {kept_words(run)} improves on untouched on the validation slice"
     change = best.test["mean"] - run.baseline.test["mean"]
     delta = f"{100 * change:+.1f} pts" if higher_is_better else f"{change:+.2f}"
-    return f"{run.label}: best that keeps IID (within {100 * IID_MARGIN:.0f} pts): {shown(best)} ({delta})"
+    return f"{run.label}: best on the validation slice that {kept_words(run)}: {shown(best)} (test {delta})"
 
 
 def _cell(stats: dict[str, Any]) -> dict[str, Any]:
@@ -230,28 +268,22 @@ def summary(report: ExtrapolationReport) -> list[str]:
             "",
             f"L = {run.trained_length} ({run.trained_length_is}); tuned on {run.validation}.",
             "",
-            "| kind | family | intervention | "
-            + ("IID | " if report.measure == "exact match" else "")
-            + f"{headline} | change |",
-            "|---|---|---|" + ("---|" if report.measure == "exact match" else "") + "---|---|",
+            f"| kind | family | intervention | {iid_heading(report.measure)} | {headline} | change |",
+            "|---|---|---|---|---|---|",
         ]
         base = run.baseline.test["mean"]
         for o in sorted(run.outcomes, key=lambda o: KIND_ORDER.index(o.kind)):
-            iid = f"{iid_cell(run, o)} | " if o.iid is not None else ""
             change = o.test["mean"] - base
             delta = f"{100 * change:+.1f} pts" if report.measure == "exact match" else f"{change:+.2f}"
             lines.append(
-                f"| {o.kind} | {o.family} | {shown(o)} | {iid}{format_value(o.test, report.measure)} | {delta} |"
+                f"| {o.kind} | {o.family} | {shown(o)} | {iid_cell(run, o)} | {format_value(o.test, report.measure)} "
+                f"| {delta} |"
             )
         for family, why in run.skipped.items():
-            lines.append(
-                f"| - | {family} | "
-                + ("- | " if report.measure == "exact match" else "")
-                + f"not applicable: {why} | |"
-            )
+            lines.append(f"| - | {family} | not applicable: {why} | - | | |")
         lines += ["", best_line(run, report.higher_is_better) + ".", ""]
         if any(run.iid_dropped(o) for o in run.outcomes):
-            lines += [f"dropped: IID exact match fell more than {100 * IID_MARGIN:.0f} points below untouched.", ""]
+            lines += [dropped_words(run) + ".", ""]
         keys = [b["at"] for b in run.baseline.buckets]
         unit = "length" if report.measure == "exact match" else "x T"
         lines += [
