@@ -91,3 +91,44 @@ def test_hf_rope_parameters_keep_what_a_model_rotates_and_refuse_a_rope_per_laye
     }}  # fmt: skip
     with pytest.raises(ProbeError, match="a RoPE per layer type"):
         hf_rope_parameters({"scaling": "linear", "factor": 2.0}, per_type)
+
+
+def _tiny_llama(max_positions: int, **rope):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=max_positions, rope_parameters={"rope_type": "default", "rope_theta": 100.0, **rope},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_an_hf_model_that_scales_rope_already_is_refused_and_left_as_it_was():
+    """Llama 3's own llama3 scaling: a yarn built in its place would drop it (even factor=1 changed the logits)."""
+    from probe.models.hf_rotary import rotary_modules, scale_rotary
+
+    model = _tiny_llama(64, rope_type="llama3", factor=8.0, original_max_position_embeddings=8,
+                        low_freq_factor=1.0, high_freq_factor=4.0)  # fmt: skip
+    before = rotary_modules(model)[0].inv_freq.clone()
+    with pytest.raises(ProbeError, match="scales RoPE already"):
+        scale_rotary(model, {"scaling": "yarn", "factor": 1.0, "original_length": 8})
+    assert torch.equal(rotary_modules(model)[0].inv_freq, before)
+
+
+def test_hf_dynamic_ntk_grows_past_the_original_length_given():
+    """transformers' dynamic NTK reads L from max_position_embeddings: scaled with original_length=8, a model
+    whose config says 64 computes what transformers' own model with 8 does (before, the 8 was ignored)."""
+    from probe.models.hf_rotary import restore_rotary, scale_rotary
+
+    model = _tiny_llama(64)
+    oracle = _tiny_llama(8, rope_type="dynamic", factor=2.0)
+    oracle.load_state_dict(model.state_dict())
+    tokens = torch.arange(24)[None] % 32
+    with torch.no_grad():
+        plain = model(tokens).logits
+        states = scale_rotary(model, {"scaling": "dynamic", "factor": 2.0, "original_length": 8})
+        scaled = model(tokens).logits
+        restore_rotary(states)
+        assert torch.allclose(scaled, oracle(tokens).logits, atol=1e-6) and not torch.allclose(scaled, plain)
+        assert torch.equal(model(tokens).logits, plain)

@@ -42,11 +42,12 @@ def score_examples(
     model: TransformerLensModel, data: EncodedSet, device: torch.device, batch_size: int
 ) -> tuple[Tensor, Tensor]:
     """([example] bool greedy exact match, [example] float64 mean target NLL) of ``model`` on ``data``,
-    teacher forced, batches of similar lengths."""
+    teacher forced, batches of similar lengths; of one length where the PE reads the pass's length (dynamic
+    NTK: a padded batch would rotate an example as its longest neighbour's length says)."""
     model.eval()
     correct = torch.zeros(len(data), dtype=torch.bool)
     nll = torch.zeros(len(data), dtype=torch.float64)
-    for index in data.lengths.argsort().split(batch_size):
+    for index in _batches(data.lengths, batch_size, getattr(getattr(model, "pe", None), "depends_on_length", False)):
         tokens, mask = data.batch(index)  # [batch, pos], [batch, pos - 1]
         tokens, mask = tokens.to(device), mask.to(device)
         logits = model(tokens)[:, :-1].float()  # [batch, pos - 1, vocab]
@@ -55,6 +56,16 @@ def score_examples(
         correct[index] = hits.all(1).cpu()
         nll[index] = (losses.sum(1) / mask.sum(1)).double().cpu()
     return correct, nll
+
+
+def _batches(lengths: Tensor, batch_size: int, one_length: bool) -> list[Tensor]:
+    """Indices of ``lengths`` [example] in batches of at most ``batch_size``, by length; each of one length
+    with ``one_length``."""
+    order = lengths.argsort()
+    if not one_length:
+        return list(order.split(batch_size))
+    _, counts = lengths[order].unique_consecutive(return_counts=True)
+    return [part for group in order.split(counts.tolist()) for part in group.split(batch_size)]
 
 
 def example_loss(model: TransformerLensModel, data: EncodedSet, device: torch.device, step: int) -> Tensor:

@@ -67,6 +67,10 @@ def scale_rotary(model: torch.nn.Module, rope: Mapping[str, Any]) -> list[Rotary
     for module, state in zip(modules, before):
         config, settings = module.config, module.config.to_dict()
         settings["rope_parameters"] = hf_rope_parameters(rope, settings)
+        if rope["scaling"] == "dynamic" and rope.get("original_length"):
+            # transformers' dynamic NTK grows the base past max_position_embeddings, its L; the model's own
+            # config keeps its value (this config is the rebuilt rotary module's alone)
+            settings["max_position_embeddings"] = int(rope["original_length"])
         try:
             fresh = type(module)(config=type(config).from_dict(settings))
         except (TypeError, ValueError, KeyError) as error:
@@ -86,7 +90,8 @@ def restore_rotary(states: list[RotaryState]) -> None:
 def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
     """``transformers``' ``rope_parameters`` for a probe RoPE scaling of a model whose config is ``config``
     (its own ``rope_parameters`` or ``rope_theta``): linear, dynamic, yarn and llama3 by name; ntk (NTK-aware,
-    bloc97 2023) as the base times s^(d/(d-2)), d the dimensions it rotates, what the scaling is."""
+    bloc97 2023) as the base times s^(d/(d-2)), d the dimensions it rotates, what the scaling is. A model whose
+    config scales RoPE already is refused (one line), as a scaling in its place would drop its own."""
     given = dict(config.get("rope_parameters") or {})
     if any(isinstance(value, Mapping) for value in given.values()):
         raise ProbeError(f"rope: this hf: model has a RoPE per layer type ({', '.join(given)}); not scaled")
@@ -94,6 +99,14 @@ def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> di
     scaling, factor = rope["scaling"], float(rope.get("factor", 1.0))
     if scaling == "none":
         return {**given, "rope_theta": theta}
+    native = given.get("rope_type") or "default"
+    if native != "default":
+        # a second scaling built in its place would drop the model's own (Llama 3's llama3, Phi-3's longrope):
+        # even factor=1 would change what it computes
+        raise ProbeError(
+            f"rope: this hf: model's config scales RoPE already (rope_type={native}, factor "
+            f"{given.get('factor', '?')}); probe does not compose a second scaling with it"
+        )
     if scaling == "ntk":
         dim = rotated_dimensions(config)
         if dim <= 2:
