@@ -157,25 +157,32 @@ def _print_claims(console, results, dtypes: list[str], args: argparse.Namespace)
         console.print(f"[dim]    read at {hook}; tolerance {escape(TOLERANCES[claim])}[/dim]", highlight=False)
 
 
+def _t5_source(args: argparse.Namespace):
+    """The t5 model ``--match t5`` reads its head from, and a note saying what the match is of."""
+    from probe.theorems import checks
+
+    if args.source is None:
+        source = checks.random_t5_source(seed=args.seed)
+        note = f"no --from: matching a random N(0, 1) T5 bias table (seed {args.seed})"
+    else:
+        from probe.runs.folders import load_run
+
+        source = load_run(args.source)
+        note = f"t5 head from {args.source}"
+    if args.layer > 0:
+        note += (
+            f"; layer {args.layer}'s head is fed the token embeddings (through its ln1), not the residual it reads "
+            "in the trained model: the match is of its query-key map and bias, not of the pattern it shows there"
+        )
+    return source, note
+
+
 def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
     from probe.theorems import checks
 
     source, name, note = None, "t5", None
     if args.match == "t5":
-        if args.source is None:
-            source = checks.random_t5_source(seed=args.seed)
-            note = f"no --from: matching a random N(0, 1) T5 bias table (seed {args.seed})"
-        else:
-            from probe.runs.folders import load_run
-
-            source = load_run(args.source)
-            note = f"t5 head from {args.source}"
-        if args.layer > 0:
-            note = (
-                f"{note}; layer {args.layer}'s head is fed the token embeddings (through its ln1), not the "
-                "residual it reads in the trained model: the match is of its query-key map and bias, not of "
-                "the pattern it shows there"
-            )
+        source, note = _t5_source(args)
     results, matches = [], {}
     for dtype in dtypes:
         if args.match == "alibi":

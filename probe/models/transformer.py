@@ -274,6 +274,25 @@ class PETransformer(HookedModel):
         state_dict = {k: v for k, v in state_dict.items() if not k.endswith(_LEGACY_BUFFERS)}
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
+    def process_weights_(
+        self,
+        fold_ln: bool = True,
+        center_writing_weights: bool = True,
+        center_unembed: bool = True,
+        fold_value_biases: bool = True,
+    ) -> PETransformer:
+        """TransformerLens' ``process_weights_``, in place (:mod:`probe.models.weight_processing`): norms folded,
+        writing weights and the unembedding centred, value biases in the output bias; the same function."""
+        from probe.models.weight_processing import process_weights_
+
+        return process_weights_(self, fold_ln, center_writing_weights, center_unembed, fold_value_biases)
+
+    def fold_layer_norm(self, center_weights: bool = True) -> PETransformer:
+        """TransformerLens' ``fold_layer_norm``, in place (:func:`probe.models.weight_processing.fold_layer_norm`)."""
+        from probe.models.weight_processing import fold_layer_norm
+
+        return fold_layer_norm(self, center_weights)
+
     def set_fast_attention(self, enabled: bool) -> None:
         """Allow (default) or forbid the fused attention route in every layer (probe.models.attention)."""
         for block in self.blocks:
