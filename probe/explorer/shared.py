@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,19 +104,35 @@ def run_title(run: Run) -> str:
     return f"{task_folder(run)} · {pe_name(run.pe)} · seed {run.seed}"
 
 
-def stamp(run: Run) -> float:
-    """Changes when the run is re-published, so cached models and analyses follow."""
+def stamp(run: Run | Path) -> float:
+    """Changes when the run (or the run folder) is re-published, so cached models and analyses follow."""
     try:
-        return (run.path / "model.safetensors").stat().st_mtime
+        return ((run.path if isinstance(run, Run) else run) / "model.safetensors").stat().st_mtime
     except OSError:
         return 0.0
 
 
 @st.cache_resource(show_spinner="Loading checkpoint…", max_entries=4)
 def cached_model(path: str, version: float) -> PETransformer:
+    """One model for every session: read it only under :func:`exclusive`."""
     from probe.runs.folders import load_run
 
     return load_run(path)
+
+
+_locks: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+@contextmanager
+def exclusive(model: Any) -> Iterator[None]:
+    """Hold ``model`` alone for a forward pass. A ``st.cache_resource`` model is shared by every session, each
+    in a thread of its own, and the hooks one reading adds to it would fire in another's pass (whose wrong
+    result ``st.cache_data`` would then keep). Reentrant, so a locked reading may call another."""
+    with _locks_guard:
+        lock = _locks.setdefault(model, threading.RLock())
+    with lock:
+        yield
 
 
 def load_model(run: Run) -> PETransformer:
@@ -386,32 +405,45 @@ def saved_report(
 ) -> Saved:
     """``<checkpoints>/<folder>/<stem>/<file or stem>.json`` as the command wrote it (empty where there is none or
     it cannot be read), keeping only its ``entries`` (a run's JSON, or an entry holding it under "run") whose run
-    was not re-published since (its stamp is older than the file)."""
+    was not re-published since (its stamp is older than the file). A kept run's path is spelled as in ``by_path``:
+    the command may have named it relative to where it ran, and `probe app` names the folder absolute."""
     path = checkpoints_root() / folder / stem / f"{file or stem}.json"
+    spelled = {Path(p).resolve(): p for p in by_path}
     try:
         data, written = json.loads(path.read_text()), path.stat().st_mtime
-        runs = [r for r in entries(data) if _fresh(r.get("run", r)["path"], by_path, written)]
+        runs = [r for r in entries(data) if _fresh(r.get("run", r), spelled, by_path, written)]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return Saved({}, [], "")
     return Saved(data, runs, time.strftime("%Y-%m-%d %H:%M", time.localtime(written)))
 
 
-def _fresh(path: str, by_path: dict[str, Run], written: float) -> bool:
-    return path in by_path and stamp(by_path[path]) <= written
+def _fresh(run: dict[str, Any], spelled: dict[Path, str], by_path: dict[str, Run], written: float) -> bool:
+    """Whether ``run`` (a report's run JSON) names a run of ``by_path`` (``spelled``: its resolved paths) not
+    re-published since ``written``; if so its path is rewritten to ``by_path``'s spelling."""
+    found = spelled.get(Path(run["path"]).resolve())
+    if found is None or stamp(by_path[found]) > written:
+        return False
+    run["path"] = found
+    return True
 
 
 def saved_comparison(folder: str, a: str, b: str, by_path: dict[str, Run]) -> Saved:
     """The newest report `probe compare` saved under ``<checkpoints>/<folder>/compare/`` with A = ``a`` and ``b``
-    among its Bs, neither re-published since; only that comparison (and A's baseline) is kept. Empty where none."""
+    among its Bs, neither re-published since, nor its A' baseline; only that comparison (and the baseline) is
+    kept. Empty where none."""
 
     def mtime(path: Path) -> float:
         return path.stat().st_mtime
 
+    def compared(data: dict[str, Any]) -> list[dict[str, Any]]:
+        baseline = [data["baseline"]["b"]] if data["baseline"] is not None else []
+        return [data["a"], *(c["b"] for c in data["comparisons"]), *baseline]
+
     for path in sorted((checkpoints_root() / folder / "compare").glob("*.json"), key=mtime, reverse=True):
-        saved = saved_report(
-            folder, "compare", by_path, path.stem, lambda data: [data["a"], *(c["b"] for c in data["comparisons"])]
-        )
+        saved = saved_report(folder, "compare", by_path, path.stem, compared)
+        fresh = {r["path"] for r in saved.runs}
         kept = [c for c in saved.data.get("comparisons", []) if c["b"]["path"] == b]
-        if kept and {a, b} <= {r["path"] for r in saved.runs}:
+        baseline = saved.data.get("baseline")
+        if kept and {a, b} <= fresh and (baseline is None or baseline["b"]["path"] in fresh):
             return Saved({**saved.data, "comparisons": kept}, saved.runs, saved.written)
     return Saved({}, [], "")

@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 WEIGHTING_TITLES = {"argmax": "attended key (arg-max)", "attention": "attention-weighted"}
+MASS_TITLES = {"argmax": "fraction of query rows", "attention": "fraction of attention"}
+"""What a column's mass is a fraction of: each (example, layer, head, query)'s arg-max key counts once, or every
+key by its attention."""
 
 
 OVERLAID = 3
@@ -51,7 +54,8 @@ def attended_distance_figure(series: Sequence[Mapping[str, Any]], title: str, pa
     figure.update_yaxes(range=[0, 1.08 * top])  # the tallest bar whole, every panel on one scale
     for col in range(1, len(columns) + 1):
         figure.update_xaxes(title_text="normalized distance d̄", row=rows, col=col)
-    figure.update_yaxes(title_text="fraction of attention", row=(rows + 1) // 2, col=1)
+    for col, weighting in enumerate(weightings, start=1):
+        figure.update_yaxes(title_text=MASS_TITLES.get(weighting, "fraction"), row=(rows + 1) // 2, col=col)
     figure.update_layout(
         title=title,
         template="plotly_white",

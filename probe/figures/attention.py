@@ -40,6 +40,7 @@ def attention_heatmaps(tokens: Sequence[str], patterns: Tensor, layer: int, titl
                 zmax=1,
                 colorscale="Blues",
                 showscale=head == 0,
+                colorbar=dict(title="attention p"),
                 customdata=hover,
                 hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>p %{z:.3f}<extra>head "
                 + str(head)
@@ -51,6 +52,8 @@ def attention_heatmaps(tokens: Sequence[str], patterns: Tensor, layer: int, titl
     axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=list(tokens), tickfont=dict(size=8))
     figure.update_xaxes(**axis, tickangle=-90)
     figure.update_yaxes(**axis, autorange="reversed")
+    figure.update_xaxes(title_text="key", row=rows)
+    figure.update_yaxes(title_text="query", col=1)
     size = max(250, min(500, 10 * n + 100))  # pixels per row of heads: tall enough to read every token
     figure.update_layout(title=title or f"attention, layer {layer}", template="plotly_white", height=size * rows + 80)
     return figure  # no width: the HTML and the explorer take the page's, a PNG PANEL_WIDTH per head across

@@ -103,9 +103,15 @@ def _add_average_bar(figure: Any, curve: Mapping[str, Any]) -> None:
 
 
 def head_matrix_figure(
-    matrix: Tensor | Sequence[Sequence[float]], argmin: Sequence[int], title: str, labels: tuple[str, str] = ("A", "B")
+    matrix: Tensor | Sequence[Sequence[float]],
+    argmin: Sequence[int],
+    title: str,
+    labels: tuple[str, str] = ("A", "B"),
+    layer_distance: float | None = None,
 ) -> go.Figure:
-    """Heatmap of D_AT for every head pair of one layer ([head_A, head_B]), the arg-min pair circled."""
+    """Heatmap of D_AT for every head pair of one layer ([head_A, head_B], averaged over examples), the arg-min
+    pair circled. ``layer_distance``, the layer's D^(l) (the mean of each example's own minimum, which can be
+    below the circled cell), is named beside the circled value."""
     import plotly.graph_objects as go
 
     values = [[float(v) for v in row] for row in (matrix.tolist() if hasattr(matrix, "tolist") else matrix)]
@@ -113,8 +119,8 @@ def head_matrix_figure(
         go.Heatmap(
             z=values,
             colorscale="Viridis_r",
-            colorbar=dict(title="D_AT"),
-            hovertemplate=f"{labels[1]} head %{{x}}<br>{labels[0]} head %{{y}}<br>D_AT %{{z:.4f}}<extra></extra>",
+            colorbar=dict(title="mean D_AT"),
+            hovertemplate=f"{labels[1]} head %{{x}}<br>{labels[0]} head %{{y}}<br>mean D_AT %{{z:.4f}}<extra></extra>",
         )
     )
     row, col = int(argmin[0]), int(argmin[1])
@@ -130,7 +136,12 @@ def head_matrix_figure(
     )
     figure.update_xaxes(title_text=f"{labels[1]} head", dtick=1)
     figure.update_yaxes(title_text=f"{labels[0]} head", dtick=1, autorange="reversed")
+    where = f"at {labels[0]} head {row}, {labels[1]} head {col}"
+    if layer_distance is not None:
+        where += f"; D^(l) = {layer_distance:.4f}, the mean of each example's own least"
     figure.update_layout(
-        title=f"{title} (min at {labels[0]} head {row}, {labels[1]} head {col})", template="plotly_white"
+        title=f"{title}: least mean D_AT {values[row][col]:.4f} (circled)<br><sup>{where}</sup>",
+        template="plotly_white",
+        margin=dict(t=90),
     )
     return figure

@@ -16,25 +16,44 @@ from probe.tasks.tokenizer import SPECIALS
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from probe.subjects.examples import Bucket
+    from probe.tasks import Tokenizer
+
+PER_BUCKET = 50  # examples offered per length bucket
+
 st.header("Attention")
 st.caption(
-    "`blocks.{l}.attn.hook_pattern` of a checkpoint on `<bos> input <sep> output <eos>`: the gold output of a "
-    "test example, or a typed input with a typed output or the model's own greedy continuation."
+    "`blocks.{l}.attn.hook_pattern` of a checkpoint on one example in its sequence format: the gold output of an "
+    "example of a length bucket, or a typed input with a typed output or the model's own greedy continuation."
 )
 
 
-@st.cache_data(show_spinner="Generating the task's test split…", max_entries=8)
-def test_split(task: str, options_json: str) -> list:
-    """The task's test split (as `probe eval` reads it)."""
-    return get_task(task, **json.loads(options_json)).examples("test", seed=0)
+@st.cache_data(show_spinner="Generating the task's examples…", max_entries=8)
+def buckets(task: str, options_json: str) -> list[Bucket]:
+    """Up to :data:`PER_BUCKET` examples of every length bucket, drawn as `probe compare` draws them: from the
+    test split, the seen lengths from the valid split where the test split has none (the paper's splits)."""
+    from probe.subjects.examples import sample_buckets
+
+    return sample_buckets(get_task(task, **json.loads(options_json)), PER_BUCKET)
 
 
 @st.cache_data(show_spinner="Running the model…", max_entries=64)
 def attention(path: str, version: float, source: str, target: str | None) -> tuple[list[str], Tensor]:
+    """Tokens and maps [layer, head, query, key] of one example (its greedy continuation where ``target`` is
+    None), read with the shared model held alone."""
     from probe.analysis.patterns import example_attention
 
     model = shared.cached_model(path, version)
-    return example_attention(model, shared.tokenizer_of(model), source, target)
+    with shared.exclusive(model):
+        return example_attention(model, shared.tokenizer_of(model), source, target)
+
+
+def sequence_format(tokenizer: Tokenizer) -> str:
+    """The run's sequence format, e.g. ``<bos> input <sep> output <eos>``, or ``input output <eos>`` under the
+    authors' protocol for a task they give no separator."""
+    return " ".join(
+        [*(["<bos>"] if tokenizer.bos else []), "input", *(["<sep>"] if tokenizer.separator else []), "output <eos>"]
+    )
 
 
 found = shared.require_runs()
@@ -57,33 +76,33 @@ if found is not None:
         st.error(f"Cannot open {run.path}: {error}", icon=":material/error:")
         st.stop()
 
+    st.caption(f"This run's sequences read `{sequence_format(tokenizer)}`.")
     meta = model.metadata
-    modes = ["from the test split", "typed"] if shared.has_task(run) else ["typed"]
+    modes = ["from the task", "typed"] if shared.has_task(run) else ["typed"]
     mode = st.radio("Example", modes, horizontal=True, key="attention-mode")
     source, target = None, None
-    if mode == "from the test split":
-        task_name, options = meta["task"]["name"], meta["task"].get("options", {})
+    if mode == "from the task":
         try:
-            examples = test_split(task_name, json.dumps(options, sort_keys=True))
+            by_length = {
+                b.length: b
+                for b in buckets(meta["task"]["name"], json.dumps(meta["task"].get("options", {}), sort_keys=True))
+            }
         except ProbeError as error:
             shared.error_line(error)
             st.stop()
-        by_length: dict[int, list] = {}
-        for example in examples:
-            by_length.setdefault(example.length, []).append(example)
-        task = get_task(task_name, **options)
         left, right = st.columns([1, 3])
-        lengths = sorted(by_length)
-        seen = [i for i, n in enumerate(lengths) if task.is_seen(n)]
+        lengths = list(by_length)
+        seen = [i for i, n in enumerate(lengths) if by_length[n].seen]
         length = left.selectbox(
             "Length bucket λ",
             lengths,
             index=seen[-1] if seen else 0,
-            format_func=lambda n: f"{n} ({'seen' if task.is_seen(n) else 'unseen'})",
+            format_func=lambda n: f"{n} ({'seen' if by_length[n].seen else 'unseen'}, {by_length[n].split} split)",
             key="attention-length",
-            help="preselected: the longest training length",
+            help="seen: a training length (drawn from the valid split where the test split has none); "
+            + ("preselected: the longest seen bucket" if seen else "this task has no seen bucket to draw"),
         )
-        choices = by_length[length][:50]
+        choices = list(by_length[length].examples)
         index = right.selectbox(
             "Example",
             range(len(choices)),

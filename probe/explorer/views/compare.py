@@ -5,7 +5,7 @@ on held-out windows at 1x and 2x their training context."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
@@ -16,13 +16,16 @@ from probe.figures import head_matrix_figure, layer_distance_figure
 from probe.presets import main_task
 from probe.runs.folders import task_folder_name
 
+if TYPE_CHECKING:
+    from probe.runs.folders import Run
+
 st.header("Compare attention between two models")
 st.caption(
     "D^(l)(A, B): for each layer, the minimum over all head pairs of the mean Jensen–Shannon divergence between "
     "their attention rows (Eq. similarity), on the same examples (gold input + output) of every length bucket, "
-    "with 95% bootstrap intervals. A against another seed of itself (NoPE') is the baseline. Code models read "
-    "the "
-    "last c tokens of held-out files instead, c = 1x and 2x the training context T, one bucket per c."
+    "with 95% bootstrap intervals. JSD is in nats, at most ln 2 ≈ 0.693. A against another seed of itself (NoPE') "
+    "is the baseline. Code models read the last c tokens of held-out files instead, c = 1x and 2x the training "
+    "context T, one bucket per c."
 )
 
 
@@ -32,6 +35,8 @@ def comparison(
     version_a: float,
     path_b: str,
     version_b: float,
+    baseline_path: str,
+    baseline_version: float,
     root: str,
     n_per_bucket: int,
     metric: str,
@@ -40,7 +45,8 @@ def comparison(
     options: str = "{}",
 ) -> dict[str, Any]:
     """What `probe compare A B` computes, as it writes it (JSON); ``hf:`` models read the held-out files of the
-    corpus ``options`` (JSON) name, at its context."""
+    corpus ``options`` (JSON) name, at its context. ``baseline_path`` and its stamp (the A' run the report will
+    read, :func:`seed_baseline`) are in the key only, so a re-published A' is read anew."""
     from probe.analysis import compare_report
     from probe.device import resolve_device
     from probe.subjects.settings import ReadSettings
@@ -53,6 +59,15 @@ def comparison(
         progress=shared.stop_when_closed(),
     )
     return compare_report(path_a, [path_b], settings, root=root, metric=metric, baseline=baseline).to_json()
+
+
+def seed_baseline(name: str, by_path: dict[str, Run]) -> tuple[str, float]:
+    """The A' run `probe compare` reads beside run ``name`` (another seed of it) and its stamp; empty for an
+    hf: model or a run with no other seed."""
+    from probe.subjects.resolve import resolve
+
+    other = resolve(by_path[name]).other_seed() if name in by_path else None
+    return ("", 0.0) if other is None else (str(other.path), shared.stamp(other.path))
 
 
 found, broken = shared.runs()
@@ -118,6 +133,7 @@ if st.session_state.get("compare-asked"):  # computed only when asked: seconds t
             shared.stamp(by_path[name_a]) if name_a in by_path else 0.0,
             name_b,
             shared.stamp(by_path[name_b]) if name_b in by_path else 0.0,
+            *(seed_baseline(name_a, by_path) if baseline else ("", 0.0)),
             str(shared.checkpoints_root()),
             int(n_per_bucket),
             metric,
@@ -194,7 +210,7 @@ bucket = st.select_slider(
     format_func=lambda b: "all buckets" if b == "all" else f"{b}{'' if seen[b] else ' (unseen)'}",
 )
 length = None if bucket == "all" else int(bucket)
-label = "D^(l), JSD" if report["metric"] == "jsd" else "D^(l), reference code"
+label = "D^(l), JSD (nats)" if report["metric"] == "jsd" else "D^(l), reference code"
 where = "all length buckets" if length is None else f"λ = {length}"
 st.plotly_chart(
     layer_distance_figure(
@@ -205,13 +221,21 @@ st.plotly_chart(
 
 st.subheader("Head × head distances of one layer")
 layer = st.selectbox("Layer", list(range(n_layers)), key="layer")
+st.caption(
+    "D_AT averaged over examples, the least of these circled; D^(l) averages each example's own minimum, so it "
+    "can be lower than the circled cell."
+)
 columns = st.columns(len(results))
 for column, r in zip(columns, results):
     stats = r["overall"] if length is None else next((s for s in r["buckets"] if s["length"] == length), None)
     if stats is None:
         continue
     figure = head_matrix_figure(
-        stats["head_matrix"][layer], stats["argmin"][layer], f"layer {layer}", labels=(r["a"]["label"], r["label"])
+        stats["head_matrix"][layer],
+        stats["argmin"][layer],
+        f"layer {layer}",
+        labels=(r["a"]["label"], r["label"]),
+        layer_distance=stats["per_layer"]["mean"][layer],
     )
     column.plotly_chart(figure, key=f"heads-{r['label']}")
 

@@ -39,6 +39,20 @@ def measure(path: str, version: float, n_per_bucket: int, options: str = "{}") -
     return result.to_json()
 
 
+def best_probe(summary: dict, split: str) -> str | None:
+    """The best stream's R² of the absolute-position probe and the stream it is read at, as `probe positions`
+    prints it (``0.998 @1``)."""
+    best = summary["best_probe"].get(split)
+    return f"{best['r2']:.3f} @{best['stream']}" if best else None
+
+
+def head_kinds(kinds: dict) -> str:
+    """``relative / absolute / content``, and ``+n`` heads whose logits do not vary, so the counts add up to the
+    heads (as `probe positions` prints them)."""
+    counts = "{relative} / {absolute} / {content}".format(**kinds)
+    return counts + (f" +{kinds['constant']}" if kinds.get("constant") else "")
+
+
 found, broken = shared.runs()
 shared.show_broken(broken)
 source = shared.pick_source(found, key="positions-task")
@@ -84,22 +98,22 @@ st.dataframe(
     [
         {
             "model": r["run"]["label"],
-            "probe R² held-out": r["summary"]["best_probe"].get("heldout", {}).get("r2"),
-            "probe R² unseen": r["summary"]["best_probe"].get("unseen", {}).get("r2"),
+            "probe R² held-out @stream": best_probe(r["summary"], "heldout"),
+            "probe R² unseen @stream": best_probe(r["summary"], "unseen"),
             "relative": r["summary"]["shares"]["relative"],
             "absolute": r["summary"]["shares"]["absolute"],
             "content": r["summary"]["shares"]["content"],
-            "heads relative / absolute / content": "{relative} / {absolute} / {content}".format(
-                **r["summary"]["kinds"]
-            ),
+            "heads relative / absolute / content (+constant)": head_kinds(r["summary"]["kinds"]),
         }
         for r in results
     ],
     hide_index=True,
-    column_config={
-        c: st.column_config.NumberColumn(format="%.3f")
-        for c in ("probe R² held-out", "probe R² unseen", "relative", "absolute", "content")
-    },
+    column_config={c: st.column_config.NumberColumn(format="%.3f") for c in ("relative", "absolute", "content")},
+)
+st.caption(
+    "Probe R²: the absolute position's read-out at its best stream (@s: stream 0 is the embedding, s the residual "
+    "stream after layer s − 1); heads: those whose logits are mostly relative / absolute / content, +n whose "
+    "logits do not vary."
 )
 probes, heads, sinks, entropy, variance = st.tabs(
     ["Position probes", "Heads", "Attention sinks", "Entropy", "Variance"]
@@ -114,7 +128,8 @@ with probes:
     )
     st.plotly_chart(probe_figure(results, target), key="positions-probes")
     st.caption(
-        "Stream 0 is the embedding, l the residual stream after layer l. Exact accuracy on unseen lengths "
+        "Stream 0 is the embedding, s the residual stream after layer s − 1 (`blocks.{s-1}.hook_resid_post`). "
+        "Exact accuracy on unseen lengths "
         "past the largest fitted position needs a read-out that extrapolates (see the table below)."
     )
     st.dataframe(

@@ -63,7 +63,8 @@ def file_attention(path: str, version: float, index: int, context: int, layer: i
 
     model = shared.cached_model(path, version)
     ids = corpus_of(path, version).heldout_file(index)[-context:]  # [context]
-    maps = capture_layers(model, ids[None].to(model.cfg.device), [layer])[layer][0].cpu()  # [head, query, key]
+    with shared.exclusive(model):
+        maps = capture_layers(model, ids[None].to(model.cfg.device), [layer])[layer][0].cpu()  # [head, query, key]
     tokenizer = corpus_of(path, version).tokenizer  # the run's BPE: run_corpus checks it is the one it trained with
     labels = [t.replace("\n", "↵").replace("\t", "⇥") for t in tokenizer.tokens(ids.tolist())]
     return labels, tokenizer.decode(ids.tolist()), maps
@@ -72,7 +73,7 @@ def file_attention(path: str, version: float, index: int, context: int, layer: i
 @st.cache_resource(show_spinner="Loading the model and reading the held-out files with its tokenizer…", max_entries=2)
 def hf_files(name: str, options: str) -> tuple[Loaded, HeldoutFiles, int]:
     """An hf: model (CPU), the held-out files of the corpus ``options`` (JSON) name in its token ids, and
-    the context T it reads them at."""
+    the context T it reads them at. The model is every session's: read it only under ``shared.exclusive``."""
     import torch
 
     from probe.subjects.resolve import reading_of, resolve
@@ -95,7 +96,8 @@ def hf_file_attention(name: str, options: str, index: int, context: int, layer: 
     ids = files.heldout_file(index)[-context:].clone()  # [context]
     if loaded.bos_id is not None:
         ids[0] = loaded.bos_id
-    maps = capture_layers(loaded.model, ids[None], [layer])[layer][0].cpu()  # [head, query, key]
+    with shared.exclusive(loaded.model):
+        maps = capture_layers(loaded.model, ids[None], [layer])[layer][0].cpu()  # [head, query, key]
     tokenizer = loaded.model.tokenizer
     labels = [tokenizer.decode([i]).replace("\n", "↵").replace("\t", "⇥") for i in ids.tolist()]
     return labels, tokenizer.decode(ids.tolist()), maps

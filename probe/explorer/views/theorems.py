@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
+from probe.explorer import shared
 from probe.theorems import checks
 from probe.theorems.constructions import theorem_model
 
@@ -38,26 +39,27 @@ length = st.slider(
 
 @st.cache_resource(show_spinner="Building the construction…", max_entries=8)
 def construction(max_length: int, dtype: str, seed: int) -> PETransformer:
+    """One model for every session: read it only under ``shared.exclusive``."""
     return theorem_model(max_length, seed=seed, dtype=checks.parse_dtype(dtype))
 
 
 @st.cache_data(show_spinner="Verifying every claim at every length up to T_max…", show_time=True, max_entries=16)
 def verification(max_length: int, dtype: str, seed: int) -> list[dict]:
-    return [
-        claim.to_dict()
-        for claim in checks.verify_theorems(max_length, dtype, seed, model=construction(max_length, dtype, seed))
-    ]
+    model = construction(max_length, dtype, seed)
+    with shared.exclusive(model):
+        return [claim.to_dict() for claim in checks.verify_theorems(max_length, dtype, seed, model=model)]
 
 
 @st.cache_data(max_entries=16)
 def views(max_length: int, dtype: str, seed: int, length: int) -> tuple[dict, dict, dict, dict]:
     model = construction(max_length, dtype, seed)
-    return (
-        checks.construction_weights(model),
-        checks.residual_positions(model, length, seed),
-        checks.relative_logits(model, length, seed),
-        checks.mlp_response(model),
-    )
+    with shared.exclusive(model):
+        return (
+            checks.construction_weights(model),
+            checks.residual_positions(model, length, seed),
+            checks.relative_logits(model, length, seed),
+            checks.mlp_response(model),
+        )
 
 
 def heatmap(
