@@ -705,7 +705,9 @@ def test_outputs_about_a_local_model_are_named_after_the_model_not_its_folder(ti
     assert file_name("hf:EleutherAI/pythia-70m") == "hf-EleutherAI--pythia-70m"  # a Hub id names itself
 
 
-def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window_is_read(tiny, monkeypatch, capsys):
+def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window_is_read(
+    tiny, monkeypatch, capsys, tmp_path
+):
     """Where the smallest step (one window through one layer: heads x c^2 cells, the model's working copies and
     the analysis's float64 one, 64 bytes a cell) exceeds the free memory: the estimate and what lowers it,
     exit 2, before any forward pass; never the kernel's OOM killer."""
@@ -722,10 +724,10 @@ def test_a_context_whose_attention_maps_do_not_fit_is_one_line_before_any_window
     assert "160.0 KiB free here; read at most about 25 tokens" in line and "-o context=N" in line and not read
     monkeypatch.setattr(distances, "read_layers", read_layers)
     monkeypatch.setattr(memory, "available_memory", lambda: 256 * 1024)  # exactly enough: it reads
-    assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1"]) == 0
+    assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "1", "--checkpoints", str(tmp_path)]) == 0
 
 
-def test_bfloat16_weights_read_as_float32_within_bfloat16_rounding(tiny, capsys):
+def test_bfloat16_weights_read_as_float32_within_bfloat16_rounding(tiny, capsys, tmp_path):
     """--dtype bfloat16 loads the weights and runs the forward pass in bfloat16 (half the memory: the released
     1B models on a CPU); the mean NLL is the float32 model's to bfloat16's rounding (a file's own may move
     more: these random weights are large, so their attention is peaked), and every analysis reads it."""
@@ -737,7 +739,8 @@ def test_bfloat16_weights_read_as_float32_within_bfloat16_rounding(tiny, capsys)
     assert finite.any() and not torch.equal(half.runs[0].nll[finite], full.runs[0].nll[finite])
     assert float(half.runs[0].nll[finite].mean()) == pytest.approx(float(full.runs[0].nll[finite].mean()), rel=0.02)
     for command in (["distances", name], ["positions", name], ["compare", name, name]):
-        assert main([*command, *tiny.argv, "--n-per-bucket", "2", "--dtype", "bfloat16"]) == 0
+        argv = [*tiny.argv, "--n-per-bucket", "2", "--dtype", "bfloat16", "--checkpoints", str(tmp_path)]
+        assert main([*command, *argv]) == 0
     capsys.readouterr()
     with pytest.raises(SystemExit) as refused:
         main(["distances", name, *tiny.argv, "--dtype", "float8"])

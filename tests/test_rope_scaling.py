@@ -120,7 +120,7 @@ def test_scaling_applies_at_inference_to_a_model_trained_without_it():
     "options, message",
     [
         ({"scaling": "yarn", "factor": 4.0}, "option scaling=yarn of rotary needs original_length"),
-        ({"scaling": "linear", "factor": 0.5}, "option scaling=linear of rotary needs factor >= 1"),
+        ({"scaling": "linear", "factor": 0.5}, "option scaling=linear of rotary needs factor > 1"),
         (
             {"scaling": "cubic"},
             "option scaling of rotary is 'cubic'; choose one of none, linear, ntk, dynamic, yarn, llama3",

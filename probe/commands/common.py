@@ -146,10 +146,10 @@ def write_report(report: Report, args: argparse.Namespace, out: Console) -> list
     from probe.presets import HF_CONTEXT
 
     if report.context is not None:
-        out.print(
-            f"context T = {report.context} tokens (code models: their training context; hf: models: the "
-            f"smaller of their n_ctx and {HF_CONTEXT}, or -o context=N)"
-        )
+        hf = f"the smaller of their n_ctx and {HF_CONTEXT}, or -o context=N"
+        if report.name == "extrapolation":  # probe extrapolate reads an hf: model at its n_ctx, T given by --context
+            hf = "their n_ctx; or --context N"
+        out.print(f"context T = {report.context} tokens (code models: their training context; hf: models: {hf})")
     folder = report.name
     intervention = intervention_of(args)
     if not intervention.is_identity:

@@ -53,10 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also evaluate this one as given, a fixed rule: e.g. temperature=0.8+window=32+sinks=4, "
         "log-length, cap=40, scaling=yarn+factor=2 (terms joined by +)",
     )
-    parser.add_argument(
-        "--n-valid", type=int, default=50, metavar="N", help="validation examples per unseen length at most (50)"
-    )
-    parser.add_argument("--n-iid", type=int, default=200, metavar="N", help="IID examples checked (default 200)")
+    _add_counts(parser)
     parser.add_argument(
         "--multiples",
         type=float,
@@ -78,6 +75,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_device(parser)
     add_json(parser)
     parser.set_defaults(func=run)
+
+
+def _add_counts(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--n-valid",
+        type=int,
+        default=50,
+        metavar="N",
+        help="validation examples per unseen length at most; language models: held-out files in all (50)",
+    )
+    parser.add_argument("--n-iid", type=int, default=200, metavar="N", help="IID examples checked (default 200)")
 
 
 def _add_language_model_options(parser: argparse.ArgumentParser) -> None:
@@ -102,9 +110,13 @@ def run(args: argparse.Namespace) -> int:
     from probe.figures.terminal import fitted
     from probe.models.interventions import parse_intervention
 
-    for flag, value in (("--n-valid", args.n_valid), ("--n-iid", args.n_iid), ("--batch-size", args.batch_size)):
+    counts = ("--n-valid", args.n_valid), ("--n-iid", args.n_iid), ("--batch-size", args.batch_size)
+    for flag, value in (*counts, ("--max-files", args.max_files)):
         if value < 1:
             raise ProbeError(f"{flag} must be at least 1, got {value}")
+    for multiple in args.multiples or ():
+        if not multiple > 0:
+            raise ProbeError(f"--multiples must each be above 0 (contexts in units of T), got {multiple:g}")
     given = [parse_intervention(spec) for spec in args.intervention]
     names = list(args.runs) or _runs(args)
     options = {"corpus": args.corpus, "heldout": args.heldout}

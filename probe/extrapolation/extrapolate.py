@@ -96,15 +96,28 @@ def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], 
             outcomes.append(scorer.outcome(family, "fixed", intervention, loaded.model))
         except ProbeError as error:  # a rule this model cannot take is said, the others kept
             skipped[intervention.name if family == "given" else family] = str(error)
-    for tuned in tuned_candidates(loaded.model, settings, scorer.trained, scorer.on_valid, scorer.losses, step):
+    found, untuned = tuned_candidates(loaded.model, settings, scorer.trained, scorer.on_valid, scorer.losses, step)
+    skipped |= untuned  # a family validation cannot tune is said, never a value chosen on no score
+    for tuned in found:
         outcomes.append(scorer.outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
     for outcome in outcomes:  # what best is chosen on, as the tuned families are: never the test
-        outcome.valid = scorer.on_valid(outcome.intervention).key()
+        outcome.valid = _valid_key(scorer, outcome.intervention)
+    skipped |= getattr(scorer, "skipped", {})  # what a language model's scorer left out (contexts it cannot read)
     info = loaded.info
     return RunExtrapolation(
         info.label, info.pe, info.path, info.seed, scorer.trained, scorer.validation, outcomes, skipped,
         f"{subject.trained_from}, in tokens", context=scorer.context,
     )  # fmt: skip
+
+
+def _valid_key(scorer, intervention: Intervention) -> tuple[float, float] | None:
+    """``intervention``'s score on the validation slice (what best reads), or None where it has none (nothing
+    there is read, or NaN): an outcome without one is never best."""
+    try:
+        score = scorer.on_valid(intervention)
+    except ProbeError:
+        return None
+    return score.key() if score.known else None
 
 
 def _subjects(names: Sequence[str | Path], settings: Settings) -> list:

@@ -5,12 +5,14 @@ intervals over examples or files. The scorers (:mod:`probe.extrapolation.tasks` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from probe.errors import ProbeError
 from probe.extrapolation.tuning import (
     Score,
     Tuned,
@@ -20,11 +22,12 @@ from probe.extrapolation.tuning import (
     window_grid,
 )
 from probe.metrics import bootstrap_ci
-from probe.models.interventions import Intervention
+from probe.models.interventions import TRAINED, Intervention
+from probe.models.rotary import stretch_complaint
 from probe.presets import EXTRAPOLATION_FIXED as FIXED
 from probe.presets import EXTRAPOLATION_TUNED as TUNED
 from probe.subjects.settings import ReadSettings
-from probe.subjects.subject import Subject
+from probe.subjects.subject import EXACT_MATCH, Subject
 
 if TYPE_CHECKING:
     from transformer_lens.model_protocol import TransformerLensModel
@@ -52,30 +55,35 @@ class Settings(ReadSettings):
 
     def __post_init__(self) -> None:
         """What extrapolation does not read is refused (it reads every model untouched, then under each
-        intervention it tries), then the device and dtype as :class:`ReadSettings` takes them."""
+        intervention it tries), as are values it cannot read by (a multiple of 0 or less, no file), then the
+        device and dtype as :class:`ReadSettings` takes them."""
         self.refuse("probe extrapolate", "n_per_bucket", "lengths", "dtype", "intervention", "pe_options")
+        bad = [m for m in self.multiples if not (math.isfinite(m) and m > 0)]
+        if bad:
+            raise ProbeError(f"multiples must be above 0 (contexts in units of T), got {bad[0]:g}")
+        if self.max_files is not None and self.max_files < 1:
+            raise ProbeError(f"max_files must be at least 1 (None: every file), got {self.max_files}")
         super().__post_init__()
 
 
-def fixed_candidates(
-    distance: bool, rotary: bool, trained: int, longest: int, settings: Settings
+def fixed_rules(
+    distance: bool, rotary: bool, settings: Settings
 ) -> tuple[list[tuple[str, Intervention]], dict[str, str]]:
-    """(family, intervention) of the fixed rules a model takes, and why it takes none of the others: ``distance``
-    whether it has a relative distance to cap, ``rotary`` whether it takes a RoPE scaling (the subject's
-    answers: :meth:`probe.subjects.subject.Subject.has_distance`, :meth:`~probe.subjects.subject.Subject.rotates`)."""
+    """(family, intervention as spelled, before any length is known: ``log-length``, ``cap``, ``scaling=yarn``)
+    of the fixed rules a model takes, and why it takes none of the others: ``distance`` whether it has a relative
+    distance to cap, ``rotary`` whether it takes a RoPE scaling (the subject's answers:
+    :meth:`probe.subjects.subject.Subject.has_distance`, :meth:`~probe.subjects.subject.Subject.rotates`)."""
     chosen, skipped = [], {}
     if "log-length" in settings.families:
-        chosen.append(("log-length", Intervention(log_length=trained)))
+        chosen.append(("log-length", Intervention(log_length=TRAINED)))
     if "cap" in settings.families:
         if distance:
-            chosen.append(("cap", Intervention(cap=trained - 1)))
+            chosen.append(("cap", Intervention(cap=TRAINED)))
         else:
             skipped["cap"] = "no relative distance to cap"
     if "rope" in settings.families:
         if rotary:
-            factor = max(1.0, round(longest / trained, 2))
-            rope = {"scaling": "yarn", "factor": factor, "original_length": trained}
-            chosen.append(("rope", Intervention(rope=rope)))
+            chosen.append(("rope", Intervention(rope={"scaling": "yarn"})))
         else:
             skipped["rope"] = "no rotary positions"
     for given in settings.given:
@@ -83,14 +91,37 @@ def fixed_candidates(
         if why:
             skipped[given.name] = why
         else:
-            chosen.append(("given", given.resolved(trained)))
+            chosen.append(("given", given))
+    return chosen, skipped
+
+
+def fixed_candidates(
+    distance: bool, rotary: bool, trained: int, longest: int, settings: Settings
+) -> tuple[list[tuple[str, Intervention]], dict[str, str]]:
+    """:func:`fixed_rules` with their values: log-length and cap from L = ``trained``, the rope rule YaRN
+    stretched by the longest sequence read over L (none where that is within L: it would stretch nothing)."""
+    rules, skipped = fixed_rules(distance, rotary, settings)
+    chosen = []
+    for family, rule in rules:
+        if family == "rope":
+            factor = round(longest / trained, 2)
+            if factor <= 1:
+                skipped["rope"] = f"nothing to stretch: the longest sequence read ({longest} tokens) is within L"
+                continue
+            rule = Intervention(rope={"scaling": "yarn", "factor": factor})
+        chosen.append((family, rule.resolved(trained)))
     return chosen, skipped
 
 
 def _not_applicable(intervention: Intervention, distance: bool, rotary: bool) -> str | None:
-    """Why a model cannot take ``intervention`` as given, or None."""
+    """Why a model cannot take ``intervention`` as given, or None (a RoPE scaling that stretches nothing: no
+    model takes it)."""
     if intervention.rope and not rotary:
         return "no rotary positions to scale"
+    if intervention.rope:
+        stretch = stretch_complaint(intervention.rope["scaling"], intervention.rope.get("factor", 1.0))
+        if stretch:
+            return stretch
     if intervention.cap is not None and not distance:
         return "no relative distance to cap"
     return None
@@ -103,20 +134,32 @@ def tuned_candidates(
     score: Callable[[Intervention], Score],
     losses: Callable[[int], Iterable[Tensor]],
     step: Callable[[str], None],
-) -> list[Tuned]:
-    found = []
-    if "temperature" in settings.families:
-        step("tuning a temperature")
-        found.append(grid_search("temperature", temperature_grid(), score))
-    if "window" in settings.families:
-        step("tuning a window")
-        found.append(grid_search("window", window_grid(trained), score))
-    if "head-temperature" in settings.families:
-        step("fitting a temperature per head")
-        snapshots = fit_head_temperatures(model, losses)
-        grid = [Intervention(head_temperatures=h, head_source=f"fitted@{step}") for step, h in snapshots]
-        found.append(grid_search("head-temperature", grid, score))
-    return found
+) -> tuple[list[Tuned], dict[str, str]]:
+    """The tuned families' picks on validation, and why a family has none (``score`` or ``losses`` refused it, as
+    a language model's do when no validation file reaches past T; or no candidate had a score)."""
+    found, skipped = [], {}
+    searches = {
+        "temperature": lambda: grid_search("temperature", temperature_grid(), score),
+        "window": lambda: grid_search("window", window_grid(trained), score),
+        "head-temperature": lambda: _fitted(model, score, losses),
+    }
+    for family, search in searches.items():
+        if family in settings.families:
+            step(TUNED_STEPS[family])
+            try:
+                found.append(search())
+            except ProbeError as error:
+                skipped[family] = str(error)
+    return found, skipped
+
+
+def _fitted(
+    model: TransformerLensModel, score: Callable[[Intervention], Score], losses: Callable[[int], Iterable[Tensor]]
+) -> Tuned:
+    """A temperature per head fitted on the validation loss, the snapshot validation scores best."""
+    snapshots = fit_head_temperatures(model, losses)
+    grid = [Intervention(head_temperatures=h, head_source=f"fitted@{step}") for step, h in snapshots]
+    return grid_search("head-temperature", grid, score)
 
 
 def interval(values: Tensor, seed: int) -> dict[str, float]:
@@ -150,9 +193,31 @@ class RunPlan:
 
 
 def run_plan(subject: Subject, settings: Settings) -> RunPlan:
-    """``subject``'s steps under ``settings``, from its PE alone (nothing loaded). An hf: model's RoPE is
-    known only once it is loaded: its plan counts the rope rule, which it may then skip."""
-    fixed, skipped = fixed_candidates(subject.has_distance(), subject.rotates(), 2, 4, settings)  # which, not values
+    """``subject``'s steps under ``settings``, from its PE alone (nothing loaded), the fixed rules as spelled
+    (their values come from L and the lengths read, known once it is); ProbeError where a task run's test
+    sequences are longer than it reads. An hf: model's RoPE is known only once it is loaded: its plan counts
+    the rope rule, which it may then skip."""
+    if subject.measure == EXACT_MATCH:
+        _check_task_lengths_fit(subject, settings)
+    fixed, skipped = fixed_rules(subject.has_distance(), subject.rotates(), settings)
     names = [intervention.name if family == "given" else family for family, intervention in fixed]
     tuned = [step for family, step in TUNED_STEPS.items() if family in settings.families]
     return RunPlan(subject.info.label, ["untouched", *names, *tuned], skipped)
+
+
+def _check_task_lengths_fit(subject: Subject, settings: Settings) -> None:
+    """ProbeError, before anything is read, where a task run's examples (test, validation, IID) are longer than
+    the n_ctx its model reads, naming the longest: the model itself sees one batch at a time."""
+    from probe.extrapolation.tasks import task_sets  # tasks builds on this module
+    from probe.tasks.batches import encode
+
+    n_ctx = (subject.config or {}).get("model", {}).get("n_ctx")
+    if n_ctx is None:
+        return
+    valid, test, iid, tokenizer = task_sets(subject, settings)
+    longest = max(int(encode(examples, tokenizer).lengths.max()) for examples in (valid, test, iid) if examples)
+    if longest > n_ctx:
+        raise ProbeError(
+            f"{subject.info.label} reads at most {n_ctx} positions (n_ctx={n_ctx}), and its task's examples reach "
+            f"{longest} tokens: extrapolate a run built with n_ctx={longest} or more"
+        )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import Tensor
 
+from probe.errors import ProbeError
 from probe.models.attach import attached
 from probe.models.interventions import Intervention
 
@@ -44,6 +45,11 @@ class Score:
 
     def key(self) -> tuple[float, float]:
         return (round(self.primary, 12), round(self.secondary, 12))
+
+    @property
+    def known(self) -> bool:
+        """Whether it is a score at all: NaN (nothing on the slice was read) ranks nowhere, never first."""
+        return not (math.isnan(self.primary) or math.isnan(self.secondary))
 
 
 @dataclass
@@ -85,13 +91,16 @@ def validation_split(
 
 
 def grid_search(family: str, grid: Sequence[Intervention], score: Callable[[Intervention], Score]) -> Tuned:
-    """The best of ``grid`` on validation (ties: the first, the grid listing milder changes first)."""
-    tried, best, best_key = [], grid[0], None
+    """The best of ``grid`` on validation (ties: the first, the grid listing milder changes first); a NaN score
+    is never chosen, and ProbeError where no candidate has a score."""
+    tried, best, best_key = [], None, None
     for candidate in grid:
         result = score(candidate)
         tried.append({"intervention": candidate.name, "validation": result.primary, "tie_break": result.secondary})
-        if best_key is None or result.key() > best_key:
+        if result.known and (best_key is None or result.key() > best_key):
             best, best_key = candidate, result.key()
+    if best is None:
+        raise ProbeError("not tunable: no candidate has a validation score")
     return Tuned(best, family, tried)
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from probe.errors import ProbeError
+from probe.models.rotary import rotation_complaint, stretch_complaint
 
 
 @dataclass(frozen=True)
@@ -107,12 +108,11 @@ def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> di
             f"rope: this hf: model's config scales RoPE already (rope_type={native}, factor "
             f"{given.get('factor', '?')}); probe does not compose a second scaling with it"
         )
+    for complaint in (stretch_complaint(scaling, factor), rotation_complaint(scaling, rotated_dimensions(config))):
+        if complaint:
+            raise ProbeError(f"rope: scaling={scaling} {complaint}")
     if scaling == "ntk":
         dim = rotated_dimensions(config)
-        if dim <= 2:
-            raise ProbeError(
-                f"rope: ntk scales the base of a rotation of more than 2 dimensions; this model rotates {dim}"
-            )
         return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
     kept = {k: v for k, v in given.items() if k == "partial_rotary_factor"}  # what it rotates stays as it is
     out = {**kept, "rope_type": scaling, "rope_theta": theta, "factor": factor}

@@ -7,9 +7,10 @@ TransformerLens loads (``hf:``), and no model code is forked:
 - ``temperature=t``: every logit divided by t (t < 1 sharpens).
 - ``log-length`` (``log-length=L``): the logits of a query that sees n keys multiplied by
   max(1, ln n / ln L), L the longest sequence trained on: unchanged within the training length, sharper
-  past it, so a softmax over more keys can stay as peaked (Chiang & Cholak 2022, "Overcoming a
-  theoretical limitation of self-attention", Sec. 5 scale by log n; YaRN's 0.1 ln s + 1 is the same idea
-  for RoPE). A fixed rule: nothing is tuned.
+  past it, so a softmax over more keys can stay as peaked. This is the "logn" scale per query of Su 2021
+  ("entropy invariance": log_L n) as Qwen applies it (``use_logn_attn``), not Chiang & Cholak 2022's, who
+  multiply every logit by log n itself ("Overcoming a theoretical limitation of self-attention", Sec. 5);
+  YaRN's 0.1 ln s + 1 is the same idea for RoPE. A fixed rule: nothing is tuned.
 - ``head-temperature=FILE``: head h of layer l divided by its own t_lh (Wang et al. 2024, "Length
   Generalization of Causal Transformers without Position Encoding", Sec. 4: NoPE's attention spreads out
   past the training length, and a temperature per head undoes much of it). FILE is JSON, ``{"temperatures":

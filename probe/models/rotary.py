@@ -42,14 +42,36 @@ SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 SCALINGS_WITH_LENGTH = ("dynamic", "yarn", "llama3")  # scalings that need original_length, the length trained on
 
 
+SCALINGS_OF_THE_BASE = ("ntk", "dynamic")  # scalings that raise the base by s^(r/(r-2)): r must exceed 2
+
+
+def stretch_complaint(scaling: str, factor: float) -> str | None:
+    """Why ``scaling`` by ``factor`` is refused, or None: every scaling but none needs factor > 1 (at 1, linear,
+    ntk, yarn and llama3 leave RoPE as it is under a scaling's name; dynamic, which still grows past L, alike:
+    one rule, and ``factor`` is never left to its default)."""
+    if scaling != "none" and not factor > 1:
+        return f"needs factor > 1, how far to stretch; got factor={factor:g}"
+    return None
+
+
+def rotation_complaint(scaling: str, rotated: int) -> str | None:
+    """Why ``scaling`` cannot scale a rotation of ``rotated`` dimensions a head, or None: NTK-aware and dynamic
+    NTK raise the base by s^(r/(r-2)), which needs r > 2 (the hf: path refuses ntk the same way,
+    :func:`probe.models.hf_rotary.hf_rope_parameters`)."""
+    if scaling in SCALINGS_OF_THE_BASE and rotated <= 2:
+        return f"scales the base of a rotation of more than 2 dimensions; this model rotates {rotated} a head"
+    return None
+
+
 def _check_scaling(scaling: str, options: dict, config) -> str | None:
     if scaling == "none":
         return None
-    if options["factor"] < 1:
-        return "needs factor >= 1"
+    stretch = stretch_complaint(scaling, options["factor"])
+    if stretch:
+        return stretch
     if scaling in SCALINGS_WITH_LENGTH and options["original_length"] < 1:
         return "needs original_length, the length trained on (e.g. -p original_length=50)"
-    return None
+    return rotation_complaint(scaling, round(options["fraction"] * config.d_head))
 
 
 def yarn_ramp(
@@ -109,7 +131,7 @@ class Rotary(PositionalEncoding):
             check=lambda v, o, c: None if v >= 0 else "must be 0 or more",
         ),
         "scaling": Option(str, "none", "stretch RoPE past original_length", choices=SCALINGS, check=_check_scaling),
-        "factor": Option(float, 1.0, "s: how far to stretch (scaling other than none)"),
+        "factor": Option(float, 1.0, "s > 1: how far to stretch (every scaling but none)"),
         "original_length": Option(int, 0, "L: the length trained on (dynamic, yarn, llama3)"),
         "beta_fast": Option(float, 32.0, "yarn: pairs turning more often over L keep their frequency"),
         "beta_slow": Option(float, 1.0, "yarn: pairs turning less often are interpolated"),

@@ -16,9 +16,9 @@ from probe.figures.extrapolation import extrapolation_figure
 st.header("Extrapolation")
 st.caption(
     "Interventions at inference, no retraining: a temperature on the attention logits (global, log-length, per "
-    "head: Chiang & Cholak 2022; Wang et al. 2024), a window of recent keys with sink tokens (LM-Infinite, "
-    "StreamingLLM), relative distances capped at the longest trained on (ReRoPE-style), and YaRN for RoPE. "
-    "Fixed rules read only the training length L; tuned ones are chosen on a validation slice of the unseen "
+    "head: Su 2021's logn as Qwen applies it; Wang et al. 2024), a window of recent keys with sink tokens "
+    "(LM-Infinite, StreamingLLM), relative distances capped at the longest trained on (ReRoPE-style), and YaRN "
+    "for RoPE. Fixed rules read only the training length L; tuned ones are chosen on a validation slice of the unseen "
     "lengths that the test numbers leave out. Intervals: 95% bootstrap over examples (files)."
 )
 
