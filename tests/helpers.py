@@ -159,6 +159,16 @@ def charts(at) -> int:
     return len(at.get("plotly_chart"))
 
 
+def assert_saved_report_shown(at, page: str) -> None:
+    """The page shows the report its command saved for NoPE and T5 (Compare: T5 and NoPE' beside A = NoPE)."""
+    assert f"Saved by `probe {page}`" in texts(at.caption) and charts(at) >= 1
+    if page == "compare":
+        assert [row["A vs"] for _, row in at.dataframe[0].value.iterrows()] == ["T5's Relative Bias", "NoPE'"]
+    else:
+        column = "run" if page == "distances" else "model"
+        assert list(at.dataframe[0].value[column]) == ["NoPE", "T5's Relative Bias"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import FOLDER, charts, run_page, texts
+from helpers import FOLDER, assert_saved_report_shown, charts, run_page, texts
 
 from probe.cli import main
 
@@ -85,9 +85,4 @@ def test_a_report_naming_runs_relative_is_shown_under_an_absolute_checkpoint_fol
     assert main([command, *relative, option, value]) == 0
     assert root.is_absolute()
     at = run_page(page, root, monkeypatch)
-    assert f"Saved by `probe {page}`" in texts(at.caption) and charts(at) >= 1
-    if page == "compare":
-        assert [row["A vs"] for _, row in at.dataframe[0].value.iterrows()] == ["T5's Relative Bias", "NoPE'"]
-    else:
-        column = "run" if page == "distances" else "model"
-        assert list(at.dataframe[0].value[column]) == ["NoPE", "T5's Relative Bias"]
+    assert_saved_report_shown(at, page)
