@@ -30,7 +30,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "base": dict(n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, attn_scale=False, init="t5", dropout=0.1),
     # The paper's pretrained models (Appendix "Pretraining at 1.3B Scale": the same T5 stack, 24 layers,
-    # d_model 1024, 32 heads of d_kv 128, d_ff 16384), for `probe pretrain` on GPUs.
+    # d_model 1024, 32 heads of d_kv 128, d_ff 16384; dropout 0.1 and eps 1e-6 from the authors'
+    # model_configs/1b/config.json), for `probe pretrain` on GPUs.
     "lm-1b": dict(
         n_layers=24,
         d_model=1024,
@@ -39,7 +40,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         d_mlp=16384,
         attn_scale=False,
         init="t5",
-        dropout=0.0,
+        dropout=0.1,
+        eps=1e-6,
         n_ctx=4096,
     ),
 }
@@ -68,7 +70,7 @@ LM_RECIPES: dict[str, dict[str, Any]] = {
         steps=114_000,
         lr=2e-4,
         batch_size=256,
-        dropout=0.0,
+        dropout=0.1,
         weight_decay=0.1,
         warmup=0.02,
         schedule="cosine",
