@@ -623,6 +623,78 @@ def test_a_model_folder_transformer_lens_cannot_load_is_one_line(tiny, tmp_path,
     assert "read on held-out code" in one_line_error(capsys)
 
 
+def _not_causal(tiny, folder: Path, model) -> str:
+    """``model`` (random weights) saved to ``folder`` with the fixture's shared tokenizer, spelt hf:FOLDER."""
+    return _save(model, AutoTokenizer.from_pretrained(tiny.names["gpt2"].removeprefix("hf:")), folder)
+
+
+def test_a_model_that_is_not_causal_is_refused_at_load_in_one_line(tiny, tmp_path, capsys):
+    """A masked LM or an encoder-decoder reads the tokens after each one: its next-token losses (and the attention
+    of its encoder) are not a causal language model's. Before, perplexity printed a table and exited 0."""
+    from transformers import BertConfig, BertForMaskedLM, T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    vocab = 300
+    bert = _not_causal(
+        tiny,
+        tmp_path / "bert",
+        BertForMaskedLM(
+            BertConfig(
+                vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+            )
+        ),
+    )
+    t5 = _not_causal(
+        tiny,
+        tmp_path / "t5",
+        T5ForConditionalGeneration(T5Config(vocab_size=vocab, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2)),
+    )
+    capsys.readouterr()  # transformers' bar saving them
+    out = ["--out", str(tmp_path / "out")]
+    for name, says in ((bert, "BertForMaskedLM is not a causal language model"), (t5, "is an encoder-decoder")):
+        assert main(["perplexity", name, "--corpus", str(tiny.source), "--context", str(T), *out]) == 2
+        assert says in one_line_error(capsys)
+        assert main(["distances", name, *tiny.argv, "--n-per-bucket", "2", *out]) == 2  # every command loads here
+        assert says in one_line_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "config, causal",
+    [
+        ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}, True),
+        ({"architectures": ["SomeRemoteForCausalLM"], "model_type": "remote"}, True),  # trust_remote_code decoders
+        ({"model_type": "llama"}, True),  # no architectures: the model type's causal LM
+        ({"architectures": ["BertLMHeadModel"], "model_type": "bert", "is_decoder": True}, True),
+        ({"architectures": ["BertLMHeadModel"], "model_type": "bert"}, False),  # BERT without its causal mask
+        ({"model_type": "bert"}, False),
+        ({"architectures": ["RobertaForMaskedLM"], "model_type": "roberta"}, False),
+        ({"architectures": ["LLaDAModelLM"], "model_type": "llada"}, False),  # a diffusion LM reads both ways
+        ({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"}, False),  # seq2seq without the flag
+        ({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "is_encoder_decoder": True}, False),
+        ({}, True),  # nothing to tell: TransformerLens says what it cannot load
+    ],
+)
+def test_a_causal_language_model_is_told_from_its_config(config, causal):
+    from probe.models.hf import check_causal
+
+    if causal:
+        check_causal("hf:x", config)
+    else:
+        with pytest.raises(ProbeError, match="hf:x: .*(not a causal language model|encoder-decoder)"):
+            check_causal("hf:x", config)
+
+
+def test_a_context_no_learned_position_reaches_is_one_line_before_anything_is_read(tiny, tmp_path, capsys):
+    """GPT-2's table of 24 positions reads no context size of T = 100 (50 ... 250). Before, a table of dashes and
+    an IndexError writing the empty CSV."""
+    argv = ["perplexity", tiny.names["gpt2"], "--corpus", str(tiny.source), "--context", "100"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = one_line_error(capsys)
+    assert f"reads at most {N_POSITIONS} tokens" in err and "smallest context asked, 50" in err
+    assert not (tmp_path / "out").exists()
+
+
 # -- one resolver ---------------------------------------------------------------------------------
 def test_every_name_resolves_once_into_its_kind_of_subject(tiny, code_runs, checkpoints):
     from helpers import FOLDER, TASK_OPTIONS

@@ -360,3 +360,12 @@ def test_a_sweep_grid_of_code_runs_trains_them_as_pretrain_does(tmp_path, corpus
     assert summary["missing"] == [] and [p["pe"] for p in summary["pretrained"]] == ["nope", "alibi"]
     with pytest.raises(ProbeError, match="unknown option"):
         expand_grid({**grid, "options": {"vocab": 300}}, tmp_path)
+
+
+def test_a_corpus_with_no_held_out_window_is_one_line_before_training(tmp_path, corpus_folder, capsys):
+    """No held-out file as long as the training context: said before any step (it crashed at the first
+    validation, in the attention layer, after the training)."""
+    argv = ["pretrain", "--corpus", str(corpus_folder), "--context", "4096", "-m", "n_ctx=4096", "--steps", "1"]
+    assert main([*argv, "--vocab-size", "300", "--checkpoints", str(tmp_path / "ck"), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no held-out file of the corpus has 4096 tokens" in err[0]

@@ -46,7 +46,7 @@ def test_paper_grid_covers_sections_3_and_5(tmp_path):
     folders = {r.path.parent.parent.name for r in runs}
     assert len(folders) == 17 + 53
     assert "addition+scratchpad=full" in folders and "sorting+scratchpad=I+C+O+R+variant=multi-digit" in folders
-    assert "copy+split=paper+variant=count-2x" in folders and "addition+train_length=8" in folders
+    assert "copy+split=paper+variant=count-2x" in folders and "addition+template=authors+train_length=8" in folders
     assert "scan+split=paper" in folders and "reverse+split=paper+variant=random-2x" in folders
 
 

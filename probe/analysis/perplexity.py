@@ -21,8 +21,10 @@ How the paper scores, and how it is scaled to a training context ``T`` (the pape
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from os.path import commonprefix
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,7 +205,7 @@ class PerplexityReport:
     seed: int = 0
     folder: Path | None = None  # beside the runs (probe.subjects.resolve.home)
     name: str = "perplexity"  # the outputs' folder: perplexity, perplexity+<options>, perplexity+<hf models>
-    _rows: list[dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+    _rows: list[tuple[int, dict[str, Any]]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def context(self) -> int:
@@ -239,6 +241,14 @@ class PerplexityReport:
     def to_rows(self) -> list[dict[str, Any]]:
         """One row per (run, bucket, context size) read; bucket "all" = files of at least 2.5 T tokens.
         Computed once (every cell is a bootstrap over files); JSON and Markdown read the same rows."""
+        return [row for _, row in self._indexed_rows()]
+
+    def cells(self, bucket: str) -> dict[tuple[int, int], dict[str, Any]]:
+        """(index of the run in :attr:`runs`, context size) -> its row of ``bucket``: a table's cells, by run
+        (two runs may share a label)."""
+        return {(index, row["context"]): row for index, row in self._indexed_rows() if row["bucket"] == bucket}
+
+    def _indexed_rows(self) -> list[tuple[int, dict[str, Any]]]:
         if self._rows is not None:
             return self._rows
         rows = []
@@ -246,7 +256,7 @@ class PerplexityReport:
         groups += [
             (f"[{low}, {high})", (self.lengths >= low) & (self.lengths < high), low) for low, high in self.buckets()
         ]
-        for run in self.runs:
+        for run_index, run in enumerate(self.runs):
             for name, files, longest in groups:
                 for index, context in enumerate(self.protocol.contexts):
                     if context > longest or not files.any():
@@ -254,14 +264,17 @@ class PerplexityReport:
                     cell = self.cell(run, files, index)
                     if cell is not None:
                         rows.append(
-                            {
-                                "run": run.label,
-                                "pe": run.pe,
-                                "bucket": name,
-                                "context": context,
-                                "multiple": round(context / self.protocol.train_context, 3),
-                                **cell,
-                            }
+                            (
+                                run_index,
+                                {
+                                    "run": run.label,
+                                    "pe": run.pe,
+                                    "bucket": name,
+                                    "context": context,
+                                    "multiple": round(context / self.protocol.train_context, 3),
+                                    **cell,
+                                },
+                            )
                         )
         self._rows = rows
         return rows
@@ -277,7 +290,7 @@ class PerplexityReport:
             "",
         ]
         for bucket in dict.fromkeys(row["bucket"] for row in rows):
-            cells = {(row["run"], row["context"]): row for row in rows if row["bucket"] == bucket}
+            cells = self.cells(bucket)
             files = max(row["files"] for row in cells.values())
             title = "all files of at least 2.5x the context" if bucket == "all" else f"length bucket {bucket}"
             lines += [
@@ -286,10 +299,8 @@ class PerplexityReport:
                 "| model | " + " | ".join(map(str, contexts)) + " |",
                 "|---|" + "---|" * len(contexts),
             ]
-            for run in self.runs:
-                values = [
-                    f"{cells[run.label, c]['perplexity']:.3f}" if (run.label, c) in cells else "-" for c in contexts
-                ]
+            for index, run in enumerate(self.runs):
+                values = [f"{cells[index, c]['perplexity']:.3f}" if (index, c) in cells else "-" for c in contexts]
                 lines.append(f"| {run.label} | " + " | ".join(values) + " |")
             lines.append("")
         return "\n".join(lines)
@@ -345,6 +356,12 @@ def perplexity_report(
     reading = reading_of(subjects, settings.options)
     reading.check_scored_together(subjects)
     report = _read(subjects, reading, settings, max_files)
+    if not report.to_rows():
+        plan = report.protocol
+        raise ProbeError(
+            f"no held-out file fills a length bucket (from {plan.contexts[0]} tokens, {plan.bucket_width} wide) or "
+            f"reaches 2.5x the context ({plan.contexts[-1]} tokens): nothing to score; use a larger corpus"
+        )
     suffix = "+".join(filter(None, [file_stem(subjects), pe_folder_name("", settings.pe_options).lstrip("+")]))
     report.folder = home(subjects, root, settings.options)
     report.name = "perplexity" + (f"+{suffix}" if suffix else "")
@@ -362,6 +379,7 @@ def _read(
     loaded = subjects[0].load(device, pe_options=applied[0], dtype=dtype)
     first = replace(loaded, model=None)  # what the others are checked against, without its weights
     plan = ScoringPlan.scaled(reading.context(first))
+    limit = _longest_read(reading, loaded, plan)  # before anything is read
     every = reading.heldout(first)
     lengths = every.heldout_lengths()
     order = pick_files(lengths, plan, max_files, seed)
@@ -371,6 +389,7 @@ def _read(
         if done:
             loaded = subject.load(device, pe_options=applied[done], dtype=dtype)
             reading.check_pair(first, loaded)
+            limit = _longest_read(reading, loaded, plan)
         label = reading.label(subject, loaded, applied[done])
         nll = read_contexts(
             loaded.model,
@@ -379,7 +398,7 @@ def _read(
             device=device,
             batch_size=settings.batch_size or BATCH_SIZE,
             bos=loaded.bos_id,
-            max_length=reading.max_length(loaded, plan.contexts[-1]),
+            max_length=limit,
             progress=settings.progress,
             label=label,
             step=done * len(plan.contexts),
@@ -387,4 +406,36 @@ def _read(
         )
         results.append(RunPerplexity(label, loaded.info.pe, loaded.info.path, nll, applied[done]))
         loaded = None
+    for run, label in zip(results, distinct_labels([r.label for r in results], [r.path for r in results])):
+        run.label = label
     return PerplexityReport(plan, [every.heldout_names[int(i)] for i in order], lengths[order], results, seed)
+
+
+def _longest_read(reading: Reading, loaded: Any, plan: ScoringPlan) -> int | None:
+    """The longest window ``loaded`` reads (None: any); one line where that is shorter than the smallest context
+    size of ``plan``, so it would read nothing."""
+    limit = reading.max_length(loaded, plan.contexts[-1])
+    if limit is not None and limit < plan.contexts[0]:
+        fits = next((t for t in range(plan.train_context, 1, -1) if ScoringPlan.scaled(t).contexts[0] <= limit), 2)
+        raise ProbeError(
+            f"{loaded.info.label} reads at most {limit} tokens (a learned table of positions), fewer than the "
+            f"smallest context asked, {plan.contexts[0]} (0.5x the context T = {plan.train_context}); it reads a T "
+            f"of at most {fits}"
+        )
+    return limit
+
+
+def distinct_labels(labels: Sequence[str], paths: Sequence[str]) -> list[str]:
+    """``labels``, one that several runs share followed by the part of each one's folder that tells them apart
+    (``nope (ck2)`` beside ``nope (ck)``), else by its place among them (``nope #2``): a table row, a figure's
+    legend, a row of the CSV is one run's."""
+    out = list(labels)
+    for label in [name for name, count in Counter(labels).items() if count > 1]:
+        members = [i for i, name in enumerate(labels) if name == label]
+        parts = [Path(paths[i]).parts for i in members]
+        head = len(commonprefix(parts))
+        tail = min(len(commonprefix([p[::-1] for p in parts])), min(map(len, parts)) - head)
+        tells = ["/".join(p[head : len(p) - tail]) for p in parts]
+        for place, (i, tell) in enumerate(zip(members, tells), 1):
+            out[i] = f"{label} ({tell})" if tell and tells.count(tell) == 1 else f"{label} #{place}"
+    return out

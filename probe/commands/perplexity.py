@@ -116,7 +116,7 @@ def _runs(args: argparse.Namespace) -> list:
 def _table(report):
     from rich.table import Table
 
-    protocol, rows = report.protocol, report.to_rows()
+    protocol = report.protocol
     table = Table(
         title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
         f"all files of at least {protocol.contexts[-1]} tokens"
@@ -124,9 +124,10 @@ def _table(report):
     table.add_column("model", overflow="fold")
     for context in protocol.contexts:
         table.add_column(f"{context}\n{context / protocol.train_context:.2g}x", justify="right", min_width=5)
-    cells = {(row["run"], row["context"]): row["perplexity"] for row in rows if row["bucket"] == "all"}
-    for r in report.runs:
+    cells = report.cells("all")  # by run: two runs may share a label
+    for index, r in enumerate(report.runs):
         table.add_row(
-            r.label, *(f"{cells[r.label, c]:.4g}" if (r.label, c) in cells else "-" for c in protocol.contexts)
+            r.label,
+            *(f"{cells[index, c]['perplexity']:.4g}" if (index, c) in cells else "-" for c in protocol.contexts),
         )
     return table

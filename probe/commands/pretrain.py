@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+from typing import TYPE_CHECKING
 
 from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options, pe_kinds
 from probe.commands.shared_training import add_training_options, report_results, results_table, train_with_progress
 from probe.errors import ProbeError
 from probe.presets import LM_RECIPES, listed
+
+if TYPE_CHECKING:
+    from probe.corpus import CorpusSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--preset",
         default="tiny",
         help=f"model size: {listed(LM_RECIPES)} (default tiny, for a "
-        "CPU; lm-1b is the paper's 1.3B model and recipe, for GPUs)",
+        "CPU; lm-1b is the paper's 1.3B shape and optimizer, for GPUs)",
     )
     add_training_options(parser, "windows")
     parser.set_defaults(func=run)
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     out = console(stderr=args.json)
     with out.status("preparing the corpus") as status:
         corpus = prepare_corpus(spec, corpus_of_run(paths[0]), progress=lambda what: status.update(what))
+    corpus.require_heldout_window(spec.context)
     sizes = corpus.summary()
     out.print(
         f"corpus {spec.corpus}: {sizes['train_files']:,} training files ({sizes['train_tokens']:,} tokens), "
@@ -72,13 +78,26 @@ def run(args: argparse.Namespace) -> int:
     )
     out.print(results_table(title, results, ("tokens/s", "held-out perplexity"), cells))
     if not args.json:
-        out.print(
-            f"next: probe perplexity --checkpoints {args.checkpoints}"
-            + ("" if spec.corpus == "stdlib" else f" --corpus {args.corpus}")
-            + ("" if args.context is None else f" --context {spec.context}"),
-            highlight=False,
-        )
+        out.print(f"next: {shlex.join(['probe', 'perplexity', *perplexity_hint(args, spec)])}", highlight=False)
     return report_results(results, args, out)
+
+
+def perplexity_hint(args: argparse.Namespace, spec: CorpusSpec) -> list[str]:
+    """The arguments of `probe perplexity` that find the runs just trained: their checkpoints folder, every option
+    naming their task folder (corpus, context, vocabulary, held-out fraction) that differs from what `probe
+    perplexity` reads without it (a preset's context is not the default one), and a seed trained if not 0."""
+    from probe.corpus import CorpusSpec
+    from probe.presets import CONTEXTS
+
+    default = CorpusSpec(context=CONTEXTS["tiny"])  # what `probe perplexity` looks for without options
+    hint = ["--checkpoints", str(args.checkpoints)]
+    for flag, name in (("--corpus", "corpus"), ("--context", "context"), ("--vocab-size", "vocab_size")):
+        if getattr(spec, name) != getattr(default, name):
+            hint += [flag, str(args.corpus if name == "corpus" else getattr(spec, name))]
+    if spec.heldout != default.heldout:
+        hint += ["--heldout", repr(spec.heldout)]
+    seeds = args.seed or [0]
+    return hint if 0 in seeds else [*hint, "--seed", str(seeds[0])]
 
 
 def _configs(args: argparse.Namespace, spec) -> list:

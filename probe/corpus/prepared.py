@@ -151,6 +151,15 @@ class PreparedCorpus:
         rows = [r for r in rows if len(r)]
         return torch.cat(rows) if rows else torch.empty(0, context, dtype=torch.long)
 
+    def require_heldout_window(self, context: int) -> None:
+        """ProbeError where no held-out file holds one window of ``context`` tokens: training would have
+        nothing to validate on."""
+        if not len(self.heldout_windows(context)):
+            raise ProbeError(
+                f"no held-out file of the corpus has {context} tokens, the training context: nothing to validate "
+                "on; a larger corpus or --heldout, or a smaller --context"
+            )
+
     def summary(self) -> dict[str, Any]:
         return dict(self.manifest["sizes"])
 

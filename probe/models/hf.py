@@ -181,13 +181,47 @@ def declared_context(spelling: str) -> int:
     raise ProbeError(f"{spelling}: its config declares no context length ({', '.join(CONTEXT_FIELDS)})")
 
 
+CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")  # a decoder's head, when not seq2seq
+
+
+def check_causal(spelling: str, config: dict) -> None:
+    """One line unless ``config`` (a ``config.json``, parsed) is a causal language model's: a next-token loss on
+    an encoder-decoder (T5, BART) or a bidirectional encoder (BERT's masked LM, a diffusion LM) reads the tokens
+    after each one. Its first architecture (else its ``model_type``) must be a causal LM of ``transformers``
+    (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``) or end as one (``...ForCausalLM``, ``...LMHeadModel``, or a multimodal
+    decoder's ``...ForConditionalGeneration`` that is not an encoder-decoder); a family of encoders (BERT, RoBERTa)
+    only as a decoder (``is_decoder``). A config naming neither is left to TransformerLens."""
+    from transformers.models.auto import modeling_auto as auto
+
+    named = [a for a in config.get("architectures") or () if isinstance(a, str)]
+    kind = config.get("model_type")
+    what = named[0] if named else kind
+    if not isinstance(what, str):
+        return
+    causal = {c for v in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values() for c in ((v,) if isinstance(v, str) else v)}
+    listed = what in causal if named else what in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    seq2seq = config.get("is_encoder_decoder", kind in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES and not listed)
+    encoder = kind in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not config.get("is_decoder")
+    if seq2seq:
+        raise ProbeError(
+            f"{spelling}: {what} is an encoder-decoder model, not a causal language model (its next-token losses "
+            "would read the tokens after each one); give a decoder-only model (...ForCausalLM, ...LMHeadModel)"
+        )
+    if encoder or not (listed or (named and what.endswith(CAUSAL_SUFFIXES))):
+        raise ProbeError(
+            f"{spelling}: {what} is not a causal language model (it reads the tokens after each one, so its "
+            "next-token losses would read the future); give a decoder-only model (...ForCausalLM, ...LMHeadModel)"
+        )
+
+
 def load_external(
     spelling: str,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
 ) -> ExternalModel:
     """``hf:ID`` or ``hf:FOLDER`` booted by TransformerLens 4 (float32 unless ``dtype``, eval mode), with its
-    tokenizer. A RoPE scaling reaches it as every intervention does, through :func:`probe.models.attach.attach`.
+    tokenizer; a model that is not a causal language model is refused first (:func:`check_causal`). A RoPE
+    scaling reaches it as every intervention does, through :func:`probe.models.attach.attach`.
 
     Anything that stops it (not cached, not a model folder, an architecture TransformerLens does not
     support, missing weights) is one ProbeError line naming the model.
@@ -197,6 +231,7 @@ def load_external(
 
     folder = model_folder(spelling)
     tokenizer, bos = _tokenizer(spelling, folder)
+    check_causal(spelling, read_config(spelling))
     bar = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()  # transformers' weight-loading bar would break probe's own progress line
     try:

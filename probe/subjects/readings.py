@@ -18,13 +18,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from probe.corpus import CODE_TASK, CorpusSpec, SourceFile, find_sources, split_files
-from probe.corpus.prepared import PreparedCorpus, run_corpus
+from probe.corpus.prepared import PreparedCorpus, corpus_of_run, run_corpus, run_tokenizer_json
 from probe.errors import ProbeError
 from probe.presets import HF_CONTEXT
 from probe.subjects.examples import fitting_examples, sample_buckets, task_of
@@ -126,16 +127,20 @@ class CorpusReading(Reading):
         self._corpus: PreparedCorpus | None = None
 
     def check_scored_together(self, subjects: Sequence[Subject]) -> None:
-        """Every run a code run of the one corpus (checked by fingerprint) at one training context."""
+        """Every run a code run of the first one's prepared corpus (the same task folder, or the same corpus
+        options, source files and tokenizer: every run is read on the first one's token ids and held-out files)
+        at one training context; else one line saying what differs."""
         for s in subjects:
             if not is_code_run(s.config):
                 Reading.check_scored_together(self, [s])
         corpus = self.heldout(None)
         for s in subjects[1:]:
-            if s.config.get("corpus", {}).get("fingerprint") != corpus.manifest["fingerprint"]:
+            differ = _corpus_differences(corpus, s)
+            if differ:
                 raise ProbeError(
-                    f"{s.path} was trained on another corpus than the one in {corpus.folder}; compare runs of "
-                    "one task folder"
+                    f"{s.path} was trained on another prepared corpus than {self.subject.path} ({'; '.join(differ)}): "
+                    "the runs of one table must read the same tokens and held-out files; score runs of one task "
+                    "folder together"
                 )
         contexts = {training_context(s.config) for s in subjects}
         if len(contexts) > 1:
@@ -202,6 +207,26 @@ class CorpusReading(Reading):
         kept, skipped = fitting_windows(windows, min(m.max_length for m in fit), _who(fit))
         check_fits(sum(m.model.cfg.n_heads for m in fit), max(w.context for w in kept), _who(fit))
         return Inputs([WindowGroup(w) for w in kept], skipped, CODE_TASK, dict(config["task"]["options"]))
+
+
+def _corpus_differences(corpus: PreparedCorpus, subject: Subject) -> list[str]:
+    """What makes the corpus ``subject`` was trained on another than ``corpus`` (its corpus options but the
+    context, its source files, its tokenizer); none where it sits in the same task folder."""
+    if corpus_of_run(subject.path).resolve() == Path(corpus.folder).resolve():
+        return []
+    defaults = CorpusSpec().source()  # a corpus prepared before an option was: its default
+    ours = {**defaults, **corpus.manifest.get("spec", {})}
+    theirs = {**defaults, **subject.config.get("task", {}).get("options", {})}
+    differ = [
+        f"its {key} {theirs.get(key)}, not {ours.get(key)}"
+        for key in dict.fromkeys([*ours, *theirs])
+        if key != "context" and theirs.get(key) != ours.get(key)
+    ]
+    if subject.config.get("corpus", {}).get("fingerprint") != corpus.manifest.get("fingerprint"):
+        differ.append("other source files (their fingerprints differ)")
+    if not differ and run_tokenizer_json(subject.path) != corpus.tokenizer.to_json():
+        differ.append("another tokenizer")
+    return differ
 
 
 @dataclass(frozen=True)

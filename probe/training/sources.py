@@ -100,6 +100,7 @@ class CorpusSource:
         self.spec = CorpusSpec.from_options(options)
         self.corpus: PreparedCorpus = prepare_corpus(self.spec, corpus_of_run(run_path))
         self.vocab_size = len(self.corpus.tokenizer)
+        self.corpus.require_heldout_window(self.spec.context)  # said before a step, not at the first check
 
     def attach_to(self, model: PETransformer) -> None:
         self.corpus.tokenizer.attach_to(model)
