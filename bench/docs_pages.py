@@ -164,7 +164,7 @@ FAMILIES = (
 
 
 def _outcome_cell(run: dict[str, Any], outcome: dict[str, Any] | None, named: bool) -> str:
-    """``OOD [interval] (IID)`` in %, bold where it is the run's best that keeps IID; the intervention's value
+    """``OOD [interval] (IID)`` in %, bold where it is the run's best on validation that keeps IID; the value
     where the column's heading does not say it."""
     if outcome is None:
         return "–"
@@ -178,7 +178,7 @@ def _outcome_cell(run: dict[str, Any], outcome: dict[str, Any] | None, named: bo
 
 def extrapolation_block(result: dict[str, Any]) -> str:
     """docs/extrapolation.md's table of `probe extrapolate` on the main job's seed-0 runs: per run and family of
-    interventions, OOD exact match with its interval and IID, the run's best that keeps IID in bold."""
+    interventions, OOD exact match with its interval and IID, the run's best (on validation) that keeps IID in bold."""
     runs = result["extrapolate_runs"]
     by_family = [{o["family"]: o for o in run["outcomes"]} for run in runs]
     columns = [(f, h) for f, h in FAMILIES if any(f in outcomes for outcomes in by_family)]
@@ -194,7 +194,8 @@ def extrapolation_block(result: dict[str, Any]) -> str:
         f"L = {first['trained_length']} tokens; tuned on {first['validation']}), measured by "
         "`python bench/getting_started.py`. OOD exact match in % "
         f"on the {base['n']:,} unseen-length test examples the validation slice leaves out, [95% bootstrap interval], "
-        "(IID exact match in %; dropped: more than 5 points below untouched); in bold the run's best that keeps IID:",
+        "(IID exact match in %; dropped: more than 5 points below untouched); in bold the run's best that keeps IID, "
+        "chosen on the validation slice:",
         "",
         "| run | " + " | ".join(headings) + " |",
         "|---|" + "---|" * len(columns),

@@ -90,9 +90,7 @@ def walk(root: Path, seeds: list[int], scratch: Path, keep: Path | None = None) 
         for model in probe_json(args, timings, keep, f"positions-seed{seed}")["models"]:
             positions.setdefault(model["run"]["pe"], []).append(positions_model(model))
     theorem = probe_json(["theorem"], timings, keep, "theorem")
-    seed0 = [str(run_dir(root, MAIN_JOB["task"], pe, 0, MAIN_JOB["options"])) for pe in PES]
-    args = ["extrapolate", *seed0, *on, "--out", str(scratch / "x")]
-    extrapolation = probe_json(args, timings, keep, "extrapolate-seed0")
+    extrapolation = extrapolate_seed0(root, scratch, keep, timings)
     distraction = {"untouched": {pe: runs[0]["entropy"] for pe, runs in positions.items()}}
     for spec in DISTRACTION:
         args = ["positions", "--seed", "0", *on, "--out", str(scratch / f"p0+{spec}"), "--intervene", spec]
@@ -107,10 +105,20 @@ def walk(root: Path, seeds: list[int], scratch: Path, keep: Path | None = None) 
         },
         "positions": positions,
         "theorem": theorem,
-        "extrapolate": _extrapolation(extrapolation),
-        "extrapolate_runs": [extrapolation_run(run) for run in extrapolation["runs"]],
+        **extrapolation,
         "distraction": distraction,
         "wall_seconds": timings,
+    }
+
+
+def extrapolate_seed0(root: Path, scratch: Path, keep: Path | None, timings: dict[str, float]) -> dict[str, Any]:
+    """`probe extrapolate` on the seed-0 runs: the result file's ``extrapolate`` and ``extrapolate_runs``."""
+    seed0 = [str(run_dir(root, MAIN_JOB["task"], pe, 0, MAIN_JOB["options"])) for pe in PES]
+    args = ["extrapolate", *seed0, "--checkpoints", str(root), "--out", str(scratch / "x")]
+    report = probe_json(args, timings, keep, "extrapolate-seed0")
+    return {
+        "extrapolate": _extrapolation(report),
+        "extrapolate_runs": [extrapolation_run(run) for run in report["runs"]],
     }
 
 
@@ -134,7 +142,7 @@ def positions_model(model: dict[str, Any]) -> dict[str, Any]:
 def extrapolation_run(run: dict[str, Any]) -> dict[str, Any]:
     """What the docs read of one run in `probe extrapolate`'s JSON: L, the validation slice, what was skipped,
     each intervention as printed with its IID, its OOD and interval, and what its tuning tried."""
-    keys = ("shown", "family", "kind", "iid", "iid_change", "iid_dropped", "test", "tuning")
+    keys = ("shown", "family", "kind", "iid", "iid_change", "iid_dropped", "test", "tuning", "valid")
     return {
         **{k: run[k] for k in ("label", "pe", "seed", "trained_length", "validation", "skipped", "best")},
         "outcomes": [{k: o.get(k) for k in keys} for o in run["outcomes"]],
@@ -142,7 +150,8 @@ def extrapolation_run(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def _extrapolation(report: dict[str, Any]) -> dict[str, Any]:
-    """Per run: untouched OOD, and the best intervention that keeps IID (the report's own choice)."""
+    """Per run: untouched OOD, and the best intervention that keeps IID (the report's own choice, made on the
+    validation slice)."""
     out = {}
     for run in report["runs"]:
         best = next((o for o in run["outcomes"] if run["best"] and o["shown"] == run["best"]), None)
@@ -183,7 +192,7 @@ def docs_block(result: dict[str, Any]) -> str:
         cells.append(_cell(result["positions_heldout_r2"][pe], digits=2))
         rows.append(f"| {label_of[pe]} | " + " | ".join(cells) + " |")
     x = result["extrapolate"]
-    xrows = ["| PE | OOD untouched (%) | best intervention that keeps IID | its OOD (%) |", "|---|---|---|---|"]
+    xrows = ["| PE | OOD untouched (%) | best on validation that keeps IID | its OOD (%) |", "|---|---|---|---|"]
     for key, v in x.items():
         best = v["best"] or "none"
         ood = "–" if v["best_ood"] is None else f"{100 * v['best_ood']:.1f}"
@@ -227,13 +236,22 @@ def main() -> None:
     parser.add_argument("--docs", action="store_true", help="write the measured blocks into the docs' pages")
     parser.add_argument("--reuse", action="store_true", help="the tables from the last results file, run nothing")
     parser.add_argument("--keep", metavar="DIR", help="keep each command's JSON in DIR; a rerun reads it from there")
+    parser.add_argument(
+        "--only-extrapolate", action="store_true", help="run `probe extrapolate` again; the rest from the results file"
+    )
     args = parser.parse_args()
-    if args.reuse:
+    keep = Path(args.keep) if args.keep else None
+    if keep:
+        keep.mkdir(parents=True, exist_ok=True)
+    if args.reuse or args.only_extrapolate:
         result = json.loads((RESULTS / "getting_started_walk_cpu.json").read_text())
-    else:
-        keep = Path(args.keep) if args.keep else None
-        if keep:
-            keep.mkdir(parents=True, exist_ok=True)
+    if args.only_extrapolate:
+        timings: dict[str, float] = {}
+        with tempfile.TemporaryDirectory() as scratch:
+            result |= extrapolate_seed0(Path(args.checkpoints), Path(scratch), keep, timings)
+        result["wall_seconds"]["extrapolate"] = timings["extrapolate"]
+        write_json("getting_started_walk", "cpu", result)
+    elif not args.reuse:
         with tempfile.TemporaryDirectory() as scratch:
             result = walk(Path(args.checkpoints), args.seeds, Path(scratch), keep)
         write_json("getting_started_walk", "cpu", result)

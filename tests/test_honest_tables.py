@@ -115,6 +115,8 @@ def test_best_is_chosen_on_the_validation_slice_not_the_test():
     assert run.to_json()["outcomes"][2]["valid"] == [0.09, 0.0]
     outcomes[1].valid = outcomes[2].valid = (0.07, 0.0)
     assert run.best() is None
+    outcomes[2].valid = (0.07, 0.5)  # a lower validation loss at the same exact match: a tie-break, not a gain
+    assert run.best() is None
 
 
 def test_a_language_model_that_loses_its_context_is_dropped_not_best():

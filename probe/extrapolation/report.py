@@ -85,13 +85,16 @@ class RunExtrapolation:
         return round(worse, 9) > IID_MARGIN  # exactly the margin is not more, however rounded
 
     def best(self) -> Outcome | None:
-        """The intervention that scores highest on the validation slice, above untouched, among those that keep
-        IID (within :data:`IID_MARGIN`): chosen as the tuned families choose, never on the test; ties go to the
+        """The intervention that scores highest on the validation slice among those that keep IID (within
+        :data:`IID_MARGIN`) and beat untouched there on its measure (exact match, or the NLL of a language
+        model), not on a tie-break alone: chosen as the tuned families choose, never on the test; ties go to the
         first (fixed rules before tuned). None where none improves on untouched there."""
         base = self.baseline.valid
         if base is None:
             return None
-        better = [o for o in self.outcomes[1:] if o.valid is not None and o.valid > base and not self.iid_dropped(o)]
+        better = [
+            o for o in self.outcomes[1:] if o.valid is not None and o.valid[0] > base[0] and not self.iid_dropped(o)
+        ]
         return max(better, key=lambda o: o.valid, default=None)
 
     def to_json(self) -> dict[str, Any]:
