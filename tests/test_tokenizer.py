@@ -10,6 +10,7 @@ from probe.errors import ProbeError
 from probe.tasks import SCRATCHPAD_TASKS, TASKS, Tokenizer, get
 from probe.tasks.words import join_words, split_words
 
+FIGURE = {"template": "figure"}
 CONFIGS = [
     *(("copy", {"variant": v}) for v in ("count", "replace", "random", "count-2x", "random-2x")),
     *(("reverse", {"variant": v}) for v in ("random", "twice")),
@@ -19,7 +20,8 @@ CONFIGS = [
     ("lego", {"shuffle": True}),
 ]
 CONFIGS += [
-    (name, {**options, "scratchpad": fmt})
+    # updates (V) in the paper's figure's words where the authors' processor refuses them (sorting, LEGO)
+    (name, {**options, "scratchpad": fmt, **({} if "V" not in fmt or get(name).AUTHORS_UPDATES else FIGURE)})
     for name, options in CONFIGS
     if name in SCRATCHPAD_TASKS
     for fmt in ("full", "empty", "C+V", "I+O+R")
