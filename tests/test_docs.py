@@ -143,9 +143,25 @@ def _visit(node: ast.AST, module: str, classes: list[str], file: str, found: lis
         _visit(child, module, inner, file, found)
 
 
+PAGES = "probe.explorer.views"  # modules that run a Streamlit page when imported: read, never imported
+
+
+def _page_names(module: str) -> set[str]:
+    """The top-level functions, classes and assigned names of a page module, read from its source."""
+    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    return names | {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
 def _resolves(dotted: str) -> bool:
-    """Whether ``dotted`` is a module, or an attribute of one (a class's annotated field counts)."""
+    """Whether ``dotted`` is a module, or an attribute of one (a class's annotated field counts); a page module's
+    names are read from its source (importing one would run its page, and a page that stops half-way leaves
+    Streamlit's state behind for every later test)."""
     parts = dotted.split(".")
+    for cut in range(1, len(parts) + 1):
+        module = ".".join(parts[:cut])
+        if module.startswith(PAGES + ".") and (ROOT / (module.replace(".", "/") + ".py")).is_file():
+            return len(parts) == cut or parts[cut] in _page_names(module)
     for cut in range(len(parts), 0, -1):
         try:
             value = importlib.import_module(".".join(parts[:cut]))

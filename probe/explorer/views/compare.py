@@ -46,7 +46,7 @@ def comparison(
 ) -> dict[str, Any]:
     """What `probe compare A B` computes, as it writes it (JSON); ``hf:`` models read the held-out files of the
     corpus ``options`` (JSON) name, at its context. ``baseline_path`` and its stamp (the A' run the report will
-    read, ``seed_baseline`` below) are in the key only, so a re-published A' is read anew."""
+    read, :func:`seed_baseline`) are in the key only, so a re-published A' is read anew."""
     from probe.analysis import compare_report
     from probe.device import resolve_device
     from probe.subjects.settings import ReadSettings
