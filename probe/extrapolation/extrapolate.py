@@ -33,7 +33,7 @@ from probe.extrapolation.plan import (
     tuned_candidates,
 )
 from probe.extrapolation.report import ExtrapolationReport, RunExtrapolation
-from probe.extrapolation.tasks import TaskScorer
+from probe.extrapolation.tasks import TaskScorer, check_task_lengths_fit
 from probe.models.interventions import Intervention
 from probe.subjects.resolve import home, reading_of, resolve_all
 from probe.subjects.run_info import Progress
@@ -45,7 +45,9 @@ SCORERS = {EXACT_MATCH: TaskScorer, PERPLEXITY: LanguageModelScorer}  # a subjec
 def plan(names: Sequence[str | Path], settings: Settings) -> list[RunPlan]:
     """What :func:`extrapolate` will do to each model of ``names``, checked, before any model is loaded:
     `probe extrapolate` prints it first, and alone under ``--dry-run``."""
-    return [run_plan(subject, settings) for subject in _subjects(names, settings)]
+    subjects = _subjects(names, settings)
+    _check_lengths(subjects, settings)
+    return [run_plan(subject, settings) for subject in subjects]
 
 
 def estimate(names: Sequence[str | Path], settings: Settings, plans: Sequence[RunPlan]) -> float | None:
@@ -69,6 +71,7 @@ def extrapolate(
         ``.write(folder)`` its JSON, CSV, Markdown and figures."""
     settings = Settings() if settings is None else settings
     subjects = _subjects(names, settings)
+    _check_lengths(subjects, settings)
     total = sum(len(run_plan(subject, settings).steps) for subject in subjects)
     done = [0]
     runs = []
@@ -128,6 +131,13 @@ def _subjects(names: Sequence[str | Path], settings: Settings) -> list:
     if len({s.measure for s in subjects}) > 1:
         raise ProbeError("extrapolate task runs and language models (code runs, hf: models) separately")
     return subjects
+
+
+def _check_lengths(subjects: Sequence[Subject], settings: Settings) -> None:
+    """ProbeError, before anything is read, where a task run's examples are longer than it reads."""
+    for subject in subjects:
+        if subject.measure == EXACT_MATCH:
+            check_task_lengths_fit(subject, settings)
 
 
 def _stepper(progress: Progress | None, label: str, done: list[int], total: int) -> Callable[[str], None]:

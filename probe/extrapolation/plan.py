@@ -27,7 +27,7 @@ from probe.models.rotary import stretch_complaint
 from probe.presets import EXTRAPOLATION_FIXED as FIXED
 from probe.presets import EXTRAPOLATION_TUNED as TUNED
 from probe.subjects.settings import ReadSettings
-from probe.subjects.subject import EXACT_MATCH, Subject
+from probe.subjects.subject import Subject
 
 if TYPE_CHECKING:
     from transformer_lens.model_protocol import TransformerLensModel
@@ -194,30 +194,9 @@ class RunPlan:
 
 def run_plan(subject: Subject, settings: Settings) -> RunPlan:
     """``subject``'s steps under ``settings``, from its PE alone (nothing loaded), the fixed rules as spelled
-    (their values come from L and the lengths read, known once it is); ProbeError where a task run's test
-    sequences are longer than it reads. An hf: model's RoPE is known only once it is loaded: its plan counts
-    the rope rule, which it may then skip."""
-    if subject.measure == EXACT_MATCH:
-        _check_task_lengths_fit(subject, settings)
+    (their values come from L and the lengths read, known once it is). An hf: model's RoPE is known only once it
+    is loaded: its plan counts the rope rule, which it may then skip."""
     fixed, skipped = fixed_rules(subject.has_distance(), subject.rotates(), settings)
     names = [intervention.name if family == "given" else family for family, intervention in fixed]
     tuned = [step for family, step in TUNED_STEPS.items() if family in settings.families]
     return RunPlan(subject.info.label, ["untouched", *names, *tuned], skipped)
-
-
-def _check_task_lengths_fit(subject: Subject, settings: Settings) -> None:
-    """ProbeError, before anything is read, where a task run's examples (test, validation, IID) are longer than
-    the n_ctx its model reads, naming the longest: the model itself sees one batch at a time."""
-    from probe.extrapolation.tasks import task_sets  # tasks builds on this module
-    from probe.tasks.batches import encode
-
-    n_ctx = (subject.config or {}).get("model", {}).get("n_ctx")
-    if n_ctx is None:
-        return
-    valid, test, iid, tokenizer = task_sets(subject, settings)
-    longest = max(int(encode(examples, tokenizer).lengths.max()) for examples in (valid, test, iid) if examples)
-    if longest > n_ctx:
-        raise ProbeError(
-            f"{subject.info.label} reads at most {n_ctx} positions (n_ctx={n_ctx}), and its task's examples reach "
-            f"{longest} tokens: extrapolate a run built with n_ctx={longest} or more"
-        )

@@ -92,6 +92,21 @@ def task_sets(subject: Subject, settings: Settings) -> tuple[list, list, list, A
     return valid, test, task.examples("valid", n=settings.n_iid, seed=0), tokenizer
 
 
+def check_task_lengths_fit(subject: Subject, settings: Settings) -> None:
+    """ProbeError, before anything is read, where a task run's examples (test, validation, IID) are longer than
+    the n_ctx its model reads, naming the longest: the model itself sees one batch at a time."""
+    n_ctx = (subject.config or {}).get("model", {}).get("n_ctx")
+    if n_ctx is None:
+        return
+    valid, test, iid, tokenizer = task_sets(subject, settings)
+    longest = max(int(encode(examples, tokenizer).lengths.max()) for examples in (valid, test, iid) if examples)
+    if longest > n_ctx:
+        raise ProbeError(
+            f"{subject.info.label} reads at most {n_ctx} positions (n_ctx={n_ctx}), and its task's examples reach "
+            f"{longest} tokens: extrapolate a run built with n_ctx={longest} or more"
+        )
+
+
 def task_reads(subject: Subject, settings: Settings, plan: RunPlan) -> int:
     """Examples ``plan`` reads on this run, each step's counted from its data: an outcome reads the test and
     the IID examples; a grid, its validation slice per candidate; the per-head fit, its minibatches forward

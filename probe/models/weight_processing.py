@@ -25,17 +25,17 @@ from probe.errors import ProbeError
 from probe.models.components import Unembed
 
 if TYPE_CHECKING:
-    from probe.models.transformer import PETransformer
+    from probe.models.hooked import HookedModel  # a PETransformer: transformer.py imports this module
 
 
 @torch.no_grad()
 def process_weights_(
-    model: PETransformer,
+    model: HookedModel,
     fold_ln: bool = True,
     center_writing_weights: bool = True,
     center_unembed: bool = True,
     fold_value_biases: bool = True,
-) -> PETransformer:
+) -> HookedModel:
     """``model`` processed as TransformerLens' ``process_weights_`` does, with its defaults; returns it.
 
     Centring the writing weights needs a LayerNorm, which removes the residual's mean (TransformerLens skips it
@@ -54,7 +54,7 @@ def process_weights_(
 
 
 @torch.no_grad()
-def fold_layer_norm(model: PETransformer, center_weights: bool = True) -> PETransformer:
+def fold_layer_norm(model: HookedModel, center_weights: bool = True) -> HookedModel:
     """Each norm's gain w (and a LayerNorm's bias b) folded into the weights that read its output: W <- diag(w) W,
     b_read <- b_read + b W; with ``center_weights`` (a LayerNorm's output has zero mean) each reading weight less
     its mean over d_model. The norms are left at w = 1, b = 0; returns ``model``."""
@@ -90,7 +90,7 @@ def _fold(norm: torch.nn.Module, readers: list[tuple[torch.Tensor, torch.Tensor,
         norm.b.zero_()
 
 
-def _untie(model: PETransformer) -> None:
+def _untie(model: HookedModel) -> None:
     """A tied unembedding made its own W_U (the same values), so folding the final norm leaves W_E as it is."""
     if not model.config.tie_embeddings:
         return
@@ -104,7 +104,7 @@ def _untie(model: PETransformer) -> None:
     model.setup()
 
 
-def _center_writing_weights(model: PETransformer) -> None:
+def _center_writing_weights(model: HookedModel) -> None:
     """Every weight writing to the residual stream less its mean over d_model (a LayerNorm removes it)."""
     model.embed.W_E.sub_(model.embed.W_E.mean(-1, keepdim=True))
     table = getattr(model.pe, "W_pos", None)
@@ -115,14 +115,14 @@ def _center_writing_weights(model: PETransformer) -> None:
             weight.sub_(weight.mean(-1, keepdim=True))
 
 
-def _center_unembed(model: PETransformer) -> None:
+def _center_unembed(model: HookedModel) -> None:
     """W_U and b_U less their mean over the vocabulary: each position's logits move by one constant."""
     _untie(model)
     model.unembed.W_U.sub_(model.unembed.W_U.mean(-1, keepdim=True))
     model.unembed.b_U.sub_(model.unembed.b_U.mean())
 
 
-def _fold_value_biases(model: PETransformer) -> None:
+def _fold_value_biases(model: HookedModel) -> None:
     """b_V moved into b_O: each head's attention pattern sums to 1, so its b_V @ W_O is added whatever it attends."""
     for block in model.blocks:
         attn = block.attn
