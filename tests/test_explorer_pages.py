@@ -66,15 +66,15 @@ def test_attention_offers_seen_lengths_under_the_papers_split(paper_run, monkeyp
     assert not at.exception and at.selectbox(key="attention-length").value == min(test)
 
 
-def test_predictions_say_where_the_seen_lengths_are_scored_under_the_papers_split(paper_run, monkeypatch):
-    """`probe eval --show` decodes test examples, all of unseen lengths on the paper's split: the page says where
-    the seen lengths are read instead of leaving them out silently."""
+def test_predictions_show_the_seen_lengths_under_the_papers_split(paper_run, monkeypatch):
+    """The paper's split tests on unseen lengths only: the page's predictions (`probe eval --show`'s) read the
+    seen lengths from the IID examples eval scores, so both kinds are there."""
     folder = paper_run.parents[1].name
     at = run_page("models", paper_run.parents[2], monkeypatch)
     at.number_input(key=f"show-n-{folder}").set_value(1)
     at.button(key=f"show-{folder}").click().run()
-    assert not at.exception and not any(at.dataframe[-1].value["seen"])
-    assert "This task's test split holds no training length" in texts(at.caption)
+    seen = list(at.dataframe[-1].value["seen"])
+    assert not at.exception and any(seen) and not all(seen)
 
 
 @pytest.fixture(scope="module")

@@ -144,3 +144,19 @@ def test_a_bad_show_is_one_line_before_any_run_is_read(root, extra, said, capsys
     assert main(["eval", *COPY, "--checkpoints", str(root / "nowhere"), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0]
+
+
+def test_the_papers_split_shows_its_seen_lengths_from_the_iid_examples_eval_scores(tmp_path):
+    """copy under split=paper tests on unseen lengths only (21-40): the seen ones (2-20) come from the IID examples
+    `probe eval` scores, the first of each length, marked seen."""
+    options = ["--task", "copy", "-o", "split=paper", "-o", "variant=count"]
+    _train(str(tmp_path), options, 2)
+    (run,), _ = find_runs(tmp_path, "copy", {"split": "paper", "variant": "count"})
+    shown = show_predictions(run, per_length=1, n_test=40, n_valid=100)
+    task = get("copy", split="paper", variant="count")
+    held = task.held_out(100)
+    seen = [s for s in shown if s.seen]
+    assert seen and {s.length for s in seen} == {e.length for e in held} and all(s.length <= 20 for s in seen)
+    firsts = {length: next(e for e in held if e.length == length) for length in {e.length for e in held}}
+    assert all((s.source, s.target) == (firsts[s.length].source, firsts[s.length].target) for s in seen)
+    assert {s.length for s in shown if not s.seen} == {e.length for e in task.examples("test", n=40, seed=0)}

@@ -48,14 +48,19 @@ def show_predictions(
     per_length: int,
     wrong: bool = False,
     n_test: int | None = None,
+    n_valid: int = 500,
 ) -> list[Shown]:
-    """The first ``per_length`` test examples of each length (with ``wrong``, the first ``per_length`` scored
-    wrong), of the test split ``probe eval`` scores (``n_test`` examples at seed 0), with the predictions of ``run``
-    (a run folder or its :class:`~probe.runs.folders.Run`), shortest length first. ``settings`` as
-    :func:`~probe.analysis.evaluation.evaluate_run` reads them."""
+    """The first ``per_length`` examples of each length (with ``wrong``, the first ``per_length`` scored wrong) of
+    those ``probe eval`` scores, with the predictions of ``run`` (a run folder or its
+    :class:`~probe.runs.folders.Run`), shortest length first: its test split (``n_test`` examples at seed 0), and
+    where that holds no training length (the paper's splits) its ``n_valid`` IID examples before it, so the seen
+    lengths are shown too. ``settings`` as :func:`~probe.analysis.evaluation.evaluate_run` reads them."""
     check_per_length(per_length)
     scorer = run_scorer(Run.of(run), settings or ReadSettings())
-    examples = scorer.task.examples("test", n=n_test, seed=0)
+    task = scorer.task
+    examples = task.examples("test", n=n_test, seed=0)
+    if not any(task.is_seen(e.length) for e in examples):
+        examples = task.held_out(n_valid) + examples
     if wrong:
         verdicts = scorer.score(scorer.model, examples).correct
         examples = [e for e, right in zip(examples, verdicts) if not right]

@@ -59,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--show",
         type=int,
         metavar="N",
-        help="print each run's greedy predictions beside the gold for the first N test examples of each length, "
+        help="print each run's greedy predictions beside the gold for the first N test examples of each length (seen "
+        "lengths from the IID examples where the test split has none), "
         "with the answer read from each where the task scores the answer alone (a scratchpad's) and, with a "
         "scratchpad, the first step where the prediction departs from the gold's; in --json's 'shown'",
     )
@@ -160,7 +161,7 @@ def _show(args: argparse.Namespace, runs, given, device, out) -> dict[str, list[
         settings = ReadSettings(
             device=device, batch_size=args.batch_size, pe_options=given[r.path], intervention=intervention_of(args)
         )
-        rows = show_predictions(r, settings, per_length=args.show, wrong=args.wrong, n_test=args.n)
+        rows = show_predictions(r, settings, per_length=args.show, wrong=args.wrong, n_test=args.n, n_valid=args.valid)
         out.print(fitted(_shown_table(r.label, rows, args.wrong), out))
         shown[r.label] = [row.to_json() for row in rows]
     return shown

@@ -48,11 +48,6 @@ def predictions(members: list, folder: str) -> None:
             f"The first {per_length} {which} of each length of the test split, decoded greedily and scored as "
             f"`probe eval` scores them (`probe eval {run.path} --show {per_length}{' --wrong' if wrong else ''}`)."
         )
-        if not wrong and rows and not any(row.seen for row in rows):  # every test length shown is unseen
-            st.caption(
-                "This task's test split holds no training length (the paper's split): `probe eval` scores those on "
-                "held-out IID examples (its IID accuracy), and the **Attention** page draws them."
-            )
 
 
 found = shared.require_runs()
