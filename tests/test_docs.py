@@ -7,6 +7,7 @@ short."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import json
@@ -146,6 +147,7 @@ def _visit(node: ast.AST, module: str, classes: list[str], file: str, found: lis
 PAGES = "probe.explorer.views"  # modules that run a Streamlit page when imported: read, never imported
 
 
+@functools.cache
 def _page_names(module: str) -> set[str]:
     """The top-level functions, classes and assigned names of a page module, read from its source."""
     tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())

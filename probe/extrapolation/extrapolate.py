@@ -105,7 +105,7 @@ def extrapolate_one(subject: Subject, settings: Settings, step: Callable[[str], 
         outcomes.append(scorer.outcome(tuned.family, "tuned", tuned.intervention, loaded.model, tuned))
     for outcome in outcomes:  # what best is chosen on, as the tuned families are: never the test
         outcome.valid = _valid_key(scorer, outcome.intervention)
-    skipped |= getattr(scorer, "skipped", {})  # what a language model's scorer left out (contexts it cannot read)
+    skipped |= scorer.skipped  # what the scorer left out (a language model's contexts it cannot read)
     info = loaded.info
     return RunExtrapolation(
         info.label, info.pe, info.path, info.seed, scorer.trained, scorer.validation, outcomes, skipped,

@@ -141,6 +141,7 @@ class TaskScorer:
         self.longest = int(self.data["test"].lengths.max())
         self.lengths = torch.tensor([e.length for e in test])
         self.context = None
+        self.skipped: dict[str, str] = {}  # a task run's scorer leaves nothing out
         self.validation = (
             f"{len(valid)} unseen-length test examples (per length the first {VALID_SHARE:.0%} by SHA-256 of "
             f"source and target, at most {settings.n_valid}), left out of the test's {len(test)}"

@@ -108,11 +108,11 @@ def hf_rope_parameters(rope: Mapping[str, Any], config: Mapping[str, Any]) -> di
             f"rope: this hf: model's config scales RoPE already (rope_type={native}, factor "
             f"{given.get('factor', '?')}); probe does not compose a second scaling with it"
         )
-    for complaint in (stretch_complaint(scaling, factor), rotation_complaint(scaling, rotated_dimensions(config))):
+    dim = rotated_dimensions(config)
+    for complaint in (stretch_complaint(scaling, factor), rotation_complaint(scaling, dim)):
         if complaint:
             raise ProbeError(f"rope: scaling={scaling} {complaint}")
     if scaling == "ntk":
-        dim = rotated_dimensions(config)
         return {**given, "rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))}
     kept = {k: v for k, v in given.items() if k == "partial_rotary_factor"}  # what it rotates stays as it is
     out = {**kept, "rope_type": scaling, "rope_theta": theta, "factor": factor}
