@@ -90,6 +90,8 @@ CONTEXTS = {"tiny": 128, "small": 256, "base": 512, "lm-1b": 1024}  # training c
 # 20 files cost a 135M model on 2 cores 70 s to 290 s per command at T = 512 (bench/real_lm.py), half of that and
 # under 3 minutes at 256, where 151 and 146 of the default corpus's 200 held-out files reach 2x and 2.5x
 HF_CONTEXT = 256
+# `probe perplexity`: a file's scored tokens read from one window per context size, or each from one of its own
+PERPLEXITY_WINDOWS = ("shared", "own")
 
 # `probe extrapolate`'s intervention families: fixed rules take the length trained on; tuned ones are
 # searched on a validation slice of the unseen lengths (``probe.extrapolation.plan``).

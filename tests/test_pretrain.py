@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import tiny_model
 
-from probe.analysis.perplexity import PAPER_CONTEXTS, ScoringPlan, perplexity_report, scored_nll
+from probe.analysis.perplexity import PAPER_CONTEXTS, ScoringPlan, own_window_nll, perplexity_report, scored_nll
 from probe.cli import main
 from probe.corpus import CorpusSpec, SourceFile, find_sources, prepare_corpus, split_files
 from probe.corpus.files import split_fraction
@@ -161,6 +161,49 @@ def test_scored_nll_is_the_mean_cross_entropy_of_the_last_tokens(code_runs):
         assert row.tolist() == pytest.approx(expected, rel=1e-9)
 
 
+def _authors_windows(ids: list[int], block: int, scored: int, bos: int) -> list[tuple[list[int], int]]:
+    """(input, target) of each scored token as the authors' ``create_prediction_dataset`` builds them, written
+    here from its index arithmetic: for j = -1, -2, ..., -scored, the slice [j - (block - 1), j + 1) of the
+    file with BOS before it, only its last token scored; it stops at the first j whose slice starts before the
+    file does."""
+    out = []
+    for j in range(-1, -scored - 1, -1):
+        start, end = j - (block - 1), j + 1
+        if start < -len(ids):
+            break
+        sample = [bos] + (ids[start:] if end == 0 else ids[start:end])
+        out.append((sample[:-1], sample[-1]))
+    return out
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("bos", [0, None])
+def test_own_windows_read_each_scored_token_as_the_authors_evaluation_does(code_runs, bos):
+    _, (nope, _) = code_runs
+    model = load_checkpoint(nope)
+    generator = torch.Generator().manual_seed(1)
+    files = [torch.randint(1, 300, (n,), generator=generator) for n in (40, 24, 21, 19)]
+    context, scored = 20, 6
+    nll = own_window_nll(model, files, context, scored, device=CPU, batch_size=5, bos=bos)  # [file, scored]
+    assert nll.shape == (4, scored)
+    for f, row in zip(files, nll):
+        ids = f.tolist()
+        if bos is None:  # no BOS: the `context` tokens before the scored one, where the file has them
+            ends = [i for i in range(len(ids) - 1, len(ids) - 1 - scored, -1) if i >= context]
+            windows = [(ids[i - context : i], ids[i]) for i in ends]
+        else:
+            windows = _authors_windows(ids, context, scored, bos)
+        expected = [float("nan")] * scored
+        for k, (window, target) in enumerate(windows):  # k-th from the end
+            assert len(window) == context
+            log_probs = torch.log_softmax(model(torch.tensor([window]))[0, -1].double(), -1)
+            expected[scored - 1 - k] = -float(log_probs[target])
+        assert row.tolist() == pytest.approx(expected, rel=1e-6, nan_ok=True)
+    # the 40-token file has every window, the 19-token one none; the 21-token one 2 with BOS, 1 without
+    assert nll[0].isfinite().all() and nll[3].isnan().all()
+    assert nll[2].isfinite().sum() == (1 if bos is None else 2)
+
+
 @torch.no_grad()
 def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
     root, paths = code_runs
@@ -190,6 +233,26 @@ def test_report_is_the_mean_of_file_perplexities_over_each_bucket(code_runs):
         assert row["perplexity"] == pytest.approx(sum(perplexities) / len(perplexities), rel=1e-6)
         assert row["low"] <= row["perplexity"] <= row["high"]
     assert any(r["bucket"] != "all" for r in rows)
+
+
+@torch.no_grad()
+def test_own_windows_report_scores_each_file_from_its_tokens_windows(code_runs, tmp_path):
+    root, paths = code_runs
+    report = perplexity_report(paths, max_files=5, windows="own", root=tmp_path)
+    assert report.name == "perplexity+own-windows" and report.to_json()["protocol"]["windows"] == "own"
+    assert "a window of its own" in report.to_markdown()
+    corpus = load_corpus(corpus_of_run(paths[0]))
+    model = load_checkpoint(paths[0])
+    files = [corpus.heldout_file(corpus.heldout_names.index(name)) for name in report.files]
+    plan = report.protocol
+    for index, context in enumerate(plan.contexts):
+        expected = own_window_nll(model, files, context, plan.scored, device=CPU).nanmean(1)  # [file]
+        short = torch.tensor([len(f) < context for f in files])
+        expected[short] = float("nan")
+        assert torch.allclose(report.runs[0].nll[:, index], expected, rtol=1e-6, equal_nan=True)
+    assert (report.runs[0].nll != perplexity_report(paths, max_files=5).runs[0].nll).any()
+    with pytest.raises(ProbeError, match="unknown scoring windows 'sliding'"):
+        perplexity_report(paths, windows="sliding")
 
 
 def test_rope_scaling_applies_at_inference_to_rotary_runs_only(code_runs):

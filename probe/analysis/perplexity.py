@@ -8,7 +8,10 @@ How the paper scores, and how it is scaled to a training context ``T`` (the pape
 - each held-out file is read at each context size ``c`` as its *last* ``c`` tokens (one forward
   pass, no token prepended), and only its last ``S`` tokens are scored, the same tokens at every
   context size (the paper: "a maximum of last 200 tokens", ``S = 200/1024 T``): the scored token at
-  window position ``p`` sees ``p`` tokens, so a larger ``c`` gives every scored token more context;
+  window position ``p`` sees ``p`` tokens, so a larger ``c`` gives every scored token more context.
+  With ``windows="own"``, each scored token is read from a window of its own, as the authors' released
+  evaluation reads it (:func:`own_window_nll`): every one is predicted from ``c`` tokens, at ``S``
+  times the forward passes;
 - a file's perplexity is exp of its mean NLL over the scored tokens; a bucket's is the mean of its
   files' perplexities ("the average perplexity within each bucket"), with a percentile bootstrap
   interval over files;
@@ -36,6 +39,7 @@ from probe.errors import ProbeError
 from probe.metrics import bootstrap_ci
 from probe.models.hf_attention import logits_of
 from probe.models.registry import pe_folder_name
+from probe.presets import PERPLEXITY_WINDOWS
 from probe.subjects.memory import keep_freed_memory, memory_budget, per_batch
 from probe.subjects.readings import Reading
 from probe.subjects.resolve import file_stem, home, reading_of, resolve_all
@@ -53,7 +57,7 @@ PAPER_LONGEST = 4500  # its table's last bucket ends here; longer files count in
 LOGIT_BYTES = 8  # a window's float32 logits per (position, vocabulary entry), and what the softmax makes of them
 LONGEST_MULTIPLE = PAPER_CONTEXTS[-1] / PAPER_CONTEXT  # 2.5: its figure reads up to 2.5x the training context
 N_RESAMPLES = 1000
-BATCH_SIZE = 16  # files per batch unless the settings say
+BATCH_SIZE = 16  # windows per batch unless the settings say
 Progress = Callable[[str, int, int], None]
 
 
@@ -72,9 +76,12 @@ class ScoringPlan:
     scored: int
     bucket_width: int
     longest: int  # the last bucket ends here
+    windows: str = "shared"  # one of PERPLEXITY_WINDOWS
 
     @classmethod
-    def scaled(cls, train_context: int) -> ScoringPlan:
+    def scaled(cls, train_context: int, windows: str = "shared") -> ScoringPlan:
+        if windows not in PERPLEXITY_WINDOWS:
+            raise ProbeError(f"unknown scoring windows {windows!r}; choose from {', '.join(PERPLEXITY_WINDOWS)}")
         scale = train_context / PAPER_CONTEXT
         contexts = tuple(dict.fromkeys(max(2, round(c * scale)) for c in PAPER_CONTEXTS))
         return cls(
@@ -83,7 +90,15 @@ class ScoringPlan:
             max(1, round(PAPER_SCORED * scale)),
             max(1, round(PAPER_BUCKET * scale)),
             round(PAPER_LONGEST * scale),
+            windows,
         )
+
+    @property
+    def reading(self) -> str:
+        """How a scored token is read at context size c, in words (a table's caption)."""
+        if self.windows == "own":
+            return "each read from a window of its own (BOS where the model has one and the c - 1 tokens before it)"
+        return "read with the file's last c tokens"
 
     @property
     def multiples(self) -> list[float]:
@@ -97,6 +112,7 @@ class ScoringPlan:
             "scored_tokens": self.scored,
             "bucket_width": self.bucket_width,
             "longest_bucket_end": self.longest,
+            "windows": self.windows,
         }
 
 
@@ -130,6 +146,44 @@ def scored_nll(
     return torch.cat(rows) if rows else torch.empty(0, scored, dtype=torch.float64)
 
 
+@torch.inference_mode()
+def own_window_nll(
+    model: TransformerLensModel,
+    files: Sequence[Tensor],
+    context: int,
+    scored: int,
+    *,
+    device: torch.device,
+    batch_size: int = 16,
+    bos: int | None = None,
+) -> Tensor:
+    """[file, scored] float64 NLL of each file's last ``scored`` tokens, each read from a window of its own, as
+    the authors' released evaluation reads them (``create_prediction_dataset`` in ``inference_llm.py`` of the
+    first author's ``len_gen_lm`` repository): ``bos`` and the ``context - 1`` tokens before the scored one
+    (without ``bos``: the ``context`` tokens before it), so every scored token is predicted at position
+    ``context``. NaN where a token has fewer tokens before it (the authors skip it). ``scored`` forward passes of
+    ``context`` tokens per file, where :func:`scored_nll` makes one; ``batch_size`` counts windows."""
+    model.eval()
+    nll = torch.full((len(files), scored), float("nan"), dtype=torch.float64)
+    before = context - (bos is not None)  # the file's tokens in a window, before the scored one
+    places = [  # (file, column, the scored token's index in its file)
+        (row, column, len(f) - scored + column)
+        for row, f in enumerate(files)
+        for column in range(scored)
+        if len(f) - scored + column >= before
+    ]
+    batch_size = per_batch(context * model.cfg.d_vocab * LOGIT_BYTES, batch_size, memory_budget())
+    for start in range(0, len(places), batch_size):
+        chunk = places[start : start + batch_size]
+        windows = torch.stack([files[row][i - before : i + 1] for row, _, i in chunk]).to(device)  # [batch, before + 1]
+        if bos is not None:
+            windows = torch.cat([windows.new_full((len(chunk), 1), bos), windows], 1)  # [batch, context + 1]
+        logits = logits_of(model, windows[:, :-1], keep=1)[:, 0].double()  # [batch, vocab]
+        rows, columns, _ = zip(*chunk)
+        nll[list(rows), list(columns)] = F.cross_entropy(logits, windows[:, -1], reduction="none").cpu()
+    return nll
+
+
 def read_contexts(
     model: TransformerLensModel,
     files: Sequence[Tensor],
@@ -145,16 +199,18 @@ def read_contexts(
     steps: int = 1,
 ) -> Tensor:
     """[file, context] float64 mean NLL of each file's scored tokens at every context size of
-    ``protocol``; NaN where the file is shorter than the context or the context is longer than
-    ``max_length`` (the longest input the model reads; None: any). ``progress`` hears one step per
-    context size, counted from ``step`` of ``steps``."""
+    ``protocol``, read from the windows it names; NaN where the file is shorter than the context (or, with its
+    own windows, where no scored token has a whole window) or the context is longer than ``max_length`` (the
+    longest input the model reads; None: any). ``progress`` hears one step per context size, counted from
+    ``step`` of ``steps``."""
+    score = own_window_nll if protocol.windows == "own" else scored_nll
     nll = torch.full((len(files), len(protocol.contexts)), float("nan"), dtype=torch.float64)
     for index, context in enumerate(protocol.contexts):
         if progress:
             progress(f"{label} at {context} tokens", step + index, steps)
         long_enough = [i for i, f in enumerate(files) if len(f) >= context]
         if long_enough and (max_length is None or context <= max_length):
-            scores = scored_nll(
+            scores = score(
                 model,
                 [files[i] for i in long_enough],
                 context,
@@ -163,7 +219,7 @@ def read_contexts(
                 batch_size=batch_size,
                 bos=bos,
             )
-            nll[long_enough, index] = scores.mean(1)
+            nll[long_enough, index] = scores.nanmean(1)
     return nll
 
 
@@ -285,8 +341,8 @@ class PerplexityReport:
         rows = self.to_rows()
         contexts = self.protocol.contexts
         lines = [
-            f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, read with its last "
-            f"c tokens (training context {self.protocol.train_context}); mean over the bucket's files.",
+            f"Perplexity of the last {self.protocol.scored} tokens of each held-out file, {self.protocol.reading} "
+            f"(training context {self.protocol.train_context}); mean over the bucket's files.",
             "",
         ]
         for bucket in dict.fromkeys(row["bucket"] for row in rows):
@@ -334,42 +390,46 @@ def perplexity_report(
     settings: ReadSettings | None = None,
     *,
     max_files: int | None = None,
+    windows: str = "shared",
     root: str | Path = "checkpoints",
 ) -> PerplexityReport:
-    """Perplexity of held-out files per model, context size and file-length bucket, the paper's way (module
-    docstring). Code runs read the corpus they were trained on, at multiples of their training context. Where an
-    ``hf:`` model is among them (:mod:`probe.subjects.resolve`), every model reads the same held-out texts with its
-    own tokenizer (``settings.options`` name the corpus and T), so all must share the first one's tokenizer, and a
-    context size a model cannot read (learned positions) is left out for it. ``max_files``: at most this many
-    held-out files, drawn with ``settings.seed``. ``settings`` (:class:`~probe.subjects.settings.ReadSettings`;
-    ``batch_size`` default 16): ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the runs
-    whose PE has them, with ``original_length`` the training context unless given; ``dtype`` (``bfloat16``), the
-    models' weights and forward passes in that precision (the loss is float64 whatever it is); ``intervention``,
-    every model read under it. The paper's context sizes and every file are read: not ``n_per_bucket``,
-    ``lengths`` or ``multiples``."""
+    """Perplexity of held-out files per model, context size and file-length bucket, the paper's way (module docstring).
+    Code runs read the corpus they were trained on, at multiples of their training context. Where an ``hf:`` model is
+    among them (:mod:`probe.subjects.resolve`), every model reads the same held-out texts with its own tokenizer
+    (``settings.options`` name the corpus and T), so all must share the first one's tokenizer, and a context size a
+    model cannot read (learned positions) is left out for it. ``max_files``: at most this many held-out files, drawn
+    with ``settings.seed``. ``windows``: ``"shared"`` reads a file's scored tokens from one window per context size,
+    ``"own"`` each from a window of its own, as the authors' evaluation (:func:`own_window_nll`; outputs in
+    ``perplexity+own-windows``). ``settings`` (:class:`~probe.subjects.settings.ReadSettings`; ``batch_size`` default
+    16): ``pe_options`` (RoPE ``scaling``, ``factor``, ...) apply at inference to the runs whose PE has them, with
+    ``original_length`` the training context unless given; ``dtype`` (``bfloat16``), the models' weights and forward
+    passes in that precision (the loss is float64 whatever it is); ``intervention``, every model read under it. The
+    paper's context sizes and every file are read: not ``n_per_bucket``, ``lengths`` or ``multiples``."""
     settings = ReadSettings() if settings is None else settings
     settings.refuse("probe perplexity", "n_per_bucket", "lengths", "multiples")
+    ScoringPlan.scaled(1, windows)  # an unknown name, before anything loads
     keep_freed_memory()
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")
     subjects = resolve_all(list(names), intervention=settings.intervention)
     reading = reading_of(subjects, settings.options)
     reading.check_scored_together(subjects)
-    report = _read(subjects, reading, settings, max_files)
+    report = _read(subjects, reading, settings, max_files, windows)
     if not report.to_rows():
         plan = report.protocol
         raise ProbeError(
             f"no held-out file fills a length bucket (from {plan.contexts[0]} tokens, {plan.bucket_width} wide) or "
             f"reaches 2.5x the context ({plan.contexts[-1]} tokens): nothing to score; use a larger corpus"
         )
-    suffix = "+".join(filter(None, [file_stem(subjects), pe_folder_name("", settings.pe_options).lstrip("+")]))
+    parts = [file_stem(subjects), pe_folder_name("", settings.pe_options).lstrip("+")]
+    suffix = "+".join(filter(None, [*parts, "own-windows" if windows == "own" else ""]))
     report.folder = home(subjects, root, settings.options)
     report.name = "perplexity" + (f"+{suffix}" if suffix else "")
     return report
 
 
 def _read(
-    subjects: Sequence[Subject], reading: Reading, settings: ReadSettings, max_files: int | None
+    subjects: Sequence[Subject], reading: Reading, settings: ReadSettings, max_files: int | None, windows: str
 ) -> PerplexityReport:
     """Every model on the held-out files its reading gives, tokenized for the first (a code run's own corpus,
     or the same texts for all: :mod:`probe.subjects.resolve`), at multiples of the reading's T; one model
@@ -378,7 +438,7 @@ def _read(
     applied = [reading.at_inference(s, settings.pe_options) for s in subjects]  # every model's options checked first
     loaded = subjects[0].load(device, pe_options=applied[0], dtype=dtype)
     first = replace(loaded, model=None)  # what the others are checked against, without its weights
-    plan = ScoringPlan.scaled(reading.context(first))
+    plan = ScoringPlan.scaled(reading.context(first), windows)
     limit = _longest_read(reading, loaded, plan)  # before anything is read
     every = reading.heldout(first)
     lengths = every.heldout_lengths()

@@ -17,7 +17,7 @@ from probe.commands.common import (
     progress_bar,
     write_report,
 )
-from probe.presets import HF_CONTEXT
+from probe.presets import HF_CONTEXT, PERPLEXITY_WINDOWS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,6 +49,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser, "applied at inference to the runs whose PE has it (RoPE scaling: -p scaling=yarn -p factor=2.5)"
     )
     parser.add_argument("--max-files", type=int, metavar="N", help="read at most N held-out files (default all)")
+    parser.add_argument(
+        "--windows",
+        choices=PERPLEXITY_WINDOWS,
+        default="shared",
+        help="shared (default): a file's scored tokens read from its last c tokens, one pass per file and size; "
+        "own: each scored token read from a window of its own, BOS and the c - 1 tokens before it, as the authors' "
+        "released evaluation (every token predicted from c tokens; 200/1024 of a context times the passes; outputs "
+        "in perplexity+own-windows/)",
+    )
     add_reading_outputs(parser, "perplexity", batch_size=16, beside=False)
     parser.set_defaults(func=run)
 
@@ -84,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
             pe_options=parse_options(args.pe_option, None),
             progress=on_progress,
         )
-        report = perplexity_report(names, settings, max_files=args.max_files, root=args.checkpoints)
+        report = perplexity_report(
+            names, settings, max_files=args.max_files, windows=args.windows, root=args.checkpoints
+        )
     out.print(fitted(_table(report), out))
     write_report(report, args, out)
     return 0
@@ -118,8 +129,8 @@ def _table(report):
 
     protocol = report.protocol
     table = Table(
-        title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored; "
-        f"all files of at least {protocol.contexts[-1]} tokens"
+        title=f"probe perplexity: {len(report.files)} held-out files, last {protocol.scored} tokens scored, "
+        f"{protocol.reading}; all files of at least {protocol.contexts[-1]} tokens"
     )
     table.add_column("model", overflow="fold")
     for context in protocol.contexts:
