@@ -239,6 +239,9 @@ def test_the_section6_claims_wait_for_every_task_and_every_scratchpad_scenario_a
     report = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
     assert report["gain"]["full"]["addition"]["seeds"] == [0, 1]  # on its own, addition's gain could be read
     assert report["claims"]["pe_still_matters"] == (
+        "cannot be told yet: it needs at least two seeds of C and the full format on every task (2 of 14 have them)"
+    )
+    assert report["pe_still_matters_pooled"] == (
         "cannot be told yet: it needs at least two seeds of every scratchpad scenario (2 of 20 have them)"
     )
     # addition waits too: its full format alone has two seeds, not every format it trains
@@ -545,3 +548,32 @@ def test_the_section6_figures_and_tables_name_sortings_two_variants_alike():
     assert "sorting (single-token)" in groups and "sorting+variant=multi-digit" not in groups
     text = section6_view.markdown(report)
     assert "- **sorting (multi-digit)** (seeds" in text and "| sorting (single-token), C |" in text
+
+
+def test_the_section6_pe_claim_weighs_every_task_the_same_whatever_formats_addition_adds(tmp_path):
+    """The committed summaries at seeds 0 and 1: the claim's ranking reads C and the full format of every task
+    (two scenarios each, sorting's and LEGO's full one I+C+O+R), so addition's six further formats leave it as it
+    is, where the pooled ranking over every scratchpad scenario moves when they are taken away."""
+    common = section6.common_scenarios()
+    assert len(common) == 2 * len(section6.planned_formats()) == 14
+    assert "sorting+scratchpad=I+C+O+R+variant=multi-digit" in common and "lego+scratchpad=I+C+O+R" in common
+    assert "addition+scratchpad=C+O" not in common and "addition+scratchpad=full" in common
+    for path in COMMITTED.glob("*seed[01].json"):
+        shutil.copy(path, tmp_path)
+    every = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
+    further = {f"addition+scratchpad={f}" for f in ("C+O", "C+O+V+R", "I+O+V+R", "I+C+V+R", "I+C+O+R", "I+C+O+V")}
+    for path in tmp_path.glob("addition+scratchpad=*.json"):
+        if path.name.split("+steps")[0].split("+seed")[0] in further:
+            path.unlink()
+    fewer = section6.report_of(section6.merged_runs(tmp_path, [0, 1]))
+    assert every["pes_with_a_scratchpad"]["scenarios"] == 14
+    assert fewer["pes_with_a_scratchpad"] == every["pes_with_a_scratchpad"]
+    assert fewer["claims"]["pe_still_matters"] == every["claims"]["pe_still_matters"]
+    assert (every["pes_with_a_scratchpad_pooled"]["scenarios"], fewer["pes_with_a_scratchpad_pooled"]["scenarios"]) == (
+        20,
+        14,
+    )
+    assert fewer["pes_with_a_scratchpad_pooled"]["pes"] != every["pes_with_a_scratchpad_pooled"]["pes"]
+    text = section6_view.markdown(every)
+    assert "still needed (C and the full format on every task, so each task weighs the same; ranked over 14" in text
+    assert "  - Over every scratchpad scenario, where addition's further formats weigh it most (ranked over 20" in text

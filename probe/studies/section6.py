@@ -20,6 +20,7 @@ from probe.analysis.chance import guesses, no_better
 from probe.models.registry import FIGURE_ORDER, PE_LABELS
 from probe.studies.attended import attended_claim, attended_shapes, seed_series
 from probe.studies.formats import (
+    COMMON_FORMATS,
     NONE,
     claim_best_differs,
     claim_only_addition,
@@ -121,6 +122,22 @@ def scratchpad_scenarios() -> list[str]:
     return [scenario for scenario, runs in planned().items() if runs[0].config.task_options.get("scratchpad")]
 
 
+def common_scenarios() -> list[str]:
+    """The planned scratchpad scenarios of the formats every task trains (:data:`COMMON_FORMATS`: C and the full
+    one, sorting's and LEGO's I+C+O+R): two per task, so a ranking over them weighs every task the same, where
+    addition's six further formats would make it 8 of the 20 scratchpad scenarios."""
+    formats = planned_formats()
+    trained = {
+        task: {"I+C+O+R" if f == "full" and f not in fs else f for f in COMMON_FORMATS} for task, fs in formats.items()
+    }
+    return [
+        scenario
+        for scenario, runs in planned().items()
+        if runs[0].config.task_options.get("scratchpad")
+        in trained[task_key_of(runs[0].config.task, runs[0].config.task_options)]
+    ]
+
+
 def short_of_two_seeds(merged: Merged) -> list[str]:
     """The planned scratchpad scenarios with fewer than two seeds measured."""
     landed = {(e.task_folder, e.seed) for e in merged.evaluations}
@@ -152,7 +169,10 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
     gains = {fmt: scratchpad_gain(queries, fmt) for fmt in ("full", "C")}
     formats = planned_formats()
     every_format = {fmt: scratchpad_gain(queries, fmt) for fmt in sorted({f for fs in formats.values() for f in fs})}
-    with_pad = ranked_pes(evaluations)
+    common = common_scenarios()
+    with_pad = ranked_pes(evaluations, scenarios=common)
+    pooled = ranked_pes(evaluations)
+    short = short_of_two_seeds(merged)
     waiting = unsettled(merged)
     guess = chance(evaluations)
     per_pe = format_ranks_per_pe(queries)
@@ -165,11 +185,14 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
         "gain": gains,
         "claims": {
             "only_addition": claim_only_addition(every_format, formats),
-            "pe_still_matters": claim_pe_needed(with_pad, len(short_of_two_seeds(merged)), len(scratchpad_scenarios())),
+            "pe_still_matters": claim_pe_needed(
+                with_pad, sum(s in common for s in short), len(common), scope="C and the full format on every task"
+            ),
             "attended": attended_claim(shapes, waiting.get(ATTENDED), RULE.median_iid),
             "best_differs": claim_best_differs(per_pe),
         },
         "helps_per_format": helps_per_format(every_format, formats),
+        "pe_still_matters_pooled": claim_pe_needed(pooled, len(short), len(scratchpad_scenarios())),
         "pe_still_matters_where_fit": claim_where_fit(merged, guess),
         "unfitted": unfitted(evaluations, RULE.median_iid),
         "guessing": guessing(evaluations, guess),
@@ -182,6 +205,7 @@ def report_of(merged: Merged, parts: Sequence[PartCost] = (), figure_seed: int =
         "attended_seed": figure_seed,
         "attended_series": seed_series(merged.attended, ATTENDED, figure_seed, LABELS),
         "pes_with_a_scratchpad": with_pad,
+        "pes_with_a_scratchpad_pooled": pooled,
         "addition_beside_the_authors": addition_beside_the_authors(evaluations),
         "missing": [f"{scenario} seed {seed}" for scenario, seed in missing],
         "unsettled": waiting,
