@@ -346,3 +346,38 @@ def test_a_scratchpads_baseline_is_in_its_words(scale):
     assert pairs or scale in ("reduced", "section3")
     for (key, length, _), scratchpad_templates in pairs:
         assert templates[(key, length, False)] == scratchpad_templates, (scale, key, length)
+
+
+def test_section3_ranks_ours_again_on_the_scenarios_the_papers_overall_rests_on():
+    """The committed Section 3 summaries: the like-for-like row ranks ours on the ten scenarios the paper's released
+    runs hold, the same ten its overall rests on; NoPE's MRR there, ties broken in the notebook's order, by scipy's
+    ordinal ranks over every (scenario, seed) of them."""
+    from scipy.stats import rankdata
+
+    from probe.analysis.evaluation import TIE_ORDER
+    from probe.studies.reproduce import ladder, merged_report, plan, scenarios
+
+    section3 = SECTION6.parent / "section3"
+    report, merged = merged_report(
+        section3,
+        list(scenarios(plan("section3", "/nonexistent", seeds=1))),
+        [0, 1, 2],
+        study="section3",
+        rule=ladder("section3"),
+    )
+    like = report["mrr_on_papers_scenarios"]
+    assert like["first"]["scenarios"] == report["mrr_intervals"]["paper"]["overall"]["scenarios"] == 10
+    assert report["mrr_intervals"]["ours"]["overall"]["scenarios"] == 17
+    matched = {folder for folder, entry in report["tasks"].items() if entry["paper"]}
+    pes = [pe for pe in TIE_ORDER if pe in like["first"]["pes"]]
+    reciprocal = []
+    for e in merged.evaluations:
+        if e.task_folder in matched and e.pe == "nope":
+            row = {
+                r.pe: r.ood_accuracy for r in merged.evaluations if (r.task_folder, r.seed) == (e.task_folder, e.seed)
+            }
+            ranks = rankdata([-row[pe] for pe in pes], method="ordinal")  # ties: the earlier in TIE_ORDER first
+            reciprocal.append(1 / ranks[pes.index("nope")])
+    assert len(reciprocal) == 30
+    assert like["first"]["pes"]["nope"]["mrr"] == pytest.approx(sum(reciprocal) / 30)
+    assert like["shared"]["scenarios"] == 10

@@ -1,7 +1,8 @@
 """A study's recipe rule as data: the rungs a scenario climbs, and the bar that stops it.
 
-The Section 3 study fixes one recipe per scenario before its first run, by a rule that reads IID
-validation only (``grids/section3.toml``'s ``[ladder]``): seed 0 of every PE trains at the first rung's
+The Section 3 study fixes one recipe per scenario before its first run, by a rule that reads IID exact
+match only, as `probe eval` scores it (the validation examples and the test split's examples at training
+lengths; ``grids/section3.toml``'s ``[ladder]``): seed 0 of every PE trains at the first rung's
 steps; while the median PE's IID exact match stays under the bar, seed 0 trains again at the next rung;
 the scenario's recipe is the first rung that reaches the bar, or the last rung where none does. Its other
 seeds train at that rung only. Test lengths choose nothing.

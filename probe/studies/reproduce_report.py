@@ -17,6 +17,7 @@ from probe.studies.ranks import (
     mean_reciprocal_ranks,
     paper_ordering,
     rank_intervals,
+    ranked_over_seeds,
     ranked_text,
     rests_on,
     without_repeats,
@@ -158,6 +159,7 @@ def report_of(
         "scale": scale,
         "tasks": tasks,
         **_ranks(ours_queries, _paper_queries(tasks)),
+        "mrr_on_papers_scenarios": _on_papers_scenarios(ours_queries, tasks),
         "mean_rank": {"ours": mean_ranks([e for e in evaluated if not e.task_options.get("scratchpad")])},
         "missing": list(missing),
         "notes": [n for t in tasks.values() for n in t["notes"]] + _unmatched(tasks),
@@ -194,6 +196,21 @@ def _ranks(ours: dict[str, dict[Any, dict[str, float]]], paper: dict[str, dict[A
         "mrr_ties_shared": {"ours": rank_intervals(ours, ties="shared"), "paper": rank_intervals(paper, ties="shared")},
         "paper_ordering": paper_ordering(intervals["ours"]),
     }
+
+
+def _on_papers_scenarios(ours: dict[str, dict[Any, dict[str, float]]], tasks: dict[str, Any]) -> dict[str, Any]:
+    """Our overall ranks again on the scenarios the paper's released runs hold (ties broken, then split): the
+    paper's overall ranks rest on those alone, so this is the like-for-like row beside them. Empty where it holds
+    none of ours."""
+    like = {
+        key: q
+        for name, queries in ours.items()
+        if name != SCRATCHPAD_GROUP
+        for key, q in queries.items()
+        if tasks[key[0]]["paper"]
+    }
+    ranked = {ties: ranked_over_seeds(like, ties=ties) for ties in ("first", "shared")}
+    return {ties: entry for ties, entry in ranked.items() if entry}
 
 
 def _pct(value: float | None) -> str:
