@@ -45,6 +45,27 @@ def test_schedule_warms_up_then_decays():
     assert all(a >= b for a, b in zip(rates[9:], rates[10:])) and rates[-1] < 0.02
 
 
+def test_schedule_is_transformers_polynomial_decay_one_warm_up_step_ahead():
+    """Against transformers' own schedule, stepped as its Trainer steps it (the rate of optimizer step k is the
+    scheduler's after k steps): equal from the end of warm-up on; during it, probe's step k runs at HF's k + 1
+    (docs/deviations.md)."""
+    from transformers import get_polynomial_decay_schedule_with_warmup
+
+    config = TrainConfig(steps=200, lr=2e-3, warmup=0.06, lr_end=1e-5, decay_power=2.0)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+    schedule = get_polynomial_decay_schedule_with_warmup(
+        optimizer, 12, config.steps, lr_end=config.lr_end, power=config.decay_power
+    )
+    theirs = []
+    for _ in range(config.steps + 1):
+        theirs.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    ours = [learning_rate(step, config) for step in range(config.steps)]
+    assert ours[12:] == pytest.approx(theirs[12 : config.steps], rel=1e-12)
+    assert ours[:12] == pytest.approx(theirs[1:13], rel=1e-12) and theirs[0] == 0.0
+
+
 def test_one_seed_gives_the_same_weights_on_two_threads(tmp_path):
     """Repeated tokens' embedding gradients must not be summed in a thread-dependent order."""
     threads = torch.get_num_threads()

@@ -171,8 +171,9 @@ class TrainConfig:
 
 def learning_rate(step: int, config: TrainConfig) -> float:
     """Linear warm-up over ``warmup`` x steps, then polynomial decay to ``lr_end`` (HuggingFace's
-    ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses) or, for
-    ``schedule="cosine"``, half a cosine down to ``lr_end`` (its pretraining's)."""
+    ``get_polynomial_decay_schedule_with_warmup``, which the paper's code uses, but one step ahead during the
+    warm-up: step 0 runs at 1/W of ``lr``, not at 0; docs/deviations.md) or, for ``schedule="cosine"``, half a
+    cosine down to ``lr_end`` (its pretraining's)."""
     warmup = max(1, round(config.warmup * config.steps))
     if step < warmup:
         return config.lr * (step + 1) / warmup
