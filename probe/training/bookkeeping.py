@@ -53,13 +53,24 @@ def check_writable(folder: Path) -> None:
 
 
 def is_complete(path: Path) -> bool:
-    """Whether ``path`` holds a published run (a damaged config counts as not: it is trained again)."""
+    """Whether ``path`` holds a published run; a damaged config counts as not here (a plan's question),
+    and training the folder stops at it (:func:`published`)."""
+    try:
+        return published(path)
+    except ProbeError:
+        return False
+
+
+def published(path: Path) -> bool:
+    """Whether ``path`` holds a published run; a ``config.json`` that cannot be read is a ProbeError naming it,
+    never a run to train again over its weights."""
     if not (path / CONFIG).is_file():
         return False
     try:
-        return bool(read_checkpoint_config(path).get("training", {}).get("complete"))
-    except ProbeError:
-        return False
+        config = read_checkpoint_config(path)
+    except ProbeError as error:
+        raise ProbeError(f"{error}; pass --force to retrain the run there from scratch") from None
+    return bool(config.get("training", {}).get("complete"))
 
 
 TRAIN_THREADS = 1
@@ -130,8 +141,8 @@ def train_stacked(
     program on ``device``, each into its run folder exactly as :func:`train_run` writes it; complete
     ones are skipped. Runs resumed from different steps train in turn, each batch of equal steps
     together. Per run its result, or the ProbeError that stopped it (the others go on); a folder
-    trained with other settings, or held by another process without ``wait``, is that run's error
-    before any run starts."""
+    trained with other settings, or held by another process without ``wait``, or a state or config it
+    cannot be resumed or skipped from, is that run's error before any run starts."""
     if len({stack_key(config) for config, _ in runs}) > 1:
         raise ValueError("stacked runs share a batch stream: one stack_key")
     for config, _ in runs:  # a precision this device has not (tf32 on a CPU): refused before any folder is touched
@@ -150,13 +161,9 @@ def train_stacked(
                 results[i] = error
         if todo:
             stack.enter_context(training_threads(device))
-            first, path = runs[todo[0]]  # one stack: one task, options, seed and protocol
-            source = training_source(
-                first.task, first.task_options, first.seed, Path(path), authors=first.protocol == "authors"
-            )
-            prepared = {i: _prepare(*runs[i], device, force, engine, source) for i in todo}
+            prepared = _prepare_each(runs, todo, device, force, engine, results)
             for step in sorted({trainer.step for trainer, _ in prepared.values()}):
-                members = [i for i in todo if prepared[i][0].step == step]
+                members = [i for i in prepared if prepared[i][0].step == step]
                 for i in members:
                     if on_start:
                         on_start(Path(runs[i][1]), step, runs[i][0].steps)
@@ -165,9 +172,7 @@ def train_stacked(
                     [_progress(on_step, Path(runs[i][1])) for i in members],
                 )
                 for i, outcome in zip(members, outcomes):
-                    trainer, resumed = prepared[i]
-                    failed = isinstance(outcome, ProbeError)
-                    results[i] = outcome if failed else _finish(trainer, resumed, step, *outcome)
+                    results[i] = outcome if isinstance(outcome, ProbeError) else _finished(*prepared[i], step, outcome)
     return [results[i] for i in range(len(runs))]
 
 
@@ -181,7 +186,7 @@ def _held(
 ) -> bool:
     """Whether ``path`` is to be trained: if so its lock is taken for ``stack``'s duration; if not
     (complete, and not ``force``), :func:`_skipped` says whether it was trained as asked."""
-    if is_complete(path) and not force:
+    if not force and published(path):
         return False
     check_writable(path)
     hold = run_lock(
@@ -191,7 +196,7 @@ def _held(
         on_wait=(lambda holder: on_wait(path, holder)) if on_wait else None,
     )
     stack.enter_context(hold)
-    return force or not is_complete(path)  # the holder we waited for may have finished it
+    return force or not published(path)  # the holder we waited for may have finished it
 
 
 def _progress(on_step, path: Path) -> Callable[[int, float, float], None] | None:
@@ -223,6 +228,29 @@ def _skipped(config: TrainConfig, run_path: Path) -> RunResult:
     )
 
 
+def _prepare_each(
+    runs: Sequence[tuple[TrainConfig, Path]],
+    todo: list[int],
+    device: torch.device,
+    force: bool,
+    engine: Engine,
+    results: dict[int, RunResult | ProbeError],
+) -> dict[int, tuple[Trainer, bool]]:
+    """The trainer of each run of ``todo`` (:func:`_prepare`), all reading one source; a run it cannot resume
+    (its state damaged, another version's or written with other settings) has that ProbeError in ``results``."""
+    first, path = runs[todo[0]]  # one stack: one task, options, seed and protocol
+    source = training_source(
+        first.task, first.task_options, first.seed, Path(path), authors=first.protocol == "authors"
+    )
+    prepared = {}
+    for i in todo:
+        try:
+            prepared[i] = _prepare(*runs[i], device, force, engine, source)
+        except ProbeError as error:  # this run only: the others train
+            results[i] = error
+    return prepared
+
+
 def _prepare(
     config: TrainConfig, run_path: Path, device: torch.device, force: bool, engine: Engine, source: TrainingSource
 ) -> tuple[Trainer, bool]:
@@ -235,6 +263,14 @@ def _prepare(
     resumed = trainer.load_state()
     trainer.trim_log()
     return trainer, resumed
+
+
+def _finished(trainer: Trainer, resumed: bool, start_step: int, outcome: tuple[float, float]) -> RunResult | ProbeError:
+    """:func:`_finish`, a ProbeError there (a full disk) this run's result: the others are still to publish."""
+    try:
+        return _finish(trainer, resumed, start_step, *outcome)
+    except ProbeError as error:
+        return error
 
 
 def _finish(trainer: Trainer, resumed: bool, start_step: int, loss: float, session: float) -> RunResult:

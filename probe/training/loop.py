@@ -104,7 +104,9 @@ class Trainer:
     # -- resumable state: one file, replaced atomically, written off the training thread ----------
     def save_state(self) -> None:
         """Snapshot the state between two steps and write it in the background (:meth:`StateWriter.wait`
-        joins it): weights, optimizer moments, the best checkpoint so far, RNG, data position."""
+        joins it): weights, optimizer moments, the best checkpoint so far, RNG, data position. Weights a
+        step with a finite loss made non-finite stop the run here, the last good state kept."""
+        self._check_weights_finite()
         copy = {"device": "cpu", "copy": True}  # a CPU tensor the next step would change in place, too
         tensors = {f"model.{k}": v.detach().to(**copy).contiguous() for k, v in self.model.state_dict().items()}
         for index, state in self.optimizer.state_dict()["state"].items():
@@ -125,6 +127,7 @@ class Trainer:
             "train_config": self.config.to_dict(),
             "selection": self.selection.to_dict() if self.selection else None,
             "log_window": list(self._window[1:]),  # tokens, loss sum, losses since the last log line
+            "last_loss": None if math.isnan(self._last_loss) else self._last_loss,  # stopped at the last step
         }
         path = self.path / STATE
         self.writer.submit(
@@ -133,19 +136,25 @@ class Trainer:
         self.saved_step = self.step
 
     def load_state(self) -> bool:
+        """Resume from the run's state file, if it has one; one it cannot resume from (damaged, written with
+        other settings or by another version of probe) is a ProbeError naming it, never a traceback."""
         path = self.path / STATE
         if not path.is_file():
             return False
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), "pt") as handle:
-                meta = json.loads(handle.metadata()["probe"])
-            tensors = load_file(str(path))
-        except Exception as error:  # a damaged state file: say so rather than train over it silently
-            raise ProbeError(f"cannot resume from {path} ({error}); delete it or pass --force to start over") from None
-        if settings_differ(meta["train_config"], self.config.to_dict()):
-            raise ProbeError(f"{path} was written by a run with other settings; pass --force to start over")
+        meta, tensors = _read_state(path)
+        differences = settings_differ(meta["train_config"], self.config.to_dict())
+        if differences:
+            raise ProbeError(
+                f"{path} was written by a run with other settings ({'; '.join(differences)}); pass --force "
+                "to start over"
+            )
+        misfits = self._misfits(tensors)
+        if misfits:
+            named = ", ".join(misfits[:4]) + (", ..." if len(misfits) > 4 else "")
+            raise ProbeError(
+                f"cannot resume from {path}: its tensors do not fit this model ({named}), as another version of "
+                "probe wrote it; delete it or pass --force to start over"
+            )
         self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
         optim = self.optimizer.state_dict()
         for index in range(sum(len(g["params"]) for g in optim["param_groups"])):
@@ -165,6 +174,8 @@ class Trainer:
         self.earlier_seconds = meta.get("seconds", 0.0)  # states saved before it was recorded: unknown
         self.earlier_versions = meta.get("probe_versions", [UNRECORDED])
         self._window = (0.0, *meta.get("log_window", (0, 0.0, 0)))  # the next log line's mean spans the kill
+        last_loss = meta.get("last_loss")
+        self._last_loss = float("nan") if last_loss is None else last_loss
         if "forward" in meta:  # `auto` can change its mind between versions; the run does not
             if meta["forward"] not in BY_NAME:
                 raise ProbeError(f"{path} trained in precision {meta['forward']!r}, which this probe does not know")
@@ -175,6 +186,41 @@ class Trainer:
             best = {k[5:]: v.to(self.device) for k, v in tensors.items() if k.startswith("best.")}
             self.selection = Selection.from_dict(meta.get("selection") or {}, best or None)
         return True
+
+    def _misfits(self, tensors: dict[str, torch.Tensor]) -> list[str]:
+        """The names of a state's tensors this run's model and optimizer cannot take (missing, unknown or of
+        another shape), as in a state another version of probe wrote."""
+        mine, misfits = self.model.state_dict(), []
+        for prefix in ("model.", "best."):  # the weights, and the best checkpoint's where it has one
+            weights = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            if weights or prefix == "model.":
+                misfits += sorted(prefix + k for k in set(mine).symmetric_difference(weights))
+                misfits += [prefix + k for k in mine if k in weights and weights[k].shape != mine[k].shape]
+        params = [param for group in self.optimizer.param_groups for param in group["params"]]
+        for key, value in tensors.items():
+            if not key.startswith("optim."):
+                continue
+            index, _, name = key[6:].partition(".")
+            known = index.isdigit() and int(index) < len(params)
+            if not (known and (value.numel() == 1 if name == "step" else value.shape == params[int(index)].shape)):
+                misfits.append(key)
+        return misfits
+
+    def _check_weights_finite(self) -> None:
+        """Stop the run if its weights are not all finite (one host sync: a state save's, never a step's),
+        the last good state kept: a step can take a finite loss and spoil the weights with its update."""
+        if not bool(torch.stack([p.detach().isfinite().all() for p in self.model.parameters()]).all()):
+            self.writer.wait()
+            raise ProbeError(
+                f"weights became non-finite by step {self.step} of {self.path} (every loss read was finite); "
+                f"{self._kept()} — lower --lr or change the seed"
+            )
+
+    def _kept(self) -> str:
+        """What a run stopped by non-finite numbers has to resume from (its writes done)."""
+        if self.saved_step and (self.path / STATE).is_file():
+            return f"the last good state (step {self.saved_step}) is kept"
+        return "no state is kept: it starts over"
 
     # -- this run's random numbers: dropout's masks, its own stream whatever else trains beside it ---
     def _seeded_rng(self) -> dict[str, torch.Tensor]:
@@ -296,8 +342,7 @@ class Trainer:
             if not math.isfinite(value):
                 self.writer.wait()
                 raise ProbeError(
-                    f"loss became {value} at step {step} of {self.path}; the last good state "
-                    f"(step {self.saved_step}) is kept — lower --lr or change the seed"
+                    f"loss became {value} at step {step} of {self.path}; {self._kept()} — lower --lr or change the seed"
                 )
         start, window_tokens, loss_sum, loss_n = self._window
         self._window = (start, window_tokens, loss_sum + sum(values), loss_n + len(values))
@@ -309,15 +354,18 @@ class Trainer:
             return
         try:
             self.read_losses()
+            self.save_state()
         except ProbeError:
             return
-        self.save_state()
         self.writer.wait()
 
     def close(self) -> None:
-        """End the session: every loss read (a non-finite one raises), every state write on disk."""
+        """End the session: every loss read (a non-finite one raises), the finished steps' state written (a
+        Ctrl-C or a kill while they are validated and published keeps them), every state write on disk."""
         try:
             self.read_losses()
+            if self.step > self.saved_step:
+                self.save_state()
         finally:
             self.writer.wait()
             self.model.eval()
@@ -428,3 +476,23 @@ def _logged_step(line: str) -> float:
         return json.loads(line)["step"]
     except (ValueError, KeyError, TypeError):
         return float("inf")
+
+
+def _read_state(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A state file's metadata and tensors; a damaged one, or one without what a resume reads, is a
+    ProbeError naming it."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as handle:
+            meta = json.loads(handle.metadata()["probe"])
+        tensors = load_file(str(path))
+        missing = {"step", "epoch", "position", "train_config"} - set(meta)
+    except Exception as error:  # a damaged state file: say so rather than train over it silently
+        raise ProbeError(f"cannot resume from {path} ({error}); delete it or pass --force to start over") from None
+    if missing:
+        raise ProbeError(
+            f"cannot resume from {path}: it records no {', '.join(sorted(missing))}, as another version of probe "
+            "wrote it; delete it or pass --force to start over"
+        )
+    return meta, tensors

@@ -277,7 +277,7 @@ def train_runs(
     result (or failure) of each run, in order. What `probe train` and `probe pretrain` call."""
     from probe.errors import ProbeError
     from probe.runs.locks import check_free
-    from probe.training.bookkeeping import check_writable, train_run
+    from probe.training.bookkeeping import check_writable
 
     if jobs is not None and jobs < 1:
         raise ProbeError(f"--jobs must be at least 1, got {jobs}")
@@ -298,17 +298,40 @@ def train_runs(
     if jobs > 1:
         return train_parallel(list(runs), str(device), jobs=jobs, force=force, wait=wait, on_event=event, engine=engine)
     with freed_memory_kept(device.type):  # its steps' activations stay mapped
-        return [
-            train_run(
-                config,
-                path,
-                device,
-                force=force,
-                wait=wait,
-                on_wait=None if on_wait is None else lambda holder, p=path: on_wait(p, holder),
-                on_start=lambda step, total, p=str(path): event(p, "start", step, None, None),
-                on_step=lambda step, loss, speed, p=str(path): event(p, "step", step, loss, speed),
-                engine=engine,
-            )
-            for config, path in runs
-        ]
+        alone = len(runs) == 1
+        return [_in_turn(config, path, device, engine, force, wait, event, on_wait, alone) for config, path in runs]
+
+
+def _in_turn(
+    config: TrainConfig,
+    path: Path,
+    device: torch.device,
+    engine: Engine,
+    force: bool,
+    wait: bool,
+    event: OnEvent,
+    on_wait: Callable[[Path, dict], None] | None,
+    alone: bool,
+) -> RunResult | RunFailure:
+    """One run of those trained one after another; its ProbeError is its :class:`RunFailure`, and the runs
+    after it still train. Raised instead: a broken capture (it stops them all), and the error of a run
+    ``alone`` (no other run to go on: the command's one line, exit 2)."""
+    from probe.errors import ProbeError
+    from probe.training.bookkeeping import train_run
+
+    try:
+        return train_run(
+            config,
+            path,
+            device,
+            force=force,
+            wait=wait,
+            on_wait=None if on_wait is None else lambda holder: on_wait(path, holder),
+            on_start=lambda step, total: event(str(path), "start", step, None, None),
+            on_step=lambda step, loss, speed: event(str(path), "step", step, loss, speed),
+            engine=engine,
+        )
+    except ProbeError as error:
+        if alone or isinstance(error, CaptureFailed):
+            raise
+        return RunFailure(Path(path), config, str(error))
