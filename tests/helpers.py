@@ -44,6 +44,25 @@ def bench_script(name: str):
         sys.path.remove(str(bench))
 
 
+def reverse_config(pe: str = "t5", **overrides):
+    """A 24-step run of reverse at L = 4 on a one-layer tiny model, checkpoints every 10 steps and a log line
+    every step: what the training tests interrupt, resume and break."""
+    from probe.training.train_config import TrainConfig
+
+    values = dict(
+        task="reverse",
+        pe=pe,
+        steps=24,
+        batch_size=8,
+        checkpoint_every=10,
+        log_every=1,
+        eval_examples=16,
+        task_options={"train_length": 4},
+        model=tiny_model(1),
+    )
+    return TrainConfig(**{**values, **overrides})
+
+
 def tiny_model(n_layers: int = 2, **extra: int) -> dict[str, int]:
     """The model the tests train and build: ``n_layers`` x d_model 32, 2 heads of 16, d_mlp 64 (``extra``:
     more ModelConfig fields, e.g. ``n_ctx``). One shape for every module, said once."""

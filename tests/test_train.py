@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import reverse_config
 
 from probe.cli import main
 from probe.errors import ProbeError
@@ -18,20 +18,7 @@ from probe.training.train_config import TrainConfig, learning_rate
 CPU = torch.device("cpu")
 
 
-def _config(**overrides) -> TrainConfig:
-    values = dict(
-        task="reverse",
-        pe="t5",
-        steps=24,
-        batch_size=8,
-        checkpoint_every=10,
-        log_every=1,
-        eval_examples=16,
-        task_options={"train_length": 4},
-        model=tiny_model(1),
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+_config = reverse_config
 
 
 def _weights(path):

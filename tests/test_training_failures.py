@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_model
+from helpers import reverse_config, tiny_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -19,25 +19,11 @@ from probe.training.bookkeeping import train_run, train_stacked
 from probe.training.loop import STATE
 from probe.training.parallel import RunFailure, train_runs
 from probe.training.sources import TaskSource
-from probe.training.train_config import TrainConfig
 
 CPU = torch.device("cpu")
 
 
-def _config(pe: str = "t5", **overrides) -> TrainConfig:
-    values = dict(
-        task="reverse",
-        pe=pe,
-        steps=24,
-        batch_size=8,
-        checkpoint_every=10,
-        log_every=1,
-        eval_examples=16,
-        task_options={"train_length": 4},
-        model=tiny_model(1),
-    )
-    values.update(overrides)
-    return TrainConfig(**values)
+_config = reverse_config
 
 
 def _same_weights(a, b) -> bool:
