@@ -214,7 +214,9 @@ def perplexity_table(at) -> dict[str, dict[int, float]]:
     table = at.dataframe[0].value
     return {
         row["model"]: {
-            int(column.split()[0]): row[column] for column in table.columns[1:] if row[column] == row[column]
+            int(column.split()[0]): row[column]
+            for column in table.columns[1:]
+            if row[column] is not None and row[column] == row[column]
         }
         for _, row in table.iterrows()
     }
@@ -244,15 +246,19 @@ def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     write_json_and_csv(folder / "perplexity", "perplexity", report.to_json(), report.to_rows())  # as the command does
     (folder / "perplexity+scaling=yarn").mkdir()
     (folder / "perplexity+scaling=yarn" / "perplexity.json").write_text("{not json")
+    own = perplexity_report(paths, max_files=20, windows="own").to_json()
+    write_json_and_csv(folder / "perplexity+own-windows", "perplexity", own, own["rows"])
     saved = report.to_json()
     assert expected_cells(saved)  # the tiny corpus has files of 2.5 T = 40 tokens, so the "all" row is there
 
     at = run_page("pretraining", root, monkeypatch)
     assert at.selectbox(key="pretraining-report").options == [
         f"{folder.name}/perplexity",
+        f"{folder.name}/perplexity+own-windows",
         f"{folder.name}/perplexity+scaling=yarn",
         "measure here",
     ]
+    assert "tokens of each scored, read with the file's last c tokens;" in texts(at.caption)
     assert charts(at) == 2  # the perplexity curves, then one head's attention
     curves, attention = (figure_of(c) for c in at.get("plotly_chart"))
     assert {trace["name"] for trace in curves["data"]} == {"nope", "alibi"}
@@ -285,6 +291,11 @@ def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     bucket = next(r["bucket"] for r in saved["rows"] if r["bucket"] != "all")
     at.selectbox(key="pretraining-table").set_value(bucket).run()
     assert not at.exception and list(perplexity_table(at)) == ["nope", "alibi"]
+    at.selectbox(key="pretraining-report").set_value(str(folder / "perplexity+own-windows")).run()
+    assert not at.exception and "each read from a window of its own (BOS where" in texts(at.caption)
+    expected = expected_cells(own, bucket)  # the bucket chosen above stays chosen: some sizes not read
+    table = perplexity_table(at)
+    assert table.keys() == expected.keys() and all(table[m] == pytest.approx(expected[m]) for m in expected)
     at.selectbox(key="pretraining-report").set_value(str(folder / "perplexity+scaling=yarn")).run()
     assert not at.exception and "not a `probe perplexity` report" in texts(at.error) and charts(at) == 1
 

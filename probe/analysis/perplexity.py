@@ -61,6 +61,13 @@ BATCH_SIZE = 16  # windows per batch unless the settings say
 Progress = Callable[[str, int, int], None]
 
 
+def windows_read(windows: str) -> str:
+    """How a scored token is read at context size c under ``windows`` (one of PERPLEXITY_WINDOWS), in words."""
+    if windows == "own":
+        return "each read from a window of its own (BOS where the model has one and the c - 1 tokens before it)"
+    return "read with the file's last c tokens"
+
+
 def context_room(context: int) -> int:
     """The ``n_ctx`` a code model needs to be read at 2.5x its training context (a multiple of 64)."""
     return 64 * math.ceil(LONGEST_MULTIPLE * context / 64)
@@ -96,9 +103,7 @@ class ScoringPlan:
     @property
     def reading(self) -> str:
         """How a scored token is read at context size c, in words (a table's caption)."""
-        if self.windows == "own":
-            return "each read from a window of its own (BOS where the model has one and the c - 1 tokens before it)"
-        return "read with the file's last c tokens"
+        return windows_read(self.windows)
 
     @property
     def multiples(self) -> list[float]:

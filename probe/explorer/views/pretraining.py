@@ -117,9 +117,12 @@ def show_perplexity(report: dict) -> None:
             icon=":material/info:",
         )
         return
+    from probe.analysis.perplexity import windows_read
+
     st.caption(
-        f"{report['n_files']} held-out files; the last {protocol['scored_tokens']} tokens of each scored; "
-        f"buckets of {protocol['bucket_width']} tokens; training context T = {train_context} (dashed)."
+        f"{report['n_files']} held-out files; the last {protocol['scored_tokens']} tokens of each scored, "
+        f"{windows_read(protocol.get('windows', 'shared'))}; buckets of {protocol['bucket_width']} tokens; "
+        f"training context T = {train_context} (dashed)."
     )
     names = list(dict.fromkeys(row["bucket"] for row in rows))
     default = names if len(names) <= 6 else names[:1] + names[-5:]
