@@ -122,11 +122,143 @@ def test_a_pickle_that_would_run_code_is_refused_unrun(tmp_path, capsys):
     folder = _copy(tmp_path)
     marker = tmp_path / "ran"
     torch.save({"shared.weight": _Payload(marker)}, folder / "pytorch_model.bin")
-    _fails_writing_nothing(folder, tmp_path, capsys, "cannot be read as weights")
+    _fails_writing_nothing(folder, tmp_path, capsys, "holds objects other than tensors")
     assert not marker.exists()
     with pytest.raises(ProbeError):
         load_authors_model(folder)
     assert not marker.exists()
+
+
+def test_a_raw_pickle_of_objects_is_refused_in_one_line_of_stderr(tmp_path):
+    """A plain pickle.dumps (protocol 4) makes torch warn on two lines before refusing, and torch's refusal
+    advises weights_only=False: the CLI's stderr is probe's one line, and nothing in the file runs."""
+    import pickle
+    import subprocess
+    import sys
+
+    folder = _copy(tmp_path)
+    marker = tmp_path / "ran"
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"shared.weight": _Payload(marker)}, protocol=4))
+    code = "import sys\nfrom probe.cli import main\nsys.exit(main(sys.argv[1:]))"
+    argv = ["import", str(folder), "--checkpoints", str(tmp_path / "ck")]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert "holds objects other than tensors" in line and "weights_only" not in line, line
+    assert not marker.exists() and not (tmp_path / "ck").exists()
+
+
+BLOCK = "decoder.block.{}.layer."
+
+
+@pytest.mark.parametrize(
+    ("key", "shape", "implied"),
+    [
+        (BLOCK.format(0) + "0.SelfAttention.q.weight", [32, 64], [64, 32]),  # q.weight transposed: the right size
+        (BLOCK.format(1) + "0.SelfAttention.k.weight", [32, 64], [64, 32]),
+        (BLOCK.format(1) + "0.SelfAttention.v.weight", [128, 16], [64, 32]),
+        (BLOCK.format(1) + "0.SelfAttention.o.weight", [64, 32], [32, 64]),
+        (BLOCK.format(0) + "2.DenseReluDense.wi.weight", [32, 48], [48, 32]),
+        (BLOCK.format(1) + "2.DenseReluDense.wo.weight", [31, 48], [32, 48]),
+        (BLOCK.format(0) + "0.layer_norm.weight", [31], [32]),
+        (BLOCK.format(1) + "2.layer_norm.weight", [1, 32], [32]),
+        ("decoder.final_layer_norm.weight", [33], [32]),
+        ("shared.weight", [60, 32], [61, 32]),
+    ],
+)
+def test_a_tensor_of_the_wrong_shape_is_one_line_naming_it(tmp_path, capsys, key, shape, implied):
+    """Of the right size, a q.weight of another shape was viewed into heads and loaded as garbage without a
+    word; others failed with a line naming no tensor."""
+    folder = _copy(tmp_path)
+    state = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    torch.save({**state, key: torch.ones(shape)}, folder / "pytorch_model.bin")
+    _fails_writing_nothing(folder, tmp_path, capsys, f"{key} has shape {shape}; config.json implies {implied}")
+
+
+def test_a_misfit_at_load_state_dict_names_the_tensors(monkeypatch):
+    """torch's error names them only past its first line, which was all the one-line error kept."""
+    import probe.models.released as released
+
+    convert = released.convert_state
+
+    def misconverted(state, config):
+        converted = convert(state, config)
+        del converted["blocks.1.mlp.W_out"]
+        return {**converted, "blocks.0.attn.W_Q": torch.zeros(3)}
+
+    monkeypatch.setattr(released, "convert_state", misconverted)
+    with pytest.raises(ProbeError) as error:
+        load_authors_model(FIXTURE / "rotary")
+    message = str(error.value)
+    assert "blocks.0.attn.W_Q [3]" in message and "[4, 32, 16]" in message and "blocks.1.mlp.W_out missing" in message
+
+
+@pytest.mark.parametrize(
+    ("state", "says"),
+    [
+        ({"shared.weight": 3}, "no shared.weight tensor"),
+        (torch.zeros(3), "holds a Tensor, not a state dict"),
+    ],
+)
+def test_weights_that_are_not_named_tensors_are_one_line(tmp_path, capsys, state, says):
+    folder = _copy(tmp_path)
+    torch.save(state, folder / "pytorch_model.bin")
+    _fails_writing_nothing(folder, tmp_path, capsys, says)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"vocab_size": None}, "config.json has no vocab_size"),
+        ({"num_layers": None}, "config.json has no num_layers"),
+        ({"d_kv": "eight"}, "d_kv is 'eight', not a positive integer"),
+        ({"num_heads": 0}, "num_heads is 0, not a positive integer"),
+        ({"d_ff": 48.5}, "d_ff is 48.5, not a positive integer"),
+        ({"n_positions": True}, "n_positions is True, not a positive integer"),
+        ({"layer_norm_epsilon": "1e-6"}, "layer_norm_epsilon is '1e-6', not a positive number"),
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings is 'false', not true or false"),
+        ({"position_encoding_type": ["rotary"]}, "position_encoding_type ['rotary'] is not one probe reads"),
+        ({"architectures": 5}, "is not one of the paper's released models"),
+    ],
+)
+def test_a_malformed_config_is_one_line_naming_the_field(tmp_path, capsys, change, says):
+    """Each of these ended in a traceback (KeyError, ValueError, TypeError) or, for "false", a silently
+    tied model."""
+    folder = _copy(tmp_path)
+    config = json.loads((folder / "config.json").read_text()) | change
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    _fails_writing_nothing(folder, tmp_path, capsys, says)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer_config", "says"),
+    [
+        (None, "names no bos_token (in tokenizer_config.json or special_tokens_map.json"),
+        ('{"bos_token": "<s>"}', "the bos_token '<s>' of its tokenizer_config.json is not in its tokenizer.json"),
+    ],
+)
+def test_a_folder_without_its_bos_token_is_refused(tmp_path, capsys, tokenizer_config, says):
+    """The models were trained with BOS first in every block and their evaluation prepends it: a run
+    without it (prepend_bos false) was written without a word."""
+    folder = _copy(tmp_path)
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).unlink()
+    if tokenizer_config is not None:
+        (folder / "tokenizer_config.json").write_text(tokenizer_config)
+    _fails_writing_nothing(folder, tmp_path, capsys, says)
+
+
+def test_the_stack_has_num_layers_blocks_as_theirs_does(tmp_path):
+    """Their CustomT5Stack builds config.num_layers blocks whatever num_decoder_layers says: the fixture's
+    logits (their code, num_layers 2) hold with num_decoder_layers 3."""
+    folder = _copy(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_layers": 2, "num_decoder_layers": 3}))
+    model, _ = load_authors_model(folder)
+    assert model.cfg.n_layers == 2
+    with torch.no_grad():
+        logits = model(torch.tensor(REFERENCE["input_ids"]))
+    assert torch.allclose(logits, torch.tensor(REFERENCE["models"]["rotary"]["logits"]), rtol=0, atol=5e-6)
 
 
 def test_perplexity_reads_an_imported_run_with_its_bos_first(imported):

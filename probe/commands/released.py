@@ -12,7 +12,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "import",
         help="read one of the paper's released code models into a probe run",
         description="Reads a folder laid out as the authors' Hub repos McGill-NLP/codellm_1b_{nope,rotary,alibi} "
-        "(config.json with position_encoding_type, pytorch_model.bin or model.safetensors, tokenizer.json) and writes "
+        "(config.json with position_encoding_type, pytorch_model.bin or model.safetensors, tokenizer.json, and "
+        "tokenizer_config.json or special_tokens_map.json naming its BOS) and writes "
         "a run folder CHECKPOINTS/code+context=1024+tokenizer=<digest>/<pe>/seed0/ beside the code corpus tokenized "
         "with that tokenizer, which probe perplexity, probe compare --task code, probe distances --task code and the "
         "explorer read. Pickle weights are read with torch.load(weights_only=True): nothing in them is executed.",

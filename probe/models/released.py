@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ PE_OF = {"none": "nope", "rotary": "rotary", "alibi": "alibi"}  # their position
 ROTARY_SHARE = 0.25  # their Rotary turns int(d_kv / 4) dimensions of each head
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 N_CTX = 4096  # NoPE, ALiBi and Rotary have no table: long enough to read 2.5x their 1024-token context
+# the sizes read; their stack builds num_layers blocks (CustomT5Stack), whatever num_decoder_layers says
+SIZE_FIELDS = ("vocab_size", "num_layers", "d_model", "num_heads", "d_kv", "d_ff")
 
 
 def read_config(folder: str | os.PathLike) -> dict[str, Any]:
@@ -54,21 +57,42 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
         raise ProbeError(f"{path} is not valid JSON ({error})") from None
     if (
         not isinstance(config, dict)
-        or ARCHITECTURE not in config.get("architectures", [])
+        or not isinstance(config.get("architectures"), list)
+        or ARCHITECTURE not in config["architectures"]
         or "position_encoding_type" not in config
     ):
         raise ProbeError(
             f"{folder} is not one of the paper's released models (its config.json names no "
             f"{ARCHITECTURE} with a position_encoding_type)"
         )
+    _check_fields(folder, config)
+    return config
+
+
+def _check_fields(folder: Path, config: dict[str, Any]) -> None:
+    """Every field the conversion reads has a value it can use: a wrong one is one line, not a traceback
+    (or, for ``tie_word_embeddings: "false"``, a silently wrong model)."""
     kind = config["position_encoding_type"]
-    if kind not in PE_OF:
+    if not isinstance(kind, str) or kind not in PE_OF:
         raise ProbeError(
             f"{folder}: position_encoding_type {kind!r} is not one probe reads; accepted: {', '.join(PE_OF)}"
         )
     if config.get("feed_forward_proj", "relu") != "relu":
         raise ProbeError(f"{folder}: feed_forward_proj {config['feed_forward_proj']!r}; the released models use relu")
-    return config
+    for field in SIZE_FIELDS:
+        if field not in config:
+            raise ProbeError(f"{folder}: config.json has no {field}")
+    for field in (*SIZE_FIELDS, "n_positions"):
+        value = config.get(field, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProbeError(f"{folder}: config.json's {field} is {value!r}, not a positive integer")
+    eps = config.get("layer_norm_epsilon", 1e-6)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+        raise ProbeError(f"{folder}: config.json's layer_norm_epsilon is {eps!r}, not a positive number")
+    if not isinstance(config.get("tie_word_embeddings", True), bool):
+        raise ProbeError(
+            f"{folder}: config.json's tie_word_embeddings is {config['tie_word_embeddings']!r}, not true or false"
+        )
 
 
 def model_config(config: dict[str, Any], seed: int = 0) -> ModelConfig:
@@ -76,12 +100,12 @@ def model_config(config: dict[str, Any], seed: int = 0) -> ModelConfig:
     pe = PE_OF[config["position_encoding_type"]]
     return ModelConfig(
         pe=pe,
-        d_vocab=int(config["vocab_size"]),
-        n_layers=int(config.get("num_decoder_layers") or config["num_layers"]),
-        d_model=int(config["d_model"]),
-        n_heads=int(config["num_heads"]),
-        d_head=int(config["d_kv"]),
-        d_mlp=int(config["d_ff"]),
+        d_vocab=config["vocab_size"],
+        n_layers=config["num_layers"],
+        d_model=config["d_model"],
+        n_heads=config["num_heads"],
+        d_head=config["d_kv"],
+        d_mlp=config["d_ff"],
         n_ctx=N_CTX,
         act_fn="relu",
         normalization="RMS",
@@ -103,12 +127,28 @@ def read_weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
         if not path.is_file():
             continue
         try:
-            if name.endswith(".safetensors"):
-                return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
+            state = load_file(str(path)) if name.endswith(".safetensors") else _load_pickle(path)
         except (SafetensorError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as error:
             raise ProbeError(f"{path} cannot be read as weights ({first_line(error)})") from None
+        if not isinstance(state, dict):
+            raise ProbeError(f"{path} holds a {type(state).__name__}, not a state dict of named tensors")
+        return state
     raise ProbeError(f"{folder} has no weights ({' or '.join(WEIGHT_FILES)})")
+
+
+def _load_pickle(path: Path) -> Any:
+    """``torch.load(weights_only=True)`` of ``path``, its refusal said in one line of probe's own: torch's
+    error advises ``weights_only=False`` (running the file's code) and may follow a two-line warning."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on the pickle protocol, printed before its refusal
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        if not lines or not lines[0].startswith("Weights only load failed"):
+            raise
+        culprit = next((f" ({line})" for line in reversed(lines) if "weights_only" not in line), "")
+        raise ProbeError(f"{path} holds objects other than tensors{culprit}: refused, nothing in it was run") from None
 
 
 def _interleaved_to_half_split(d_head: int, rotary_dim: int) -> torch.Tensor:
@@ -120,35 +160,41 @@ def _interleaved_to_half_split(d_head: int, rotary_dim: int) -> torch.Tensor:
 
 def convert_state(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
     """Their state dict as probe's (``PETransformer``'s names and layouts)."""
-    heads, d_head, d_model = config.n_heads, config.d_head, config.d_model
+    heads, d_head, d_model, d_mlp = config.n_heads, config.d_head, config.d_model, config.d_mlp
+    inner = heads * d_head
 
-    def get(key: str) -> torch.Tensor:
-        if key not in state:
-            raise ProbeError(f"the weights have no {key}: not a {ARCHITECTURE} of this config")
-        return state[key].float()
+    def get(key: str, *shape: int) -> torch.Tensor:
+        """The tensor at ``key``, of the shape the config implies: one of another shape but the same size
+        (a transposed q.weight) would otherwise be viewed into heads as garbage, without a word."""
+        tensor = state.get(key)
+        if not isinstance(tensor, torch.Tensor):
+            raise ProbeError(f"the weights have no {key} tensor: not a {ARCHITECTURE} of this config")
+        if tuple(tensor.shape) != shape:
+            raise ProbeError(f"the weights' {key} has shape {list(tensor.shape)}; config.json implies {list(shape)}")
+        return tensor.float()
 
-    def per_head_in(weight: torch.Tensor) -> torch.Tensor:  # [heads * d_head, d_model] -> [head, d_model, d_head]
-        return weight.view(heads, d_head, d_model).transpose(1, 2)
+    def per_head_in(key: str) -> torch.Tensor:  # [heads * d_head, d_model] -> [head, d_model, d_head]
+        return get(key, inner, d_model).view(heads, d_head, d_model).transpose(1, 2)
 
     order = None
     if config.pe == "rotary":
         order = _interleaved_to_half_split(d_head, int(config.pe_options["fraction"] * d_head))
-    out = {"embed.W_E": get("shared.weight")}
+    out = {"embed.W_E": get("shared.weight", config.d_vocab, d_model)}
     for layer in range(config.n_layers):
         theirs, ours = f"decoder.block.{layer}.layer.", f"blocks.{layer}."
         attention = theirs + "0.SelfAttention."
-        q, k = per_head_in(get(attention + "q.weight")), per_head_in(get(attention + "k.weight"))
+        q, k = per_head_in(attention + "q.weight"), per_head_in(attention + "k.weight")
         if order is not None:
             q, k = q[..., order], k[..., order]
         out |= {
-            ours + "ln1.w": get(theirs + "0.layer_norm.weight"),
-            ours + "ln2.w": get(theirs + "2.layer_norm.weight"),
+            ours + "ln1.w": get(theirs + "0.layer_norm.weight", d_model),
+            ours + "ln2.w": get(theirs + "2.layer_norm.weight", d_model),
             ours + "attn.W_Q": q,
             ours + "attn.W_K": k,
-            ours + "attn.W_V": per_head_in(get(attention + "v.weight")),
-            ours + "attn.W_O": get(attention + "o.weight").T.reshape(heads, d_head, d_model),
-            ours + "mlp.W_in": get(theirs + "2.DenseReluDense.wi.weight").T,
-            ours + "mlp.W_out": get(theirs + "2.DenseReluDense.wo.weight").T,
+            ours + "attn.W_V": per_head_in(attention + "v.weight"),
+            ours + "attn.W_O": get(attention + "o.weight", d_model, inner).T.reshape(heads, d_head, d_model),
+            ours + "mlp.W_in": get(theirs + "2.DenseReluDense.wi.weight", d_mlp, d_model).T,
+            ours + "mlp.W_out": get(theirs + "2.DenseReluDense.wo.weight", d_model, d_mlp).T,
         }
         for name, size in (
             ("b_Q", (heads, d_head)),
@@ -157,11 +203,26 @@ def convert_state(state: dict[str, torch.Tensor], config: ModelConfig) -> dict[s
             ("b_O", (d_model,)),
         ):
             out[ours + "attn." + name] = torch.zeros(size)
-        out[ours + "mlp.b_in"], out[ours + "mlp.b_out"] = torch.zeros(config.d_mlp), torch.zeros(d_model)
-    out["ln_final.w"] = get("decoder.final_layer_norm.weight")
+        out[ours + "mlp.b_in"], out[ours + "mlp.b_out"] = torch.zeros(d_mlp), torch.zeros(d_model)
+    out["ln_final.w"] = get("decoder.final_layer_norm.weight", d_model)
     if not config.tie_embeddings:
-        out["unembed.W_U"], out["unembed.b_U"] = get("lm_head.weight").T, torch.zeros(config.d_vocab)
+        out["unembed.W_U"] = get("lm_head.weight", config.d_vocab, d_model).T
+        out["unembed.b_U"] = torch.zeros(config.d_vocab)
     return {name: tensor.contiguous() for name, tensor in out.items()}
+
+
+def _check_fits(model: PETransformer, state: dict[str, torch.Tensor], folder: Path) -> None:
+    """The converted tensors are the model's, name by name and shape by shape. torch's own error names the
+    misfits only past its first line, and a ProbeError is one line."""
+    shapes = {name: list(tensor.shape) for name, tensor in model.state_dict().items()}
+    misfits = [
+        f"{name} {list(state[name].shape) if name in state else 'missing'} (the model's: {shapes.get(name, 'none')})"
+        for name in sorted(shapes.keys() | state.keys())
+        if name not in state or list(state[name].shape) != shapes.get(name)
+    ]
+    if misfits:
+        more = f" and {len(misfits) - 3} more" if len(misfits) > 3 else ""
+        raise ProbeError(f"{folder}: the converted weights do not fit the model: {', '.join(misfits[:3])}{more}")
 
 
 def load_authors_model(folder: str | os.PathLike) -> tuple[PETransformer, dict[str, Any]]:
@@ -171,8 +232,7 @@ def load_authors_model(folder: str | os.PathLike) -> tuple[PETransformer, dict[s
     config = read_config(folder)
     probe_config = model_config(config)
     model = PETransformer(probe_config)
-    try:
-        model.load_state_dict(convert_state(read_weights(folder), probe_config), strict=True)
-    except RuntimeError as error:
-        raise ProbeError(f"{folder}: the weights do not fit its config.json ({first_line(error)})") from None
+    state = convert_state(read_weights(folder), probe_config)
+    _check_fits(model, state, Path(folder))
+    model.load_state_dict(state, strict=True)
     return model.eval(), config

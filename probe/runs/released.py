@@ -27,11 +27,15 @@ from probe.models.checkpoint import CONFIG, TOKENIZER_KEY, save_checkpoint
 from probe.models.released import load_authors_model
 
 RELEASED_CONTEXT = 1024  # the 1B models' training context (their config's n_positions)
+BOS_FILES = ("tokenizer_config.json", "special_tokens_map.json")  # where the Hub repos name their bos_token
 
 
-def bos_token_id(folder: Path, tokenizer: CodeTokenizer) -> int | None:
-    """The id of the folder's ``bos_token`` (``tokenizer_config.json``, else ``special_tokens_map.json``)."""
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+def bos_token_id(folder: Path, tokenizer: CodeTokenizer) -> int:
+    """The id of the folder's ``bos_token`` (``tokenizer_config.json``, else ``special_tokens_map.json``).
+
+    The released models were trained with it first in every block and their evaluation prepends it: a
+    run without it would read them out of their training distribution, so its absence is refused."""
+    for name in BOS_FILES:
         try:
             token = json.loads((folder / name).read_text()).get("bos_token")
         except (OSError, ValueError, AttributeError):
@@ -39,8 +43,14 @@ def bos_token_id(folder: Path, tokenizer: CodeTokenizer) -> int | None:
         if isinstance(token, dict):  # {"content": "<jupyter_start>", ...}
             token = token.get("content")
         if isinstance(token, str):
-            return tokenizer.tokenizer.token_to_id(token)
-    return None
+            bos = tokenizer.tokenizer.token_to_id(token)
+            if bos is None:
+                raise ProbeError(f"{folder}: the bos_token {token!r} of its {name} is not in its {TOKENIZER_FILE}")
+            return bos
+    raise ProbeError(
+        f"{folder} names no bos_token (in {' or '.join(BOS_FILES)}, which the Hub repos "
+        "McGill-NLP/codellm_1b_* ship): download them beside the weights"
+    )
 
 
 def import_released(
@@ -96,15 +106,13 @@ def import_released(
     return run
 
 
-def _tokenizer_record(tokenizer: CodeTokenizer, bos: int | None) -> dict[str, Any]:
+def _tokenizer_record(tokenizer: CodeTokenizer, bos: int) -> dict[str, Any]:
     """Strings get the released models' BOS first, as their inference reads them."""
-    tokens = {"eos_token": END_OF_FILE, "pad_token": END_OF_FILE}
-    if bos is not None:
-        tokens["bos_token"] = tokenizer.tokenizer.id_to_token(bos)
-    return {"special_tokens": tokens, "prepend_bos": bos is not None}
+    tokens = {"eos_token": END_OF_FILE, "pad_token": END_OF_FILE, "bos_token": tokenizer.tokenizer.id_to_token(bos)}
+    return {"special_tokens": tokens, "prepend_bos": True}
 
 
-def _provenance(folder: Path, config: dict[str, Any], bos: int | None) -> dict[str, Any]:
+def _provenance(folder: Path, config: dict[str, Any], bos: int) -> dict[str, Any]:
     return {
         "from": str(folder.resolve()),
         "architecture": config["architectures"][0],
