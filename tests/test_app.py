@@ -292,7 +292,7 @@ def test_pretraining_page_shows_a_saved_report_and_attention_on_a_held_out_file(
     at.selectbox(key="pretraining-table").set_value(bucket).run()
     assert not at.exception and list(perplexity_table(at)) == ["nope", "alibi"]
     at.selectbox(key="pretraining-report").set_value(str(folder / "perplexity+own-windows")).run()
-    assert not at.exception and "each read from a window of its own (BOS where" in texts(at.caption)
+    assert not at.exception and "each read from a window of its own (the model's BOS" in texts(at.caption)
     expected = expected_cells(own, bucket)  # the bucket chosen above stays chosen: some sizes not read
     table = perplexity_table(at)
     assert table.keys() == expected.keys() and all(table[m] == pytest.approx(expected[m]) for m in expected)

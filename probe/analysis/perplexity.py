@@ -64,7 +64,10 @@ Progress = Callable[[str, int, int], None]
 def windows_read(windows: str) -> str:
     """How a scored token is read at context size c under ``windows`` (one of PERPLEXITY_WINDOWS), in words."""
     if windows == "own":
-        return "each read from a window of its own (BOS where the model has one and the c - 1 tokens before it)"
+        return (
+            "each read from a window of its own (the model's BOS and the c - 1 tokens before it; with no BOS, "
+            "the c tokens before it)"
+        )
     return "read with the file's last c tokens"
 
 
