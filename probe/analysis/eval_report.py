@@ -225,12 +225,24 @@ class SeedMean:
     last_ood: float | None
 
 
+def pe_keys(reports: Sequence[EvalReport]) -> list[str]:
+    """Each report's PE as results group by it: its PE folder's name (``rotary+base=500``) where runs of
+    that PE were trained with different options, so two models are never read as two seeds of one;
+    the PE's name otherwise, as the studies' reports have always grouped."""
+    folders = [Path(r.path).parent.name for r in reports]
+    names = [f if f.startswith(f"{r.pe}+") else r.pe for r, f in zip(reports, folders)]
+    variants: dict[str, set[str]] = {}
+    for r, name in zip(reports, names):
+        variants.setdefault(r.pe, set()).add(name)
+    return [name if len(variants[r.pe]) > 1 else r.pe for r, name in zip(reports, names)]
+
+
 def mean_over_seeds(reports: Sequence[EvalReport]) -> list[SeedMean]:
     """Per task folder and PE (folders in the order they first appear, PEs within each too): IID, OOD and
     per-length means over seeds. A seed without unseen lengths adds nothing to the OOD mean."""
     groups: dict[str, dict[str, list[EvalReport]]] = {}
-    for r in reports:
-        groups.setdefault(r.task_folder, {}).setdefault(r.pe, []).append(r)
+    for r, key in zip(reports, pe_keys(reports)):
+        groups.setdefault(r.task_folder, {}).setdefault(key, []).append(r)
     return [_seed_mean(folder, pe, mine) for folder, by_pe in groups.items() for pe, mine in by_pe.items()]
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, read_eval
+from probe.analysis.eval_report import EVAL, Bucket, EvalReport, LastStep, pe_keys, read_eval
 from probe.errors import ProbeError
 from probe.models.interventions import Intervention
 from probe.models.registry import PE_KINDS
@@ -351,9 +351,9 @@ def mean_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
     from probe.metrics import mean_rank
 
     table: dict[str, dict[str, list[float]]] = {}
-    for r in reports:
+    for r, key in zip(reports, pe_keys(reports)):
         if r.ood_accuracy is not None:
-            table.setdefault(r.task_folder, {}).setdefault(r.pe, []).append(r.ood_accuracy)
+            table.setdefault(r.task_folder, {}).setdefault(key, []).append(r.ood_accuracy)
     pes = sorted({pe for scores in table.values() for pe in scores})
     tasks = [t for t, scores in table.items() if set(scores) == set(pes)]
     if len(pes) < 2 or not tasks:
@@ -437,7 +437,7 @@ def mean_reciprocal_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:
 def _ood_queries(reports: Sequence[EvalReport]) -> dict[tuple[str, int], dict[str, float]]:
     """{(task folder, seed): {pe: OOD exact match}} of the reports that have an OOD accuracy."""
     queries: dict[tuple[str, int], dict[str, float]] = {}
-    for r in reports:
+    for r, key in zip(reports, pe_keys(reports)):
         if r.ood_accuracy is not None:
-            queries.setdefault((r.task_folder, r.seed), {})[r.pe] = r.ood_accuracy
+            queries.setdefault((r.task_folder, r.seed), {})[key] = r.ood_accuracy
     return queries

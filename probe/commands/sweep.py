@@ -155,6 +155,9 @@ def build_grid(args: argparse.Namespace) -> dict[str, Any]:
         "eval_n": args.eval_n,
         "eval_valid": args.eval_valid,
     }
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise ProbeError(f"{flag} must be at least 1, got {value}")
     if not args.grid:
         return grid_from_flags(
             tasks=args.task,
@@ -210,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = show_outcome(runs, manifest, name, launch, out)
     if args.json:
         print_json(outcome)
-    return 1 if manifest.counts()["failed"] else 0
+    return 1 if any(manifest.entries[r.label]["state"] == "failed" for r in runs) else 0
 
 
 def _launch(args: argparse.Namespace) -> Launch:

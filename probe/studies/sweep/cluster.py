@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -138,8 +139,15 @@ def _finish_run(run: dict[str, Any], trained: Any, device: Any, evaluate: bool) 
         result.update(state="elsewhere", error=None, held_by=describe(error.holder))
     except Exception as error:  # recorded, never retried: the same inputs would fail the same way
         message = str(error) if isinstance(error, ProbeError) else f"{type(error).__name__}: {error}"
-        result.update(state="failed", error=message)
+        result.update(state="failed", error=sweep_advice(message))
     return result
+
+
+def sweep_advice(message: str) -> str:
+    """A training error's advice as a sweep's: it has no --force, so the way out is another folder."""
+    return re.sub(
+        r"(delete it or )?pass --force\b.*$", "remove the run folder or choose another --checkpoints", message
+    )
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None) -> dict[str, Any]:
@@ -297,7 +305,7 @@ def _mark_plan(runs: Sequence[SweepRun], manifest: Manifest, evaluate: bool) -> 
             if manifest.entries[run.label]["state"] != "done":
                 manifest.update(run.label, write=False, state="done", error=None)
         else:
-            manifest.update(run.label, write=False, state="pending", error=None)
+            manifest.pending(run.label)
             todo.append(run)
     manifest.write()
     return todo

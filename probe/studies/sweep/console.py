@@ -14,7 +14,7 @@ from typing import Any
 
 from probe.studies.ranks import without_repeats
 from probe.studies.sweep.cluster import check_resources, connect, execute
-from probe.studies.sweep.cost import duration, estimate_cost, run_state, wall_seconds
+from probe.studies.sweep.cost import PRICED, duration, estimate_cost, plan_state, run_state, wall_seconds
 from probe.studies.sweep.grid import SweepRun
 from probe.studies.sweep.manifest import Manifest, manifest_path
 from probe.studies.sweep.report import ALL_TASKS, report, report_figures
@@ -59,7 +59,7 @@ def dry_run(
     time on this machine and on ``cluster_size`` such slots; start nothing. Returns the plan."""
     from probe.figures.terminal import fitted
 
-    states = [run_state(r, launch.evaluate) for r in runs]
+    states = [plan_state(r, launch.evaluate) for r in runs]
     device = "cuda" if launch.gpus_per_run > 0 else "cpu"
     with out.status("estimating cost") as status:
         cost = estimate_cost(
@@ -69,6 +69,7 @@ def dry_run(
             measure_steps=measure_steps,
             threads=max(1, int(launch.cpus_per_run)),
             on_measure=status.update,
+            states=states,
         )
     seconds = cost["seconds"]
     slots, machine = _slots(launch)
@@ -76,12 +77,9 @@ def dry_run(
     wall_cluster = wall_seconds(seconds, slots * cluster_size)
     title = f"probe sweep {name} --dry-run: {len(runs)} runs under {launch.checkpoints}"
     out.print(fitted(_plan_table(title, runs, states, seconds, list_runs), out))
-    counts = {s: states.count(s) for s in ("new", "resume", "evaluate", "done")}
+    counts = {s: states.count(s) for s in dict.fromkeys(("new", "resume", "evaluate", "done", *states))}
     speed = "; ".join(f"{_shape(shape)}: {tps:,.0f} tokens/s" for shape, tps in cost["tokens_per_second"].items())
-    out.print(
-        f"runs: {len(runs)} ({counts['new']} new, {counts['resume']} to resume, {counts['evaluate']} to "
-        f"evaluate, {counts['done']} done)"
-    )
+    out.print(_counts_line(counts))
     out.print(f"throughput ({cost['source']}): {speed or '-'}")
     out.print(
         f"estimated training time: {duration(cost['total_seconds'])} of run time in all; wall "
@@ -105,12 +103,25 @@ def dry_run(
     }
 
 
+def _counts_line(counts: dict[str, int]) -> str:
+    """The dry run's count of runs by state, the states that start nothing (conflict, damaged, in use)
+    named where there are any, so the counts add up to the runs."""
+    others = "".join(f", {n} {s}" for s, n in counts.items() if s not in (*PRICED, "done"))
+    return (
+        f"runs: {sum(counts.values())} ({counts['new']} new, {counts['resume']} to resume, {counts['evaluate']} "
+        f"to evaluate, {counts['done']} done{others})"
+    )
+
+
 def _slots(launch: Launch) -> tuple[int, str]:
     """How many runs one machine holds at a time at ``launch``'s resources per run, and what that
     machine is called in the dry run's estimate."""
     if launch.gpus_per_run > 0:
         return (max(1, int(1 / launch.gpus_per_run)) if launch.gpus_per_run < 1 else 1), "one GPU"
-    return max(1, int((os.cpu_count() or 1) // max(launch.cpus_per_run, 1e-9))), "this machine's CPUs"
+    cores = launch.num_cpus or os.cpu_count() or 1  # a fractional share still trains on a whole thread
+    threads = max(1, int(launch.cpus_per_run))
+    slots = min(cores // max(launch.cpus_per_run, 1e-9), cores // threads)
+    return max(1, int(slots)), ("this machine's CPUs" if launch.num_cpus is None else f"{cores} CPUs")
 
 
 def _plan_table(
@@ -150,7 +161,7 @@ def _folder_row(folder: str, members: list[tuple[SweepRun, str, float]]) -> tupl
         " ".join(dict.fromkeys(r.config.preset for r, _, _ in members)),
         " ".join(str(x) for x in dict.fromkeys(r.config.steps for r, _, _ in members)),
         str(len(members)),
-        str(sum(s != "done" for _, s, _ in members)),
+        str(sum(s in PRICED for _, s, _ in members)),
         duration(sum(t for _, _, t in members)),
     )
 
@@ -266,9 +277,10 @@ def show_outcome(runs: Sequence[SweepRun], manifest: Manifest, name: str, launch
     runs were evaluated, the report; returns the manifest and the report."""
     from rich.table import Table
 
-    counts = manifest.counts()
+    entries = [manifest.entries[r.label] for r in runs]  # this invocation's: the manifest keeps others' too
+    counts = {state: sum(e["state"] == state for e in entries) for state in ("done", "failed", "elsewhere")}
     table = Table(title=f"probe sweep {name}: {counts['done']} done, {counts['failed']} failed")
-    perplexity = any("heldout_perplexity" in entry for entry in manifest.entries.values())
+    perplexity = any("heldout_perplexity" in entry for entry in entries)
     for column in (
         "run",
         "state",
@@ -285,7 +297,7 @@ def show_outcome(runs: Sequence[SweepRun], manifest: Manifest, name: str, launch
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{100 * value:.1f}%"
 
-    for entry in manifest.entries.values():
+    for entry in entries:
         held_out = entry.get("heldout_perplexity")
         table.add_row(
             entry["label"],

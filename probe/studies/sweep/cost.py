@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from probe.errors import ProbeError
 from probe.studies.sweep.grid import SweepRun
 
 if TYPE_CHECKING:
@@ -38,6 +39,26 @@ def run_state(run: SweepRun, evaluate: bool = True) -> str:
         code = run.config.task == CODE_TASK  # validated by held-out perplexity when it was trained
         return "done" if not evaluate or code or (run.path / EVAL).is_file() else "evaluate"
     return "resume" if (run.path / STATE).is_file() else "new"
+
+
+PRICED = ("new", "resume", "evaluate")  # the plan's states that cost time; the others start nothing
+
+
+def plan_state(run: SweepRun, evaluate: bool = True) -> str:
+    """:func:`run_state` as the dry run shows it, and also ``damaged`` (a finished run whose config.json
+    cannot be read: the sweep stops at it) or ``in use`` (another process holds its lock)."""
+    from probe.runs.locks import RunLocked, check_free
+    from probe.training.bookkeeping import published
+
+    try:
+        published(run.path)
+    except ProbeError:
+        return "damaged"
+    try:
+        check_free(run.path)
+    except RunLocked:
+        return "in use"
+    return run_state(run, evaluate)
 
 
 def steps_left(run: SweepRun) -> int:
@@ -297,14 +318,18 @@ def evaluation_work(run: SweepRun) -> EvaluationWork:
     (:data:`~probe.tasks.decoding.SCRATCHPAD_POSITIONS`): how many a trained model leaves is known only once it
     has run (3.6% of 10,000 on the Section 6 study's runs, ``bench/decode_budget.py``); and each batch priced as
     decoding all its rows to its end, where rows that have ended leave it (:data:`~probe.tasks.decoding.DROP_ENDED`):
-    when a trained model ends them is known only once it has run too."""
+    when a trained model ends them is known only once it has run too. A code run is read by held-out perplexity
+    while it trains, and not evaluated after: none."""
     from probe.analysis.evaluation import BATCH_SIZE
+    from probe.corpus import CODE_TASK
     from probe.tasks import get
     from probe.tasks.batches import encode
     from probe.tasks.decoding import decoding_batches
     from probe.training.sources import TaskSource
 
     config = run.config
+    if config.task == CODE_TASK:
+        return EvaluationWork(passes=0)
     task = get(config.task, **config.task_options)
     tokenizer = TaskSource(config.task, config.task_options, config.seed, config.protocol == "authors").tokenizer
     examples = task.held_out(run.eval_valid) + task.examples("test", n=run.eval_n, seed=0)
@@ -438,8 +463,10 @@ def estimate_cost(
     measure_steps: int = 5,
     threads: int = 1,
     on_measure: Callable[[str], None] | None = None,
+    states: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Seconds each run still needs: its steps left x tokens per batch / training tokens per second, plus
+    """Seconds each run still needs (``states``: each run's :func:`plan_state`; one not :data:`PRICED`
+    needs none): its steps left x tokens per batch / training tokens per second, plus
     its checkpoint-selection passes left x the tokens of one / selection tokens per second; and, apart
     (``evaluation_seconds``), the evaluation after training: teacher-forced at that forward speed, or decoded at
     a decoding step's measured cost (:class:`EvaluationWork`, :func:`measure_decoding_step`).
@@ -452,9 +479,9 @@ def estimate_cost(
     meter = _Meter(device, tokens_per_second, measure_steps, threads, on_measure)
     per_run: list[float] = []
     evaluating: list[float] = []
-    for run in runs:
+    for number, run in enumerate(runs):
         config = run.config
-        if run_state(run) == "done":
+        if (states[number] if states is not None else run_state(run)) not in PRICED:
             per_run.append(0.0)
             evaluating.append(0.0)
             continue

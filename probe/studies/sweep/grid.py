@@ -33,7 +33,9 @@ class SweepRun:
 
     @property
     def label(self) -> str:
-        return f"{self.path.parent.parent.name}/{self.config.pe}/seed{self.config.seed}"
+        """The run folder's last three parts (task folder / PE folder / seed): a PE's options are part of
+        its folder, so runs that differ only in them keep apart."""
+        return "/".join(self.path.parts[-3:])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,9 +121,7 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
     rule = Ladder.from_grid(grid.get("ladder"))
     if rule is not None:  # a study with a recipe rule lists its first rung; probe reproduce climbs it
         defaults.setdefault("steps", rule.steps[0])
-    blocks = grid.get("block") or [{}]
-    if not isinstance(blocks, list):
-        raise ProbeError("grid: 'block' must be an array of tables ([[block]])")
+    blocks = _blocks(grid, defaults)
     runs: dict[Path, SweepRun] = {}
     checked: set[str] = set()
     for number, block in enumerate(blocks, start=1):
@@ -129,7 +129,7 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
         spec = _block_spec(defaults, block, accepted, train_fields, where)
         tasks, pes, seeds, scratchpads = _block_lists(spec, where)
         train = {k: spec[k] for k in train_fields if k in spec}
-        for task, options in _task_options(spec, tasks, scratchpads, checked):
+        for task, options in _task_options(spec, tasks, scratchpads, checked, where):
             for pe, seed in itertools.product(pes, seeds):
                 run = _grid_run(spec, root, where, task, pe, seed, options, train)
                 earlier = runs.get(run.path)
@@ -138,8 +138,24 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
                         f"{where}: two runs of the grid share the folder {run.path} with different "
                         "settings (preset, steps, model ...); a run folder holds one run"
                     )
-                runs.setdefault(run.path, run)
+                if earlier is not None:  # a grid that lists a run twice is most likely a typo
+                    raise ProbeError(f"{where}: run {run.label} is already listed earlier in the grid")
+                runs[run.path] = run
     return list(runs.values())
+
+
+def _blocks(grid: dict[str, Any], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+    """The grid's blocks (one empty block where it has none); a grid that says nothing, or whose block
+    list is empty, is refused rather than read as the default task's runs."""
+    name = grid.get("name", "?")
+    blocks = grid.get("block", [{}])
+    if not isinstance(blocks, list):
+        raise ProbeError(f"grid {name}: 'block' must be an array of tables ([[block]])")
+    if not blocks:
+        raise ProbeError(f"grid {name} has an empty block list: it names no run")
+    if not set(defaults) - {"name", "description"} and blocks == [{}]:
+        raise ProbeError(f"grid {name} is empty: give at least a task, PEs or seeds (see probe/studies/grids/)")
+    return blocks
 
 
 def _block_spec(
@@ -165,9 +181,9 @@ def _block_lists(spec: dict[str, Any], where: str) -> tuple[list[Any], list[str]
     from probe.tasks import TASKS
     from probe.tasks.scratchpad import parse_format
 
-    tasks, seeds = _listed(spec.get("task", "scan")), _listed(spec.get("seed", 0))
-    pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES))))
-    scratchpads = _listed(spec.get("scratchpad", "none"))
+    tasks, seeds = _listed(spec.get("task", "scan"), "task", where), _listed(spec.get("seed", 0), "seed", where)
+    pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES)), "pe", where))
+    scratchpads = _listed(spec.get("scratchpad", "none"), "scratchpad", where)
     for task in tasks:
         if task not in TASKS and task != CODE_TASK:
             raise ProbeError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}, or {CODE_TASK} (pretraining)")
@@ -185,7 +201,7 @@ def _block_lists(spec: dict[str, Any], where: str) -> tuple[list[Any], list[str]
 
 
 def _task_options(
-    spec: dict[str, Any], tasks: list[Any], scratchpads: list[Any], checked: set[str]
+    spec: dict[str, Any], tasks: list[Any], scratchpads: list[Any], checked: set[str], where: str
 ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """Each task of a block with each combination of its listed options and scratchpads, in grid
     order, as the run folder names them; each new combination is built once (``checked``) so an
@@ -196,7 +212,7 @@ def _task_options(
     from probe.tasks.scratchpad import parse_format
 
     option_keys = sorted(spec["options"])
-    option_values = [_listed(spec["options"][k]) for k in option_keys]
+    option_values = [_listed(spec["options"][k], f"option {k}", where) for k in option_keys]
     for task, fmt, values in itertools.product(tasks, scratchpads, itertools.product(*option_values)):
         if parse_format(fmt) is not None and task not in SCRATCHPAD_TASKS:
             continue  # a scratchpad format only means something for tasks that have one
@@ -226,6 +242,7 @@ def _grid_run(
     the sweep before it starts)."""
     from probe.training.train_config import TrainConfig
 
+    _check_values(train, where)
     try:
         config = TrainConfig(task=task, pe=pe, seed=seed, task_options=options, **train)
     except TypeError as error:
@@ -244,8 +261,44 @@ def _grid_run(
     )
 
 
-def _listed(value: Any) -> list[Any]:
-    return list(dict.fromkeys(value)) if isinstance(value, list) else [value]
+POSITIVE_KEYS = ("steps", "batch_size")
+
+
+def _check_values(train: dict[str, Any], where: str) -> None:
+    """Each recipe value of plain type (number, text, switch) checked against its TrainConfig field, so a
+    mistake names the grid's key, not a command-line flag the user did not pass."""
+    import typing
+
+    from probe.training.train_config import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    for key, value in train.items():
+        kinds = typing.get_args(hints[key]) or (hints[key],)
+        if not all(k in (int, float, str, bool, type(None)) for k in kinds) or value is None and type(None) in kinds:
+            continue
+        if not _fits(value, kinds):
+            wanted = " or ".join(k.__name__ for k in kinds if k is not type(None))
+            raise ProbeError(f"{where}: {key} must be {wanted}, got {value!r}")
+        if key in POSITIVE_KEYS and value < 1:
+            raise ProbeError(f"{where}: {key} in the grid must be at least 1, got {value}")
+
+
+def _fits(value: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether ``value`` is one of ``kinds`` (an integer passes for a float; a switch is no number)."""
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, int) and float in kinds:
+        return True
+    return isinstance(value, tuple(k for k in kinds if k is not bool))
+
+
+def _listed(value: Any, key: str, where: str) -> list[Any]:
+    """A grid value as a list; a value listed twice is refused (a typo, not a wish for one run)."""
+    values = value if isinstance(value, list) else [value]
+    for number, item in enumerate(values):
+        if item in values[:number]:
+            raise ProbeError(f"{where}: {key} lists {item!r} twice")
+    return values
 
 
 def grid_from_flags(

@@ -12,6 +12,18 @@ from probe.errors import ProbeError
 from probe.studies.sweep.grid import SweepRun
 
 STATES = ("pending", "running", "done", "failed", "interrupted", "elsewhere")  # elsewhere: another process holds it
+RESULTS = (
+    "status",
+    "steps",
+    "train_seconds",
+    "eval_seconds",
+    "final_loss",
+    "steps_per_second",
+    "iid_accuracy",
+    "ood_accuracy",
+    "heldout_loss",
+    "heldout_perplexity",
+)  # what a finished attempt recorded: cleared when the run is to be done again
 
 
 class Manifest:
@@ -72,6 +84,16 @@ class Manifest:
                 }
             )
             self.entries[run.label] = entry
+        for label, old in previous.items():  # runs this invocation left out (--pe, --seed ...) stay recorded
+            self.entries.setdefault(label, old)
+
+    def pending(self, label: str) -> None:
+        """Mark a run to be done (again), its last attempt's results cleared so that none is read as
+        this attempt's; written with the next write."""
+        entry = self.entries[label]
+        for key in RESULTS:
+            entry.pop(key, None)
+        entry.update(state="pending", error=None, finished=None, seconds=None)
 
     def update(self, label: str, write: bool = True, **fields: Any) -> dict[str, Any]:
         self.entries[label].update(fields)

@@ -20,8 +20,19 @@ ALL_TASKS = "all tasks"
 def report(runs: Sequence[SweepRun]) -> dict[str, Any]:
     """The paper's aggregate over the runs' eval.json files: accuracy against length per task and
     PE (mean over seeds; Figure showcase) and each PE's mean rank overall and per category of
-    tasks (Figures teaser and mrr-per-category)."""
-    return aggregate({run.label: run.path for run in runs})
+    tasks (Figures teaser and mrr-per-category). A run folder trained with other settings than the
+    grid's (the grid edited since) counts as missing: its numbers are not this grid's."""
+    return aggregate({run.label: run.path for run in runs}, stale=[run.label for run in runs if not _current(run)])
+
+
+def _current(run: SweepRun) -> bool:
+    """Whether ``run``'s folder holds a run trained with the grid's settings (a damaged one does not)."""
+    from probe.studies.sweep.cost import run_state
+
+    try:
+        return run_state(run) in ("done", "evaluate")
+    except ProbeError:
+        return False
 
 
 def manifest_report(path: str | Path) -> dict[str, Any]:
@@ -34,13 +45,17 @@ def manifest_report(path: str | Path) -> dict[str, Any]:
     return {**summary, "states": manifest.get("counts", {})}
 
 
-def aggregate(runs: dict[str, Path]) -> dict[str, Any]:
-    """:func:`report` of run folders by label; a run without a readable eval.json counts as missing."""
+def aggregate(runs: dict[str, Path], stale: Sequence[str] = ()) -> dict[str, Any]:
+    """:func:`report` of run folders by label; a run without a readable eval.json, or ``stale`` (its folder
+    holds another run's results), counts as missing."""
     from probe.analysis.eval_report import mean_over_seeds, read_eval
     from probe.analysis.evaluation import mean_ranks, mean_reciprocal_ranks
 
     evaluated, missing, pretrained = [], [], []
     for label, folder in runs.items():
+        if label in stale:
+            missing.append(label)
+            continue
         result = read_eval(folder)
         if result is not None:
             evaluated.append(result)
