@@ -138,3 +138,11 @@ def test_the_pretrain_grids_plan_prices_no_evaluation_of_its_code_runs(tmp_path)
     assert runs and all(r.config.task == "code" for r in runs)
     work = evaluation_work(runs[0])
     assert work.seconds(1000.0, None) == 0.0
+
+
+def test_a_code_runs_plan_is_keyed_by_its_bpes_vocabulary(tmp_path):
+    """The dry run keys a code run's throughput by the vocabulary its corpus asks for (it read 0, shown as "~1")."""
+    from probe.studies.sweep.cost import vocabulary_size
+
+    runs = sweep.expand_grid(sweep.load_grid("pretrain"), tmp_path)
+    assert {vocabulary_size(r) for r in runs} == {2048}

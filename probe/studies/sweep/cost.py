@@ -255,12 +255,13 @@ FORWARD_SHARE = 1 / 3  # a forward pass's work per token against a training step
 
 
 def vocabulary_size(run: SweepRun) -> int:
-    """The size of ``run``'s vocabulary (its task's tokenizer; 0 for a code corpus, whose BPE is the corpus's)."""
-    from probe.corpus import CODE_TASK
+    """The size of ``run``'s vocabulary: its task's tokenizer's, or the BPE's its corpus asks for (an imported
+    tokenizer's size is not known before the corpus is prepared: the spec's is taken)."""
+    from probe.corpus import CODE_TASK, CorpusSpec
     from probe.training.sources import TaskSource
 
     if run.config.task == CODE_TASK:
-        return 0
+        return CorpusSpec.from_options(run.config.task_options).vocab_size
     return TaskSource(
         run.config.task, run.config.task_options, run.config.seed, run.config.protocol == "authors"
     ).vocab_size
