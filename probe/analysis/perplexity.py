@@ -61,6 +61,12 @@ BATCH_SIZE = 16  # windows per batch unless the settings say
 Progress = Callable[[str, int, int], None]
 
 
+def check_windows(windows: str) -> None:
+    """ProbeError where ``windows`` is not one of PERPLEXITY_WINDOWS."""
+    if windows not in PERPLEXITY_WINDOWS:
+        raise ProbeError(f"unknown scoring windows {windows!r}; choose from {', '.join(PERPLEXITY_WINDOWS)}")
+
+
 def windows_read(windows: str) -> str:
     """How a scored token is read at context size c under ``windows`` (one of PERPLEXITY_WINDOWS), in words."""
     if windows == "own":
@@ -90,8 +96,7 @@ class ScoringPlan:
 
     @classmethod
     def scaled(cls, train_context: int, windows: str = "shared") -> ScoringPlan:
-        if windows not in PERPLEXITY_WINDOWS:
-            raise ProbeError(f"unknown scoring windows {windows!r}; choose from {', '.join(PERPLEXITY_WINDOWS)}")
+        check_windows(windows)
         scale = train_context / PAPER_CONTEXT
         contexts = tuple(dict.fromkeys(max(2, round(c * scale)) for c in PAPER_CONTEXTS))
         return cls(
@@ -415,7 +420,7 @@ def perplexity_report(
     paper's context sizes and every file are read: not ``n_per_bucket``, ``lengths`` or ``multiples``."""
     settings = ReadSettings() if settings is None else settings
     settings.refuse("probe perplexity", "n_per_bucket", "lengths", "multiples")
-    ScoringPlan.scaled(1, windows)  # an unknown name, before anything loads
+    check_windows(windows)  # before anything loads
     keep_freed_memory()
     if not names:
         raise ProbeError("no runs to read; train some with `probe pretrain`")

@@ -12,7 +12,7 @@ formats tie at 0%, and an order would decide them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -167,11 +167,16 @@ def format_accuracy(queries: Mapping[str, Queries]) -> dict[str, dict[str, Any]]
 
 
 def _as_trained(fmt: str, by_query: Queries) -> str:
-    """The format a task trains for ``fmt``: sorting's and LEGO's full, which have no variable updates, is
-    I+C+O+R."""
-    if fmt != "full" or any(fmt in q for q in by_query.values()):
+    """:func:`as_trained` of ``fmt`` among the formats a task's queries hold."""
+    return as_trained(fmt, {f for q in by_query.values() for f in q})
+
+
+def as_trained(fmt: str, trained: Collection[str]) -> str:
+    """The format a task that trains ``trained`` trains for ``fmt``: sorting's and LEGO's full, which have no
+    variable updates, is I+C+O+R."""
+    if fmt != "full" or fmt in trained:
         return fmt
-    return "I+C+O+R" if any("I+C+O+R" in q for q in by_query.values()) else fmt
+    return "I+C+O+R" if "I+C+O+R" in trained else fmt
 
 
 def format_ranks_per_pe(

@@ -22,6 +22,7 @@ from probe.studies.attended import attended_claim, attended_shapes, seed_series
 from probe.studies.formats import (
     COMMON_FORMATS,
     NONE,
+    as_trained,
     claim_best_differs,
     claim_only_addition,
     claim_pe_needed,
@@ -126,10 +127,7 @@ def common_scenarios() -> list[str]:
     """The planned scratchpad scenarios of the formats every task trains (:data:`COMMON_FORMATS`: C and the full
     one, sorting's and LEGO's I+C+O+R): two per task, so a ranking over them weighs every task the same, where
     addition's six further formats would make it 8 of the 20 scratchpad scenarios."""
-    formats = planned_formats()
-    trained = {
-        task: {"I+C+O+R" if f == "full" and f not in fs else f for f in COMMON_FORMATS} for task, fs in formats.items()
-    }
+    trained = {task: {as_trained(f, fs) for f in COMMON_FORMATS} for task, fs in planned_formats().items()}
     return [
         scenario
         for scenario, runs in planned().items()

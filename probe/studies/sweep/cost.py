@@ -24,16 +24,21 @@ if TYPE_CHECKING:
 
 # -- what is left to do ----------------------------------------------------------------------
 def run_state(run: SweepRun, evaluate: bool = True) -> str:
-    """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted), ``new``, or
-    ``conflict`` (trained with other settings: running it fails with the line that says which)."""
+    """``done`` (trained and evaluated), ``evaluate`` (trained), ``resume`` (interrupted), ``new``,
+    ``conflict`` (trained with other settings: running it fails with the line that says which) or ``damaged``
+    (its config.json cannot be read: running it fails with the line that says so)."""
     from probe.analysis.evaluation import EVAL
     from probe.corpus import CODE_TASK
     from probe.models.checkpoint import read_checkpoint_config
-    from probe.training.bookkeeping import is_complete
+    from probe.training.bookkeeping import published
     from probe.training.loop import STATE
     from probe.training.train_config import settings_differ
 
-    if is_complete(run.path):
+    try:
+        complete = published(run.path)
+    except ProbeError:
+        return "damaged"
+    if complete:
         if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
             return "conflict"
         code = run.config.task == CODE_TASK  # validated by held-out perplexity when it was trained
@@ -45,15 +50,9 @@ PRICED = ("new", "resume", "evaluate")  # the plan's states that cost time; the 
 
 
 def plan_state(run: SweepRun, evaluate: bool = True) -> str:
-    """:func:`run_state` as the dry run shows it, and also ``damaged`` (a finished run whose config.json
-    cannot be read: the sweep stops at it) or ``in use`` (another process holds its lock)."""
+    """:func:`run_state` as the dry run shows it, and also ``in use`` (another process holds its lock)."""
     from probe.runs.locks import RunLocked, check_free
-    from probe.training.bookkeeping import published
 
-    try:
-        published(run.path)
-    except ProbeError:
-        return "damaged"
     try:
         check_free(run.path)
     except RunLocked:

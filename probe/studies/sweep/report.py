@@ -29,10 +29,7 @@ def _current(run: SweepRun) -> bool:
     """Whether ``run``'s folder holds a run trained with the grid's settings (a damaged one does not)."""
     from probe.studies.sweep.cost import run_state
 
-    try:
-        return run_state(run) in ("done", "evaluate")
-    except ProbeError:
-        return False
+    return run_state(run) in ("done", "evaluate")
 
 
 def manifest_report(path: str | Path) -> dict[str, Any]:
