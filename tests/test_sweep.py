@@ -67,12 +67,12 @@ def test_flags_default_is_probe_trains_default_and_scratchpad_only_where_it_exis
     "grid, message",
     [
         ({"task": "nosuch"}, "unknown task"),
-        ({"pe": "nosuch"}, "unknown positional encoding"),
+        ({"task": "scan", "pe": "nosuch"}, "unknown positional encoding"),
         ({"task": "copy", "options": {"variant": "nosuch"}}, "variant"),
-        ({"steps": [1, 2]}, "must be one value"),
+        ({"task": "scan", "steps": [1, 2]}, "must be one value"),
         ({"colour": "red"}, "unknown key"),
-        ({"model": {"n_layerz": 1}}, "unknown model option"),
-        ({"pe": "nope", "block": [{"steps": 5}, {"steps": 6}]}, "share the folder"),
+        ({"task": "scan", "model": {"n_layerz": 1}}, "unknown model option"),
+        ({"task": "scan", "pe": "nope", "block": [{"steps": 5}, {"steps": 6}]}, "share the folder"),
     ],
 )
 def test_bad_grids_fail_before_anything_runs(tmp_path, grid, message):

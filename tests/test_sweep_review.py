@@ -90,6 +90,8 @@ def test_a_partial_invocation_keeps_the_manifests_other_runs(tmp_path):
         ({**GRID, "block": [{"seed": 1}, {"seed": 1}]}, "nope/seed1 is already listed"),
         ({**GRID, "steps": "ten"}, "steps must be int, got 'ten'"),
         ({**GRID, "steps": -5}, "steps in the grid must be at least 1"),
+        ({k: v for k, v in GRID.items() if k != "task"}, "grid review: names no task"),
+        ({**{k: v for k, v in GRID.items() if k != "task"}, "block": [{"task": "copy"}, {}]}, "block 2: names no task"),
     ],
 )
 def test_empty_duplicate_and_mistyped_grids_are_refused(tmp_path, grid, message):

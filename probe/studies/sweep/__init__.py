@@ -8,11 +8,11 @@ the same run folder (``probe.runs.folders.run_dir``), so a sweep never trains di
 records each run's state, attempts, timings, node and error as it happens.
 
 Grid format (TOML). Top-level keys are defaults for every ``[[block]]``; a grid without blocks is
-one block. ``task``, ``pe``, ``seed``, ``scratchpad`` and every value of ``options`` may be lists:
-a block is the cross product of its lists. A ``pe`` may name a set of PEs (``paper``: the paper's
-five; ``pretrain``: its three code models; :data:`probe.studies.plans.PE_SETS`).
-Scratchpad formats other than ``none`` apply only to
-tasks that have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
+one block; each block needs a ``task`` (its own or the top level's). ``task``, ``pe``, ``seed``,
+``scratchpad`` and every value of ``options`` may be lists: a block is the cross product of its lists.
+A ``pe`` may name a set of PEs (``paper``: the paper's five; ``pretrain``: its three code models;
+:data:`probe.studies.plans.PE_SETS`). Scratchpad formats other than ``none`` apply only to tasks that
+have a scratchpad. ``model`` holds model overrides (``n_layers = 1``); the other keys
 are :class:`probe.training.train_config.TrainConfig` fields (``preset``, ``steps``, ``lr`` ...) plus ``eval_n``
 (test examples evaluated, default the whole test split), ``eval_valid`` (IID examples), ``eval_last``
 (false: a selected run is not scored again at its last step) and ``attended`` (true: `probe reproduce` reads
