@@ -182,7 +182,7 @@ def _block_lists(spec: dict[str, Any], where: str) -> tuple[list[Any], list[str]
     from probe.tasks.scratchpad import parse_format
 
     if "task" not in spec:  # a grid file has no default task: the flags' default (the main job's) is not its
-        raise ProbeError(f"{where}: names no task; give task = \"...\" at the top or in the block")
+        raise ProbeError(f'{where}: names no task; give task = "..." at the top or in the block')
     tasks, seeds = _listed(spec["task"], "task", where), _listed(spec.get("seed", 0), "seed", where)
     pes = expand_pes(_listed(spec.get("pe", list(PAPER_PES)), "pe", where))
     scratchpads = _listed(spec.get("scratchpad", "none"), "scratchpad", where)
