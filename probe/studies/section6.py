@@ -126,7 +126,7 @@ def scratchpad_scenarios() -> list[str]:
 def common_scenarios() -> list[str]:
     """The planned scratchpad scenarios of the formats every task trains (:data:`COMMON_FORMATS`: C and the full
     one, sorting's and LEGO's I+C+O+R): two per task, so a ranking over them weighs every task the same, where
-    addition's six further formats would make it 8 of the 20 scratchpad scenarios."""
+    addition's (C, full and its six further formats) would make 8 of the 20 scratchpad scenarios."""
     trained = {task: {as_trained(f, fs) for f in COMMON_FORMATS} for task, fs in planned_formats().items()}
     return [
         scenario

@@ -57,7 +57,7 @@ class EncodedSet:
         (no prediction across two examples), and each token's example within its row [rows, width]
         (-1 for padding), for ``PETransformer.forward(segments=...)``. The scored (context, target)
         pairs are :meth:`batch`'s, in fewer padded tokens: on SCAN's paper split, random batches of
-        64 hold 2,374 tokens padded and 1,521 packed (1,437 real; length-grouped ones 1,530). Rows
+        64 hold 2,374 tokens padded and 1,524 packed (1,437 real; length-grouped ones 1,530). Rows
         twice the longest pack as tightly as longer ones there and keep attention, whose cost grows
         with a row's length, small; where lengths spread widely (a scratchpad's, 50 to 600 tokens), rows
         as wide as the longest (``factor`` 1) hold about as many tokens and train 1.2-1.5x faster
