@@ -8,6 +8,7 @@ the others. Option ``shared=false`` gives each layer a table of its own instead.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,9 +19,11 @@ from probe.models.positional import ModelShape, Option, PositionalEncoding
 def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
     """Causal T5 bucket of a distance ``relative_position`` = query - key >= 0 (Section B.2).
 
-    The first ``num_buckets // 2`` distances get a bucket each; distances up to ``max_distance``
-    share the other half on a log scale; farther ones all fall in the last bucket. With B = 5,
-    D = 6 this reproduces the paper's example matrix.
+    Of B = ``num_buckets``, the first E = B // 2 distances get a bucket each; a distance n >= E gets
+    E + floor(log(n / E) / log(max_distance / E) x (B - E)), capped at the last bucket B - 1. The
+    floor makes the last bucket start before ``max_distance``: at 113 for the defaults B = 32, D = 128
+    (14 for B = 8, D = 20); every distance from there on shares it. ``max_distance`` must exceed E.
+    With B = 5, D = 6 this reproduces the paper's example matrix.
     """
     n = relative_position.clamp(min=0)
     max_exact = num_buckets // 2
@@ -30,6 +33,15 @@ def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, m
     large = max_exact + (scaled * (num_buckets - max_exact)).to(torch.long)
     large = large.clamp(max=num_buckets - 1)
     return torch.where(is_small, n.to(torch.long), large)
+
+
+def _check_max_distance(value: int, options: dict[str, Any], config: ModelShape) -> str | None:
+    """D must exceed the exact buckets B // 2: the log-spaced half divides by log(D / (B // 2)), zero or
+    negative otherwise (buckets below 0, an index error at the first pass)."""
+    exact = options["num_buckets"] // 2
+    if value > exact:
+        return None
+    return f"must exceed num_buckets // 2 = {exact}, the exact buckets of num_buckets={options['num_buckets']}"
 
 
 class T5RelativeBias(PositionalEncoding):
@@ -45,8 +57,8 @@ class T5RelativeBias(PositionalEncoding):
         "max_distance": Option(
             int,
             128,
-            "D: distances from D on share the last bucket",
-            check=lambda v, o, c: None if v >= 1 else "must be positive",
+            "D: scale of the log-spaced buckets; the last starts before D (at 113 for the defaults)",
+            check=_check_max_distance,
         ),
         "shared": Option(bool, True, "one table for every layer (T5), or one per layer"),
     }
