@@ -71,6 +71,25 @@ def test_sinusoid_values_against_formula():
             assert values[j, 2 * i + 1].item() == pytest.approx(math.cos(omega * j), abs=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.0707])
+def test_ape_scale_multiplies_the_sinusoid_the_residual_stream_gets(scale):
+    """``-p scale`` sets p_j's amplitude (1: the paper's Eq. ape_sinusoidal): the position vectors the model
+    adds are ``scale`` times the formula's, and the residual stream is token plus that."""
+    model = build_model("ape", vocab_size=VOCAB, n_layers=1, pe_options={"scale": scale}).double()
+    tokens = torch.randint(0, VOCAB, (1, 9))
+    _, cache = model.run_with_cache(tokens)
+    d = model.cfg.d_model
+    for j in (0, 3, 8):
+        for i in (0, 1, d // 2 - 1):
+            omega = 1 / 10000 ** (2 * i / d)
+            assert cache["hook_pos_embed"][0, j, 2 * i].item() == pytest.approx(scale * math.sin(omega * j), abs=1e-12)
+            assert cache["hook_pos_embed"][0, j, 2 * i + 1].item() == pytest.approx(
+                scale * math.cos(omega * j), abs=1e-12
+            )
+    residual = cache["hook_embed"] + cache["hook_pos_embed"]  # [batch, pos, d_model]
+    assert torch.allclose(cache["blocks.0.hook_resid_pre"], residual, atol=1e-12)
+
+
 def _layer0_scores(model, tokens):
     _, cache = model.run_with_cache(tokens)
     return cache["blocks.0.attn.hook_attn_scores"][0]  # [head, query, key]

@@ -33,8 +33,15 @@ class SinusoidalAPE(PositionalEncoding):
     options = {
         "base": Option(
             float, 10000.0, "omega_i = 1 / base^(2i/d)", check=lambda v, o, c: None if v > 1 else "must be above 1"
-        )
+        ),
+        "scale": Option(
+            float,
+            1.0,
+            "p_j times this (1: the paper's; W_E's init std puts p_j on the tokens' scale, as at base)",
+            check=lambda v, o, c: None if v > 0 else "must be positive",
+        ),
     }
 
     def embedding(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        return sinusoidal_embedding(positions, self.config.d_model, self.option["base"]).to(dtype)
+        table = sinusoidal_embedding(positions, self.config.d_model, self.option["base"])  # [pos, d_model]
+        return (table * self.option["scale"]).to(dtype)
