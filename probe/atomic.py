@@ -9,6 +9,7 @@ as ``open`` would have. Errors surface as :class:`~probe.errors.ProbeError`; the
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -44,9 +45,15 @@ def cause(error: BaseException) -> str:
 
 
 def write_error(path: str | os.PathLike, error: BaseException) -> ProbeError:
-    """One line for a failed write: the file, the cause, and what is kept."""
+    """One line for a failed write: the file, the cause, what is kept (that one file as it was: a caller that
+    wrote others before it says so) and what to do."""
+    if Path(path).is_dir():
+        return ProbeError(
+            f"cannot write {path}: it is a folder, not a file (left as it was); move it away, then run the same "
+            "command again"
+        )
     return ProbeError(
-        f"cannot write {path}: {cause(error)} (nothing there was replaced; free space or choose "
+        f"cannot write {path}: {cause(error)} (the file there, if any, is as it was; free space or choose "
         "another folder, then run the same command again)"
     )
 
@@ -69,6 +76,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None], *, make
     created unless ``make_parents`` is false (a file name a user typed: a misspelt folder fails).
     """
     path = Path(path)
+    if path.is_dir():  # a rename cannot replace a folder: said before anything is written
+        raise write_error(path, IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)))
     try:
         if make_parents:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -65,6 +65,7 @@ def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike, **meta
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ProbeError(f"cannot create checkpoint folder {directory}: {error.strerror}") from None
+    check_destinations(directory, (WEIGHTS, CONFIG) + ((TOKENIZER,) if tokenizer is not None else ()))
     state = {name: tensor.detach().cpu().contiguous() for name, tensor in model.state_dict().items()}
     atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
     if tokenizer is not None:
@@ -78,7 +79,12 @@ def save_checkpoint(model: torch.nn.Module, directory: str | os.PathLike, **meta
         "weights_sha256": _sha256(directory / WEIGHTS),
         **metadata,
     }
-    atomic_write_json(directory / CONFIG, config)
+    try:
+        atomic_write_json(directory / CONFIG, config)
+    except ProbeError as error:  # the weights are new already: say so, not that nothing changed
+        raise ProbeError(
+            f"{error}; {directory / WEIGHTS} was written before it and does not match the {CONFIG} there"
+        ) from None
     return directory
 
 
@@ -123,6 +129,19 @@ def window_bos(config: dict[str, Any]) -> int | None:
     return config.get("imported", {}).get("bos_token_id")
 
 
+def weights_match(directory: str | os.PathLike, config: dict[str, Any]) -> bool:
+    """Whether the folder's weights file has the SHA-256 its ``config.json`` records (True where it records
+    none, as checkpoints from before it did); one that cannot be read is a ProbeError naming it."""
+    expected = config.get("weights_sha256")
+    if expected is None:
+        return True
+    weights = Path(directory) / WEIGHTS
+    try:
+        return _sha256(weights) == expected
+    except OSError as error:
+        raise ProbeError(f"cannot read {weights}: {error.strerror or error}") from None
+
+
 def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The parsed ``config.json`` of a checkpoint folder (no weights read)."""
     directory = Path(directory)
@@ -135,9 +154,42 @@ def read_checkpoint_config(directory: str | os.PathLike) -> dict[str, Any]:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ProbeError(f"{path} is not valid JSON ({error})") from None
+    except OSError as error:
+        raise ProbeError(f"cannot read {path}: {error.strerror or error}") from None
     if not isinstance(config, dict) or "model" not in config:
         raise ProbeError(f"{path} does not describe a probe model (no 'model' entry)")
+    for key in OBJECTS:
+        value = config.get(key, {})
+        described = key == "task" and "training" not in config and (value is None or isinstance(value, str))
+        if not isinstance(value, dict) and not described:
+            raise ProbeError(
+                f"{path} is damaged: its '{key}' entry is {type(value).__name__} {_short(value)}, not an object"
+            )
     return config
+
+
+OBJECTS = ("model", "training", "task", "metrics")
+"""config.json's entries that are objects where present; a checkpoint no one trained (a construction) may
+describe its task in words (:func:`task_name`: None)."""
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_destinations(directory: Path, names: tuple[str, ...] = (WEIGHTS, CONFIG, TOKENIZER)) -> None:
+    """ProbeError, before anything is written, where one of the files a save replaces in ``directory`` is
+    there as something else than a file (a folder named ``config.json``): writing the others first would
+    leave weights beside a config that does not describe them."""
+    for name in names:
+        path = directory / name
+        if path.exists() and not path.is_file():
+            what = "a folder" if path.is_dir() else "not a regular file"
+            raise ProbeError(
+                f"cannot write {path}: it is {what}, not a file (nothing was written); move it away, then run "
+                "the same command again"
+            )
 
 
 def load_checkpoint(
@@ -163,10 +215,9 @@ def load_checkpoint(
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise ProbeError(f"{directory} has no {WEIGHTS}")
-    expected = config.get("weights_sha256")
-    if expected is not None and _sha256(weights) != expected:
+    if not weights_match(directory, config):
         raise ProbeError(f"{weights} does not match its {CONFIG} (corrupt, or a save was interrupted)")
-    model_config = ModelConfig.from_dict(config["model"])
+    model_config = ModelConfig.from_dict(config["model"], where=directory / CONFIG)
     if pe_options:
         from probe.models.registry import parse_pe_options
 

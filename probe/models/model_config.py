@@ -9,10 +9,14 @@ without cross-attention, Appendix D.2) where TransformerLens allows, deviations 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, first_line
+from probe.models.components import ACTIVATIONS
 from probe.models.registry import pe_class
 from probe.presets import PRESETS, check_preset
 
@@ -52,9 +56,10 @@ class ModelConfig:
     random_positions: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.pe, str):
+            raise ProbeError(f"pe must be a positional encoding's name, got {self.pe!r}")
         cls = pe_class(self.pe)
-        if self.d_vocab < 1:
-            raise ProbeError(f"d_vocab must be positive, got {self.d_vocab}")
+        _check_types(self)
         if self.normalization not in ("RMS", "LN", None):
             raise ProbeError(f"unknown normalization {self.normalization!r}; choose 'RMS', 'LN' or None")
         if self.init not in ("t5", "gpt2"):
@@ -75,13 +80,64 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        data = _from_legacy_fields(data)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ProbeError(f"unknown model config field(s): {', '.join(unknown)}")
-        return cls(**data)
+    def from_dict(cls, data: dict[str, Any], where: str | os.PathLike | None = None) -> ModelConfig:
+        """The config a checkpoint's ``model`` entry describes; a missing, unknown or mistyped field is a
+        ProbeError naming it (and ``where``, the file it was read from, where given)."""
+        said = f"{where}: " if where is not None else ""
+        if not isinstance(data, dict):
+            raise ProbeError(f"{said}the model config is {type(data).__name__} {data!r}, not an object of fields")
+        try:
+            data = _from_legacy_fields(data)
+            known = {f.name for f in dataclasses.fields(cls)}
+            unknown = sorted(set(data) - known)
+            if unknown:
+                raise ProbeError(f"unknown model config field(s): {', '.join(unknown)}")
+            missing = [f.name for f in dataclasses.fields(cls) if f.name in REQUIRED and f.name not in data]
+            if missing:
+                raise ProbeError(f"the model config has no {', '.join(missing)}")
+            return cls(**data)
+        except ProbeError as error:
+            raise ProbeError(f"{said}{error}") from None
+        except (TypeError, ValueError, AttributeError, KeyError) as error:  # a legacy field of the wrong type
+            raise ProbeError(f"{said}the model config does not read ({first_line(error)})") from None
+
+
+SIZES = ("d_vocab", "n_layers", "d_model", "n_heads", "d_head", "d_mlp", "n_ctx")  # whole numbers, at least 1
+REQUIRED = ("pe", "d_vocab")  # the fields with no default
+
+
+def _check_types(config: ModelConfig) -> None:
+    """ProbeError naming the field and its value where a field is of the wrong type or out of range (an
+    ``-m n_layers=abc``, a config.json's ``"n_ctx": -5``): one line, never a traceback from deep in a layer."""
+    for name in SIZES:
+        value = getattr(config, name)
+        if not _whole(value) or value < 1:
+            raise ProbeError(f"{name} must be a whole number, at least 1, got {value!r}")
+    if not isinstance(config.act_fn, str) or config.act_fn not in ACTIVATIONS:
+        raise ProbeError(f"unknown act_fn {config.act_fn!r}; choose one of {', '.join(ACTIVATIONS)}")
+    for name in ("attn_scale", "bias", "tie_embeddings"):
+        if not isinstance(getattr(config, name), bool):
+            raise ProbeError(f"{name} must be true or false, got {getattr(config, name)!r}")
+    if not _real(config.eps) or not 0 < config.eps < math.inf:
+        raise ProbeError(f"eps must be a positive finite number, got {config.eps!r}")
+    if not _real(config.dropout) or not 0 <= config.dropout < 1:
+        raise ProbeError(f"dropout must be at least 0 and below 1, got {config.dropout!r}")
+    if not _whole(config.seed):
+        raise ProbeError(f"seed must be a whole number, got {config.seed!r}")
+    if not isinstance(config.pe_options, dict):
+        raise ProbeError(f"pe_options must be an object of option: value, got {config.pe_options!r}")
+    if not _whole(config.random_positions):
+        raise ProbeError(f"random_positions must be a whole number (0: off), got {config.random_positions!r}")
+
+
+def _whole(value: Any) -> bool:
+    """An integer (a Python or NumPy one), not a bool, a float or a string of digits."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _real(value: Any) -> bool:
+    """A number (an integer or a float), not a bool or a string."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 # Checkpoints written before PEs owned their options kept them as fields of ModelConfig.

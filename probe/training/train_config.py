@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,10 +91,22 @@ class TrainConfig:
                 setattr(self, name, recipe[name])
         if self.schedule not in SCHEDULES:
             raise ProbeError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        if self.batch_size < 1:
-            raise ProbeError(f"--batch-size must be positive, got {self.batch_size}")
-        if self.steps < 1:
-            raise ProbeError(f"--steps must be at least 1, got {self.steps}")
+        _check_whole("--batch-size", self.batch_size, 1)
+        _check_whole("--steps", self.steps, 1)
+        _check_whole("--checkpoint-every", self.checkpoint_every, 1, "steps between resumable states")
+        _check_whole("log_every", self.log_every, 1, "steps between log lines")
+        _check_whole("eval_examples", self.eval_examples, 1)
+        _check_real("--lr", self.lr, "a finite number above 0", lambda v: 0 < v < math.inf)
+        _check_real("--dropout", self.dropout, "at least 0 and below 1", lambda v: 0 <= v < 1)
+        _check_real("weight_decay", self.weight_decay, "a finite number, at least 0", lambda v: 0 <= v < math.inf)
+        _check_real("warmup", self.warmup, "a fraction of the steps, 0 to 1", lambda v: 0 <= v <= 1)
+        _check_real("lr_end", self.lr_end, "a finite number, at least 0", lambda v: 0 <= v < math.inf)
+        _check_real("decay_power", self.decay_power, "a finite number, at least 0", lambda v: 0 <= v < math.inf)
+        _check_real("beta2", self.beta2, "at least 0 and below 1", lambda v: 0 <= v < 1)
+        if self.grad_clip is not None:  # None or 0: no clipping (the loop clips where it is set)
+            _check_real(
+                "grad_clip", self.grad_clip, "a finite number, at least 0 (0: off)", lambda v: 0 <= v < math.inf
+            )
 
     def _settle_protocol(self) -> None:
         """The protocol (the authors' on their paper split, else probe's) and the weight-decay groups it
@@ -167,6 +181,19 @@ class TrainConfig:
             pe_options=self.pe_options,
             **model,
         )
+
+
+def _check_whole(name: str, value: Any, least: int, what: str = "") -> None:
+    """ProbeError naming ``name`` (a flag, or a field without one) unless ``value`` is an integer >= ``least``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        said = f" ({what})" if what else ""
+        raise ProbeError(f"{name} must be a whole number, at least {least}{said}, got {value!r}")
+
+
+def _check_real(name: str, value: Any, should: str, fits: Callable[[float], bool]) -> None:
+    """ProbeError naming ``name`` and ``value`` unless ``value`` is a number that ``fits`` (``should`` says how)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not fits(value):
+        raise ProbeError(f"{name} must be {should}, got {value!r}")
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
