@@ -192,6 +192,8 @@ def run_scorer(run: Run, settings: ReadSettings) -> RunScorer:
     from probe.models.attach import with_rope
     from probe.models.registry import parse_pe_options
 
+    if settings.batch_size is not None and settings.batch_size < 1:  # 0 is no batch, not the default
+        raise ProbeError(f"batch_size must be at least 1, got {settings.batch_size}")
     intervention = settings.intervention or Intervention()
     given = parse_pe_options(run.pe, dict(settings.pe_options or {}))
     at_inference = parse_pe_options(run.pe, with_rope(given, intervention))  # the RoPE scaling attach() applies
@@ -200,7 +202,7 @@ def run_scorer(run: Run, settings: ReadSettings) -> RunScorer:
     task = get_task(meta["task"]["name"], **meta["task"].get("options", {}))
     how = {
         "device": settings.device,
-        "batch_size": settings.batch_size or BATCH_SIZE,
+        "batch_size": BATCH_SIZE if settings.batch_size is None else settings.batch_size,
         "answer_of": task.answer_reader(),
         "decode_to": decode_positions(task),
         "cached": not intervention.needs_whole_pass(model),

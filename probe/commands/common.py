@@ -58,9 +58,23 @@ def add_intervention(parser: argparse.ArgumentParser) -> None:
 
 def intervention_of(args: argparse.Namespace) -> Intervention:
     """The :class:`~probe.models.interventions.Intervention` ``--intervene`` names (none if not given)."""
+    return read_intervention(getattr(args, "intervene", None))
+
+
+def read_intervention(spec: str | None) -> Intervention:
+    """:func:`~probe.models.interventions.parse_intervention` of a flag's ``spec``; a ``head-temperature=PATH``
+    that names a folder, or a file that cannot be read, is one line saying so (not a hint about outputs)."""
     from probe.models.interventions import parse_intervention
 
-    return parse_intervention(getattr(args, "intervene", None))
+    try:
+        return parse_intervention(spec)
+    except IsADirectoryError as error:
+        raise ProbeError(
+            f"head-temperature: {error.filename} is a folder, not a file; give the JSON file of temperatures "
+            '({"temperatures": [[t per head] per layer]})'
+        ) from None
+    except OSError as error:
+        raise ProbeError(f"head-temperature: cannot read {error.filename}: {error.strerror or error}") from None
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -164,13 +178,57 @@ def write_report(report: Report, args: argparse.Namespace, out: Console) -> list
 def check_out(args: argparse.Namespace, folder: str | Path, command: str) -> None:
     """One line before any work when the outputs cannot be written: ``--out`` if given, else ``folder`` (where
     they go by default, e.g. beside a colleague's read-only runs), naming --out."""
+    target = args.out or folder
+    problem = folder_problem(target)
+    if problem:
+        hint = "choose another --out" if args.out else "pass --out DIR to write them elsewhere"
+        raise ProbeError(f"{problem}, and probe {command} writes its results there; nothing was computed: {hint}")
+
+
+def folder_problem(folder: str | Path) -> str | None:
+    """Why files cannot be written into ``folder`` (``afile is a file, not a folder``, ``X is read-only here``),
+    or None where they can: where it does not exist yet, the nearest path above it that does is asked."""
+    from pathlib import Path
+
     from probe.atomic import writable
 
-    target = args.out or folder
-    if not writable(target):
-        hint = "choose another --out" if args.out else "pass --out DIR to write them elsewhere"
+    if writable(folder):
+        return None
+    path = Path(folder)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return f"{folder} is a file, not a folder" if existing == path else f"{existing} is a file, not a folder"
+    return f"{folder} is read-only here"
+
+
+def check_at_least(*checks: tuple[str, float | None, float]) -> None:
+    """One line for the first ``(flag, value, least)`` whose value (None: not given) is under its least:
+    ``--batch-size must be at least 1, got 0``."""
+    for flag, value, least in checks:
+        if value is not None and value < least:
+            raise ProbeError(f"{flag} must be at least {least}, got {value}")
+
+
+def check_seeds(seeds: int | Sequence[int] | None, flag: str = "--seed") -> None:
+    """A seed names a run folder (``seed3``) and seeds the generators: a negative one is one line, before any work
+    (it would write ``seed-1`` or stop deep in numpy)."""
+    for seed in [seeds] if isinstance(seeds, int) else seeds or ():
+        if seed < 0:
+            raise ProbeError(f"{flag} must not be negative, got {seed}")
+
+
+def check_pe_options(pairs: Sequence[str]) -> None:
+    """``-p KEY=VALUE`` whose key no positional encoding has (a typo) is one line naming the PEs' options, as `probe
+    eval` refuses options no run takes: never ignored silently."""
+    if not pairs:
+        return
+    from probe.models.registry import PE_KINDS, pe_class
+
+    known = {name for kind in PE_KINDS for name in pe_class(kind).options}
+    unknown = sorted(set(parse_options(list(pairs), None)) - known)
+    if unknown:
         raise ProbeError(
-            f"{target} is read-only here, and probe {command} writes its results there; nothing was computed: {hint}"
+            f"no positional encoding has the option(s) {', '.join(unknown)} (-p); see `probe pes` for each PE's options"
         )
 
 
@@ -283,8 +341,12 @@ def corpus_spec(args: argparse.Namespace, context: int) -> CorpusSpec:
     """The :class:`probe.corpus.CorpusSpec` of :func:`add_corpus_options`' flags (``context`` if none given)."""
     from probe.corpus import CorpusSpec
 
+    check_at_least(("--context", args.context, 2))  # 0 is no context, not "the default"
     return CorpusSpec(
-        corpus=args.corpus, heldout=args.heldout, vocab_size=args.vocab_size, context=args.context or context
+        corpus=args.corpus,
+        heldout=args.heldout,
+        vocab_size=args.vocab_size,
+        context=context if args.context is None else args.context,
     )
 
 

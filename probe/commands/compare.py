@@ -10,7 +10,10 @@ from probe.commands.common import (
     add_pe_options,
     add_reading_outputs,
     add_task_options,
+    check_at_least,
     check_out,
+    check_pe_options,
+    check_seeds,
     console,
     intervention_of,
     parse_options,
@@ -163,21 +166,20 @@ def detail_table(result: CompareResult) -> Table:
 def run(args: argparse.Namespace) -> int:
     from probe.analysis import compare_report
     from probe.device import resolve_device
-    from probe.errors import ProbeError
     from probe.figures.terminal import fitted
     from probe.runs.folders import train_command
-    from probe.subjects.resolve import home, resolve_all, subjects_task
+    from probe.subjects.resolve import home, subjects_task
     from probe.subjects.settings import ReadSettings
 
-    if args.batch_size < 1:
-        raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
-    if args.n_per_bucket < 1:  # a bad value is its own line, before any run is looked for
-        raise ProbeError(f"--n-per-bucket must be at least 1, got {args.n_per_bucket}")
+    # a bad value is its own line, before any run is looked for
+    check_at_least(("--batch-size", args.batch_size, 1), ("--n-per-bucket", args.n_per_bucket, 1))
+    check_seeds(args.seed)
+    check_pe_options(args.pe_option)
+    intervention_of(args)
     args.runs = [pe_or_run(name) for name in args.runs]
     task, options = task_options(subjects_task(args.runs, args.task), args.option, args.scratchpad)
-    names = dict(root=args.checkpoints, task=task, seed=args.seed, options=options)
-    first = resolve_all(args.runs[:1], **names)  # resolved once: its run (config read) goes on to the report
-    check_out(args, home(first, args.checkpoints, options) / "compare", "compare")
+    subjects = _subjects(args, task, options)
+    check_out(args, home(subjects[:1], args.checkpoints, options) / "compare", "compare")
     out = console(stderr=args.json)
     with progress_bar(out, "comparing", width=40) as on_progress:
         settings = ReadSettings(
@@ -193,8 +195,8 @@ def run(args: argparse.Namespace) -> int:
             progress=on_progress,
         )
         report = compare_report(
-            first[0].run or args.runs[0],  # an hf: model has no run
-            args.runs[1:],
+            subjects[0].run or args.runs[0],  # an hf: model has no run
+            [subject.run or name for subject, name in zip(subjects[1:], args.runs[1:])],
             settings,
             root=args.checkpoints,
             task=task,
@@ -217,3 +219,18 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"[yellow]{skipped} example(s) longer than the models' context were left out[/yellow]")
     write_report(report, args, out)
     return 0
+
+
+def _subjects(args: argparse.Namespace, task: str, options: dict) -> list:
+    """Every model named, resolved once (their runs, config.json read, go on to the report); a run a PE name finds
+    under the task folder that is another task's (moved or copied there) is one line, not read as the folder's."""
+    from pathlib import Path
+
+    from probe.runs.folders import check_belongs
+    from probe.subjects.resolve import resolve_all
+
+    subjects = resolve_all(args.runs, root=args.checkpoints, task=task, seed=args.seed, options=options)
+    for name, subject in zip(args.runs, subjects):
+        if subject.run is not None and not (Path(name) / "config.json").is_file():  # a PE name, not a folder
+            check_belongs(subject.run, task, options)
+    return subjects

@@ -7,7 +7,9 @@ import argparse
 from probe.commands.common import (
     add_reading_outputs,
     add_task_options,
+    check_at_least,
     check_out_beside,
+    check_seeds,
     console,
     intervention_of,
     parse_options,
@@ -93,11 +95,13 @@ def _mass(stats, low: float, high: float) -> float:
 def run(args: argparse.Namespace) -> int:
     from probe.analysis import attended_distance_report
     from probe.device import resolve_device
-    from probe.errors import ProbeError
     from probe.subjects.settings import ReadSettings
 
-    if args.batch_size < 1:
-        raise ProbeError(f"--batch-size must be positive, got {args.batch_size}")
+    check_at_least(
+        ("--batch-size", args.batch_size, 1), ("--n-per-bucket", args.n_per_bucket, 1), ("--bins", args.bins, 1)
+    )
+    check_seeds(args.seed)
+    intervention_of(args)
     args.pe = pe_kinds(args.pe)
     names, options = _subjects(args)
     check_out_beside(args, names, options, "distances", "distances")

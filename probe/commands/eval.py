@@ -11,11 +11,18 @@ from probe.commands.common import (
     add_json,
     add_pe_options,
     add_task_options,
+    check_at_least,
+    check_out,
     console,
     intervention_of,
     parse_options,
     print_json,
     task_options,
+)
+
+NOT_CODE = (
+    "probe eval scores a task's exact match; code models are read by held-out perplexity: use `probe perplexity` "
+    "(or `probe extrapolate`)"
 )
 
 
@@ -84,10 +91,9 @@ def run(args: argparse.Namespace) -> int:
     from probe.subjects.settings import ReadSettings
 
     out = console(stderr=args.json)
-    _check_show(args)
+    _check_flags(args)
     runs, given = _runs(args, out)
-    if args.out is None:
-        _check_writable(runs)
+    _check_writable(runs, args)
     device = resolve_device(args.device)
     reports = []
     with out.status(f"evaluating {len(runs)} run(s)") as status:
@@ -147,6 +153,14 @@ def _check_show(args: argparse.Namespace) -> None:
         check_per_length(args.show)
     if args.wrong and args.show is None:
         raise ProbeError("--wrong picks which predictions --show prints; give --show N with it")
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags checked before any run is read: ``--show`` and ``--wrong``, the counts (a batch of 0 or fewer
+    examples is no batch: not the default's, nor a traceback), and ``--intervene``."""
+    _check_show(args)
+    check_at_least(("--batch-size", args.batch_size, 1), ("--valid", args.valid, 0))
+    intervention_of(args)
 
 
 def _show(args: argparse.Namespace, runs, given, device, out) -> dict[str, list[dict]]:
@@ -219,11 +233,18 @@ def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     options it takes (those its PE has: runs whose PE has none of them are skipped, one dim line each)."""
 
     from probe.analysis.evaluation import inference_options
+    from probe.corpus import CODE_TASK
     from probe.errors import ProbeError
+    from probe.models.checkpoint import task_name
     from probe.runs.folders import Run, find_runs, task_folder_name
 
+    if CODE_TASK in (args.task or ()):
+        raise ProbeError(f"--task code: {NOT_CODE}")
     if args.runs:
         runs = [Run.of(p) for p in args.runs]
+        for r in runs:
+            if task_name(r.config) == CODE_TASK:
+                raise ProbeError(f"{r.path} is a code model; {NOT_CODE}")
     else:
         named = [task_options(task, args.option, args.scratchpad) for task in args.task or [None]]
         runs = []
@@ -241,13 +262,17 @@ def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     return [r for r in runs if r.path in taking], taking
 
 
-def _check_writable(runs) -> None:
+def _check_writable(runs, args: argparse.Namespace) -> None:
     """Without --out, each run folder gets its evaluation and each task folder its figure: one line before any
-    work when one cannot be written (a colleague's shared runs), naming --out."""
+    work when one cannot be written (a colleague's shared runs), naming --out; with it, --out (a file there, or
+    a read-only folder)."""
     from probe.atomic import writable
     from probe.errors import ProbeError
     from probe.runs.folders import beside
 
+    if args.out is not None:
+        check_out(args, args.out, "eval")
+        return
     by_task: dict[str, list] = {}
     for r in runs:
         by_task.setdefault(r.task_folder, []).append(r)

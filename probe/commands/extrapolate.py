@@ -9,11 +9,14 @@ from probe.commands.common import (
     add_device,
     add_json,
     add_task_options,
+    check_at_least,
     check_out_beside,
+    check_seeds,
     console,
     elapsed,
     print_json,
     progress_bar,
+    read_intervention,
     task_options,
     write_report,
 )
@@ -108,20 +111,21 @@ def run(args: argparse.Namespace) -> int:
     from probe.extrapolation.plan import FAMILIES, MULTIPLES, Settings
     from probe.extrapolation.report import best_line
     from probe.figures.terminal import fitted
-    from probe.models.interventions import parse_intervention
 
     counts = ("--n-valid", args.n_valid), ("--n-iid", args.n_iid), ("--batch-size", args.batch_size)
-    for flag, value in (*counts, ("--max-files", args.max_files)):
-        if value < 1:
-            raise ProbeError(f"{flag} must be at least 1, got {value}")
+    check_at_least(*((flag, value, 1) for flag, value in (*counts, ("--max-files", args.max_files))))
+    check_at_least(("--context", args.context, 2))
+    check_seeds(args.seed)
     for multiple in args.multiples or ():
         if not multiple > 0:
             raise ProbeError(f"--multiples must each be above 0 (contexts in units of T), got {multiple:g}")
-    given = [parse_intervention(spec) for spec in args.intervention]
+    given = [read_intervention(spec) for spec in args.intervention]
     names = list(args.runs) or _runs(args)
     options = {"corpus": args.corpus, "heldout": args.heldout}
     if args.context is not None:
         options["context"] = args.context
+    if not args.dry_run:  # before the plan's timing pass: a dry run writes nothing
+        check_out_beside(args, names, options, "extrapolation", "extrapolate")
     out = console(stderr=args.json)
     settings = Settings(
         families=args.family or FAMILIES,
@@ -146,7 +150,6 @@ def run(args: argparse.Namespace) -> int:
             runs = [{"label": p.label, "steps": p.steps, "skipped": p.skipped} for p in plans]
             print_json({"runs": runs, "estimated_seconds": seconds})
         return 0
-    check_out_beside(args, names, options, "extrapolation", "extrapolate")
     with progress_bar(out, "extrapolate") as on_progress:
         report = extrapolate(names, replace(settings, progress=on_progress), root=args.checkpoints)
     out.print(fitted(_table(report), out))
@@ -176,7 +179,9 @@ def _runs(args: argparse.Namespace) -> list[str]:
     from probe.runs.folders import find_runs, task_folder_name
 
     task, options = task_options(args.task, args.option, args.scratchpad)
-    found, _ = find_runs(args.checkpoints, task, options)
+    found, broken = find_runs(args.checkpoints, task, options)
+    for path, why in broken:  # as `probe eval` says them: a run left out is never left out silently
+        console(stderr=args.json).print(f"[yellow]skipping {path}: {why}[/yellow]")
     runs = [r for r in found if r.complete]
     if not runs:
         raise ProbeError(

@@ -8,7 +8,10 @@ from probe.commands.common import (
     add_corpus_options,
     add_pe_options,
     add_reading_outputs,
+    check_at_least,
     check_out_beside,
+    check_pe_options,
+    check_seeds,
     console,
     corpus_spec,
     intervention_of,
@@ -65,15 +68,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from probe.analysis.perplexity import perplexity_report
     from probe.device import resolve_device
-    from probe.errors import ProbeError
     from probe.figures.terminal import fitted
     from probe.subjects.settings import ReadSettings
 
     args.pe = pe_kinds(args.pe)
-    if args.batch_size < 1:
-        raise ProbeError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.max_files is not None and args.max_files < 1:
-        raise ProbeError(f"--max-files must be at least 1, got {args.max_files}")
+    check_at_least(
+        ("--batch-size", args.batch_size, 1), ("--max-files", args.max_files, 1), ("--context", args.context, 2)
+    )
+    check_seeds(args.seed)
+    check_pe_options(args.pe_option)
+    intervention_of(args)
     names = list(args.runs) or _runs(args)
     options = {
         "corpus": args.corpus,

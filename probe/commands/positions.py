@@ -10,7 +10,9 @@ import argparse
 from probe.commands.common import (
     add_reading_outputs,
     add_task_options,
+    check_at_least,
     check_out_beside,
+    check_seeds,
     console,
     intervention_of,
     parse_options,
@@ -73,16 +75,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> None:
     from probe.errors import ProbeError
 
-    for flag, value, least in (
+    check_at_least(
         ("--batch-size", args.batch_size, 1),
         ("--n-per-bucket", args.n_per_bucket, 1),
         ("--resamples", args.resamples, 1),
         ("--max-positions", args.max_positions, 2),
-    ):
-        if value < least:
-            raise ProbeError(f"{flag} must be at least {least}, got {value}")
+    )
     if not args.alpha > 0:
         raise ProbeError(f"--alpha must be positive, got {args.alpha}")
+    check_seeds(args.seed)
+    intervention_of(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import shlex
 from typing import TYPE_CHECKING
 
-from probe.commands.common import add_corpus_options, console, corpus_spec, parse_options, pe_kinds
+from probe.commands.common import add_corpus_options, check_seeds, console, corpus_spec, parse_options, pe_kinds
 from probe.commands.shared_training import add_training_options, report_results, results_table, train_with_progress
 from probe.errors import ProbeError
 from probe.presets import LM_RECIPES, listed
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from probe.runs.folders import run_dir
 
     args.pe = pe_kinds(args.pe)
+    check_seeds(args.seed)  # a seed names its run folder: seed-1 is none
     spec = corpus_spec(args, training_context(args.preset))
     device = resolve_device(args.device)
     configs = _configs(args, spec)

@@ -37,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    from probe.commands.common import check_at_least, check_seeds
     from probe.runs.released import import_released
 
+    check_at_least(("--context", args.context, 2))
+    check_seeds(args.seed)
     path = import_released(
         args.folder,
         args.checkpoints,

@@ -98,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     tasks = [] if args.task and "all" in args.task else list(args.task or [default_task(args.scale)])
     if args.steps is not None and args.steps < 1:
         raise ProbeError(f"--steps must be at least 1, got {args.steps}")
+    summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
+    _check_up_front(args, root, summaries, Path(args.out) if args.out else root / REPORT)
     runs = plan(args.scale, root, seeds=args.seeds, tasks=tasks, steps=args.steps)
     device = resolve_device(args.device)
     if args.jobs is not None and args.jobs < 1:
@@ -106,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     stack = default_stack(device.type) if args.stack is None else args.stack
     jobs = 1 if stack else args.jobs or default_jobs(len(runs), device.type)
     out = console(stderr=args.json)
-    summaries = Path(args.summaries) if args.summaries else root / SUMMARIES
     rule = None if args.steps else ladder(args.scale)  # --steps: a quick look at one recipe
     rung = rung_plan(args.scale, root, rule, seeds=args.seeds, tasks=tasks) if rule else None
     landed = Landed(summaries, args.scale, device.type)
@@ -128,6 +129,24 @@ def run(args: argparse.Namespace) -> int:
         claims = {"section6_claims": report["section6"]["claims"]} if "section6" in report else {}
         print_json({"report": str(written[0]), "notes": report["notes"], "mrr": report["mrr"], **claims})
     return 0
+
+
+def _check_up_front(args: argparse.Namespace, root, summaries, report) -> None:
+    """What the study reads after hours of training, checked before any (a dry run too): the analyses' examples
+    per bucket, and the folders it writes its runs, summaries and report into (a file there, or a read-only one)."""
+    from probe.commands.common import check_at_least, folder_problem
+
+    check_at_least(("--n-per-bucket", args.n_per_bucket, 1))
+    for flag, folder, what in (
+        ("--checkpoints", root, "its runs"),
+        ("--summaries", summaries, "each scenario's summary"),
+        ("--out", report, "its report"),
+    ):
+        problem = folder_problem(folder)
+        if problem:
+            raise ProbeError(
+                f"{problem}, and probe reproduce writes {what} there; nothing was trained: choose another {flag}"
+            )
 
 
 def _report(args: argparse.Namespace, runs: list, root, summaries, rule, rung, device, out) -> dict:

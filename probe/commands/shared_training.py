@@ -50,7 +50,11 @@ def add_training_options(parser: argparse.ArgumentParser, unit: str) -> None:
     parser.add_argument(
         "--checkpoint-every", type=int, default=500, metavar="N", help="save resumable state every N steps"
     )
-    parser.add_argument("--force", action="store_true", help="retrain runs that are already complete")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="retrain runs that are already complete (each kept until its new run publishes)",
+    )
     parser.add_argument(
         "--wait",
         action="store_true",

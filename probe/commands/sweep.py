@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
-from probe.commands.common import add_checkpoints, add_json, console, print_json
+from probe.commands.common import add_checkpoints, add_json, check_at_least, check_seeds, console, print_json
 from probe.commands.shared_training import add_capture
 from probe.errors import ProbeError
 from probe.presets import PRESETS, listed
@@ -107,13 +108,13 @@ def _add_output_flags(out) -> None:
         metavar="N",
         help="with --dry-run: price the grid at this training throughput instead of measuring it here",
     )
-    out.add_argument(
-        "--measure-steps", type=int, default=5, metavar="N", help="steps timed per model shape for the estimate"
+    out.add_argument(  # default None, so a flag given without --dry-run is seen: MEASURE_STEPS at the dry run
+        "--measure-steps", type=int, default=None, metavar="N", help="steps timed per model shape for the estimate"
     )
     out.add_argument(
         "--cluster-size",
         type=int,
-        default=8,
+        default=None,
         metavar="N",
         help="with --dry-run: also estimate wall time on N such slots",
     )
@@ -124,6 +125,32 @@ def _add_output_flags(out) -> None:
     out.add_argument(
         "--name", help="sweep name for the manifest CHECKPOINTS/sweep-NAME.json (default: the grid's name)"
     )
+
+
+MEASURE_STEPS, CLUSTER_SIZE = 5, 8  # --measure-steps, --cluster-size when not given
+DRY_RUN_FLAGS = (
+    ("--list", "list"),
+    ("--tokens-per-second", "tokens_per_second"),
+    ("--measure-steps", "measure_steps"),
+    ("--cluster-size", "cluster_size"),
+)
+
+
+def _check_dry_run_flags(args: argparse.Namespace) -> None:
+    """The flags that shape a dry run's plan, refused without --dry-run (a sweep would ignore them and start the
+    whole grid for real), and their values checked (a zero throughput divided by, a zero step count indexed),
+    before anything is read or started."""
+    if not args.dry_run:
+        for flag, name in DRY_RUN_FLAGS:
+            if getattr(args, name) not in (None, False):
+                raise ProbeError(
+                    f"{flag} shapes a dry run's plan; give --dry-run with it (nothing was started: without "
+                    "--dry-run the sweep trains the grid)"
+                )
+    tokens = args.tokens_per_second
+    if tokens is not None and not (tokens > 0 and math.isfinite(tokens)):
+        raise ProbeError(f"--tokens-per-second must be a positive number, got {tokens:g}")
+    check_at_least(("--measure-steps", args.measure_steps, 1), ("--cluster-size", args.cluster_size, 1))
 
 
 def _pairs(pairs: list[str], what: str) -> dict[str, list[Any]]:
@@ -155,9 +182,21 @@ def build_grid(args: argparse.Namespace) -> dict[str, Any]:
         "eval_n": args.eval_n,
         "eval_valid": args.eval_valid,
     }
-    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size)):
-        if value is not None and value < 1:
-            raise ProbeError(f"{flag} must be at least 1, got {value}")
+    check_at_least(
+        ("--steps", args.steps, 1),
+        ("--batch-size", args.batch_size, 1),
+        ("--eval-n", args.eval_n, 1),
+        ("--eval-valid", args.eval_valid, 0),
+    )
+    # as TrainConfig says them (a dry run builds none)
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise ProbeError(
+            "--checkpoint-every must be a whole number, at least 1 (steps between resumable states), "
+            f"got {args.checkpoint_every}"
+        )
+    if args.lr is not None and not 0 < args.lr < math.inf:
+        raise ProbeError(f"--lr must be a finite number above 0, got {args.lr!r}")
+    check_seeds(args.seed)
     if not args.grid:
         return grid_from_flags(
             tasks=args.task,
@@ -183,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         show_report,
     )
 
+    _check_dry_run_flags(args)
     grid = build_grid(args)
     runs = expand_grid(grid, args.checkpoints)
     if args.grid:
@@ -202,8 +242,8 @@ def run(args: argparse.Namespace) -> int:
             launch,
             out,
             tokens_per_second=args.tokens_per_second,
-            measure_steps=args.measure_steps,
-            cluster_size=args.cluster_size,
+            measure_steps=MEASURE_STEPS if args.measure_steps is None else args.measure_steps,
+            cluster_size=CLUSTER_SIZE if args.cluster_size is None else args.cluster_size,
             list_runs=args.list,
         )
         if args.json:
@@ -220,15 +260,20 @@ def _launch(args: argparse.Namespace) -> Launch:
     """How the runs are launched, from the flags, each checked before anything is read or started."""
     from probe.studies.sweep import Launch
 
+    for value, flag in (
+        (args.max_retries, "--max-retries"),
+        (args.num_cpus, "--num-cpus"),
+        (args.cpus_per_run, "--cpus-per-run"),
+        (args.gpus_per_run, "--gpus-per-run"),
+    ):
+        if value is not None and not value >= 0:  # NaN too
+            raise ProbeError(f"{flag} must not be negative, got {value:g}")
     if args.capture and not args.gpus_per_run:
         raise ProbeError(
             "CUDA graphs need a GPU: --capture needs --gpus-per-run above 0; pass --no-capture or leave it out"
         )
     if not args.cpus_per_run and not args.gpus_per_run:  # Ray bounds a run by what it asks for: nothing here
         raise ProbeError("--cpus-per-run 0 with no GPU would start every run at once; give each run a CPU share")
-    for value, flag in ((args.max_retries, "--max-retries"), (args.num_cpus, "--num-cpus")):
-        if value is not None and value < 0:
-            raise ProbeError(f"{flag} must not be negative, got {value}")
     return Launch(
         args.checkpoints,
         evaluate=not args.no_eval,

@@ -17,6 +17,8 @@ from probe.errors import ProbeError
 PARTS = ("train", "valid", "test")
 
 SHOWN = 5
+PRINTED_AT_MOST = 1_000  # rows of the table `probe tasks show` prints: a look at the task, not its data
+EXPORTED_AT_MOST = 1_000_000  # --jsonl: ten times the paper's training set (D.1: 100K), a few seconds to write
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -134,6 +136,7 @@ def show(args: argparse.Namespace) -> int:
         )
     if args.part not in PARTS:
         raise ProbeError(f"--part {args.part!r}: choose one of {', '.join(PARTS)}")
+    _check_show(args)
     task = get(args.task, **options)
     n = args.n if args.n is not None or args.jsonl else SHOWN
     examples = task.examples(args.part, n=n, seed=args.seed)
@@ -171,6 +174,37 @@ def show(args: argparse.Namespace) -> int:
         "(with <bos>, <pad>, <eos>, <sep>); tokens = <bos> source <sep> target <eos>"
     )
     return 0
+
+
+def _check_show(args: argparse.Namespace) -> None:
+    """``--n``, ``--seed`` and ``--jsonl`` checked before an example is made: a count the command can make in
+    seconds (the examples are held in memory, then printed or written), and an export that never replaces a file
+    of another kind (a run's config.json) nor writes into a folder's name."""
+    from pathlib import Path
+
+    from probe.commands.common import check_seeds
+
+    check_seeds(args.seed)
+    if args.n is not None:
+        most, why = (
+            (EXPORTED_AT_MOST, "ten times the paper's training set")
+            if args.jsonl
+            else (PRINTED_AT_MOST, "a table to read; export more with --jsonl FILE")
+        )
+        if not 1 <= args.n <= most:
+            raise ProbeError(f"--n must be from 1 to {most:,} ({why}), got {args.n}")
+    if args.jsonl in (None, "-"):
+        return
+    path = Path(args.jsonl)
+    if path.is_dir():
+        raise ProbeError(f"--jsonl {args.jsonl} is a folder; give a file name (e.g. {path / 'examples.jsonl'})")
+    if path.exists() and (path.parent / "config.json").is_file():  # a run's metrics.jsonl is finished work too
+        raise ProbeError(f"--jsonl {args.jsonl} is a file of a run folder; give a new file name outside it")
+    if path.exists() and path.suffix != ".jsonl":
+        raise ProbeError(
+            f"--jsonl {args.jsonl} exists and is no .jsonl file; probe tasks show replaces only a .jsonl file: "
+            "give a new file name, or one ending in .jsonl"
+        )
 
 
 def write_lines(path: str, lines: list[str]) -> None:

@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
+    from probe.commands.common import check_seeds
+
+    check_seeds(args.seed)  # numpy's generators take none below 0
     if args.max_length < 2:
         raise ProbeError(f"--max-length must be at least 2, got {args.max_length}")
     if args.sequences < 1:

@@ -6,6 +6,7 @@ import argparse
 
 from probe.commands.common import (
     add_task_options,
+    check_seeds,
     console,
     parse_options,
     pe_kinds,
@@ -71,6 +72,7 @@ def planned_runs(args: argparse.Namespace) -> list[tuple[str, int]]:
 
     args.pe = pe_kinds(args.pe)  # `--pe Rotary`, the label tables print, is rotary
     pes = args.pe or list(PAPER_PES)
+    check_seeds(args.seed)  # a seed names its run folder: seed-1 is none
     seeds = args.seed or [0]
     for pe in pes:
         pe_class(pe)  # an unknown PE gets its line before any run starts

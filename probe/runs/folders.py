@@ -147,12 +147,15 @@ def beside(runs: Iterable[Run]) -> Path:
 def find_runs(
     root: str | Path, task: str | None = None, options: dict[str, Any] | None = None
 ) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """Every checkpoint under ``root`` (optionally of one task folder), and the broken ones with why."""
+    """Every checkpoint under ``root`` (optionally of one task folder), and the broken ones with why: among them
+    a run whose ``config.json`` is another task's (or the same task's under other options) than the task folder
+    it is found in, copied or moved there, which would otherwise be read, scored and labelled as that folder's."""
     root = Path(root)
     if not root.is_dir():
         return [], []
     base = root / task_folder_name(task, options) if task else root
     runs, broken = [], []
+    resolved: dict[tuple[str, str], Any] = {}
     for config_path in sorted(base.rglob(CONFIG)):
         if config_path.parent.name == LAST and (config_path.parent.parent / CONFIG).is_file():
             continue  # a run's own last-step checkpoint, not a run of its own
@@ -164,8 +167,122 @@ def find_runs(
         if not isinstance(config.get("pe"), str):
             broken.append((config_path.parent, f"{config_path} names no positional encoding: not a probe run"))
             continue
+        folder = _task_folder_of(config_path.parent, root, task, options)
+        stranger = folder and _stranger(config, *folder, resolved)
+        if stranger:
+            broken.append((config_path.parent, f"{stranger}; not read as one of {folder[0]}"))
+            continue
         runs.append(Run(config_path.parent, config))
     return runs, broken
+
+
+def check_belongs(run: Run, task: str, options: dict[str, Any] | None = None) -> None:
+    """ProbeError where ``run``, found by a PE name under the task folder of ``task`` and ``options``
+    (:func:`resolve_run`), is another task's run or the same task's under other options (moved or copied there):
+    it would be read and labelled as that folder's."""
+    folder = task_folder_name(task, options)
+    stranger = _stranger(run.config, folder, task, dict(options or {}), {})
+    if stranger:
+        raise ProbeError(f"{run.path}: {stranger}; not read as one of {folder}")
+
+
+def _task_folder_of(
+    path: Path, root: Path, task: str | None, options: dict[str, Any] | None
+) -> tuple[str, str, dict[str, Any]] | None:
+    """(the task folder's name, its task, its options) that the run folder ``path`` is found under: the task
+    (and options) asked for, else read from the name of the folder ``<root>/<task folder>/<pe>/seed<k>`` that
+    holds it; None where ``path`` is not laid out so or its folder's name names no task (nothing to check)."""
+    if task:
+        return task_folder_name(task, options), task, dict(options or {})
+    parts = path.relative_to(root).parts
+    if len(parts) != 3 or not parts[2].startswith("seed"):
+        return None
+    name = parts[0]
+    parsed = _folder_options(name)
+    return None if parsed is None else (name, *parsed)
+
+
+def _folder_options(name: str) -> tuple[str, dict[str, Any]] | None:
+    """``addition+scratchpad=I+C+train_length=8`` -> (``addition``, its options as typed), values read as the
+    command line reads them; None where the name is no task's (a folder of the user's own)."""
+    import json
+
+    from probe.corpus import CODE_TASK
+    from probe.tasks import TASKS
+
+    task, *terms = name.split("+")
+    if task != CODE_TASK and task not in TASKS:
+        return None
+    pairs: list[list[str]] = []
+    for term in terms:
+        key, sep, value = term.partition("=")
+        if sep:
+            pairs.append([key, value])
+        elif pairs:  # a value holding a '+' (a scratchpad format, I+C+O)
+            pairs[-1][1] += "+" + term
+        else:
+            return None
+    options: dict[str, Any] = {}
+    for key, value in pairs:
+        try:
+            options[key] = json.loads(value.lower() if value in ("True", "False") else value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return task, options
+
+
+def _stranger(
+    config: dict[str, Any], folder: str, task: str, options: dict[str, Any], resolved: dict[str, Any]
+) -> str | None:
+    """Why the run of ``config`` does not belong in the task folder ``folder`` (of ``task`` with ``options``):
+    another task's run, or the same task's under other options (copied or moved there), which would be read as
+    the folder's and labelled so; None where it belongs, or where either side's options no longer resolve (the
+    reader says what is wrong then). ``resolved`` caches each task's resolved options."""
+    from probe.corpus import CODE_TASK
+
+    theirs = task_name(config)
+    theirs_options = config["task"].get("options", {}) if theirs is not None else {}
+    if not isinstance(theirs_options, dict):
+        return None
+    if theirs == task == CODE_TASK:  # a corpus folder's name is its options' (a corpus folder's hashed path)
+        its = _resolved(CODE_TASK, theirs_options, resolved)
+        if its is None or its == folder:
+            return None
+    elif theirs == task:
+        mine, its = _resolved(task, options, resolved), _resolved(task, theirs_options, resolved)
+        if mine is None or its is None or mine == its:
+            return None
+    if theirs is None:
+        what = "a model of no task (a construction)"
+    elif theirs == CODE_TASK:
+        what = f"a run of {_resolved(CODE_TASK, theirs_options, resolved) or CODE_TASK}"
+    else:
+        try:
+            what = f"a run of {task_folder_name(theirs, given_options(theirs, theirs_options))}"
+        except ProbeError:
+            what = f"a run of {theirs}"
+    return f"its config.json is {what}, not of {folder}, the task folder it sits in (moved or copied there?)"
+
+
+def _resolved(task: str, options: dict[str, Any], resolved: dict[str, Any]) -> Any:
+    """``task``'s options resolved (a code corpus's: its folder's name), cached in ``resolved``; None where they
+    do not resolve."""
+    import json
+
+    from probe.corpus import CODE_TASK, corpus_folder_name
+
+    key = (task, json.dumps(options, sort_keys=True, default=str))
+    if key not in resolved:
+        try:
+            if task == CODE_TASK:
+                resolved[key] = corpus_folder_name(options)
+            else:
+                from probe.tasks import get as get_task
+
+                resolved[key] = get_task(task, **options).options
+        except (ProbeError, TypeError, ValueError):
+            resolved[key] = None
+    return resolved[key]
 
 
 def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict[str, Any] | None = None) -> Path:
@@ -179,7 +296,7 @@ def resolve_run(name: str, root: str | Path, task: str, seed: int, options: dict
         pe, pe_options = split_pe_name(name)
         candidate = run_dir(root, task, pe, seed, options, pe_options)
         if (candidate / CONFIG).is_file():
-            return candidate
+            return candidate  # its config.json is read once, by the caller: check it there (check_belongs)
         raise ProbeError(
             f"no {name} checkpoint for task {task_folder_name(task, options)} seed {seed} under {root} "
             f"(make it with: {train_command(task, options, root, pe=pe, seed=seed, pe_options=pe_options)})"

@@ -68,6 +68,12 @@ def import_released(
     Everything is read and checked before anything is written: a folder that is not such a model, an
     unknown ``position_encoding_type`` or a missing file is one ProbeError and no file.
     """
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 2):
+        raise ProbeError(
+            f"context must be a whole number of at least 2 tokens, got {context!r}"
+        )  # 0 is no context, not the model's
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ProbeError(f"seed must be a whole number, at least 0, got {seed!r}")  # it names the run folder, seed<k>
     folder = Path(folder)
     model, config = load_authors_model(folder)
     try:
@@ -84,7 +90,7 @@ def import_released(
     bos = bos_token_id(folder, tokenizer)
     spec = CorpusSpec(
         corpus=corpus,
-        context=context or int(config.get("n_positions", RELEASED_CONTEXT)),
+        context=int(config.get("n_positions", RELEASED_CONTEXT)) if context is None else context,
         tokenizer=tokenizer_digest(tokenizer_json),
     )
     task_folder = Path(checkpoints) / corpus_folder_name(spec.options)
