@@ -188,15 +188,7 @@ def build_grid(args: argparse.Namespace) -> dict[str, Any]:
         ("--eval-n", args.eval_n, 1),
         ("--eval-valid", args.eval_valid, 0),
     )
-    # as TrainConfig says them (a dry run builds none)
-    if args.checkpoint_every is not None and args.checkpoint_every < 1:
-        raise ProbeError(
-            "--checkpoint-every must be a whole number, at least 1 (steps between resumable states), "
-            f"got {args.checkpoint_every}"
-        )
-    if args.lr is not None and not 0 < args.lr < math.inf:
-        raise ProbeError(f"--lr must be a finite number above 0, got {args.lr!r}")
-    check_seeds(args.seed)
+    check_seeds(args.seed)  # --lr, --checkpoint-every ...: each run's TrainConfig, as the grid expands
     if not args.grid:
         return grid_from_flags(
             tasks=args.task,
