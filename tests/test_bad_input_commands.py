@@ -74,6 +74,9 @@ def test_a_dry_runs_flag_without_dry_run_starts_nothing(tmp_path, capsys, nothin
         (["--eval-valid", "-1"], "--eval-valid must be at least 0, got -1"),
         (["--cpus-per-run", "-1"], "--cpus-per-run must not be negative, got -1"),
         (["--gpus-per-run", "-1"], "--gpus-per-run must not be negative, got -1"),
+        (["--num-cpus", "0"], "--num-cpus 0 gives Ray fewer CPUs than one run asks for (--cpus-per-run 1)"),
+        (["--num-cpus", "1", "--cpus-per-run", "2"], "no run would ever start"),
+        (["--num-cpus", "2", "--address", "auto"], "a cluster joined with --address has its own CPUs"),
         (["--seed", "-1"], "--seed must not be negative, got -1"),
     ],
 )
@@ -234,6 +237,16 @@ def test_runs_in_their_own_folder_are_not_strangers(checkpoints):
     assert _folder_options("my-own-runs") is None
 
 
+def test_a_moved_run_named_by_its_path_is_labelled_by_its_config(stranger):
+    """Named by its folder it is read (the user asked for it), as the reverse run it is, outside the layout."""
+    from probe.runs.folders import Run
+
+    moved = Run.of(stranger / "copy+train_length=4" / "nope" / "seed0")
+    assert not moved.in_layout and moved.task_folder == FOLDER
+    assert moved.label == f"{FOLDER}/nope/seed0 (seed0)"
+    assert Run.of(stranger / FOLDER / "nope" / "seed0").in_layout
+
+
 def test_eval_compare_and_distances_do_not_read_it_as_the_folders(stranger, capsys):
     run = stranger / "copy+train_length=4" / "nope" / "seed0"
     before = (run / "eval.json").read_bytes()
@@ -249,6 +262,27 @@ def test_eval_compare_and_distances_do_not_read_it_as_the_folders(stranger, caps
     assert main(["extrapolate", *copy, "--dry-run"]) == 2
     captured = capsys.readouterr()
     assert "skipping" in captured.out and "no runs of copy+train_length=4" in captured.err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["distances", "--n-per-bucket", "1"],
+        ["positions", "--n-per-bucket", "2"],
+        ["compare", "nope", "--n-per-bucket", "1", "--no-baseline"],  # A with every other PE found
+    ],
+)
+def test_a_broken_run_the_task_holds_is_said_when_the_others_are_read(checkpoints, tmp_path, capsys, command):
+    """distances, positions and compare-with-every-other-PE read the task folder's good runs and say each broken
+    entry beside them (a config that is not JSON, one that is no run), as eval and extrapolate do."""
+    root = tmp_path / "ck"
+    shutil.copytree(checkpoints / FOLDER, root / FOLDER, ignore=shutil.ignore_patterns("rotary"))
+    flags = ["--task", "reverse", "-o", "train_length=4", "--checkpoints", str(root), "--out", str(tmp_path / "out")]
+    capsys.readouterr()
+    assert main([*command, *flags]) == 0
+    out = capsys.readouterr().out
+    skipped = [line.split(":")[0] for line in out.splitlines() if line.startswith("skipping ")]
+    assert skipped == [f"skipping {root / FOLDER / pe / 'seed0'}" for pe in ("alibi", "ape")]
 
 
 # -- 8: probe reproduce --------------------------------------------------------------------------------------------

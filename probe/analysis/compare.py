@@ -36,7 +36,7 @@ from probe.subjects.resolve import (
     subjects_task,
     task_folder,
 )
-from probe.subjects.run_info import Progress, RunInfo, paired_layers, within
+from probe.subjects.run_info import OnBroken, Progress, RunInfo, paired_layers, within
 from probe.subjects.settings import ReadSettings
 from probe.subjects.subject import Loaded, Subject
 
@@ -177,13 +177,15 @@ def compare_report(
     task: str | None = None,
     metric: Metric = "jsd",
     baseline: bool = True,
+    on_broken: OnBroken | None = None,
 ) -> CompareReport:
     """``probe compare A [B ...]``: A and each B are PE names (runs of ``task`` and ``settings.seed`` under
     ``root``; no ``task``: the main job's, its options under ``settings.options``, as the command reads them),
     run folders or ``hf:`` models (then the task is code and ``settings.options`` name the corpus); no B
     compares A with every other PE found. With ``baseline``, adds A vs A' (another seed of A's run, NoPE' for
     NoPE) when one exists. Everything is checked (subjects exist, read the same inputs) before any model is
-    loaded. ``settings``: see :func:`compare_runs`; its ``progress`` hears every comparison."""
+    loaded. ``settings``: see :func:`compare_runs`; its ``progress`` hears every comparison; ``on_broken``, each
+    run left out of "every other PE" as broken."""
     settings = ReadSettings() if settings is None else settings
     keep_freed_memory()
     check_metric(metric)
@@ -192,7 +194,7 @@ def compare_report(
     found = dict(root=root, task=task, seed=settings.seed, options=options)
     subjects = resolve_all([pe_a, *pe_b_list], **found, intervention=settings.intervention)
     a = subjects[0]
-    others = subjects[1:] or others_than(a, root, task, options, settings.seed)
+    others = subjects[1:] or others_than(a, root, task, options, settings.seed, on_broken)
     reading = reading_of([a, *others], options)
     base = a.other_seed() if baseline and reading.seed_baseline else None
     check_together(a, [*others, *([base] if base else [])])

@@ -297,6 +297,15 @@ def console(stderr: bool = False) -> Console:
     return out
 
 
+def say_skipping(out: Console) -> Callable[[Path, str], None]:
+    """Says a run left out as broken (unreadable, another task's in this folder): never left out silently."""
+
+    def say(path: Path, why: str) -> None:
+        out.print(f"[yellow]skipping {path}: {why}[/yellow]")
+
+    return say
+
+
 def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:
     """``--scratchpad FORMAT`` and repeatable ``-o KEY=VALUE``: the options that name a task's runs."""
     parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}")

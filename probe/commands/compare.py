@@ -19,6 +19,7 @@ from probe.commands.common import (
     parse_options,
     pe_or_run,
     progress_bar,
+    say_skipping,
     task_options,
     write_report,
 )
@@ -202,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
             task=task,
             metric=args.metric,
             baseline=not args.no_baseline,
+            on_broken=say_skipping(out),
         )
     out.print(fitted(summary_table(report), out))
     detailed = args.detail or len(report.comparisons) == 1

@@ -15,6 +15,7 @@ from probe.commands.common import (
     parse_options,
     pe_kinds,
     progress_bar,
+    say_skipping,
     task_options,
     write_report,
 )
@@ -156,7 +157,8 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict]:
             )
         task, scratchpad = PAPER_TASK, PAPER_SCRATCHPAD
     task, options = task_options(task, args.option, None if scratchpad in (None, "none") else scratchpad)
-    return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
+    say = say_skipping(console(stderr=args.json))
+    return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe, on_broken=say), options
 
 
 def _table(report, normalization: str):

@@ -17,6 +17,7 @@ from probe.commands.common import (
     intervention_of,
     parse_options,
     print_json,
+    say_skipping,
     task_options,
 )
 
@@ -248,10 +249,11 @@ def _runs(args: argparse.Namespace, out) -> tuple[list, dict]:
     else:
         named = [task_options(task, args.option, args.scratchpad) for task in args.task or [None]]
         runs = []
+        say = say_skipping(out)
         for task, options in named:
             found, broken = find_runs(args.checkpoints, task, options)
             for path, why in broken:
-                out.print(f"[yellow]skipping {path}: {why}[/yellow]")
+                say(path, why)
             runs += found
         if not runs:
             folders = ", ".join(task_folder_name(t, options) for t, options in named)

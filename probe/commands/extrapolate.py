@@ -17,6 +17,7 @@ from probe.commands.common import (
     print_json,
     progress_bar,
     read_intervention,
+    say_skipping,
     task_options,
     write_report,
 )
@@ -180,8 +181,9 @@ def _runs(args: argparse.Namespace) -> list[str]:
 
     task, options = task_options(args.task, args.option, args.scratchpad)
     found, broken = find_runs(args.checkpoints, task, options)
-    for path, why in broken:  # as `probe eval` says them: a run left out is never left out silently
-        console(stderr=args.json).print(f"[yellow]skipping {path}: {why}[/yellow]")
+    say = say_skipping(console(stderr=args.json))
+    for path, why in broken:
+        say(path, why)
     runs = [r for r in found if r.complete]
     if not runs:
         raise ProbeError(

@@ -18,6 +18,7 @@ from probe.commands.common import (
     parse_options,
     pe_kinds,
     progress_bar,
+    say_skipping,
     task_options,
     write_report,
 )
@@ -148,7 +149,8 @@ def _subjects(args: argparse.Namespace) -> tuple[list, dict | None]:
                 )
         return list(args.runs), parse_options(args.option, None) if code else None
     task, options = task_options(args.task, args.option, args.scratchpad)
-    return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe), options
+    say = say_skipping(console(stderr=args.json))
+    return task_runs(args.checkpoints, task, options, seed=args.seed, pes=args.pe, on_broken=say), options
 
 
 def _table(results):

@@ -264,6 +264,13 @@ def _launch(args: argparse.Namespace) -> Launch:
         raise ProbeError(
             "CUDA graphs need a GPU: --capture needs --gpus-per-run above 0; pass --no-capture or leave it out"
         )
+    if args.num_cpus is not None and args.address not in (None, "", "local"):
+        raise ProbeError("--num-cpus sizes a local Ray instance; a cluster joined with --address has its own CPUs")
+    if args.num_cpus is not None and args.num_cpus < args.cpus_per_run:
+        raise ProbeError(
+            f"--num-cpus {args.num_cpus} gives Ray fewer CPUs than one run asks for (--cpus-per-run "
+            f"{args.cpus_per_run:g}): no run would ever start"
+        )
     if not args.cpus_per_run and not args.gpus_per_run:  # Ray bounds a run by what it asks for: nothing here
         raise ProbeError("--cpus-per-run 0 with no GPU would start every run at once; give each run a CPU share")
     return Launch(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,10 +116,16 @@ class Run:
     def complete(self) -> bool:
         return bool(self.config.get("training", {}).get("complete", False))
 
-    @property
+    @cached_property
     def in_layout(self) -> bool:
-        """Whether the folder sits at ``<task folder>/<pe>/seed<k>`` as ``probe train`` puts it."""
-        return self.path.name == f"seed{self.seed}" and self.path.parent.name == self.pe_name
+        """Whether the folder sits at ``<task folder>/<pe>/seed<k>`` as ``probe train`` puts it, in a task folder
+        its ``config.json`` belongs to: a run moved or copied into another task's folder and named by its path
+        is outside the layout, so labelled by its config, never as the folder it sits in."""
+        if not (self.path.name == f"seed{self.seed}" and self.path.parent.name == self.pe_name):
+            return False
+        folder = self.path.parent.parent.name
+        parsed = _folder_options(folder)
+        return parsed is None or not _stranger(self.config, folder, *parsed, {})
 
     @property
     def task_folder(self) -> str:

@@ -11,6 +11,7 @@ from probe.subjects.examples import Bucket, sample_buckets
 from probe.subjects.resolve import resolve, resolve_all
 from probe.subjects.run_info import (
     Lengths,
+    OnBroken,
     Progress,
     RunInfo,
     check_comparable,
@@ -36,6 +37,7 @@ __all__ = [
     "ContextWindows",
     "Lengths",
     "Loaded",
+    "OnBroken",
     "Progress",
     "ReadSettings",
     "RunInfo",

@@ -24,7 +24,7 @@ from probe.models.interventions import Intervention
 from probe.presets import main_task
 from probe.runs.folders import Run, beside, resolve_run, task_folder_name, train_command
 from probe.subjects.readings import CorpusReading, Reading, TaskReading, TextReading
-from probe.subjects.run_info import RunInfo, check_comparable, is_code_run, pe_label, task_runs
+from probe.subjects.run_info import OnBroken, RunInfo, check_comparable, is_code_run, pe_label, task_runs
 from probe.subjects.subject import CodeRun, HfModel, Subject, TaskRun
 
 
@@ -120,16 +120,24 @@ def task_subjects(
     options: Mapping[str, Any] | None = None,
     seed: int | None = 0,
     pes: Sequence[str] | None = None,
+    on_broken: OnBroken | None = None,
 ) -> list[Subject]:
     """The complete runs of a task folder (:func:`probe.subjects.run_info.task_runs`) as subjects."""
-    return [resolve(run) for run in task_runs(root, task, options, seed, pes)]
+    return [resolve(run) for run in task_runs(root, task, options, seed, pes, on_broken)]
 
 
-def others_than(a: Subject, root: str | Path, task: str, options: Mapping[str, Any], seed: int) -> list[Subject]:
-    """Every other PE's run beside ``a`` (`probe compare A` with no B)."""
+def others_than(
+    a: Subject,
+    root: str | Path,
+    task: str,
+    options: Mapping[str, Any],
+    seed: int,
+    on_broken: OnBroken | None = None,
+) -> list[Subject]:
+    """Every other PE's run beside ``a`` (`probe compare A` with no B); ``on_broken`` hears the runs left out."""
     if isinstance(a, HfModel):
         raise ProbeError(f"name the models to compare {a.name} with (probe compare {a.name} hf:OTHER)")
-    others = [s for s in task_subjects(root, task, options, seed=seed) if s.info.pe != a.info.pe]
+    others = [s for s in task_subjects(root, task, options, seed=seed, on_broken=on_broken) if s.info.pe != a.info.pe]
     if not others:
         raise ProbeError(
             f"no other PE's run of {task_folder_name(task, dict(options))} seed {seed} under {root} to "

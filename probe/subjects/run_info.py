@@ -19,6 +19,7 @@ from probe.runs.folders import Run, find_runs, task_folder_name, train_command
 
 Lengths = Literal["all", "seen", "unseen"]
 Progress = Callable[[str, int, int], None]  # (what, done so far, total)
+OnBroken = Callable[[Path, str], None]  # (a run left out, why): said, never dropped silently
 
 
 def within(progress: Progress | None, label: str, step: int, steps: int) -> Progress | None:
@@ -139,15 +140,19 @@ def task_runs(
     options: Mapping[str, Any] | None = None,
     seed: int | None = 0,
     pes: Sequence[str] | None = None,
+    on_broken: OnBroken | None = None,
 ) -> list[Run]:
-    """Complete runs of a task folder (optionally one seed, some PEs), in the paper's PE order.
+    """Complete runs of a task folder (optionally one seed, some PEs), in the paper's PE order; ``on_broken``
+    hears each run left out as broken (unreadable, or another task's copied into this folder).
 
     An unknown PE: ProbeError naming it (and the known ones). None found: ProbeError with the exact
     `probe train` command that makes them.
     """
     for pe in pes or ():
         pe_class(pe)
-    found, _ = find_runs(root, task, dict(options or {}))
+    found, broken = find_runs(root, task, dict(options or {}))
+    for path, why in broken if on_broken else ():
+        on_broken(path, why)
     runs = [
         r
         for r in found
