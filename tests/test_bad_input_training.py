@@ -153,6 +153,32 @@ def test_force_replaces_the_finished_run_and_what_was_derived_from_it(finished):
     assert steps == list(range(1, 9))  # the new run's log alone
 
 
+def test_a_replacement_a_kill_stopped_midway_is_finished_by_the_next_run(finished, tmp_path, monkeypatch):
+    """Killed between moving the new weights in and moving its config.json: the folder holds new weights beside
+    the old config. The next run of the folder finishes the move, then reads it as the new run, whole."""
+    import probe.training.bookkeeping as bookkeeping
+
+    real = bookkeeping.os.replace
+
+    def killed_at_the_config(source, target):
+        if Path(source).parent.name == REPLACEMENT != Path(target).parent.name and Path(target).name == "config.json":
+            raise KeyboardInterrupt
+        real(source, target)
+
+    monkeypatch.setattr(bookkeeping.os, "replace", killed_at_the_config)
+    with pytest.raises(KeyboardInterrupt):
+        train_run(_config(), finished, CPU, force=True)
+    monkeypatch.setattr(bookkeeping.os, "replace", real)
+    assert read_checkpoint_config(finished)["training"]["steps"] == STEPS  # the old config, the new weights
+    assert (finished / REPLACEMENT / "config.json").is_file()
+    again = train_run(_config(), finished, CPU)
+    assert again.status == "skipped" and not (finished / REPLACEMENT).exists()
+    assert read_checkpoint_config(finished)["training"]["steps"] == 8
+    train_run(_config(), tmp_path / "whole", CPU)
+    ours, theirs = load_checkpoint(finished).state_dict(), load_checkpoint(tmp_path / "whole").state_dict()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 # -- 2. the recipe's numbers ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("setting", "said"),

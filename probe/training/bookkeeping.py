@@ -248,8 +248,9 @@ def _held(
 ) -> bool:
     """Whether ``path`` is to be trained: if so its lock is taken for ``stack``'s duration; if not
     (complete, and not ``force``), :func:`_skipped` says whether it was trained as asked. An interrupted
-    ``--force`` run of these settings (:data:`REPLACEMENT`) is trained on, to replace the run there."""
-    if not force and not _resumes_replacement(config, path) and published(path):
+    ``--force`` run of these settings (:data:`REPLACEMENT`) is trained on, to replace the run there; one a kill
+    stopped while it replaced the run is finished first."""
+    if not _replaced_midway(path) and not force and not _resumes_replacement(config, path) and published(path):
         return False
     check_writable(path)
     hold = run_lock(
@@ -259,6 +260,8 @@ def _held(
         on_wait=(lambda holder: on_wait(path, holder)) if on_wait else None,
     )
     stack.enter_context(hold)
+    if _replaced_midway(path):
+        _replace(path, path / REPLACEMENT)
     # the holder we waited for may have finished it
     return force or _resumes_replacement(config, path) or not published(path)
 
@@ -362,6 +365,18 @@ def _resumes_replacement(config: TrainConfig, path: Path) -> bool:
             stored = json.loads(handle.metadata()["probe"])["train_config"]
         return not settings_differ(stored, config.to_dict())
     except Exception:  # a damaged state: --force starts over
+        return False
+
+
+def _replaced_midway(path: Path) -> bool:
+    """Whether a kill stopped :func:`_replace` part way: :data:`REPLACEMENT` holds a published run (its
+    ``config.json``, moved last, still there; its state gone) while the folder holds part of the old one."""
+    staging = Path(path) / REPLACEMENT
+    if (staging / STATE).is_file() or not (staging / CONFIG).is_file():
+        return False
+    try:
+        return bool(read_checkpoint_config(staging).get("training", {}).get("complete"))
+    except ProbeError:
         return False
 
 
