@@ -98,6 +98,20 @@ def test_to_tokens_names_the_words_the_vocabulary_lacks(root):
         model.to_tokens("walk twicee")
 
 
+def test_tasks_show_says_what_each_task_flag_takes():
+    """-o takes a task option; the scratchpad formats belong to --scratchpad, and the help still names them."""
+    import argparse
+
+    from probe.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    actions = next(a for a in commands.choices["tasks"]._actions if isinstance(a, argparse._SubParsersAction))
+    show = actions.choices["show"]
+    option, scratchpad = (show._option_string_actions[flag].help for flag in ("-o", "--scratchpad"))
+    assert "I+C+O" not in option and "none, full" not in option and "variant=count" in option
+    assert "scratchpad format" in scratchpad and "I+C+O" in show.format_help()
+
+
 def test_dir_of_probe_lists_the_public_api_without_importing_it():
     """A notebook's tab completion: the entry points and subpackages, and `import probe` still light."""
     import subprocess
@@ -248,3 +262,19 @@ def test_eval_keeps_a_negligible_floor_in_its_json_and_does_not_say_it(root, cap
     captured = capsys.readouterr()
     assert json.loads(captured.out)["guess"]["reverse+train_length=4"] == 0.0
     assert "constant guess" not in captured.err
+
+
+def test_trains_next_steps_name_the_pes_and_seed_it_trained_and_run_as_printed(tmp_path, capsys, monkeypatch):
+    """Not `compare nope t5` after a run of ALiBi and Rotary at seed 1: the hint is pasted back as it is."""
+    import shlex
+
+    monkeypatch.setenv("COLUMNS", "300")
+    flags = [*COMMON, "--pe", "alibi", "--pe", "rotary", "--seed", "1", "--steps", "2", *MODEL, "--no-eval"]
+    assert main(["train", *flags, "--checkpoints", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    hints = [line.strip() for line in lines[lines.index("next:") + 1 :]]
+    compare = next(hint for hint in hints if hint.startswith("probe compare")).split("   ")[0]
+    assert compare == f"probe compare alibi rotary --task reverse -o train_length=4 --seed 1 --checkpoints {tmp_path}"
+    distances = next(hint for hint in hints if hint.startswith("probe distances")).split("   ")[0]
+    for hint in (compare, distances):
+        assert main([*shlex.split(hint)[1:], "--n-per-bucket", "1", "--out", str(tmp_path / "out")]) == 0

@@ -43,6 +43,17 @@ def test_the_eval_ranking_counts_the_queries_every_pe_has_and_names_what_it_leav
     assert "scan seed 0" in ranking.describe() and "scan/nope/seed1" in ranking.describe()
 
 
+def test_the_eval_ranking_says_how_many_of_its_queries_a_tie_decides():
+    """Rotary and NoPE both at 0% on scan seed 1: the tie order, not the models, puts Rotary ahead; said so."""
+    reports = [_eval("nope", 0, 0.05), _eval("rotary", 0, 0.01), _eval("nope", 1, 0.0), _eval("rotary", 1, 0.0)]
+    ranking = pe_ranking(reports)
+    assert ranking.tied == 1 and ranking.to_json()["tied_queries"] == 1
+    assert ranking.scores == {"nope": 0.75, "rotary": 0.75}
+    assert "ties in 1 of them, broken as the authors' notebook breaks them" in ranking.describe()
+    untied = pe_ranking(reports[:2])
+    assert untied.tied == 0 and "ties" not in untied.describe()
+
+
 def _outcome(
     intervention: Intervention, family: str, kind: str, iid: float, ood: float, valid: float | None = None
 ) -> Outcome:

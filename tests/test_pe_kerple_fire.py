@@ -239,3 +239,45 @@ def test_same_seed_same_weights_other_seed_other_weights(pe, options):
     for name in drawn:
         assert not torch.equal(getattr(a.pe, name), getattr(c.pe, name)), name
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+# ---------------------------------------------------------------- options at inference
+
+
+@pytest.mark.parametrize(
+    "pe, given",
+    [("fire", {"c": 0.5}), ("kerple", {"variant": "power"})],
+    ids=["fire's starting c: the weights overwrite it", "kerple's kernel: r1, r2 mean another thing"],
+)
+def test_an_option_a_trained_model_cannot_be_read_under_is_refused_at_inference(tmp_path, pe, given):
+    from probe.analysis.evaluation import inference_options
+    from probe.models.checkpoint import load_checkpoint, save_checkpoint
+    from probe.runs.folders import Run
+
+    model = build_model(pe, vocab_size=VOCAB, seed=0, **TINY)
+    save_checkpoint(model, tmp_path)
+    name = next(iter(given))
+    said = f"option {name} of {pe} is set at training, not at inference"
+    for read in (
+        lambda: model.pe.with_options(given),
+        lambda: load_checkpoint(tmp_path, pe_options=given),
+        lambda: inference_options([Run(tmp_path, {"pe": pe})], given),  # eval: before any run is evaluated
+    ):
+        with pytest.raises(ProbeError, match=said) as raised:
+            read()
+        assert len(str(raised.value).splitlines()) == 1
+
+
+def test_fires_threshold_is_read_at_inference_and_moves_the_bias(tmp_path):
+    """The threshold is L's scale (L = |s| x threshold, s learned): another value reads the same weights with
+    another normaliser, so it is an inference option, unlike c."""
+    from probe.models.checkpoint import load_checkpoint, save_checkpoint
+
+    model = build_model("fire", vocab_size=VOCAB, seed=0, pe_options={"threshold": 8.0}, **TINY)
+    save_checkpoint(model, tmp_path)
+    tokens = tokens_of(40)
+    trained = position_bias(load_checkpoint(tmp_path), tokens)[0]
+    stretched = position_bias(load_checkpoint(tmp_path, pe_options={"threshold": 32.0}), tokens)[0]
+    # queries past both thresholds share the normaliser psi(i); those under 32 read psi(32), not psi(max(8, i))
+    torch.testing.assert_close(stretched[:, 32:], trained[:, 32:], rtol=0, atol=0)
+    assert not torch.allclose(stretched[:, 10:32], trained[:, 10:32])

@@ -287,14 +287,14 @@ def inference_options(
     """Which runs take the PE options ``given`` at inference (those whose PE has one of them, as in
     `probe compare`), each with the options it takes, checked; and the runs left out, with what they lack.
     ProbeError when options were given and no run takes any."""
-    from probe.models.registry import options_for, parse_pe_options
+    from probe.models.registry import options_for, pe_class
 
     taking = {r.path: options_for(r.pe, given) for r in runs if not given or options_for(r.pe, given)}
     if given and not taking:
         raise ProbeError(f"no run here has the option(s) {', '.join(sorted(given))}; see `probe pes`")
     for r in runs:
         if r.path in taking:
-            parse_pe_options(r.pe, taking[r.path])  # every run takes its options before any is evaluated
+            pe_class(r.pe).check_inference(taking[r.path])  # every run takes its options before any is evaluated
     skipped = [(r, ", ".join(sorted(given))) for r in runs if r.path not in taking]
     return taking, skipped
 
@@ -402,13 +402,20 @@ class Ranking:
     scores: dict[str, float]  # PE -> mean reciprocal rank, best first
     queries: list[tuple[str, int]]
     left_out: list[str]
+    tied: int = 0  # queries where two PEs score alike: their places are the tie order's (TIE_ORDER)
 
     def describe(self) -> str:
-        """``over 1 query (scan seed 0); left out: scan/nope/seed1 (no other PE has its seed)``."""
+        """``over 1 query (scan seed 0); left out: scan/nope/seed1 (no other PE has its seed)``, and how many
+        queries hold a tie, which the authors' order decides (NoPE's places there are the last)."""
         named = ", ".join(f"{folder} seed {seed}" for folder, seed in self.queries)
         text = f"over {len(self.queries)} quer{'y' if len(self.queries) == 1 else 'ies'} ({named})"
         if self.left_out:
             text += f"; left out: {', '.join(self.left_out)} (not every PE has that task and seed)"
+        if self.tied:
+            text += (
+                f"; ties in {self.tied} of them, broken as the authors' notebook breaks them (Rotary, ALiBi, "
+                "T5's bias, APE, the PEs since the paper, NoPE last)"
+            )
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -416,6 +423,7 @@ class Ranking:
             "measure": "mean reciprocal rank of OOD exact match",
             "queries": [{"task_folder": folder, "seed": seed} for folder, seed in self.queries],
             "left_out": self.left_out,
+            "tied_queries": self.tied,
             "scores": self.scores,
         }
 
@@ -428,7 +436,10 @@ def pe_ranking(reports: Sequence[EvalReport]) -> Ranking:
     counted = [key for key, scores in queries.items() if set(scores) == pes]
     left_out = [r.label for r in reports if r.ood_accuracy is not None and (r.task_folder, r.seed) not in counted]
     scores = reciprocal_rank_scores(queries)
-    return Ranking(scores, counted if scores else [], left_out if scores else [])
+    if not scores:
+        return Ranking(scores, [], [])
+    tied = sum(len(set(queries[key].values())) < len(queries[key]) for key in counted)
+    return Ranking(scores, counted, left_out, tied)
 
 
 def mean_reciprocal_ranks(reports: Sequence[EvalReport]) -> dict[str, float]:

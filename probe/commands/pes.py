@@ -11,7 +11,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "pes",
         help="list the positional encodings and their options",
         description="List the positional encodings: what each adds to the model, whether it is relative "
-        "(shift-invariant), its hook points, and the options `probe train -p KEY=VALUE` takes.",
+        "(shift-invariant), its hook points, and the options `probe train -p KEY=VALUE` takes. The reading "
+        "commands (eval, compare, ...) take them too, to read a trained model under another value (a RoPE "
+        "scaling); refused there: those marked [training only] (a learned parameter's start, a kernel that "
+        "gives the weights another meaning) and any that would change the weights' shapes.",
     )
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     parser.set_defaults(func=run)
@@ -56,6 +59,7 @@ def describe() -> list[dict[str, Any]]:
                         "default": option.default,
                         "choices": list(option.choices) if option.choices else None,
                         "help": option.help,
+                        "at_inference": option.at_inference,
                     }
                     for name, option in cls.options.items()
                 },
@@ -82,5 +86,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(f"    hooks: {', '.join(entry['hooks'])}", highlight=False)
         for name, option in entry["options"].items():
             choices = f" ({', '.join(map(format_option, option['choices']))})" if option["choices"] else ""
-            out.print(f"    -p {name}={format_option(option['default'])}{choices}  {option['help']}", highlight=False)
+            fixed = "" if option["at_inference"] else " [training only]"
+            default = format_option(option["default"])
+            out.print(f"    -p {name}={default}{choices}  {option['help']}{fixed}", highlight=False, markup=False)
     return 0

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.no_eval:
         _length_generalization(results, device, out)
-    _next_steps(job, args, out)
+    _next_steps(job, args, configs, out)
     return report_results(results, args, out)
 
 
@@ -195,18 +195,28 @@ def _length_generalization(results: list, device, out) -> None:
     out.print(table)
 
 
-def _next_steps(job: dict, args: argparse.Namespace, out) -> None:
-    """What to run next, and what it shows."""
+def _next_steps(job: dict, args: argparse.Namespace, configs: list, out) -> None:
+    """What to run next, and what it shows; the comparison names two of the PEs just trained (NoPE and T5's
+    bias where both are; one alone: it and every other PE found), at their seed."""
+    from probe.models.registry import pe_folder_name
+
     where = "" if args.checkpoints == "checkpoints" else f" --checkpoints {args.checkpoints}"
     task = (
         ""
         if args.task is None
         else f" --task {job['task']}" + "".join(f" -o {k}={v}" for k, v in sorted(job["options"].items()))
     )
+    pes = list(dict.fromkeys(pe_folder_name(c.pe, c.pe_options) for c in configs))
+    pair = ["nope", "t5"] if {"nope", "t5"} <= set(pes) else pes[:2]  # the pair Section 5 finds alike
+    seed = min(c.seed for c in configs)
+    at = "" if seed == 0 else f" --seed {seed}"
     steps = [
         (f"probe eval{task}{where}", "accuracy per length bucket, a figure, the PEs ranked"),
-        (f"probe compare nope t5{task}{where}", "how alike two PEs' attention is, layer by layer (Section 5)"),
-        (f"probe distances{task}{where}", "how far back each PE attends on unseen lengths (Section 6)"),
+        (
+            f"probe compare {' '.join(pair)}{task}{at}{where}",
+            "how alike two PEs' attention is, layer by layer (Section 5)",
+        ),
+        (f"probe distances{task}{at}{where}", "how far back each PE attends on unseen lengths (Section 6)"),
         ("probe app", "all of it in the browser"),
     ]
     width = max(len(command) for command, _ in steps)

@@ -43,11 +43,17 @@ class FIRE(PositionalEncoding):
     adds_bias = True
     options = {
         "hidden": Option(int, 32, "width of the MLP f_theta (the paper's 32)", check=_positive),
-        "c": Option(float, 0.1, "initial c of psi(x) = log(c x + 1), learned (the paper's 0.1)", check=_positive),
+        "c": Option(
+            float,
+            0.1,
+            "initial c of psi(x) = log(c x + 1), learned (the paper's 0.1)",
+            check=_positive,
+            at_inference=False,
+        ),
         "threshold": Option(
             float,
             512.0,
-            "initial threshold L of the normaliser psi(max(L, i)), learned (the paper's listing's 512)",
+            "threshold L of the normaliser psi(max(L, i)): this times a scale learned from 1 (the listing's 512)",
             check=_positive,
         ),
         "shared": Option(bool, False, "one FIRE for every layer (the paper's layerwise sharing), or one per layer"),

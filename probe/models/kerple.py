@@ -36,7 +36,11 @@ class KERPLE(PositionalEncoding):
     adds_bias = True
     options = {
         "variant": Option(
-            str, "log", "kernel: log, -r1 log(1 + r2 |m - n|), or power, -r1 |m - n|^r2", choices=VARIANTS
+            str,
+            "log",
+            "kernel: log, -r1 log(1 + r2 |m - n|), or power, -r1 |m - n|^r2",
+            choices=VARIANTS,
+            at_inference=False,
         ),
         "shared": Option(bool, True, "one r1, r2 per head for every layer (the authors' code), or one per layer"),
     }

@@ -42,7 +42,10 @@ class Option:
     """One typed option of a PE: its default, what it means, and what values it takes.
 
     ``check(value, options, config)`` returns a complaint (``"must be positive"``) or None; it sees
-    every option resolved and the model's config (d_head, n_heads ...).
+    every option resolved and the model's config (d_head, n_heads ...). ``at_inference``: whether a trained
+    model may be read under another value (a RoPE scaling); False for what only the training reads (a
+    learned parameter's starting value, which the weights overwrite) or what gives the weights another
+    meaning (KERPLE's kernel), so such a reading is refused, never reported as a change that did nothing.
     """
 
     type: type
@@ -50,6 +53,7 @@ class Option:
     help: str
     choices: tuple[Any, ...] | None = None
     check: Callable[[Any, dict[str, Any], ModelShape], str | None] | None = None
+    at_inference: bool = True
 
     def parse(self, value: Any) -> Any:
         """A value from the command line ("4", "true") or a config file, as ``type``."""
@@ -146,10 +150,23 @@ class PositionalEncoding(nn.Module):
                 raise ProbeError(f"option {name}={format_option(resolved[name])} of {cls.kind} {complaint}")
         return resolved
 
+    @classmethod
+    def check_inference(cls, given: dict[str, Any]) -> None:
+        """ProbeError where ``given`` sets an option a trained model cannot be read under (``at_inference``)."""
+        fixed = [name for name in cls.parse_options(given) if not cls.options[name].at_inference]
+        if fixed:
+            name = fixed[0]
+            raise ProbeError(
+                f"option {name} of {cls.kind} is set at training, not at inference ({cls.options[name].help}); "
+                f"drop -p {name}"
+            )
+
     def with_options(self, given: dict[str, Any]) -> PositionalEncoding:
         """This PE built again with ``given`` over its options (a RoPE scaling at inference), sharing its
         weights: what :func:`probe.models.attach.attach` swaps in, so a model already loaded is scaled as one
-        loaded with those options is. An option that would change the weights is one line."""
+        loaded with those options is. An option that would change the weights, or that only training reads,
+        is one line."""
+        self.check_inference(given)
         config = replace(self.config, pe_options={**self.option, **self.parse_options(given)})
         built = type(self)(config)
         try:
