@@ -58,17 +58,26 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
     def unknown_flags(self, extras: Sequence[str]) -> NoReturn:
-        """The error for arguments this (sub)parser does not take, with the closest flag it does take."""
-        flags = [f for f in self._option_string_actions if f.startswith("--")]
-        hints = "".join(did_you_mean(x.partition("=")[0], flags) for x in extras if x.startswith("--"))
+        """The error for arguments this (sub)parser does not take, with the closest flag it does take, each hint
+        once. Flags are compared without their ``--``: every flag shares it, and counted in it lifts a short one
+        past the cutoff (``--pe`` came within 0.6 of ``--capture``)."""
+        flags = {f.removeprefix("--"): f for f in self._option_string_actions if f.startswith("--")}
+        close = (closest(x.partition("=")[0].removeprefix("--"), list(flags)) for x in extras if x.startswith("--"))
+        hints = "".join(f"; did you mean {flags[name]!r}?" for name in dict.fromkeys(close) if name)
         self.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+
+
+def closest(given: str, choices: Sequence[str]) -> str | None:
+    """The choice closest to ``given`` (any case), or None where none is close."""
+    by_folded = {c.casefold(): c for c in choices}
+    close = difflib.get_close_matches(given.casefold(), list(by_folded), n=1, cutoff=0.6)
+    return by_folded[close[0]] if close else None
 
 
 def did_you_mean(given: str, choices: Sequence[str]) -> str:
     """``; did you mean 'eval'?`` when a choice is close to ``given`` (any case), else ``""``."""
-    by_folded = {c.casefold(): c for c in choices}
-    close = difflib.get_close_matches(given.casefold(), list(by_folded), n=1, cutoff=0.6)
-    return f"; did you mean {by_folded[close[0]]!r}?" if close else ""
+    choice = closest(given, choices)
+    return f"; did you mean {choice!r}?" if choice else ""
 
 
 _RESUMES = "finished runs and each run's last checkpoint are kept; the same command again resumes from them"

@@ -4,6 +4,7 @@ unknown flag gets its subcommand's usage; typos get a "did you mean"."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,21 @@ def test_a_usage_error_names_its_subcommand_and_the_closest_spelling(argv, usage
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(usage) and hint in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "hints"),
+    [
+        (["reproduce", "--pe", "a", "--pe", "b"], []),  # reproduce trains every PE: no flag is like --pe
+        (["train", "--chekpoints", "x", "--checkpoint", "y"], ["--checkpoints"]),
+        (["sweep", "--tsk", "scan", "--sed", "1", "--task-x", "copy"], ["--task", "--seed"]),
+    ],
+)
+def test_each_flag_hint_is_given_once_and_only_where_a_flag_is_alike(argv, hints, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert re.findall(r"did you mean '([^']*)'\?", err) == hints, err
 
 
 def test_a_pe_is_taken_by_the_label_tables_print_and_a_typo_gets_the_closest(tmp_path, capsys):

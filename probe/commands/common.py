@@ -306,7 +306,9 @@ def say_skipping(out: Console) -> Callable[[Path, str], None]:
     return say
 
 
-def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`)") -> None:
+def add_task_options(
+    parser: argparse.ArgumentParser, what: str = "of the runs (as given to `probe train`; `probe tasks` lists them)"
+) -> None:
     """``--scratchpad FORMAT`` and repeatable ``-o KEY=VALUE``: the options that name a task's runs."""
     parser.add_argument("--scratchpad", metavar="FORMAT", help=f"scratchpad format {what}")
     parser.add_argument(
@@ -315,7 +317,7 @@ def add_task_options(parser: argparse.ArgumentParser, what: str = "of the runs (
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help=f"task option {what}, e.g. -o variant=count (see `probe tasks`)",
+        help=f"task option {what}, e.g. -o variant=count",
     )
     parser.add_argument(
         "--split",

@@ -24,9 +24,10 @@ EXPORTED_AT_MOST = 1_000_000  # --jsonl: ten times the paper's training set (D.1
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "tasks",
-        help="list the paper's tasks, or show a task's examples",
-        description="List the ten tasks with their options and scratchpad formats (Section 3, Appendix D.1, "
-        "Section 6), or show the examples of one part of a task (train, valid, test) with 'probe tasks show TASK'.",
+        help="list the tasks, or show a task's examples",
+        description="List the tasks (the paper's ten and any added to probe.tasks.TASKS) with their options and "
+        "scratchpad formats (Section 3, Appendix D.1, Section 6), or show the examples of one part of a task "
+        "(train, valid, test) with 'probe tasks show TASK'.",
     )
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "show",
         help="print or export examples of a task",
         description="Print examples of a task's split (source, target, length bucket, seen or unseen length), "
-        "or export them as JSONL.",
+        "or export them as JSONL. --scratchpad takes none, full, empty, or components like I+C+O (see 'probe tasks').",
     )
     show.add_argument("task", metavar="TASK", help="task name (see 'probe tasks')")
     show.add_argument(
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "with --jsonl the whole split, or the task's default size for generated tasks)",
     )
     show.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    add_task_options(show, "of the task (none, full, empty, or components like I+C+O)")
+    add_task_options(show, "of the examples")
     show.add_argument(
         "--jsonl", metavar="FILE", default=None, help="write the examples as JSON lines to FILE ('-': stdout)"
     )

@@ -1,4 +1,5 @@
-"""The paper's ten tasks (Section 3, Table tab:dataset-examples, Appendix D.1), chosen by name.
+"""The tasks, chosen by name: the paper's ten (Section 3, Table tab:dataset-examples, Appendix D.1) and any
+added to ``TASKS`` (docs/tasks.md says how).
 
 ``get(name, **options)`` builds one; ``task.examples(split, n, seed)`` gives its examples, each
 with its length bucket λ; ``Tokenizer.for_task(task)`` gives its word-level tokenizer.
@@ -23,7 +24,7 @@ from probe.tasks.sorting import Sorting
 from probe.tasks.summation import Summation
 from probe.tasks.tokenizer import Tokenizer
 
-TASKS: dict[str, type[Task]] = {
+TASKS: dict[str, type[Task]] = {  # the one registry: get(), `probe tasks` and the per-task tests read it
     cls.name: cls for cls in (Copy, Reverse, Addition, Polynomial, Sorting, Summation, Parity, Lego, Scan, Pcfg)
 }
 SCRATCHPAD_TASKS = tuple(name for name, cls in TASKS.items() if issubclass(cls, ScratchpadTask))

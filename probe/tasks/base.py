@@ -9,6 +9,7 @@ valid an IID holdout carved deterministically out of the train side.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import numbers
 import random
 from abc import ABC, abstractmethod
@@ -99,6 +100,28 @@ class Task(ABC):
     authors_separator: ClassVar[bool] = False
     """Whether the authors' decoder-only input puts a separator between source and target (their
     ``configs/data/*.jsonnet``: ``"[SEP] "`` for SCAN, PCFG, copy, reverse and summation, ``''`` else)."""
+    REQUIRED_OPTIONS: ClassVar[tuple[str, ...]] = ("train_length",)
+    """The options this class's own code reads, which every concrete subclass's ``OPTIONS`` must hold."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Checks a concrete task class where it is defined, so one that lacks what every task needs fails on
+        import, naming what to add, not with a KeyError at its first use in a command. ``train_length`` has no
+        inherited default: the threshold L is what separates seen from unseen lengths, and its unit and value
+        are the task's own (20 input words for copy, 22 output actions for SCAN, 8 functions for PCFG)."""
+        super().__init_subclass__(**kwargs)
+        if inspect.isabstract(cls):
+            return
+        missing = [attr for attr in ("name", "summary", "length_unit", "OPTIONS") if not hasattr(cls, attr)]
+        if missing:
+            raise TypeError(f"task class {cls.__name__} sets no {', '.join(missing)} (see docs/tasks.md)")
+        missing = [key for key in cls.REQUIRED_OPTIONS if key not in cls.OPTIONS]
+        if missing:
+            reader = next(c for c in cls.__mro__ if "REQUIRED_OPTIONS" in vars(c)).__name__
+            raise TypeError(
+                f"task {cls.name!r}: OPTIONS has no {', '.join(map(repr, missing))}, which every {reader} reads "
+                "(train_length_option(L, help), valid_fraction_option() and ScratchpadTask.OPTIONS make them; "
+                "see docs/tasks.md)"
+            )
 
     def __init__(self, **options: Any) -> None:
         unknown = sorted(set(options) - set(self.OPTIONS))
@@ -222,6 +245,7 @@ class ScratchpadTask(GeneratedTask):
         ),
     }
 
+    REQUIRED_OPTIONS: ClassVar[tuple[str, ...]] = ("train_length", "scratchpad", "template")
     AUTHORS_UPDATES: ClassVar[bool] = True
     """Whether the authors' processor writes variable updates (V); theirs for sorting and LEGO refuse V."""
 
@@ -309,6 +333,8 @@ class FiniteTask(Task):
     ``n=None`` returns the whole split in the dataset's order; ``n`` draws that many without
     replacement. With ``valid_fraction=0`` train is exactly the length split's training side.
     """
+
+    REQUIRED_OPTIONS: ClassVar[tuple[str, ...]] = ("train_length", "valid_fraction")
 
     @abstractmethod
     def dataset(self) -> Sequence[Example]:
