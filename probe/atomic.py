@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import tempfile
@@ -102,8 +103,28 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, make_parents: bool 
     atomic_write(path, lambda tmp: tmp.write_text(text), make_parents=make_parents)
 
 
+def strict_json(data: Any) -> Any:
+    """``data`` as strict JSON can hold it: a NaN or an infinity, which Python's ``json`` writes as bare tokens
+    other parsers (``jq``, JavaScript, Go, pandas' ``read_json`` with ``precise_float``) refuse, becomes null;
+    a number of another type (a numpy or 0-d torch scalar) becomes a float."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: strict_json(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(value) for value in data]
+    if data is None or isinstance(data, (str, int)):
+        return data
+    return strict_json(float(data))
+
+
+def json_text(data: Any) -> str:
+    """``data`` as the strict, indented JSON every file and ``--json`` output of probe is."""
+    return json.dumps(strict_json(data), indent=2, allow_nan=False)
+
+
 def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, json_text(data) + "\n")
 
 
 def write_json_and_csv(out_dir: str | os.PathLike, stem: str, data: Any, rows: list[dict[str, Any]]) -> list[Path]:

@@ -40,6 +40,8 @@ def test_reference_code_mean_reciprocal_rank_breaks_ties_by_order():
     # ranks (ties by order): [1, 2, 3] and [3, 2, 1]
     want = [(1 + 1 / 3) / 2, 0.5, (1 / 3 + 1) / 2]
     assert mean_reciprocal_rank_reference_code(scores).tolist() == pytest.approx(want)
+    # exactly as Python writes those fractions: the JSON reports read 0.6666666666666666, not float32's digits
+    assert mean_reciprocal_rank_reference_code(scores).tolist() == want
 
 
 def test_missing_scores_are_one_clear_error():

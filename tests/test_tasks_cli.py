@@ -47,6 +47,22 @@ def test_jsonl_export_matches_the_library(tmp_path, capsys):
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+@pytest.mark.parametrize("where", ["after show", "before show"])
+def test_show_json_is_the_examples_shown_as_the_library_makes_them(capsys, where):
+    """`probe tasks show ... --json` and `probe tasks --json show ...`: one JSON document, not the table."""
+    show = ["show", "copy", "-o", "variant=count", "-o", "train_length=4", "--part", "test", "--seed", "3", "--n", "4"]
+    args = ["tasks", *show, "--json"] if where == "after show" else ["tasks", "--json", *show]
+    assert main(args) == 0
+    shown = json.loads(capsys.readouterr().out)
+    task = get("copy", variant="count", train_length=4)
+    expected = task.examples("test", n=4, seed=3)
+    assert [(r["source"], r["target"], r["length"]) for r in shown["examples"]] == [
+        (e.source, e.target, e.length) for e in expected
+    ]
+    assert shown["task_options"]["train_length"] == 4 and shown["seed"] == 3
+    assert all(r["tokens"] > 0 and r["seen"] == (r["length"] <= 4) for r in shown["examples"])
+
+
 @pytest.mark.parametrize(
     "args, words",
     [
@@ -58,6 +74,7 @@ def test_jsonl_export_matches_the_library(tmp_path, capsys):
         (["tasks", "show", "copy", "--split", "test"], ["--part test"]),
         (["tasks", "show", "scan", "--split", "paper", "--part", "nope"], ["train", "valid", "test"]),
         (["tasks", "show", "copy", "--jsonl", "/nonexistent/dir/x.jsonl"], ["cannot write"]),
+        (["tasks", "show", "copy", "--json", "--jsonl", "-"], ["give one"]),
     ],
 )
 def test_mistakes_give_one_line_and_exit_2(args, words, capsys):

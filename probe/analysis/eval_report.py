@@ -125,7 +125,7 @@ class EvalReport:
             task_folder=str(data["task_folder"]),
             pe=str(data["pe"]),
             seed=int(data["seed"]),
-            iid_accuracy=_number(data["iid_accuracy"], float),
+            iid_accuracy=float("nan") if data["iid_accuracy"] is None else _number(data["iid_accuracy"], float),
             ood_accuracy=None if data["ood_accuracy"] is None else _number(data["ood_accuracy"], float),
             buckets=buckets,
             n_examples=int(data.get("n_examples", sum(b.n for b in buckets))),

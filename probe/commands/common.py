@@ -96,8 +96,10 @@ def add_reading_outputs(parser: argparse.ArgumentParser, folder: str, batch_size
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=float)
-    sys.stdout.write("\n")
+    """``--json``'s one document on stdout, strict JSON (:func:`probe.atomic.json_text`: no NaN tokens)."""
+    from probe.atomic import json_text
+
+    sys.stdout.write(json_text(data) + "\n")
 
 
 def bar_columns(width: int, *extra: Any) -> tuple[Any, ...]:

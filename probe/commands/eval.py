@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--force",
         action="store_true",
-        help="replace an evaluation on more examples (default: a smaller one goes beside it, eval+n=N.json)",
+        help="replace an evaluation on more examples (default: a smaller one goes beside it, eval+n=N.json, N its "
+        "examples: --valid's and --n's)",
     )
     parser.add_argument(
         "--wait",

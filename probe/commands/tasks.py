@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from probe.commands.common import add_task_options, parse_options
+from probe.commands.common import add_task_options, parse_options, print_json
 from probe.errors import ProbeError
 
 PARTS = ("train", "valid", "test")
@@ -54,6 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_task_options(show, "of the examples")
     show.add_argument(
         "--jsonl", metavar="FILE", default=None, help="write the examples as JSON lines to FILE ('-': stdout)"
+    )
+    show.add_argument(  # SUPPRESS: `probe tasks --json show TASK` keeps the --json given before show
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the examples shown as one JSON document"
     )
     parser.set_defaults(func=run)
 
@@ -98,7 +101,7 @@ def shown(value: Any) -> str:
 def list_tasks(as_json: bool) -> int:
     info = catalog()
     if as_json:
-        print(json.dumps(info, indent=2))
+        print_json(info)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -141,27 +144,35 @@ def show(args: argparse.Namespace) -> int:
     task = get(args.task, **options)
     n = args.n if args.n is not None or args.jsonl else SHOWN
     examples = task.examples(args.part, n=n, seed=args.seed)
+    records = [
+        {
+            "task": task.name,
+            "part": args.part,
+            "source": ex.source,
+            "target": ex.target,
+            "length": ex.length,
+            "seen": task.is_seen(ex.length),
+        }
+        for ex in examples
+    ]
     if args.jsonl:
-        lines = [
-            json.dumps(
-                {
-                    "task": task.name,
-                    "part": args.part,
-                    "source": ex.source,
-                    "target": ex.target,
-                    "length": ex.length,
-                    "seen": task.is_seen(ex.length),
-                }
-            )
-            for ex in examples
-        ]
-        write_lines(args.jsonl, lines)
+        write_lines(args.jsonl, [json.dumps(record) for record in records])
+        return 0
+    tokenizer = Tokenizer.for_task(task)
+    if getattr(args, "json", False):
+        counts = [len(tokenizer.encode_example(ex)[0]) for ex in examples]
+        print_json(
+            {
+                "task_options": task.options,
+                "seed": args.seed,
+                "examples": [{**record, "tokens": count} for record, count in zip(records, counts)],
+            }
+        )
         return 0
 
     from rich.console import Console
     from rich.table import Table
 
-    tokenizer = Tokenizer.for_task(task)
     table = Table(title=f"{task!r} · {args.part} · seed {args.seed}", show_lines=True)
     for column in ("λ", "seen", "tokens", "source", "target"):
         table.add_column(column, overflow="fold")
@@ -186,6 +197,8 @@ def _check_show(args: argparse.Namespace) -> None:
     from probe.commands.common import check_seeds
 
     check_seeds(args.seed)
+    if args.jsonl and getattr(args, "json", False):
+        raise ProbeError("--json prints the examples as one document, --jsonl writes them a line each: give one")
     if args.n is not None:
         most, why = (
             (EXPORTED_AT_MOST, "ten times the paper's training set")

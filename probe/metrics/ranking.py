@@ -49,7 +49,7 @@ def reciprocal_ranks_reference_code(scores: Tensor, higher_is_better: bool = Tru
     ahead = (s[..., None, :] > s[..., :, None]) | (
         (s[..., None, :] == s[..., :, None]) & (order < order[:, None])
     )  # [..., method, other]
-    return 1.0 / (ahead.sum(-1) + 1)
+    return 1.0 / (ahead.sum(-1) + 1).to(torch.float64)  # 1/3 as float64 writes it, not float32's 0.33333334
 
 
 def reciprocal_ranks_shared(scores: Tensor, higher_is_better: bool = True) -> Tensor:
