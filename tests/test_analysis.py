@@ -89,6 +89,8 @@ def test_compare_shapes_schema_and_determinism(root):
     }
     rows = result.to_rows()
     assert len(rows) == 2 * (n_buckets + 1) * 3  # (buckets + all) × (2 layers + average), baseline too
+    sides = {(r["pe_a"], r["seed_a"], r["pe_b"], r["seed_b"]) for r in rows}  # each joins eval.csv's pe, seed
+    assert sides == {("nope", 0, "t5", 0), ("nope", 0, "nope", 1)}
     assert json.dumps(data) == json.dumps(
         compare_runs(a, b, ReadSettings(n_per_bucket=2), baseline=run_dir(ckpt, "scan", "nope", 1)).to_json()
     )

@@ -100,12 +100,16 @@ class CompareResult:
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One CSV row per (bucket or "all", layer of A or "average"), the baseline's rows after;
-        ``layer_b``: the layer of B it was compared with."""
+        ``layer_b``: the layer of B it was compared with; each side's PE and seed, to join with ``eval.csv``."""
         rows = []
         for stats in [*self.buckets, self.overall]:
             common = {
                 "a": self.a.label,
                 "b": self.b.label,
+                "pe_a": self.a.pe,
+                "seed_a": self.a.seed,
+                "pe_b": self.b.pe,
+                "seed_b": self.b.seed,
                 "metric": self.metric,
                 "length": "all" if stats.length is None else stats.length,
                 "seen": "" if stats.seen is None else stats.seen,
