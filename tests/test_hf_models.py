@@ -355,7 +355,8 @@ def test_commands_write_their_outputs_beside_the_runs_folder(tiny, tmp_path, cap
     out = capsys.readouterr().out
     assert "L2:1" in out and "A's L2 with B's L1" in out
     (csv,) = (folder / "compare").glob("hf-gpt2-3L-32d-*_vs_hf-gpt_neox-2L-32d-*.csv")  # named by the models
-    assert csv.read_text().splitlines()[0].startswith("a,b,pe_a,seed_a,pe_b,seed_b,metric,length,seen,n_examples,layer,layer_b,")
+    header = "a,b,pe_a,seed_a,pe_b,seed_b,metric,length,seen,n_examples,layer,layer_b,"
+    assert csv.read_text().splitlines()[0].startswith(header)
 
     assert main(["distances", neox, *tiny.argv, "--n-per-bucket", "2", "--checkpoints", str(root), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
