@@ -105,7 +105,7 @@ def atomic_write_text(path: str | os.PathLike, text: str, *, make_parents: bool 
 
 def strict_json(data: Any) -> Any:
     """``data`` as strict JSON can hold it: a NaN or an infinity, which Python's ``json`` writes as bare tokens
-    other parsers (``jq``, JavaScript, Go, pandas' ``read_json`` with ``precise_float``) refuse, becomes null;
+    strict parsers (JavaScript's ``JSON.parse``, Go's ``encoding/json``) refuse, becomes null;
     a number of another type (a numpy or 0-d torch scalar) becomes a float."""
     if isinstance(data, float):
         return data if math.isfinite(data) else None

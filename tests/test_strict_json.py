@@ -1,5 +1,5 @@
 """Every JSON probe writes, to a file or to stdout under --json, is strict JSON: Python's json writes a NaN or
-an infinity as a bare token (``NaN``) that jq, JavaScript and other strict parsers refuse; probe writes null."""
+an infinity as a bare token (``NaN``) that strict parsers (JavaScript's JSON.parse, Go's) refuse; probe writes null."""
 
 from __future__ import annotations
 

@@ -294,7 +294,7 @@ def inference_options(
         raise ProbeError(f"no run here has the option(s) {', '.join(sorted(given))}; see `probe pes`")
     for r in runs:
         if r.path in taking:
-            pe_class(r.pe).check_inference(taking[r.path])  # every run takes its options before any is evaluated
+            pe_class(r.pe).parse_inference_options(taking[r.path])  # every run's, before any is evaluated
     skipped = [(r, ", ".join(sorted(given))) for r in runs if r.path not in taking]
     return taking, skipped
 

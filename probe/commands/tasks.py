@@ -144,8 +144,9 @@ def show(args: argparse.Namespace) -> int:
     task = get(args.task, **options)
     n = args.n if args.n is not None or args.jsonl else SHOWN
     examples = task.examples(args.part, n=n, seed=args.seed)
-    records = [
-        {
+
+    def record(ex) -> dict[str, Any]:
+        return {
             "task": task.name,
             "part": args.part,
             "source": ex.source,
@@ -153,21 +154,14 @@ def show(args: argparse.Namespace) -> int:
             "length": ex.length,
             "seen": task.is_seen(ex.length),
         }
-        for ex in examples
-    ]
+
     if args.jsonl:
-        write_lines(args.jsonl, [json.dumps(record) for record in records])
+        write_lines(args.jsonl, [json.dumps(record(ex)) for ex in examples])
         return 0
     tokenizer = Tokenizer.for_task(task)
     if getattr(args, "json", False):
-        counts = [len(tokenizer.encode_example(ex)[0]) for ex in examples]
-        print_json(
-            {
-                "task_options": task.options,
-                "seed": args.seed,
-                "examples": [{**record, "tokens": count} for record, count in zip(records, counts)],
-            }
-        )
+        rows = [{**record(ex), "tokens": len(tokenizer.encode_example(ex)[0])} for ex in examples]
+        print_json({"task_options": task.options, "seed": args.seed, "examples": rows})
         return 0
 
     from rich.console import Console

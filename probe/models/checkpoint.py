@@ -219,10 +219,9 @@ def load_checkpoint(
         raise ProbeError(f"{weights} does not match its {CONFIG} (corrupt, or a save was interrupted)")
     model_config = ModelConfig.from_dict(config["model"], where=directory / CONFIG)
     if pe_options:
-        from probe.models.registry import parse_pe_options, pe_class
+        from probe.models.registry import pe_class
 
-        pe_class(model_config.pe).check_inference(pe_options)
-        given = parse_pe_options(model_config.pe, pe_options)
+        given = pe_class(model_config.pe).parse_inference_options(pe_options)
         model_config = ModelConfig.from_dict(
             {**model_config.to_dict(), "pe_options": {**model_config.pe_options, **given}}
         )

@@ -151,23 +151,25 @@ class PositionalEncoding(nn.Module):
         return resolved
 
     @classmethod
-    def check_inference(cls, given: dict[str, Any]) -> None:
-        """ProbeError where ``given`` sets an option a trained model cannot be read under (``at_inference``)."""
-        fixed = [name for name in cls.parse_options(given) if not cls.options[name].at_inference]
+    def parse_inference_options(cls, given: dict[str, Any]) -> dict[str, Any]:
+        """``given`` parsed (:meth:`parse_options`) to read a trained model under; ProbeError where one is an
+        option a trained model cannot be read under (``at_inference``)."""
+        parsed = cls.parse_options(given)
+        fixed = [name for name in parsed if not cls.options[name].at_inference]
         if fixed:
             name = fixed[0]
             raise ProbeError(
                 f"option {name} of {cls.kind} is set at training, not at inference ({cls.options[name].help}); "
                 f"drop -p {name}"
             )
+        return parsed
 
     def with_options(self, given: dict[str, Any]) -> PositionalEncoding:
         """This PE built again with ``given`` over its options (a RoPE scaling at inference), sharing its
         weights: what :func:`probe.models.attach.attach` swaps in, so a model already loaded is scaled as one
         loaded with those options is. An option that would change the weights, or that only training reads,
         is one line."""
-        self.check_inference(given)
-        config = replace(self.config, pe_options={**self.option, **self.parse_options(given)})
+        config = replace(self.config, pe_options={**self.option, **self.parse_inference_options(given)})
         built = type(self)(config)
         try:
             built.load_state_dict(self.state_dict(), strict=True, assign=True)
