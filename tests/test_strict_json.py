@@ -76,3 +76,17 @@ def test_an_evaluation_with_no_seen_example_reads_back_as_it_was_written(tmp_pat
 def test_what_is_not_a_number_is_still_refused():
     with pytest.raises(TypeError):
         strict_json({"path": object()})
+
+
+def test_a_theorem_check_that_turns_nan_prints_null_and_fails(monkeypatch, capsys):
+    """A construction that overflows in a dtype has a NaN error: the claim fails, and --json stays strict."""
+    from probe.cli import main
+    from probe.theorems import checks
+
+    def overflowing(max_length, dtype, seed, progress=None):
+        return [checks.ClaimResult("t1", "a claim", "hook", str(dtype), float("nan"), 1e-6, max_length, 1)]
+
+    monkeypatch.setattr(checks, "verify_theorems", overflowing)
+    assert main(["theorem", "--max-length", "4", "--dtype", "float32", "--json"]) == 1
+    printed = _strictly(capsys.readouterr().out)
+    assert [(c["max_error"], c["passed"]) for c in printed["claims"]] == [(None, False)]

@@ -34,10 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import sys
 
-    from probe.commands.common import check_at_least, check_seeds
+    from probe.commands.common import check_at_least, check_seeds, print_json
     from probe.runs.released import import_released
 
     check_at_least(("--context", args.context, 2))
@@ -51,5 +50,8 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
-    print(json.dumps({"run": str(path)}) if args.json else f"imported {args.folder} as {path}")
+    if args.json:
+        print_json({"run": str(path)})
+    else:
+        print(f"imported {args.folder} as {path}")
     return 0

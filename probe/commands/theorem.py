@@ -5,7 +5,6 @@ relative bias instead and compares its attention with the target's (JSD)."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from probe.errors import ProbeError
@@ -67,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     _check_arguments(args)
     from rich.console import Console
 
+    from probe.commands.common import print_json
     from probe.theorems import checks
 
     console = Console()
@@ -86,18 +86,15 @@ def run(args: argparse.Namespace) -> int:
         exported.append(_export_theorem(Path(args.export), args, [r for r in results if r.dtype == dtypes[0]]))
     passed = all(r.passed for r in results)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "max_length": args.max_length,
-                    "seed": args.seed,
-                    "passed": passed,
-                    "claims": [r.to_dict() for r in results],
-                    "tolerances": checks.TOLERANCES,
-                    "exported": [str(p) for p in exported],
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "max_length": args.max_length,
+                "seed": args.seed,
+                "passed": passed,
+                "claims": [r.to_dict() for r in results],
+                "tolerances": checks.TOLERANCES,
+                "exported": [str(p) for p in exported],
+            }
         )
     else:
         _print_claims(console, results, dtypes, args)
@@ -181,6 +178,7 @@ def _t5_source(args: argparse.Namespace):
 
 
 def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
+    from probe.commands.common import print_json
     from probe.theorems import checks
 
     source, name, note = None, "t5", None
@@ -199,17 +197,14 @@ def _run_match(args: argparse.Namespace, dtypes: list[str], console) -> int:
         exported.append(_export_match(Path(args.export), args, matches[dtypes[0]], results[0], source))
     passed = all(r.passed for r in results)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "match": args.match,
-                    "passed": passed,
-                    "note": note,
-                    "results": [r.to_dict() for r in results],
-                    "exported": [str(p) for p in exported],
-                },
-                indent=2,
-            )
+        print_json(
+            {
+                "match": args.match,
+                "passed": passed,
+                "note": note,
+                "results": [r.to_dict() for r in results],
+                "exported": [str(p) for p in exported],
+            }
         )
         return 0 if passed else 1
     console.print(_match_table(results, args))
