@@ -430,16 +430,15 @@ def task_options(task: str | None, pairs: list[str], scratchpad: str | None) -> 
 
     task, options = main_task(task, parse_options(pairs, scratchpad))
     if task != CODE_TASK:
-        from probe.tasks import get as get_task
+        from probe.tasks import resolved_options
 
-        get_task(task, **options)  # an unknown task, option or value: one line naming what is accepted
+        options = resolved_options(task, options)  # an unknown task, option or value: one line
     return task, options
 
 
-def parse_options(pairs: list[str], scratchpad: str | None, tasks: Sequence[str] = ()) -> dict[str, Any]:
+def parse_options(pairs: list[str], scratchpad: str | None) -> dict[str, Any]:
     """``KEY=VALUE`` strings to options; values are read as JSON where they parse (8, true), else as text.
-    With ``tasks``, each must exist and accept the options (ProbeError naming what is wrong), so a
-    command says "unknown scratchpad format" rather than "no runs of addition+scratchpad=typo"."""
+    ``--scratchpad`` is ``-o scratchpad=``: given both ways, they must agree."""
     options: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -450,10 +449,9 @@ def parse_options(pairs: list[str], scratchpad: str | None, tasks: Sequence[str]
         except json.JSONDecodeError:
             options[key] = value
     if scratchpad is not None:
+        if options.get("scratchpad", scratchpad) != scratchpad:
+            raise ProbeError(
+                f"--scratchpad {scratchpad} and -o scratchpad={options['scratchpad']} disagree; give the format once"
+            )
         options["scratchpad"] = scratchpad
-    if tasks:
-        from probe.tasks import get as get_task
-
-        for task in tasks:
-            get_task(task, **options)
     return options

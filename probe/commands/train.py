@@ -150,10 +150,10 @@ def _job(args: argparse.Namespace) -> dict:
     """Task, options, preset, steps and packing of the runs asked for: the main job's where no --task is given
     (:data:`probe.presets.MAIN_JOB`), flags over it; else the task's with the preset's recipe."""
     from probe.presets import MAIN_JOB, main_task
-    from probe.tasks import get as get_task
+    from probe.tasks import resolved_options
 
     task, options = main_task(args.task, parse_options(args.option, args.scratchpad))
-    get_task(task, **options)  # an unknown option or value gets its line before any run starts
+    options = resolved_options(task, options)  # an unknown option or value gets its line before any run starts
     main = args.task is None
     return {
         "task": task,

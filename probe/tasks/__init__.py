@@ -43,4 +43,23 @@ def get(name: str, **options: Any) -> Task:
     return cls(**options)
 
 
-__all__ = ["FORMATS", "SCRATCHPAD_TASKS", "SPLITS", "TASKS", "Example", "Task", "Tokenizer", "get"]
+def resolved_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` as given for task ``name``, each value as the task reads it (``scratchpad=c`` is ``C``,
+    ``C+I`` is ``I+C``, ``I+C+O+V+R`` is ``full``), so one setting names one run folder and one config however
+    it was typed. A value the task reads as its default absence (``scratchpad=none``) is kept as given, as
+    earlier runs recorded it. An unknown option or value raises ProbeError, as :func:`get` does."""
+    read = get(name, **options).options
+    return {key: value if read.get(key) is None else read[key] for key, value in options.items()}
+
+
+__all__ = [
+    "FORMATS",
+    "SCRATCHPAD_TASKS",
+    "SPLITS",
+    "TASKS",
+    "Example",
+    "Task",
+    "Tokenizer",
+    "get",
+    "resolved_options",
+]

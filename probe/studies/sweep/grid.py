@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -123,13 +122,12 @@ def expand_grid(grid: dict[str, Any], root: str | Path) -> list[SweepRun]:
         defaults.setdefault("steps", rule.steps[0])
     blocks = _blocks(grid, defaults)
     runs: dict[Path, SweepRun] = {}
-    checked: set[str] = set()
     for number, block in enumerate(blocks, start=1):
         where = f"grid {grid.get('name', '?')}" + (f", block {number}" if len(blocks) > 1 else "")
         spec = _block_spec(defaults, block, accepted, train_fields, where)
         tasks, pes, seeds, scratchpads = _block_lists(spec, where)
         train = {k: spec[k] for k in train_fields if k in spec}
-        for task, options in _task_options(spec, tasks, scratchpads, checked, where):
+        for task, options in _task_options(spec, tasks, scratchpads, where):
             for pe, seed in itertools.product(pes, seeds):
                 run = _grid_run(spec, root, where, task, pe, seed, options, train)
                 earlier = runs.get(run.path)
@@ -203,14 +201,13 @@ def _block_lists(spec: dict[str, Any], where: str) -> tuple[list[Any], list[str]
 
 
 def _task_options(
-    spec: dict[str, Any], tasks: list[Any], scratchpads: list[Any], checked: set[str], where: str
+    spec: dict[str, Any], tasks: list[Any], scratchpads: list[Any], where: str
 ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """Each task of a block with each combination of its listed options and scratchpads, in grid
-    order, as the run folder names them; each new combination is built once (``checked``) so an
+    order, as the run folder names them (each value as the task reads it: ``scratchpad=c`` is ``C``); an
     unknown option or value stops the sweep here."""
     from probe.corpus import CODE_TASK, CorpusSpec
-    from probe.tasks import SCRATCHPAD_TASKS
-    from probe.tasks import get as get_task
+    from probe.tasks import SCRATCHPAD_TASKS, resolved_options
     from probe.tasks.scratchpad import parse_format
 
     option_keys = sorted(spec["options"])
@@ -220,14 +217,11 @@ def _task_options(
             continue  # a scratchpad format only means something for tasks that have one
         options = dict(zip(option_keys, values))
         if task == CODE_TASK:
-            options = CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
+            yield task, CorpusSpec.from_options(options).given()  # as `probe pretrain` names its folder
+            continue
         if parse_format(fmt) is not None:
             options["scratchpad"] = fmt
-        key = json.dumps([task, options], sort_keys=True)
-        if key not in checked and task != CODE_TASK:
-            get_task(task, **options)  # an unknown option or value raises here
-            checked.add(key)
-        yield task, options
+        yield task, resolved_options(task, options)  # an unknown option or value raises here
 
 
 def _grid_run(
