@@ -381,3 +381,30 @@ def test_section3_ranks_ours_again_on_the_scenarios_the_papers_overall_rests_on(
     assert len(reciprocal) == 30
     assert like["first"]["pes"]["nope"]["mrr"] == pytest.approx(sum(reciprocal) / 30)
     assert like["shared"]["scenarios"] == 10
+
+
+def test_dry_run_names_the_run_folders_a_sitting_would_fail(tmp_path, capsys, monkeypatch):
+    """A run of the study's folder trained otherwise, or damaged, is neither done nor to train: the dry run names
+    each with the line training would fail it with, where its count alone once read as a run left."""
+    import probe.studies.sweep
+
+    monkeypatch.setattr(
+        probe.studies.sweep,
+        "estimate_cost",
+        lambda runs, **_: {"seconds": [1.0] * len(runs), "total_seconds": float(len(runs)), "source": "given"},
+    )
+    nope, t5 = (r.path for r in plan("reduced", tmp_path, tasks=["scan"], steps=20)[:2])
+    train = ["train", "--task", "scan", "--split", "paper", "--pe", "nope", "--steps", "1", "--batch-size", "2"]
+    tiny = ["-m", "d_model=16", "-m", "n_layers=1", "-m", "n_heads=2", "-m", "d_mlp=32"]
+    assert main([*train, *tiny, "--no-eval", "--checkpoints", str(tmp_path), "--json"]) == 0
+    assert (nope / "config.json").is_file()
+    t5.mkdir(parents=True)
+    (t5 / "config.json").write_text("{not json")
+    capsys.readouterr()
+    assert main(["reproduce", "--dry-run", "--steps", "20", "--checkpoints", str(tmp_path), "--json"]) == 0
+    captured = capsys.readouterr()
+    blocked = {Path(b["path"]): b["why"] for b in json.loads(captured.out)["blocked"]}
+    assert set(blocked) == {nope, t5}
+    assert "other settings (" in blocked[nope] and "steps 1, asked 20;" in blocked[nope]
+    assert "config.json" in blocked[t5]
+    assert "2 run folder(s) hold other runs" in captured.err

@@ -187,9 +187,11 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     """What the study trains, and about how long it takes here (measured on this machine): a phase's runs (under
     a recipe rule, seed 0 first) as one queue for ``jobs`` workers, scenario by scenario, as
     :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
+    from rich.markup import escape
+
     from probe.studies.reproduce import ladder, study_prices
     from probe.studies.summaries import machine
-    from probe.studies.sweep import duration, estimate_cost, steps_left
+    from probe.studies.sweep import duration, estimate_cost, steps_left, why_blocked
     from probe.training.bookkeeping import TRAIN_THREADS
 
     threads = TRAIN_THREADS
@@ -200,6 +202,16 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
     priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None, evaluation=evaluation)
     out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
     _print_scenarios(out, runs, todo, priced)
+    blocked = [{"path": str(r.path), "why": why} for r in todo if (why := why_blocked(r))]
+    if blocked:
+        out.print(
+            f"[red]{len(blocked)} run folder(s) hold other runs, which a sitting fails (the rest train): move them "
+            "aside or choose another --checkpoints[/red]"
+        )
+        for entry in blocked[:5]:
+            out.print(f"  {escape(entry['why'])}")
+        if len(blocked) > 5:
+            out.print(f"  and {len(blocked) - 5} more (--json lists them)")
     evaluating = sum(evaluation or []) / jobs
     out.print(
         f"training and evaluation: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
@@ -228,6 +240,7 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
                     for r, s, e in zip(todo, cost["seconds"], evaluation or [0.0] * len(todo))
                 ],
                 "scenarios": priced,
+                "blocked": blocked,
                 "estimated_training_seconds": wall,
                 "seed0_first": rule is not None,
                 "jobs": jobs,

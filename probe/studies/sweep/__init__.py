@@ -52,6 +52,7 @@ from probe.studies.sweep.cost import (
     selections_left,
     steps_left,
     wall_seconds,
+    why_blocked,
 )
 from probe.studies.sweep.grid import (
     EVAL_KEYS,
@@ -116,5 +117,6 @@ __all__ = [
     "steps_left",
     "train_keys",
     "wall_seconds",
+    "why_blocked",
     "with_overrides",
 ]

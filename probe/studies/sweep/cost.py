@@ -49,6 +49,22 @@ def run_state(run: SweepRun, evaluate: bool = True) -> str:
 PRICED = ("new", "resume", "evaluate")  # the plan's states that cost time; the others start nothing
 
 
+def why_blocked(run: SweepRun) -> str | None:
+    """Why running ``run`` would stop at its folder (:func:`run_state` ``conflict`` or ``damaged``), in the words
+    training would use; None where it can run."""
+    from probe.models.checkpoint import read_checkpoint_config
+    from probe.training.bookkeeping import published
+    from probe.training.train_config import settings_differ
+
+    try:
+        if not published(run.path):
+            return None
+        differences = settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict())
+    except ProbeError as error:
+        return str(error)
+    return f"{run.path} is already trained with other settings ({'; '.join(differences)})" if differences else None
+
+
 def plan_state(run: SweepRun, evaluate: bool = True) -> str:
     """:func:`run_state` as the dry run shows it, and also ``in use`` (another process holds its lock)."""
     from probe.runs.locks import RunLocked, check_free
