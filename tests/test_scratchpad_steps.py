@@ -100,3 +100,14 @@ def test_a_component_is_read_by_the_markers_of_the_format_written():
     assert first_wrong_component(gold.replace(first, first.replace("portion", "list")), gold, "I+C+O+R") == "C"
     assert first_wrong_component(gold.replace(f"out {out}", f"out {out}0"), gold, "I+C+O+R") == "O"
     assert first_wrong_component(gold.replace(f"re {rest}", "re [ ]", 1), gold, "I+C+O+R") == "R"
+
+
+def test_the_template_is_named_never_assumed():
+    """A task's default template depends on its scratchpad (the authors' with one): read a scratchpad in the
+    other's words, the steps are not found, so no default is taken and an unknown name is refused."""
+    with pytest.raises(TypeError):
+        first_wrong_step(GOLD, GOLD)
+    with pytest.raises(TypeError):
+        written_steps(GOLD)
+    with pytest.raises(ValueError, match="authors, figure"):
+        first_wrong_step(GOLD, GOLD, "author")

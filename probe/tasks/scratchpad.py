@@ -129,10 +129,11 @@ def end_marker(template: str = "figure") -> str:
     return AUTHORS_CLOSE if template == "authors" else CLOSE
 
 
-def written_steps(text: str, template: str = "figure") -> list[str]:
+def written_steps(text: str, template: str) -> list[str]:
     """The steps of the scratchpad ``text`` writes, each as single-spaced words: what lies between its opening
     and its first end marker (the whole ``text`` where it never ends), cut at ``template``'s step separator
     (the authors' ``#`` between steps, probe's ``;`` after each). A step with nothing in it counts."""
+    _check_template(template)
     separator = AUTHORS_SEPARATOR if template == "authors" else END_OF_STEP
     words = text.split(end_marker(template))[0].split()
     if _opens(words, template):
@@ -147,6 +148,13 @@ def written_steps(text: str, template: str = "figure") -> list[str]:
     return steps + [" ".join(step)] if step else steps
 
 
+def _check_template(template: str) -> None:
+    """ValueError for a template that is not one of :data:`TEMPLATES`: the two write steps apart, and a task's
+    default depends on its scratchpad, so none is assumed."""
+    if template not in TEMPLATES:
+        raise ValueError(f"template must be one of {', '.join(TEMPLATES)}, not {template!r}")
+
+
 def _opening(template: str) -> list[str]:
     """The words a scratchpad opens with in ``template``'s words."""
     return (AUTHORS_OPEN if template == "authors" else OPEN).split()
@@ -157,13 +165,14 @@ def _opens(words: list[str], template: str) -> bool:
     return words[: len(_opening(template))] == _opening(template)
 
 
-def first_wrong_step(prediction: str, gold: str, template: str = "figure") -> int | None:
+def first_wrong_step(prediction: str, gold: str, template: str) -> int | None:
     """Where ``prediction``'s scratchpad first departs from ``gold``'s, word for word, as a 1-based step index:
     the first step written otherwise, the first one left out (its steps stop early) or the first one too many
     (they go on past the gold's last); 0 where it does not open as ``template``'s scratchpad does (the authors'
     ``Thinking step by step:``), before any step; None where it writes every step of the gold's and no other. On
     an unseen length, an index past the most steps a training length's gold has reads a model that ran its steps
     right as far as training took them."""
+    _check_template(template)
     if not _opens(prediction.split(), template):
         return 0
     said, gold_steps = written_steps(prediction, template), written_steps(gold, template)
