@@ -12,14 +12,13 @@ written) becomes one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, closest, did_you_mean
 
 COMMANDS = (
     "train",
@@ -65,19 +64,6 @@ class Parser(argparse.ArgumentParser):
         close = (closest(x.partition("=")[0].removeprefix("--"), list(flags)) for x in extras if x.startswith("--"))
         hints = "".join(f"; did you mean {flags[name]!r}?" for name in dict.fromkeys(close) if name)
         self.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
-
-
-def closest(given: str, choices: Sequence[str]) -> str | None:
-    """The choice closest to ``given`` (any case), or None where none is close."""
-    by_folded = {c.casefold(): c for c in choices}
-    close = difflib.get_close_matches(given.casefold(), list(by_folded), n=1, cutoff=0.6)
-    return by_folded[close[0]] if close else None
-
-
-def did_you_mean(given: str, choices: Sequence[str]) -> str:
-    """``; did you mean 'eval'?`` when a choice is close to ``given`` (any case), else ``""``."""
-    choice = closest(given, choices)
-    return f"; did you mean {choice!r}?" if choice else ""
 
 
 _RESUMES = "finished runs and each run's last checkpoint are kept; the same command again resumes from them"

@@ -156,6 +156,7 @@ def test_dry_run_prices_with_the_threads_each_side_by_side_run_gets(jobs, thread
     "argv, message",
     [
         (["--task", "nosuch"], "the reduced study has no task 'nosuch'"),
+        (["--scale", "section6", "--task", "sortng"], "no task 'sortng'; did you mean 'sorting'?"),
         (["--seeds", "0"], "--seeds must be at least 1"),
         (["--steps", "0"], "--steps must be at least 1"),
     ],

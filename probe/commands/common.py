@@ -367,8 +367,7 @@ def pe_kind(name: str) -> str:
     """``--pe``'s reading of a name: a PE's registry name, or the label tables print (``Rotary``, ``T5's Relative
     Bias``), in any case; anything else is one line naming the PEs, with the closest if one is close. The
     registry (and torch) is imported only when a name is given, so ``--help`` stays instant."""
-    import difflib
-
+    from probe.errors import closest
     from probe.models.registry import PE_KINDS, PE_LABELS
 
     by_folded = {kind.casefold(): kind for kind in PE_KINDS} | {
@@ -376,8 +375,8 @@ def pe_kind(name: str) -> str:
     }
     if name.casefold() in by_folded:
         return by_folded[name.casefold()]
-    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
-    hint = f"; did you mean {by_folded[close[0]]!r}?" if close else ""
+    close = closest(name, list(by_folded))
+    hint = f"; did you mean {by_folded[close]!r}?" if close else ""
     raise ProbeError(
         f"unknown positional encoding {name!r}{hint} (choose one of {', '.join(PE_KINDS)}; see `probe pes`)"
     )

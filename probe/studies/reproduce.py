@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from probe.analysis.eval_report import read_eval
-from probe.errors import ProbeError
+from probe.errors import ProbeError, did_you_mean
 from probe.studies.ladder import Ladder
 from probe.studies.plans import seed_baseline_blocks
 from probe.studies.reproduce_report import RANKING_ONLY
@@ -65,9 +65,10 @@ def plan(
     runs = [run for block in blocks for run in expand_grid({**grid, **block}, root)]
     unknown = sorted(set(tasks) - {run.config.task for run in runs})
     if unknown:
+        known = list(dict.fromkeys(run.config.task for run in runs))
         raise ProbeError(
-            f"the {scale} study has no task {unknown[0]!r}; its tasks: "
-            f"{', '.join(dict.fromkeys(run.config.task for run in runs))}"
+            f"the {scale} study has no task {unknown[0]!r}{did_you_mean(unknown[0], known)}; its tasks: "
+            f"{', '.join(known)}"
         )
     return [run for run in runs if not tasks or run.config.task in tasks]
 

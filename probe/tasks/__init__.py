@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, did_you_mean
 from probe.tasks.addition import Addition
 from probe.tasks.base import SPLITS, Example, ScratchpadTask, Task
 from probe.tasks.copy import Copy
@@ -35,10 +35,7 @@ def get(name: str, **options: Any) -> Task:
     try:
         cls = TASKS[name]
     except KeyError:
-        import difflib
-
-        close = difflib.get_close_matches(str(name).casefold(), list(TASKS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(str(name), list(TASKS))
         raise ProbeError(f"unknown task {name!r}{hint} (choose one of {', '.join(TASKS)})") from None
     return cls(**options)
 
