@@ -74,12 +74,13 @@ def evaluate_run(
     ``pe_options`` and ``intervention`` (the run read under it, :mod:`probe.models.interventions`, the results
     in ``eval+<intervention>.json``). The run's own task draws the examples, the first ``n_valid`` IID (all
     of them where there are fewer) and ``n_test`` test ones at seed 0, at the weights' dtype: not ``options``,
-    ``n_per_bucket``, ``lengths``, ``multiples``, ``seed``, ``dtype`` or ``progress``. A run whose checkpoint was
-    selected is scored again at its last step, to show beside it, unless not ``last_step`` (a decoded evaluation's
-    cost, doubled for a diagnostic)."""
+    ``n_per_bucket``, ``lengths``, ``multiples``, ``seed`` or ``dtype``; ``progress`` hears ``("scoring", done,
+    total)`` as the examples are scored (``"scoring the last step"`` for a selected run's last step). A run whose
+    checkpoint was selected is scored again at its last step, to show beside it, unless not ``last_step`` (a
+    decoded evaluation's cost, doubled for a diagnostic)."""
     run = Run.of(run)
     settings = ReadSettings() if settings is None else settings
-    settings.refuse("probe eval", "options", "n_per_bucket", "lengths", "multiples", "seed", "dtype", "progress")
+    settings.refuse("probe eval", "options", "n_per_bucket", "lengths", "multiples", "seed", "dtype")
     if settings.intervention is not None and not settings.intervention.is_identity:
         settings = replace(settings, intervention=settings.intervention.resolved(trained_length(run.config)))
     if n_test is not None and n_test < 1:
@@ -164,9 +165,12 @@ class RunScorer:
         """The same run's weights in ``path`` (its last step beside a selected one), loaded as its own were."""
         return resolve(path).under(self.intervention).load(self.how["device"], pe_options=self.given).model
 
-    def score(self, model: TransformerLensModel, examples: Sequence) -> EvalResult:
-        """``model``'s verdicts on ``examples`` (this run's weights or another step's), as fast as they are exact."""
-        return score_examples(model, self.tokenizer, examples, **self.how)
+    def score(
+        self, model: TransformerLensModel, examples: Sequence, on_scored: Callable[[int], None] | None = None
+    ) -> EvalResult:
+        """``model``'s verdicts on ``examples`` (this run's weights or another step's), as fast as they are exact;
+        ``on_scored`` hears how many are scored as they are."""
+        return score_examples(model, self.tokenizer, examples, on_scored=on_scored, **self.how)
 
     def decode(self, examples: Sequence) -> EvalResult:
         """The verdicts with the predictions behind them: every example decoded greedily, token by token."""
@@ -221,8 +225,9 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
     training = meta.get("training", {})
     examples = task.held_out(n_valid) + task.examples("test", n=n_test, seed=0)
 
-    def score(model: TransformerLensModel) -> EvalResult:
-        return scorer.score(model, examples)
+    def score(model: TransformerLensModel, what: str = "scoring") -> EvalResult:
+        hears = settings.progress
+        return scorer.score(model, examples, None if hears is None else lambda done: hears(what, done, len(examples)))
 
     result = score(model)
     buckets = [Bucket(length, n, k, k / n, task.is_seen(length)) for length, (n, k) in result.by_length().items()]
@@ -249,7 +254,7 @@ def _evaluate(run: Run, settings: ReadSettings, n_test: int | None, n_valid: int
         if last_step:
             step = training.get("selection", {}).get("last_step", training["selected_step"])
             if (run.path / LAST / "config.json").is_file():
-                iid, ood = split_accuracy(task, score(scorer.model_at(run.path / LAST)))
+                iid, ood = split_accuracy(task, score(scorer.model_at(run.path / LAST), "scoring the last step"))
             report.last = LastStep(step, iid, ood)
     report.seconds = time.perf_counter() - started  # a study's cost beside its training's (train_seconds)
     return report
@@ -266,19 +271,31 @@ def score_examples(
     decode_to: int | None = None,
     cached: bool = True,
     precision: str | None = None,
+    on_scored: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """Greedy decoding's exact match of ``model`` on ``examples``: in one teacher-forced pass per batch
     where that is the same number (:func:`~probe.tasks.decoding.teacher_forced_exact_match`), decoding
     token by token where it is not: a prediction scored on its answer alone (decoded on to ``decode_to``
     positions, :func:`~probe.tasks.decoding.decode_positions`), and positions drawn at random, which decoding
     draws once for the whole sequence. ``precision``: the model's training precision
-    (:func:`~probe.tasks.decoding.scoring_precision`)."""
+    (:func:`~probe.tasks.decoding.scoring_precision`). ``on_scored`` hears how many examples are scored, after
+    each batch decoded (once, at the end, in one pass)."""
     common = {"device": device, "batch_size": batch_size, "precision": precision}
     if answer_of or model.config.random_positions:
         return evaluate_examples(
-            model, tokenizer, examples, answer_of=answer_of, decode_to=decode_to, use_cache=cached, **common
+            model,
+            tokenizer,
+            examples,
+            answer_of=answer_of,
+            decode_to=decode_to,
+            use_cache=cached,
+            on_scored=on_scored,
+            **common,
         )
-    return teacher_forced_examples(model, tokenizer, examples, **common)
+    result = teacher_forced_examples(model, tokenizer, examples, **common)
+    if on_scored is not None:
+        on_scored(len(examples))
+    return result
 
 
 def inference_options(

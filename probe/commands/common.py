@@ -102,6 +102,18 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json_text(data) + "\n")
 
 
+def scoring_line(status: Any, what: str) -> Callable[[str, int, int], None]:
+    """An evaluation's progress (:class:`~probe.subjects.settings.ReadSettings`' ``progress``) on a rich
+    ``status``: ``what``, then how many examples are scored of how many; a scratchpad's, decoded on to the
+    authors' budget, can take minutes."""
+
+    def hear(step: str, done: int, total: int) -> None:
+        last = "" if step == "scoring" else f", {step}"
+        status.update(f"{what}{last}: {done:,} of {total:,} examples")
+
+    return hear
+
+
 def bar_columns(width: int, *extra: Any) -> tuple[Any, ...]:
     """A progress line's columns: what (``width`` wide), the bar, how far, ``extra`` (a loss, a speed),
     elapsed and time left."""

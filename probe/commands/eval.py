@@ -18,6 +18,7 @@ from probe.commands.common import (
     parse_options,
     print_json,
     say_skipping,
+    scoring_line,
     task_options,
 )
 
@@ -100,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     reports = []
     with out.status(f"evaluating {len(runs)} run(s)") as status:
         for i, r in enumerate(runs, 1):
-            status.update(f"evaluating {r.label} ({i}/{len(runs)})")
+            where = f"{r.label} ({i}/{len(runs)})"
+            status.update(f"evaluating {where}")
             reports.append(
                 evaluate_run(
                     r,
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
                         batch_size=args.batch_size,
                         pe_options=given[r.path],
                         intervention=intervention_of(args),
+                        progress=scoring_line(status, f"evaluating {where}"),
                     ),
                     n_test=args.n,
                     n_valid=args.valid,

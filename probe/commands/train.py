@@ -10,6 +10,7 @@ from probe.commands.common import (
     console,
     parse_options,
     pe_kinds,
+    scoring_line,
 )
 from probe.commands.shared_training import add_training_options, report_results, results_table, train_with_progress
 from probe.presets import RECIPES, listed
@@ -185,11 +186,13 @@ def _length_generalization(results: list, device, out) -> None:
         table.add_column(column, justify="left" if column == "run" else "right")
     with out.status("scoring the runs on seen and unseen lengths") as status:
         for r in trained:
-            status.update(f"scoring {'/'.join(r.path.parts[-2:])} on seen and unseen lengths")
+            what = f"scoring {'/'.join(r.path.parts[-2:])} on seen and unseen lengths"
+            status.update(what)
             report = read_eval(r.path) if r.status == "skipped" else None  # a finished run's own evaluation
             if report is None:  # written where the run can be written; a read-only run is read, not locked
                 run = Run(r.path, read_checkpoint_config(r.path))
-                report = evaluate_run(run, ReadSettings(device=device), wait=True, write=writable(r.path))
+                settings = ReadSettings(device=device, progress=scoring_line(status, what))
+                report = evaluate_run(run, settings, wait=True, write=writable(r.path))
             ood = "-" if report.ood_accuracy is None else f"{100 * report.ood_accuracy:.1f}%"
             table.add_row("/".join(r.path.parts[-2:]), f"{100 * report.iid_accuracy:.1f}%", ood)
     out.print(table)

@@ -165,12 +165,14 @@ def evaluate_examples(
     answer_of: Callable[[str], Hashable | None] | None = None,
     decode_to: int | None = SCRATCHPAD_POSITIONS,
     precision: str | None = None,
+    on_scored: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """Greedy exact match of ``model`` on ``examples`` (same order in the result); with ``answer_of``
     (:meth:`probe.tasks.base.Task.answer_reader`) a prediction is right when it reads as the gold answer, an
     unended one decoded on to ``decode_to`` positions, prompt included (:func:`decode_positions`; None: not
     decoded past the gold's length).
-    ``precision``: the model's training precision, which :func:`scoring_precision` reads."""
+    ``precision``: the model's training precision, which :func:`scoring_precision` reads. ``on_scored`` hears
+    how many examples are scored after each batch: a scratchpad's can take minutes, decoded on."""
     device = torch.device(device)
     model.eval()
     prompts = [tokenizer.encode_prompt(e.source) for e in examples]
@@ -179,6 +181,7 @@ def evaluate_examples(
     correct = [False] * len(examples)
     predictions = [""] * len(examples)
     generator = torch.Generator().manual_seed(0)  # randomized positions: the same draws on every evaluation
+    scored = 0
     with scoring_numerics(device, precision):
         for chunk, longest in decoding_batches(prompts, targets, batch_size):
             batch = torch.tensor([prompts[i] for i in chunk], device=device)
@@ -191,6 +194,9 @@ def evaluate_examples(
                 correct[i] = is_correct(ids, targets[i], tokenizer, answer_of, answers[i] if answer_of else None)
                 if keep_predictions:
                     predictions[i] = prediction(ids, tokenizer)
+            scored += len(chunk)
+            if on_scored is not None:
+                on_scored(scored)
     return EvalResult([e.length for e in examples], correct, predictions if keep_predictions else [])
 
 
