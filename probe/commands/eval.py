@@ -87,40 +87,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from probe.analysis.evaluation import accuracy_figures, evaluate_run, pe_ranking
+    from probe.analysis.evaluation import accuracy_figures, pe_ranking
     from probe.device import resolve_device
     from probe.figures.terminal import fitted
-    from probe.runs.locks import say_waiting
-    from probe.subjects.settings import ReadSettings
 
     out = console(stderr=args.json)
     _check_flags(args)
     runs, given = _runs(args, out)
     _check_writable(runs, args)
     device = resolve_device(args.device)
-    reports = []
-    with out.status(f"evaluating {len(runs)} run(s)") as status:
-        for i, r in enumerate(runs, 1):
-            where = f"{r.label} ({i}/{len(runs)})"
-            status.update(f"evaluating {where}")
-            reports.append(
-                evaluate_run(
-                    r,
-                    ReadSettings(
-                        device=device,
-                        batch_size=args.batch_size,
-                        pe_options=given[r.path],
-                        intervention=intervention_of(args),
-                        progress=scoring_line(status, f"evaluating {where}"),
-                    ),
-                    n_test=args.n,
-                    n_valid=args.valid,
-                    wait=args.wait,
-                    on_wait=lambda holder, r=r: say_waiting(r.path, holder),
-                    force=args.force,
-                    out=args.out,
-                )
-            )
+    reports = _evaluated(args, runs, given, device, out)
     for report in reports:
         if report.beside_another:
             out.print(
@@ -147,6 +123,39 @@ def run(args: argparse.Namespace) -> int:
         payload = {"runs": [r.to_json() for r in reports], "ranking": ranked, "figures": figures, "guess": guesses}
         print_json(payload | ({} if shown is None else {"shown": shown}))
     return 0
+
+
+def _evaluated(args: argparse.Namespace, runs: list, given: dict, device, out) -> list:
+    """Each run's evaluation (:func:`~probe.analysis.evaluation.evaluate_run`), its progress on the status line."""
+    from probe.analysis.evaluation import evaluate_run
+    from probe.runs.locks import say_waiting
+    from probe.subjects.settings import ReadSettings
+
+    reports = []
+    with out.status(f"evaluating {len(runs)} run(s)") as status:
+        for i, r in enumerate(runs, 1):
+            where = f"evaluating {r.label} ({i}/{len(runs)})"
+            status.update(where)
+            settings = ReadSettings(
+                device=device,
+                batch_size=args.batch_size,
+                pe_options=given[r.path],
+                intervention=intervention_of(args),
+                progress=scoring_line(status, where),
+            )
+            reports.append(
+                evaluate_run(
+                    r,
+                    settings,
+                    n_test=args.n,
+                    n_valid=args.valid,
+                    wait=args.wait,
+                    on_wait=lambda holder, r=r: say_waiting(r.path, holder),
+                    force=args.force,
+                    out=args.out,
+                )
+            )
+    return reports
 
 
 def _check_show(args: argparse.Namespace) -> None:

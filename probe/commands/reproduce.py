@@ -183,25 +183,13 @@ def _print_scenarios(out, runs: list, todo: list, priced: dict[str, float]) -> N
         )
 
 
-def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
-    """What the study trains, and about how long it takes here (measured on this machine): a phase's runs (under
-    a recipe rule, seed 0 first) as one queue for ``jobs`` workers, scenario by scenario, as
-    :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
+def _say_blocked(out, todo: list) -> list[dict[str, str]]:
+    """The runs of ``todo`` whose folder holds another run (trained with other settings, or damaged), each with
+    the line training fails it with, said in red: a dry run that counted them as runs left said nothing."""
     from rich.markup import escape
 
-    from probe.studies.reproduce import ladder, study_prices
-    from probe.studies.summaries import machine
-    from probe.studies.sweep import duration, estimate_cost, steps_left, why_blocked
-    from probe.training.bookkeeping import TRAIN_THREADS
+    from probe.studies.sweep import why_blocked
 
-    threads = TRAIN_THREADS
-    rule = None if args.steps else ladder(args.scale)
-    with out.status("measuring this machine's training speed") as status:
-        cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
-    evaluation = cost.get("evaluation_seconds")
-    priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None, evaluation=evaluation)
-    out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
-    _print_scenarios(out, runs, todo, priced)
     blocked = [{"path": str(r.path), "why": why} for r in todo if (why := why_blocked(r))]
     if blocked:
         out.print(
@@ -212,6 +200,27 @@ def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, job
             out.print(f"  {escape(entry['why'])}")
         if len(blocked) > 5:
             out.print(f"  and {len(blocked) - 5} more (--json lists them)")
+    return blocked
+
+
+def _dry_run(args: argparse.Namespace, runs: list, todo: list, root, device, jobs: int, out) -> int:
+    """What the study trains, and about how long it takes here (measured on this machine): a phase's runs (under
+    a recipe rule, seed 0 first) as one queue for ``jobs`` workers, scenario by scenario, as
+    :func:`~probe.studies.reproduce.train_and_evaluate` trains them."""
+    from probe.studies.reproduce import ladder, study_prices
+    from probe.studies.summaries import machine
+    from probe.studies.sweep import duration, estimate_cost, steps_left
+    from probe.training.bookkeeping import TRAIN_THREADS
+
+    threads = TRAIN_THREADS
+    rule = None if args.steps else ladder(args.scale)
+    with out.status("measuring this machine's training speed") as status:
+        cost = estimate_cost(todo, device=str(device), threads=threads, on_measure=status.update)
+    evaluation = cost.get("evaluation_seconds")
+    priced, wall = study_prices(todo, cost["seconds"], jobs, seed0_first=rule is not None, evaluation=evaluation)
+    out.print(f"probe reproduce --scale {args.scale}: {len(runs)} runs ({len(todo)} to train or evaluate) under {root}")
+    _print_scenarios(out, runs, todo, priced)
+    blocked = _say_blocked(out, todo)
     evaluating = sum(evaluation or []) / jobs
     out.print(
         f"training and evaluation: about {duration(wall)} here ({jobs} side by side, {threads} thread(s) each, "
