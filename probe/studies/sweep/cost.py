@@ -29,20 +29,14 @@ def run_state(run: SweepRun, evaluate: bool = True) -> str:
     (its config.json cannot be read: running it fails with the line that says so)."""
     from probe.analysis.evaluation import EVAL
     from probe.corpus import CODE_TASK
-    from probe.models.checkpoint import read_checkpoint_config
-    from probe.training.bookkeeping import published
     from probe.training.loop import STATE
-    from probe.training.train_config import settings_differ
 
-    try:
-        complete = published(run.path)
-    except ProbeError:
-        return "damaged"
-    if complete:
-        if settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict()):
-            return "conflict"
+    folder, _ = _folder_state(run)
+    if folder == "published":
         code = run.config.task == CODE_TASK  # validated by held-out perplexity when it was trained
         return "done" if not evaluate or code or (run.path / EVAL).is_file() else "evaluate"
+    if folder != "unpublished":
+        return folder
     return "resume" if (run.path / STATE).is_file() else "new"
 
 
@@ -52,17 +46,26 @@ PRICED = ("new", "resume", "evaluate")  # the plan's states that cost time; the 
 def why_blocked(run: SweepRun) -> str | None:
     """Why running ``run`` would stop at its folder (:func:`run_state` ``conflict`` or ``damaged``), in the words
     training would use; None where it can run."""
+    return _folder_state(run)[1]
+
+
+def _folder_state(run: SweepRun) -> tuple[str, str | None]:
+    """What ``run``'s folder holds: ``published`` (this run, trained), ``unpublished`` (nothing finished),
+    ``conflict`` (a run trained with other settings) or ``damaged``; for the last two, the line training would
+    fail the run with."""
     from probe.models.checkpoint import read_checkpoint_config
     from probe.training.bookkeeping import published
     from probe.training.train_config import settings_differ
 
     try:
         if not published(run.path):
-            return None
+            return "unpublished", None
         differences = settings_differ(read_checkpoint_config(run.path).get("training", {}), run.config.to_dict())
     except ProbeError as error:
-        return str(error)
-    return f"{run.path} is already trained with other settings ({'; '.join(differences)})" if differences else None
+        return "damaged", str(error)
+    if differences:
+        return "conflict", f"{run.path} is already trained with other settings ({'; '.join(differences)})"
+    return "published", None
 
 
 def plan_state(run: SweepRun, evaluate: bool = True) -> str:
